@@ -1,0 +1,90 @@
+"""Every environment variable ascentrt reads, with its default, in one table."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import InvalidArgumentError
+
+_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | int) -> int:
+    """Parse a byte count such as 4096, '512M' or '2G'; raises InvalidArgumentError."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        raw = str(text).strip().upper().removesuffix("B").removesuffix("I")
+        unit = raw[-1:] if raw[-1:] in _SUFFIXES else ""
+        number = raw[: len(raw) - len(unit)]
+        try:
+            value = int(float(number) * _SUFFIXES[unit])
+        except ValueError:
+            raise InvalidArgumentError(f"not a size: {text!r} (use bytes or a K/M/G suffix)") from None
+    if value <= 0:
+        raise InvalidArgumentError(f"size must be positive, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidArgumentError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise InvalidArgumentError(f"must be positive, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidArgumentError(f"not a number of seconds: {text!r}") from None
+    if value <= 0:
+        raise InvalidArgumentError(f"must be positive, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, default, parser and meaning."""
+
+    env: str
+    default: str
+    parse: Callable[[str], object]
+    meaning: str
+
+
+SETTINGS: dict[str, Setting] = {s.env: s for s in [
+    Setting("ASCENTRT_DEVICES", "1", _positive_int, "number of virtual CPU devices"),
+    Setting("ASCENTRT_DEVICE_MEMORY", "2G", parse_size,
+            "memory capacity of each device (bytes, or with a K/M/G suffix)"),
+    Setting("ASCENTRT_COMPUTE_UNITS", str(os.cpu_count() or 1), _positive_int,
+            "compute executors per device (kernels, memsets); default: CPU cores"),
+    Setting("ASCENTRT_COPY_ENGINES", "2", _positive_int,
+            "copy executors per device (host-to-device, device-to-host, device-to-device)"),
+    Setting("ASCENTRT_HOST_FUNC_THREADS", "1", _positive_int,
+            "threads per device that run host functions and callbacks"),
+    Setting("ASCENTRT_DEADLOCK_CHECK_S", "0.25", _seconds,
+            "how long a synchronizing call waits without device progress before it checks for a deadlock"),
+    Setting("ASCENTRT_STALL_WARN_S", "10", _seconds,
+            "after this long with no progress and no provable cycle, a waiting call warns what it waits on"),
+]}
+
+
+def get(env: str):
+    """Return the parsed value of setting `env` from the environment or its default."""
+    setting = SETTINGS[env]
+    raw = os.environ.get(env, setting.default)
+    try:
+        return setting.parse(raw)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{env}={raw!r}: {exc}") from None
+
+
+def table() -> list[tuple[str, str, str]]:
+    """The settings as (variable, default, meaning) rows, for the README and `ascentrt info`."""
+    return [(s.env, s.default, s.meaning) for s in SETTINGS.values()]

@@ -1,0 +1,72 @@
+"""A task: one unit of stream work (kernel, copy, memset, host function, record, wait)."""
+
+from __future__ import annotations
+
+# Task kinds.
+KERNEL, COPY, MEMSET, HOST_FUNC, EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, DETACH = range(9)
+KIND_NAMES = ("kernel", "copy", "memset", "host_func", "event_record", "event_wait",
+              "notify_record", "notify_wait", "host_func_nonblocking")
+
+# Executor classes of a device; control tasks (records, waits) need none and complete inline.
+COMPUTE, COPY_ENGINE, HOST = 0, 1, 2
+EXECUTOR_NAMES = ("compute", "copy", "host")
+EXECUTOR_OF = (COMPUTE, COPY_ENGINE, COMPUTE, HOST, None, None, None, None, None)
+
+
+class Task:
+    """What a stream holds: the work, where it runs, and (when profiling) when it ran.
+
+    Rarely-set fields are class-level defaults, so creating a task (the launch hot path)
+    stores only the five that every task has.
+    """
+
+    id = 0
+    stream = None
+    thread = 0
+    marker = None
+    notify = None
+    deadline = None
+    nbytes = 0
+    reads = None
+    writes = None
+    t_enqueue = 0
+    t_start = 0
+    t_end = 0
+    error = None
+    translate = False
+    group = None
+
+    def __init__(self, kind: int, fn=None, args: tuple = (), name: str | None = None):
+        self.kind = kind
+        self.executor = EXECUTOR_OF[kind]
+        self.fn = fn
+        self.args = args
+        self.name = name
+
+    @property
+    def kind_name(self) -> str:
+        """The kind as a word: kernel, copy, memset, host_func, event_record, ..."""
+        return KIND_NAMES[self.kind]
+
+    @property
+    def label(self) -> str:
+        """The task's name, or its function's name, or its kind."""
+        return self.name or getattr(self.fn, "__name__", None) or self.kind_name
+
+    def __repr__(self) -> str:
+        return f"<task {self.id} {self.kind_name} {self.label}>"
+
+
+class Marker:
+    """The point an event record captured: done once the stream's work before it completed."""
+
+    __slots__ = ("stream", "position", "done", "ts_ns", "waiters", "host_waiters", "timing")
+
+    def __init__(self, stream, position: int, timing: bool):
+        self.stream = stream
+        self.position = position
+        self.done = False
+        self.ts_ns = 0
+        self.waiters: list = []       # streams blocked on this marker
+        self.host_waiters: list = []  # threading.Event of host threads synchronizing on it
+        self.timing = timing

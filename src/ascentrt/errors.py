@@ -1,0 +1,202 @@
+"""Error codes (CANN's numbers), the exception hierarchy, ExceptionInfo and per-thread last error."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass
+
+
+class ErrorCode(enum.IntEnum):
+    """Runtime error codes; numbers follow CANN's acl_base_rt.h / rt_error_codes.h where CANN has one."""
+
+    SUCCESS = 0
+    # 1000xx: caller / environment errors (ACL layer)
+    INVALID_PARAM = 100000
+    UNINITIALIZE = 100001
+    REPEAT_INITIALIZE = 100002
+    INVALID_FILE = 100003
+    REPEAT_SUBSCRIBE = 100033
+    REPEAT_FINALIZE = 100037
+    # 2000xx: resources (ACL layer)
+    BAD_ALLOC = 200000
+    API_NOT_SUPPORT = 200001
+    INVALID_DEVICE = 200002
+    MEMORY_ADDRESS_UNALIGNED = 200003
+    RESOURCE_NOT_MATCH = 200004
+    INVALID_RESOURCE_HANDLE = 200005
+    FEATURE_UNSUPPORTED = 200006
+    # 1070xx: runtime parameter / state errors
+    RT_PARAM_INVALID = 107000
+    RT_INVALID_DEVICEID = 107001
+    RT_CONTEXT_NULL = 107002
+    RT_STREAM_CONTEXT = 107003
+    RT_EVENT_TIMESTAMP_INVALID = 107006
+    RT_EVENT_TIMESTAMP_REVERSAL = 107007
+    RT_ADDR_UNALIGNED = 107008
+    RT_STREAM_SUBSCRIBE = 107011
+    RT_THREAD_SUBSCRIBE = 107012
+    RT_STREAM_NO_CB_REG = 107015
+    RT_INVALID_MEMORY_TYPE = 107016
+    RT_INVALID_HANDLE = 107017
+    RT_WAIT_TIMEOUT = 107019
+    RT_TASK_TIMEOUT = 107020
+    RT_DEVICE_TASK_ABORT = 107022
+    RT_STREAM_ABORT = 107023
+    RT_CAPTURE_DEPENDENCY = 107024
+    RT_STREAM_UNJOINED = 107025
+    RT_STREAM_CAPTURED = 107027
+    RT_EVENT_CAPTURED = 107028
+    RT_STREAM_NOT_CAPTURED = 107029
+    RT_CAPTURE_MODE_NOT_SUPPORT = 107030
+    RT_STREAM_CAPTURE_IMPLICIT = 107031
+    RT_STREAM_CAPTURE_UNMATCHED = 107036
+    RT_MODEL_RUNNING = 107037
+    RT_STREAM_CAPTURE_WRONG_THREAD = 107038
+    RT_MODEL_UPDATE_FAILED = 107040
+    # 2070xx: runtime resource errors
+    RT_FEATURE_NOT_SUPPORT = 207000
+    RT_MEMORY_ALLOCATION = 207001
+    RT_MEMORY_FREE = 207002
+    RT_NO_DEVICE = 207004
+    RT_RESOURCE_ALLOC_FAIL = 207005
+    RT_NO_EVENT_RESOURCE = 207007
+    RT_NO_STREAM_RESOURCE = 207008
+    RT_NO_NOTIFY_RESOURCE = 207009
+    RT_OVER_LIMIT = 207012
+    RT_DEVICE_OOM = 207018
+    # 5070xx: execution / internal errors
+    RT_INTERNAL_ERROR = 507000
+    RT_STREAM_NOT_COMPLETE = 507004
+    RT_EVENT_NOT_COMPLETE = 507006
+    RT_CONTEXT_RELEASE_ERROR = 507007
+    RT_MODEL_EXECUTE = 507011
+    RT_REPORT_TIMEOUT = 507012
+    RT_AICORE_EXCEPTION = 507015
+    RT_AICPU_EXCEPTION = 507018
+    RT_STREAM_SYNC_TIMEOUT = 507046
+    RT_EVENT_SYNC_TIMEOUT = 507047
+    RT_COPY_DATA = 507052
+    RT_STREAM_CAPTURE_INVALIDATED = 507903
+    # No CANN number: a device that cannot make progress (reported instead of hanging).
+    RT_DEADLOCK = 507950
+
+
+@dataclass(frozen=True)
+class ExceptionInfo:
+    """What the runtime knows about a failed task: where it ran and why it failed."""
+
+    device_id: int
+    stream_id: int
+    task_id: int
+    error_code: int
+    task_name: str = ""
+    cause: BaseException | None = None
+    thread_id: int = 0
+
+    def __str__(self) -> str:
+        cause = f": {type(self.cause).__name__}: {self.cause}" if self.cause is not None else ""
+        return (f"task {self.task_id} ({self.task_name or 'unnamed'}) on device {self.device_id} "
+                f"stream {self.stream_id} failed with {self.error_code}{cause}")
+
+
+class AscentError(Exception):
+    """Root of every ascentrt error; `.code` is an ErrorCode, `.info` an ExceptionInfo or None."""
+
+    default_code = ErrorCode.RT_INTERNAL_ERROR
+
+    def __init__(self, message: str, code: int | None = None, info: ExceptionInfo | None = None):
+        self.code = ErrorCode(code) if code is not None else self.default_code
+        self.info = info
+        super().__init__(f"[{int(self.code)} {self.code.name}] {message}")
+        _last.code = int(self.code)  # every error raised in a host thread becomes its last error
+
+
+class InvalidArgumentError(AscentError, ValueError):
+    """A parameter is out of range, of the wrong kind, or inconsistent with the others."""
+
+    default_code = ErrorCode.INVALID_PARAM
+
+
+class InvalidDeviceError(AscentError, ValueError):
+    """A device id outside [0, device_count())."""
+
+    default_code = ErrorCode.RT_INVALID_DEVICEID
+
+
+class InvalidHandleError(AscentError, ValueError):
+    """A stream, event, notify or buffer that is destroyed, freed or belongs elsewhere."""
+
+    default_code = ErrorCode.RT_INVALID_HANDLE
+
+
+class InvalidAddressError(AscentError, ValueError):
+    """A pointer or byte range that does not lie inside one live allocation of the right kind."""
+
+    default_code = ErrorCode.INVALID_PARAM
+
+
+class OutOfMemoryError(AscentError, MemoryError):
+    """The device (or pinned host memory) cannot satisfy an allocation."""
+
+    default_code = ErrorCode.RT_MEMORY_ALLOCATION
+
+
+class StreamStateError(AscentError):
+    """The stream refuses work: destroyed, or failed in STOP mode."""
+
+    default_code = ErrorCode.RT_STREAM_ABORT
+
+
+class TimeoutError_(AscentError, TimeoutError):
+    """A synchronizing call or a device-side wait ran past its timeout."""
+
+    default_code = ErrorCode.RT_STREAM_SYNC_TIMEOUT
+
+
+class TaskError(AscentError):
+    """A task failed on the device; `.info` says which task, where, and the original exception."""
+
+    default_code = ErrorCode.RT_AICORE_EXCEPTION
+
+
+class DeadlockError(AscentError):
+    """The device cannot make progress: the streams wait on each other (a cycle) or on nothing."""
+
+    default_code = ErrorCode.RT_DEADLOCK
+
+
+class NotSupportedError(AscentError):
+    """A feature this backend does not provide."""
+
+    default_code = ErrorCode.RT_FEATURE_NOT_SUPPORT
+
+
+_last = threading.local()
+_async_errors: dict[int, int] = {}  # host thread id -> code of a task it submitted that failed
+
+
+def note_async_error(thread_id: int, code: int) -> None:
+    """Record that a task submitted by `thread_id` failed, for that thread's get_last_error."""
+    _async_errors[thread_id] = int(code)
+
+
+# Public alias: TimeoutError_ avoids shadowing the builtin inside this module only.
+AscentTimeoutError = TimeoutError_
+
+def set_last_error(code: int) -> None:
+    """Record `code` as this host thread's last error (what get_last_error returns)."""
+    _last.code = int(code)
+
+
+def get_last_error() -> int:
+    """Return this thread's last error code and clear it (0 when none)."""
+    code = getattr(_last, "code", 0) or _async_errors.pop(threading.get_ident(), 0)
+    _last.code = 0
+    _async_errors.pop(threading.get_ident(), None)
+    return code
+
+
+def peek_at_last_error() -> int:
+    """Return this thread's last error code without clearing it (0 when none)."""
+    return getattr(_last, "code", 0) or _async_errors.get(threading.get_ident(), 0)

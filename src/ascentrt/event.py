@@ -1,0 +1,151 @@
+"""Events: markers in a stream's work, for cross-stream ordering, host waits and timing."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from .engine import ENGINE, Marker, Task
+from .engine.task import EVENT_RECORD
+from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from .validate import check_timeout, resolve_stream
+
+_ids = itertools.count(1)
+_wait_timeout: list[float | None] = [None]  # bound on device-side event waits (None = forever)
+
+
+def set_wait_timeout(seconds: float | None) -> None:
+    """Bound every later device-side event wait (stream.wait) to `seconds`; None = no bound."""
+    _wait_timeout[0] = check_timeout(seconds)
+
+
+class Event:
+    """Captures a stream's submitted work at record time; `timing=True` also takes a timestamp."""
+
+    def __init__(self, device=None, timing: bool = False):
+        from .device import Device, current_device
+        self.device = current_device() if device is None else Device(device) \
+            if not isinstance(device, Device) else device
+        self.id = next(_ids)
+        self.timing = bool(timing)
+        self._marker: Marker | None = None
+        self._destroyed = False
+
+    def _check_alive(self) -> None:
+        if self._destroyed:
+            raise InvalidHandleError(f"event {self.id} was destroyed")
+
+    def record(self, stream=None) -> None:
+        """Capture the work submitted to `stream` so far (None: the current device's default stream)."""
+        self._check_alive()
+        stream = resolve_stream(stream)
+        if stream.device is not self.device:
+            raise InvalidArgumentError(f"event {self.id} belongs to device {self.device.id}; "
+                                       f"stream {stream.id} to device {stream.device.id}",
+                                       code=ErrorCode.RT_STREAM_CONTEXT)
+        marker = Marker(stream, 0, self.timing)
+        task = Task(EVENT_RECORD, name="event_record")
+        task.marker = marker
+        if stream._capture is not None:
+            stream._submit(task)
+            self._marker = marker
+            return
+        with ENGINE.lock:  # position and marker must be set before the record can complete
+            if stream._refuse is not None:
+                raise stream._refusal()
+            marker.position = stream._submitted + 1
+            self._marker = marker
+            task.thread = threading.get_ident()
+            ENGINE.submit_locked(stream, task)
+
+    def query(self) -> bool:
+        """True when the recorded work has completed (or the event was never recorded)."""
+        self._check_alive()
+        m = self._marker
+        return m is None or m.done
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Block until the recorded work completed; raise a task error that happened before it."""
+        from .stream import raise_stream_errors
+        timeout = check_timeout(timeout)
+        self._check_alive()
+        m = self._marker
+        if m is None:
+            return
+        ev = threading.Event()
+        with ENGINE.lock:
+            if not m.done:
+                m.host_waiters.append(ev)
+        if not m.done:
+            def cancel():
+                if ev in m.host_waiters:
+                    m.host_waiters.remove(ev)
+            ENGINE.wait_host(ev, timeout, [m.stream], f"event {self.id} synchronize",
+                             ErrorCode.RT_EVENT_SYNC_TIMEOUT, cancel)
+        raise_stream_errors([m.stream], before=m.position)
+
+    def reset(self) -> None:
+        """Forget the last record: the event reads as never recorded again."""
+        self._check_alive()
+        self._marker = None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the event has a record to wait for."""
+        return self._marker is not None
+
+    @property
+    def timestamp_ns(self) -> int:
+        """When the recorded work completed (perf_counter ns); needs timing=True and completion."""
+        m = self._completed_marker("timestamp")
+        return m.ts_ns
+
+    def _completed_marker(self, what: str) -> Marker:
+        self._check_alive()
+        m = self._marker
+        if not self.timing:
+            raise InvalidArgumentError(f"event {self.id} was created without timing=True; no {what}",
+                                       code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
+        if m is None or not m.done:
+            state = "never recorded" if m is None else "not completed yet"
+            raise InvalidArgumentError(f"event {self.id} is {state}; no {what}",
+                                       code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
+        return m
+
+    def _marker_for_wait(self) -> Marker:
+        self._check_alive()
+        if self._marker is None:
+            raise InvalidArgumentError(f"event {self.id} was never recorded: record it before a "
+                                       f"stream waits on it", code=ErrorCode.RT_PARAM_INVALID)
+        return self._marker
+
+    def _wait_deadline(self) -> float | None:
+        bound = _wait_timeout[0]
+        return None if bound is None else time.monotonic() + bound
+
+    def destroy(self) -> None:
+        """Release the event; work already recorded still completes. Twice raises InvalidHandleError."""
+        self._check_alive()
+        self._destroyed = True
+
+    close = destroy
+
+    def __enter__(self) -> "Event":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._destroyed:
+            self.destroy()
+
+    def __repr__(self) -> str:
+        return f"Event(id={self.id}, device={self.device.id}, timing={self.timing})"
+
+
+def elapsed_time(start: Event, end: Event) -> float:
+    """Milliseconds between the completions of two timing events' records."""
+    if not isinstance(start, Event) or not isinstance(end, Event):
+        raise InvalidArgumentError("elapsed_time takes two Events")
+    a = start._completed_marker("elapsed time")
+    b = end._completed_marker("elapsed time")
+    return (b.ts_ns - a.ts_ns) / 1e6

@@ -1,0 +1,212 @@
+"""Buffers the user holds: device and pinned host allocations, offset slices, typed views."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from .registry import REGISTRY
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+GRANULE = 32  # CANN rounds every device allocation up to 32 bytes
+
+
+def check_size(nbytes, what: str = "nbytes", allow_zero: bool = False) -> int:
+    """Validate a byte count (a real int, not negative or absurd); raises InvalidArgumentError."""
+    if type(nbytes) is not int and not isinstance(nbytes, np.integer):
+        raise InvalidArgumentError(f"{what} must be an int, got {type(nbytes).__name__}")
+    nbytes = int(nbytes)
+    if nbytes < 0 or (nbytes == 0 and not allow_zero):
+        raise InvalidArgumentError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {nbytes}")
+    if nbytes >= 1 << 62:
+        raise InvalidArgumentError(f"{what} is too large: {nbytes}")
+    return nbytes
+
+
+class _ByteRange:
+    """Shared behaviour of anything that names bytes: pointer, length, numpy views, slicing."""
+
+    __slots__ = ()
+
+    @property
+    def ptr(self) -> int:
+        """The start address as an int."""
+        return self.addr
+
+    def _bytes(self) -> np.ndarray:
+        """The bytes as a uint8 numpy array (checks the allocation is still live)."""
+        raise NotImplementedError
+
+    def numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
+        """A zero-copy numpy view of the bytes as `dtype`, reshaped to `shape` (default 1-D)."""
+        dtype = np.dtype(dtype)
+        raw = self._bytes()
+        if shape is None:
+            count = raw.nbytes // dtype.itemsize
+            shape = (count,)
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        if any(type(d) is not int and not isinstance(d, np.integer) or d < 0 for d in shape):
+            raise InvalidArgumentError(f"shape must be non-negative ints, got {shape}")
+        need = math.prod(shape) * dtype.itemsize
+        if need > raw.nbytes:
+            raise InvalidArgumentError(f"a {dtype} array of shape {shape} needs {need} bytes; "
+                                       f"the buffer has {raw.nbytes}")
+        return raw[:need].view(dtype).reshape(shape)
+
+    def view(self, dtype=np.uint8, shape=None) -> "TypedView":
+        """A typed view to pass to kernels: they receive it as a numpy array of dtype/shape."""
+        self.numpy(dtype, shape)  # validate now, not when the kernel runs
+        return TypedView(self, np.dtype(dtype), shape)
+
+    def __getitem__(self, key) -> "BufferSlice":
+        """buf[a:b] is the byte range [a, b) of the buffer, usable wherever a buffer is."""
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise InvalidArgumentError("buffers slice by contiguous byte ranges: buf[start:stop]")
+        start, stop, _ = key.indices(self.nbytes)
+        if stop < start:
+            stop = start
+        return BufferSlice(self, start, stop - start)
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+
+class DeviceBuffer(_ByteRange):
+    """Device memory: `.ptr` (int address), `.nbytes` (rounded to 32), `.device`, `.free()`."""
+
+    __slots__ = ("device", "addr", "nbytes", "requested", "_offset", "_mem", "_owner", "__weakref__")
+    kind = "device"
+
+    def __init__(self, device: "Device", addr: int, nbytes: int, requested: int, offset: int,
+                 mem: np.ndarray, owner):
+        self.device, self.addr, self.nbytes, self.requested = device, addr, nbytes, requested
+        self._offset, self._mem, self._owner = offset, mem, owner
+
+    @property
+    def alive(self) -> bool:
+        """False once freed (or its device was reset)."""
+        return self._mem is not None
+
+    @property
+    def base(self) -> "DeviceBuffer":
+        """The allocation itself (slices return their parent)."""
+        return self
+
+    @property
+    def offset(self) -> int:
+        """Offset inside the allocation (always 0 for the allocation itself)."""
+        return 0
+
+    def _bytes(self) -> np.ndarray:
+        mem = self._mem
+        if mem is None:
+            raise InvalidHandleError(f"device buffer at {self.addr:#x} was freed")
+        return mem
+
+    def free(self, stream=None) -> None:
+        """Return the memory to its device; freeing twice raises InvalidHandleError (207002)."""
+        if self._mem is None:
+            raise InvalidHandleError(f"double free of device buffer at {self.addr:#x}",
+                                     code=ErrorCode.RT_MEMORY_FREE)
+        self._owner.release(self, stream)
+
+    def __repr__(self) -> str:
+        state = "" if self.alive else ", freed"
+        return f"DeviceBuffer(ptr={self.addr:#x}, nbytes={self.nbytes}, device={self.device.id}{state})"
+
+
+class HostBuffer(_ByteRange):
+    """Page-aligned host memory, pinned (mlocked) when permitted: `.pinned` says which."""
+
+    __slots__ = ("addr", "nbytes", "pinned", "_mem", "_handle", "_release", "__weakref__")
+    kind = "host"
+    device = None
+
+    def __init__(self, addr: int, nbytes: int, pinned: bool, mem: np.ndarray, handle, release):
+        self.addr, self.nbytes, self.pinned = addr, nbytes, pinned
+        self._mem, self._handle, self._release = mem, handle, release
+
+    alive = DeviceBuffer.alive
+    base = DeviceBuffer.base
+    offset = DeviceBuffer.offset
+
+    def _bytes(self) -> np.ndarray:
+        mem = self._mem
+        if mem is None:
+            raise InvalidHandleError(f"host buffer at {self.addr:#x} was freed")
+        return mem
+
+    def free(self) -> None:
+        """Release the memory; freeing twice raises InvalidHandleError (207002)."""
+        if self._mem is None:
+            raise InvalidHandleError(f"double free of host buffer at {self.addr:#x}",
+                                     code=ErrorCode.RT_MEMORY_FREE)
+        REGISTRY.remove(self)
+        self._mem = None
+        self._release(self._handle)
+
+    def __repr__(self) -> str:
+        return f"HostBuffer(ptr={self.addr:#x}, nbytes={self.nbytes}, pinned={self.pinned})"
+
+
+class BufferSlice(_ByteRange):
+    """Bytes [offset, offset + nbytes) of a device or host buffer."""
+
+    __slots__ = ("base", "offset", "nbytes")
+
+    def __init__(self, base, offset: int, nbytes: int):
+        if isinstance(base, BufferSlice):
+            base, offset = base.base, base.offset + offset
+        self.base, self.offset, self.nbytes = base, offset, nbytes
+
+    @property
+    def addr(self) -> int:
+        """Start address of the slice."""
+        return self.base.addr + self.offset
+
+    @property
+    def kind(self) -> str:
+        """'device' or 'host', as the buffer it slices."""
+        return self.base.kind
+
+    @property
+    def device(self):
+        """The device of the sliced buffer (None for host memory)."""
+        return self.base.device
+
+    @property
+    def alive(self) -> bool:
+        """Whether the sliced buffer is still allocated."""
+        return self.base.alive
+
+    def _bytes(self) -> np.ndarray:
+        return self.base._bytes()[self.offset:self.offset + self.nbytes]
+
+    def __repr__(self) -> str:
+        return f"BufferSlice({self.base!r}[{self.offset}:{self.offset + self.nbytes}])"
+
+
+class TypedView:
+    """A buffer seen as a typed array: kernels receive `buffer.numpy(dtype, shape)` at run time."""
+
+    __slots__ = ("buffer", "dtype", "shape")
+
+    def __init__(self, buffer, dtype: np.dtype, shape):
+        self.buffer, self.dtype, self.shape = buffer, dtype, shape
+
+    @property
+    def device(self):
+        """The device of the underlying buffer."""
+        return self.buffer.device
+
+    def numpy(self) -> np.ndarray:
+        """The numpy array this view stands for."""
+        return self.buffer.numpy(self.dtype, self.shape)
+
+    def __repr__(self) -> str:
+        return f"TypedView({self.buffer!r}, {self.dtype}, {self.shape})"

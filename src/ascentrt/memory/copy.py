@@ -1,0 +1,203 @@
+"""Copies and fills between device buffers, pinned host buffers and numpy arrays."""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from ..engine.task import COPY, MEMSET, Task
+from ..errors import ErrorCode, InvalidArgumentError
+from ..validate import resolve_stream
+from .buffer import BufferSlice, DeviceBuffer, HostBuffer, check_size
+from .registry import REGISTRY
+
+
+class MemcpyKind(enum.IntEnum):
+    """Copy directions, numbered as CANN's aclrtMemcpyKind."""
+
+    HOST_TO_HOST = 0
+    HOST_TO_DEVICE = 1
+    DEVICE_TO_HOST = 2
+    DEVICE_TO_DEVICE = 3
+    DEFAULT = 4  # inferred from the operands
+
+
+class _Operand:
+    """A resolved copy operand: its bytes, where they live, and whether the host memory is pinned."""
+
+    __slots__ = ("data", "where", "pinned", "device")
+
+    def __init__(self, data: np.ndarray, where: str, pinned: bool, device):
+        self.data, self.where, self.pinned, self.device = data, where, pinned, device
+
+
+def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
+    """Resolve a buffer, slice, numpy array or int pointer, checking it is live and big enough."""
+    if isinstance(x, (DeviceBuffer, HostBuffer, BufferSlice)):
+        data = x._bytes()
+        base = x.base
+        return _Operand(data, base.kind, base.kind == "host" and base.pinned, base.device)
+    if isinstance(x, np.ndarray):
+        if not x.flags.c_contiguous:
+            raise InvalidArgumentError(f"{role} array must be C-contiguous")
+        if writable and not x.flags.writeable:
+            raise InvalidArgumentError(f"{role} array is read-only")
+        data = x.reshape(-1).view(np.uint8)
+        alloc = REGISTRY.find(x.ctypes.data) if x.nbytes else None
+        if alloc is not None and x.ctypes.data + x.nbytes <= alloc.addr + alloc.nbytes:
+            return _Operand(data, alloc.kind, alloc.kind == "host" and alloc.pinned, alloc.device)
+        return _Operand(data, "pageable", False, None)
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        if writable and isinstance(x, bytes):
+            raise InvalidArgumentError(f"{role} is immutable bytes")
+        return _Operand(np.frombuffer(x, dtype=np.uint8), "pageable", False, None)
+    if type(x) is int:
+        if nbytes is None:
+            raise InvalidArgumentError(f"{role} is a raw pointer: give nbytes")
+        alloc, off = REGISTRY.resolve(x, nbytes)
+        return _Operand(alloc._bytes()[off:off + nbytes], alloc.kind,
+                        alloc.kind == "host" and alloc.pinned, alloc.device)
+    raise InvalidArgumentError(f"{role} must be a buffer, slice, numpy array or pointer, "
+                               f"got {type(x).__name__}")
+
+
+def _direction(dst: _Operand, src: _Operand) -> MemcpyKind:
+    d, s = dst.where == "device", src.where == "device"
+    return MemcpyKind((s and not d) * 2 + (d and not s) * 1 + (d and s) * 3)
+
+
+def _prepare(dst, src, nbytes, kind) -> tuple[np.ndarray, np.ndarray, _Operand, _Operand, MemcpyKind]:
+    if nbytes is not None:
+        nbytes = check_size(nbytes, allow_zero=True)
+    d = _operand(dst, nbytes, True, "dst")
+    s = _operand(src, nbytes, False, "src")
+    n = s.data.nbytes if nbytes is None else nbytes
+    if n > s.data.nbytes:
+        raise InvalidArgumentError(f"copy of {n} bytes reads past the end of src ({s.data.nbytes} bytes)")
+    if n > d.data.nbytes:
+        raise InvalidArgumentError(f"copy of {n} bytes does not fit dst ({d.data.nbytes} bytes)")
+    direction = _direction(d, s)
+    _check_kind(kind, direction)
+    return d.data[:n], s.data[:n], d, s, direction
+
+
+def _check_kind(kind, direction: MemcpyKind) -> None:
+    """An explicit kind must be DEFAULT or match the direction the operands make."""
+    if kind is None:
+        return
+    try:
+        kind = MemcpyKind(kind)
+    except ValueError:
+        raise InvalidArgumentError(f"unknown memcpy kind {kind!r}") from None
+    if kind != MemcpyKind.DEFAULT and kind != direction:
+        raise InvalidArgumentError(f"memcpy kind {kind.name} does not match the operands, "
+                                   f"which make it {direction.name}",
+                                   code=ErrorCode.RT_INVALID_MEMORY_TYPE)
+
+
+def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
+    """Copy now, on the calling thread; nbytes defaults to all of src. Raises before touching memory."""
+    d, s, *_ = _prepare(dst, src, nbytes, kind)
+    if d.nbytes:
+        np.copyto(d, s)
+
+
+def memcpy_async(dst, src, nbytes: int | None = None, *, stream=None, kind=None) -> None:
+    """Copy after the stream's earlier work, on a copy engine.
+
+    With pinned or device memory on both sides the call returns at once; with pageable host
+    memory (a plain numpy array) it returns only once the copy is done.
+    """
+    stream = resolve_stream(stream)
+    d, s, do, so, direction = _prepare(dst, src, nbytes, kind)
+    for op in (do, so):
+        if op.device is not None and op.device is not stream.device and direction != MemcpyKind.DEVICE_TO_DEVICE:
+            raise InvalidArgumentError(f"operand on device {op.device.id} copied on a stream of "
+                                       f"device {stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
+    task = Task(COPY, stream.device._backend.copy, (d, s), direction.name.lower())
+    task.nbytes = d.nbytes
+    _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")
+
+
+def _submit_maybe_sync(stream, task: Task, pageable: bool) -> None:
+    if not pageable:
+        stream._submit(task)
+        return
+    # Pageable host memory may change or vanish once we return: finish the copy first.
+    ev = stream.device.create_event()
+    stream._submit(task)
+    if stream._capture is None:
+        ev.record(stream)
+        ev.synchronize()
+
+
+def _check_fill(value) -> int:
+    if type(value) is not int and not isinstance(value, np.integer) or not 0 <= int(value) <= 255:
+        raise InvalidArgumentError(f"memset value must be a byte (0..255), got {value!r}")
+    return int(value)
+
+
+def memset(dst, value: int, nbytes: int | None = None) -> None:
+    """Set `nbytes` bytes (default: all) of dst to `value`, now."""
+    value = _check_fill(value)
+    if nbytes is not None:
+        nbytes = check_size(nbytes, allow_zero=True)
+    d = _operand(dst, nbytes, True, "dst").data
+    n = d.nbytes if nbytes is None else nbytes
+    if n > d.nbytes:
+        raise InvalidArgumentError(f"memset of {n} bytes runs past the end of dst ({d.nbytes} bytes)")
+    d[:n].fill(value)
+
+
+def memset_async(dst, value: int, nbytes: int | None = None, *, stream=None) -> None:
+    """Set bytes of dst to `value` after the stream's earlier work."""
+    stream = resolve_stream(stream)
+    value = _check_fill(value)
+    if nbytes is not None:
+        nbytes = check_size(nbytes, allow_zero=True)
+    op = _operand(dst, nbytes, True, "dst")
+    n = op.data.nbytes if nbytes is None else nbytes
+    if n > op.data.nbytes:
+        raise InvalidArgumentError(f"memset of {n} bytes runs past the end of dst ({op.data.nbytes} bytes)")
+    task = Task(MEMSET, stream.device._backend.fill, (op.data[:n], value), "memset")
+    task.nbytes = n
+    _submit_maybe_sync(stream, task, op.where == "pageable")
+
+
+def _pitched(data: np.ndarray, pitch: int, width: int, height: int, role: str) -> np.ndarray:
+    need = (height - 1) * pitch + width if height else 0
+    if need > data.nbytes:
+        raise InvalidArgumentError(f"{role}: {height} rows of pitch {pitch} and width {width} need "
+                                   f"{need} bytes; it has {data.nbytes}")
+    return np.lib.stride_tricks.as_strided(data, shape=(height, width), strides=(pitch, 1),
+                                           writeable=role == "dst")
+
+
+def _prepare_2d(dst, dpitch, src, spitch, width, height, kind):
+    for name, v in (("dpitch", dpitch), ("spitch", spitch), ("width", width), ("height", height)):
+        check_size(v, name, allow_zero=True)
+    if width > dpitch or width > spitch:
+        raise InvalidArgumentError(f"width {width} exceeds a pitch (dpitch {dpitch}, spitch {spitch})")
+    d = _operand(dst, None if type(dst) is not int else (height - 1) * dpitch + width if height else 0,
+                 True, "dst")
+    s = _operand(src, None if type(src) is not int else (height - 1) * spitch + width if height else 0,
+                 False, "src")
+    _check_kind(kind, _direction(d, s))
+    return _pitched(d.data, dpitch, width, height, "dst"), _pitched(s.data, spitch, width, height, "src"), d, s
+
+
+def memcpy2d(dst, dpitch: int, src, spitch: int, width: int, height: int, kind=None) -> None:
+    """Copy `height` rows of `width` bytes between pitched layouts, now."""
+    d, s, _, _ = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
+    np.copyto(d, s)
+
+
+def memcpy2d_async(dst, dpitch: int, src, spitch: int, width: int, height: int, *, stream=None,
+                   kind=None) -> None:
+    """Pitched copy after the stream's earlier work (returns at once unless memory is pageable)."""
+    stream = resolve_stream(stream)
+    d, s, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
+    task = Task(COPY, np.copyto, (d, s), "memcpy2d")
+    task.nbytes = width * height
+    _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")

@@ -1,0 +1,56 @@
+"""Notifies: a wait-until-recorded signal between streams, reset by the wait that consumes it."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+from .errors import InvalidHandleError
+from .validate import resolve_stream
+
+_ids = itertools.count(1)
+
+
+class Notify:
+    """record() sets it; wait_and_reset() blocks a stream until it is set, then clears it."""
+
+    def __init__(self, device=None):
+        from .device import Device, current_device
+        self.device = current_device() if device is None else Device(device) \
+            if not isinstance(device, Device) else device
+        self.id = next(_ids)
+        self._set = False
+        self._waiters = collections.deque()   # streams blocked on it (engine-owned)
+        self._destroyed = False
+
+    def _check_alive(self) -> None:
+        if self._destroyed:
+            raise InvalidHandleError(f"notify {self.id} was destroyed")
+
+    def record(self, stream=None) -> None:
+        """Set the notify once `stream` reaches this point."""
+        resolve_stream(stream).record_notify(self)
+
+    def wait_and_reset(self, stream=None, timeout: float | None = None) -> None:
+        """Block `stream` until the notify is set, then reset it; `timeout` seconds fails the wait."""
+        resolve_stream(stream).wait_notify(self, timeout)
+
+    def destroy(self) -> None:
+        """Release the notify; twice raises InvalidHandleError."""
+        self._check_alive()
+        self._destroyed = True
+
+    close = destroy
+
+    def __repr__(self) -> str:
+        return f"Notify(id={self.id}, device={self.device.id})"
+
+
+def record_notify(notify: Notify, stream=None) -> None:
+    """Set `notify` once `stream` reaches this point (CANN's aclrtRecordNotify)."""
+    resolve_stream(stream).record_notify(notify)
+
+
+def wait_and_reset_notify(notify: Notify, stream=None, timeout: float | None = None) -> None:
+    """Block `stream` until `notify` is set, then reset it (CANN's aclrtWaitAndResetNotify)."""
+    resolve_stream(stream).wait_notify(notify, timeout)

@@ -1,0 +1,225 @@
+"""Streams: ordered task queues, their synchronization, failure modes and destruction."""
+
+from __future__ import annotations
+
+import collections
+import enum
+import itertools
+import threading
+import time
+
+from .engine import ENGINE, PRIORITY_LEVELS, Task
+from .engine.task import EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
+from .errors import (ErrorCode, InvalidArgumentError, InvalidHandleError, StreamStateError,
+                     TaskError)
+from .validate import check_timeout
+
+_ids = itertools.count(1)
+
+
+class FailureMode(enum.IntEnum):
+    """What a stream does after a task fails (CANN's aclrtStreamFailureMode)."""
+
+    CONTINUE = 0  # later tasks run; the error surfaces at the next synchronization
+    STOP = 1      # pending tasks are discarded and later submissions refused
+
+
+class Stream:
+    """A queue of tasks that run one at a time, in submission order, on one device."""
+
+    def __init__(self, device=None, priority: int = 0, *, stop_on_failure: bool = False,
+                 _internal: bool = False):
+        from .device import Device, current_device
+        if device is None:
+            device = current_device()
+        elif not isinstance(device, Device):
+            device = Device(device)
+        if type(priority) is not int or not 0 <= priority < PRIORITY_LEVELS:
+            raise InvalidArgumentError(f"priority must be an int in [0, {PRIORITY_LEVELS - 1}] "
+                                       f"(0 is highest), got {priority!r}")
+        self.id = next(_ids)
+        self.device = device
+        self.priority = priority
+        self._internal = _internal
+        self._dq = device._dq
+        # Engine-owned state (read and written under ENGINE.lock).
+        self._tasks = collections.deque()
+        self._active = False
+        self._submitted = 0
+        self._completed = 0
+        self._running = None
+        self._blocked = None
+        self._errors = []
+        self._sync_waiters = []
+        self._refuse = None            # None, "destroyed" or "failed"
+        self._failure = None
+        self._stop_on_failure = bool(stop_on_failure)
+        self._capture = None           # set while the stream is being captured into a graph
+        with ENGINE.lock:
+            self._dq.streams[self.id] = self
+
+    # ---- submission --------------------------------------------------------------------------
+
+    def _submit(self, task: Task) -> int:
+        """Hand a task to the engine (or to the capture recording it); returns its task id."""
+        if self._capture is not None:
+            return self._capture.add(self, task)
+        task.thread = threading.get_ident()
+        return ENGINE.submit(self, task)
+
+    def _refusal(self) -> Exception:
+        if self._refuse == "destroyed":
+            return InvalidHandleError(f"stream {self.id} was destroyed")
+        return StreamStateError(f"stream {self.id} stopped after a failed task "
+                                f"(failure mode STOP): {self._failure}",
+                                code=ErrorCode.RT_STREAM_ABORT, info=self._failure)
+
+    # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def failure_mode(self) -> FailureMode:
+        """CONTINUE (default) or STOP."""
+        return FailureMode.STOP if self._stop_on_failure else FailureMode.CONTINUE
+
+    def set_failure_mode(self, mode) -> None:
+        """Choose CONTINUE or STOP for later task failures; raises InvalidArgumentError otherwise."""
+        try:
+            mode = FailureMode(mode)
+        except ValueError:
+            raise InvalidArgumentError(f"failure mode must be CONTINUE (0) or STOP (1), got {mode!r}") from None
+        self._check_alive()
+        self._stop_on_failure = mode == FailureMode.STOP
+
+    @property
+    def pending(self) -> int:
+        """Tasks submitted but not yet completed."""
+        return self._submitted - self._completed
+
+    def _check_alive(self) -> None:
+        if self._refuse == "destroyed":
+            raise InvalidHandleError(f"stream {self.id} was destroyed")
+
+    # ---- ordering between streams -----------------------------------------------------------
+
+    def record(self, event=None):
+        """Record `event` (a new one when None) after the work submitted so far; returns it."""
+        if event is None:
+            event = self.device.create_event()
+        event.record(self)
+        return event
+
+    def wait(self, event) -> None:
+        """Make later tasks of this stream wait for the work `event` captured at its last record."""
+        from .event import Event
+        if not isinstance(event, Event):
+            raise InvalidArgumentError(f"wait() takes an Event, got {type(event).__name__}")
+        self._check_alive()
+        marker = event._marker_for_wait()
+        if self._capture is None and marker.done:
+            return  # already satisfied: nothing to order (and nothing to wait for)
+        task = Task(EVENT_WAIT, name="event_wait")
+        task.marker = marker
+        task.deadline = event._wait_deadline()
+        self._submit(task)
+
+    def record_notify(self, notify) -> None:
+        """Signal `notify` once this stream reaches this point."""
+        from .notify import Notify
+        if not isinstance(notify, Notify):
+            raise InvalidArgumentError(f"record_notify() takes a Notify, got {type(notify).__name__}")
+        notify._check_alive()
+        task = Task(NOTIFY_RECORD, name="notify_record")
+        task.notify = notify
+        self._submit(task)
+
+    def wait_notify(self, notify, timeout: float | None = None) -> None:
+        """Block this stream until `notify` is recorded, then reset it; a timeout fails the wait."""
+        from .notify import Notify
+        if not isinstance(notify, Notify):
+            raise InvalidArgumentError(f"wait_notify() takes a Notify, got {type(notify).__name__}")
+        timeout = check_timeout(timeout)
+        notify._check_alive()
+        task = Task(NOTIFY_WAIT, name="notify_wait")
+        task.notify = notify
+        if timeout is not None:
+            task.deadline = time.monotonic() + timeout
+        self._submit(task)
+
+    # ---- host synchronization ---------------------------------------------------------------
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait until every task submitted so far completed; raise the first task error, if any."""
+        timeout = check_timeout(timeout)
+        self._check_alive()
+        synchronize_streams([self], timeout, f"stream {self.id} synchronize")
+
+    def query(self) -> bool:
+        """True when every task submitted so far has completed."""
+        self._check_alive()
+        return self._completed >= self._submitted
+
+    def destroy(self, force: bool = False) -> int:
+        """Destroy the stream: wait for its work (or with force, discard pending tasks).
+
+        Returns how many tasks were discarded. Destroying twice raises InvalidHandleError.
+        """
+        if self._internal:
+            raise InvalidArgumentError("a device's default stream cannot be destroyed; reset the device")
+        self._check_alive()
+        if not force:
+            try:
+                self.synchronize()
+            except TaskError:
+                pass  # destroying is not the place to report task errors: they die with the stream
+        with ENGINE.lock:
+            if self._refuse == "destroyed":
+                raise InvalidHandleError(f"stream {self.id} was destroyed")
+            dropped = ENGINE._discard(self) if force else 0
+            self._refuse = "destroyed"
+            self._dq.streams.pop(self.id, None)
+        return dropped
+
+    close = destroy
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._refuse != "destroyed":
+            self.destroy()
+
+    def __repr__(self) -> str:
+        return f"Stream(id={self.id}, device={self.device.id}, priority={self.priority})"
+
+
+def synchronize_streams(streams: list[Stream], timeout: float | None, what: str) -> None:
+    """Wait for the work submitted so far on `streams`, then raise their first task error."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for s in streams:
+        with ENGINE.lock:
+            if s._completed >= s._submitted:
+                continue
+            ev = threading.Event()
+            s._sync_waiters.append((s._submitted, ev))
+
+        def cancel(s=s, ev=ev):
+            s._sync_waiters = [w for w in s._sync_waiters if w[1] is not ev]
+
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 1e-6)
+        ENGINE.wait_host(ev, remaining, [s], what, ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
+    raise_stream_errors(streams)
+
+
+def raise_stream_errors(streams: list[Stream], before: int | None = None) -> None:
+    """Raise (and clear) the first recorded task error of `streams` (tasks before `before` only)."""
+    with ENGINE.lock:
+        errors = []
+        for s in streams:
+            keep = []
+            for info in s._errors:
+                (errors if before is None or info.task_id < before else keep).append(info)
+            s._errors = keep
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more failed tasks)" if len(errors) > 1 else ""
+        raise TaskError(f"{first}{more}", code=first.error_code, info=first) from first.cause

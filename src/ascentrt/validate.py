@@ -1,0 +1,33 @@
+"""Argument checks shared by the public API: timeouts, priorities, streams."""
+
+from __future__ import annotations
+
+import math
+
+from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+
+
+def check_timeout(timeout) -> float | None:
+    """None (wait forever) or a positive number of seconds; raises InvalidArgumentError (107000)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise InvalidArgumentError(f"timeout must be None or seconds > 0, got {timeout!r}",
+                                   code=ErrorCode.RT_PARAM_INVALID)
+    if not timeout > 0:  # also rejects NaN
+        raise InvalidArgumentError(f"timeout must be None or seconds > 0, got {timeout!r}",
+                                   code=ErrorCode.RT_PARAM_INVALID)
+    return None if math.isinf(timeout) else float(timeout)
+
+
+def resolve_stream(stream):
+    """The stream to use: None means the current device's default stream; raises on bad handles."""
+    from .stream import Stream
+    if stream is None:
+        from .device import current_device
+        return current_device().default_stream
+    if type(stream) is not Stream and not isinstance(stream, Stream):
+        raise InvalidArgumentError(f"stream must be an ascentrt.Stream or None, got {type(stream).__name__}")
+    if stream._refuse == "destroyed":
+        raise InvalidHandleError(f"stream {stream.id} was destroyed")
+    return stream
