@@ -115,6 +115,8 @@ class Engine:
             stream._submitted += 1
             task.id = stream._submitted
             task.stream = stream
+            if Hooks.profiler is not None:
+                task.t_enqueue = time.perf_counter_ns()
             stream._tasks.append(task)
             if not stream._active:
                 stream._active = True
@@ -210,6 +212,8 @@ class Engine:
         stream._submitted += 1
         task.id = stream._submitted
         task.stream = stream
+        if Hooks.profiler is not None:
+            task.t_enqueue = time.perf_counter_ns()
         stream._tasks.append(task)
         if not stream._active:
             stream._active = True
