@@ -11,8 +11,15 @@ from .launch import launch, launch_host_func
 from .memory import (BufferSlice, DeviceBuffer, HostBuffer, MemcpyKind, TypedView, free, malloc,
                      malloc_host, memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset,
                      memset_async)
+from .memory import (MemPool, ReusePolicy, configure_pool, empty_cache, free_async,
+                     malloc_async, memory_snapshot, memory_stats, memory_summary, record_stream,
+                     record_trace, replay_trace, reset_peak_memory_stats)
 from .notify import Notify, record_notify, wait_and_reset_notify
 from .stream import FailureMode, Stream
+from .graph import CaptureError, CaptureMode, CaptureStatus, Graph, Schedule, TaskGraph, TaskGroup
+from . import profiler
+from .profiler import profile
+from . import callback, context  # report-thread callbacks; contexts (pyACL's model, used by ascentrt.acl)
 
 __version__ = "0.1.0"
 
@@ -37,4 +44,27 @@ __all__ = [
     "memcpy", "memcpy2d", "memcpy2d_async", "memcpy_async", "memset", "memset_async",
     "peek_at_last_error", "record_notify", "set_device", "set_wait_timeout", "synchronize",
     "wait_and_reset_notify", "__version__",
+    # task graphs (issue 6)
+    "CaptureError", "CaptureMode", "CaptureStatus", "Graph", "Schedule", "TaskGraph", "TaskGroup",
+    # memory pool (issue 4)
+    "MemPool", "ReusePolicy", "configure_pool", "empty_cache", "free_async", "malloc_async",
+    "memory_snapshot", "memory_stats", "memory_summary", "record_stream", "record_trace",
+    "replay_trace", "reset_peak_memory_stats",
+    # profiler (issue 5)
+    "profile", "profiler",
+    # contexts and report-thread callbacks (issue 3, pyACL's model)
+    "callback", "context",
 ]
+
+
+def _profile_from_env() -> None:
+    # ASCENTRT_PROFILE=dir profiles the whole program (written at exit); last, so every
+    # public name above exists when the profiler wraps it.
+    from . import config
+    folder = config.get("ASCENTRT_PROFILE")
+    if folder:
+        from .profiler.session import start_from_env
+        start_from_env(folder)
+
+
+_profile_from_env()

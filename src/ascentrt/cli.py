@@ -1,4 +1,4 @@
-"""The `ascentrt` command: `ascentrt demo`, `ascentrt info`."""
+"""The `ascentrt` command: `ascentrt demo`, `ascentrt info`, `ascentrt prof`, `ascentrt report`."""
 
 from __future__ import annotations
 
@@ -31,21 +31,138 @@ def _info(args) -> int:
 
 
 def _demo(args) -> int:
+    from . import profiler
     from .demo import main as demo_main
-    return demo_main(args.batches)
+    with profiler.profile(args.out) as prof:
+        code = demo_main(args.batches)
+    findings = prof.profile.diagnose()
+    print(f"profile written to {args.out}/ (report.html, trace.json, CSV summaries); "
+          f"{len(findings)} finding(s){':' if findings else ''}")
+    for f in findings:
+        print(f"  - {f.title}")
+    return code
+
+
+PROGRESS_EVERY_S = 10.0  # without a terminal, a progress line this often (--progress)
+
+
+def _prof(args) -> int:
+    import os
+    import subprocess
+    import time
+
+    from . import profiler
+    from .errors import ErrorCode, InvalidArgumentError
+    from .profiler.data import DATA_FILE
+    from .profiler.session import PROGRESS_FILE
+    from .profiler.summary import print_summary
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise InvalidArgumentError("nothing to run: ascentrt prof [-o DIR] -- python prog.py "
+                                   "[args]")
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable  # the interpreter ascentrt is installed in
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    for stale in (DATA_FILE, PROGRESS_FILE):
+        if os.path.exists(os.path.join(out, stale)):
+            os.remove(os.path.join(out, stale))
+    env = dict(os.environ, ASCENTRT_PROFILE=out)
+    env.pop("ASCENTRT_PROFILE_PID", None)  # the program claims the folder, not an outer run
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot run {command[0]!r}: {exc.strerror or exc}",
+                                   code=ErrorCode.INVALID_PARAM) from None
+    started = time.monotonic()
+    tty = sys.stderr.isatty()
+    every = args.progress if args.progress is not None else 1.0 if tty else PROGRESS_EVERY_S
+    last_line = started
+    while True:
+        try:
+            code = child.wait(timeout=min(1.0, every))
+            break
+        except subprocess.TimeoutExpired:
+            now = time.monotonic()
+            if args.quiet or now - last_line < every:
+                continue
+            last_line = now
+            line = f"ascentrt prof: running for {now - started:.0f} s"
+            try:
+                with open(os.path.join(out, PROGRESS_FILE)) as fh:
+                    state = json.load(fh)
+                line += f", {state['tasks']} tasks, {state['api_calls']} API calls recorded"
+            except (OSError, ValueError, KeyError):
+                pass
+            print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr,
+                  flush=True)
+        except KeyboardInterrupt:  # the child got the interrupt too: let it write its profile
+            code = child.wait()
+            break
+    if tty and not args.quiet and time.monotonic() - started >= 1.0:
+        print(file=sys.stderr)
+    if not os.path.exists(os.path.join(out, DATA_FILE)):
+        raise InvalidArgumentError(
+            f"no profile was written (the program exited with {code}): it must import ascentrt "
+            f"and exit normally (os._exit and kill signals skip the profile)",
+            code=ErrorCode.INVALID_FILE)
+    prof = profiler.load(out)
+    if code:
+        print(f"ascentrt prof: the program exited with code {code}", file=sys.stderr)
+    print_summary(prof)
+    print(f"\noutputs in {out}: report.html, trace.json (Perfetto / chrome://tracing), "
+          f"task_time.csv, kernel_statistic.csv, api_statistic.csv, memory.csv, profile.json")
+    return code
+
+
+def _report(args) -> int:
+    from . import profiler
+    from .profiler.summary import print_summary
+    prof = profiler.load(args.folder)
+    if args.rewrite:
+        prof.save(args.folder)
+    print_summary(prof)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `ascentrt` command; errors print one line unless --debug."""
     parser = argparse.ArgumentParser(prog="ascentrt", description="ascentrt accelerator runtime")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_demo = sub.add_parser("demo", help="run the multi-stream pipeline demo")
+    p_demo = sub.add_parser("demo", parents=[common],
+                            help="run the multi-stream pipeline demo and write its profile report")
     p_demo.add_argument("--batches", type=int, default=12)
+    p_demo.add_argument("-o", "--out", default="ascentrt-demo-profile",
+                        help="folder for the profile (default: ascentrt-demo-profile)")
     p_demo.set_defaults(fn=_demo)
-    p_info = sub.add_parser("info", help="devices, memory, executors and streams")
+    p_info = sub.add_parser("info", parents=[common], help="devices, memory, executors and streams")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.set_defaults(fn=_info)
+    p_prof = sub.add_parser(
+        "prof", parents=[common],
+        help="run a program with profiling on: ascentrt prof -- python x.py",
+        description="Run a program with ASCENTRT_PROFILE set, then print the summary and the "
+                    "diagnosis. 'python' / 'python3' as the command means this interpreter.")
+    p_prof.add_argument("-o", "--out", default="ascentrt-profile",
+                        help="output folder (default: ascentrt-profile)")
+    p_prof.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p_prof.add_argument("--progress", type=float, metavar="SECONDS",
+                        help="seconds between progress lines (default: 1 on a terminal, else 10)")
+    p_prof.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-- the program and its arguments")
+    p_prof.set_defaults(fn=_prof)
+    p_report = sub.add_parser("report", parents=[common],
+                              help="print the summary and diagnosis of a profile folder")
+    p_report.add_argument("folder")
+    p_report.add_argument("--rewrite", action="store_true",
+                          help="also write the folder's trace, CSVs and HTML report again")
+    p_report.set_defaults(fn=_report)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

@@ -48,6 +48,34 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _switch(text: str) -> bool:
+    """1/0, true/false, yes/no, on/off."""
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise InvalidArgumentError(f"not a switch: {text!r} (use 1/0, on/off)")
+
+
+def _size_or_none(text: str) -> int | None:
+    """A byte count, 0 allowed; 'none' (or empty) means no limit."""
+    if str(text).strip().lower() in ("", "none", "unlimited"):
+        return None
+    return 0 if str(text).strip() == "0" else parse_size(text)
+
+
+def _fraction(text: str) -> float:
+    """A number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidArgumentError(f"not a fraction: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise InvalidArgumentError(f"must be in [0, 1], got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its name, default, parser and meaning."""
@@ -72,6 +100,21 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "how long a synchronizing call waits without device progress before it checks for a deadlock"),
     Setting("ASCENTRT_STALL_WARN_S", "10", _seconds,
             "after this long with no progress and no provable cycle, a waiting call warns what it waits on"),
+    Setting("ASCENTRT_MEM_POOL_ENABLE", "1", _switch,
+            "caching memory pool behind malloc and malloc_host (0: plain allocator, for debugging)"),
+    Setting("ASCENTRT_MEM_POOL_SIZE", "0", lambda t: _size_or_none(t) or 0,
+            "device bytes the pool reserves up front"),
+    Setting("ASCENTRT_MEM_POOL_RELEASE_THRESHOLD", "none", _size_or_none,
+            "reserved bytes above which wholly free chunks go back to the device at once (none: keep)"),
+    Setting("ASCENTRT_MEM_POOL_SPLIT_LIMIT", "none", _size_or_none,
+            "free blocks larger than this are never split (keeps large blocks whole; none: no limit)"),
+    Setting("ASCENTRT_MEM_POOL_GC_THRESHOLD", "0", _fraction,
+            "fraction of capacity past which cached free chunks are released before reserving more (0: off)"),
+    Setting("ASCENTRT_PROFILE", "", str.strip,
+            "profile the whole program into this folder (trace, CSV, HTML report; empty: off)"),
+    Setting("ASCENTRT_PROFILE_PID", "", str.strip,
+            "set by ascentrt: the process writing ASCENTRT_PROFILE (its child processes write to "
+            "child-<pid>/ inside it)"),
 ]}
 
 

@@ -145,9 +145,14 @@ class Device:
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for all work on this device; raise the first task error of any of its streams."""
         from .stream import synchronize_streams
+        from .graph.capture import check_unsafe
         timeout = check_timeout(timeout)
+        check_unsafe(f"device {self.id} synchronize")
         with ENGINE.lock:
-            streams = list(self._dq.streams.values())
+            # Non-blocking host functions reach the detached stream only when their stream gets
+            # to them: wait for it last, once the streams that feed it are done.
+            detached = self._dq.detached
+            streams = [s for s in self._dq.streams.values() if s is not detached] + [detached]
         synchronize_streams(streams, timeout, f"device {self.id} synchronize")
 
     def reset(self) -> None:

@@ -63,6 +63,9 @@ class Event:
         """True when the recorded work has completed (or the event was never recorded)."""
         self._check_alive()
         m = self._marker
+        if m is not None and m.capture is not None:
+            from .graph.capture import refuse_captured_event
+            refuse_captured_event(self, m)
         return m is None or m.done
 
     def synchronize(self, timeout: float | None = None) -> None:
@@ -73,6 +76,9 @@ class Event:
         m = self._marker
         if m is None:
             return
+        if m.capture is not None:
+            from .graph.capture import refuse_captured_event
+            refuse_captured_event(self, m)
         ev = threading.Event()
         with ENGINE.lock:
             if not m.done:

@@ -60,13 +60,13 @@ def launch(kernel, *args, stream: Stream | None = None, reads=None, writes=None,
             if isinstance(a, _BUFFER_TYPES):
                 _check_buffer_arg(a, device)
                 task.translate = True
-        if reads is not None or writes is not None:
-            for group in (reads or (), writes or ()):
-                for b in group:
-                    if not isinstance(b, _BUFFER_TYPES):
-                        raise InvalidArgumentError(f"reads/writes take buffers, got {type(b).__name__}")
-            task.reads = tuple(reads or ())
-            task.writes = tuple(writes or ())
+    if reads is not None or writes is not None:  # checked even for a kernel without arguments
+        for group in (reads or (), writes or ()):
+            for b in group:
+                if not isinstance(b, _BUFFER_TYPES):
+                    raise InvalidArgumentError(f"reads/writes take buffers, got {type(b).__name__}")
+        task.reads = tuple(reads or ())
+        task.writes = tuple(writes or ())
     if stream._capture is not None:
         return stream._capture.add(stream, task)
     task.thread = get_ident()

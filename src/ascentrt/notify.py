@@ -35,6 +35,13 @@ class Notify:
         """Block `stream` until the notify is set, then reset it; `timeout` seconds fails the wait."""
         resolve_stream(stream).wait_notify(self, timeout)
 
+    def reset(self) -> None:
+        """Clear a record no wait has consumed yet (CANN's aclrtNotifyBatchReset, one notify)."""
+        from .engine import ENGINE
+        self._check_alive()
+        with ENGINE.lock:
+            self._set = False
+
     def destroy(self) -> None:
         """Release the notify; twice raises InvalidHandleError."""
         self._check_alive()

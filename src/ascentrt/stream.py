@@ -52,6 +52,7 @@ class Stream:
         self._errors = []
         self._sync_waiters = []
         self._refuse = None            # None, "destroyed" or "failed"
+        self._cut = None               # set by a discard: later tasks of the running batch are dropped
         self._failure = None
         self._stop_on_failure = bool(stop_on_failure)
         self._capture = None           # set while the stream is being captured into a graph
@@ -115,8 +116,12 @@ class Stream:
             raise InvalidArgumentError(f"wait() takes an Event, got {type(event).__name__}")
         self._check_alive()
         marker = event._marker_for_wait()
-        if self._capture is None and marker.done:
-            return  # already satisfied: nothing to order (and nothing to wait for)
+        if self._capture is None:
+            if marker.capture is not None:  # an event recorded in a capture: this stream joins it
+                marker.capture.join(self, marker)
+                return
+            if marker.done:
+                return  # already satisfied: nothing to order (and nothing to wait for)
         task = Task(EVENT_WAIT, name="event_wait")
         task.marker = marker
         task.deadline = event._wait_deadline()
@@ -145,17 +150,53 @@ class Stream:
             task.deadline = time.monotonic() + timeout
         self._submit(task)
 
+    # ---- graph capture (ascentrt.graph.capture) ----------------------------------------------
+
+    def begin_capture(self, mode=0) -> None:
+        """Record this stream's later work (and that of streams it forks to) instead of running it.
+
+        `mode`: CaptureMode GLOBAL (0), THREAD_LOCAL (1) or RELAXED (2), as CUDA and CANN define them.
+        """
+        from .graph.capture import begin_capture
+        begin_capture(self, mode)
+
+    def end_capture(self):
+        """End the capture begun on this stream; returns the replayable Graph (see capture.end_capture)."""
+        from .graph.capture import end_capture
+        return end_capture(self)
+
+    def capture_status(self):
+        """CaptureStatus NONE, ACTIVE or INVALIDATED."""
+        from .graph.capture import capture_status
+        return capture_status(self)
+
+    def begin_task_group(self) -> None:
+        """While capturing: mark the tasks submitted from now on as one updatable task group."""
+        from .graph.capture import begin_task_group
+        begin_task_group(self)
+
+    def end_task_group(self):
+        """End the task group; returns the TaskGroup handle for Graph.update."""
+        from .graph.capture import end_task_group
+        return end_task_group(self)
+
     # ---- host synchronization ---------------------------------------------------------------
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait until every task submitted so far completed; raise the first task error, if any."""
         timeout = check_timeout(timeout)
         self._check_alive()
+        if self._capture is not None:
+            from .graph.capture import refuse_captured
+            refuse_captured(self, "synchronize")
         synchronize_streams([self], timeout, f"stream {self.id} synchronize")
 
     def query(self) -> bool:
         """True when every task submitted so far has completed."""
         self._check_alive()
+        if self._capture is not None:
+            from .graph.capture import refuse_captured
+            refuse_captured(self, "query")
         return self._completed >= self._submitted
 
     def destroy(self, force: bool = False) -> int:

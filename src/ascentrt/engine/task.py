@@ -60,7 +60,8 @@ class Task:
 class Marker:
     """The point an event record captured: done once the stream's work before it completed."""
 
-    __slots__ = ("stream", "position", "done", "ts_ns", "waiters", "host_waiters", "timing")
+    __slots__ = ("stream", "position", "done", "ts_ns", "waiters", "host_waiters", "timing",
+                 "capture")
 
     def __init__(self, stream, position: int, timing: bool):
         self.stream = stream
@@ -70,3 +71,4 @@ class Marker:
         self.waiters: list = []       # streams blocked on this marker
         self.host_waiters: list = []  # threading.Event of host threads synchronizing on it
         self.timing = timing
+        self.capture = None           # the graph capture that recorded it (never completes then)

@@ -2,7 +2,13 @@
 
 from .buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from .copy import MemcpyKind, memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
+from .chunks import ArenaChunks, HostChunks
 from .host import malloc_host
+from .mempool import (MemPool, configure_pool, empty_cache, free_async, malloc_async,
+                      record_stream)
+from .pool import BlockPool, ReusePolicy
+from .stats import memory_snapshot, memory_stats, memory_summary, reset_peak_memory_stats
+from .trace import TraceRecorder, load_trace, record_trace, replay as replay_trace
 from .registry import REGISTRY
 
 
@@ -12,9 +18,18 @@ def malloc(nbytes: int, device=None, stream=None) -> DeviceBuffer:
     `device` defaults to the current device. Raises InvalidArgumentError for a bad size and
     OutOfMemoryError when the device cannot hold it.
     """
-    from ..device import Device, current_device
-    dev = current_device() if device is None else device if isinstance(device, Device) else Device(device)
-    return dev.malloc(nbytes, stream)
+    if device is None and stream is not None and hasattr(stream, "device"):
+        dev = stream.device  # a stream's allocation lives on the stream's device
+    else:
+        if not _device_api:
+            from ..device import Device, current_device
+            _device_api.extend((Device, current_device))
+        Device, current_device = _device_api
+        dev = current_device() if device is None else device if isinstance(device, Device) else Device(device)
+    return dev._memory.malloc(nbytes, stream)
+
+
+_device_api: list = []  # (Device, current_device), imported on first use (device.py imports us)
 
 
 def free(buffer) -> None:
@@ -33,6 +48,9 @@ def free(buffer) -> None:
     raise InvalidArgumentError(f"free() takes a buffer or its pointer, got {type(buffer).__name__}")
 
 
-__all__ = ["BufferSlice", "DeviceBuffer", "HostBuffer", "MemcpyKind", "REGISTRY", "TypedView",
-           "free", "malloc", "malloc_host", "memcpy", "memcpy2d", "memcpy2d_async", "memcpy_async",
-           "memset", "memset_async"]
+__all__ = ["ArenaChunks", "BlockPool", "BufferSlice", "DeviceBuffer", "HostBuffer", "HostChunks",
+           "MemPool", "MemcpyKind", "REGISTRY", "ReusePolicy", "TraceRecorder", "TypedView",
+           "configure_pool", "empty_cache", "free", "free_async", "load_trace", "malloc",
+           "malloc_async", "malloc_host", "memcpy", "memcpy2d", "memcpy2d_async", "memcpy_async",
+           "memory_snapshot", "memory_stats", "memory_summary", "memset", "memset_async",
+           "record_stream", "record_trace", "replay_trace", "reset_peak_memory_stats"]

@@ -1,4 +1,4 @@
-"""A simple first-fit allocator over one device's backing mapping (the pool replaces it later)."""
+"""First-fit ranges of one address space: the pool's chunks (and, with the pool off, buffers)."""
 
 from __future__ import annotations
 

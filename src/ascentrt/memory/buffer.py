@@ -79,13 +79,16 @@ class _ByteRange:
 class DeviceBuffer(_ByteRange):
     """Device memory: `.ptr` (int address), `.nbytes` (rounded to 32), `.device`, `.free()`."""
 
-    __slots__ = ("device", "addr", "nbytes", "requested", "_offset", "_mem", "_owner", "__weakref__")
+    __slots__ = ("device", "addr", "nbytes", "requested", "_offset", "_mem", "_owner", "_block",
+                 "_late", "__weakref__")
     kind = "device"
 
     def __init__(self, device: "Device", addr: int, nbytes: int, requested: int, offset: int,
                  mem: np.ndarray, owner):
         self.device, self.addr, self.nbytes, self.requested = device, addr, nbytes, requested
         self._offset, self._mem, self._owner = offset, mem, owner
+        self._block = None  # the pool block behind the buffer (set by the allocator)
+        self._late = None   # after a stream-ordered free: (bytes, ((stream, last task id), ...))
 
     @property
     def alive(self) -> bool:
@@ -105,11 +108,18 @@ class DeviceBuffer(_ByteRange):
     def _bytes(self) -> np.ndarray:
         mem = self._mem
         if mem is None:
+            late = self._late
+            if late is not None and _queued_before_free(late[1]):
+                return late[0]  # a task queued before a stream-ordered free still sees the bytes
             raise InvalidHandleError(f"device buffer at {self.addr:#x} was freed")
         return mem
 
     def free(self, stream=None) -> None:
-        """Return the memory to its device; freeing twice raises InvalidHandleError (207002)."""
+        """Return the memory to its device after `stream`'s queued work (None: after all of it).
+
+        Tasks queued before the free still see the bytes; the host and later tasks do not.
+        Freeing twice raises InvalidHandleError (207002).
+        """
         if self._mem is None:
             raise InvalidHandleError(f"double free of device buffer at {self.addr:#x}",
                                      code=ErrorCode.RT_MEMORY_FREE)
@@ -118,6 +128,15 @@ class DeviceBuffer(_ByteRange):
     def __repr__(self) -> str:
         state = "" if self.alive else ", freed"
         return f"DeviceBuffer(ptr={self.addr:#x}, nbytes={self.nbytes}, device={self.device.id}{state})"
+
+
+def _queued_before_free(waits) -> bool:
+    """Whether the calling executor thread runs a task that was queued before the buffer's free."""
+    from ..engine import current_task  # late: the engine imports this module
+    task = current_task()
+    if task is None:
+        return False
+    return any(task.stream is s and task.id <= last for s, last in waits)
 
 
 class HostBuffer(_ByteRange):

@@ -62,6 +62,12 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
                                f"got {type(x).__name__}")
 
 
+def check_unsafe(what: str) -> None:
+    """Refuse a synchronous call while a graph capture forbids it (see graph.capture)."""
+    from ..graph.capture import check_unsafe as check  # imported late: graph imports memory
+    check(what)
+
+
 def _direction(dst: _Operand, src: _Operand) -> MemcpyKind:
     d, s = dst.where == "device", src.where == "device"
     return MemcpyKind((s and not d) * 2 + (d and not s) * 1 + (d and s) * 3)
@@ -98,6 +104,7 @@ def _check_kind(kind, direction: MemcpyKind) -> None:
 
 def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
     """Copy now, on the calling thread; nbytes defaults to all of src. Raises before touching memory."""
+    check_unsafe("a synchronous memcpy")
     d, s, *_ = _prepare(dst, src, nbytes, kind)
     if d.nbytes:
         np.copyto(d, s)
@@ -124,6 +131,7 @@ def _submit_maybe_sync(stream, task: Task, pageable: bool) -> None:
     if not pageable:
         stream._submit(task)
         return
+    check_unsafe(f"{task.name} with pageable host memory (synchronous)")
     # Pageable host memory may change or vanish once we return: finish the copy first.
     ev = stream.device.create_event()
     stream._submit(task)
@@ -140,6 +148,7 @@ def _check_fill(value) -> int:
 
 def memset(dst, value: int, nbytes: int | None = None) -> None:
     """Set `nbytes` bytes (default: all) of dst to `value`, now."""
+    check_unsafe("a synchronous memset")
     value = _check_fill(value)
     if nbytes is not None:
         nbytes = check_size(nbytes, allow_zero=True)
@@ -189,6 +198,7 @@ def _prepare_2d(dst, dpitch, src, spitch, width, height, kind):
 
 def memcpy2d(dst, dpitch: int, src, spitch: int, width: int, height: int, kind=None) -> None:
     """Copy `height` rows of `width` bytes between pitched layouts, now."""
+    check_unsafe("a synchronous memcpy2d")
     d, s, _, _ = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
     np.copyto(d, s)
 

@@ -1,18 +1,64 @@
-"""Pinned host memory: page-aligned, mlocked when the process may lock memory."""
+"""Pinned host memory: page-aligned buffers from a pool of mlocked chunks (mlock paid once per chunk)."""
 
 from __future__ import annotations
 
+import mmap
+import threading
+
+from .. import config
 from ..backends import CpuBackend
 from .buffer import HostBuffer, check_size
+from .chunks import HostChunks
 from .registry import REGISTRY
 
+HOST_RELEASE_THRESHOLD = 256 << 20  # pinned bytes the pool keeps cached at most
+HOST_SPLIT_LIMIT = 32 << 20         # larger pinned blocks serve only requests of about their size
 _backend = CpuBackend()
+_state: dict = {}
+_state_lock = threading.Lock()
+
+
+def _all_streams() -> list:
+    """Every stream of every device: pinned memory may be in use by any of them."""
+    if "queues" not in _state:
+        from ..device import all_device_queues
+        _state["queues"] = all_device_queues
+    return [s for dq in _state["queues"]() for s in list(dq.streams.values())]
+
+
+def host_pool():
+    """The process-wide pinned host BlockPool (None when ASCENTRT_MEM_POOL_ENABLE is off)."""
+    if "pool" not in _state:
+        with _state_lock:
+            if "pool" not in _state:
+                pool = None
+                if config.get("ASCENTRT_MEM_POOL_ENABLE"):
+                    from .allocator import pool_from_config
+                    pool = pool_from_config(HostChunks(), "pinned host", _all_streams,
+                                            align=mmap.PAGESIZE)
+                    # Locked pages are scarce host RAM: cache a bounded amount, and never let a
+                    # small buffer pin a large chunk (it would keep all of it locked).
+                    if pool.release_threshold is None:
+                        pool.release_threshold = HOST_RELEASE_THRESHOLD
+                    if pool.split_limit is None:
+                        pool.split_limit = HOST_SPLIT_LIMIT
+                _state["pool"] = pool
+    return _state["pool"]
+
+
+def _release(block) -> None:
+    _state["pool"].deallocate(block, None)
 
 
 def malloc_host(nbytes: int) -> HostBuffer:
     """Allocate page-locked host memory; `.pinned` is False where mlock is not permitted."""
     nbytes = check_size(nbytes)
-    mem, addr, pinned, handle = _backend.host_alloc(nbytes)
-    buf = HostBuffer(addr, nbytes, pinned, mem, handle, _backend.host_free)
+    pool = _state["pool"] if "pool" in _state else host_pool()
+    if pool is None:
+        mem, addr, pinned, handle = _backend.host_alloc(nbytes)
+        buf = HostBuffer(addr, nbytes, pinned, mem, handle, _backend.host_free)
+    else:
+        block = pool.allocate(nbytes)
+        buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes), block, _release)
     REGISTRY.add(buf)
     return buf

@@ -8,28 +8,54 @@ import threading
 from ..errors import InvalidAddressError
 
 
+_SHIFT = 21              # buckets of 2 MiB keep every insert and lookup short at 100k+ live buffers
+_BUCKET = 1 << _SHIFT
+
+
 class AddressRegistry:
-    """Sorted start addresses of live allocations; lookups are O(log n) and thread-safe."""
+    """Live allocations by start address; lookups are O(log n) and thread-safe.
+
+    Allocations up to 2 MiB sit in a sorted list per 2 MiB bucket of their start address (one
+    that contains an address starts in its bucket or the one before); larger ones in one list.
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._starts: list[int] = []
-        self._allocs: list = []
+        self._buckets: dict[int, tuple[list[int], list]] = {}
+        self._large: tuple[list[int], list] = ([], [])
+        self._count = 0
 
     def add(self, alloc) -> None:
         """Register a live allocation (anything with .addr and .nbytes)."""
+        addr = alloc.addr
         with self._lock:
-            i = bisect.bisect_left(self._starts, alloc.addr)
-            self._starts.insert(i, alloc.addr)
-            self._allocs.insert(i, alloc)
+            if alloc.nbytes <= _BUCKET:
+                lists = self._buckets.get(addr >> _SHIFT)
+                if lists is None:
+                    lists = self._buckets[addr >> _SHIFT] = ([], [])
+            else:
+                lists = self._large
+            starts, allocs = lists
+            i = bisect.bisect_left(starts, addr)
+            starts.insert(i, addr)
+            allocs.insert(i, alloc)
+            self._count += 1
 
     def remove(self, alloc) -> None:
         """Forget an allocation; later lookups of its addresses fail."""
+        addr = alloc.addr
         with self._lock:
-            i = bisect.bisect_left(self._starts, alloc.addr)
-            while i < len(self._allocs) and self._starts[i] == alloc.addr:
-                if self._allocs[i] is alloc:
-                    del self._starts[i], self._allocs[i]
+            lists = self._buckets.get(addr >> _SHIFT) if alloc.nbytes <= _BUCKET else self._large
+            if lists is None:
+                return
+            starts, allocs = lists
+            i = bisect.bisect_left(starts, addr)
+            while i < len(allocs) and starts[i] == addr:
+                if allocs[i] is alloc:
+                    del starts[i], allocs[i]
+                    self._count -= 1
+                    if not starts and lists is not self._large:
+                        del self._buckets[addr >> _SHIFT]
                     return
                 i += 1
 
@@ -37,12 +63,27 @@ class AddressRegistry:
         """The live allocation containing `addr`, or None."""
         if type(addr) is not int:
             return None
+        key = addr >> _SHIFT
         with self._lock:
-            i = bisect.bisect_right(self._starts, addr) - 1
-            if i < 0:
-                return None
-            alloc = self._allocs[i]
-        return alloc if addr < alloc.addr + alloc.nbytes else None
+            lists = self._buckets.get(key)
+            if lists is not None:
+                i = bisect.bisect_right(lists[0], addr) - 1
+                if i >= 0:
+                    alloc = lists[1][i]
+                    if addr < alloc.addr + alloc.nbytes:
+                        return alloc
+            lists = self._buckets.get(key - 1)
+            if lists is not None:
+                alloc = lists[1][-1]
+                if addr < alloc.addr + alloc.nbytes:
+                    return alloc
+            starts, allocs = self._large
+            i = bisect.bisect_right(starts, addr) - 1
+            if i >= 0:
+                alloc = allocs[i]
+                if addr < alloc.addr + alloc.nbytes:
+                    return alloc
+        return None
 
     def resolve(self, addr: int, nbytes: int):
         """(allocation, offset) for a range that lies wholly inside one live allocation; raises."""
@@ -58,7 +99,7 @@ class AddressRegistry:
         return alloc, offset
 
     def __len__(self) -> int:
-        return len(self._allocs)
+        return self._count
 
 
 REGISTRY = AddressRegistry()

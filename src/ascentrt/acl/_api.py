@@ -1,0 +1,245 @@
+"""The facade's plumbing: pyACL-style argument parsing, (values..., ret) returns, int handles."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+
+import numpy as np
+
+from ..context import current_context
+from ..errors import AscentError, ErrorCode, InvalidArgumentError, set_last_error
+
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_recent = threading.local()
+
+
+def _is_int(x) -> bool:
+    return type(x) is int or isinstance(x, (int, np.integer))
+
+
+def _int_in(lo: int, hi: int):
+    return lambda x: (type(x) is int or isinstance(x, (int, np.integer))) and lo <= x <= hi
+
+
+# PyArg_ParseTuple format letters as pyACL uses them: i/l range-checked, k/K/I masked (any int).
+_CHECKS = {
+    "i": _int_in(*_INT32),
+    "l": _int_in(*_INT64),
+    "k": _is_int,
+    "K": _is_int,
+    "I": _is_int,
+    "d": lambda x: isinstance(x, (int, float, np.integer, np.floating)),
+    "s": lambda x: isinstance(x, str),
+    "O": lambda x: True,
+}
+
+
+class AclTypeError(TypeError):
+    """A TypeError pyACL itself raises (argument parsing, non-callable callbacks)."""
+
+
+def fail(code: int, message: str) -> AscentError:
+    """An error carrying a pyACL return code, for the facade's own checks."""
+    return AscentError(message, code=code)
+
+
+def api(fmt: str, out: tuple = (), module: str = "acl.rt", optional: int = 0):
+    """Wrap a facade function: parse positional args by `fmt`, turn errors into return codes.
+
+    `out` holds the value slots returned with a failing ret (pyACL returns them untouched);
+    the wrapped function returns its values (a tuple, a single value, or None) on success.
+    The last `optional` letters of `fmt` may be omitted.
+    """
+    most = len(fmt)
+    least = most - optional
+    # Positions that must be exact ints on the fast path (numpy ints take the slow one).
+    int_slots = tuple(i for i, c in enumerate(fmt) if c in "kKI")
+    ranged = tuple((i, _RANGES[c]) for i, c in enumerate(fmt) if c in _RANGES)
+    other = tuple(i for i, c in enumerate(fmt) if c in "ds")
+    # Per accepted argument count (optional ones may be omitted): the slots to check.
+    slots_by_count = {n: (tuple(i for i in int_slots if i < n), tuple(r for r in ranged if r[0] < n),
+                          any(i < n for i in other)) for n in range(least, most + 1)}
+
+    checked = tuple((i, _CHECKS[c]) for i, c in enumerate(fmt) if c != "O")
+
+    def parse_slow(args: tuple, message: str) -> tuple:
+        convert = False
+        for i, check in checked:
+            if i >= len(args):
+                break
+            a = args[i]
+            if type(a) is not int:
+                if not check(a):
+                    raise AclTypeError(message)
+                convert = convert or isinstance(a, np.integer)
+            elif not check(a):
+                raise AclTypeError(message)
+        if convert:
+            args = tuple(int(a) if isinstance(a, np.integer) else a for a in args)
+        return args
+
+    def wrap(fn):
+        message = f"{module}.{fn.__name__} args parse failed"
+
+        @functools.wraps(fn)
+        def call(*args):
+            slots = slots_by_count.get(len(args))
+            if slots is None:
+                raise AclTypeError(message)
+            # Hot path: exact ints in range need no conversion (launches, records, copies).
+            try:
+                for i in slots[0]:
+                    if type(args[i]) is not int:
+                        raise _Slow
+                for i, (lo, hi) in slots[1]:
+                    a = args[i]
+                    if type(a) is not int or not lo <= a <= hi:
+                        raise _Slow
+                if slots[2]:
+                    raise _Slow
+            except _Slow:
+                args = parse_slow(args, message)
+            try:
+                values = fn(*args)
+            except AclTypeError:
+                raise
+            except AscentError as exc:
+                return _failed(int(exc.code), str(exc), out)
+            except Exception as exc:  # a facade bug must still come back as a code, never a raise
+                return _failed(int(ErrorCode.RT_INTERNAL_ERROR), f"{type(exc).__name__}: {exc}", out)
+            if not out:
+                return 0
+            if len(out) == 1:
+                return values, 0
+            return (*values, 0)
+
+        call.__acl_name__ = f"{module}.{fn.__name__}"
+        call.__acl_fmt__ = fmt
+        return call
+
+    return wrap
+
+
+class _Slow(Exception):
+    """Internal: an argument needs the full check."""
+
+
+_RANGES = {"i": _INT32, "l": _INT64}
+
+
+def _failed(code: int, message: str, out: tuple):
+    set_last_error(code)
+    _recent.message = message
+    return (*out, code) if out else code
+
+
+def recent_error_message() -> str | None:
+    """Return and clear this thread's last facade error text."""
+    msg = getattr(_recent, "message", None)
+    _recent.message = None
+    return msg
+
+
+class Handles:
+    """Int handles for core objects: never reused, never confused between kinds."""
+
+    _next = itertools.count(0x5C0000001000, 0x40)
+
+    def __init__(self, kind: type | tuple, what: str):
+        self.kind = kind
+        self.what = what
+        self._by_handle: dict[int, object] = {}
+        self._by_object: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, obj) -> int:
+        """The handle of `obj`, made on first use."""
+        with self._lock:
+            h = self._by_object.get(id(obj))
+            if h is None:
+                h = next(Handles._next)
+                self._by_handle[h] = obj
+                self._by_object[id(obj)] = h
+            return h
+
+    def get(self, handle: int):
+        """The object behind `handle`; raises 100000 for 0 and 107017 for unknown handles."""
+        if handle == 0:
+            raise InvalidArgumentError(f"{self.what} handle is null")
+        obj = self._by_handle.get(handle)
+        if obj is None:
+            raise InvalidArgumentError(f"{handle:#x} is not a live {self.what} handle",
+                                       code=ErrorCode.RT_INVALID_HANDLE)
+        return obj
+
+    def remove(self, handle: int) -> None:
+        """Forget a handle (its object was destroyed)."""
+        with self._lock:
+            obj = self._by_handle.pop(handle, None)
+            if obj is not None:
+                self._by_object.pop(id(obj), None)
+
+    def drop_dead(self, is_dead) -> None:
+        """Forget every handle whose object `is_dead(obj)` says was destroyed elsewhere."""
+        with self._lock:
+            for h, obj in list(self._by_handle.items()):
+                if is_dead(obj):
+                    del self._by_handle[h]
+                    self._by_object.pop(id(obj), None)
+
+    def items(self) -> list:
+        """(handle, object) pairs."""
+        with self._lock:
+            return list(self._by_handle.items())
+
+
+def need_context():
+    """The calling thread's current context; raises 107002 when it has none."""
+    ctx = current_context()
+    if ctx is None:
+        raise fail(ErrorCode.RT_CONTEXT_NULL, "no current context: call acl.rt.set_device or "
+                                              "acl.rt.create_context first")
+    return ctx
+
+
+def timeout_ms(value: int, zero_means_forever: bool = False) -> float | None:
+    """pyACL milliseconds to core seconds: -1 forever, > 0 ms; anything else 107000."""
+    if value == -1 or (zero_means_forever and value == 0):
+        return None
+    if value <= 0:
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"timeout must be -1 or > 0 ms, got {value}")
+    return value / 1000.0
+
+
+def _tables():
+    from ..context import Context
+    from ..event import Event
+    from ..notify import Notify
+    from ..stream import Stream
+    return (Handles(Context, "context"), Handles(Stream, "stream"), Handles(Event, "event"),
+            Handles(Notify, "notify"))
+
+
+CONTEXTS, STREAMS, EVENTS, NOTIFIES = _tables()
+
+
+def stream_of(handle: int):
+    """The stream behind a handle; 0 is the current context's default stream."""
+    if handle == 0:
+        return need_context().default_stream
+    stream = STREAMS.get(handle)
+    if stream._refuse == "destroyed":
+        STREAMS.remove(handle)
+        raise fail(ErrorCode.RT_INVALID_HANDLE, f"stream {handle:#x} was destroyed")
+    return stream
+
+
+def sweep() -> None:
+    """Forget handles (and report subscriptions) of objects a reset or context destruction destroyed."""
+    from ..callback import forget_destroyed_streams
+    forget_destroyed_streams()
+    CONTEXTS.drop_dead(lambda c: c.destroyed)
+    STREAMS.drop_dead(lambda s: s._refuse == "destroyed")

@@ -1,0 +1,100 @@
+"""acl.rt last-error and exception-info calls, onto ascentrt.errors and the engine's hooks."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+
+from .. import errors as _errors
+from ..engine.scheduler import Hooks
+from . import constants as C
+from ._api import AclTypeError
+
+_INVALID = 0xFFFFFFFF  # what the C API returns for fields of an invalid exception info
+_KEEP = 4096           # exception infos kept addressable (oldest forgotten first)
+_lock = threading.Lock()
+_infos: collections.OrderedDict[int, _errors.ExceptionInfo] = collections.OrderedDict()
+_handles = itertools.count(0x5E0000001000, 0x40)
+_user_callback = [None]
+
+
+def _level(name: str, args: tuple) -> int | None:
+    if len(args) != 1 or not isinstance(args[0], int) or isinstance(args[0], bool):
+        raise AclTypeError(f"acl.rt.{name} args parse failed")
+    return args[0]
+
+
+def get_last_error(*args):
+    """ret: this thread's last error code, then cleared; level must be ACL_RT_THREAD_LEVEL (aclrtGetLastError)."""
+    if _level("get_last_error", args) != C.ACL_RT_THREAD_LEVEL:
+        return C.ACL_ERROR_INVALID_PARAM
+    return _errors.get_last_error()
+
+
+def peek_at_last_error(*args):
+    """ret: this thread's last error code, not cleared (aclrtPeekAtLastError)."""
+    if _level("peek_at_last_error", args) != C.ACL_RT_THREAD_LEVEL:
+        return C.ACL_ERROR_INVALID_PARAM
+    return _errors.peek_at_last_error()
+
+
+def _dispatch(info: _errors.ExceptionInfo) -> None:
+    """Engine hook: give the user's callback an int handle for the failed task's info."""
+    fn = _user_callback[0]
+    if fn is None:
+        return
+    with _lock:
+        handle = next(_handles)
+        _infos[handle] = info
+        while len(_infos) > _KEEP:
+            _infos.popitem(last=False)
+    fn(handle)
+
+
+def set_exception_info_callback(*args):
+    """ret: call fn(info) when a device task fails; no argument or None clears it (aclrtSetExceptionInfoCallback)."""
+    if len(args) > 1:
+        raise AclTypeError("acl.rt.set_exception_info_callback args parse failed")
+    fn = args[0] if args else None
+    if fn is not None and not callable(fn):
+        raise AclTypeError("parameter must be callable")
+    _user_callback[0] = fn
+    hooks = Hooks.exception_callbacks
+    if fn is not None and _dispatch not in hooks:
+        hooks.append(_dispatch)
+    elif fn is None and _dispatch in hooks:
+        hooks.remove(_dispatch)
+    return C.ACL_SUCCESS
+
+
+def _field(name: str, attr: str):
+    def read(*args):
+        if len(args) != 1 or not isinstance(args[0], int):
+            raise AclTypeError(f"acl.rt.{name} args parse failed")
+        with _lock:
+            info = _infos.get(args[0])
+        return _INVALID if info is None else int(getattr(info, attr))
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = (f"int: the {attr.replace('_', ' ')} of an exception info, 0xFFFFFFFF for an "
+                    f"unknown one (aclrt{''.join(w.title() for w in name.split('_'))}).")
+    return read
+
+
+get_task_id_from_exception_info = _field("get_task_id_from_exception_info", "task_id")
+get_stream_id_from_exception_info = _field("get_stream_id_from_exception_info", "stream_id")
+get_thread_id_from_exception_info = _field("get_thread_id_from_exception_info", "thread_id")
+get_device_id_from_exception_info = _field("get_device_id_from_exception_info", "device_id")
+get_error_code_from_exception_info = _field("get_error_code_from_exception_info", "error_code")
+
+
+def exception_info(handle: int) -> _errors.ExceptionInfo | None:
+    """The core ExceptionInfo behind an info handle (for programs that want the whole story)."""
+    with _lock:
+        return _infos.get(handle)
+
+
+__all__ = ["get_last_error", "peek_at_last_error", "set_exception_info_callback",
+           "get_task_id_from_exception_info", "get_stream_id_from_exception_info",
+           "get_thread_id_from_exception_info", "get_device_id_from_exception_info",
+           "get_error_code_from_exception_info"]

@@ -1,0 +1,169 @@
+"""acl.rt event calls, onto ascentrt.Event (timing events; flags kept beside the handle)."""
+
+from __future__ import annotations
+
+import threading
+
+from ..event import Event, elapsed_time, set_wait_timeout
+from ..errors import ErrorCode
+from . import constants as C
+from ._api import EVENTS, api, fail, need_context, stream_of, timeout_ms
+
+_KNOWN_FLAGS = (C.ACL_EVENT_SYNC | C.ACL_EVENT_CAPTURE_STREAM_PROGRESS | C.ACL_EVENT_TIME_LINE
+                | C.ACL_EVENT_DEVICE_USE_ONLY | C.ACL_EVENT_EXTERNAL | C.ACL_EVENT_IPC)
+_lock = threading.Lock()
+_flags: dict[int, tuple[int | None, bool]] = {}  # handle -> (flag or None for create_event, ex?)
+_waits: dict[int, list] = {}                      # handle -> markers after its stream waits
+
+
+def _create(flag: int | None, ex: bool) -> int:
+    if flag is not None and flag & ~_KNOWN_FLAGS:
+        raise fail(ErrorCode.INVALID_PARAM, f"unknown event flag bits {flag & ~_KNOWN_FLAGS:#x}")
+    timing = flag is None or bool(flag & C.ACL_EVENT_TIME_LINE)
+    handle = EVENTS.add(Event(need_context().device, timing=timing))
+    with _lock:
+        _flags[handle] = (flag, ex)
+    return handle
+
+
+def check_sync_flag(handle: int, what: str, ex_allowed: bool = True) -> None:
+    """Events made by the *_with_flag creators need ACL_EVENT_SYNC for waits and resets."""
+    flag, ex = _flags.get(handle, (None, False))
+    if ex and not ex_allowed:
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"{what} does not take events of create_event_ex_with_flag")
+    if flag is not None and not flag & C.ACL_EVENT_SYNC:
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"{what} needs an event created with ACL_EVENT_SYNC")
+
+
+def note_wait(handle: int, stream) -> None:
+    """Remember where `stream` passes its wait on the event, for query_event_wait_status."""
+    marker = Event(stream.device)
+    marker.record(stream)
+    with _lock:
+        pending = [m for m in _waits.get(handle, ()) if not m.query()]
+        pending.append(marker)
+        _waits[handle] = pending
+
+
+@api("", out=(0,))
+def create_event():
+    """(event, ret): an event usable for cross-stream waits and elapsed time (aclrtCreateEvent)."""
+    return _create(None, False)
+
+
+@api("I", out=(0,))
+def create_event_with_flag(flag):
+    """(event, ret): an event with ACL_EVENT_* flags; TIME_LINE enables timestamps (aclrtCreateEventWithFlag)."""
+    return _create(flag, False)
+
+
+@api("I", out=(0,))
+def create_event_ex_with_flag(flag):
+    """(event, ret): as create_event_with_flag, reusable on re-record; complete before its first record (aclrtCreateEventExWithFlag)."""
+    return _create(flag, True)
+
+
+@api("k")
+def destroy_event(event):
+    """Release the event; work already recorded still completes (aclrtDestroyEvent)."""
+    EVENTS.get(event).destroy()
+    EVENTS.remove(event)
+    with _lock:
+        _flags.pop(event, None)
+        _waits.pop(event, None)
+
+
+@api("kk")
+def record_event(event, stream):
+    """Capture the work submitted to the stream so far, 0 = default stream (aclrtRecordEvent)."""
+    EVENTS.get(event).record(stream_of(stream))
+
+
+@api("kk")
+def reset_event(event, stream):
+    """Forget the event's last record (ACL_EVENT_SYNC events; waits already queued keep it) (aclrtResetEvent)."""
+    ev = EVENTS.get(event)
+    stream_of(stream)
+    check_sync_flag(event, "reset_event", ex_allowed=False)
+    ev.reset()
+
+
+@api("k", out=(C.ACL_EVENT_STATUS_COMPLETE,))
+def query_event(event):
+    """(status, ret): 0 complete (or never recorded), 1 not ready; deprecated in pyACL (aclrtQueryEvent)."""
+    ev = EVENTS.get(event)
+    if _flags[event][1]:
+        raise fail(ErrorCode.RT_PARAM_INVALID, "query_event does not take events of create_event_ex_with_flag")
+    return C.ACL_EVENT_STATUS_COMPLETE if ev.query() else C.ACL_EVENT_STATUS_NOT_READY
+
+
+@api("k", out=(C.ACL_EVENT_RECORDED_STATUS_NOT_READY,))
+def query_event_status(event):
+    """(status, ret): 1 when the recorded work completed, 0 when not yet or never recorded (aclrtQueryEventStatus)."""
+    ev = EVENTS.get(event)
+    if not ev.recorded and not _flags[event][1]:
+        return C.ACL_EVENT_RECORDED_STATUS_NOT_READY
+    return C.ACL_EVENT_RECORDED_STATUS_COMPLETE if ev.query() else C.ACL_EVENT_RECORDED_STATUS_NOT_READY
+
+
+@api("k", out=(C.ACL_EVENT_WAIT_STATUS_COMPLETE,))
+def query_event_wait_status(event):
+    """(status, ret): 0 when every stream_wait_event on it was passed, 1 otherwise (aclrtQueryEventWaitStatus)."""
+    EVENTS.get(event)
+    check_sync_flag(event, "query_event_wait_status", ex_allowed=False)
+    with _lock:
+        pending = [m for m in _waits.get(event, ()) if not m.query()]
+        _waits[event] = pending
+    return C.ACL_EVENT_WAIT_STATUS_NOT_READY if pending else C.ACL_EVENT_WAIT_STATUS_COMPLETE
+
+
+@api("k")
+def synchronize_event(event):
+    """Block until the recorded work completes (aclrtSynchronizeEvent)."""
+    EVENTS.get(event).synchronize()
+
+
+@api("ki")
+def synchronize_event_with_timeout(event, timeout):
+    """As synchronize_event, at most timeout ms (-1 forever); expiry is 507047 (aclrtSynchronizeEventWithTimeout)."""
+    ev = EVENTS.get(event)
+    ev.synchronize(timeout_ms(timeout))
+
+
+@api("kk", out=(0.0,))
+def event_elapsed_time(start, end):
+    """(ms, ret): time between two completed records of timing events (aclrtEventElapsedTime)."""
+    return elapsed_time(EVENTS.get(start), EVENTS.get(end))
+
+
+@api("k", out=(0,))
+def event_get_timestamp(event):
+    """(timestamp_us, ret): when the event's recorded work completed, in µs (aclrtEventGetTimestamp)."""
+    return EVENTS.get(event).timestamp_ns // 1000
+
+
+@api("I")
+def set_op_wait_timeout(timeout):
+    """Bound later device-side event waits to timeout seconds, 0 = never time out (aclrtSetOpWaitTimeout)."""
+    if timeout < 0:
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"timeout must be >= 0 s, got {timeout}")
+    set_wait_timeout(None if timeout == 0 else timeout)
+
+
+@api("k", out=(0,))
+def get_event_id(event):
+    """(id, ret): the event's id (aclrtGetEventId)."""
+    return EVENTS.get(event).id
+
+
+def forget_all() -> None:
+    """Drop the side tables (acl.finalize)."""
+    with _lock:
+        _flags.clear()
+        _waits.clear()
+
+
+__all__ = ["create_event", "create_event_with_flag", "create_event_ex_with_flag", "destroy_event",
+           "record_event", "reset_event", "query_event", "query_event_status",
+           "query_event_wait_status", "synchronize_event", "synchronize_event_with_timeout",
+           "event_elapsed_time", "event_get_timestamp", "set_op_wait_timeout", "get_event_id"]

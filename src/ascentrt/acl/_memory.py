@@ -1,0 +1,204 @@
+"""acl.rt memory calls: int pointers checked against the core's registry of live allocations."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import ErrorCode
+from ..memory import REGISTRY, malloc_host as _malloc_host
+from ..memory.copy import memcpy as _memcpy, memcpy2d as _memcpy2d
+from ..memory.copy import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_async
+from ..memory.copy import memset as _memset, memset_async as _memset_async
+from . import constants as C
+from ._api import api, fail, need_context, stream_of
+
+_MAX_2D_WIDTH, _MAX_2D_HEIGHT = 5_000_000, 5_242_880
+
+
+def _malloc(size: int) -> int:
+    if size <= 0:
+        raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
+    device = need_context().device
+    if size > device.properties.total_memory:
+        raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed device {device.id}'s "
+                                                   f"{device.properties.total_memory}")
+    return device.malloc(size).ptr
+
+
+@api("ki", out=(0,))
+def malloc(size, policy):
+    """(dev_ptr, ret): device memory, 64-byte aligned, size rounded up to 32; any policy (aclrtMalloc)."""
+    return _malloc(size)
+
+
+@api("ki", out=(0,))
+def malloc_cached(size, policy):
+    """(dev_ptr, ret): as malloc, the CPU device is cache-coherent (aclrtMallocCached)."""
+    return _malloc(size)
+
+
+@api("ki", out=(0,))
+def malloc_align32(size, policy):
+    """(dev_ptr, ret): as malloc (aclrtMallocAlign32)."""
+    return _malloc(size)
+
+
+def _free(ptr: int, kind: str) -> None:
+    if ptr == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "pointer is null")
+    alloc = REGISTRY.find(ptr)
+    if alloc is None or alloc.addr != ptr or alloc.kind != kind:
+        raise fail(ErrorCode.RT_MEMORY_FREE, f"{ptr:#x} is not the start of a live {kind} allocation")
+    alloc.free()
+
+
+@api("k")
+def free(dev_ptr):
+    """Free memory from malloc, at once (aclrtFree)."""
+    _free(dev_ptr, "device")
+
+
+_PHYSICAL = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+_host_allocs: set[int] = set()  # malloc_host pointers not yet freed (acl.finalize frees them)
+
+
+@api("k", out=(0,))
+def malloc_host(size):
+    """(host_ptr, ret): page-locked host memory, page aligned (aclrtMallocHost)."""
+    if size <= 0:
+        raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
+    if size > _PHYSICAL:
+        raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed the host's memory")
+    ptr = _malloc_host(size).ptr
+    _host_allocs.add(ptr)
+    return ptr
+
+
+@api("k")
+def free_host(host_ptr):
+    """Free memory from malloc_host (aclrtFreeHost)."""
+    _free(host_ptr, "host")
+    _host_allocs.discard(host_ptr)
+
+
+def free_all_host() -> None:
+    """Free what malloc_host handed out and nobody freed (acl.finalize)."""
+    for ptr in list(_host_allocs):
+        alloc = REGISTRY.find(ptr)
+        if alloc is not None and alloc.addr == ptr and alloc.kind == "host":
+            alloc.free()
+        _host_allocs.discard(ptr)
+
+
+def _copy_args(dst: int, dest_max: int, src: int, count: int, kind: int) -> int | None:
+    """Check pyACL's copy rules; returns the core kind (None for DEFAULT) or raises."""
+    if dst == 0 or src == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "null pointer")
+    if not C.ACL_MEMCPY_HOST_TO_HOST <= kind <= C.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE:
+        raise fail(ErrorCode.INVALID_PARAM, f"memcpy kind must be 0..5, got {kind}")
+    if count > dest_max:
+        raise fail(ErrorCode.INVALID_PARAM, f"count {count} exceeds dest_max {dest_max}")
+    if kind == C.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE:
+        return C.ACL_MEMCPY_HOST_TO_DEVICE
+    return None if kind == C.ACL_MEMCPY_DEFAULT else kind
+
+
+@api("kkkki")
+def memcpy(dst, dest_max, src, count, kind):
+    """Copy count bytes now; both pointers must lie in live allocations (aclrtMemcpy)."""
+    if count == 0:
+        return
+    _memcpy(dst, src, count, _copy_args(dst, dest_max, src, count, kind))
+
+
+@api("kkkkik")
+def memcpy_async(dst, dest_max, src, count, kind, stream):
+    """Copy after the stream's earlier work; pageable host memory makes it synchronous (aclrtMemcpyAsync)."""
+    if count == 0:
+        return
+    core_kind = _copy_args(dst, dest_max, src, count, kind)
+    _memcpy_async(dst, src, count, stream=stream_of(stream), kind=core_kind)
+
+
+def _fill_args(ptr: int, max_count: int, count: int) -> None:
+    if ptr == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "null pointer")
+    if count > max_count:
+        raise fail(ErrorCode.INVALID_PARAM, f"count {count} exceeds max_count {max_count}")
+
+
+@api("kkik")
+def memset(dev_ptr, max_count, value, count):
+    """Set count bytes to value (as C memset, the low byte) now (aclrtMemset)."""
+    if count == 0:
+        return
+    _fill_args(dev_ptr, max_count, count)
+    _memset(dev_ptr, value & 0xFF, count)
+
+
+@api("kkikk")
+def memset_async(dev_ptr, max_count, value, count, stream):
+    """Set count bytes to value after the stream's earlier work (aclrtMemsetAsync)."""
+    if count == 0:
+        return
+    _fill_args(dev_ptr, max_count, count)
+    _memset_async(dev_ptr, value & 0xFF, count, stream=stream_of(stream))
+
+
+def _copy2d_args(dst, dpitch, src, spitch, width, height, kind, kinds) -> None:
+    if dst == 0 or src == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "null pointer")
+    if kind not in kinds:
+        raise fail(ErrorCode.INVALID_PARAM, f"memcpy2d kind must be one of {kinds}, got {kind}")
+    if not 0 < width <= min(dpitch, spitch) or width > _MAX_2D_WIDTH or not 0 < height <= _MAX_2D_HEIGHT:
+        raise fail(ErrorCode.INVALID_PARAM, f"width {width} / height {height} out of range for "
+                                            f"pitches {dpitch}, {spitch}")
+
+
+_2D_KINDS = (C.ACL_MEMCPY_HOST_TO_DEVICE, C.ACL_MEMCPY_DEVICE_TO_HOST)
+
+
+@api("kkkkkki")
+def memcpy2d(dst, dpitch, src, spitch, width, height, kind):
+    """Copy height rows of width bytes between pitched layouts now; H2D or D2H (aclrtMemcpy2d)."""
+    _copy2d_args(dst, dpitch, src, spitch, width, height, kind, _2D_KINDS)
+    _memcpy2d(dst, dpitch, src, spitch, width, height, kind)
+
+
+@api("kkkkkkik")
+def memcpy2d_async(dst, dpitch, src, spitch, width, height, kind, stream):
+    """Pitched copy after the stream's earlier work; H2D, D2H or D2D (aclrtMemcpy2dAsync)."""
+    _copy2d_args(dst, dpitch, src, spitch, width, height, kind,
+                 _2D_KINDS + (C.ACL_MEMCPY_DEVICE_TO_DEVICE,))
+    _memcpy2d_async(dst, dpitch, src, spitch, width, height, stream=stream_of(stream), kind=kind)
+
+
+@api("i", out=(0, 0))
+def get_mem_info(attr):
+    """(free, total, ret): the current device's memory in bytes, whatever the attribute (aclrtGetMemInfo)."""
+    if not C.ACL_DDR_MEM <= attr <= C.ACL_MEM_P2P_HUGE1G:
+        raise fail(ErrorCode.INVALID_PARAM, f"unknown memory attribute {attr}")
+    return need_context().device.mem_info()
+
+
+def _check_range(ptr: int, size: int) -> None:
+    if ptr == 0 or size <= 0:
+        raise fail(ErrorCode.INVALID_PARAM, "null pointer or size 0")
+    REGISTRY.resolve(ptr, size)
+
+
+@api("kk")
+def mem_flush(ptr, size):
+    """Checks the range; no-op, the CPU device is cache-coherent (aclrtMemFlush)."""
+    _check_range(ptr, size)
+
+
+@api("kk")
+def mem_invalidate(ptr, size):
+    """Checks the range; no-op, the CPU device is cache-coherent (aclrtMemInvalidate)."""
+    _check_range(ptr, size)
+
+
+__all__ = ["malloc", "malloc_cached", "malloc_align32", "free", "malloc_host", "free_host",
+           "memcpy", "memcpy_async", "memset", "memset_async", "memcpy2d", "memcpy2d_async",
+           "get_mem_info", "mem_flush", "mem_invalidate"]

@@ -1,0 +1,100 @@
+"""acl.rt stream calls, onto ascentrt.Stream through the current context."""
+
+from __future__ import annotations
+
+from ..callback import forget_destroyed_streams
+from ..context import is_default_stream
+from ..engine import PRIORITY_LEVELS
+from ..errors import ErrorCode
+from ..stream import FailureMode
+from . import constants as C
+from ._api import EVENTS, STREAMS, api, fail, need_context, stream_of, timeout_ms
+from ._event import check_sync_flag, note_wait
+
+
+@api("", out=(0,))
+def create_stream():
+    """(stream, ret): a new stream, highest priority, in the current context (aclrtCreateStream)."""
+    return STREAMS.add(need_context().create_stream(0))
+
+
+@api("II", out=(0,))
+def create_stream_with_config(priority, flag):
+    """(stream, ret): a stream of priority 0 (highest)..7, clamped; flags are accepted and ignored (aclrtCreateStreamWithConfig)."""
+    priority = min(max(priority, 0), PRIORITY_LEVELS - 1)
+    return STREAMS.add(need_context().create_stream(priority))
+
+
+def _destroy(handle: int, force: bool) -> None:
+    stream = stream_of(handle)
+    if handle == 0 or is_default_stream(stream):
+        raise fail(ErrorCode.INVALID_PARAM, "a default stream cannot be destroyed")
+    STREAMS.remove(handle)
+    stream.destroy(force=force)
+    forget_destroyed_streams()  # its report subscription goes with it
+
+
+@api("k")
+def destroy_stream(stream):
+    """Wait for the stream's tasks, then destroy it (aclrtDestroyStream)."""
+    if stream == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "stream handle is null")
+    _destroy(stream, force=False)
+
+
+@api("k")
+def destroy_stream_force(stream):
+    """Destroy the stream, discarding its pending tasks (aclrtDestroyStreamForce)."""
+    if stream == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "stream handle is null")
+    _destroy(stream, force=True)
+
+
+@api("k")
+def synchronize_stream(stream):
+    """Block until the stream's submitted tasks finish; a failed task's code comes back (aclrtSynchronizeStream)."""
+    stream_of(stream).synchronize()
+
+
+@api("ki")
+def synchronize_stream_with_timeout(stream, timeout):
+    """As synchronize_stream, at most timeout ms (-1 forever); expiry is 507046 (aclrtSynchronizeStreamWithTimeout)."""
+    s = stream_of(stream)
+    s.synchronize(timeout_ms(timeout))
+
+
+@api("k", out=(C.ACL_STREAM_STATUS_COMPLETE,))
+def stream_query(stream):
+    """(status, ret): 0 when every submitted task finished, 1 otherwise (aclrtStreamQuery)."""
+    done = stream_of(stream).query()
+    return C.ACL_STREAM_STATUS_COMPLETE if done else C.ACL_STREAM_STATUS_NOT_READY
+
+
+@api("kI")
+def set_stream_failure_mode(stream, mode):
+    """0 continue on failure (default), 1 stop the stream at the first failed task (aclrtSetStreamFailureMode)."""
+    s = stream_of(stream)
+    if mode not in (C.ACL_CONTINUE_ON_FAILURE, C.ACL_STOP_ON_FAILURE):
+        raise fail(ErrorCode.INVALID_PARAM, f"failure mode must be 0 or 1, got {mode}")
+    s.set_failure_mode(FailureMode(mode))
+
+
+@api("kk")
+def stream_wait_event(stream, event):
+    """Later tasks of the stream wait for the work the event's last record captured (aclrtStreamWaitEvent)."""
+    s = stream_of(stream)
+    ev = EVENTS.get(event)
+    check_sync_flag(event, "stream_wait_event")
+    s.wait(ev)
+    note_wait(event, s)
+
+
+@api("k", out=(0,))
+def stream_get_id(stream):
+    """(id, ret): the stream's id, as exception infos report it (aclrtStreamGetId)."""
+    return stream_of(stream).id
+
+
+__all__ = ["create_stream", "create_stream_with_config", "destroy_stream", "destroy_stream_force",
+           "synchronize_stream", "synchronize_stream_with_timeout", "stream_query",
+           "set_stream_failure_mode", "stream_wait_event", "stream_get_id"]

@@ -1,0 +1,134 @@
+"""acl.util: pyACL's converters between pointers, bytes and numpy arrays, and its native threads."""
+
+import threading as _threading
+import warnings as _warnings
+
+import numpy as _np
+
+from ..errors import ErrorCode as _ErrorCode, set_last_error as _set_last_error
+from ..memory import REGISTRY as _REGISTRY
+from ..memory.external import register_host as _register_host
+from ._api import AclTypeError as _AclTypeError
+
+_DTYPE_OF_NUM = {_np.dtype(c).num: _np.dtype(c) for c in _np.typecodes["All"] if c not in "OMmVSUa"}
+_threads: dict[int, "_NativeThread"] = {}
+_threads_lock = _threading.Lock()
+
+
+def _parse(name: str, args: tuple, *checks) -> None:
+    if len(args) != len(checks) or not all(c(a) for c, a in zip(checks, args)):
+        raise _AclTypeError(f"acl.util.{name} args parse failed")
+
+
+def _int(x) -> bool:
+    return isinstance(x, (int, _np.integer))
+
+
+def _range(ptr: int, nbytes: int) -> _np.ndarray | None:
+    """The live bytes [ptr, ptr + nbytes) of one allocation, or None (and last error 100000)."""
+    try:
+        alloc, off = _REGISTRY.resolve(int(ptr), int(nbytes))
+        return alloc._bytes()[off:off + int(nbytes)]
+    except Exception:
+        _set_last_error(_ErrorCode.INVALID_PARAM)
+        return None
+
+
+def bytes_to_ptr(*args) -> int:
+    """int: the address of a bytes object's buffer, which copies may then read and write (keep it alive)."""
+    _parse("bytes_to_ptr", args, lambda x: True)
+    if not isinstance(args[0], bytes):
+        raise ValueError("needs an byte as argument")
+    return _register_host(args[0])
+
+
+def ptr_to_bytes(*args) -> bytes | None:
+    """bytes: a copy of size bytes at ptr; None when the range is not inside one live allocation."""
+    _parse("ptr_to_bytes", args, _int, _int)
+    data = _range(*args)
+    return None if data is None else data.tobytes()
+
+
+def numpy_to_ptr(*args) -> int:
+    """int: the data address of an array, usable by copies; deprecated in pyACL (warns)."""
+    _parse("numpy_to_ptr", args, lambda x: True)
+    arr = args[0]
+    if not isinstance(arr, _np.ndarray):
+        raise ValueError("needs a numpy array as argument")
+    _warnings.warn("acl.util.numpy_to_ptr is deprecated", DeprecationWarning, stacklevel=2)
+    if not arr.flags.c_contiguous:
+        _warnings.warn("array is not C-contiguous: its pointer does not address its elements in order",
+                      RuntimeWarning, stacklevel=2)
+        return arr.ctypes.data
+    return _register_host(arr)
+
+
+def numpy_contiguous_to_ptr(*args) -> tuple[int, _np.ndarray]:
+    """(int, ndarray): the address of a C-contiguous version of the array, and that array (keep it)."""
+    _parse("numpy_contiguous_to_ptr", args, lambda x: True)
+    if not isinstance(args[0], _np.ndarray):
+        raise ValueError("needs a numpy array as argument")
+    _warnings.warn("acl.util.numpy_contiguous_to_ptr is deprecated", DeprecationWarning, stacklevel=2)
+    arr = _np.ascontiguousarray(args[0])
+    return _register_host(arr), arr
+
+
+def ptr_to_numpy(*args) -> _np.ndarray | None:
+    """ndarray: a zero-copy view of shape/npy_type at ptr; None when it is not inside one live allocation."""
+    _parse("ptr_to_numpy", args, _int, lambda s: isinstance(s, tuple) and all(_int(d) for d in s), _int)
+    ptr, shape, npy_type = args
+    dtype = _DTYPE_OF_NUM.get(int(npy_type))
+    if dtype is None or any(d < 0 for d in shape):
+        _set_last_error(_ErrorCode.INVALID_PARAM)
+        return None
+    count = 1
+    for d in shape:
+        count *= int(d)
+    data = _range(ptr, count * dtype.itemsize)
+    return None if data is None else data.view(dtype).reshape(tuple(int(d) for d in shape))
+
+
+class _NativeThread(_threading.Thread):
+    """A thread that runs fn(args) (fn() when args is None) and keeps its exception for the join."""
+
+    def __init__(self, fn, args):
+        super().__init__(daemon=True, name="acl-util-thread")
+        self.fn, self.fn_args, self.error = fn, args, None
+
+    def run(self) -> None:
+        try:
+            self.fn() if self.fn_args is None else self.fn(self.fn_args)
+        except BaseException as exc:  # reported by stop_thread, as pyACL does
+            self.error = exc
+
+
+def start_thread(fn, args) -> tuple[int, int]:
+    """(thread_id, ret): start a thread running fn(args); its id works with subscribe_report."""
+    if not callable(fn):
+        raise TypeError("parameter must be callable")
+    t = _NativeThread(fn, args)
+    t.start()
+    with _threads_lock:
+        _threads[t.ident] = t
+    return t.ident, 0
+
+
+def stop_thread(*args) -> int:
+    """ret: join a start_thread thread (it is not interrupted); RuntimeError when fn raised; 3 (ESRCH) when unknown."""
+    _parse("stop_thread", args, _int)
+    with _threads_lock:
+        t = _threads.pop(int(args[0]), None)
+    if t is None:
+        return 3  # ESRCH, as pthread_join reports an unknown thread
+    if t is _threading.current_thread():
+        with _threads_lock:
+            _threads[t.ident] = t
+        return 35  # EDEADLK: a thread cannot join itself
+    t.join()
+    if t.error is not None:
+        raise RuntimeError(f"exception={type(t.error).__name__},msg=thread call failed;") from t.error
+    return 0
+
+
+__all__ = ["bytes_to_ptr", "ptr_to_bytes", "numpy_to_ptr", "numpy_contiguous_to_ptr",
+           "ptr_to_numpy", "start_thread", "stop_thread"]

@@ -1,0 +1,210 @@
+"""Host callbacks run by report threads: a stream hands callbacks to the thread subscribed to it.
+
+The CANN model (aclrtSubscribeReport / aclrtLaunchCallback / aclrtProcessReport): a user
+thread subscribes to streams and loops on process_reports(); when a stream reaches a
+callback, the callback is queued for that thread, which runs it. A blocking callback holds
+back the stream's later tasks until the report thread has run it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+from .engine.scheduler import act_for_stream, current_task, restore_stream_mark
+from .engine.task import HOST_FUNC, Task
+from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, StreamStateError
+from .validate import check_timeout, resolve_stream
+
+_log = logging.getLogger("ascentrt.callback")
+_lock = threading.Lock()
+_reporters: dict[int, "_Reporter"] = {}   # thread id -> its reporter
+_owner: dict[int, "_Reporter"] = {}       # stream id -> the reporter subscribed to it
+_POLL_S = 0.25                            # how often a blocked callback checks its reporter lives
+
+
+class _Reporter:
+    """One report thread: the device it serves, its streams, and the callbacks queued for it."""
+
+    def __init__(self, thread_id: int, device):
+        self.thread_id = thread_id
+        self.device = device
+        self.streams: dict[int, object] = {}
+        self.queue: collections.deque = collections.deque()
+        self.cond = threading.Condition(_lock)
+
+
+class _Report:
+    """A queued callback and, for blocking ones, the event its stream waits on."""
+
+    __slots__ = ("fn", "user_data", "done", "cancelled", "task")
+
+    def __init__(self, fn, user_data, blocking: bool):
+        self.fn, self.user_data = fn, user_data
+        self.done = threading.Event() if blocking else None
+        self.cancelled = False
+        self.task = None  # the host task holding its stream (blocking callbacks)
+
+
+def _live_thread(thread_id: int) -> threading.Thread | None:
+    for t in threading.enumerate():
+        if t.ident == thread_id:
+            return t
+    return None
+
+
+def subscribe(thread_id: int, stream=None) -> None:
+    """Let thread `thread_id` run the callbacks of `stream` (None: the current default stream).
+
+    Raises InvalidArgumentError when the thread does not exist, 100033 when the stream already
+    has a report thread, 107011 when the thread serves another device.
+    """
+    stream = resolve_stream(stream)
+    if type(thread_id) is not int or _live_thread(thread_id) is None:
+        raise InvalidArgumentError(f"no live thread with id {thread_id!r}")
+    with _lock:
+        if stream.id in _owner:
+            raise InvalidArgumentError(f"stream {stream.id} already has a report thread "
+                                       f"({_owner[stream.id].thread_id})",
+                                       code=ErrorCode.REPEAT_SUBSCRIBE)
+        rep = _reporters.get(thread_id)
+        if rep is None:
+            rep = _reporters[thread_id] = _Reporter(thread_id, stream.device)
+        elif rep.device is not stream.device:
+            raise InvalidArgumentError(f"thread {thread_id} already serves device {rep.device.id}",
+                                       code=ErrorCode.RT_STREAM_SUBSCRIBE)
+        rep.streams[stream.id] = stream
+        _owner[stream.id] = rep
+
+
+def unsubscribe(thread_id: int, stream=None) -> None:
+    """Undo subscribe(); callbacks of the stream not yet run are cancelled (their tasks fail)."""
+    stream = resolve_stream(stream)
+    with _lock:
+        rep = _owner.get(stream.id)
+        if rep is None or rep.thread_id != thread_id:
+            raise InvalidArgumentError(f"thread {thread_id!r} is not subscribed to stream {stream.id}",
+                                       code=ErrorCode.RT_STREAM_NO_CB_REG)
+        del _owner[stream.id]
+        del rep.streams[stream.id]
+        keep = collections.deque()
+        for sid, report in rep.queue:
+            if sid == stream.id:
+                _cancel(report)
+            else:
+                keep.append((sid, report))
+        rep.queue = keep
+        if not rep.streams:
+            del _reporters[thread_id]
+        rep.cond.notify_all()
+
+
+def _cancel(report: _Report) -> None:
+    report.cancelled = True
+    if report.done is not None:
+        report.done.set()
+
+
+def launch_callback(fn, user_data=None, stream=None, *, blocking: bool = True) -> int:
+    """Queue `fn(user_data)` for the stream's report thread once the stream reaches it.
+
+    blocking=True holds back the stream's later tasks until fn has run. Raises
+    InvalidArgumentError for a non-callable fn and 107015 when no thread is subscribed.
+    Returns the task id.
+    """
+    stream = resolve_stream(stream)
+    if not callable(fn):
+        raise InvalidArgumentError(f"callback must be callable, got {type(fn).__name__}")
+    with _lock:
+        if stream.id not in _owner:
+            raise InvalidArgumentError(f"stream {stream.id} has no report thread: subscribe one first",
+                                       code=ErrorCode.RT_STREAM_NO_CB_REG)
+    report = _Report(fn, user_data, blocking)
+    task = Task(HOST_FUNC, _deliver, (stream.id, report), getattr(fn, "__name__", "callback"))
+    return stream._submit(task)
+
+
+def _deliver(stream_id: int, report: _Report) -> None:
+    """The host task: hand the callback to the report thread; when blocking, wait until it ran."""
+    report.task = current_task()  # the stream it holds while it runs (blocking ones)
+    with _lock:
+        rep = _owner.get(stream_id)
+        if rep is None:
+            raise StreamStateError(f"stream {stream_id} lost its report thread before a callback "
+                                   f"ran", code=ErrorCode.RT_STREAM_NO_CB_REG)
+        rep.queue.append((stream_id, report))
+        rep.cond.notify_all()
+    if report.done is None:
+        return
+    thread = _live_thread(rep.thread_id)
+    while not report.done.wait(_POLL_S):
+        if thread is None or not thread.is_alive():
+            with _lock:
+                report.cancelled = True
+            raise StreamStateError(f"report thread {rep.thread_id} exited before running a "
+                                   f"blocking callback", code=ErrorCode.RT_STREAM_NO_CB_REG)
+    if report.cancelled:
+        raise StreamStateError(f"callback on stream {stream_id} was cancelled by unsubscribe",
+                               code=ErrorCode.RT_STREAM_NO_CB_REG)
+
+
+def process_reports(timeout: float | None = None) -> int:
+    """Run the callbacks queued for the calling thread, waiting up to `timeout` s for one.
+
+    Returns how many ran. Raises StreamStateError (107012) when this thread subscribed to no
+    stream and AscentTimeoutError (507012) when nothing arrived in time. A callback that
+    raises is logged and does not stop the others.
+    """
+    timeout = check_timeout(timeout)
+    me = threading.get_ident()
+    with _lock:
+        rep = _reporters.get(me)
+        if rep is None:
+            raise StreamStateError(f"thread {me} subscribed to no stream",
+                                   code=ErrorCode.RT_THREAD_SUBSCRIBE)
+        if not rep.queue:
+            rep.cond.wait_for(lambda: rep.queue or _reporters.get(me) is not rep, timeout)
+        batch = [r for _, r in rep.queue if not r.cancelled]
+        rep.queue.clear()
+        gone = _reporters.get(me) is not rep
+    if not batch:
+        if gone:
+            raise StreamStateError(f"thread {me} was unsubscribed from its last stream",
+                                   code=ErrorCode.RT_THREAD_SUBSCRIBE)
+        raise AscentTimeoutError(f"no callback arrived within {timeout} s",
+                                 code=ErrorCode.RT_REPORT_TIMEOUT)
+    for report in batch:
+        # While a blocking callback runs, its stream is held by it: marking the thread as
+        # running that task makes a synchronize of the same stream fail (107011), not hang.
+        held = report.task.stream if report.done is not None and report.task is not None else None
+        prev = act_for_stream(held)
+        try:
+            report.fn(report.user_data)
+        except Exception:
+            _log.exception("callback %r raised", report.fn)
+        finally:
+            restore_stream_mark(prev)
+            if report.done is not None:
+                report.done.set()
+    return len(batch)
+
+
+def subscribed_streams(thread_id: int) -> list:
+    """The streams whose callbacks thread `thread_id` runs."""
+    with _lock:
+        rep = _reporters.get(thread_id)
+        return list(rep.streams.values()) if rep else []
+
+
+def forget_destroyed_streams() -> None:
+    """Drop the subscriptions of streams that were destroyed (their callbacks can never come)."""
+    with _lock:
+        for sid, rep in list(_owner.items()):
+            stream = rep.streams.get(sid)
+            if stream is None or stream._refuse == "destroyed":
+                del _owner[sid]
+                rep.streams.pop(sid, None)
+                if not rep.streams and _reporters.get(rep.thread_id) is rep:
+                    del _reporters[rep.thread_id]
+                rep.cond.notify_all()

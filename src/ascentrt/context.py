@@ -1,0 +1,185 @@
+"""Contexts: a device plus a default stream and the streams made in it, current per host thread.
+
+Each device has one primary context, shared by every thread and kept alive by a use count
+(CANN's aclrtSetDevice / aclrtResetDevice); explicit contexts (aclrtCreateContext) have their
+own default stream. Releasing a device's primary context to zero destroys every context of
+that device and resets the device (its streams and its memory).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+
+_ids = itertools.count(1)
+_current = threading.local()
+_lock = threading.Lock()
+_primary: dict[int, "Context"] = {}     # device id -> its live primary context
+_uses: dict[int, int] = {}              # device id -> primary context use count
+_contexts: dict[int, list] = {}         # device id -> every live context of the device
+_DRAIN_S = 2.0                          # how long a device release waits for pending work
+
+
+class Context:
+    """A device and a default stream; streams made through it are destroyed with it."""
+
+    def __init__(self, device=None, *, _primary: bool = False):
+        from .device import Device, current_device
+        self.device = current_device() if device is None else \
+            device if isinstance(device, Device) else Device(device)
+        self.id = next(_ids)
+        self.primary = _primary
+        self.destroyed = False
+        self._streams: list = []
+        self._default = self.device.default_stream if _primary else self.device.create_stream(0)
+        with _lock:
+            _contexts.setdefault(self.device.id, []).append(self)
+
+    def _check_alive(self) -> None:
+        if self.destroyed:
+            raise InvalidHandleError(f"context {self.id} was destroyed", code=ErrorCode.RT_CONTEXT_NULL)
+
+    @property
+    def default_stream(self):
+        """The context's default stream (the device's own one for the primary context)."""
+        self._check_alive()
+        return self._default
+
+    def create_stream(self, priority: int = 0, *, stop_on_failure: bool = False):
+        """A new stream on the context's device, destroyed when the context is."""
+        self._check_alive()
+        stream = self.device.create_stream(priority, stop_on_failure=stop_on_failure)
+        self._streams = [s for s in self._streams if s._refuse != "destroyed"]
+        self._streams.append(stream)
+        return stream
+
+    def owns(self, stream) -> bool:
+        """Whether `stream` is this context's default stream or was made through it."""
+        return stream is self._default or any(s is stream for s in self._streams)
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait for the work of the context's device (as CANN's aclrtSynchronizeDevice)."""
+        self._check_alive()
+        self.device.synchronize(timeout)
+
+    def destroy(self) -> None:
+        """Destroy the context's streams (waiting for their work); the primary one cannot be."""
+        if self.primary:
+            raise InvalidArgumentError("a primary context is released with release_primary(), "
+                                       "not destroyed")
+        self._check_alive()
+        self._teardown(wait=True)
+
+    close = destroy
+
+    def _teardown(self, wait: bool) -> None:
+        self.destroyed = True
+        with _lock:
+            peers = _contexts.get(self.device.id, [])
+            if self in peers:
+                peers.remove(self)
+        owned = list(self._streams) + ([] if self.primary else [self._default])
+        for s in owned:
+            if s._refuse == "destroyed":
+                continue
+            try:
+                if wait:
+                    s.synchronize(_DRAIN_S)
+            except Exception:
+                pass  # destroying is not where task errors or stuck waits are reported
+            try:
+                s.destroy(force=True)
+            except InvalidHandleError:
+                pass  # destroyed concurrently
+        if getattr(_current, "context", None) is self:
+            _current.context = None
+
+    def __repr__(self) -> str:
+        kind = "primary" if self.primary else "explicit"
+        return f"Context(id={self.id}, device={self.device.id}, {kind})"
+
+
+def current_context() -> Context | None:
+    """This host thread's current context, or None (new threads have none)."""
+    ctx = getattr(_current, "context", None)
+    if ctx is not None and ctx.destroyed:
+        _current.context = ctx = None
+    return ctx
+
+
+def set_current_context(ctx: Context | None) -> None:
+    """Make `ctx` this thread's current context (and its device the current device)."""
+    if ctx is not None:
+        if not isinstance(ctx, Context):
+            raise InvalidArgumentError(f"set_current_context takes a Context, got {type(ctx).__name__}")
+        ctx._check_alive()
+        from .device import set_device
+        set_device(ctx.device.id)
+    _current.context = ctx
+
+
+def create_context(device) -> Context:
+    """A new explicit context on `device`, made current for this thread (aclrtCreateContext)."""
+    ctx = Context(device)
+    set_current_context(ctx)
+    return ctx
+
+
+def retain_primary(device) -> Context:
+    """Count one more use of `device`'s primary context (creating it) and make it current."""
+    from .device import Device
+    dev = device if isinstance(device, Device) else Device(device)
+    with _lock:
+        ctx = _primary.get(dev.id)
+        _uses[dev.id] = _uses.get(dev.id, 0) + 1
+    if ctx is None:
+        ctx = Context(dev, _primary=True)
+        with _lock:
+            _primary[dev.id] = ctx
+    set_current_context(ctx)
+    return ctx
+
+
+def primary_uses(device_id: int) -> int:
+    """How many unreleased retain_primary calls device `device_id` has."""
+    return _uses.get(device_id, 0)
+
+
+def release_primary(device, *, force: bool = False) -> int:
+    """Undo one retain_primary (all of them with force); returns the uses left.
+
+    At zero every context of the device is destroyed and the device reset (pending work gets
+    a short grace period, then is discarded). Raises InvalidArgumentError (507007) when the
+    device has no use left to release.
+    """
+    from .device import Device
+    dev = device if isinstance(device, Device) else Device(device)
+    with _lock:
+        uses = _uses.get(dev.id, 0)
+        if uses <= 0:
+            raise InvalidArgumentError(f"device {dev.id} is not set (nothing to reset)",
+                                       code=ErrorCode.RT_CONTEXT_RELEASE_ERROR)
+        uses = 0 if force else uses - 1
+        _uses[dev.id] = uses
+        if uses:
+            return uses
+        _primary.pop(dev.id, None)
+        doomed = list(_contexts.get(dev.id, []))
+    try:
+        dev.synchronize(_DRAIN_S)
+    except Exception:
+        pass  # failed or stuck work is discarded by the reset below
+    for ctx in doomed:
+        ctx._teardown(wait=False)
+    dev.reset()
+    return 0
+
+
+def is_default_stream(stream) -> bool:
+    """Whether `stream` is the default stream of a device or of a live context."""
+    if stream._internal:
+        return True
+    with _lock:
+        return any(c._default is stream for cs in _contexts.values() for c in cs)

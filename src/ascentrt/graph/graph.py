@@ -1,0 +1,546 @@
+"""A captured, instantiated graph: replay it on a stream, update task groups, inspect it.
+
+Instantiation resolves every dependency once: the nodes of each captured stream (a lane) are
+cut into segments of consecutive nodes for one executor class, and only the cross-lane waits
+that are not implied by others (vector clocks) are kept. A launch then submits one engine
+task per segment plus a few records and waits, under one lock acquisition: replay costs no
+Python work per node on the host, and the executor runs a segment's nodes back to back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+
+from ..engine import ENGINE, Marker, Task
+from ..engine.scheduler import BATCH, Hooks, current_task
+from ..engine.task import (COMPUTE, COPY, COPY_ENGINE, DETACH, EVENT_RECORD, EVENT_WAIT,
+                           EXECUTOR_OF, HOST, HOST_FUNC, KERNEL, KIND_NAMES, MEMSET)
+from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError, NotSupportedError
+from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
+from ..memory.registry import REGISTRY
+from ..stream import Stream
+from ..validate import check_timeout, resolve_stream
+from .capture import CaptureError
+
+_ids = itertools.count(1)
+_TRANSLATED = (DeviceBuffer, BufferSlice, TypedView)   # what kernels receive as numpy views
+_SEGMENT_KIND = {COMPUTE: KERNEL, COPY_ENGINE: COPY, HOST: HOST_FUNC}
+# Most nodes one engine task runs: an executor switches streams only between tasks, so this
+# bounds how long a replay can hold back a higher-priority stream (the engine's batch size).
+SEGMENT_NODES = BATCH
+
+
+class GraphNode:
+    """One recorded task: what runs, where it was captured, and what it depends on."""
+
+    __slots__ = ("index", "kind", "fn", "args", "name", "lane", "deps", "group", "nbytes",
+                 "run_args")
+
+    def __init__(self, index: int, task, lane: int, deps: list[int]):
+        self.index = index
+        self.kind = task.kind
+        self.fn = task.fn
+        self.args = task.args
+        self.name = task.name
+        self.lane = lane
+        self.deps = deps
+        self.group = None
+        self.nbytes = task.nbytes
+        self.run_args = _run_args(task.args, task.translate)
+
+    @property
+    def label(self) -> str:
+        """The node's name, its function's name, or its kind."""
+        fn = self.fn.fn if self.kind == DETACH else self.fn
+        return self.name or getattr(fn, "__name__", None) or KIND_NAMES[self.kind]
+
+    def _replaced(self, task) -> "GraphNode":
+        node = GraphNode(self.index, task, self.lane, self.deps)
+        node.group = self.group
+        return node
+
+
+def _run_args(args: tuple, translate: bool) -> tuple:
+    """Kernel buffer arguments become their numpy views once, at instantiation, not per launch."""
+    if not translate:
+        return args
+    return tuple(a.numpy() if isinstance(a, _TRANSLATED) else a for a in args)
+
+
+def _allocations(nodes) -> tuple:
+    """The live allocations the nodes touch: a launch checks that none was freed since."""
+    found = {}
+    for node in nodes:
+        args = node.fn.args if node.kind == DETACH else node.args
+        for a in args:
+            if type(a) is TypedView:
+                a = a.buffer
+            if isinstance(a, (DeviceBuffer, HostBuffer, BufferSlice)):
+                found[id(a.base)] = a.base
+            elif hasattr(a, "ctypes") and getattr(a, "nbytes", 0):
+                alloc = REGISTRY.find(a.ctypes.data)
+                if alloc is not None:
+                    found[id(alloc)] = alloc
+    return tuple(found.values())
+
+
+class Plan:
+    """What one launch submits: steps per lane in a valid order, and how many records it needs."""
+
+    __slots__ = ("steps", "slots", "unjoined", "segments", "waits", "records", "naive_waits")
+
+    def __init__(self, steps, slots, unjoined, waits, records, naive_waits):
+        self.steps = steps        # (lane, "seg" | "record" | "wait" | "detach", what)
+        self.slots = slots        # markers one launch creates (one per kept record)
+        self.unjoined = unjoined  # lanes whose work the origin lane never waited for
+        self.segments = sum(1 for s in steps if s[1] == "seg")
+        self.waits = waits
+        self.records = records
+        self.naive_waits = naive_waits
+
+
+class Graph:
+    """An executable graph (CANN's model runtime instance, CUDA's graph exec) made by a capture."""
+
+    def __init__(self):
+        raise TypeError("graphs are made by stream.end_capture() or TaskGraph.capture()")
+
+    @classmethod
+    def _from_capture(cls, cap) -> "Graph":
+        self = object.__new__(cls)
+        self.id = next(_ids)
+        self.device = cap.origin.device
+        self._priority = cap.origin.priority
+        priorities = [s.priority for s in cap.lanes]  # lane order: each lane keeps its stream's priority
+        self._ops, self.nodes, self._lane_count = _resolve(cap)
+        for group in cap.closed_groups:
+            group.graph = self
+            for i in group.nodes:
+                self.nodes[i].group = group
+        self.groups = list(cap.closed_groups)
+        self._plan = _compile(self._ops, self.nodes, self._lane_count, self.id)
+        self._check_joined()
+        self._buffers = _allocations(self.nodes)
+        self._lock = threading.Lock()      # one launch at a time
+        self._last_end: Marker | None = None
+        self._destroyed = False
+        self._lanes = [Stream(self.device, p, _internal=True) for p in priorities[1:]]
+        self._exec_stream = None
+        self.launches = 0
+        return self
+
+    def _check_joined(self) -> None:
+        missing = self._plan.unjoined
+        if missing:
+            raise CaptureError(f"{len(missing)} stream(s) forked into the capture were never joined "
+                               f"back: the origin stream must wait on an event recorded after their "
+                               f"last work (lanes {missing}); nothing was recorded",
+                               code=ErrorCode.RT_STREAM_UNJOINED)
+
+    # ---- replay -------------------------------------------------------------------------------
+
+    def launch(self, stream=None) -> None:
+        """Replay the graph on `stream` after its earlier work, in order with earlier launches.
+
+        Raises InvalidHandleError when the graph was destroyed or a buffer it uses was freed,
+        InvalidArgumentError for a stream of another device, NotSupportedError for a capturing one.
+        """
+        if type(stream) is not Stream or stream._refuse is not None:
+            stream = resolve_stream(stream)
+        if self._destroyed:
+            raise InvalidHandleError(f"graph {self.id} was destroyed")
+        if stream.device is not self.device:
+            raise InvalidArgumentError(f"graph {self.id} belongs to device {self.device.id}, stream "
+                                       f"{stream.id} to device {stream.device.id}",
+                                       code=ErrorCode.RT_STREAM_CONTEXT)
+        if stream._capture is not None:
+            raise NotSupportedError(f"launching graph {self.id} into capturing stream {stream.id} "
+                                    f"(graphs do not nest)")
+        for alloc in self._buffers:
+            if alloc._mem is None:
+                raise InvalidHandleError(f"graph {self.id} uses {alloc!r}, which was freed")
+        with self._lock:
+            plan = self._plan
+            lanes = self._lanes
+            streams = [stream, *lanes] if lanes else [stream]
+            markers = [Marker(None, 0, False) for _ in range(plan.slots)] if plan.slots else None
+            errors = [] if lanes else None
+            work = []
+            prev = self._last_end
+            if prev is not None and not prev.done and prev.stream is not stream:
+                t = Task(EVENT_WAIT, name="graph_serialize")
+                t.marker = prev
+                work.append((stream, t))
+            for lane, op, what in plan.steps:
+                if op == "seg":
+                    kind, entries, name = what
+                    t = Task(kind, _run_segment, (entries, errors if lane else None, self), name)
+                elif op == "record":
+                    t = Task(EVENT_RECORD, name="graph_record")
+                    t.marker = markers[what]
+                    t.marker.stream = streams[lane]
+                elif op == "wait":
+                    t = Task(EVENT_WAIT, name="graph_wait")
+                    t.marker = markers[what]
+                else:  # a non-blocking host function: handed to the host thread when reached
+                    t = Task(DETACH, Task(HOST_FUNC, what.fn.fn, what.fn.args, what.label), (),
+                             what.label)
+                work.append((streams[lane], t))
+            if errors is not None:  # failures of forked lanes surface on the launch stream
+                work.append((stream, Task(KERNEL, _raise_lane_errors, (errors, self),
+                                          f"graph{self.id}_join")))
+            end = Marker(stream, 0, False)
+            t = Task(EVENT_RECORD, name="graph_end")
+            t.marker = end
+            work.append((stream, t))
+            _submit_all(streams, work)
+            self._last_end = end
+            self.launches += 1
+
+    def execute(self, timeout: float | None = None) -> None:
+        """Replay the graph on a stream of its own and wait for it (CANN's aclmdlRIExecute)."""
+        from ..stream import synchronize_streams
+        timeout = check_timeout(timeout)
+        if self._exec_stream is None:
+            self._exec_stream = Stream(self.device, self._priority, _internal=True)
+        self.launch(self._exec_stream)
+        synchronize_streams([self._exec_stream], timeout, f"graph {self.id} execute")
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait until the latest launch finished (its stream's errors surface there, not here)."""
+        timeout = check_timeout(timeout)
+        m = self._last_end
+        if m is None or m.done:
+            return
+        ev = threading.Event()
+        with ENGINE.lock:
+            if m.done:
+                return
+            m.host_waiters.append(ev)
+
+        def cancel():
+            if ev in m.host_waiters:
+                m.host_waiters.remove(ev)
+        ENGINE.wait_host(ev, timeout, [m.stream, *self._lanes], f"graph {self.id} synchronize",
+                         ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
+
+    def destroy(self) -> None:
+        """Wait for launched work, then release the graph's streams; twice raises InvalidHandleError."""
+        if self._destroyed:
+            raise InvalidHandleError(f"graph {self.id} was destroyed")
+        self.synchronize()
+        self._destroyed = True
+        with ENGINE.lock:
+            for s in [*self._lanes, self._exec_stream]:
+                if s is not None:
+                    ENGINE._discard(s)
+                    s._refuse = "destroyed"
+                    s._dq.streams.pop(s.id, None)
+
+    close = destroy
+
+    def __enter__(self) -> "Graph":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._destroyed:
+            self.destroy()
+
+    # ---- update without re-capture -------------------------------------------------------------
+
+    def update(self, group, stream):
+        """Context manager: the tasks submitted to `stream` inside it replace `group`'s nodes.
+
+        Same count, kinds and functions (arguments and buffers may change); anything else is a
+        topology change and raises RT_MODEL_UPDATE_FAILED leaving the graph as it was. Launches
+        already submitted keep the old arguments.
+        """
+        from .update import GroupUpdate
+        return GroupUpdate(self, group, stream)
+
+    def _apply_update(self, group, tasks: list) -> None:
+        old = [self.nodes[i] for i in group.nodes]
+        reason = _update_mismatch(old, tasks)
+        if reason is not None:
+            raise CaptureError(f"graph {self.id}: task group update refused: {reason}",
+                               code=ErrorCode.RT_MODEL_UPDATE_FAILED)
+        nodes = list(self.nodes)
+        for node, task in zip(old, tasks):
+            nodes[node.index] = node._replaced(task)
+        plan = _compile(self._ops, nodes, self._lane_count, self.id)
+        buffers = _allocations(nodes)
+        with self._lock:
+            self.nodes, self._plan, self._buffers = nodes, plan, buffers
+
+    # ---- inspection -----------------------------------------------------------------------------
+
+    @property
+    def num_nodes(self) -> int:
+        """How many tasks the graph replays."""
+        return len(self.nodes)
+
+    def plan_summary(self) -> dict:
+        """Engine tasks one launch submits: segments, records, waits (and the naive wait count)."""
+        p = self._plan
+        return {"nodes": len(self.nodes), "lanes": self._lane_count, "segments": p.segments,
+                "records": p.records, "waits": p.waits, "naive_waits": p.naive_waits}
+
+    def to_dict(self) -> dict:
+        """The graph as plain data (what to_json writes)."""
+        return {"graph": self.id, "device": self.device.id, **self.plan_summary(),
+                "nodes": [{"id": n.index, "kind": KIND_NAMES[n.kind], "name": n.label, "lane": n.lane,
+                           "deps": list(n.deps), "nbytes": n.nbytes,
+                           "group": None if n.group is None else self.groups.index(n.group)}
+                          for n in self.nodes]}
+
+    def to_json(self, path=None) -> str:
+        """The graph as JSON text; also written to `path` when given."""
+        text = json.dumps(self.to_dict(), indent=1)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        return text
+
+    def to_dot(self) -> str:
+        """The graph in Graphviz dot: one cluster per captured stream, edges are dependencies."""
+        lines = [f'digraph "graph{self.id}" {{', "  rankdir=TB;", "  node [shape=box, fontsize=10];"]
+        for lane in range(self._lane_count):
+            lines.append(f'  subgraph cluster_{lane} {{ label="stream {lane}"; style=dashed;')
+            for n in self.nodes:
+                if n.lane == lane:
+                    text = f"{n.index}: {n.label}\\n{KIND_NAMES[n.kind]}"
+                    extra = ", style=filled, fillcolor=lightyellow" if n.group is not None else ""
+                    lines.append(f'    n{n.index} [label="{_escape(text)}"{extra}];')
+            lines.append("  }")
+        for n in self.nodes:
+            for d in n.deps:
+                style = "" if self.nodes[d].lane == n.lane else " [style=bold, color=blue]"
+                lines.append(f"  n{d} -> n{n.index}{style};")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def __repr__(self) -> str:
+        return (f"Graph(id={self.id}, nodes={len(self.nodes)}, lanes={self._lane_count}, "
+                f"segments={self._plan.segments})")
+
+
+def _escape(text: str) -> str:
+    return text.replace('"', '\\"')
+
+
+def _submit_all(streams: list, work: list) -> None:
+    """Enqueue every task under one lock hold, then start each idle stream once.
+
+    Engine.submit_locked per task would wake an executor at the first task while the rest
+    are still being queued; appending first keeps the whole launch one short critical section.
+    """
+    tid = threading.get_ident()
+    stamp = Hooks.profiler is not None
+    with ENGINE.lock:
+        for s in streams:
+            if s._refuse is not None:
+                raise s._refusal()
+        now = time.perf_counter_ns() if stamp else 0
+        for s, t in work:
+            s._submitted += 1
+            t.id = s._submitted
+            t.stream = s
+            t.thread = tid
+            t.t_enqueue = now
+            if t.kind == EVENT_RECORD:
+                t.marker.position = t.id
+            s._tasks.append(t)
+        for s in reversed(streams):  # forked lanes first: their waits are in place when records run
+            if s._tasks and not s._active:
+                s._active = True
+                ENGINE._advance(s, None)
+
+
+# ---- instantiation ------------------------------------------------------------------------------
+
+def _resolve(cap):
+    """Turn the capture's ops into nodes with their dependencies (previous in lane + waits)."""
+    lanes = len(cap.lanes)
+    lane_nodes: list[list[int]] = [[] for _ in range(lanes)]
+    recorded = {}                      # id(marker) -> (lane, nodes of that lane before the record)
+    pending: list[list[int]] = [[] for _ in range(lanes)]
+    nodes, ops = [], []
+    for lane, op, x in cap.ops:
+        if op == "node":
+            deps = lane_nodes[lane][-1:] + sorted(set(pending[lane]))
+            pending[lane] = []
+            node = GraphNode(len(nodes), x, lane, deps)
+            lane_nodes[lane].append(node.index)
+            nodes.append(node)
+            ops.append((lane, "node", node.index))
+        elif op == "record":
+            recorded[id(x)] = (lane, len(lane_nodes[lane]), len(ops))
+            ops.append((lane, "record", len(ops)))
+        else:
+            src_lane, count, rec = recorded[id(x)]
+            if src_lane != lane:
+                if count:
+                    pending[lane].append(lane_nodes[src_lane][count - 1])
+                ops.append((lane, "wait", rec))
+    return ops, nodes, lanes
+
+
+def _compile(ops, nodes, lanes: int, graph_id: int) -> Plan:
+    """Cut lanes into segments and keep only the waits no earlier wait already implies."""
+    # Pass 1: vector clocks. clock[L][M] = nodes of lane M known complete at lane L's position.
+    clock = [[0] * lanes for _ in range(lanes)]
+    started = [lane == 0 for lane in range(lanes)]  # lanes >= 1 must first wait for the launch
+    snapshots, needed, kept = {}, set(), set()
+    naive = 0
+    for i, (lane, op, x) in enumerate(ops):
+        if op == "node":
+            clock[lane][lane] += 1
+        elif op == "record":
+            snapshots[x] = (lane, list(clock[lane]))
+        else:
+            src, snap = snapshots[x]
+            naive += 1
+            mine = clock[lane]
+            if started[lane] and all(a >= b for a, b in zip(mine, snap)):
+                continue  # implied by waits this lane already did
+            started[lane] = True
+            clock[lane] = [max(a, b) for a, b in zip(mine, snap)]
+            needed.add(x)
+            kept.add(i)
+    counts = [0] * lanes
+    for n in nodes:
+        counts[n.lane] += 1
+    unjoined = [lane for lane in range(1, lanes) if clock[0][lane] < counts[lane]]
+    # Pass 2: segments between kept records and waits, one executor class each.
+    slot_of = {rec: k for k, rec in enumerate(sorted(needed))}
+    steps, open_seg = [], [None] * lanes
+
+    def close(lane):
+        seg = open_seg[lane]
+        if seg is not None:
+            ex, entries, first = seg
+            steps.append((lane, "seg", (_SEGMENT_KIND[ex], tuple(entries),
+                                        f"graph{graph_id}:nodes{first}-{entries[-1][2]}")))
+            open_seg[lane] = None
+
+    for i, (lane, op, x) in enumerate(ops):
+        if op == "node":
+            node = nodes[x]
+            if node.kind == DETACH:
+                close(lane)
+                steps.append((lane, "detach", node))
+                continue
+            ex = EXECUTOR_OF[node.kind]
+            seg = open_seg[lane]
+            if seg is not None and (seg[0] != ex or len(seg[1]) >= SEGMENT_NODES):
+                close(lane)
+                seg = None
+            if seg is None:
+                seg = open_seg[lane] = (ex, [], x)
+            seg[1].append((node.fn, node.run_args, x))
+        elif op == "record":
+            if x in needed:
+                close(lane)
+                steps.append((lane, "record", slot_of[x]))
+        elif i in kept:
+            close(lane)
+            steps.append((lane, "wait", slot_of[x]))
+    for lane in range(lanes):
+        close(lane)
+    return Plan(tuple(steps), len(slot_of), unjoined, len(kept), len(needed), naive)
+
+
+def _update_mismatch(old: list, tasks: list) -> str | None:
+    """Why `tasks` cannot replace the nodes `old` (None when they can)."""
+    if len(tasks) != len(old):
+        return f"the group has {len(old)} tasks, the update submitted {len(tasks)} (topology change)"
+    for node, task in zip(old, tasks):
+        if task.kind != node.kind:
+            return (f"node {node.index} is a {KIND_NAMES[node.kind]}, its replacement a "
+                    f"{KIND_NAMES[task.kind]} (topology change)")
+        same = task.fn.fn == node.fn.fn if node.kind == DETACH else task.fn == node.fn  # == : bound methods
+        if node.kind not in (COPY, MEMSET) and not same:  # copies and memsets: only operands change
+            return (f"node {node.index} runs {node.label}; an update may change arguments and "
+                    f"buffers, not the function")
+    return None
+
+
+# ---- what the executors run ------------------------------------------------------------------
+
+def _run_segment(entries: tuple, errors, graph) -> None:
+    """Run a segment's nodes back to back (one engine task); a failure names its node."""
+    if Hooks.profiler is not None:
+        return _run_segment_profiled(entries, errors, graph)
+    failed = None
+    for fn, args, index in entries:
+        try:
+            fn(*args)
+        except BaseException as exc:  # later nodes still run (CONTINUE), as eager tasks would
+            if failed is None:
+                failed = (index, exc)
+            if current_task().stream._stop_on_failure:
+                break
+    if failed is not None:
+        _report(failed, errors, graph)
+
+
+def _run_segment_profiled(entries: tuple, errors, graph) -> None:
+    """As _run_segment, and hand the profiler one task per node (named, timed, graph-tagged).
+
+    Node tasks carry the segment's stream and task id, plus graph_id and graph_node.
+    """
+    seg = current_task()
+    done, failed = [], None
+    for fn, args, index in entries:
+        node = graph.nodes[index]
+        t = Task(node.kind, fn, args, node.label)
+        t.id, t.stream, t.thread, t.t_enqueue = seg.id, seg.stream, seg.thread, seg.t_enqueue
+        t.graph_id, t.graph_node = graph.id, index
+        t.nbytes = node.nbytes
+        t.t_start = time.perf_counter_ns()
+        try:
+            fn(*args)
+        except BaseException as exc:
+            t.error = exc
+            if failed is None:
+                failed = (index, exc)
+        t.t_end = time.perf_counter_ns()
+        done.append(t)
+        if failed is not None and seg.stream._stop_on_failure:
+            break
+    # The engine reports the segment task too: tagged, so a profiler can show it as a span
+    # around its nodes instead of counting the time twice.
+    seg.graph_id = graph.id
+    seg.graph_segment = True
+    prof = Hooks.profiler
+    if prof is not None:
+        for t in done:
+            prof.task_done(t)
+    if failed is not None:
+        _report(failed, errors, graph)
+
+
+def _report(failed, errors, graph) -> None:
+    index, exc = failed
+    if errors is not None:
+        errors.append(failed)   # a forked lane: the launch stream raises it after the join
+        return
+    _rename(current_task(), graph, index)
+    raise exc
+
+
+def _rename(task, graph, index: int) -> None:
+    node = graph.nodes[index]
+    task.name = f"{node.label} (graph {graph.id} node {index})"
+    task.kind = node.kind
+
+
+def _raise_lane_errors(errors: list, graph) -> None:
+    """After the join: raise the first failure of a forked lane on the launch stream."""
+    if errors:
+        index, exc = errors[0]
+        _rename(current_task(), graph, index)
+        raise exc

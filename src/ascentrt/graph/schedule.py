@@ -1,0 +1,210 @@
+"""Place a TaskGraph on N streams: list scheduling by critical path, and only the waits needed.
+
+Assignment: tasks are taken in order of their bottom level (cost of the costliest path from
+them to the end), so critical-path tasks are placed first, each on the stream where it can
+start earliest (preferring a predecessor's stream); the stream that runs the critical path is
+then numbered 0 and created with the highest priority.
+Waits: a cross-stream dependency gets an event record/wait only when the waiting stream does
+not already know (vector clocks over stream order and earlier waits) that the task finished.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..errors import InvalidArgumentError
+
+POLICIES = ("critical_path", "round_robin")
+
+
+class Schedule:
+    """A TaskGraph's tasks on streams: assignment, submission order, waits and records."""
+
+    def __init__(self, graph, num_streams: int, policy: str = "critical_path"):
+        if type(num_streams) is not int or num_streams < 1:
+            raise InvalidArgumentError(f"num_streams must be an int >= 1, got {num_streams!r}")
+        if policy not in POLICIES:
+            raise InvalidArgumentError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self.graph = graph
+        self.num_streams = num_streams
+        self.policy = policy
+        cost, path = graph.critical_path()
+        self.critical_path = [n.index for n in path]
+        self.critical_path_cost = cost
+        self.assignment, self.order, self.makespan_estimate = self._assign()
+        self.waits, self.records = self._plan_waits()
+
+    # ---- planning -------------------------------------------------------------------------------
+
+    def _assign(self) -> tuple[list[int], list[int], float]:
+        nodes = self.graph.nodes
+        n, streams = len(nodes), self.num_streams
+        bottom = self.graph.bottom_levels()
+        succs = self.graph._successors()
+        missing = [len(node.deps) for node in nodes]
+        ready = [(-bottom[i], i) for i in range(n) if not missing[i]]
+        heapq.heapify(ready)
+        free = [0.0] * streams
+        finish = [0.0] * n
+        assignment, order = [0] * n, []
+        while ready:
+            _, v = heapq.heappop(ready)
+            preds = nodes[v].deps
+            earliest = max((finish[p] for p in preds), default=0.0)
+            if self.policy == "round_robin":
+                s = v % streams
+            else:  # earliest start; on a tie a predecessor's stream (no wait needed)
+                pred_streams = {assignment[p] for p in preds}
+                s = min(range(streams), key=lambda c: (max(free[c], earliest), c not in pred_streams, c))
+            start = max(free[s], earliest)
+            finish[v] = start + nodes[v].cost
+            free[s] = finish[v]
+            assignment[v] = s
+            order.append(v)
+            for w in succs[v]:
+                missing[w] -= 1
+                if not missing[w]:
+                    heapq.heappush(ready, (-bottom[w], w))
+        if self.policy == "critical_path":
+            assignment = self._critical_path_first(assignment)
+        return assignment, order, max(free, default=0.0)
+
+    def _critical_path_first(self, assignment: list[int]) -> list[int]:
+        """Renumber streams: the one running most of the critical path becomes stream 0
+        (created with the highest priority), the others in order of first use."""
+        on_path = [0] * self.num_streams
+        for v in self.critical_path:
+            on_path[assignment[v]] += 1
+        first = max(range(self.num_streams), key=lambda c: (on_path[c], -c))
+        rank = {first: 0}
+        for s in assignment:
+            rank.setdefault(s, len(rank))
+        for c in range(self.num_streams):
+            rank.setdefault(c, len(rank))
+        return [rank[s] for s in assignment]
+
+    def _plan_waits(self) -> tuple[list[tuple[int, int]], set[int]]:
+        """(waiting task, task waited for) pairs in submission order, and the tasks to record after."""
+        nodes, assign, streams = self.graph.nodes, self.assignment, self.num_streams
+        rank = {v: k for k, v in enumerate(self.order)}
+        clock = [[0] * streams for _ in range(streams)]  # clock[s][t]: tasks of t known done on s
+        after: dict[int, list[int]] = {}                  # task -> clock of its stream right after it
+        position: dict[int, int] = {}
+        waits, records = [], set()
+        for v in self.order:
+            s = assign[v]
+            cross = sorted((p for p in nodes[v].deps if assign[p] != s), key=rank.get, reverse=True)
+            for p in cross:  # latest first: a later wait can never be implied by an earlier one
+                if clock[s][assign[p]] >= position[p]:
+                    continue
+                waits.append((v, p))
+                records.add(p)
+                clock[s] = [max(a, b) for a, b in zip(clock[s], after[p])]
+            clock[s][s] += 1
+            position[v] = clock[s][s]
+            after[v] = list(clock[s])
+        return waits, records
+
+    @property
+    def naive_waits(self) -> int:
+        """Waits of the naive schedule: one per dependency that crosses streams."""
+        a = self.assignment
+        return sum(1 for p, i, _ in self.graph.edges() if a[p] != a[i])
+
+    def report(self) -> dict:
+        """What the schedule does: streams, waits inserted vs naive, critical path, estimates."""
+        a = self.assignment
+        per_stream = [0] * self.num_streams
+        for s in self.assignment:
+            per_stream[s] += 1
+        return {"policy": self.policy, "streams": self.num_streams, "tasks": len(self.graph.nodes),
+                "edges": len(self.graph.edges()), "waits": len(self.waits),
+                "naive_waits": self.naive_waits, "records": len(self.records),
+                "cross_stream_conflicts": sum(1 for p, i in self.graph.conflicts() if a[p] != a[i]),
+                "tasks_per_stream": per_stream, "critical_path": self.critical_path,
+                "critical_path_cost": self.critical_path_cost,
+                "makespan_estimate": self.makespan_estimate}
+
+    # ---- running --------------------------------------------------------------------------------
+
+    def make_streams(self) -> list:
+        """Fresh streams for this schedule: stream 0 (critical path) at priority 0, the others at 1."""
+        dev = self.graph.device
+        return [dev.create_stream(priority=0 if i == 0 else 1) for i in range(self.num_streams)]
+
+    def submit(self, streams: list) -> None:
+        """Submit every task to `streams` (one per scheduled stream) with the planned waits."""
+        if len(streams) != self.num_streams:
+            raise InvalidArgumentError(f"the schedule needs {self.num_streams} streams, got {len(streams)}")
+        waits_of: dict[int, list[int]] = {}
+        for v, p in self.waits:
+            waits_of.setdefault(v, []).append(p)
+        events = {}
+        try:
+            for v in self.order:
+                s = streams[self.assignment[v]]
+                for p in waits_of.get(v, ()):
+                    s.wait(events[p])
+                _submit_node(self.graph.nodes[v], s)
+                if v in self.records:
+                    events[v] = s.record()
+        finally:
+            for ev in events.values():
+                ev.destroy()  # recorded work still completes; waits already hold their markers
+
+    def run(self, streams: list | None = None, timeout: float | None = None) -> None:
+        """Submit eagerly and wait for everything (on fresh streams unless `streams` is given)."""
+        from ..stream import synchronize_streams
+        own = streams is None
+        streams = self.make_streams() if own else list(streams)
+        try:
+            self.submit(streams)
+            synchronize_streams(streams, timeout, "task graph run")
+        finally:
+            if own:
+                for s in streams:
+                    s.destroy(force=True)
+
+    def capture(self, stream=None, mode=0):
+        """Capture the schedule into a replayable Graph (fork from `stream`, join back at the end)."""
+        dev = self.graph.device
+        origin = dev.create_stream(priority=0) if stream is None else stream
+        used = sorted(set(self.assignment) - {0})
+        helpers = {i: dev.create_stream(priority=1) for i in used}
+        streams = [origin] + [helpers.get(i) for i in range(1, self.num_streams)]
+        try:
+            origin.begin_capture(mode)
+            try:
+                fork = origin.record()
+                for h in helpers.values():
+                    h.wait(fork)
+                self.submit(streams)
+                for h in helpers.values():
+                    origin.wait(h.record())
+            except BaseException:
+                try:
+                    origin.end_capture()
+                except Exception:
+                    pass  # the capture is broken anyway: the first error is the one to report
+                raise
+            return origin.end_capture()
+        finally:  # captured work never ran on these streams: the graph has lanes of its own
+            for h in helpers.values():
+                h.destroy(force=True)
+            if stream is None:
+                origin.destroy(force=True)
+
+
+def _submit_node(node, stream) -> None:
+    from ..launch import launch, launch_host_func
+    from ..memory.copy import memcpy_async, memset_async
+    if node.kind == "kernel":
+        launch(node.fn, *node.args, stream=stream, name=node.name)
+    elif node.kind == "copy":
+        dst, src, nbytes = node.args
+        memcpy_async(dst, src, nbytes, stream=stream)
+    elif node.kind == "memset":
+        dst, value, nbytes = node.args
+        memset_async(dst, value, nbytes, stream=stream)
+    else:
+        launch_host_func(node.fn, *node.args, stream=stream)

@@ -1,0 +1,237 @@
+"""TaskGraph: kernels, copies, memsets and host functions with the bytes they read and write.
+
+Dependencies are derived as tasks are added (read-after-write, write-after-read,
+write-after-write on overlapping byte ranges) or given explicitly; only the direct ones are
+kept (an edge implied by others is dropped as it would be by a transitive reduction).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
+
+_BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
+KINDS = ("kernel", "copy", "memset", "host_func")
+
+
+def byte_range(x) -> tuple[int, int]:
+    """[start, end) addresses of a buffer, slice, typed view or numpy array; raises otherwise."""
+    if type(x) is TypedView:
+        return x.buffer.addr, x.buffer.addr + x.numpy().nbytes
+    if isinstance(x, (DeviceBuffer, HostBuffer, BufferSlice)):
+        return x.addr, x.addr + x.nbytes
+    if isinstance(x, np.ndarray):
+        return x.ctypes.data, x.ctypes.data + x.nbytes
+    raise InvalidArgumentError(f"reads/writes take buffers, slices, typed views or numpy arrays, "
+                               f"got {type(x).__name__}")
+
+
+def _overlap(a: list, b: list) -> bool:
+    return any(s1 < e2 and s2 < e1 for s1, e1 in a for s2, e2 in b)
+
+
+class TaskNode:
+    """One task of a TaskGraph: what to run, the byte ranges it touches, its direct predecessors."""
+
+    __slots__ = ("graph", "index", "kind", "fn", "args", "kwargs", "name", "reads", "writes",
+                 "deps", "cost")
+
+    def __init__(self, graph, index, kind, fn, args, kwargs, name, reads, writes, cost):
+        self.graph, self.index, self.kind = graph, index, kind
+        self.fn, self.args, self.kwargs, self.name = fn, args, kwargs, name
+        self.reads, self.writes = reads, writes
+        self.deps: dict[int, str] = {}   # predecessor index -> "RAW" / "WAR" / "WAW" / "explicit"
+        self.cost = cost
+
+    @property
+    def label(self) -> str:
+        """The task's name (its function's name, or its kind, by default)."""
+        return self.name or getattr(self.fn, "__name__", None) or self.kind
+
+    def __repr__(self) -> str:
+        return f"<TaskNode {self.index} {self.kind} {self.label}>"
+
+
+class TaskGraph:
+    """A DAG of device work; `schedule(num_streams)` places it on streams with minimal waits."""
+
+    def __init__(self, device=None):
+        from ..device import Device, current_device
+        self.device = current_device() if device is None else device if isinstance(device, Device) \
+            else Device(device)
+        self.nodes: list[TaskNode] = []
+        self._ancestors: list[int] = []   # bit set per node: every node it transitively depends on
+
+    # ---- building -------------------------------------------------------------------------------
+
+    def add_kernel(self, kernel, *args, reads=None, writes=None, after=(), name=None,
+                   cost: float = 1.0) -> TaskNode:
+        """A kernel; reads/writes default to every buffer argument (both). Returns its node."""
+        from ..launch import _resolve_kernel
+        kernel = kernel if callable(kernel) else _resolve_kernel(kernel)
+        if reads is None and writes is None:
+            reads = writes = [a for a in args if isinstance(a, _BUFFERS)]
+        return self._add("kernel", kernel, args, {}, name, reads or (), writes or (), after, cost)
+
+    def add_copy(self, dst, src, nbytes: int | None = None, *, after=(), name=None,
+                 cost: float = 1.0) -> TaskNode:
+        """An asynchronous copy src -> dst (reads src's bytes, writes dst's)."""
+        n = nbytes
+        rd = _clip(byte_range(src), n)
+        wr = _clip(byte_range(dst), n)
+        return self._add("copy", None, (dst, src, nbytes), {}, name or "memcpy", [rd], [wr], after,
+                         cost, ranges=True)
+
+    def add_memset(self, dst, value: int, nbytes: int | None = None, *, after=(), name=None,
+                   cost: float = 1.0) -> TaskNode:
+        """An asynchronous byte fill of dst."""
+        wr = _clip(byte_range(dst), nbytes)
+        return self._add("memset", None, (dst, value, nbytes), {}, name or "memset", [], [wr], after,
+                         cost, ranges=True)
+
+    def add_host_func(self, fn, *args, reads=(), writes=(), after=(), name=None,
+                      cost: float = 1.0) -> TaskNode:
+        """A host function (blocking) with the buffers it reads and writes."""
+        if not callable(fn):
+            raise InvalidArgumentError(f"host function must be callable, got {type(fn).__name__}")
+        return self._add("host_func", fn, args, {}, name, reads, writes, after, cost)
+
+    def add_dependency(self, before: TaskNode, after: TaskNode) -> None:
+        """Make `after` wait for `before` (which must have been added first)."""
+        b, a = self._own(before), self._own(after)
+        if b.index >= a.index:
+            raise InvalidArgumentError(f"a dependency must point forward: task {b.index} was added "
+                                       f"after task {a.index} (that would allow a cycle)")
+        if self._ancestors[a.index] >> b.index & 1:
+            return  # already implied
+        a.deps[b.index] = "explicit"
+        gained = self._ancestors[b.index] | 1 << b.index
+        for node in self.nodes[a.index:]:
+            if node.index == a.index or self._ancestors[node.index] >> a.index & 1:
+                self._ancestors[node.index] |= gained
+
+    def _own(self, node) -> TaskNode:
+        if not isinstance(node, TaskNode) or node.graph is not self:
+            raise InvalidArgumentError(f"{node!r} is not a task of this graph")
+        return node
+
+    def _add(self, kind, fn, args, kwargs, name, reads, writes, after, cost, ranges=False) -> TaskNode:
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
+            raise InvalidArgumentError(f"cost must be a number >= 0, got {cost!r}")
+        if not ranges:
+            reads = [byte_range(x) for x in reads]
+            writes = [byte_range(x) for x in writes]
+        explicit = [self._own(p) for p in after]
+        node = TaskNode(self, len(self.nodes), kind, fn, args, kwargs, name, reads, writes, float(cost))
+        # Direct dependencies only: scan back from the newest task; skip what a chosen one implies.
+        covered = 0
+        chosen = {}
+        forced = {p.index for p in explicit}
+        for j in range(len(self.nodes) - 1, -1, -1):
+            if covered >> j & 1:
+                continue
+            other = self.nodes[j]
+            why = ("RAW" if _overlap(other.writes, reads) else "WAW" if _overlap(other.writes, writes)
+                   else "WAR" if _overlap(other.reads, writes) else "explicit" if j in forced else None)
+            if why is not None:
+                chosen[j] = why
+                covered |= self._ancestors[j] | 1 << j
+        node.deps = dict(sorted(chosen.items()))
+        self.nodes.append(node)
+        self._ancestors.append(covered)
+        return node
+
+    # ---- analysis -------------------------------------------------------------------------------
+
+    def edges(self) -> list[tuple[int, int, str]]:
+        """(before, after, why) for every direct dependency."""
+        return [(p, n.index, why) for n in self.nodes for p, why in n.deps.items()]
+
+    def conflicts(self) -> list[tuple[int, int]]:
+        """Every ordered pair of tasks whose byte ranges conflict (what pairwise tracking would order)."""
+        found = []
+        for b in self.nodes:
+            for a in self.nodes[:b.index]:
+                if (_overlap(a.writes, b.reads) or _overlap(a.writes, b.writes)
+                        or _overlap(a.reads, b.writes) or a.index in b.deps):
+                    found.append((a.index, b.index))
+        return found
+
+    def depends_on(self, later: TaskNode, earlier: TaskNode) -> bool:
+        """Whether `later` (transitively) waits for `earlier`."""
+        return bool(self._ancestors[self._own(later).index] >> self._own(earlier).index & 1)
+
+    def critical_path(self) -> tuple[float, list[TaskNode]]:
+        """(total cost, nodes) of the most expensive path through the graph."""
+        if not self.nodes:
+            return 0.0, []
+        bottom = self.bottom_levels()
+        succs = self._successors()
+        node = max(range(len(self.nodes)), key=lambda i: (bottom[i], -i))  # an entry node
+        path = [node]
+        while succs[node]:
+            node = max(succs[node], key=lambda i: (bottom[i], -i))
+            path.append(node)
+        return bottom[path[0]], [self.nodes[i] for i in path]
+
+    def bottom_levels(self) -> list[float]:
+        """For each node: its cost plus the costliest path after it (list-scheduling priority)."""
+        succs = self._successors()
+        bottom = [0.0] * len(self.nodes)
+        for i in range(len(self.nodes) - 1, -1, -1):
+            bottom[i] = self.nodes[i].cost + max((bottom[j] for j in succs[i]), default=0.0)
+        return bottom
+
+    def _successors(self) -> list[list[int]]:
+        succs = [[] for _ in self.nodes]
+        for n in self.nodes:
+            for p in n.deps:
+                succs[p].append(n.index)
+        return succs
+
+    def schedule(self, num_streams: int = 1, policy: str = "critical_path"):
+        """Assign tasks to `num_streams` streams and plan the waits (see schedule.Schedule)."""
+        from .schedule import Schedule
+        return Schedule(self, num_streams, policy)
+
+    # ---- inspection -------------------------------------------------------------------------------
+
+    def to_dict(self, assignment=None) -> dict:
+        """Nodes and edges as plain data (stream per node when an assignment is given)."""
+        return {"nodes": [{"id": n.index, "kind": n.kind, "name": n.label, "cost": n.cost,
+                           "deps": [{"task": p, "why": w} for p, w in n.deps.items()],
+                           **({"stream": assignment[n.index]} if assignment else {})}
+                          for n in self.nodes]}
+
+    def to_json(self, path=None) -> str:
+        """JSON text of to_dict(); also written to `path` when given."""
+        text = json.dumps(self.to_dict(), indent=1)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        return text
+
+    def to_dot(self, assignment=None) -> str:
+        """Graphviz dot; edges labelled RAW/WAR/WAW/explicit, nodes coloured by stream if assigned."""
+        colours = ("lightblue", "lightgreen", "lightpink", "khaki", "lavender", "lightsalmon")
+        lines = ["digraph taskgraph {", "  node [shape=box, style=filled, fontsize=10];"]
+        for n in self.nodes:
+            colour = colours[assignment[n.index] % len(colours)] if assignment else "white"
+            where = f"\\nstream {assignment[n.index]}" if assignment else ""
+            lines.append(f'  t{n.index} [label="{n.index}: {n.label}{where}", fillcolor={colour}];')
+        for p, i, why in self.edges():
+            lines.append(f'  t{p} -> t{i} [label="{why}", fontsize=8];')
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+def _clip(rng: tuple[int, int], nbytes) -> tuple[int, int]:
+    start, end = rng
+    return (start, min(end, start + nbytes)) if nbytes is not None else rng

@@ -1,0 +1,58 @@
+"""Task-group update: re-issue a group's tasks with new arguments, without capturing again."""
+
+from __future__ import annotations
+
+from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
+from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from .capture import CaptureError, TaskGroup
+
+_CONTROL = (EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT)
+
+
+class GroupUpdate:
+    """While active, tasks submitted to the stream are collected as the group's new tasks.
+
+    Like CANN's aclmdlRICaptureTaskUpdateBegin/End: the stream is diverted (nothing runs), and
+    on a clean exit the collected tasks replace the group's nodes or the update is refused.
+    """
+
+    def __init__(self, graph, group, stream):
+        from ..validate import resolve_stream
+        if not isinstance(group, TaskGroup):
+            raise InvalidArgumentError(f"update() takes a TaskGroup, got {type(group).__name__}")
+        if group.graph is not graph:
+            raise InvalidArgumentError("the task group belongs to another graph",
+                                       code=ErrorCode.RT_MODEL_UPDATE_FAILED)
+        self.graph, self.group = graph, group
+        self.stream = resolve_stream(stream)
+        self.tasks: list = []
+        self.refused: str | None = None
+
+    def add(self, stream, task) -> int:
+        """Collect a task submitted to the diverted stream (control tasks change topology)."""
+        if task.kind in _CONTROL:
+            self.refused = f"a {task.kind_name} was submitted during the update (topology change)"
+            raise CaptureError(f"graph {self.graph.id}: task group update refused: {self.refused}",
+                               code=ErrorCode.RT_MODEL_UPDATE_FAILED)
+        self.tasks.append(task)
+        return len(self.tasks)
+
+    def __enter__(self):
+        s = self.stream
+        if s._capture is not None:
+            raise CaptureError(f"stream {s.id} is capturing or updating already",
+                               code=ErrorCode.RT_STREAM_CAPTURED)
+        if self.graph._destroyed:
+            raise InvalidHandleError(f"graph {self.graph.id} was destroyed")
+        s._capture = self
+        return s
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.stream._capture = None
+        if exc_type is not None:
+            return False  # the caller's error propagates; the graph is unchanged
+        if self.refused is not None:
+            raise CaptureError(f"graph {self.graph.id}: task group update refused: {self.refused}",
+                               code=ErrorCode.RT_MODEL_UPDATE_FAILED)
+        self.graph._apply_update(self.group, self.tasks)
+        return False

@@ -1,0 +1,129 @@
+"""Caller-owned host memory (bytes, bytearray, numpy arrays) registered so its address can be used.
+
+register_host(obj) makes the object's buffer a pageable-host allocation in the address
+registry: an int pointer into it then passes the registry's range checks, so copies can read
+it and write into it (pyACL's acl.util.bytes_to_ptr / numpy_to_ptr). The registration keeps
+the object alive; it is dropped once nothing but the registry refers to the object (checked
+whenever something new is registered) or on unregister_host().
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+
+import numpy as np
+
+from ..errors import ErrorCode, InvalidArgumentError
+from .registry import REGISTRY
+
+_lock = threading.Lock()
+_external: dict[int, "ExternalHostBuffer"] = {}   # start address -> registration
+
+
+class ExternalHostBuffer:
+    """A registered caller-owned host buffer: `.addr`, `.nbytes`, kind 'pageable'."""
+
+    __slots__ = ("obj", "addr", "nbytes", "hold", "__weakref__")
+    kind = "pageable"
+    pinned = False
+    device = None
+
+    def __init__(self, obj, addr: int, nbytes: int):
+        self.obj, self.addr, self.nbytes = obj, addr, nbytes
+        # An export pins a bytearray's buffer: it cannot be resized (moved) while registered.
+        self.hold = memoryview(obj) if isinstance(obj, bytearray) else None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the registration still stands."""
+        return self.obj is not None
+
+    def _bytes(self) -> np.ndarray:
+        """A writable uint8 view of the object's memory (the view keeps the object alive)."""
+        obj = self.obj
+        if obj is None:
+            raise InvalidArgumentError(f"host memory at {self.addr:#x} is no longer registered")
+        if isinstance(obj, bytes):
+            # bytes export read-only buffers; pyACL's bytes_to_ptr lets copies write into them.
+            raw = (ctypes.c_uint8 * self.nbytes).from_address(self.addr)
+            raw._keep = obj
+            return np.ctypeslib.as_array(raw)
+        if isinstance(obj, np.ndarray):
+            return obj.reshape(-1).view(np.uint8)
+        return np.frombuffer(obj, dtype=np.uint8)
+
+    def free(self) -> None:
+        """Drop the registration (the object itself belongs to the caller)."""
+        unregister_host(self.addr)
+
+    def __repr__(self) -> str:
+        return f"ExternalHostBuffer(ptr={self.addr:#x}, nbytes={self.nbytes}, {type(self.obj).__name__})"
+
+
+def _address(obj) -> tuple[int, int]:
+    if isinstance(obj, bytes):
+        return ctypes.cast(ctypes.c_char_p(obj), ctypes.c_void_p).value or 0, len(obj)
+    if isinstance(obj, bytearray):
+        return np.frombuffer(obj, dtype=np.uint8).ctypes.data if obj else 0, len(obj)
+    if isinstance(obj, np.ndarray):
+        if not obj.flags.c_contiguous:
+            raise InvalidArgumentError("only C-contiguous arrays can be registered")
+        return obj.ctypes.data, obj.nbytes
+    raise InvalidArgumentError(f"register_host takes bytes, bytearray or a numpy array, "
+                               f"got {type(obj).__name__}")
+
+
+def register_host(obj) -> int:
+    """Register obj's buffer as pageable host memory; returns its address.
+
+    Memory that already lies inside a live allocation (e.g. a view of device memory) is not
+    registered again. Raises InvalidArgumentError for other types or non-contiguous arrays.
+    """
+    addr, nbytes = _address(obj)
+    _prune()
+    if nbytes == 0:
+        return addr
+    inside = REGISTRY.find(addr)
+    if inside is not None:
+        return addr  # already reachable (a view of a live allocation, or registered before)
+    entry = ExternalHostBuffer(obj, addr, nbytes)
+    with _lock:
+        _external[addr] = entry
+    REGISTRY.add(entry)
+    return addr
+
+
+def unregister_host(addr: int) -> None:
+    """Forget the registration starting at `addr`; raises InvalidArgumentError when there is none."""
+    with _lock:
+        entry = _external.pop(addr, None)
+    if entry is None:
+        raise InvalidArgumentError(f"no registered host memory starts at {addr!r}",
+                                   code=ErrorCode.RT_MEMORY_FREE)
+    REGISTRY.remove(entry)
+    _drop(entry)
+
+
+def _drop(entry: ExternalHostBuffer) -> None:
+    if entry.hold is not None:
+        entry.hold.release()
+    entry.obj = entry.hold = None
+
+
+def _prune() -> None:
+    """Drop registrations of objects nothing else refers to (ours are the only references)."""
+    with _lock:
+        # getrefcount sees the entry's attribute, its own argument and the entry's export.
+        dead = [a for a, e in _external.items() if sys.getrefcount(e.obj) <= 2 + (e.hold is not None)]
+        entries = [_external.pop(a) for a in dead]
+    for entry in entries:
+        REGISTRY.remove(entry)
+        _drop(entry)
+
+
+def registered_count() -> int:
+    """How many caller-owned buffers are registered now."""
+    _prune()
+    return len(_external)

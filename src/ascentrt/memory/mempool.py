@@ -1,0 +1,185 @@
+"""Stream-ordered memory pools: explicit MemPools, malloc_async/free_async, record_stream, pool settings."""
+
+from __future__ import annotations
+
+from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from .allocator import DeviceAllocator, check_stream
+from .buffer import DeviceBuffer, check_size
+from .pool import BlockPool, ReusePolicy
+
+
+def _device(device):
+    from ..device import Device, current_device
+    if device is None:
+        return current_device()
+    return device if isinstance(device, Device) else Device(device)
+
+
+def _allocator(device) -> DeviceAllocator:
+    return _device(device)._memory
+
+
+class MemPool:
+    """An explicit pool on one device: its own cached blocks, settings and statistics.
+
+    Chunks come from the device's memory like the default pool's. `malloc_async` /
+    `free_async` order allocation and reuse on streams; `trim_to` returns cached memory.
+    """
+
+    def __init__(self, device=None, *, release_threshold: int | None = None,
+                 split_limit: int | None = None, policy: ReusePolicy | None = None):
+        dev = _device(device)
+        for name, v in (("release_threshold", release_threshold), ("split_limit", split_limit)):
+            if v is not None:
+                check_size(v, name, allow_zero=True)
+        if policy is not None and not isinstance(policy, ReusePolicy):
+            raise InvalidArgumentError("policy must be a ReusePolicy")
+        base = dev._memory
+        self.device = dev
+        self._pool = BlockPool(base.chunks, split_limit=split_limit,
+                               release_threshold=release_threshold, policy=policy,
+                               all_streams=base._streams, name=f"MemPool on device {dev.id}")
+        self._alloc = DeviceAllocator(dev, base.mem, base.base, base.capacity, pool=self._pool)
+        self._destroyed = False
+        base.pools.append(self._pool)
+
+    def _check_alive(self) -> None:
+        if self._destroyed:
+            raise InvalidHandleError("memory pool was destroyed")
+
+    def malloc_async(self, nbytes: int, stream=None) -> DeviceBuffer:
+        """A buffer usable on `stream` in stream order; raises InvalidArgumentError / OutOfMemoryError."""
+        self._check_alive()
+        return self._alloc.malloc(nbytes, stream)
+
+    def free_async(self, buf: DeviceBuffer, stream=None) -> None:
+        """Free `buf` after `stream`'s work so far (same as buf.free(stream))."""
+        free_async(buf, stream)
+
+    def trim_to(self, nbytes: int) -> int:
+        """Return cached chunks until at most `nbytes` stay reserved; returns bytes released."""
+        check_size(nbytes, "nbytes", allow_zero=True)
+        return self._pool.trim_to(nbytes)
+
+    @property
+    def release_threshold(self) -> int | None:
+        """Reserved bytes above which wholly free chunks go back at once (None: keep all)."""
+        return self._pool.release_threshold
+
+    @release_threshold.setter
+    def release_threshold(self, value: int | None) -> None:
+        if value is not None:
+            check_size(value, "release_threshold", allow_zero=True)
+        self._pool.release_threshold = value
+
+    @property
+    def reserved_current(self) -> int:
+        """Bytes the pool holds from the device now."""
+        return self._pool.reserved
+
+    @property
+    def reserved_high(self) -> int:
+        """The most bytes the pool held at once."""
+        return self._pool.peak_reserved
+
+    @property
+    def used_current(self) -> int:
+        """Bytes in live buffers now."""
+        return self._pool.allocated
+
+    @property
+    def used_high(self) -> int:
+        """The most bytes in live buffers at once."""
+        return self._pool.peak_allocated
+
+    def reset_high(self) -> None:
+        """Set the high-water marks to the current values."""
+        p = self._pool
+        p.peak_reserved, p.peak_allocated = p.reserved, p.allocated
+
+    def stats(self) -> dict:
+        """memory_stats() of this pool alone."""
+        from .stats import pool_stats
+        return pool_stats(self._pool)
+
+    def destroy(self) -> None:
+        """Refuse new allocations and release cached memory; live buffers stay valid until freed."""
+        self._check_alive()
+        self._destroyed = True
+        self._pool.release_threshold = 0  # chunks go back as soon as their last buffer is freed
+        self._pool.empty_cache()
+        pools = self.device._memory.pools
+        if self._pool.allocated == 0 and self._pool in pools:
+            pools.remove(self._pool)      # nothing left to account for in the device's stats
+
+    close = destroy
+
+    def __enter__(self) -> "MemPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._destroyed:
+            self.destroy()
+
+    def __repr__(self) -> str:
+        return (f"MemPool(device={self.device.id}, reserved={self.reserved_current}, "
+                f"used={self.used_current})")
+
+
+def malloc_async(nbytes: int, stream=None, pool: MemPool | None = None) -> DeviceBuffer:
+    """Allocate in `stream`'s order from `pool` (default: the stream's device pool)."""
+    if pool is not None:
+        if not isinstance(pool, MemPool):
+            raise InvalidArgumentError(f"pool must be a MemPool, got {type(pool).__name__}")
+        return pool.malloc_async(nbytes, stream)
+    if stream is not None:
+        check_stream(stream, getattr(stream, "device", None))
+    device = stream.device if stream is not None else None
+    return _allocator(device).malloc(nbytes, stream)
+
+
+def free_async(buf, stream=None) -> None:
+    """Free a device buffer after `stream`'s work so far; reusable at once on that stream."""
+    if not isinstance(buf, DeviceBuffer):
+        raise InvalidArgumentError(f"free_async takes a DeviceBuffer, got {type(buf).__name__}")
+    buf.free(stream)
+
+
+def record_stream(buf, stream) -> None:
+    """Mark `buf` as used on `stream`: freeing it then also waits for that stream's work."""
+    if not isinstance(buf, DeviceBuffer):
+        raise InvalidArgumentError(f"record_stream takes a DeviceBuffer, got {type(buf).__name__}")
+    if not buf.alive:
+        raise InvalidHandleError(f"device buffer at {buf.addr:#x} was freed",
+                                 code=ErrorCode.RT_MEMORY_FREE)
+    buf._owner.record_stream(buf, stream)
+
+
+def empty_cache(device=None) -> int:
+    """Return the device pool's wholly free cached chunks to the device; returns bytes released."""
+    alloc = _allocator(device)
+    return sum(p.empty_cache() for p in [alloc.pool, *alloc.pools] if p is not None)
+
+
+def configure_pool(device=None, *, split_limit=..., release_threshold=..., gc_threshold=...,
+                   policy: ReusePolicy | None = None) -> None:
+    """Change the device pool's settings at run time (the ASCENTRT_MEM_POOL_* settings)."""
+    pool = _allocator(device).pool
+    if pool is None:
+        raise InvalidArgumentError("the memory pool is off (ASCENTRT_MEM_POOL_ENABLE=0)")
+    for name, v in (("split_limit", split_limit), ("release_threshold", release_threshold)):
+        if v is not ... and v is not None:
+            check_size(v, name, allow_zero=True)
+    if gc_threshold is not ... and (not isinstance(gc_threshold, (int, float)) or not 0 <= gc_threshold <= 1):
+        raise InvalidArgumentError(f"gc_threshold must be a fraction in [0, 1], got {gc_threshold!r}")
+    if policy is not None and not isinstance(policy, ReusePolicy):
+        raise InvalidArgumentError("policy must be a ReusePolicy")
+    with pool._lock:
+        if split_limit is not ...:
+            pool.split_limit = split_limit
+        if release_threshold is not ...:
+            pool.release_threshold = release_threshold
+        if gc_threshold is not ...:
+            pool.gc_threshold = float(gc_threshold)
+        if policy is not None:
+            pool.policy = policy

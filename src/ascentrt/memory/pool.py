@@ -1,0 +1,590 @@
+"""The block level: a best-fit caching allocator over chunks, with stream-ordered reuse.
+
+A request is rounded to a size class (16 per power of two, so the common case is an exact
+size reuse from a per-size bin). Free blocks whose last users (streams) still have work
+queued are *pending*: the freeing stream may reuse them at once (stream order protects it);
+another stream only when the work is done (opportunistic), when it already waits on an event
+that covers it (follow event dependencies), or by inserting that wait itself. A freed block
+first goes to a small per-size cache (not merged, so the next request of that size takes it
+back at once); otherwise, and whenever a request misses, free blocks coalesce with free
+neighbours. Whole free chunks go back upstream on trim or past the release threshold.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass
+
+from ..engine.task import EVENT_WAIT
+from ..errors import ErrorCode, OutOfMemoryError
+from .chunks import CHUNK
+
+ALLOCATED, READY, PENDING, CACHED = "allocated", "free", "pending", "cached"
+CACHE_PER_SIZE = 8           # freed blocks kept unmerged per size, for exact-size reuse
+CACHE_BYTES = 64 << 20       # at most this many bytes kept unmerged
+MIN_SPLIT = 512              # a remainder smaller than this stays inside the block
+SMALL_LIMIT = 1 << 20        # requests up to 1 MiB share 2 MiB chunks; larger get their own
+MAX_CLASS_STEP = 512 << 10   # size classes above 8 MiB are 512 KiB apart
+OVERSIZE_SLACK = 20 << 20    # an unsplittable block serves a request at most this much smaller
+
+
+def size_class(nbytes: int, align: int = 64) -> int:
+    """The block size for a request: 64-byte steps up to 1 KiB, then 16 classes per power of two
+    (steps of at most 512 KiB, so a huge request wastes little)."""
+    if nbytes <= 1024:
+        size = (nbytes + 63) & ~63
+    else:
+        step = min(1 << (nbytes.bit_length() - 5), MAX_CLASS_STEP)
+        size = (nbytes + step - 1) & -step
+    if align > 64:
+        size = -(-size // align) * align
+    return size or align
+
+
+def chunk_size_for(size: int) -> int:
+    """How much to reserve upstream for a block of `size` that found no free block."""
+    if size <= SMALL_LIMIT:
+        return CHUNK
+    return -(-size // CHUNK) * CHUNK
+
+
+@dataclass
+class ReusePolicy:
+    """Which streams may reuse a block freed on another stream whose work is still pending."""
+
+    follow_event_dependencies: bool = True  # the allocating stream already waits on that work
+    opportunistic: bool = True              # that work has completed by now
+    allow_internal_dependencies: bool = True  # the pool inserts the wait itself
+
+
+class Block:
+    """A range of a chunk: allocated, free (ready for anyone) or pending (free, streams still busy)."""
+
+    __slots__ = ("addr", "size", "chunk", "prev", "next", "state", "stream", "waits", "uses",
+                 "requested", "view", "view_n")
+
+    def __init__(self, addr: int, size: int, chunk, prev=None, next=None):
+        self.addr, self.size, self.chunk, self.prev, self.next = addr, size, chunk, prev, next
+        self.state = READY
+        self.stream = None      # allocating stream, then the stream that may reuse it at once
+        self.waits = ()         # ((stream, position), ...) work that must finish before others reuse
+        self.uses = None        # extra streams marked with record_stream
+        self.requested = 0
+        self.view = None        # cached uint8 view of the first view_n bytes
+        self.view_n = 0
+
+    def bytes(self, nbytes: int):
+        """A uint8 view of the block's first `nbytes` bytes (cached for exact-size reuse)."""
+        if self.view_n != nbytes:
+            chunk = self.chunk
+            off = self.addr - chunk.addr
+            self.view = None if chunk.view is None else chunk.view[off:off + nbytes]
+            self.view_n = nbytes
+        return self.view
+
+    def __repr__(self) -> str:
+        return f"Block({self.addr:#x}, {self.size}, {self.state})"
+
+
+def _busy_positions(streams) -> tuple:
+    """(stream, submitted) for each stream that still has queued or running work."""
+    return tuple((s, s._submitted) for s in streams if s._completed < s._submitted)
+
+
+class BlockPool:
+    """Best-fit caching allocator over an upstream chunk resource (allocate/deallocate on a stream)."""
+
+    def __init__(self, upstream, *, align: int = 64, split_limit: int | None = None,
+                 release_threshold: int | None = None, gc_threshold: float = 0.0,
+                 policy: ReusePolicy | None = None, all_streams=None, name: str = "pool"):
+        self.upstream = upstream
+        self.align = align
+        self.split_limit = split_limit
+        self.release_threshold = release_threshold
+        self.gc_threshold = gc_threshold
+        self.policy = policy or ReusePolicy()
+        self.all_streams = all_streams or (lambda: ())  # streams a stream-less free waits for
+        self.name = name
+        self._lock = threading.Lock()
+        self._chunks: dict[int, object] = {}
+        self._bins: dict[int, dict] = {}     # ready free blocks by size
+        self._sizes: list[int] = []          # sorted sizes with a non-empty bin
+        self._stream_bins: dict = {}         # stream -> size -> pending blocks only it may take at once
+        self._pending: dict = {}             # every pending block, in free order
+        self._pending_streams: dict = {}     # stream -> pending blocks waiting for it
+        self._collect_key = None             # those streams' progress at the last collect
+        self._cache: dict[int, list] = {}    # size -> freed blocks kept unmerged (CACHED)
+        self._cached_bytes = 0
+        self.allocated = self.requested = self.reserved = self.pending_bytes = 0
+        self.peak_allocated = self.peak_requested = self.peak_reserved = self.peak_active = 0
+        self.n_allocs = self.n_frees = 0
+        self._counts = dict.fromkeys(("reserves", "releases", "retries", "ooms", "reused_pending",
+                                      "inserted_waits"), 0)
+        self._classes: dict[int, int] = {}   # request -> size class, memoised for the hot path
+
+    @property
+    def counts(self) -> dict:
+        """Event counts: allocs, frees, reserves, releases, retries, ooms, reused_pending, inserted_waits."""
+        return {"allocs": self.n_allocs, "frees": self.n_frees, **self._counts}
+
+    # ---- allocate (hot path first) ---------------------------------------------------------
+
+    def allocate(self, nbytes: int, stream=None) -> Block:
+        """A block of at least `nbytes` usable on `stream`; raises OutOfMemoryError."""
+        size = self._classes.get(nbytes)
+        if size is None:
+            size = size_class(nbytes, self.align)
+            if len(self._classes) < 4096:
+                self._classes[nbytes] = size
+        with self._lock:
+            block = None
+            if stream is not None:
+                bins = self._stream_bins.get(stream)
+                if bins:
+                    same = bins.get(size)
+                    if same:
+                        block = self._take_pending(same.popitem()[0])
+                        if not same:
+                            del bins[size]
+            if block is None:
+                cached = self._cache.get(size)
+                if cached:
+                    block = cached.pop()
+                    self._cached_bytes -= block.size
+                else:
+                    block = self._allocate_slow(size, stream, nbytes)
+            block.state = ALLOCATED
+            block.stream = stream
+            block.requested = nbytes
+            self.allocated += block.size
+            self.requested += nbytes
+            self.n_allocs += 1
+            if self.allocated > self.peak_allocated:
+                self.peak_allocated = self.allocated
+            if self.requested > self.peak_requested:
+                self.peak_requested = self.requested
+            active = self.allocated + self.pending_bytes
+            if active > self.peak_active:
+                self.peak_active = active
+            return block
+
+    def _allocate_slow(self, size: int, stream, nbytes: int) -> Block:
+        self._collect()
+        block = self._take_ready(size)
+        if block is None and self._cached_bytes:
+            self._flush_cache()
+            block = self._take_ready(size)
+        if block is None and stream is not None and self._pending:
+            block = self._take_pending_for(size, stream)
+        if block is None:
+            block = self._reserve(size, nbytes)
+        return block
+
+    def _take_ready(self, size: int) -> Block | None:
+        """Best fit among ready blocks, honouring the split limit; splits off the remainder."""
+        sizes = self._sizes
+        i = bisect.bisect_left(sizes, size)
+        if i == len(sizes):
+            return None
+        have = sizes[i]
+        limit = self.split_limit
+        if limit is not None and have > limit:
+            # Blocks over the split limit stay whole: only large requests close to their size get them.
+            if size <= limit or have - size > OVERSIZE_SLACK:
+                return None
+        bin_ = self._bins[have]
+        block = bin_.popitem()[0]
+        if not bin_:
+            self._drop_size(have)
+        if limit is None or have <= limit:
+            self._split(block, size)
+        return block
+
+    def _split(self, block: Block, size: int) -> None:
+        rest = block.size - size
+        if rest < MIN_SPLIT:
+            return
+        tail = Block(block.addr + size, rest, block.chunk, block, block.next)
+        if block.next is not None:
+            block.next.prev = tail
+        block.next = tail
+        block.size = size
+        block.view_n = -1
+        self._add_ready(tail)
+
+    def _take_pending(self, block: Block) -> Block:
+        """Remove a pending block (already out of its stream bin) from the pending set."""
+        del self._pending[block]
+        self._track(block, -1)
+        self.pending_bytes -= block.size
+        self._counts["reused_pending"] += 1
+        return block
+
+    def _track(self, block: Block, delta: int) -> None:
+        """Count the pending blocks that wait on each stream."""
+        counts = self._pending_streams
+        for s, _ in block.waits:
+            n = counts.get(s, 0) + delta
+            if n:
+                counts[s] = n
+            else:
+                del counts[s]
+
+    def _take_pending_for(self, size: int, stream) -> Block | None:
+        """A pending block of another stream that `stream` may use now (maybe after inserting a wait)."""
+        awaited = _awaited_positions(stream) if self.policy.follow_event_dependencies else {}
+        covered = uncovered = None
+        for block in self._pending:
+            if not size <= block.size <= size + max(size, MIN_SPLIT):
+                continue  # taken whole: at most twice the size asked for
+            if self._covered(block, stream, awaited):
+                if covered is None or block.size < covered.size:
+                    covered = block
+                    if block.size == size:
+                        break
+            elif uncovered is None or block.size < uncovered.size:
+                uncovered = block
+        best = covered
+        if best is None:
+            if uncovered is None or not self.policy.allow_internal_dependencies \
+                    or stream._capture is not None or not self._insert_waits(uncovered, stream):
+                return None
+            best = uncovered
+            self._counts["inserted_waits"] += 1
+        self._unlist_pending(best)
+        return self._take_pending(best)
+
+    def _covered(self, block: Block, stream, awaited: dict) -> bool:
+        """True when every stream in the block's waits is `stream`, done, or awaited by `stream`."""
+        opportunistic = self.policy.opportunistic
+        for s, pos in block.waits:
+            if s is stream:
+                continue
+            if opportunistic and s._completed >= pos:
+                continue
+            if awaited.get(s, 0) > pos:
+                continue  # `stream` already waits on an event recorded after the free
+            return False
+        return True
+
+    def _insert_waits(self, block: Block, stream) -> bool:
+        """Make `stream` wait for the block's pending work (an event recorded on each busy stream)."""
+        for s, pos in block.waits:
+            if s is stream or s._completed >= pos:
+                continue
+            try:
+                # Recorded now it captures at least the work queued at the free: conservative, exact enough.
+                event = s.device.create_event()
+                event.record(s)
+                stream.wait(event)
+            except Exception:  # the freeing stream was destroyed or refuses work: skip this block
+                return False
+        return True
+
+    def _reserve(self, size: int, nbytes: int) -> Block:
+        """Reserve a new chunk (after GC and, on failure, after releasing cached chunks)."""
+        want = chunk_size_for(size)
+        cap = getattr(self.upstream, "capacity", None)
+        if self.gc_threshold and cap and self.reserved + want > self.gc_threshold * cap:
+            self._release_free_chunks(max(0, int(self.gc_threshold * cap) - want))
+        elif sum(c.size for c in self._whole_free_chunks()) >= want:
+            # Idle whole chunks could hold it: give them back first, so the range they leave
+            # is reused instead of the pool growing (halves the reserved/live overhead).
+            self._release_free_chunks(0)
+        chunk = self.upstream.allocate(want)
+        if chunk is None and want > size:
+            chunk = self.upstream.allocate(size)  # no room for a shared chunk: just the block
+        if chunk is None:
+            self._counts["retries"] += 1
+            self._release_free_chunks(0)
+            chunk = self.upstream.allocate(size)
+        if chunk is None:
+            self._counts["ooms"] += 1
+            raise self._oom_error(size, nbytes)
+        self._chunks[chunk.addr] = chunk
+        self.reserved += chunk.size
+        self._counts["reserves"] += 1
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+        block = Block(chunk.addr, chunk.size, chunk)
+        chunk.first = block
+        limit = self.split_limit
+        if limit is None or chunk.size <= limit or size <= limit:
+            self._split(block, size)
+        return block
+
+    def prereserve(self, nbytes: int) -> None:
+        """Reserve a chunk of `nbytes` up front and keep it as a free block; raises OutOfMemoryError."""
+        with self._lock:
+            block = self._reserve(chunk_size_for(nbytes), nbytes)
+            self._add_ready(block)
+
+    # ---- deallocate ------------------------------------------------------------------------
+
+    def waits_for(self, block: Block, stream=None) -> tuple:
+        """(stream, last queued task id) of each busy stream a free of `block` on `stream` waits for."""
+        if stream is None:
+            return _busy_positions(self.all_streams())
+        streams = [stream]
+        if block.stream is not None and block.stream is not stream:
+            streams.append(block.stream)
+        if block.uses:
+            streams.extend(s for s in block.uses if s is not stream)
+        return _busy_positions(streams)
+
+    def deallocate(self, block: Block, stream=None, waits: tuple | None = None) -> None:
+        """Free a block after `stream`'s work so far (None: after all work queued on the device)."""
+        owner = stream if stream is not None else block.stream
+        if waits is None:
+            waits = self.waits_for(block, stream)
+        with self._lock:
+            if block.state != ALLOCATED:
+                return
+            self.allocated -= block.size
+            self.requested -= block.requested
+            self.n_frees += 1
+            block.uses = None
+            if not waits:
+                size = block.size
+                threshold = self.release_threshold
+                if self._cached_bytes + size <= CACHE_BYTES and (threshold is None or self.reserved <= threshold):
+                    cached = self._cache.get(size)
+                    if cached is None:
+                        cached = self._cache[size] = []
+                    if len(cached) < CACHE_PER_SIZE:
+                        block.state = CACHED
+                        block.stream = None
+                        cached.append(block)
+                        self._cached_bytes += size
+                        return
+                self._free_ready(block)
+                return
+            block.state = PENDING
+            block.stream = owner
+            block.waits = waits
+            self._pending[block] = None
+            self._track(block, 1)
+            self.pending_bytes += block.size
+            if owner is not None and all(s is owner for s, _ in waits):
+                bins = self._stream_bins.get(owner)
+                if bins is None:
+                    bins = self._stream_bins[owner] = {}
+                same = bins.get(block.size)
+                if same is None:
+                    same = bins[block.size] = {}
+                same[block] = None
+
+    def record_stream(self, block: Block, stream) -> None:
+        """Mark that `stream` uses the block: a free waits for that stream's work too."""
+        with self._lock:
+            if block.uses is None:
+                block.uses = []
+            if stream is not block.stream and stream not in block.uses:
+                block.uses.append(stream)
+
+    def _collect(self) -> int:
+        """Turn pending blocks whose streams finished their work into ready blocks; returns how many."""
+        if not self._pending:
+            return 0
+        key = [(s, s._completed) for s in self._pending_streams]
+        if key == self._collect_key:
+            return 0  # no stream moved since the last look: nothing new can be done
+        self._collect_key = key
+        done = [b for b in self._pending if all(s._completed >= pos for s, pos in b.waits)]
+        for block in done:
+            self._unlist_pending(block)
+            del self._pending[block]
+            self._track(block, -1)
+            self.pending_bytes -= block.size
+            self._free_ready(block)
+        return len(done)
+
+    def _unlist_pending(self, block: Block) -> None:
+        bins = self._stream_bins.get(block.stream)
+        if bins:
+            same = bins.get(block.size)
+            if same and block in same:
+                del same[block]
+                if not same:
+                    del bins[block.size]
+                    if not bins:
+                        del self._stream_bins[block.stream]
+
+    def _free_ready(self, block: Block) -> None:
+        """Make a block ready: merge it with ready neighbours, then bin it or release its chunk."""
+        block.state = READY
+        block.stream = None
+        block.waits = ()
+        prev, nxt = block.prev, block.next
+        if nxt is not None and nxt.state is READY:
+            self._remove_ready(nxt)
+            block.size += nxt.size
+            block.next = nxt.next
+            if nxt.next is not None:
+                nxt.next.prev = block
+            block.view_n = -1
+        if prev is not None and prev.state is READY:
+            self._remove_ready(prev)
+            prev.size += block.size
+            prev.next = block.next
+            if block.next is not None:
+                block.next.prev = prev
+            prev.view_n = -1
+            block = prev
+        threshold = self.release_threshold
+        if block.prev is None and block.next is None and threshold is not None \
+                and self.reserved > threshold:
+            self._release_chunk(block.chunk)
+            return
+        self._add_ready(block)
+
+    # ---- bins ------------------------------------------------------------------------------
+
+    def _add_ready(self, block: Block) -> None:
+        block.state = READY
+        same = self._bins.get(block.size)
+        if same is None:
+            same = self._bins[block.size] = {}
+            bisect.insort(self._sizes, block.size)
+        same[block] = None
+
+    def _remove_ready(self, block: Block) -> None:
+        same = self._bins[block.size]
+        del same[block]
+        if not same:
+            self._drop_size(block.size)
+
+    def _drop_size(self, size: int) -> None:
+        del self._bins[size]
+        sizes = self._sizes
+        del sizes[bisect.bisect_left(sizes, size)]
+
+    # ---- chunks ----------------------------------------------------------------------------
+
+    def _release_chunk(self, chunk) -> None:
+        del self._chunks[chunk.addr]
+        self.reserved -= chunk.size
+        self._counts["releases"] += 1
+        chunk.first = None
+        self.upstream.deallocate(chunk)
+
+    def _flush_cache(self) -> None:
+        """Merge every cached block into the free lists."""
+        blocks = [b for same in self._cache.values() for b in same]
+        self._cache.clear()
+        self._cached_bytes = 0
+        for b in blocks:
+            self._free_ready(b)
+
+    def _largest_free(self) -> int:
+        largest = self._sizes[-1] if self._sizes else 0
+        for size, same in self._cache.items():
+            if same and size > largest:
+                largest = size
+        return largest
+
+    def _whole_free_chunks(self) -> list:
+        return [c for c in self._chunks.values() if c.first.state is READY and c.first.next is None]
+
+    def _release_free_chunks(self, target: int) -> int:
+        """Release wholly free chunks (largest first) until reserved <= target; returns bytes freed."""
+        self._collect()
+        self._flush_cache()
+        whole = self._whole_free_chunks()
+        whole.sort(key=lambda c: -c.size)
+        freed = 0
+        for chunk in whole:
+            if self.reserved <= target:
+                break
+            self._remove_ready(chunk.first)
+            freed += chunk.size
+            self._release_chunk(chunk)
+        return freed
+
+    def trim_to(self, nbytes: int) -> int:
+        """Return cached whole chunks upstream until at most `nbytes` stay reserved; returns bytes freed."""
+        with self._lock:
+            return self._release_free_chunks(nbytes)
+
+    def empty_cache(self) -> int:
+        """Release every wholly free chunk; returns bytes freed."""
+        return self.trim_to(0)
+
+    def synchronize_pending(self) -> int:
+        """Move pending blocks whose work is done to the free lists; returns how many."""
+        with self._lock:
+            return self._collect()
+
+    # ---- introspection ---------------------------------------------------------------------
+
+    def chunks(self) -> list:
+        """The reserved chunks, by address (a copy; hold the pool's lock to walk their blocks)."""
+        return [self._chunks[a] for a in sorted(self._chunks)]
+
+    def blocks(self, chunk):
+        """The blocks of one chunk, by address."""
+        b = chunk.first
+        while b is not None:
+            yield b
+            b = b.next
+
+    def largest_free_block(self) -> int:
+        """The largest ready free block in the pool."""
+        with self._lock:
+            return self._largest_free()
+
+    def free_bytes(self) -> int:
+        """Reserved bytes not allocated (ready and pending free blocks)."""
+        return self.reserved - self.allocated
+
+    def fragmentation(self) -> dict:
+        """Internal (rounding), external (free space between blocks) and 1 - largest/total free."""
+        with self._lock:
+            return self._fragmentation()
+
+    def _fragmentation(self) -> dict:
+        free = self.reserved - self.allocated  # the caller holds the lock
+        ready = free - self.pending_bytes
+        largest = self._largest_free()
+        return {
+            "internal": 1 - self.requested / self.allocated if self.allocated else 0.0,
+            "external": free / self.reserved if self.reserved else 0.0,
+            "largest_free_ratio": 1 - largest / ready if ready else 0.0,
+            "free_bytes": free, "largest_free_block": largest,
+        }
+
+    def _oom_error(self, size: int, nbytes: int) -> OutOfMemoryError:
+        frag = self._fragmentation()
+        cap = getattr(self.upstream, "capacity", 0)
+        unreserved = self.upstream.unreserved_bytes()
+        largest = max(frag["largest_free_block"], self.upstream.largest_unreserved())
+        free_total = frag["free_bytes"] + unreserved
+        fragmented = free_total >= size
+        hint = ("free memory is fragmented: set ASCENTRT_MEM_POOL_SPLIT_LIMIT (e.g. 64M) so large "
+                "blocks stay whole, or free long-lived small buffers first" if fragmented else
+                "free buffers you no longer need, or raise ASCENTRT_DEVICE_MEMORY")
+        if self.pending_bytes:
+            hint += (f"; {self.pending_bytes} bytes wait for streams to finish: synchronize "
+                     "before allocating to reuse them")
+        return OutOfMemoryError(
+            f"{self.name}: cannot allocate {nbytes} bytes (block {size}): capacity {cap}, "
+            f"allocated {self.allocated}, reserved {self.reserved} of which reserved-but-free "
+            f"{frag['free_bytes']}, unreserved {unreserved}, largest free block {largest}; "
+            f"fragmentation: external {frag['external']:.1%}, "
+            f"1 - largest/total free {1 - largest / free_total if free_total else 0:.1%}, "
+            f"internal {frag['internal']:.1%}; {hint}", code=ErrorCode.RT_MEMORY_ALLOCATION)
+
+
+def _awaited_positions(stream) -> dict:
+    """For each stream that `stream`'s queue waits on (event waits), the latest recorded position."""
+    from ..engine import ENGINE  # late: the engine imports the memory package
+    with ENGINE.lock:
+        tasks = list(stream._tasks)
+    out: dict = {}
+    for t in tasks:
+        if t.kind == EVENT_WAIT:
+            m = t.marker
+            if m.position > out.get(m.stream, 0):
+                out[m.stream] = m.position
+    return out

@@ -1,0 +1,133 @@
+"""Pool statistics and diagnostics: memory_stats, memory_summary, fragmentation, memory_snapshot."""
+
+from __future__ import annotations
+
+from .pool import ALLOCATED, PENDING, READY, BlockPool
+
+
+def _pools(device=None, pool=None) -> list[BlockPool]:
+    if pool is not None:
+        return [getattr(pool, "_pool", pool)]
+    from .mempool import _allocator
+    alloc = _allocator(device)
+    return [p for p in [alloc.pool, *alloc.pools] if p is not None]
+
+
+def _chunk_figures(pool: BlockPool, chunk) -> dict:
+    free = largest = 0
+    for b in pool.blocks(chunk):
+        if b.state is not ALLOCATED:
+            free += b.size
+            if b.state is not PENDING and b.size > largest:
+                largest = b.size
+    return {"free": free, "largest_free": largest,
+            "fragmentation": 1 - largest / free if free else 0.0}
+
+
+def pool_stats(pool: BlockPool) -> dict:
+    """Statistics of one pool: bytes current/peak, counts, fragmentation figures."""
+    with pool._lock:
+        inactive_split = 0
+        for chunk in pool._chunks.values():
+            first = chunk.first
+            if first.state is READY and first.next is None:
+                continue  # a wholly free chunk is cached, not split
+            inactive_split += _chunk_figures(pool, chunk)["free"]
+        c = pool.counts
+        frag = pool._fragmentation()
+        return {
+            "allocated_bytes.current": pool.allocated, "allocated_bytes.peak": pool.peak_allocated,
+            "reserved_bytes.current": pool.reserved, "reserved_bytes.peak": pool.peak_reserved,
+            "active_bytes.current": pool.allocated + pool.pending_bytes,
+            "active_bytes.peak": pool.peak_active,
+            "inactive_split_bytes.current": inactive_split,
+            "pending_free_bytes.current": pool.pending_bytes,
+            "cached_free_bytes.current": pool._cached_bytes,
+            "requested_bytes.current": pool.requested, "requested_bytes.peak": pool.peak_requested,
+            "num_allocs": c["allocs"], "num_frees": c["frees"],
+            "num_device_reserve": c["reserves"], "num_device_release": c["releases"],
+            "num_alloc_retries": c["retries"], "num_ooms": c["ooms"],
+            "num_pending_reuse": c["reused_pending"], "num_inserted_waits": c["inserted_waits"],
+            "num_chunks": len(pool._chunks),
+            "largest_free_block": frag["largest_free_block"],
+            "fragmentation.internal": frag["internal"],
+            "fragmentation.external": frag["external"],
+            "fragmentation.largest_free_ratio": frag["largest_free_ratio"],
+        }
+
+
+def memory_stats(device=None, pool=None) -> dict:
+    """Statistics of a device's pools (default: the current device), or of one pool.
+
+    Byte figures are summed over the device's default pool and its MemPools; fragmentation
+    figures are those of the default pool.
+    """
+    pools = _pools(device, pool)
+    if not pools:
+        return {}
+    per = [pool_stats(p) for p in pools]
+    out = dict(per[0])
+    for extra in per[1:]:
+        for k, v in extra.items():
+            if not k.startswith(("fragmentation", "largest")):
+                out[k] += v
+    return out
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    """Set every peak figure of the device's pools to its current value."""
+    for p in _pools(device):
+        with p._lock:
+            p.peak_allocated, p.peak_reserved = p.allocated, p.reserved
+            p.peak_requested, p.peak_active = p.requested, p.allocated + p.pending_bytes
+
+
+def memory_snapshot(device=None, pool=None) -> list[dict]:
+    """Every chunk of the pool(s) and every block in it: address, size, state, requested, stream."""
+    out = []
+    for p in _pools(device, pool):
+        with p._lock:
+            for chunk in p.chunks():
+                blocks = [{"address": b.addr, "size": b.size, "state": b.state,
+                           "requested": b.requested if b.state is ALLOCATED else 0,
+                           "stream": None if b.stream is None else getattr(b.stream, "id", None)}
+                          for b in p.blocks(chunk)]
+                out.append({"pool": p.name, "address": chunk.addr, "size": chunk.size,
+                            "pinned": chunk.pinned, "blocks": blocks,
+                            "allocated": sum(b["size"] for b in blocks if b["state"] == ALLOCATED),
+                            **_chunk_figures(p, chunk)})
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):10.2f} MiB"
+
+
+def memory_summary(device=None, pool=None) -> str:
+    """A readable table of memory_stats() and the per-chunk fragmentation."""
+    s = memory_stats(device, pool)
+    if not s:
+        return "memory pool: off (ASCENTRT_MEM_POOL_ENABLE=0)"
+    rows = [("allocated", "allocated_bytes"), ("reserved", "reserved_bytes"),
+            ("active", "active_bytes"), ("requested", "requested_bytes")]
+    lines = ["memory pool summary", f"{'':22}{'current':>15}{'peak':>15}"]
+    for label, key in rows:
+        lines.append(f"{label:22}{_mib(s[key + '.current']):>15}{_mib(s[key + '.peak']):>15}")
+    lines.append(f"{'inactive split':22}{_mib(s['inactive_split_bytes.current']):>15}")
+    lines.append(f"{'pending free':22}{_mib(s['pending_free_bytes.current']):>15}")
+    lines.append(f"allocs {s['num_allocs']}  frees {s['num_frees']}  device reserves "
+                 f"{s['num_device_reserve']}  releases {s['num_device_release']}  retries "
+                 f"{s['num_alloc_retries']}  OOMs {s['num_ooms']}")
+    lines.append(f"fragmentation: internal {s['fragmentation.internal']:.1%}  external "
+                 f"{s['fragmentation.external']:.1%}  1-largest/free "
+                 f"{s['fragmentation.largest_free_ratio']:.1%}  (largest free block "
+                 f"{s['largest_free_block']} bytes)")
+    snap = memory_snapshot(device, pool)
+    if snap:
+        lines.append(f"{len(snap)} chunks:")
+        for c in snap[:32]:
+            lines.append(f"  {c['address']:#x} {_mib(c['size'])}  blocks {len(c['blocks']):5}  "
+                         f"allocated {_mib(c['allocated'])}  frag {c['fragmentation']:.1%}")
+        if len(snap) > 32:
+            lines.append(f"  ... {len(snap) - 32} more")
+    return "\n".join(lines)

@@ -1,0 +1,570 @@
+"""Metrics and diagnosis of a Profile: utilization, latency, and the classic runtime problems."""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from .data import COMPUTE_KINDS, SYNC_APIS, WORK_KINDS, Profile
+
+# Thresholds of the diagnosis (named so that a finding can say what it compared against).
+MIN_WORK_TASKS = 20           # fewer device tasks than this: too little to judge utilization
+MIN_WINDOW_NS = 5_000_000     # ... or a busy window shorter than 5 ms
+STARVED_UTILIZATION = 0.5     # device busy less than half the time
+MIN_GAP_NS = 20_000           # idle stretches shorter than 20 us are scheduling noise
+SMALL_TASK_NS = 50_000        # median device task under 50 us ...
+MIN_SMALL_TASKS = 100         # ... over at least this many tasks
+STREAMS_PER_EXECUTOR = 2      # more streams than 2 per executor ...
+FEW_TASKS_PER_STREAM = 8      # ... each with a handful of tasks: overhead, not concurrency
+MIN_STREAM_CHURN = 10         # streams created and destroyed ...
+STREAM_CHURN_SHARE = 0.1      # ... costing over 10% of the device work they carried
+MIN_DEVICE_SYNCS = 5          # device-wide synchronizations between submissions
+MIN_NEEDLESS_SYNCS = 10       # synchronizations that found the work already done ...
+LONG_DONE_NS = 5_000_000      # ... work complete for at least 5 ms before the call
+OVERLAP_SHARE = 0.1           # copies and compute overlapping less than 10% of the smaller
+MIN_STAGE_SHARE = 0.1         # ... when each takes at least 10% of the device's busy time
+PEAK_SHARE = 0.9              # peak allocation at 90% of capacity
+FRAGMENTED = 0.5              # largest free range under half of the free memory
+MIN_FRAGMENT_FREE = 1 << 20   # ... with at least 1 MiB free
+CACHED_SHARE = 0.5            # a pool caching free blocks worth half the device (less is
+                              # what a caching pool is for)
+
+SUBMIT_APIS = ("launch", "launch_host_func", "memcpy_async", "memcpy2d_async", "memset_async")
+
+
+@dataclass
+class Finding:
+    """One diagnosed problem: what, why (with figures and task ids), and what to try."""
+
+    kind: str          # host_bound, small_tasks, too_many_streams, device_sync_in_loop,
+                       # needless_sync, needless_wait, no_overlap, memory_peak, fragmentation,
+                       # pool_cache, never_freed
+    title: str
+    cause: str
+    advice: str
+    evidence: dict = field(default_factory=dict)
+    task_ids: list = field(default_factory=list)   # "device/stream/task" of example tasks
+    impact_ns: int = 0  # estimated time it cost (0: not a time cost)
+
+    def __str__(self) -> str:
+        ev = "; ".join(f"{k}: {v}" for k, v in self.evidence.items())
+        tasks = f"\n  tasks: {', '.join(self.task_ids[:10])}" if self.task_ids else ""
+        return f"{self.title}\n  cause: {self.cause}\n  evidence: {ev}{tasks}\n  try: {self.advice}"
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict."""
+        return {"kind": self.kind, "title": self.title, "cause": self.cause, "advice": self.advice,
+                "evidence": self.evidence, "task_ids": self.task_ids, "impact_ns": self.impact_ns}
+
+
+# ---- interval arithmetic -----------------------------------------------------------------
+
+def union(intervals) -> list[tuple[int, int]]:
+    """Merge (start, end) intervals into sorted, disjoint ones."""
+    merged: list[list[int]] = []
+    for a, b in sorted(intervals):
+        if b < a:
+            continue
+        if merged and a <= merged[-1][1]:
+            if b > merged[-1][1]:
+                merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def total(merged) -> int:
+    """Length covered by disjoint intervals."""
+    return sum(b - a for a, b in merged)
+
+
+def intersection(x, y) -> list[tuple[int, int]]:
+    """Intersection of two sorted disjoint interval lists."""
+    out, i, j = [], 0, 0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if a < b:
+            out.append((a, b))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def gaps(merged, start: int, end: int, min_len: int = 0) -> list[tuple[int, int]]:
+    """The stretches of [start, end) not covered by `merged`, at least `min_len` long."""
+    out, cursor = [], start
+    for a, b in merged:
+        if a - cursor >= max(min_len, 1):
+            out.append((cursor, a))
+        cursor = max(cursor, b)
+    if end - cursor >= max(min_len, 1):
+        out.append((cursor, end))
+    return out
+
+
+def _pct(values, q: float) -> int:
+    if not values:
+        return 0
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:.1f} us"
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def task_ref(t) -> str:
+    """A task's reference as printed in findings: device/stream/task."""
+    return f"{t.device}/{t.stream}/{t.task_id}"
+
+
+# ---- metrics -------------------------------------------------------------------------------
+
+def _work_by_device(profile: Profile) -> dict[int, list]:
+    out = defaultdict(list)
+    for t in profile.tasks:
+        if t.kind in WORK_KINDS:
+            out[t.device].append(t)
+    return out
+
+
+def _window(tasks) -> tuple[int, int]:
+    return min(t.enqueue_ns for t in tasks), max(t.end_ns for t in tasks)
+
+
+def dispatch_latencies(profile: Profile, kinds=("kernel",)) -> list[int]:
+    """Enqueue-to-start of tasks whose stream had nothing else to run (pure dispatch latency)."""
+    last_end: dict = {}
+    out = []
+    for t in sorted(profile.tasks, key=lambda t: (t.device, t.stream, t.task_id)):
+        key = (t.device, t.stream)
+        if t.kind in kinds and last_end.get(key, -1) <= t.enqueue_ns:
+            out.append(t.wait_ns)
+        last_end[key] = t.end_ns
+    return out
+
+
+def metrics(profile: Profile) -> dict:
+    """Utilization per stream / executor / device, launch latency, host API time, bandwidth."""
+    out: dict = {"duration_ns": profile.duration_ns,
+                 "tasks": dict(Counter(t.kind for t in profile.tasks)), "devices": {},
+                 "streams": {}, "executors": {}}
+    devices = {d.id: d for d in profile.devices}
+    for dev_id, work in sorted(_work_by_device(profile).items()):
+        start, end = _window(work)
+        span = max(end - start, 1)
+        busy = total(union((t.start_ns, t.end_ns) for t in work))
+        out["devices"][dev_id] = {"window_ns": span, "busy_ns": busy, "utilization": busy / span,
+                                  "tasks": len(work)}
+        per_stream = defaultdict(list)
+        for t in work:
+            per_stream[t.stream].append(t)
+        for sid, ts in sorted(per_stream.items()):
+            b = sum(t.duration_ns for t in ts)
+            out["streams"][f"{dev_id}/{sid}"] = {"device": dev_id, "stream": sid, "tasks": len(ts),
+                                                 "busy_ns": b, "utilization": b / span}
+        info = devices.get(dev_id)
+        units = {"compute": info.compute_units if info else 1,
+                 "copy": info.copy_engines if info else 1,
+                 "host": info.host_func_threads if info else 1}
+        classes = (("compute", COMPUTE_KINDS), ("copy", ("copy",)), ("host", ("host_func",)))
+        for ex, kinds in classes:
+            b = sum(t.duration_ns for t in work if t.kind in kinds)
+            out["executors"][f"{dev_id}/{ex}"] = {"device": dev_id, "executor": ex,
+                                                  "units": units[ex], "busy_ns": b,
+                                                  "utilization": b / (span * units[ex])}
+    lat = [t.wait_ns for t in profile.tasks if t.kind == "kernel"]
+    disp = dispatch_latencies(profile)
+    out["launch_latency_ns"] = {"count": len(lat), "p50": _pct(lat, 0.5), "p90": _pct(lat, 0.9),
+                                "p99": _pct(lat, 0.99), "max": max(lat, default=0)}
+    out["dispatch_latency_ns"] = {"count": len(disp), "p50": _pct(disp, 0.5),
+                                  "p90": _pct(disp, 0.9), "p99": _pct(disp, 0.99),
+                                  "max": max(disp, default=0)}
+    api = defaultdict(list)
+    for c in profile.api_calls:
+        api[c.name].append(c.duration_ns)
+    out["api"] = {name: {"count": len(d), "total_ns": sum(d), "mean_ns": sum(d) // len(d),
+                         "max_ns": max(d)} for name, d in sorted(api.items())}
+    out["api_total_ns"] = sum(v["total_ns"] for v in out["api"].values())
+    copies = defaultdict(lambda: [0, 0, 0])
+    for t in profile.tasks:
+        if t.kind == "copy":
+            c = copies[t.name]
+            c[0] += 1
+            c[1] += t.nbytes
+            c[2] += t.duration_ns
+    out["copy_bandwidth"] = {name: {"count": n, "bytes": b, "busy_ns": d,
+                                    "gb_per_s": b / d if d else 0.0}
+                             for name, (n, b, d) in sorted(copies.items())}
+    mem = {}
+    for s in profile.memory:
+        m = mem.setdefault(s.device, {"peak_allocated": 0, "peak_reserved": 0})
+        m["peak_allocated"] = max(m["peak_allocated"], s.allocated)
+        m["peak_reserved"] = max(m["peak_reserved"], s.reserved)
+    for dev_id, m in mem.items():
+        m["capacity"] = devices[dev_id].capacity if dev_id in devices else 0
+    out["memory"] = mem
+    return out
+
+
+# ---- diagnosis -----------------------------------------------------------------------------
+
+def diagnose(profile: Profile) -> list[Finding]:
+    """Every problem the profile shows evidence of, the most costly first."""
+    findings: list[Finding] = []
+    syncs = union((c.start_ns, c.end_ns) for c in profile.api_calls if c.name in SYNC_APIS)
+    devices = {d.id: d for d in profile.devices}
+    for dev_id, work in sorted(_work_by_device(profile).items()):
+        findings += _host_bound(dev_id, work, syncs, profile)
+        findings += _small_tasks(dev_id, work, profile)
+        findings += _too_many_streams(dev_id, work, devices.get(dev_id), profile)
+        findings += _no_overlap(dev_id, work, profile)
+    findings += _device_sync_in_loop(profile)
+    findings += _needless_syncs(profile)
+    findings += _memory(profile, devices)
+    findings.sort(key=lambda f: -f.impact_ns)
+    return findings
+
+
+def _host_bound(dev_id, work, syncs, profile) -> list[Finding]:
+    start, end = _window(work)
+    span = end - start
+    if len(work) < MIN_WORK_TASKS or span < MIN_WINDOW_NS:
+        return []
+    busy = union((t.start_ns, t.end_ns) for t in work)
+    util = total(busy) / span
+    idle = gaps(busy, start, end, MIN_GAP_NS)
+    idle_ns = total(idle)
+    if util >= STARVED_UTILIZATION or idle_ns < 0.4 * span:
+        return []
+    waiting = total(intersection(idle, syncs))
+    if waiting > 0.25 * idle_ns:
+        return []  # the host was waiting on the device, not starving it
+    submitting = total(intersection(idle, union(
+        (c.start_ns, c.end_ns) for c in profile.api_calls if c.name not in SYNC_APIS)))
+    starts = sorted(work, key=lambda t: t.start_ns)
+    begins = [t.start_ns for t in starts]
+    after = []
+    for a, b in sorted(idle, key=lambda g: g[0] - g[1])[:5]:
+        i = bisect.bisect_left(begins, b)
+        if i < len(starts):
+            after.append(task_ref(starts[i]))
+    return [Finding(
+        "host_bound", f"Device {dev_id} is starved by the host (host-bound)",
+        f"device {dev_id} was busy {util:.0%} of the {_ms(span)} it had work; in {len(idle)} idle "
+        f"stretches ({_ms(idle_ns)}) the host was not waiting on the device but preparing and "
+        f"submitting the next work, slower than the device ran it",
+        "queue work ahead (several iterations in flight), do more per task (larger or fused "
+        "kernels), move host-side preparation out of the submit loop or onto another thread, "
+        "and capture repeated task sequences into a graph so one call submits them all",
+        {"device utilization": f"{util:.0%}", "window": _ms(span), "idle stretches": len(idle),
+         "idle time": _ms(idle_ns), "longest idle": _ms(max(b - a for a, b in idle)),
+         "host in runtime API calls while idle": _ms(submitting),
+         "host waiting on the device while idle": _ms(waiting), "device tasks": len(work)},
+        after, idle_ns)]
+
+
+def _submit_calls(profile):
+    return [c for c in profile.api_calls if c.name in SUBMIT_APIS]
+
+
+def _small_tasks(dev_id, work, profile) -> list[Finding]:
+    small = [t for t in work if t.kind != "host_func"]
+    if len(small) < MIN_SMALL_TASKS:
+        return []
+    d50 = statistics.median(t.duration_ns for t in small)
+    if d50 >= SMALL_TASK_NS:
+        return []
+    submits = [c.duration_ns for c in _submit_calls(profile)]
+    launch50 = statistics.median(submits) if submits else 0
+    disp = dispatch_latencies(profile, ("kernel", "memset", "copy"))
+    disp50 = statistics.median(disp) if disp else 0
+    overhead = launch50 + disp50
+    if overhead < d50:
+        return []
+    work_ns = sum(t.duration_ns for t in small)
+    examples = [task_ref(t) for t in sorted(small, key=lambda t: t.duration_ns)[:5]]
+    return [Finding(
+        "small_tasks", f"Tasks on device {dev_id} are too small: overhead dominates the work",
+        f"the median task ran {_us(d50)}, while submitting one costs {_us(launch50)} on the host "
+        f"and dispatching it {_us(disp50)}: more time goes into handling tasks than into work",
+        "do more work per task: fuse small kernels, process a whole batch per launch, merge "
+        "small copies into one; replay repeated sequences as a graph",
+        {"tasks": len(small), "median task": _us(d50), "median submit call": _us(launch50),
+         "median dispatch latency": _us(disp50), "work in these tasks": _ms(work_ns),
+         "host time submitting": _ms(sum(submits))},
+        examples, max(0, int(len(small) * overhead - work_ns)))]
+
+
+def _max_concurrent_streams(work) -> int:
+    """The most streams that had work queued or running at one time."""
+    spans = defaultdict(lambda: [None, 0])
+    for t in work:
+        span = spans[t.stream]
+        span[0] = t.enqueue_ns if span[0] is None else min(span[0], t.enqueue_ns)
+        span[1] = max(span[1], t.end_ns)
+    edges = sorted([(a, 1) for a, _ in spans.values()] + [(b, -1) for _, b in spans.values()])
+    most = live = 0
+    for _, step in edges:
+        live += step
+        most = max(most, live)
+    return most
+
+
+def _too_many_streams(dev_id, work, info, profile) -> list[Finding]:
+    per_stream = Counter(t.stream for t in work)
+    executors = (info.compute_units + info.copy_engines) if info else 2
+    per = statistics.median(per_stream.values())
+    concurrent = _max_concurrent_streams(work)
+    manage = [c for c in profile.api_calls
+              if c.name in ("Device.create_stream", "Stream.destroy")]
+    manage_ns = sum(c.duration_ns for c in manage)
+    work_ns = sum(t.duration_ns for t in work)
+    crowded = concurrent > max(8, STREAMS_PER_EXECUTOR * executors) and per <= FEW_TASKS_PER_STREAM
+    churn = len(per_stream) >= MIN_STREAM_CHURN and manage_ns >= STREAM_CHURN_SHARE * work_ns
+    if not (crowded or churn):
+        return []
+    if crowded:
+        cause = (f"up to {concurrent} streams had work at once on {executors} executors, a median "
+                 f"of {per:g} tasks each: streams beyond what the executors can run at once add "
+                 f"scheduling and synchronization cost without adding concurrency")
+    else:
+        cause = (f"{len(per_stream)} streams were created and destroyed for {len(work)} tasks: "
+                 f"managing them took {_ms(manage_ns)}, against {_ms(work_ns)} of device work")
+    return [Finding(
+        "too_many_streams", f"Too many streams on device {dev_id} for the work they carry", cause,
+        f"use about as many streams as the device has executors ({executors}) and reuse them "
+        "across iterations instead of creating a stream per task or per batch",
+        {"streams with work": len(per_stream), "most at once": concurrent,
+         "executors": executors, "median tasks per stream": per,
+         "stream create/destroy calls": len(manage),
+         "time creating/destroying streams": _ms(manage_ns), "device work": _ms(work_ns)},
+        [task_ref(t) for t in work[:5]], manage_ns)]
+
+
+def _no_overlap(dev_id, work, profile) -> list[Finding]:
+    copies = [t for t in work if t.kind == "copy"]
+    compute = [t for t in work if t.kind in COMPUTE_KINDS]
+    if len(copies) < 4 or len(compute) < 4:
+        return []
+    c_busy = union((t.start_ns, t.end_ns) for t in copies)
+    k_busy = union((t.start_ns, t.end_ns) for t in compute)
+    c_ns, k_ns = total(c_busy), total(k_busy)
+    busy = total(union(c_busy + k_busy))
+    if c_ns < MIN_STAGE_SHARE * busy or k_ns < MIN_STAGE_SHARE * busy:
+        return []  # one of them is too small to be worth overlapping
+    both = total(intersection(c_busy, k_busy))
+    smaller = min(c_ns, k_ns)
+    if both >= OVERLAP_SHARE * smaller:
+        return []
+    # Only copies and kernels that take turns could have overlapped (copy n+1 with kernel n);
+    # all copies first and then all kernels is a dependency, not a missed overlap.
+    turns = sorted((t.start_ns, t.kind == "copy") for t in copies + compute)
+    runs = 1 + sum(a[1] != b[1] for a, b in zip(turns, turns[1:]))
+    if runs < min(len(copies), len(compute)):
+        return []
+    c_streams = sorted({t.stream for t in copies})
+    k_streams = sorted({t.stream for t in compute})
+    shared = sorted(set(c_streams) & set(k_streams))
+    sync_copies = _synchronous_copies(copies, profile)
+    on_shared = sum(t.stream in shared for t in copies)
+    # Structural causes only: a shared stream or blocking copies serialize by construction;
+    # separate streams that still take turns are host-bound or dependent, reported elsewhere.
+    if on_shared < len(copies) / 2 and sync_copies < len(copies) / 2:
+        return []
+    why = (f"copies and kernels are issued on the same stream ({', '.join(map(str, shared))}), "
+           f"which runs them one after the other" if on_shared >= len(copies) / 2 else
+           "the copies block the host until they finish, so nothing can be queued beside them")
+    evidence = {"copy time": _ms(c_ns), "compute time": _ms(k_ns), "overlapped": _ms(both),
+                "copy streams": c_streams, "compute streams": k_streams,
+                "could save up to": _ms(smaller - both)}
+    advice = ("put copies on their own stream(s) and order them with events, double-buffer so "
+              "batch n+1 is copied while batch n computes")
+    if sync_copies:
+        evidence["copies that finished before memcpy_async returned"] = sync_copies
+        advice += "; copy from pinned memory (malloc_host) so memcpy_async does not block the host"
+    examples = [task_ref(t) for t in copies[:3] + compute[:3]]
+    return [Finding(
+        "no_overlap", f"Copies and compute do not overlap on device {dev_id}",
+        f"{len(copies)} copies ({_ms(c_ns)}) and {len(compute)} kernels ({_ms(k_ns)}) overlapped "
+        f"for only {_ms(both)}: {why}", advice + ".", evidence, examples, smaller - both)]
+
+
+def _synchronous_copies(copies, profile) -> int:
+    calls = defaultdict(list)
+    for c in profile.api_calls:
+        if c.name in ("memcpy_async", "memcpy2d_async"):
+            calls[c.thread].append(c)
+    count = 0
+    for t in copies:
+        for c in calls.get(t.thread, ()):
+            if c.start_ns <= t.enqueue_ns <= c.end_ns:
+                count += t.end_ns <= c.end_ns
+                break
+    return count
+
+
+def _device_sync_in_loop(profile) -> list[Finding]:
+    device_syncs = [c for c in profile.api_calls if c.name in ("synchronize", "Device.synchronize")]
+    if len(device_syncs) < MIN_DEVICE_SYNCS:
+        return []
+    submits = sorted(c.start_ns for c in _submit_calls(profile))
+    between = 0
+    for a, b in zip(device_syncs, device_syncs[1:]):
+        i = bisect.bisect_left(submits, a.end_ns)
+        between += i < len(submits) and submits[i] < b.start_ns
+    if between < 0.8 * (len(device_syncs) - 1):
+        return []
+    starts = sorted(t.start_ns for t in profile.tasks if t.kind in WORK_KINDS)
+    idle_after = 0
+    for c in device_syncs:
+        i = bisect.bisect_left(starts, c.end_ns)
+        if i < len(starts):
+            idle_after += starts[i] - c.end_ns
+    blocked = sum(c.duration_ns for c in device_syncs)
+    return [Finding(
+        "device_sync_in_loop", "Device-wide synchronization inside the loop",
+        f"{len(device_syncs)} device-wide synchronizations alternate with submissions: each one "
+        f"drains every stream, so the device runs dry until the host submits again",
+        "synchronize only the stream or event whose results the host needs, and only where it "
+        "reads them; let several iterations queue up before waiting",
+        {"device synchronizations": len(device_syncs), "with submissions in between": between,
+         "host blocked in them": _ms(blocked), "device idle after them": _ms(idle_after)},
+        [], idle_after)]
+
+
+def _stream_done_for(profile) -> dict:
+    """For already-complete Stream.synchronize calls: how long their stream had been idle."""
+    ends = defaultdict(list)
+    for t in profile.tasks:
+        ends[f"stream {t.stream}"].append(t.end_ns)
+    for v in ends.values():
+        v.sort()
+    out = {}
+    for c in profile.api_calls:
+        if c.name == "Stream.synchronize" and c.already_done and c.target in ends:
+            v = ends[c.target]
+            i = bisect.bisect_right(v, c.start_ns) - 1
+            if i >= 0:
+                out[id(c)] = c.start_ns - v[i]
+    return out
+
+
+def _needless_syncs(profile) -> list[Finding]:
+    out = []
+    stream_ages = _stream_done_for(profile)
+    done = []
+    for c in profile.api_calls:
+        if c.name in ("Stream.synchronize", "Event.synchronize") and c.already_done:
+            age = c.done_for_ns or stream_ages.get(id(c), 0)
+            if age >= LONG_DONE_NS:
+                done.append((c, age))
+    if len(done) >= MIN_NEEDLESS_SYNCS:
+        cost = sum(c.duration_ns for c, _ in done)
+        targets = Counter(c.target.split(" ")[0] for c, _ in done)
+        out.append(Finding(
+            "needless_sync", "Synchronizations on work that had long completed",
+            f"{len(done)} stream/event synchronizations waited for work that had completed a "
+            f"median {_ms(statistics.median(a for _, a in done))} earlier: they ordered nothing "
+            f"and cost host time; either the host runs far behind the device or the waits are "
+            f"redundant",
+            "drop synchronizations whose results are known to be ready, keep one where the host "
+            "actually reads the results, or poll with query() when the host has other work",
+            {"needless synchronizations": len(done), "on": dict(targets),
+             "host time in them": _ms(cost),
+             "examples": ", ".join(c.target for c, _ in done[:5])}, [], cost))
+    own = [c for c in profile.api_calls if c.name == "Stream.wait" and "its own" in c.target]
+    if own:
+        out.append(Finding(
+            "needless_wait", "Streams wait on their own events",
+            f"{len(own)} stream waits were on events recorded on the waiting stream itself: a "
+            f"stream already runs its tasks in order, so these waits order nothing",
+            "remove waits on a stream's own events; wait only on events of other streams",
+            {"needless waits": len(own), "examples": ", ".join(c.target for c in own[:5])},
+            [], sum(c.duration_ns for c in own)))
+    return out
+
+
+def _memory(profile, devices) -> list[Finding]:
+    out = []
+    by_dev = defaultdict(list)
+    for s in profile.memory:
+        by_dev[s.device].append(s)
+    ooms = [c for c in profile.api_calls if c.error in (207001, 207018)]
+    for dev_id, samples in sorted(by_dev.items()):
+        if dev_id < 0 or dev_id not in devices:
+            continue
+        cap = devices[dev_id].capacity
+        peak = max(samples, key=lambda s: s.allocated)
+        if peak.allocated >= PEAK_SHARE * cap or ooms:
+            live = [a for a in profile.allocations if a.device == dev_id and
+                    a.alloc_ns <= peak.ts_ns and (a.free_ns is None or a.free_ns > peak.ts_ns)]
+            out.append(Finding(
+                "memory_peak",
+                f"Device {dev_id} memory peaked at {peak.allocated / cap:.0%} of capacity",
+                f"at {_ms(peak.ts_ns)} live buffers held {_mib(peak.allocated)} of {_mib(cap)}"
+                + (f"; {len(ooms)} allocations failed for lack of memory" if ooms else ""),
+                "free buffers as soon as their last task is queued (stream-ordered free), reuse "
+                "buffers across iterations, process smaller batches, or raise "
+                "ASCENTRT_DEVICE_MEMORY",
+                {"peak allocated": _mib(peak.allocated), "capacity": _mib(cap),
+                 "failed allocations": len(ooms), "live buffers at peak": len(live),
+                 "largest holders": _sites(live)}, []))
+        frag = [s for s in samples if s.largest_free >= 0 and s.free >= MIN_FRAGMENT_FREE
+                and s.largest_free < FRAGMENTED * s.free]
+        if frag:
+            worst = min(frag, key=lambda s: s.largest_free / s.free)
+            out.append(Finding(
+                "fragmentation", f"Device {dev_id} memory is fragmented",
+                f"at {_ms(worst.ts_ns)} {_mib(worst.free)} were free but the largest contiguous "
+                f"range was only {_mib(worst.largest_free)}: buffers of mixed sizes and lifetimes "
+                f"left holes that a large request cannot use",
+                "allocate long-lived buffers first and together, use a few fixed buffer sizes and "
+                "reuse them, free short-lived buffers in the reverse order of allocation",
+                {"free": _mib(worst.free), "largest free range": _mib(worst.largest_free),
+                 "usable share": f"{worst.largest_free / worst.free:.0%}",
+                 "failed allocations": len(ooms)}, []))
+        cached = max(samples, key=lambda s: s.reserved - s.allocated)
+        if cached.reserved - cached.allocated >= CACHED_SHARE * cap:
+            out.append(Finding(
+                "pool_cache", f"Device {dev_id}'s pool caches much more memory than is in use",
+                f"at {_ms(cached.ts_ns)} the allocator reserved {_mib(cached.reserved)} for "
+                f"{_mib(cached.allocated)} of live buffers: cached blocks that do not fit new "
+                f"requests",
+                "trim the pool when the working set shrinks (ascentrt.empty_cache(), a release "
+                "threshold), keep buffer sizes uniform so cached blocks are reused",
+                {"reserved": _mib(cached.reserved), "allocated": _mib(cached.allocated)}, []))
+    leaked = [a for a in profile.allocations if a.free_ns is None]
+    if leaked:
+        out.append(Finding(
+            "never_freed", f"{len(leaked)} allocation{'s were' if len(leaked) > 1 else ' was'} "
+                           f"never freed",
+            f"{len(leaked)} buffer(s) ({_mib(sum(a.nbytes for a in leaked))}) allocated while "
+            f"profiling were still live when it ended",
+            "free every buffer when done with it (buf.free(), or a device reset at shutdown); "
+            "leaks in a loop end in an out-of-memory error",
+            {"buffers": len(leaked), "bytes": _mib(sum(a.nbytes for a in leaked)),
+             "device buffers": sum(a.device >= 0 for a in leaked),
+             "pinned host buffers": sum(a.device < 0 for a in leaked),
+             "allocated at": _sites(leaked)}, []))
+    return out
+
+
+def _sites(allocs, top: int = 3) -> str:
+    by_site = defaultdict(int)
+    for a in allocs:
+        by_site[a.site] += a.nbytes
+    ranked = sorted(by_site.items(), key=lambda kv: -kv[1])[:top]
+    return ", ".join(f"{site} ({_mib(n)})" for site, n in ranked)

@@ -1,0 +1,227 @@
+"""The recorded profile as plain Python objects, and its JSON form (what `load()` gives back)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+
+FORMAT = "ascentrt-profile/1"
+DATA_FILE = "profile.json"
+
+# Task kinds that occupy an executor (the rest are control tasks that complete inline).
+WORK_KINDS = ("kernel", "copy", "memset", "host_func")
+COMPUTE_KINDS = ("kernel", "memset")
+SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.synchronize")
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One task as the device ran it; times in ns since the profile started."""
+
+    device: int
+    stream: int
+    task_id: int
+    kind: str          # kernel, copy, memset, host_func, event_record, event_wait, notify_...
+    name: str
+    nbytes: int
+    enqueue_ns: int
+    start_ns: int
+    end_ns: int
+    thread: int        # host thread that submitted it
+    failed: bool = False
+    released_by: tuple | None = None  # event waits: (device, stream, task_id) of the record
+
+    @property
+    def duration_ns(self) -> int:
+        """How long the task ran (a wait: how long it blocked its stream)."""
+        return self.end_ns - self.start_ns
+
+    @property
+    def wait_ns(self) -> int:
+        """Enqueue to start: queueing behind earlier work plus launch latency."""
+        return self.start_ns - self.enqueue_ns
+
+    @property
+    def key(self) -> tuple:
+        """(device, stream, task_id): unique within a profile."""
+        return (self.device, self.stream, self.task_id)
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One outermost runtime API call on a host thread."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    thread: int
+    error: int = 0               # the AscentError code it raised (0: returned normally)
+    target: str = ""             # what it acted on, for synchronizations: "stream 3", "event 7"
+    already_done: bool | None = None  # synchronizations: the work was complete before the call
+    done_for_ns: int = 0         # ... and for how long (when known)
+
+    @property
+    def duration_ns(self) -> int:
+        """Time spent in the call."""
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class RangeRecord:
+    """A user range (`ascentrt.profiler.range`)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    thread: int
+
+
+@dataclass(frozen=True)
+class MarkRecord:
+    """A user mark (`ascentrt.profiler.mark`): an instant."""
+
+    name: str
+    ts_ns: int
+    thread: int
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """Device memory right after an allocation or free (device -1: pinned host memory)."""
+
+    ts_ns: int
+    device: int
+    allocated: int     # bytes in live buffers
+    reserved: int      # bytes the allocator holds (>= allocated)
+    free: int = -1     # bytes the allocator could still hand out (-1: not measured)
+    largest_free: int = -1  # the largest contiguous free range (-1: not measured)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One buffer allocated while profiling."""
+
+    device: int        # -1 for pinned host memory
+    addr: int
+    nbytes: int
+    alloc_ns: int
+    free_ns: int | None
+    site: str          # file:line of the user code that allocated it
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the profiled device had: executors and memory."""
+
+    id: int
+    name: str
+    compute_units: int
+    copy_engines: int
+    host_func_threads: int
+    capacity: int
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """A stream that ran tasks while profiling."""
+
+    device: int
+    id: int
+    priority: int
+    role: str = ""     # "default", "host functions (non-blocking)" or ""
+
+
+_RECORDS = {"tasks": TaskRecord, "api_calls": ApiCall, "ranges": RangeRecord, "marks": MarkRecord,
+            "memory": MemorySample, "allocations": Allocation, "devices": DeviceInfo,
+            "streams": StreamInfo}
+
+
+@dataclass
+class Profile:
+    """Everything one profiling run recorded; `diagnose()` names what slowed it down."""
+
+    duration_ns: int = 0
+    started_at: str = ""
+    command: list = field(default_factory=list)
+    tasks: list = field(default_factory=list)
+    api_calls: list = field(default_factory=list)
+    ranges: list = field(default_factory=list)
+    marks: list = field(default_factory=list)
+    memory: list = field(default_factory=list)
+    allocations: list = field(default_factory=list)
+    devices: list = field(default_factory=list)
+    streams: list = field(default_factory=list)
+    threads: dict = field(default_factory=dict)  # host thread ident -> name
+
+    def diagnose(self) -> list:
+        """The findings of the analysis (see ascentrt.profiler.analysis), most costly first."""
+        from .analysis import diagnose
+        return diagnose(self)
+
+    def metrics(self) -> dict:
+        """Utilization, latency, API time and bandwidth figures (see analysis.metrics)."""
+        from .analysis import metrics
+        return metrics(self)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict (the content of profile.json)."""
+        out = {"format": FORMAT, "duration_ns": self.duration_ns, "started_at": self.started_at,
+               "command": list(self.command),
+               "threads": {str(k): v for k, v in self.threads.items()}}
+        for name, cls in _RECORDS.items():
+            names = [f.name for f in fields(cls)]
+            out[name] = {"columns": names,
+                         "rows": [[getattr(r, n) for n in names] for r in getattr(self, name)]}
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Profile":
+        """Rebuild a Profile from `to_json()` output; raises ValueError on another format."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"not an ascentrt profile (expected format {FORMAT!r})")
+        prof = cls(duration_ns=data["duration_ns"], started_at=data.get("started_at", ""),
+                   command=data.get("command", []),
+                   threads={int(k): v for k, v in data.get("threads", {}).items()})
+        for name, rec in _RECORDS.items():
+            table = data.get(name, {"columns": [], "rows": []})
+            cols = table["columns"]
+            rows = []
+            for row in table["rows"]:
+                kw = dict(zip(cols, row))
+                if rec is TaskRecord and kw.get("released_by") is not None:
+                    kw["released_by"] = tuple(kw["released_by"])
+                rows.append(rec(**kw))
+            setattr(prof, name, rows)
+        return prof
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write every output (trace, CSVs, HTML report, profile.json) into folder `path`."""
+        from .export import write_folder
+        return write_folder(self, path)
+
+    def stream_info(self) -> dict:
+        """{(device, stream id): StreamInfo}."""
+        return {(s.device, s.id): s for s in self.streams}
+
+
+def as_dict(record) -> dict:
+    """One record as a dict (for tables and JSON)."""
+    return asdict(record)
+
+
+def read(path: str | os.PathLike) -> Profile:
+    """Load a profile folder (or its profile.json) written by a profiling run."""
+    from ..errors import ErrorCode, InvalidArgumentError
+    path = os.fspath(path)
+    file = os.path.join(path, DATA_FILE) if os.path.isdir(path) else path
+    try:
+        with open(file, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return Profile.from_json(data)
+    except FileNotFoundError:
+        raise InvalidArgumentError(f"no profile at {path!r} (expected a folder with {DATA_FILE})",
+                                   code=ErrorCode.INVALID_FILE) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidArgumentError(f"{file!r} is not a readable ascentrt profile: {exc}",
+                                   code=ErrorCode.INVALID_FILE) from None

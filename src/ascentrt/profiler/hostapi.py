@@ -1,0 +1,199 @@
+"""Host API call recording: the public API is wrapped while a profile runs, untouched otherwise.
+
+Profiling off costs nothing on the launch path because nothing is there: `install()` swaps the
+public functions and methods for recording wrappers, `uninstall()` puts the originals back.
+Methods are patched on their classes; module-level functions are rebound in every module that
+holds them (so `from ascentrt import launch` done earlier is profiled as well).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from time import perf_counter_ns
+
+from ..device import Device
+from ..event import Event
+from ..memory.buffer import DeviceBuffer, HostBuffer
+from ..notify import Notify
+from ..stream import Stream
+
+# Module-level API functions, by the name they have in the `ascentrt` package.
+FUNCTIONS = ("launch", "launch_host_func", "malloc", "malloc_host", "free", "memcpy",
+             "memcpy_async", "memcpy2d", "memcpy2d_async", "memset", "memset_async", "synchronize",
+             "record_notify", "wait_and_reset_notify", "set_device", "elapsed_time",
+             "malloc_async", "free_async", "record_stream", "empty_cache")
+METHODS = {
+    Stream: ("record", "wait", "record_notify", "wait_notify", "synchronize", "query", "destroy",
+             "close", "begin_capture", "end_capture"),
+    Event: ("record", "synchronize", "query", "reset", "destroy", "close"),
+    Notify: ("record", "wait_and_reset", "destroy", "close"),
+    Device: ("create_stream", "create_event", "create_notify", "malloc", "synchronize", "reset"),
+    DeviceBuffer: ("free",),
+    HostBuffer: ("free",),
+}
+# Classes of optional parts, found when they are loaded: (module, class) -> methods.
+OPTIONAL_METHODS = {("ascentrt.graph.graph", "Graph"): ("launch", "execute"),
+                    ("ascentrt.memory.mempool", "MemPool"): ("malloc_async", "free_async",
+                                                             "trim_to", "destroy")}
+_ALIASES = {"close": "destroy"}
+
+
+def _probe_stream_sync(args, kwargs):
+    s = args[0]
+    return f"stream {s.id}", s._completed >= s._submitted, 0
+
+
+def _probe_event(args, kwargs):
+    ev = args[0]
+    m = ev._marker
+    if m is None:
+        return f"event {ev.id}", True, 0
+    return f"event {ev.id}", m.done, perf_counter_ns() - m.ts_ns if m.done and m.ts_ns else 0
+
+
+def _probe_device_sync(args, kwargs):
+    from ..device import current_device
+    dev = args[0] if args and isinstance(args[0], Device) else current_device()
+    idle = all(s._completed >= s._submitted for s in list(dev._dq.streams.values()))
+    return f"device {dev.id}", idle, 0
+
+
+def _probe_stream_wait(args, kwargs):
+    s = args[0]
+    ev = args[1] if len(args) > 1 else kwargs.get("event")
+    m = getattr(ev, "_marker", None)
+    if m is None:
+        return f"stream {s.id}", None, 0
+    where = "its own" if m.stream is s else f"stream {m.stream.id}'s"
+    ago = perf_counter_ns() - m.ts_ns if m.done and m.ts_ns else 0
+    return f"stream {s.id} on {where} event {ev.id}", m.done or m.stream is s, ago
+
+
+# Calls whose target and "was it already complete" the analysis needs (unnecessary syncs).
+PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_stream_sync,
+          "Event.synchronize": _probe_event, "Event.query": _probe_event,
+          "Device.synchronize": _probe_device_sync, "synchronize": _probe_device_sync,
+          "Stream.wait": _probe_stream_wait}
+
+
+def _wrap(fn, name: str, calls: list, on_error):
+    """A wrapper that records each call of `fn` as (name, start, end, thread[, error, facts]).
+
+    Calls the runtime makes inside another API call are recorded too and dropped when the
+    profile is assembled (they nest inside the outer call on the same thread): no per-thread
+    depth counter on the hot path.
+    """
+    probe = PROBES.get(name)
+    get_ident = threading.get_ident
+    append = calls.append
+
+    if probe is None:
+        def api(*args, **kwargs):
+            t0 = perf_counter_ns()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                _failed(append, on_error, name, t0, exc, None)
+                raise
+            append((name, t0, perf_counter_ns(), get_ident()))  # plain values: cheap to keep
+            return result
+    else:
+        def api(*args, **kwargs):
+            try:
+                facts = probe(args, kwargs)
+            except Exception:
+                facts = None  # bad arguments: the call itself reports them
+            t0 = perf_counter_ns()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                _failed(append, on_error, name, t0, exc, facts)
+                raise
+            append((name, t0, perf_counter_ns(), get_ident(), 0, facts))
+            return result
+
+    api.__wrapped__ = fn
+    api.__name__ = getattr(fn, "__name__", name)
+    api.__qualname__ = getattr(fn, "__qualname__", name)
+    api.__doc__ = getattr(fn, "__doc__", None)
+    api._ascentrt_api = name
+    return api
+
+
+def _failed(append, on_error, name, t0, exc, facts) -> None:
+    code = int(getattr(exc, "code", 0) or -1)
+    append((name, t0, perf_counter_ns(), threading.get_ident(), code, facts))
+    on_error(name, code)
+
+
+def outermost(calls: list[tuple]) -> list[tuple]:
+    """Drop the calls that ran inside another recorded call of the same thread."""
+    out = []
+    open_until: dict[int, int] = {}  # thread -> end of its current outermost call
+    for call in sorted(calls, key=lambda c: (c[1], -c[2])):
+        _, t0, t1, thread = call[:4]
+        if t1 <= open_until.get(thread, -1):
+            continue
+        open_until[thread] = t1
+        out.append(call)
+    return out
+
+
+class Instrumentation:
+    """The swapped-in wrappers of one profiling run, and how to put the originals back."""
+
+    def __init__(self, calls: list, on_error):
+        self.calls = calls
+        self.on_error = on_error
+        self.methods: list[tuple[type, str, object]] = []  # (class, attribute, original)
+        self.functions: dict[int, tuple[object, object]] = {}  # id(original) -> (original, wrapper)
+
+    def install(self) -> None:
+        """Swap every public API function and method for its recording wrapper."""
+        import ascentrt
+        methods = dict(METHODS)
+        for (module, name), attrs in OPTIONAL_METHODS.items():
+            cls = getattr(sys.modules.get(module), name, None)
+            if cls is not None:
+                methods[cls] = attrs
+        for cls, names in methods.items():
+            for attr in names:
+                original = cls.__dict__.get(attr)
+                if not isinstance(original, types.FunctionType) or \
+                        hasattr(original, "_ascentrt_api"):
+                    continue
+                label = f"{cls.__name__}.{_ALIASES.get(attr, attr)}"
+                setattr(cls, attr, _wrap(original, label, self.calls, self.on_error))
+                self.methods.append((cls, attr, original))
+        for name in FUNCTIONS:
+            original = getattr(ascentrt, name, None)
+            if original is None or hasattr(original, "_ascentrt_api"):
+                continue
+            self.functions[id(original)] = (original, _wrap(original, name, self.calls,
+                                                            self.on_error))
+        _rebind(self.functions)
+
+    def uninstall(self) -> None:
+        """Put the original functions and methods back (wrappers bound since are swapped too)."""
+        for cls, attr, original in reversed(self.methods):
+            setattr(cls, attr, original)
+        self.methods.clear()
+        _rebind({id(w): (w, o) for o, w in self.functions.values()})
+        self.functions.clear()
+
+
+def _rebind(swaps: dict[int, tuple[object, object]]) -> None:
+    """In every loaded module, replace each `old` of swaps {id(old): (old, new)} by `new`."""
+    for module in list(sys.modules.values()):
+        try:
+            namespace = vars(module)
+        except TypeError:
+            continue
+        if not isinstance(namespace, dict):
+            continue
+        for key, value in list(namespace.items()):
+            pair = swaps.get(id(value))
+            if pair is not None and pair[0] is value:
+                namespace[key] = pair[1]

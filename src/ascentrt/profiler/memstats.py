@@ -1,0 +1,39 @@
+"""What the profiler asks of a device's memory: the one place that knows the allocator's API.
+
+Two shapes exist: the caching pool (DeviceAllocator.pool, over chunks of the device mapping,
+plus explicit MemPools in DeviceAllocator.pools) and, with the pool off, a plain first-fit arena.
+"""
+
+from __future__ import annotations
+
+
+def _pools(mem) -> list:
+    pools = [p for p in [getattr(mem, "pool", None)] + list(getattr(mem, "pools", [])) if p]
+    return list({id(p): p for p in pools}.values())
+
+
+def reserved_bytes(device) -> int:
+    """Bytes the allocator holds: live buffers plus cached free blocks (pool), or live (arena)."""
+    mem = device._memory
+    pools = _pools(mem)
+    if pools:
+        return sum(p.reserved for p in pools)
+    return int(mem.used_bytes())
+
+
+def free_ranges(device) -> tuple[int, int]:
+    """(bytes that could still be handed out, the largest contiguous range of them)."""
+    mem = device._memory
+    pools = _pools(mem)
+    if pools:
+        chunks = mem.chunks
+        free = chunks.unreserved_bytes() + sum(p.free_bytes() for p in pools)
+        largest = max([chunks.largest_unreserved()] + [p.largest_free_block() for p in pools])
+        return int(free), int(largest)
+    arena = mem.arena
+    return int(arena.free_bytes()), int(arena.largest_free())
+
+
+def live_device_bytes(device) -> int:
+    """Bytes in the device's live buffers right now."""
+    return sum(b.nbytes for b in list(getattr(device._memory, "live", {}).values()))

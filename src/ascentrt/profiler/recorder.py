@@ -1,0 +1,223 @@
+"""Recording one profile: device tasks from the engine, host API calls, ranges, memory."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import threading
+from time import perf_counter_ns
+
+from ..engine import Hooks
+from ..engine.task import EVENT_WAIT, KIND_NAMES
+from ..errors import ErrorCode
+from ..memory.registry import REGISTRY
+from . import memstats
+from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample, Profile,
+                   RangeRecord, StreamInfo, TaskRecord)
+from .hostapi import Instrumentation, outermost
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FRAGMENTATION_EVERY_NS = 10_000_000  # measure free-range layout at most every 10 ms (it is O(n))
+_OOM_CODES = (int(ErrorCode.RT_MEMORY_ALLOCATION), int(ErrorCode.RT_DEVICE_OOM))
+
+
+class Recorder:
+    """Collects raw records cheaply while running; `finish()` turns them into a Profile.
+
+    The engine calls task_done(task) on executor threads (Hooks.profiler); list.append is
+    atomic under the GIL, so no lock is taken on any recording path.
+    """
+
+    def __init__(self):
+        self.t0 = perf_counter_ns()
+        self.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        self.per_stream: dict = {}  # stream -> [task tuples]
+        self.calls: list[tuple] = []
+        self.ranges: list[tuple] = []
+        self.marks: list[tuple] = []
+        self.memory: list[MemorySample] = []
+        # id(buffer) -> [device, addr, nbytes, t_alloc, t_free, site]
+        self.allocations: dict[int, list] = {}
+        self.done_allocations: list[list] = []
+        self.allocated: dict[int, int] = {}      # device id (-1 host) -> live bytes
+        self.devices: dict[int, object] = {}
+        self._last_layout_ns = 0
+        self._instrumentation = Instrumentation(self.calls, self._api_error)
+        self._registry_patched = False
+
+    # ---- engine hook ---------------------------------------------------------------------
+
+    def task_done(self, task) -> None:
+        """Called by the engine for every finished task (with its perf_counter_ns stamps)."""
+        # Plain values only, filed per stream: such tuples drop out of the garbage collector's
+        # view at its first pass, and the task itself may be reused (graph replays).
+        released = None
+        if task.kind == EVENT_WAIT:
+            m = task.marker
+            released = (m.stream.device.id, m.stream.id, m.position)
+        stream = task.stream
+        bucket = self.per_stream.get(stream)
+        if bucket is None:  # setdefault is atomic: a racing first task of the stream shares it
+            bucket = self.per_stream.setdefault(stream, [])
+        bucket.append((task.id, task.kind, task.name or getattr(task.fn, "__name__", None),
+                       task.nbytes, task.t_enqueue, task.t_start, task.t_end, task.thread,
+                       task.error is not None, released))
+
+    # ---- start / stop --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Attach to the engine, the public API and the memory registry."""
+        from ..device import _devices
+        for dev in _devices or []:
+            self._note_device(dev)
+            self.allocated[dev.id] = memstats.live_device_bytes(dev)
+            self._sample(dev, measure_layout=True)
+        self.allocated.setdefault(-1, 0)
+        self._instrumentation.install()
+        REGISTRY.add = self._registry_add       # instance attributes shadow the methods
+        REGISTRY.remove = self._registry_remove
+        self._registry_patched = True
+        Hooks.profiler = self
+
+    def stop(self) -> None:
+        """Detach everything; the recorded data stays."""
+        if Hooks.profiler is self:
+            Hooks.profiler = None
+        if self._registry_patched:
+            del REGISTRY.add, REGISTRY.remove
+            self._registry_patched = False
+        self._instrumentation.uninstall()
+        self.t_end = perf_counter_ns()
+        for dev in list(self.devices.values()):
+            self._sample(dev, measure_layout=True)
+
+    # ---- user ranges and marks ---------------------------------------------------------------
+
+    def add_range(self, name: str, t0: int, t1: int, thread: int) -> None:
+        """Record a finished user range."""
+        self.ranges.append((name, t0, t1, thread))
+
+    def add_mark(self, name: str, ts: int, thread: int) -> None:
+        """Record a user mark."""
+        self.marks.append((name, ts, thread))
+
+    # ---- memory ----------------------------------------------------------------------------
+
+    def _registry_add(self, alloc) -> None:
+        type(REGISTRY).add(REGISTRY, alloc)
+        dev = alloc.device
+        key = -1 if dev is None else dev.id
+        self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, perf_counter_ns(), None,
+                                       _user_site()]
+        self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
+        self._sample(dev)
+
+    def _registry_remove(self, alloc) -> None:
+        type(REGISTRY).remove(REGISTRY, alloc)
+        dev = alloc.device
+        key = -1 if dev is None else dev.id
+        rec = self.allocations.pop(id(alloc), None)
+        if rec is not None:
+            rec[4] = perf_counter_ns()
+            self.done_allocations.append(rec)
+        self.allocated[key] = max(0, self.allocated.get(key, 0) - alloc.nbytes)
+        self._sample(dev)
+
+    def _note_device(self, dev) -> None:
+        if dev.id not in self.devices:
+            self.devices[dev.id] = dev
+
+    def _sample(self, dev, measure_layout: bool = False) -> None:
+        now = perf_counter_ns()
+        if dev is None:
+            pinned = self.allocated.get(-1, 0)
+            self.memory.append(MemorySample(now - self.t0, -1, pinned, pinned))
+            return
+        self._note_device(dev)
+        free = largest = -1
+        if measure_layout or now - self._last_layout_ns >= _FRAGMENTATION_EVERY_NS:
+            self._last_layout_ns = now
+            free, largest = memstats.free_ranges(dev)
+        self.memory.append(MemorySample(now - self.t0, dev.id, self.allocated.get(dev.id, 0),
+                                        memstats.reserved_bytes(dev), free, largest))
+
+    def _api_error(self, name: str, code: int) -> None:
+        if code in _OOM_CODES:  # an OOM: record the free-range layout that caused it
+            from ..device import current_device
+            self._sample(current_device(), measure_layout=True)
+
+    # ---- the result ------------------------------------------------------------------------
+
+    def finish(self, command=None) -> Profile:
+        """Convert the raw records into a Profile (times relative to the start)."""
+        t0 = self.t0
+        prof = Profile(duration_ns=getattr(self, "t_end", perf_counter_ns()) - t0,
+                       started_at=self.started_at, command=list(command or sys.argv))
+        streams = {}
+        tasks = []
+        for s, bucket in list(self.per_stream.items()):
+            dev = s.device
+            self._note_device(dev)
+            streams[(dev.id, s.id)] = s
+            for (tid, kind, label, nbytes, t_enq, t_start, t_end, thread, failed,
+                 released) in list(bucket):
+                if not t_end or t_start < t0:
+                    continue  # enqueued or started before profiling: no complete timing
+                kind_name = KIND_NAMES[kind]
+                enqueue = max(t_enq, t0) if t_enq else t_start
+                tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
+                                        enqueue - t0, t_start - t0, t_end - t0, thread, failed,
+                                        released))
+        tasks.sort(key=lambda t: (t.start_ns, t.end_ns))
+        prof.tasks = tasks
+        prof.api_calls = sorted(
+            (ApiCall(c[0], c[1] - t0, c[2] - t0, c[3], *_error_and_facts(c))
+             for c in outermost(list(self.calls))),
+            key=lambda c: c.start_ns)
+        prof.ranges = sorted((RangeRecord(n, a - t0, b - t0, th) for n, a, b, th in self.ranges),
+                             key=lambda r: (r.start_ns, -r.end_ns))
+        prof.marks = [MarkRecord(n, ts - t0, th) for n, ts, th in self.marks]
+        prof.memory = list(self.memory)
+        allocs = [(rec, True) for rec in self.done_allocations] + \
+                 [(rec, False) for rec in self.allocations.values()]
+        prof.allocations = sorted(
+            (Allocation(d, addr, n, ta - t0, tf - t0 if freed else None, site)
+             for (d, addr, n, ta, tf, site), freed in allocs), key=lambda a: a.alloc_ns)
+        for dev in self.devices.values():
+            p = dev.properties
+            prof.devices.append(DeviceInfo(dev.id, p.name, p.compute_units, p.copy_engines,
+                                           p.host_func_threads, p.total_memory))
+            default, detached = dev._default_stream, dev._dq.detached
+            for s in list(dev._dq.streams.values()):
+                streams.setdefault((dev.id, s.id), s)
+            for (did, sid), s in sorted(streams.items(), key=lambda kv: kv[0]):
+                if did != dev.id:
+                    continue
+                role = "default" if s is default else "host functions (non-blocking)" \
+                    if s is detached else ""
+                if role and not any(t.stream == sid and t.device == did for t in tasks):
+                    continue  # internal streams appear only when they ran something
+                prof.streams.append(StreamInfo(did, sid, s.priority, role))
+        prof.devices.sort(key=lambda d: d.id)
+        names = {t.ident: t.name for t in threading.enumerate()}
+        seen = {c.thread for c in prof.api_calls} | {r.thread for r in prof.ranges} | \
+               {m.thread for m in prof.marks} | {t.thread for t in tasks}
+        prof.threads = {th: names.get(th, f"thread {th}") for th in sorted(seen) if th}
+        return prof
+
+
+def _error_and_facts(call: tuple) -> tuple:
+    if len(call) == 4:
+        return (0, "", None, 0)
+    return (call[4],) + (call[5] or ("", None, 0))
+
+
+def _user_site() -> str:
+    """file:line of the innermost caller outside ascentrt (where the user allocated)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"

@@ -1,0 +1,115 @@
+"""The terminal summary of a profile: a few tables and the diagnosis, plain text or rich."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .data import Profile
+
+
+def _ms(ns) -> str:
+    return f"{ns / 1e6:.2f}"
+
+
+def sections(profile: Profile, findings=None) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The summary as (title, headers, rows) tables."""
+    m = profile.metrics()
+    out = []
+    rows = [[f"{d}", str(v["tasks"]), _ms(v["window_ns"]), _ms(v["busy_ns"]),
+             f"{v['utilization']:.0%}"] for d, v in m["devices"].items()]
+    out.append(("Devices", ["device", "tasks", "window ms", "busy ms", "utilization"], rows))
+    rows = [[f"{v['device']}", f"{v['stream']}", str(v["tasks"]), _ms(v["busy_ns"]),
+             f"{v['utilization']:.0%}"] for v in m["streams"].values()]
+    out.append(("Streams", ["device", "stream", "tasks", "busy ms", "utilization"], rows))
+    rows = [[f"{v['device']}", v["executor"], str(v["units"]), _ms(v["busy_ns"]),
+             f"{v['utilization']:.0%}"] for v in m["executors"].values() if v["busy_ns"]]
+    out.append(("Executors", ["device", "executor", "units", "busy ms", "utilization"], rows))
+    kernels = defaultdict(list)
+    for t in profile.tasks:
+        if t.kind in ("kernel", "copy", "memset", "host_func"):
+            kernels[(t.kind, t.name)].append(t.duration_ns)
+    top = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[:8]
+    rows = [[name, kind, str(len(d)), _ms(sum(d)), f"{sum(d) / len(d) / 1e3:.1f}"]
+            for (kind, name), d in top]
+    out.append(("Top tasks", ["name", "kind", "count", "total ms", "avg us"], rows))
+    top_api = sorted(m["api"].items(), key=lambda kv: -kv[1]["total_ns"])[:8]
+    rows = [[name, str(v["count"]), _ms(v["total_ns"]), f"{v['mean_ns'] / 1e3:.1f}"]
+            for name, v in top_api]
+    out.append(("Host API", ["api", "calls", "total ms", "avg us"], rows))
+    lat, disp = m["launch_latency_ns"], m["dispatch_latency_ns"]
+    rows = [[label, str(v["count"]), f"{v['p50'] / 1e3:.1f}", f"{v['p90'] / 1e3:.1f}",
+             f"{v['p99'] / 1e3:.1f}", f"{v['max'] / 1e3:.1f}"]
+            for label, v in (("enqueue -> start", lat), ("idle stream dispatch", disp))
+            if v["count"]]
+    out.append(("Kernel launch latency (us)", ["", "count", "p50", "p90", "p99", "max"], rows))
+    rows = [[name, str(v["count"]), f"{v['bytes'] / (1 << 20):.1f}", f"{v['gb_per_s']:.2f}"]
+            for name, v in m["copy_bandwidth"].items()]
+    out.append(("Copies", ["direction", "count", "MiB", "GB/s"], rows))
+    rows = [["host (pinned)" if d < 0 else str(d), f"{v['peak_allocated'] / (1 << 20):.1f}",
+             f"{v['peak_reserved'] / (1 << 20):.1f}",
+             f"{v['capacity'] / (1 << 20):.0f}" if v.get("capacity") else "-"]
+            for d, v in sorted(m["memory"].items())]
+    out.append(("Memory peak (MiB)", ["device", "allocated", "reserved", "capacity"], rows))
+    return [s for s in out if s[2]]
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain aligned text table."""
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def headline(profile: Profile) -> str:
+    """One line: duration, tasks, API calls, devices."""
+    work = sum(t.kind in ("kernel", "copy", "memset", "host_func") for t in profile.tasks)
+    return (f"profile: {profile.duration_ns / 1e6:.1f} ms, {len(profile.tasks)} tasks "
+            f"({work} kernels/copies/memsets/host functions), {len(profile.api_calls)} API calls, "
+            f"{len(profile.devices)} device(s)")
+
+
+def findings_text(findings) -> str:
+    """The diagnosis as text ('no problems found' when empty)."""
+    if not findings:
+        return "Diagnosis: no problems found."
+    parts = [f"Diagnosis: {len(findings)} finding(s)"]
+    for i, f in enumerate(findings, 1):
+        parts.append(f"{i}. {f}")
+    return "\n".join(parts)
+
+
+def summary_text(profile: Profile, findings=None) -> str:
+    """The whole summary as plain text."""
+    if findings is None:
+        findings = profile.diagnose()
+    parts = [headline(profile)]
+    for title, headers, rows in sections(profile, findings):
+        parts.append(f"\n{title}\n{format_table(headers, rows)}")
+    parts.append("\n" + findings_text(findings))
+    return "\n".join(parts)
+
+
+def print_summary(profile: Profile, findings=None, file=None) -> None:
+    """Print the summary: with rich tables when rich is installed and the output is a terminal."""
+    import sys
+    file = file or sys.stdout
+    if findings is None:
+        findings = profile.diagnose()
+    try:
+        if not file.isatty():
+            raise ImportError
+        from rich.console import Console
+        from rich.table import Table
+    except (ImportError, AttributeError, ValueError):
+        print(summary_text(profile, findings), file=file)
+        return
+    console = Console(file=file)
+    console.print(headline(profile))
+    for title, headers, rows in sections(profile, findings):
+        table = Table(title=title, title_justify="left")
+        for h in headers:
+            table.add_column(h)
+        for r in rows:
+            table.add_row(*[str(x) for x in r])
+        console.print(table)
+    console.print(findings_text(findings), markup=False, highlight=False)

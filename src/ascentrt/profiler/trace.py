@@ -1,0 +1,178 @@
+"""The Chrome trace-event JSON export (loads in Perfetto and chrome://tracing).
+
+A process for the host and one per device; a track per host thread and per stream; complete
+("X") slices that nest per track (a slice that would overlap its neighbour goes to an overflow
+track of the same stream rather than being dropped); flow arrows from each API call to the task
+it submitted and from each event record to the waits it released; memory counters.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+from .data import Profile
+
+HOST_PID = 0
+OVERFLOW_TID = 1_000_000  # overflow tracks of a stream: stream id + k * OVERFLOW_TID
+
+
+def device_pid(device: int) -> int:
+    """The trace process id of a device (the host is 0)."""
+    return device + 1
+
+
+def _us(ns: int) -> float:
+    return round(ns / 1000, 3)
+
+
+def _slice(name, cat, pid, tid, start_ns, end_ns, args) -> dict:
+    ts = _us(start_ns)
+    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts,
+            "dur": max(0.0, round(_us(end_ns) - ts, 3)), "args": args}
+
+
+def _lanes(items):
+    """Assign (start, end, payload) items to lanes so that slices in a lane nest properly."""
+    stacks: list[list[int]] = []  # per lane: end times of the open slices
+    out = []
+    for start, end, payload in sorted(items, key=lambda x: (x[0], -x[1])):
+        for lane, stack in enumerate(stacks):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            if not stack or end <= stack[-1]:
+                stack.append(end)
+                out.append((lane, start, end, payload))
+                break
+        else:
+            stacks.append([end])
+            out.append((len(stacks) - 1, start, end, payload))
+    return out
+
+
+def trace_events(profile: Profile) -> list[dict]:
+    """The trace as a list of trace-event dicts."""
+    ev: list[dict] = []
+    meta = ev.append
+    meta({"name": "process_name", "ph": "M", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}})
+    meta({"name": "process_sort_index", "ph": "M", "pid": HOST_PID, "tid": 0,
+          "args": {"sort_index": 0}})
+    threads = {th: i + 1 for i, th in enumerate(sorted(profile.threads))}
+    for th, tid in threads.items():
+        meta({"name": "thread_name", "ph": "M", "pid": HOST_PID, "tid": tid,
+              "args": {"name": profile.threads[th]}})
+        meta({"name": "thread_sort_index", "ph": "M", "pid": HOST_PID, "tid": tid,
+              "args": {"sort_index": tid}})
+    for d in profile.devices:
+        pid = device_pid(d.id)
+        meta({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+              "args": {"name": f"device {d.id} ({d.name})"}})
+        meta({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+              "args": {"sort_index": pid}})
+    streams = profile.stream_info()
+
+    # Host: API calls and user ranges per thread, marks as instants.
+    host_items = defaultdict(list)
+    for c in profile.api_calls:
+        args = {"thread": profile.threads.get(c.thread, str(c.thread))}
+        if c.target:
+            args["target"] = c.target
+        if c.already_done is not None:
+            args["already complete"] = c.already_done
+        if c.error:
+            args["error code"] = c.error
+        host_items[c.thread].append((c.start_ns, c.end_ns, (c.name, "api", args)))
+    for r in profile.ranges:
+        host_items[r.thread].append((r.start_ns, r.end_ns, (r.name, "range", {})))
+    api_slices = defaultdict(list)  # thread -> [(start, end, tid)] of API slices, for flows
+    for th, items in host_items.items():
+        base = threads.get(th, 0)
+        for lane, start, end, (name, cat, args) in _lanes(items):
+            tid = base + lane * OVERFLOW_TID
+            ev.append(_slice(name, cat, HOST_PID, tid, start, end, args))
+            if cat == "api":
+                api_slices[th].append((start, end, tid))
+    for m in profile.marks:
+        ev.append({"name": m.name, "cat": "mark", "ph": "i", "s": "t", "pid": HOST_PID,
+                   "tid": threads.get(m.thread, 0), "ts": _us(m.ts_ns)})
+
+    # Devices: tasks per stream.
+    per_stream = defaultdict(list)
+    for t in profile.tasks:
+        per_stream[(t.device, t.stream)].append((t.start_ns, t.end_ns, t))
+    placed = {}
+    for (dev, sid), items in sorted(per_stream.items()):
+        pid = device_pid(dev)
+        for lane, start, end, t in _lanes(items):
+            tid = sid + lane * OVERFLOW_TID
+            args = {"task id": t.task_id, "kind": t.kind, "enqueue (us)": _us(t.enqueue_ns),
+                    "wait (us)": _us(t.wait_ns)}
+            if t.nbytes:
+                args["bytes"] = t.nbytes
+            if t.failed:
+                args["failed"] = True
+            ev.append(_slice(t.name, t.kind, pid, tid, start, end, args))
+            placed[t.key] = (pid, tid)
+    for pid, tid in sorted({v for v in placed.values()}):
+        sid, lane = tid % OVERFLOW_TID, tid // OVERFLOW_TID
+        info = streams.get((pid - 1, sid))
+        label = f"stream {sid}"
+        if info is not None and info.role:
+            label += f" ({info.role})"
+        elif info is not None:
+            label += f" (priority {info.priority})"
+        if lane:
+            label += f" overflow {lane}"
+        meta({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}})
+        meta({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+              "args": {"sort_index": tid}})
+
+    # Flows: API call -> the task it submitted; event record -> the waits it released.
+    flow_id = 0
+    starts = {}
+    for th, sl in api_slices.items():
+        sl.sort()
+        starts[th] = [s for s, _, _ in sl]
+    for t in profile.tasks:
+        sl = api_slices.get(t.thread)
+        if not sl:
+            continue
+        i = bisect.bisect_right(starts[t.thread], t.enqueue_ns) - 1
+        if i < 0 or sl[i][1] < t.enqueue_ns or t.key not in placed:
+            continue
+        flow_id += 1
+        pid, tid = placed[t.key]
+        ev.append({"name": "submit", "cat": "launch", "ph": "s", "id": flow_id, "pid": HOST_PID,
+                   "tid": sl[i][2], "ts": _us(t.enqueue_ns)})
+        ev.append({"name": "submit", "cat": "launch", "ph": "f", "bp": "e", "id": flow_id,
+                   "pid": pid, "tid": tid, "ts": _us(t.start_ns)})
+    by_key = {t.key: t for t in profile.tasks}
+    for t in profile.tasks:
+        if t.released_by is None or t.key not in placed:
+            continue
+        rec = by_key.get(tuple(t.released_by))
+        if rec is None or rec.key not in placed:
+            continue
+        flow_id += 1
+        rpid, rtid = placed[rec.key]
+        pid, tid = placed[t.key]
+        ev.append({"name": "event", "cat": "event", "ph": "s", "id": flow_id, "pid": rpid,
+                   "tid": rtid, "ts": _us(rec.start_ns)})
+        ev.append({"name": "event", "cat": "event", "ph": "f", "bp": "e", "id": flow_id,
+                   "pid": pid, "tid": tid, "ts": _us(t.end_ns)})
+
+    # Memory counters.
+    for s in profile.memory:
+        pid = HOST_PID if s.device < 0 else device_pid(s.device)
+        name = "pinned host memory" if s.device < 0 else "device memory"
+        ev.append({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": _us(s.ts_ns),
+                   "args": {"allocated MiB": round(s.allocated / (1 << 20), 3),
+                            "reserved MiB": round(s.reserved / (1 << 20), 3)}})
+    return ev
+
+
+def trace_json(profile: Profile) -> dict:
+    """The whole trace document: {"traceEvents": [...], "displayTimeUnit": "ms", ...}."""
+    return {"traceEvents": trace_events(profile), "displayTimeUnit": "ms",
+            "otherData": {"producer": "ascentrt profiler", "started_at": profile.started_at,
+                          "command": " ".join(profile.command)}}
