@@ -1,0 +1,338 @@
+"""Bad input: each mistake raises the right error class and code, changes nothing, and the runtime goes on."""
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+from subprocess_util import run_program
+
+E = art.ErrorCode
+
+
+@pytest.fixture
+def buf():
+    """A live 128-byte device buffer filled with 0x11."""
+    b = art.malloc(128)
+    art.memset(b, 0x11)
+    yield b
+    if b.alive:
+        b.free()
+
+
+def _still_usable(stream):
+    """The runtime still works end to end: malloc, copy in, kernel, copy out."""
+    x = np.arange(16, dtype=np.float32)
+    b = art.malloc(x.nbytes)
+    art.memcpy_async(b, x, stream=stream)
+    art.launch(art.kernels.scale, b.view(np.float32), b.view(np.float32), 2.0, stream=stream)
+    out = np.empty_like(x)
+    art.memcpy_async(out, b, stream=stream)
+    stream.synchronize(timeout=10)
+    b.free()
+    assert np.array_equal(out, 2 * x)
+
+
+@pytest.mark.parametrize("nbytes,error,code", [
+    (0, art.InvalidArgumentError, E.INVALID_PARAM),
+    (-1, art.InvalidArgumentError, E.INVALID_PARAM),
+    (-(1 << 40), art.InvalidArgumentError, E.INVALID_PARAM),
+    (1 << 70, art.InvalidArgumentError, E.INVALID_PARAM),
+    (1 << 40, art.InvalidArgumentError, E.INVALID_PARAM),   # more than the whole device
+    (1.5, art.InvalidArgumentError, E.INVALID_PARAM),
+    ("64", art.InvalidArgumentError, E.INVALID_PARAM),
+    (None, art.InvalidArgumentError, E.INVALID_PARAM),
+    (True, art.InvalidArgumentError, E.INVALID_PARAM),
+], ids=repr)
+def test_bad_malloc_sizes_raise_and_allocate_nothing(dev, stream, nbytes, error, code):
+    before = dev.mem_info()
+    with pytest.raises(error) as err:
+        art.malloc(nbytes)
+    assert err.value.code == code and isinstance(err.value, art.AscentError)
+    assert dev.mem_info() == before
+    _still_usable(stream)
+
+
+@pytest.mark.parametrize("nbytes", [0, -1, 1 << 70, 2.0])
+def test_bad_malloc_host_sizes_raise(stream, nbytes):
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.malloc_host(nbytes)
+    assert err.value.code == E.INVALID_PARAM
+    _still_usable(stream)
+
+
+def test_out_of_memory_raises_207001_with_the_figures_and_changes_nothing(dev, stream):
+    free, total = dev.mem_info()
+    big = art.malloc(int(total * 0.6))       # untouched pages: this costs no real memory
+    try:
+        used = dev.mem_info()
+        with pytest.raises(art.OutOfMemoryError) as err:
+            art.malloc(int(total * 0.6))     # fits the device, not what is left of it
+        assert err.value.code == E.RT_MEMORY_ALLOCATION
+        assert "capacity" in str(err.value) and isinstance(err.value, MemoryError)
+        assert dev.mem_info() == used
+    finally:
+        big.free()
+    assert dev.mem_info() == (free, total)
+    _still_usable(stream)
+
+
+def test_double_free_raises_207002(dev, stream):
+    b = art.malloc(64)
+    b.free()
+    before = dev.mem_info()
+    with pytest.raises(art.InvalidHandleError) as err:
+        b.free()
+    assert err.value.code == E.RT_MEMORY_FREE
+    with pytest.raises(art.InvalidAddressError) as err:
+        art.free(b.ptr)
+    assert err.value.code == E.RT_MEMORY_FREE
+    assert dev.mem_info() == before
+    h = art.malloc_host(64)
+    h.free()
+    with pytest.raises(art.InvalidHandleError) as err:
+        h.free()
+    assert err.value.code == E.RT_MEMORY_FREE
+    _still_usable(stream)
+
+
+def test_free_of_an_int_that_is_not_a_live_allocation_start_raises(buf, stream):
+    for ptr in (0, 12345, buf.ptr + 32):
+        with pytest.raises(art.InvalidAddressError) as err:
+            art.free(ptr)
+        assert err.value.code == E.RT_MEMORY_FREE
+    assert buf.alive
+    with pytest.raises(art.InvalidArgumentError):
+        art.free("not a buffer")
+    art.free(buf.ptr)                        # the start of a live allocation is fine
+    assert not buf.alive
+    _still_usable(stream)
+
+
+@pytest.mark.parametrize("ptr_of", [lambda b: 0, lambda b: 12345, lambda b: (1 << 64) - 64,
+                                    lambda b: b.ptr - 64 if b.ptr >= 64 else 1])
+def test_an_int_that_is_not_a_live_pointer_is_never_dereferenced(buf, stream, ptr_of):
+    ptr = ptr_of(buf)
+    src = np.zeros(16, np.uint8)
+    for call in (lambda: art.memcpy(ptr, src, 16), lambda: art.memcpy(src, ptr, 16),
+                 lambda: art.memset(ptr, 0, 16), lambda: art.memcpy_async(ptr, src, 16, stream=stream)):
+        with pytest.raises(art.InvalidAddressError) as err:
+            call()
+        assert err.value.code == E.INVALID_PARAM
+    assert (buf.numpy() == 0x11).all()
+    _still_usable(stream)
+
+
+def test_a_freed_pointer_is_rejected(stream):
+    b = art.malloc(4096)
+    ptr = b.ptr
+    b.free()
+    with pytest.raises(art.InvalidAddressError):
+        art.memcpy(ptr, np.zeros(4096, np.uint8), 4096)
+    with pytest.raises(art.InvalidHandleError):
+        art.memcpy(b, np.zeros(16, np.uint8))
+    with pytest.raises(art.InvalidHandleError):
+        b.numpy()
+    _still_usable(stream)
+
+
+@pytest.mark.parametrize("copy", [
+    lambda b, s: art.memcpy(b, np.zeros(129, np.uint8)),
+    lambda b, s: art.memcpy(np.zeros(200, np.uint8), b, 200),
+    lambda b, s: art.memcpy(b.ptr + 64, np.zeros(100, np.uint8), 100),
+    lambda b, s: art.memcpy(np.zeros(100, np.uint8), b.ptr + 64, 100),
+    lambda b, s: art.memcpy(b.ptr, b.ptr + 1, 128),
+    lambda b, s: art.memcpy(b[64:128], np.zeros(65, np.uint8)),
+    lambda b, s: art.memcpy_async(b, np.zeros(129, np.uint8), stream=s),
+    lambda b, s: art.memset(b, 0, 129),
+    lambda b, s: art.memset(b.ptr + 120, 0, 16),
+    lambda b, s: art.memset_async(b, 0, 129, stream=s),
+    lambda b, s: art.memcpy2d(b, 64, np.zeros(256, np.uint8), 64, 64, 3),
+], ids=["dst_small", "src_small", "ptr_dst_past_end", "ptr_src_past_end", "ptr_both",
+        "slice", "async", "memset", "memset_ptr", "memset_async", "memcpy2d"])
+def test_a_copy_past_the_end_of_an_allocation_raises_and_writes_nothing(buf, stream, copy):
+    with pytest.raises((art.InvalidArgumentError, art.InvalidAddressError)) as err:
+        copy(buf, stream)
+    assert err.value.code == E.INVALID_PARAM
+    assert stream.pending == 0
+    assert (buf.numpy() == 0x11).all()
+    _still_usable(stream)
+
+
+@pytest.mark.parametrize("nbytes", [-1, 1 << 70, 1.0, "8"])
+def test_bad_copy_sizes_raise(buf, stream, nbytes):
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.memcpy(buf, np.zeros(128, np.uint8), nbytes)
+    assert err.value.code == E.INVALID_PARAM
+    assert (buf.numpy() == 0x11).all()
+
+
+@pytest.mark.parametrize("operand", [None, "abc", 1.5, [1, 2, 3], object()], ids=repr)
+def test_copy_operands_of_the_wrong_type_raise(buf, operand):
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(buf, operand, 16)
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(operand, buf, 16)
+
+
+def test_copy_into_a_read_only_or_strided_array_raises(buf):
+    ro = np.zeros(128, np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(ro, buf)
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(buf, np.zeros(256, np.uint8)[::2])
+
+
+def test_a_freed_buffer_as_kernel_argument_raises_at_launch(stream):
+    b = art.malloc(64)
+    view = b.view(np.float32)
+    b.free()
+    ran = []
+    for arg in (b, view, b[0:32]):
+        with pytest.raises(art.InvalidHandleError) as err:
+            art.launch(lambda *a: ran.append(a), arg, stream=stream)
+        assert err.value.code == E.RT_INVALID_HANDLE
+    assert stream.pending == 0 and ran == []
+    _still_usable(stream)
+
+
+def test_host_memory_as_kernel_argument_raises(stream):
+    h = art.malloc_host(64)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.launch(art.kernels.fill, h, 1, stream=stream)
+    assert err.value.code == E.RT_INVALID_MEMORY_TYPE
+    h.free()
+
+
+@pytest.mark.parametrize("kernel", [5, None, "no_such_kernel"], ids=repr)
+def test_a_kernel_that_is_not_callable_raises(stream, kernel):
+    with pytest.raises(art.InvalidArgumentError):
+        art.launch(kernel, stream=stream)
+    assert stream.pending == 0
+
+
+def test_reads_and_writes_must_be_buffers(stream, buf):
+    with pytest.raises(art.InvalidArgumentError):
+        art.launch(art.kernels.noop, stream=stream, reads=[1])
+    assert stream.pending == 0
+
+
+def test_stream_argument_must_be_a_stream(buf):
+    for bad in ("stream", 3, object()):
+        with pytest.raises(art.InvalidArgumentError):
+            art.launch(art.kernels.noop, stream=bad)
+        with pytest.raises(art.InvalidArgumentError):
+            art.memcpy_async(buf, np.zeros(16, np.uint8), stream=bad)
+
+
+def test_destroyed_stream_and_event_raise_invalid_handle(dev, buf):
+    s = dev.create_stream()
+    ev = s.record()
+    s.destroy()
+    ev.destroy()
+    for call in (lambda: art.launch(art.kernels.noop, stream=s),
+                 lambda: art.memcpy_async(buf, np.zeros(16, np.uint8), stream=s),
+                 lambda: art.memset_async(buf, 0, stream=s),
+                 lambda: s.wait(dev.default_stream.record()),
+                 lambda: ev.synchronize(), lambda: ev.record(dev.default_stream),
+                 lambda: dev.default_stream.wait(ev)):
+        with pytest.raises(art.InvalidHandleError) as err:
+            call()
+        assert err.value.code == E.RT_INVALID_HANDLE
+    assert (buf.numpy() == 0x11).all()
+
+
+@pytest.mark.parametrize("device_id", [-1, 1, 99, "0", 0.0, None, True])
+def test_bad_device_ids_raise_107001(device_id):
+    before = art.current_device()
+    for call in (lambda: art.set_device(device_id), lambda: art.Device(device_id),
+                 lambda: art.malloc(64, device=device_id) if device_id is not None else art.Device(None)):
+        with pytest.raises(art.InvalidDeviceError) as err:
+            call()
+        assert err.value.code == E.RT_INVALID_DEVICEID
+    assert art.current_device() is before
+
+
+@pytest.mark.parametrize("priority", [-1, 8, 100, 0.0, "1"])
+def test_bad_priorities_raise(dev, priority):
+    before = len(dev.streams())
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.Stream(dev, priority)
+    assert err.value.code == E.INVALID_PARAM
+    assert len(dev.streams()) == before
+
+
+def test_bad_environment_settings_raise_a_clear_error():
+    out = run_program("""
+        import ascentrt as art
+        try:
+            art.device_count()
+        except art.InvalidArgumentError as exc:
+            print("error", int(exc.code), "ASCENTRT_DEVICES" in str(exc))
+    """, env={"ASCENTRT_DEVICES": "zero"})
+    assert out.split() == ["error", "100000", "True"]
+
+
+def test_a_stream_of_another_device_is_rejected():
+    out = run_program("""
+        import numpy as np
+        import ascentrt as art
+        E = art.ErrorCode
+        assert art.device_count() == 2
+        d0, d1 = art.Device(0), art.Device(1)
+        s0, s1 = d0.create_stream(), d1.create_stream()
+        b0 = art.malloc(64, device=0)
+        b1 = art.malloc(64, device=1)
+        art.memset(b0, 1); art.memset(b1, 2)
+        checks = []
+        def expect(call, error, code):
+            try:
+                call()
+            except error as exc:
+                checks.append(exc.code == code)
+            else:
+                checks.append(False)
+        # A kernel on a stream of device 1 with a buffer of device 0.
+        expect(lambda: art.launch(art.kernels.fill, b0, 3, stream=s1),
+               art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
+        # An event of device 0 recorded on a stream of device 1.
+        expect(lambda: d0.create_event().record(s1), art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
+        # A host-to-device copy into device 0's memory on a stream of device 1.
+        expect(lambda: art.memcpy_async(b0, np.zeros(64, np.uint8), stream=s1),
+               art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
+        expect(lambda: art.set_device(2), art.InvalidDeviceError, E.RT_INVALID_DEVICEID)
+        assert s1.pending == 0 and (b0.numpy() == 1).all() and (b1.numpy() == 2).all()
+        # The right pairings still work, and each device keeps its own memory and current device.
+        art.launch(art.kernels.fill, b1.view(np.uint8), 7, stream=s1)
+        art.memcpy_async(b0, b1, stream=s0)          # device-to-device across devices is allowed
+        s1.synchronize(timeout=10); s0.synchronize(timeout=10)
+        art.set_device(1)
+        assert art.current_device() is d1 and art.malloc(32).device is d1
+        print(all(checks), len(checks), int(b0.numpy()[0]))
+    """, env={"ASCENTRT_DEVICES": "2"})
+    assert out.split() == ["True", "4", "7"]
+
+
+def test_current_device_is_per_host_thread():
+    out = run_program("""
+        import threading
+        import ascentrt as art
+        art.set_device(1)
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(art.current_device().id))
+        t.start(); t.join(10)
+        print(art.current_device().id, seen[0])
+    """, env={"ASCENTRT_DEVICES": "2"})
+    assert out.split() == ["1", "0"]
+
+
+def test_many_bad_calls_in_a_row_leave_the_runtime_usable(dev, stream):
+    before = dev.mem_info()
+    for _ in range(100):
+        for call in (lambda: art.malloc(-1), lambda: art.free(1), lambda: art.memcpy(1, 2, 3),
+                     lambda: art.set_device(7), lambda: stream.synchronize(timeout=-1)):
+            with pytest.raises(art.AscentError):
+                call()
+    assert dev.mem_info() == before
+    art.get_last_error()
+    _still_usable(stream)

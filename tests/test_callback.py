@@ -1,0 +1,111 @@
+"""ascentrt.callback: report threads subscribed to streams run their callbacks, in stream order."""
+
+import threading
+
+import pytest
+
+import ascentrt as art
+from ascentrt import callback
+from ascentrt.errors import AscentError, ErrorCode
+
+
+class Reporter:
+    """A thread looping on process_reports() until closed."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while not self.stop.is_set():
+            try:
+                callback.process_reports(0.02)
+            except AscentError:
+                pass  # idle or not subscribed yet
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def reporter():
+    r = Reporter()
+    yield r
+    r.close()
+
+
+def test_blocking_callback_runs_on_the_report_thread_in_order(stream, reporter):
+    callback.subscribe(reporter.thread.ident, stream)
+    order = []
+    art.launch(order.append, "before", stream=stream)
+    callback.launch_callback(lambda d: order.append((d, threading.current_thread() is reporter.thread)),
+                             "cb", stream)
+    art.launch(order.append, "after", stream=stream)
+    stream.synchronize(10)
+    assert order == ["before", ("cb", True), "after"]
+    callback.unsubscribe(reporter.thread.ident, stream)
+
+
+def test_launch_without_subscriber_is_107015(stream):
+    with pytest.raises(AscentError) as err:
+        callback.launch_callback(print, None, stream)
+    assert err.value.code == ErrorCode.RT_STREAM_NO_CB_REG
+
+
+def test_a_stream_has_one_report_thread(stream, reporter):
+    callback.subscribe(reporter.thread.ident, stream)
+    with pytest.raises(AscentError) as err:
+        callback.subscribe(threading.get_ident(), stream)
+    assert err.value.code == ErrorCode.REPEAT_SUBSCRIBE
+    assert callback.subscribed_streams(reporter.thread.ident) == [stream]
+    callback.unsubscribe(reporter.thread.ident, stream)
+    assert callback.subscribed_streams(reporter.thread.ident) == []
+
+
+def test_process_reports_states(stream):
+    with pytest.raises(AscentError) as err:
+        callback.process_reports(0.01)
+    assert err.value.code == ErrorCode.RT_THREAD_SUBSCRIBE
+    callback.subscribe(threading.get_ident(), stream)
+    with pytest.raises(AscentError) as err:
+        callback.process_reports(0.01)
+    assert err.value.code == ErrorCode.RT_REPORT_TIMEOUT
+    callback.launch_callback(lambda d: None, None, stream, blocking=False)
+    stream.synchronize(10)
+    assert callback.process_reports(1) == 1
+    callback.unsubscribe(threading.get_ident(), stream)
+
+
+def test_unsubscribe_cancels_a_pending_blocking_callback(stream):
+    me = threading.get_ident()
+    callback.subscribe(me, stream)
+    callback.launch_callback(lambda d: None, None, stream)
+    ev = art.Event(stream.device)
+    ev.record(stream)
+    callback.unsubscribe(me, stream)   # nobody will run it: the stream must not hang
+    with pytest.raises(AscentError) as err:
+        stream.synchronize(10)
+    assert err.value.code == ErrorCode.RT_STREAM_NO_CB_REG
+
+
+def test_subscribe_needs_a_live_thread(stream):
+    with pytest.raises(AscentError):
+        callback.subscribe(1, stream)
+
+
+def test_synchronizing_its_own_stream_inside_a_blocking_callback_fails_instead_of_hanging(stream, reporter):
+    callback.subscribe(reporter.thread.ident, stream)
+    seen = []
+
+    def sync_inside(_):
+        try:
+            stream.synchronize(10)
+        except AscentError as exc:
+            seen.append(exc.code)
+
+    callback.launch_callback(sync_inside, None, stream)
+    stream.synchronize(10)
+    assert seen == [ErrorCode.RT_STREAM_SUBSCRIBE]
+    callback.unsubscribe(reporter.thread.ident, stream)

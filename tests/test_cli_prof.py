@@ -1,0 +1,165 @@
+"""`ascentrt prof -- python prog.py` runs a program profiled and writes every output."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUTPUTS = ("trace.json", "report.html", "profile.json", "task_time.csv", "kernel_statistic.csv",
+           "api_statistic.csv", "memory.csv", "summary.txt")
+PROGRAM = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import ascentrt as art
+    s = art.set_device(0).create_stream()
+    x = art.malloc(1 << 16)
+    for _ in range(int(sys.argv[1])):
+        art.launch(np.sin, x.view(np.float32), x.view(np.float32), stream=s, name="sine")
+    s.synchronize(timeout=30)
+    x.free()
+    print("program output")
+""")
+
+
+def ascentrt(*args, timeout=120, cwd=None):
+    return subprocess.run([sys.executable, "-m", "ascentrt.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture
+def program(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+def test_prof_runs_the_program_and_writes_every_output(program, tmp_path):
+    out = ascentrt("prof", "-o", str(tmp_path / "p"), "--", "python", str(program), "20")
+    assert out.returncode == 0, out.stderr
+    assert "program output" in out.stdout
+    assert "Diagnosis" in out.stdout and "never freed" not in out.stdout
+    assert "sine" in out.stdout  # the top-tasks table
+    for name in OUTPUTS:
+        assert (tmp_path / "p" / name).stat().st_size > 0, name
+    trace = json.loads((tmp_path / "p" / "trace.json").read_text())
+    assert sum(e["name"] == "sine" for e in trace["traceEvents"] if e["ph"] == "X") == 20
+
+
+def test_prof_shows_progress_during_a_long_run(tmp_path):
+    prog = tmp_path / "slow.py"
+    prog.write_text("import time, ascentrt as art\n"
+                    "s = art.set_device(0).create_stream()\n"
+                    "for _ in range(10):\n"
+                    "    art.launch(lambda: None, stream=s)\n"
+                    "s.synchronize(timeout=10)\n"
+                    "time.sleep(1.5)  # the rest of a long program\n")
+    out = ascentrt("prof", "--progress", "0.5", "-o", str(tmp_path / "p"), "--", "python", str(prog))
+    assert out.returncode == 0, out.stderr
+    lines = [x for x in out.stderr.splitlines() if x.startswith("ascentrt prof: running for")]
+    assert len(lines) >= 2
+    assert any("tasks" in x for x in lines)  # the child's progress file was read
+    assert not (tmp_path / "p" / "progress.json").exists()  # removed at the end
+
+
+def test_prof_passes_on_the_exit_code_and_still_writes_the_profile(tmp_path):
+    prog = tmp_path / "fails.py"
+    prog.write_text("import ascentrt as art\nart.malloc(64)\nraise SystemExit(3)\n")
+    out = ascentrt("prof", "-q", "-o", str(tmp_path / "p"), "--", "python", str(prog))
+    assert out.returncode == 3
+    assert "exited with code 3" in out.stderr
+    assert "never freed" in out.stdout  # the leaked malloc is diagnosed
+    assert (tmp_path / "p" / "profile.json").exists()
+
+
+def test_prof_errors_are_one_line_without_debug(tmp_path, capsys):
+    from ascentrt.cli import main
+    assert main(["prof", "-o", str(tmp_path / "p")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ascentrt: error:") and "nothing to run" in err and err.count("\n") == 1
+    assert main(["prof", "-o", str(tmp_path / "p"), "--", "/nonexistent/program"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ascentrt: error:") and "cannot run" in err and err.count("\n") == 1
+    out = ascentrt("prof", "-q", "-o", str(tmp_path / "p"), "--", "python", "-c", "pass")
+    assert out.returncode == 1 and "no profile was written" in out.stderr
+    assert out.stderr.strip().count("\n") == 0
+
+
+def test_prof_with_debug_shows_the_traceback(tmp_path):
+    from ascentrt.cli import main
+    with pytest.raises(Exception, match="nothing to run"):
+        main(["prof", "--debug", "-o", str(tmp_path / "p")])
+
+
+def test_report_prints_a_saved_profile(tmp_path, capsys):
+    import ascentrt as art
+    from ascentrt.cli import main
+    s = art.set_device(0).create_stream()
+    with art.profile(tmp_path / "p"):
+        art.launch(lambda: None, stream=s, name="saved_task")
+        s.synchronize(timeout=10)
+    s.destroy()
+    assert main(["report", str(tmp_path / "p")]) == 0
+    assert "saved_task" in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "missing")]) == 1
+    assert "no profile" in capsys.readouterr().err
+
+
+EXAMPLES = sorted(p for p in glob.glob(os.path.join(ROOT, "examples", "**", "*.py"), recursive=True)
+                  if not os.path.basename(p).startswith("_"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[os.path.relpath(p, ROOT) for p in EXAMPLES])
+def test_prof_on_each_example_produces_all_outputs(example, tmp_path):
+    out = ascentrt("prof", "-q", "-o", str(tmp_path / "p"), "--", "python", example,
+                   cwd=os.path.dirname(example), timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for name in OUTPUTS:
+        assert (tmp_path / "p" / name).exists(), name
+    assert "Diagnosis" in out.stdout
+
+
+def test_demo_writes_its_report(tmp_path):
+    out = ascentrt("demo", "--batches", "3", "-o", str(tmp_path / "demo"), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "profile written to" in out.stdout
+    for name in OUTPUTS:
+        assert (tmp_path / "demo" / name).exists(), name
+
+
+class _Terminal(__import__("io").StringIO):
+    def isatty(self):
+        return True
+
+
+def _small_profile(tmp_path):
+    import ascentrt as art
+    s = art.set_device(0).create_stream()
+    with art.profile() as prof:
+        art.launch(lambda: None, stream=s, name="tiny")
+        s.synchronize(timeout=10)
+    s.destroy()
+    return prof.profile
+
+
+def test_summary_uses_rich_tables_on_a_terminal(tmp_path):
+    pytest.importorskip("rich")
+    from ascentrt.profiler.summary import print_summary
+    out = _Terminal()
+    print_summary(_small_profile(tmp_path), file=out)
+    text = out.getvalue()
+    assert "Top tasks" in text and "tiny" in text and "┃" in text  # a rich table border
+
+
+def test_summary_is_plain_text_when_not_a_terminal(tmp_path):
+    import io
+
+    from ascentrt.profiler.summary import print_summary
+    out = io.StringIO()
+    print_summary(_small_profile(tmp_path), file=out)
+    text = out.getvalue()
+    assert "Top tasks" in text and "tiny" in text and "┃" not in text

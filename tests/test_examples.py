@@ -1,0 +1,33 @@
+"""Every example under examples/ runs as a program, exits 0 and prints what it shows."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+KEY_LINES = {
+    "quickstart.py": "result: correct",
+    "pipeline.py": "speedup with 3 streams:",
+    "events_elapsed.py": "waited for stream",
+    "failure_modes.py": "STOP: new work refused with error 107023",
+    "host_functions.py": "order: as expected",
+    "notify_deadlock.py": "deadlock detected (error 507950)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEY_LINES))
+def test_example_runs_and_prints_its_key_line(name):
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True, text=True,
+                          timeout=90, cwd=EXAMPLES.parent)
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert KEY_LINES[name] in proc.stdout, proc.stdout
+
+
+def test_notify_deadlock_example_names_both_streams():
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "notify_deadlock.py")],
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0
+    assert proc.stdout.count("waits at task") == 2 and "back to stream" in proc.stdout

@@ -1,0 +1,61 @@
+"""ascentrt.memory.external: caller-owned bytes / arrays registered so their pointers pass checks."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+from ascentrt.errors import AscentError
+from ascentrt.memory import REGISTRY
+from ascentrt.memory.external import register_host, registered_count, unregister_host
+
+
+def test_copies_write_into_registered_bytes(dev):
+    buf = dev.malloc(32)
+    art.memset(buf, 0x5A)
+    data = bytes(32)
+    art.memcpy(register_host(data), buf.ptr, 32)
+    assert data == b"\x5a" * 32
+
+
+def test_registration_is_checked_by_range(dev):
+    arr = np.zeros(8, dtype=np.uint8)
+    ptr = register_host(arr)
+    assert REGISTRY.find(ptr).kind == "pageable"
+    with pytest.raises(AscentError):
+        REGISTRY.resolve(ptr, 9)
+    unregister_host(ptr)
+    assert REGISTRY.find(ptr) is None
+    with pytest.raises(AscentError):
+        unregister_host(ptr)
+
+
+def test_unreferenced_objects_are_dropped():
+    before = registered_count()
+    register_host(bytes(100))    # nobody else keeps it
+    gc.collect()
+    assert registered_count() == before
+
+
+def test_registered_bytearray_cannot_move():
+    ba = bytearray(16)
+    ptr = register_host(ba)
+    with pytest.raises(BufferError):
+        ba.extend(b"more")
+    unregister_host(ptr)
+    ba.extend(b"more")
+
+
+def test_views_of_live_allocations_are_not_registered_twice(dev):
+    buf = dev.malloc(64)
+    view = buf.numpy()
+    assert register_host(view) == buf.ptr
+    assert REGISTRY.find(buf.ptr) is buf
+
+
+def test_other_types_are_rejected():
+    with pytest.raises(AscentError):
+        register_host("text")
+    with pytest.raises(AscentError):
+        register_host(np.zeros((4, 4))[:, 1])

@@ -1,0 +1,196 @@
+"""Task failures: CONTINUE and STOP modes, ExceptionInfo, per-thread last error (semantics 6)."""
+
+import threading
+
+import pytest
+
+import ascentrt as art
+
+
+def _broken():
+    raise ZeroDivisionError("kernel broke")
+
+
+def test_continue_mode_runs_later_tasks_and_reports_the_failure_at_synchronize(stream):
+    assert stream.failure_mode == art.FailureMode.CONTINUE
+    ran = []
+    art.launch(_broken, stream=stream)
+    art.launch(lambda: ran.append(1), stream=stream)
+    with pytest.raises(art.TaskError) as err:
+        stream.synchronize(timeout=10)
+    assert ran == [1]
+    assert err.value.code == art.ErrorCode.RT_AICORE_EXCEPTION
+    art.launch(lambda: ran.append(2), stream=stream)  # the stream still takes work
+    stream.synchronize(timeout=10)
+    assert ran == [1, 2]
+
+
+def test_exception_info_names_device_stream_task_code_and_cause(dev, stream):
+    art.launch(art.kernels.noop, stream=stream)
+    task_id = art.launch(_broken, stream=stream, name="my_kernel")
+    with pytest.raises(art.TaskError) as err:
+        stream.synchronize(timeout=10)
+    info = err.value.info
+    assert isinstance(info, art.ExceptionInfo)
+    assert info.device_id == dev.id
+    assert info.stream_id == stream.id
+    assert info.task_id == task_id == 2
+    assert info.error_code == art.ErrorCode.RT_AICORE_EXCEPTION
+    assert info.task_name == "my_kernel"
+    assert isinstance(info.cause, ZeroDivisionError)
+    assert info.thread_id == threading.get_ident()
+    assert "my_kernel" in str(err.value) and "ZeroDivisionError" in str(err.value)
+
+
+def test_a_failure_is_raised_once(stream):
+    art.launch(_broken, stream=stream)
+    with pytest.raises(art.TaskError):
+        stream.synchronize(timeout=10)
+    stream.synchronize(timeout=10)           # already reported
+    art.synchronize(timeout=10)
+
+
+def test_several_failures_are_reported_together_by_the_first(stream):
+    first = art.launch(_broken, stream=stream)
+    art.launch(_broken, stream=stream)
+    with pytest.raises(art.TaskError) as err:
+        stream.synchronize(timeout=10)
+    assert err.value.info.task_id == first
+    assert "1 more failed task" in str(err.value)
+    stream.synchronize(timeout=10)
+
+
+def test_failure_surfaces_at_device_synchronize(dev, stream):
+    art.launch(_broken, stream=stream)
+    with pytest.raises(art.TaskError) as err:
+        dev.synchronize(timeout=10)
+    assert err.value.info.stream_id == stream.id
+    stream.synchronize(timeout=10)           # reported once, by whichever sync saw it
+
+
+def test_event_synchronize_reports_only_failures_before_its_record(dev, stream):
+    ev = dev.create_event()
+    ev.record(stream)
+    art.launch(_broken, stream=stream)
+    ev2 = stream.record()
+    stream_done = threading.Event()
+    art.launch_host_func(stream_done.set, stream=stream)
+    assert stream_done.wait(10)
+    ev.synchronize(timeout=10)               # the failure came after this record
+    with pytest.raises(art.TaskError):
+        ev2.synchronize(timeout=10)          # ... and before this one
+
+
+def test_stop_mode_discards_later_tasks_and_refuses_new_ones(dev):
+    s = dev.create_stream(stop_on_failure=True)
+    assert s.failure_mode == art.FailureMode.STOP
+    ran = []
+    art.launch(_broken, stream=s)
+    for i in range(5):
+        art.launch(lambda i=i: ran.append(i), stream=s)
+    with pytest.raises(art.TaskError):
+        s.synchronize(timeout=10)
+    assert ran == []
+    with pytest.raises(art.StreamStateError) as err:
+        art.launch(art.kernels.noop, stream=s)
+    assert err.value.code == art.ErrorCode.RT_STREAM_ABORT
+    assert err.value.info is not None and isinstance(err.value.info.cause, ZeroDivisionError)
+    with pytest.raises(art.StreamStateError):
+        s.record()
+    s.destroy(force=True)
+
+
+def test_stop_mode_releases_streams_waiting_on_discarded_records(dev):
+    s = dev.create_stream(stop_on_failure=True)
+    other = dev.create_stream()
+    gate = threading.Event()
+    art.launch(lambda: (gate.wait(10), _broken()), stream=s)
+    art.launch(art.kernels.noop, stream=s)
+    ev = s.record()
+    other.wait(ev)
+    done = []
+    art.launch(lambda: done.append(1), stream=other)
+    gate.set()
+    other.synchronize(timeout=10)            # never hangs on a record the stop discarded
+    assert done == [1]
+    with pytest.raises(art.TaskError):
+        s.synchronize(timeout=10)
+    s.destroy(force=True), other.destroy()
+
+
+def test_set_failure_mode_switches_modes(stream):
+    stream.set_failure_mode(art.FailureMode.STOP)
+    assert stream.failure_mode == art.FailureMode.STOP
+    stream.set_failure_mode(0)
+    assert stream.failure_mode == art.FailureMode.CONTINUE
+    with pytest.raises(art.InvalidArgumentError):
+        stream.set_failure_mode(5)
+
+
+def test_get_last_error_returns_and_clears_peek_keeps(stream):
+    art.get_last_error()
+    art.launch(_broken, stream=stream)
+    with pytest.raises(art.TaskError):
+        stream.synchronize(timeout=10)
+    assert art.peek_at_last_error() == art.ErrorCode.RT_AICORE_EXCEPTION
+    assert art.peek_at_last_error() == art.ErrorCode.RT_AICORE_EXCEPTION
+    assert art.get_last_error() == art.ErrorCode.RT_AICORE_EXCEPTION
+    assert art.get_last_error() == 0
+    assert art.peek_at_last_error() == 0
+
+
+def test_last_error_of_a_failed_task_belongs_to_the_thread_that_launched_it(stream):
+    art.get_last_error()
+    seen = {}
+
+    def other_thread():
+        seen["before"] = art.peek_at_last_error()
+        art.launch(_broken, stream=stream)
+        done = threading.Event()
+        art.launch_host_func(done.set, stream=stream)
+        done.wait(10)
+        seen["after"] = art.get_last_error()
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join(20)
+    assert seen == {"before": 0, "after": art.ErrorCode.RT_AICORE_EXCEPTION}
+    assert art.peek_at_last_error() == 0     # the main thread launched nothing that failed
+    with pytest.raises(art.TaskError):
+        stream.synchronize(timeout=10)
+    art.get_last_error()
+
+
+def test_a_usage_error_becomes_the_last_error_of_its_thread(stream):
+    art.get_last_error()
+    with pytest.raises(art.InvalidArgumentError):
+        art.malloc(-1)
+    codes = []
+    t = threading.Thread(target=lambda: codes.append(art.peek_at_last_error()))
+    t.start()
+    t.join(10)
+    assert codes == [0]
+    assert art.get_last_error() == art.ErrorCode.INVALID_PARAM
+
+
+def test_exception_in_kernel_does_not_kill_the_executor(dev, stream):
+    for _ in range(2 * dev.properties.compute_units + 1):
+        art.launch(_broken, stream=stream)
+    with pytest.raises(art.TaskError):
+        stream.synchronize(timeout=10)
+    done = []
+    art.launch(lambda: done.append(1), stream=stream)
+    stream.synchronize(timeout=10)
+    assert done == [1]
+    art.get_last_error()
+
+
+def test_base_exceptions_in_kernels_are_contained(stream):
+    def exits():
+        raise SystemExit(3)
+
+    art.launch(exits, stream=stream)
+    with pytest.raises(art.TaskError) as err:
+        stream.synchronize(timeout=10)
+    assert isinstance(err.value.info.cause, SystemExit)
+    art.get_last_error()

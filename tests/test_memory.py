@@ -1,0 +1,300 @@
+"""Memory: allocation alignment and rounding, mem_info, copies and fills of every kind (semantics 5, 9)."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+
+K = art.MemcpyKind
+
+
+@pytest.fixture
+def bufs():
+    """Free whatever the test allocates (a list it appends buffers to)."""
+    held = []
+    yield held
+    for b in held:
+        if b.alive:
+            b.free()
+
+
+def _pattern(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+@pytest.mark.parametrize("nbytes", [1, 31, 32, 33, 63, 64, 65, 100, 4095, 1 << 20])
+def test_malloc_starts_64_byte_aligned_and_rounds_size_to_32(bufs, nbytes):
+    b = art.malloc(nbytes)
+    bufs.append(b)
+    assert b.ptr % 64 == 0
+    assert b.nbytes == -(-nbytes // 32) * 32 and b.nbytes >= nbytes
+    assert b.requested == nbytes
+    assert b.device is art.current_device()
+
+
+def test_allocations_do_not_overlap(bufs):
+    for n in (1, 100, 64, 33, 4096, 7):
+        bufs.append(art.malloc(n))
+    spans = sorted((b.ptr, b.ptr + b.nbytes) for b in bufs)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+
+
+def test_mem_info_reports_free_and_total_and_follows_allocations(dev, bufs):
+    free0, total = dev.mem_info()
+    assert total == dev.properties.total_memory and 0 < free0 <= total
+    b = art.malloc(1 << 20)
+    bufs.append(b)
+    free1, _ = dev.mem_info()
+    assert free0 - free1 >= 1 << 20
+    b.free()
+    assert dev.mem_info() == (free0, total)
+
+
+def test_freed_memory_can_be_allocated_again(dev, bufs):
+    free0, _ = dev.mem_info()
+    for _ in range(3):
+        b = art.malloc(8 << 20)
+        b.free()
+    assert dev.mem_info()[0] == free0
+
+
+def test_malloc_host_is_page_aligned_and_says_if_pinned(bufs):
+    h = art.malloc_host(1000)
+    bufs.append(h)
+    assert h.ptr % 4096 == 0 and h.nbytes == 1000
+    assert isinstance(h.pinned, bool)
+    assert h.numpy().shape == (1000,)
+
+
+def test_numpy_views_are_zero_copy(bufs):
+    b = art.malloc(64)
+    bufs.append(b)
+    v = b.numpy(np.int32, (4, 4))
+    v[:] = 5
+    assert b.numpy(np.int32)[0] == 5 and b.numpy(np.int32).shape == (16,)
+    assert v.ctypes.data == b.ptr
+
+
+def _device_with(bufs, data):
+    b = art.malloc(data.nbytes)
+    bufs.append(b)
+    art.memcpy(b, data)
+    return b
+
+
+def test_memcpy_host_to_device_and_back_with_numpy(bufs):
+    data = _pattern(4096)
+    b = _device_with(bufs, data)
+    out = np.zeros_like(data)
+    art.memcpy(out, b, data.nbytes)
+    assert np.array_equal(out, data)
+
+
+@pytest.mark.parametrize("direction", ["h2d", "d2h", "d2d", "h2h"])
+def test_memcpy_async_between_pinned_and_device_memory(stream, bufs, direction):
+    data = _pattern(1 << 16, seed=1)
+    src = art.malloc_host(data.nbytes) if direction[0] == "h" else art.malloc(data.nbytes)
+    dst = art.malloc_host(data.nbytes) if direction[-1] == "h" else art.malloc(data.nbytes)
+    bufs += [src, dst]
+    src.numpy()[:] = data
+    art.memcpy_async(dst, src, stream=stream)
+    stream.synchronize(timeout=10)
+    assert np.array_equal(dst.numpy(), data)
+
+
+def test_memcpy_async_with_pinned_memory_is_asynchronous(stream, bufs):
+    host, dev_buf = art.malloc_host(256), art.malloc(256)
+    bufs += [host, dev_buf]
+    host.numpy()[:] = 9
+    art.memset(dev_buf, 0)
+    gate = threading.Event()
+    art.launch(lambda: gate.wait(10), stream=stream)
+    art.memcpy_async(dev_buf, host, stream=stream)   # returns although the stream is blocked
+    assert not dev_buf.numpy().any()
+    gate.set()
+    stream.synchronize(timeout=10)
+    assert (dev_buf.numpy() == 9).all()
+
+
+def test_memcpy_async_from_pageable_memory_is_complete_on_return(stream, bufs):
+    data = _pattern(1 << 16, seed=2)
+    b = art.malloc(data.nbytes)
+    bufs.append(b)
+    art.launch(lambda: threading.Event().wait(0.02), stream=stream)  # earlier work to wait behind
+    art.memcpy_async(b, data, stream=stream)
+    assert np.array_equal(b.numpy(), data)              # done before the call returned
+    data[:] = 0                                          # the caller may reuse its array at once
+    stream.synchronize(timeout=10)
+    assert not np.array_equal(b.numpy(), data)
+
+
+def test_memcpy_async_to_pageable_memory_is_complete_on_return(stream, bufs):
+    data = _pattern(4096, seed=3)
+    b = _device_with(bufs, data)
+    out = np.zeros_like(data)
+    art.memcpy_async(out, b, stream=stream)
+    assert np.array_equal(out, data)
+
+
+def test_copies_between_slices_touch_only_the_slice(stream, bufs):
+    a, b = art.malloc(256), art.malloc(256)
+    bufs += [a, b]
+    art.memset(a, 1)
+    art.memset(b, 2)
+    art.memcpy_async(b[64:128], a[0:64], stream=stream)
+    stream.synchronize(timeout=10)
+    out = b.numpy()
+    assert (out[:64] == 2).all() and (out[64:128] == 1).all() and (out[128:] == 2).all()
+    assert b[64:128][16:32].ptr == b.ptr + 80       # a slice of a slice stays in the allocation
+
+
+def test_copies_with_int_pointers(bufs):
+    data = _pattern(1024, seed=4)
+    a, b = _device_with(bufs, data), art.malloc(1024)
+    bufs.append(b)
+    art.memcpy(b.ptr + 100, a.ptr + 200, 300)
+    assert np.array_equal(b.numpy()[100:400], data[200:500])
+    out = np.zeros(300, np.uint8)
+    art.memcpy(out, a.ptr + 200, 300)
+    assert np.array_equal(out, data[200:500])
+
+
+def test_memcpy_with_nbytes_copies_a_prefix(bufs):
+    data = _pattern(512, seed=5)
+    a = _device_with(bufs, data)
+    b = art.malloc(512)
+    bufs.append(b)
+    art.memset(b, 0)
+    art.memcpy(b, a, 100)
+    assert np.array_equal(b.numpy()[:100], data[:100]) and not b.numpy()[100:].any()
+
+
+def test_typed_numpy_arrays_copy_by_bytes(bufs):
+    x = np.arange(100, dtype=np.float64)
+    b = _device_with(bufs, x)
+    assert np.array_equal(b.numpy(np.float64, 100), x)
+
+
+@pytest.mark.parametrize("kind,ok", [(K.HOST_TO_DEVICE, True), (K.DEFAULT, True),
+                                     (K.DEVICE_TO_HOST, False), (K.DEVICE_TO_DEVICE, False),
+                                     (K.HOST_TO_HOST, False)])
+def test_explicit_memcpy_kind_is_checked_against_the_operands(bufs, kind, ok):
+    data = _pattern(64)
+    b = art.malloc(64)
+    bufs.append(b)
+    art.memset(b, 0)
+    if ok:
+        art.memcpy(b, data, kind=kind)
+        assert np.array_equal(b.numpy(), data)
+    else:
+        with pytest.raises(art.InvalidArgumentError) as err:
+            art.memcpy(b, data, kind=kind)
+        assert err.value.code == art.ErrorCode.RT_INVALID_MEMORY_TYPE
+        assert not b.numpy().any()                       # nothing was copied
+
+
+def test_unknown_memcpy_kind_raises(bufs):
+    b = art.malloc(64)
+    bufs.append(b)
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(b, np.zeros(64, np.uint8), kind=17)
+
+
+def test_memset_fills_all_or_a_prefix(bufs):
+    b = art.malloc(128)
+    bufs.append(b)
+    art.memset(b, 0xAB)
+    assert (b.numpy() == 0xAB).all()
+    art.memset(b, 0, 64)
+    assert not b.numpy()[:64].any() and (b.numpy()[64:] == 0xAB).all()
+    art.memset(b[100:110], 7)
+    assert (b.numpy()[100:110] == 7).all() and b.numpy()[110] == 0xAB
+
+
+def test_memset_async_runs_in_stream_order(stream, bufs):
+    b = art.malloc(128)
+    bufs.append(b)
+    art.memset_async(b, 1, stream=stream)
+    art.launch(art.kernels.scale, b.view(np.uint8), b.view(np.uint8), 3, stream=stream)
+    art.memset_async(b[0:32], 5, stream=stream)
+    stream.synchronize(timeout=10)
+    assert (b.numpy()[:32] == 5).all() and (b.numpy()[32:] == 3).all()
+
+
+def test_memset_async_on_pageable_memory_is_complete_on_return(stream):
+    arr = np.zeros(100, np.uint8)
+    art.memset_async(arr, 4, stream=stream)
+    assert (arr == 4).all()
+
+
+@pytest.mark.parametrize("value", [-1, 256, 1.5, "a"])
+def test_memset_value_must_be_a_byte(bufs, value):
+    b = art.malloc(32)
+    bufs.append(b)
+    art.memset(b, 0)
+    with pytest.raises(art.InvalidArgumentError):
+        art.memset(b, value)
+    assert not b.numpy().any()
+
+
+def test_memcpy2d_copies_rows_between_pitches(bufs):
+    width, height, spitch, dpitch = 10, 4, 16, 32
+    src = np.arange(spitch * height, dtype=np.uint8)
+    d = art.malloc(dpitch * height)
+    bufs.append(d)
+    art.memset(d, 0xFF)
+    art.memcpy2d(d, dpitch, src, spitch, width, height)
+    rows = d.numpy().reshape(height, dpitch)
+    assert np.array_equal(rows[:, :width], src.reshape(height, spitch)[:, :width])
+    assert (rows[:, width:] == 0xFF).all()
+
+
+def test_memcpy2d_async_device_to_pinned_host(stream, bufs):
+    width, height, spitch, dpitch = 8, 5, 24, 8
+    data = _pattern(spitch * height, seed=6)
+    d = _device_with(bufs, data)
+    h = art.malloc_host(dpitch * height)
+    bufs.append(h)
+    art.memcpy2d_async(h, dpitch, d, spitch, width, height, stream=stream)
+    stream.synchronize(timeout=10)
+    assert np.array_equal(h.numpy().reshape(height, dpitch),
+                          data.reshape(height, spitch)[:, :width])
+
+
+def test_memcpy2d_checks_sizes_and_kind(bufs):
+    d = art.malloc(64)
+    bufs.append(d)
+    src = np.zeros(64, np.uint8)
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy2d(d, 8, src, 16, 16, 2)          # width exceeds dpitch
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy2d(d, 32, src, 32, 32, 3)         # 3 rows of pitch 32 do not fit 64 bytes
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy2d(d, 32, src, 32, 32, 2, kind=K.DEVICE_TO_HOST)
+
+
+def test_kernels_write_device_memory_the_host_reads_back(stream, bufs):
+    n = 1000
+    x, y = np.arange(n, dtype=np.float32), np.ones(n, dtype=np.float32)
+    bx, by, out = _device_with(bufs, x), _device_with(bufs, y), art.malloc(4 * n)
+    bufs.append(out)
+    f32 = lambda b: b.view(np.float32, n)  # noqa: E731
+    art.launch(art.kernels.axpy, f32(by), 2.0, f32(bx), stream=stream)       # y = 2x + 1
+    art.launch(art.kernels.add, f32(out), f32(by), f32(bx), stream=stream)    # out = 3x + 1
+    art.launch(art.kernels.reduce_sum, by[0:4].view(np.float32, 1), f32(out), stream=stream)
+    stream.synchronize(timeout=10)
+    assert np.allclose(out.numpy(np.float32, n), 3 * x + 1)
+    assert np.isclose(by.numpy(np.float32)[0], (3 * x + 1).sum())
+
+
+def test_matmul_kernel_on_device(stream, bufs):
+    a = np.random.default_rng(7).standard_normal((16, 8)).astype(np.float32)
+    b = np.random.default_rng(8).standard_normal((8, 4)).astype(np.float32)
+    da, db, dc = _device_with(bufs, a), _device_with(bufs, b), art.malloc(16 * 4 * 4)
+    bufs.append(dc)
+    art.launch("matmul", dc.view(np.float32, (16, 4)), da.view(np.float32, (16, 8)),
+               db.view(np.float32, (8, 4)), stream=stream)
+    stream.synchronize(timeout=10)
+    assert np.allclose(dc.numpy(np.float32, (16, 4)), a @ b, atol=1e-5)

@@ -1,0 +1,525 @@
+"""The memory pool (issue 4): blocks vs a reference model, canaries, stream-ordered reuse, OOM, threads."""
+
+import collections
+import os
+import random
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+import ascentrt as art
+from ascentrt.memory import ArenaChunks, BlockPool, HostChunks, ReusePolicy
+from ascentrt.memory.pool import ALLOCATED, size_class
+from ascentrt.memory.stats import pool_stats
+
+MiB = 1 << 20
+TIMEOUT = 30
+BIG = 20 * MiB  # fills its own chunk: no ready remainder to take instead
+
+
+class FakeStream:
+    """Just what the pool reads of a stream: counters, a task queue, no capture."""
+
+    def __init__(self, ident):
+        self.id = ident
+        self._submitted = self._completed = 0
+        self._tasks = collections.deque()
+        self._capture = None
+
+
+def check_pool(pool, live):
+    """Blocks tile every chunk, live blocks do not overlap, and stats match the snapshot."""
+    snap = art.memory_snapshot(pool=pool)
+    allocated = requested = 0
+    seen = {}
+    for chunk in snap:
+        at = chunk["address"]
+        for b in chunk["blocks"]:
+            assert b["address"] == at, "blocks must tile the chunk without gaps or overlaps"
+            assert b["address"] % pool.align == 0
+            at += b["size"]
+            if b["state"] == ALLOCATED:
+                allocated += b["size"]
+                requested += b["requested"]
+                seen[b["address"]] = b["size"]
+        assert at == chunk["address"] + chunk["size"]
+    assert sorted(seen.items()) == sorted((blk.addr, blk.size) for blk, _ in live.values())
+    stats = pool_stats(pool)
+    assert stats["allocated_bytes.current"] == allocated == pool.allocated
+    assert stats["requested_bytes.current"] == requested
+    assert stats["reserved_bytes.current"] == sum(c["size"] for c in snap)
+    assert stats["allocated_bytes.peak"] >= allocated
+    assert pool.upstream.unreserved_bytes() == pool.upstream.capacity - pool.reserved
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Random alloc/free/stream progress on a pool over fake address space vs a reference model."""
+
+    @initialize(split_limit=st.sampled_from([None, 4 * MiB]),
+                threshold=st.sampled_from([None, 0, 64 * MiB]))
+    def make_pool(self, split_limit, threshold):
+        self.streams = [FakeStream(1), FakeStream(2)]
+        policy = ReusePolicy(allow_internal_dependencies=False)
+        self.pool = BlockPool(ArenaChunks(512 * MiB), split_limit=split_limit,
+                              release_threshold=threshold, policy=policy,
+                              all_streams=lambda: self.streams)
+        self.live = {}       # id -> (block, requested)
+        self.unsafe = []     # (start, end, stream, position): freed bytes a stream may still touch
+        self.next_id = 0
+        self.ops = 0
+
+    def _alloc(self, rng, stream):
+        n = int(2 ** rng.uniform(0, 23))
+        try:
+            block = self.pool.allocate(n, stream)
+        except art.OutOfMemoryError as e:
+            assert "capacity" in str(e)
+            return
+        assert block.size >= n and block.addr % 64 == 0
+        end = block.addr + block.size
+        for start, stop, s, pos in self.unsafe:
+            if start < end and block.addr < stop and s is not stream:
+                assert s._completed >= pos, "block handed to a stream while another's work on it is pending"
+        self.next_id += 1
+        self.live[self.next_id] = (block, n)
+
+    def _free(self, rng, stream):
+        key = rng.choice(list(self.live))
+        block, _ = self.live.pop(key)
+        users = self.streams if stream is None else {stream, block.stream} - {None}
+        for s in users:
+            if s._completed < s._submitted:
+                self.unsafe.append((block.addr, block.addr + block.size, s, s._submitted))
+        self.pool.deallocate(block, stream)
+
+    @rule(seed=st.integers(0, 2**32 - 1))
+    def batch(self, seed):
+        rng = random.Random(seed)
+        for _ in range(500):
+            r = rng.random()
+            stream = rng.choice([None, *self.streams])
+            if r < 0.45 + 0.1 * (len(self.live) < 200) or not self.live:
+                self._alloc(rng, stream)
+            elif r < 0.9:
+                self._free(rng, stream)
+            elif r < 0.95:
+                s = rng.choice(self.streams)
+                s._submitted += rng.randint(1, 3)          # work queued on the stream
+            else:
+                s = rng.choice(self.streams)
+                s._completed = rng.randint(s._completed, s._submitted)  # some of it finishes
+                self.unsafe = [u for u in self.unsafe if u[2]._completed < u[3]]
+            self.ops += 1
+
+    @invariant()
+    def consistent(self):
+        check_pool(self.pool, self.live)
+        OPS[0] += self.ops
+        self.ops = 0
+
+
+OPS = [0]
+
+
+def test_pool_matches_reference_model_over_100k_operations():
+    OPS[0] = 0
+    from hypothesis.stateful import run_state_machine_as_test
+    run_state_machine_as_test(PoolMachine, settings=settings(
+        max_examples=25, stateful_step_count=20, deadline=None,
+        suppress_health_check=list(HealthCheck)))
+    assert OPS[0] >= 100_000
+
+
+def test_size_classes_are_aligned_and_waste_little():
+    for n in [1, 31, 64, 65, 1000, 1025, 4097, 10**6, 3 * MiB + 1, 100 * MiB]:
+        c = size_class(n)
+        assert c >= n and c % 64 == 0 and (c - n) <= max(64, n / 16)
+
+
+def test_canaries_at_both_ends_survive_random_alloc_free_copy(dev, stream):
+    rng = random.Random(7)
+    live = []  # (buffer, fill byte)
+    for i in range(1500):
+        r = rng.random()
+        if r < 0.5 or len(live) < 2:
+            n = int(2 ** rng.uniform(6, 18))
+            b = art.malloc(n, stream=stream if rng.random() < 0.5 else None)
+            fill = rng.randrange(256)
+            b.numpy()[:].fill(fill)
+            live.append((b, fill))
+        elif r < 0.8:
+            b, fill = live.pop(rng.randrange(len(live)))
+            v = b.numpy()
+            assert v[0] == fill and v[-1] == fill and v[len(v) // 2] == fill
+            b.free(stream=stream if rng.random() < 0.5 else None)
+        else:
+            (a, fa), (b, fb) = rng.sample(live, 2)
+            n = min(a.nbytes, b.nbytes)
+            art.memcpy_async(b[:n], a[:n], stream=stream)
+            stream.synchronize(timeout=TIMEOUT)
+            if n == b.nbytes:
+                live[[x[0] for x in live].index(b)] = (b, fa)
+            else:
+                art.memset_async(b[:n], fb, stream=stream)  # restore so the whole buffer is one byte
+                stream.synchronize(timeout=TIMEOUT)
+    for b, fill in live:
+        v = b.numpy()
+        assert v[0] == fill and v[-1] == fill and (v == fill).all()
+        b.free()
+
+
+@pytest.fixture
+def gate():
+    """A kernel that holds its stream until the test opens the gate (never longer than TIMEOUT)."""
+    ev = threading.Event()
+    yield ev
+    ev.set()
+
+
+def _slow(gate, out=None, tag=None):
+    def kernel(x):
+        assert gate.wait(TIMEOUT)
+        x[:] = 1
+        if out is not None:
+            out.append(tag)
+    return kernel
+
+
+def test_freed_block_is_not_handed_to_another_stream_while_its_work_is_pending(dev, gate):
+    pool = art.MemPool(dev, policy=ReusePolicy(allow_internal_dependencies=False))
+    a, b = dev.create_stream(), dev.create_stream()
+    try:
+        buf = pool.malloc_async(64 * 1024, a)
+        addr = buf.ptr
+        art.launch(_slow(gate), buf, stream=a)
+        buf.free(stream=a)
+        other = pool.malloc_async(64 * 1024, b)
+        assert other.ptr != addr                  # A's kernel still writes there
+        same = pool.malloc_async(64 * 1024, a)    # the freeing stream reuses at once (stream order)
+        assert same.ptr == addr
+        same.free(stream=a)
+        gate.set()
+        a.synchronize(timeout=TIMEOUT)
+        again = pool.malloc_async(64 * 1024, b)   # the work is done: reused (opportunistic)
+        assert again.ptr == addr
+        for x in (other, again):
+            x.free(stream=b)
+    finally:
+        gate.set()
+        a.destroy(force=True), b.destroy(force=True)
+        pool.destroy()
+
+
+def test_reuse_follows_an_event_the_allocating_stream_already_waits_on(dev, gate):
+    policy = ReusePolicy(opportunistic=False, allow_internal_dependencies=False)
+    pool = art.MemPool(dev, policy=policy)
+    a, b = dev.create_stream(), dev.create_stream()
+    try:
+        buf = pool.malloc_async(BIG, a)
+        addr = buf.ptr
+        art.launch(_slow(gate), buf, stream=a)
+        buf.free(stream=a)
+        assert pool.malloc_async(BIG, b).ptr != addr
+        b.wait(a.record())                       # b is now ordered after A's use of the block
+        assert pool.malloc_async(BIG, b).ptr == addr
+    finally:
+        gate.set()
+        a.destroy(force=True), b.destroy(force=True)
+        pool.destroy()
+
+
+def test_pool_inserts_the_wait_when_allowed_and_the_new_owner_runs_after(dev, gate):
+    pool = art.MemPool(dev)  # default policy: may insert the wait itself
+    a, b = dev.create_stream(), dev.create_stream()
+    order = []
+    try:
+        buf = pool.malloc_async(BIG, a)
+        addr = buf.ptr
+        art.launch(_slow(gate, order, "a"), buf, stream=a)
+        buf.free(stream=a)
+        reused = pool.malloc_async(BIG, b)
+        assert reused.ptr == addr and pool.stats()["num_inserted_waits"] == 1
+        art.launch(lambda x: order.append("b"), reused, stream=b)
+        gate.set()
+        b.synchronize(timeout=TIMEOUT)
+        assert order == ["a", "b"]
+    finally:
+        gate.set()
+        a.destroy(force=True), b.destroy(force=True)
+        pool.destroy()
+
+
+def test_record_stream_makes_a_free_wait_for_that_stream_too(dev, gate):
+    pool = art.MemPool(dev, policy=ReusePolicy(allow_internal_dependencies=False))
+    a, b, c = dev.create_stream(), dev.create_stream(), dev.create_stream()
+    try:
+        buf = pool.malloc_async(4096, a)
+        art.launch(_slow(gate), buf, stream=b)     # used on b, which the pool cannot know ...
+        art.record_stream(buf, b)                  # ... unless told
+        buf.free(stream=a)
+        assert pool.malloc_async(4096, c).ptr != buf.ptr
+        gate.set()
+        b.synchronize(timeout=TIMEOUT)
+        assert pool.malloc_async(4096, c).ptr == buf.ptr
+    finally:
+        gate.set()
+        for s in (a, b, c):
+            s.destroy(force=True)
+        pool.destroy()
+
+
+def _fragment(pool):
+    blocks = [pool.allocate(MiB) for _ in range(32)]   # 16 chunks of 2 MiB, full
+    for blk in blocks[::2]:
+        pool.deallocate(blk)
+    return blocks[1::2]
+
+
+def test_oom_with_fragmentation_says_so_and_freeing_makes_the_retry_succeed():
+    pool = BlockPool(ArenaChunks(32 * MiB), name="fake")
+    rest = _fragment(pool)
+    with pytest.raises(art.OutOfMemoryError) as err:
+        pool.allocate(4 * MiB)
+    msg = str(err.value)
+    assert err.value.code == art.ErrorCode.RT_MEMORY_ALLOCATION
+    for word in ("4194304", "capacity 33554432", "reserved-but-free", "largest free block",
+                 "fragment", "ASCENTRT_MEM_POOL_SPLIT_LIMIT"):
+        assert word in msg
+    assert pool.counts["ooms"] == 1 and pool.counts["retries"] >= 1
+    for blk in rest[:4]:
+        pool.deallocate(blk)
+    big = pool.allocate(4 * MiB)                     # whole free chunks released, then reserved anew
+    assert big.size >= 4 * MiB
+
+
+def test_device_oom_changes_nothing_and_names_capacity(dev):
+    cap = dev.properties.total_memory
+    before = art.memory_stats()["allocated_bytes.current"]
+    big = art.malloc(cap // 2 + MiB)
+    try:
+        with pytest.raises(art.OutOfMemoryError) as err:
+            art.malloc(cap // 2 + MiB)
+        assert f"capacity {cap}" in str(err.value)
+        assert art.memory_stats()["allocated_bytes.current"] == before + big._block.size
+    finally:
+        big.free()
+    art.empty_cache()
+
+
+def test_alloc_free_from_8_threads_never_shares_bytes(dev):
+    errors = []
+
+    def work(tid):
+        rng = random.Random(tid)
+        mine = []
+        try:
+            for _ in range(1500):
+                if rng.random() < 0.55 or not mine:
+                    b = art.malloc(int(2 ** rng.uniform(5, 16)))
+                    b.numpy()[:] = tid
+                    mine.append(b)
+                else:
+                    b = mine.pop(rng.randrange(len(mine)))
+                    assert (b.numpy() == tid).all()
+                    b.free()
+            for b in mine:
+                assert (b.numpy() == tid).all()
+                b.free()
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors[0]
+
+
+def test_mempool_trim_threshold_and_attributes(dev):
+    with art.MemPool(dev) as pool:
+        bufs = [pool.malloc_async(3 * MiB) for _ in range(4)]
+        assert pool.used_current >= 12 * MiB and pool.reserved_current >= pool.used_current
+        for b in bufs:
+            art.free_async(b)
+        assert pool.used_current == 0 and pool.used_high >= 12 * MiB
+        assert pool.trim_to(0) > 0 and pool.reserved_current == 0
+        pool.release_threshold = 0
+        b = pool.malloc_async(3 * MiB)
+        b.free()
+        assert pool.reserved_current == 0              # over the threshold: given back at once
+        pool.reset_high()
+        assert pool.reserved_high == 0
+        with pytest.raises(art.InvalidArgumentError):
+            pool.trim_to(-1)
+    with pytest.raises(art.InvalidHandleError):
+        pool.malloc_async(64)
+
+
+def test_bad_arguments_are_refused(dev, stream):
+    with pytest.raises(art.InvalidArgumentError):
+        art.malloc_async(64, stream="s")
+    with pytest.raises(art.InvalidArgumentError):
+        art.free_async(np.zeros(4))
+    b = art.malloc(64)
+    with pytest.raises(art.InvalidArgumentError):
+        b.free(stream=3)
+    assert b.alive
+    b.free()
+    with pytest.raises(art.InvalidHandleError):
+        art.record_stream(b, stream)
+    with pytest.raises(art.InvalidArgumentError):
+        art.configure_pool(gc_threshold=2)
+
+
+def test_stats_summary_and_snapshot_agree(dev):
+    b = art.malloc(1000)
+    try:
+        s = art.memory_stats()
+        snap = art.memory_snapshot()
+        assert s["allocated_bytes.current"] == sum(c["allocated"] for c in snap)
+        assert s["reserved_bytes.current"] == sum(c["size"] for c in snap)
+        assert any(blk["address"] == b.ptr and blk["requested"] == 1000
+                   for c in snap for blk in c["blocks"])
+        text = art.memory_summary()
+        assert "allocated" in text and "fragmentation" in text
+    finally:
+        b.free()
+
+
+def test_trace_records_and_replays_on_fake_address_space(dev, tmp_path):
+    with art.record_trace() as rec:
+        bufs = [art.malloc(n) for n in (100, 5000, 3 * MiB, 100)]
+        for b in bufs[:2]:
+            b.free()
+    for b in bufs[2:]:
+        b.free()
+    assert [e[0] for e in rec.events] == ["alloc"] * 4 + ["free"] * 2
+    path = tmp_path / "trace.jsonl"
+    rec.save(path)
+    result = art.replay_trace(art.memory.load_trace(path))
+    assert result["peak_requested"] == 100 + 5000 + 3 * MiB + 100
+    assert result["peak_reserved"] >= result["peak_allocated"] >= result["peak_requested"]
+    assert result["ooms"] == 0
+    tiny = art.replay_trace(art.memory.load_trace(path), capacity=2 * MiB)
+    assert tiny["ooms"] == 1
+    path.write_text('["alloc", 1]\n')
+    with pytest.raises(art.InvalidArgumentError):
+        art.memory.load_trace(path)
+
+
+def test_pinned_host_pool_mlocks_once_per_chunk():
+    chunks = HostChunks()
+    pool = BlockPool(chunks, align=4096, name="host")
+    blocks = [pool.allocate(64 * 1024) for _ in range(16)]
+    assert chunks.mlock_calls == 1
+    big = pool.allocate(5 * MiB + 1)                 # no power-of-two rounding of large requests
+    assert big.size < 6 * MiB
+    for blk in [*blocks, big]:
+        pool.deallocate(blk)
+    pool.empty_cache()
+    h = art.malloc_host(10_000)
+    assert h.ptr % 4096 == 0 and h.nbytes == 10_000
+    h.numpy()[:] = 3
+    h.free()
+
+
+def test_pool_can_be_switched_off_for_debugging():
+    code = ("import ascentrt as art; b = art.malloc(100); assert b.ptr % 64 == 0; b.free(); "
+            "h = art.malloc_host(100); h.free(); assert art.memory_stats() == {}; print('ok')")
+    env = dict(os.environ, ASCENTRT_MEM_POOL_ENABLE="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+    code = ("import ascentrt as art; s = art.memory_stats(); "
+            "assert s['reserved_bytes.current'] == 64 << 20 and s['num_allocs'] == 0; print('ok')")
+    env = dict(os.environ, ASCENTRT_MEM_POOL_SIZE="64M")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+    env = dict(os.environ, ASCENTRT_MEM_POOL_SPLIT_LIMIT="lots")
+    out = subprocess.run([sys.executable, "-c", "import ascentrt as art; art.malloc(1)"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "ASCENTRT_MEM_POOL_SPLIT_LIMIT" in out.stderr
+
+
+def test_split_limit_keeps_large_free_blocks_whole():
+    pool = BlockPool(ArenaChunks(256 * MiB), split_limit=8 * MiB)
+    big = [pool.allocate(32 * MiB) for _ in range(2)]
+    pool.deallocate(big[0])
+    pool._flush_cache()
+    smalls = [pool.allocate(64 * 1024) for _ in range(4)]
+    mid = pool.allocate(9 * MiB)          # over the limit, but 23 MiB smaller: not given the 32 MiB block
+    for chunk in art.memory_snapshot(pool=pool):
+        if any(b["size"] > 8 * MiB for b in chunk["blocks"]):
+            assert len(chunk["blocks"]) == 1, "a block over the split limit was split"
+    pool.deallocate(big[1])
+    pool._flush_cache()
+    again = pool.allocate(30 * MiB)       # a large request close in size takes the block whole
+    assert again.addr == big[1].addr and again.size == 32 * MiB
+    for blk in [*smalls, mid, again]:
+        pool.deallocate(blk)
+
+
+def test_gc_threshold_releases_cached_chunks_before_growing():
+    pool = BlockPool(ArenaChunks(64 * MiB), gc_threshold=0.5)
+    blocks = [pool.allocate(4 * MiB) for _ in range(6)]          # 24 MiB reserved
+    for b in blocks:
+        pool.deallocate(b)
+    pool.allocate(20 * MiB)                                      # would pass 32 MiB: cached chunks go first
+    assert pool.reserved <= 32 * MiB and pool.counts["releases"] >= 1
+
+
+def test_configure_pool_changes_the_device_pool_at_run_time(dev):
+    pool = dev._memory.pool
+    before = (pool.split_limit, pool.release_threshold, pool.gc_threshold)
+    try:
+        art.configure_pool(split_limit=64 * MiB, release_threshold=0, gc_threshold=0.9)
+        assert (pool.split_limit, pool.release_threshold, pool.gc_threshold) == (64 * MiB, 0, 0.9)
+        b = art.malloc(5 * MiB)
+        b.free()
+        assert art.memory_stats()["cached_free_bytes.current"] == 0  # over the threshold: not cached
+    finally:
+        art.configure_pool(split_limit=before[0], release_threshold=before[1], gc_threshold=before[2])
+
+
+def test_tasks_queued_before_a_stream_ordered_free_still_see_the_bytes(dev, stream, gate):
+    buf = art.malloc(4096, stream=stream)
+    art.launch(_slow(gate), buf.view(np.float32), stream=stream)
+    buf.free(stream=stream)
+    with pytest.raises(art.InvalidHandleError):
+        buf.numpy()                                  # the host sees it freed at once
+    with pytest.raises(art.InvalidHandleError):
+        art.launch(art.kernels.noop, buf, stream=stream)
+    gate.set()
+    stream.synchronize(timeout=TIMEOUT)              # the kernel queued before the free ran fine
+
+
+def test_memory_pool_example_runs():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, os.path.join(root, "examples", "memory_pool.py")],
+                         capture_output=True, text=True, timeout=90, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert "reuse on the same stream: yes" in out.stdout
+    assert "out of memory, explained" in out.stdout and "capacity" in out.stdout
+
+
+def test_a_leaked_small_buffer_does_not_pin_a_large_chunk():
+    from ascentrt.memory.host import HOST_RELEASE_THRESHOLD, HOST_SPLIT_LIMIT, host_pool
+    pool = BlockPool(ArenaChunks(4096 * MiB), split_limit=HOST_SPLIT_LIMIT,
+                     release_threshold=HOST_RELEASE_THRESHOLD, align=4096)
+    leaked = []
+    for _ in range(5):
+        big = pool.allocate(1024 * MiB)
+        pool.deallocate(big)
+        leaked.append(pool.allocate(4096))         # never freed, as a careless program does
+    assert pool.reserved <= 1024 * MiB + 4 * MiB
+    hp = host_pool()
+    assert (hp.split_limit, hp.release_threshold) == (HOST_SPLIT_LIMIT, HOST_RELEASE_THRESHOLD)

@@ -1,0 +1,252 @@
+"""Notifies across streams, device-side wait timeouts, and deadlock detection (semantics 3)."""
+
+import threading
+
+import pytest
+
+import ascentrt as art
+
+
+def test_wait_and_reset_holds_the_stream_until_the_record(dev):
+    producer, consumer = dev.create_stream(), dev.create_stream()
+    notify = dev.create_notify()
+    gate = threading.Event()
+    log = []
+    art.wait_and_reset_notify(notify, consumer)
+    art.launch(lambda: log.append("consumer"), stream=consumer)
+    art.launch(lambda: gate.wait(10), stream=producer)
+    art.launch(lambda: log.append("producer"), stream=producer)
+    art.record_notify(notify, producer)
+    assert not consumer.query()
+    gate.set()
+    consumer.synchronize(timeout=10)
+    assert log == ["producer", "consumer"]
+    producer.destroy(), consumer.destroy()
+
+
+def test_a_record_before_the_wait_is_consumed_by_it_and_reset(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    notify = dev.create_notify()
+    notify.record(a)
+    a.synchronize(timeout=10)
+    notify.wait_and_reset(b)
+    b.synchronize(timeout=10)                 # the earlier record satisfied it
+    notify.wait_and_reset(b, timeout=0.05)    # reset: a second wait needs a second record
+    with pytest.raises(art.AscentError) as err:
+        b.synchronize(timeout=10)
+    assert err.value.code == art.ErrorCode.RT_WAIT_TIMEOUT
+    a.destroy(), b.destroy()
+
+
+def test_each_record_releases_one_wait(dev):
+    producer = dev.create_stream()
+    consumers = [dev.create_stream() for _ in range(3)]
+    notify = dev.create_notify()
+    for c in consumers:
+        notify.wait_and_reset(c)
+    for _ in consumers:
+        notify.record(producer)
+    for c in consumers:
+        c.synchronize(timeout=10)
+    for s in consumers + [producer]:
+        s.destroy()
+
+
+def test_notify_wait_timeout_fails_the_wait_with_107019_at_synchronize(dev, stream):
+    notify = dev.create_notify()
+    ran = []
+    notify.wait_and_reset(stream, timeout=0.05)
+    art.launch(lambda: ran.append(1), stream=stream)
+    with pytest.raises(art.AscentError) as err:
+        stream.synchronize(timeout=10)
+    assert err.value.code == art.ErrorCode.RT_WAIT_TIMEOUT == 107019
+    assert err.value.info.stream_id == stream.id
+    assert ran == [1]
+    stream.synchronize(timeout=10)            # the error was reported once
+
+
+def test_notify_wait_timeout_in_stop_mode_stops_the_stream(dev):
+    s = dev.create_stream(stop_on_failure=True)
+    notify = dev.create_notify()
+    ran = []
+    notify.wait_and_reset(s, timeout=0.05)
+    art.launch(lambda: ran.append(1), stream=s)
+    with pytest.raises(art.AscentError) as err:
+        s.synchronize(timeout=10)
+    assert err.value.code == art.ErrorCode.RT_WAIT_TIMEOUT
+    assert ran == []
+    with pytest.raises(art.StreamStateError):
+        art.launch(art.kernels.noop, stream=s)
+    s.destroy(force=True)
+
+
+def test_destroyed_notify_raises_invalid_handle(dev, stream):
+    notify = dev.create_notify()
+    notify.destroy()
+    for use in (lambda: notify.record(stream), lambda: notify.wait_and_reset(stream),
+                notify.destroy):
+        with pytest.raises(art.InvalidHandleError) as err:
+            use()
+        assert err.value.code == art.ErrorCode.RT_INVALID_HANDLE
+    assert stream.pending == 0
+
+
+def test_notify_functions_take_a_notify(stream):
+    with pytest.raises(art.InvalidArgumentError):
+        art.record_notify("x", stream)
+    with pytest.raises(art.InvalidArgumentError):
+        art.wait_and_reset_notify(None, stream)
+
+
+def test_a_notify_cycle_is_reported_as_a_deadlock_naming_the_streams(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    n1, n2 = dev.create_notify(), dev.create_notify()
+    n1.wait_and_reset(a)   # a waits for b's record of n1 ...
+    n2.record(a)
+    n2.wait_and_reset(b)   # ... and b waits for a's record of n2, which comes after a's wait
+    n1.record(b)
+    with pytest.raises(art.DeadlockError) as err:
+        a.synchronize(timeout=30)
+    assert err.value.code == art.ErrorCode.RT_DEADLOCK
+    message = str(err.value)
+    assert f"stream {a.id}" in message and f"stream {b.id}" in message
+    assert f"notify {n1.id}" in message or f"notify {n2.id}" in message
+    a.destroy(force=True), b.destroy(force=True)
+
+
+def test_an_event_cycle_is_reported_as_a_deadlock_naming_the_streams(dev):
+    # A wait always refers to a record already submitted, so a cycle through events alone cannot
+    # be built; it takes one link of another kind. Here b waits on an event that a records only
+    # after a's notify wait, and the notify is recorded by b after that event wait.
+    a, b = dev.create_stream(), dev.create_stream()
+    notify, ev = dev.create_notify(), dev.create_event()
+    notify.wait_and_reset(a)
+    ev.record(a)
+    b.wait(ev)
+    notify.record(b)
+    with pytest.raises(art.DeadlockError) as err:
+        dev.synchronize(timeout=30)
+    message = str(err.value)
+    assert f"stream {a.id}" in message and f"stream {b.id}" in message
+    assert "for an event recorded on stream" in message
+    a.destroy(force=True), b.destroy(force=True)
+
+
+def test_a_chain_of_event_waits_on_a_stuck_stream_is_not_a_cycle(dev):
+    # b and c wait (through events) on a, which only the host can release: no DeadlockError.
+    a, b, c = dev.create_stream(), dev.create_stream(), dev.create_stream()
+    notify = dev.create_notify()
+    notify.wait_and_reset(a)
+    b.wait(a.record())
+    c.wait(b.record())
+    with pytest.raises(art.AscentTimeoutError):
+        c.synchronize(timeout=0.6)
+    notify.record(dev.create_stream())
+    c.synchronize(timeout=10)
+    for s in (a, b, c):
+        s.destroy()
+
+
+def test_a_healthy_notify_pipeline_is_not_reported_as_a_deadlock(dev):
+    stages = [dev.create_stream() for _ in range(3)]
+    links = [dev.create_notify() for _ in range(2)]
+    log = []
+    for batch in range(20):
+        for i, s in enumerate(stages):
+            if i:
+                links[i - 1].wait_and_reset(s)
+            art.launch(lambda i=i, batch=batch: log.append((i, batch)), stream=s)
+            if i < len(links):
+                links[i].record(s)
+    for s in stages:
+        s.synchronize(timeout=30)
+    for i in range(3):
+        assert [b for (stage, b) in log if stage == i] == list(range(20))
+    for s in stages:
+        s.destroy()
+
+
+def test_a_wait_only_the_host_can_release_is_not_a_cycle(dev):
+    # No stream will ever record the notify, but the host still can: no DeadlockError, and the
+    # host's record releases the stream.
+    a = dev.create_stream()
+    notify = dev.create_notify()
+    notify.wait_and_reset(a)
+    with pytest.raises(art.AscentTimeoutError):
+        a.synchronize(timeout=0.6)   # longer than the deadlock check interval
+    notify.record(dev.create_stream())
+    a.synchronize(timeout=10)
+    a.destroy()
+
+
+def test_streams_outside_the_cycle_still_synchronize(dev):
+    a, b, c = dev.create_stream(), dev.create_stream(), dev.create_stream()
+    n1, n2 = dev.create_notify(), dev.create_notify()
+    n1.wait_and_reset(a)
+    n2.record(a)
+    n2.wait_and_reset(b)
+    n1.record(b)
+    art.launch(art.kernels.noop, stream=c)
+    c.synchronize(timeout=10)
+    with pytest.raises(art.DeadlockError):
+        b.synchronize(timeout=30)
+    a.destroy(force=True), b.destroy(force=True), c.destroy()
+
+
+def test_a_host_function_waiting_for_work_behind_it_on_the_host_executor_is_a_deadlock(dev):
+    # Stream a's host function synchronizes stream b, whose host function needs the host
+    # executor a's function occupies: a cycle through an executor. The waiting host function
+    # gets the DeadlockError (breaking the cycle); the host's own synchronize then completes.
+    if dev.properties.host_func_threads != 1:
+        pytest.skip("needs a single host-function thread")
+    a, b, hold = dev.create_stream(), dev.create_stream(), dev.create_stream()
+    gate = threading.Event()
+    art.launch(lambda: gate.wait(10), stream=hold)
+    ready = hold.record()
+    b.wait(ready)
+    a.wait(ready)     # released together; a's host function takes the executor first
+    seen = []
+
+    def waits_for_b():
+        try:
+            b.synchronize()          # no timeout: only the deadlock check can end this wait
+            seen.append("returned")
+        except art.DeadlockError as exc:
+            seen.append(str(exc))
+
+    art.launch_host_func(waits_for_b, stream=a)
+    art.launch_host_func(lambda: seen.append("b ran"), stream=b)
+    gate.set()
+    a.synchronize(timeout=30)
+    b.synchronize(timeout=30)
+    assert len(seen) == 2 and seen[1] == "b ran", seen
+    assert f"stream {a.id}" in seen[0] and f"stream {b.id}" in seen[0]
+    assert "host executor" in seen[0]
+    for s in (a, b, hold):
+        s.destroy()
+    art.get_last_error()
+
+
+def test_a_host_function_waiting_for_another_stream_is_not_a_deadlock(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    seen = []
+    art.launch(lambda: threading.Event().wait(0.3), stream=b)   # longer than the deadlock check
+    art.launch_host_func(lambda: (b.synchronize(timeout=10), seen.append("ok")), stream=a)
+    a.synchronize(timeout=30)
+    assert seen == ["ok"]
+    a.destroy(), b.destroy()
+
+
+def test_a_stuck_wait_is_reported_as_a_warning_before_its_timeout(dev, monkeypatch):
+    # No cycle, but nothing on the device can release the stream: the waiting call says why.
+    monkeypatch.setenv("ASCENTRT_DEADLOCK_CHECK_S", "0.05")
+    monkeypatch.setenv("ASCENTRT_STALL_WARN_S", "0.2")
+    a = dev.create_stream()
+    notify = dev.create_notify()
+    notify.wait_and_reset(a)
+    with pytest.warns(RuntimeWarning, match=f"notify {notify.id}.*only the host can record it"):
+        with pytest.raises(art.AscentTimeoutError):
+            a.synchronize(timeout=1.0)
+    notify.record(dev.create_stream())
+    a.synchronize(timeout=10)
+    a.destroy()

@@ -1,0 +1,283 @@
+"""Each diagnosis is produced by a small program written to cause it, and not by a good one."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+from ascentrt.demo import run_pipeline
+
+
+def _spin_host(seconds: float) -> None:
+    """Keep the host thread busy (preparing the next batch) for about `seconds`."""
+    x = np.linspace(0.0, 1.0, 20_000)
+    end = art.profiler.recorder.perf_counter_ns() + int(seconds * 1e9)
+    while art.profiler.recorder.perf_counter_ns() < end:
+        np.sin(x, out=x)
+
+
+def _kernel_work(out):
+    """A kernel of a few hundred microseconds."""
+    np.sin(out, out=out)
+
+
+def _noop(out):
+    pass
+
+
+def kinds(prof) -> set[str]:
+    return {f.kind for f in prof.diagnose()}
+
+
+@pytest.fixture
+def buf(dev):
+    b = art.malloc(1 << 18)
+    yield b
+    b.free()
+
+
+def test_host_bound_program_is_diagnosed_as_starving_the_device(stream, buf):
+    with art.profile() as prof:
+        for _ in range(20):
+            art.launch(_kernel_work, buf.view(np.float64), stream=stream)
+            _spin_host(0.004)  # the host prepares each batch far slower than the device runs it
+        stream.synchronize(timeout=30)
+    found = [f for f in prof.diagnose() if f.kind == "host_bound"]
+    assert found, prof.diagnose()
+    assert float(found[0].evidence["device utilization"].rstrip("%")) < 50
+    assert found[0].task_ids  # tasks that started after the longest idle stretches
+
+
+def _long_kernel(out):
+    """A kernel of a millisecond or more."""
+    for _ in range(5):
+        np.sin(out, out=out)
+
+
+def test_queued_ahead_program_is_not_host_bound(stream, buf):
+    with art.profile() as prof:
+        for _ in range(25):
+            art.launch(_long_kernel, buf.view(np.float64), stream=stream)
+        stream.synchronize(timeout=30)
+    assert "host_bound" not in kinds(prof)
+
+
+def test_tiny_kernels_are_diagnosed_as_overhead_dominated(stream, buf):
+    view = buf[:64].view(np.float64)
+    with art.profile() as prof:
+        for _ in range(300):
+            art.launch(_noop, view, stream=stream)
+        stream.synchronize(timeout=30)
+    found = [f for f in prof.diagnose() if f.kind == "small_tasks"]
+    assert found, prof.diagnose()
+    assert found[0].evidence["tasks"] == 300
+
+
+def test_large_kernels_are_not_small_tasks(stream, buf):
+    with art.profile() as prof:
+        for _ in range(110):
+            art.launch(_kernel_work, buf.view(np.float64), stream=stream)
+        stream.synchronize(timeout=30)
+    assert "small_tasks" not in kinds(prof)
+
+
+def test_a_stream_per_task_is_diagnosed_as_too_many_streams(dev, buf):
+    view = buf[:64].view(np.float64)
+    with art.profile() as prof:
+        for _ in range(40):
+            s = dev.create_stream()
+            art.launch(_noop, view, stream=s)
+            s.destroy()
+    found = [f for f in prof.diagnose() if f.kind == "too_many_streams"]
+    assert found, prof.diagnose()
+    assert found[0].evidence["streams with work"] == 40
+    assert found[0].evidence["stream create/destroy calls"] == 80
+
+
+def test_many_streams_at_once_with_little_work_are_diagnosed(dev, buf):
+    view = buf[:64].view(np.float64)
+    streams = [dev.create_stream() for _ in range(24)]
+    gate = __import__("threading").Event()
+    with art.profile() as prof:
+        art.launch_host_func(gate.wait, 10, stream=streams[0])
+        opened = streams[0].record()  # completes once the host opens the gate ...
+        for s in streams[1:]:
+            s.wait(opened)
+            art.launch(_noop, view, stream=s)  # ... so every stream holds its task until then
+        gate.set()
+        for s in streams:
+            s.synchronize(timeout=30)
+    for s in streams:
+        s.destroy()
+    found = [f for f in prof.diagnose() if f.kind == "too_many_streams"]
+    assert found, prof.diagnose()
+    assert found[0].evidence["most at once"] > 8
+
+
+def test_few_reused_streams_are_not_too_many(dev, buf):
+    view = buf[:64].view(np.float64)
+    streams = [dev.create_stream() for _ in range(3)]
+    with art.profile() as prof:
+        for i in range(40):
+            art.launch(_noop, view, stream=streams[i % 3])
+        for s in streams:
+            s.synchronize(timeout=30)
+    for s in streams:
+        s.destroy()
+    assert "too_many_streams" not in kinds(prof)
+
+
+def test_device_sync_every_iteration_is_diagnosed(stream, buf):
+    with art.profile() as prof:
+        for _ in range(8):
+            art.launch(_kernel_work, buf.view(np.float64), stream=stream)
+            art.synchronize(timeout=30)
+    found = [f for f in prof.diagnose() if f.kind == "device_sync_in_loop"]
+    assert found, prof.diagnose()
+    assert found[0].evidence["device synchronizations"] == 8
+
+
+def test_one_sync_at_the_end_is_not_a_sync_in_the_loop(stream, buf):
+    with art.profile() as prof:
+        for _ in range(8):
+            art.launch(_kernel_work, buf.view(np.float64), stream=stream)
+        art.synchronize(timeout=30)
+    assert "device_sync_in_loop" not in kinds(prof)
+
+
+def test_syncing_long_completed_events_is_diagnosed(stream, buf):
+    with art.profile() as prof:
+        events = []
+        for _ in range(12):
+            art.launch(_noop, buf.view(np.float64), stream=stream)
+            events.append(stream.record())
+        stream.synchronize(timeout=30)
+        _spin_host(0.006)  # long after the work completed ...
+        for ev in events:
+            ev.synchronize(timeout=30)  # ... the host still waits on each event
+    found = [f for f in prof.diagnose() if f.kind == "needless_sync"]
+    assert found, prof.diagnose()
+    assert found[0].evidence["needless synchronizations"] == 12
+
+
+def test_waiting_on_own_event_is_diagnosed(stream, buf):
+    with art.profile() as prof:
+        art.launch(_kernel_work, buf.view(np.float64), stream=stream)
+        stream.wait(stream.record())
+        stream.synchronize(timeout=30)
+    assert "needless_wait" in kinds(prof)
+
+
+def test_single_stream_pipeline_does_not_overlap_copies_and_compute(dev):
+    run_pipeline(1, 2, elements=1 << 19)  # warm-up: first-touch page faults
+    with art.profile() as prof:
+        run_pipeline(1, 8, elements=1 << 20)
+    found = [f for f in prof.diagnose() if f.kind == "no_overlap"]
+    assert found, prof.diagnose()
+    assert found[0].evidence["copy streams"] == found[0].evidence["compute streams"]
+
+
+def _well_behaved_pipeline(dev, batches=6, elements=1 << 19):
+    """Inputs staged in pinned memory up front, every batch queued ahead on 3 streams with
+    events between stages, one synchronization at the end, everything freed."""
+    nbytes = elements * 4
+    hosts = [art.malloc_host(nbytes) for _ in range(2 * batches)]
+    devs = [art.malloc(nbytes) for _ in range(2 * batches)]
+    for h in hosts[:batches]:
+        h.numpy(np.float32)[:] = 1.5
+    s_in, s_comp, s_out = (dev.create_stream() for _ in range(3))
+    with art.profile() as prof:
+        for b in range(batches):
+            src, dst = devs[b], devs[batches + b]
+            art.memcpy_async(src, hosts[b], stream=s_in)
+            s_comp.wait(s_in.record())
+            for _ in range(3):
+                art.launch(_kernel_work, src.view(np.float32), stream=s_comp)
+            art.launch(art.kernels.scale, dst.view(np.float32), src.view(np.float32), 2.0,
+                       stream=s_comp)
+            s_out.wait(s_comp.record())
+            art.memcpy_async(hosts[batches + b], dst, stream=s_out)
+        s_out.synchronize(timeout=60)
+        for s in (s_in, s_comp, s_out):
+            s.destroy()
+        for x in hosts + devs:
+            x.free()
+    return prof
+
+
+def test_well_behaved_pipeline_has_no_findings(dev):
+    _well_behaved_pipeline(dev, 2)  # warm-up: first-touch page faults
+    prof = _well_behaved_pipeline(dev)
+    assert prof.diagnose() == []
+
+
+def test_unfreed_buffer_is_diagnosed_with_its_allocation_site(dev):
+    with art.profile() as prof:
+        leaked = art.malloc(4096)
+        kept = art.malloc(4096)
+        kept.free()
+    leaked.free()
+    found = [f for f in prof.diagnose() if f.kind == "never_freed"]
+    assert found and found[0].evidence["buffers"] == 1
+    assert "test_profiler_diagnosis.py" in found[0].evidence["allocated at"]
+
+
+MEMORY_PROGRAM = textwrap.dedent("""
+    import json, sys
+    import ascentrt as art
+    MiB = 1 << 20
+    with art.profile() as prof:
+        if sys.argv[1] == "peak":
+            bufs = [art.malloc(15 * MiB) for _ in range(4)]   # 60 of 64 MiB
+            for b in bufs:
+                b.free()
+        elif sys.argv[1] == "fragment":
+            bufs = [art.malloc(4 * MiB) for _ in range(15)]
+            for b in bufs[::2]:
+                b.free()                                     # holes of 4 MiB
+            try:
+                art.malloc(16 * MiB)                         # 32 MiB free, none of it in one piece
+            except art.OutOfMemoryError:
+                pass
+            for b in bufs[1::2]:
+                b.free()
+        elif sys.argv[1] == "cache":
+            bufs = [art.malloc(10 * MiB) for _ in range(4)]  # 40 of 64 MiB, then all freed:
+            for b in bufs:
+                b.free()                                     # the pool keeps them cached
+        else:
+            bufs = [art.malloc(4 * MiB) for _ in range(4)]
+            for b in bufs:
+                b.free()
+    print(json.dumps(sorted({f.kind for f in prof.diagnose()})))
+""")
+
+
+def _memory_run(mode: str, release_threshold: str = "0") -> list[str]:
+    env = dict(os.environ, ASCENTRT_DEVICE_MEMORY="64M",
+               ASCENTRT_MEM_POOL_RELEASE_THRESHOLD=release_threshold)
+    out = subprocess.run([sys.executable, "-c", MEMORY_PROGRAM, mode], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_memory_near_capacity_is_diagnosed_as_peak():
+    assert "memory_peak" in _memory_run("peak")
+
+
+def test_holes_between_buffers_are_diagnosed_as_fragmentation():
+    assert "fragmentation" in _memory_run("fragment")
+
+
+def test_pool_caching_half_the_device_is_diagnosed():
+    assert "pool_cache" in _memory_run("cache", release_threshold="none")
+
+
+def test_modest_memory_use_has_no_memory_findings():
+    assert _memory_run("modest", release_threshold="none") == []

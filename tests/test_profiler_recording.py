@@ -1,0 +1,225 @@
+"""What a profile records, that profiling off leaves the API untouched, and load() round trips."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+from ascentrt import launch as launch_bound_at_import
+from ascentrt.engine import Hooks
+from ascentrt.memory.registry import REGISTRY
+
+
+def _noop(*args):
+    pass
+
+
+def _originals():
+    return (art.launch, art.Stream.synchronize, art.DeviceBuffer.free, art.memcpy_async,
+            art.launch.__module__)
+
+
+def test_profiling_off_leaves_every_api_function_untouched(stream):
+    before = _originals()
+    assert not hasattr(art.launch, "_ascentrt_api") and Hooks.profiler is None
+    with art.profile():
+        assert art.launch is not before[0]       # wrapped only while profiling
+        assert Hooks.profiler is not None
+        art.launch(_noop, stream=stream)
+        stream.synchronize(timeout=10)
+    assert _originals() == before
+    assert Hooks.profiler is None and "add" not in vars(REGISTRY)
+    assert launch_bound_at_import is art.launch
+
+
+def test_launch_bound_by_name_before_profiling_is_recorded(stream):
+    with art.profile() as prof:
+        launch_bound_at_import(_noop, stream=stream, name="early_bound")
+        stream.synchronize(timeout=10)
+    assert [c.name for c in prof.profile.api_calls] == ["launch", "Stream.synchronize"]
+    assert launch_bound_at_import is art.launch  # put back afterwards
+
+
+def test_every_task_kind_is_recorded_with_its_stream_and_bytes(dev, stream):
+    other = dev.create_stream()
+    notify = dev.create_notify()
+    dbuf = art.malloc(4096)
+    hbuf = art.malloc_host(4096)
+    try:
+        with art.profile() as prof:
+            art.memcpy_async(dbuf, hbuf, stream=stream)
+            art.memset_async(dbuf, 7, stream=stream)
+            art.launch(_noop, dbuf, stream=stream, name="my_kernel")
+            art.launch_host_func(_noop, stream=stream)
+            ev = stream.record()
+            other.wait(ev)
+            other.record_notify(notify)
+            stream.wait_notify(notify)
+            stream.synchronize(timeout=10)
+            other.synchronize(timeout=10)
+        tasks = prof.profile.tasks
+        kinds = {t.kind for t in tasks}
+        assert {"copy", "memset", "kernel", "host_func", "event_record", "notify_record",
+                "notify_wait"} <= kinds
+        copy = next(t for t in tasks if t.kind == "copy")
+        assert copy.nbytes == 4096 and copy.stream == stream.id and copy.name == "host_to_device"
+        kernel = next(t for t in tasks if t.kind == "kernel")
+        assert kernel.name == "my_kernel"
+        assert kernel.enqueue_ns <= kernel.start_ns <= kernel.end_ns
+        assert kernel.thread == threading.get_ident()
+        ids = [t.task_id for t in tasks if t.stream == stream.id]
+        assert len(ids) == len(set(ids))
+    finally:
+        dbuf.free()
+        hbuf.free()
+        other.destroy()
+
+
+def test_api_errors_are_recorded_with_their_code(stream):
+    with art.profile() as prof:
+        with pytest.raises(art.InvalidArgumentError):
+            art.launch("no_such_kernel", stream=stream)
+    (call,) = prof.profile.api_calls
+    assert call.name == "launch" and call.error == int(art.ErrorCode.INVALID_PARAM)
+
+
+def test_calls_made_inside_the_runtime_are_not_recorded_twice(stream):
+    host = np.zeros(1024, np.uint8)
+    dbuf = art.malloc(1024)
+    with art.profile() as prof:
+        art.memcpy_async(dbuf, host, stream=stream)  # pageable: records and syncs an event inside
+    dbuf.free()
+    assert [c.name for c in prof.profile.api_calls] == ["memcpy_async"]
+
+
+def test_api_calls_of_other_threads_carry_their_thread(stream):
+    names = {}
+
+    def worker():
+        names["ident"] = threading.get_ident()
+        s = art.set_device(0).create_stream()
+        art.launch(_noop, stream=s)
+        s.synchronize(timeout=10)
+        s.destroy()
+
+    with art.profile() as prof:
+        t = threading.Thread(target=worker, name="submitter")
+        t.start()
+        t.join(timeout=10)
+    calls = [c for c in prof.profile.api_calls if c.thread == names["ident"]]
+    assert [c.name for c in calls] == ["set_device", "Device.create_stream", "launch",
+                                       "Stream.synchronize", "Stream.destroy"]
+
+
+def test_ranges_nest_and_work_as_decorators_and_marks_are_instants():
+    @art.profiler.range("decorated")
+    def step():
+        art.profiler.mark("inside")
+
+    with art.profile() as prof:
+        with art.profiler.range("outer"):
+            step()
+    p = prof.profile
+    outer, inner = p.ranges
+    assert (outer.name, inner.name) == ("outer", "decorated")
+    assert outer.start_ns <= inner.start_ns <= inner.end_ns <= outer.end_ns
+    assert [m.name for m in p.marks] == ["inside"]
+    assert inner.start_ns <= p.marks[0].ts_ns <= inner.end_ns
+
+
+def test_ranges_and_marks_cost_nothing_and_record_nothing_when_off():
+    with art.profiler.range("ignored"):
+        art.profiler.mark("ignored")
+    with pytest.raises(art.InvalidArgumentError):
+        art.profiler.range("")
+    with pytest.raises(art.InvalidArgumentError):
+        art.profiler.mark(3)
+
+
+def test_a_second_profile_while_one_runs_is_refused():
+    with art.profile():
+        with pytest.raises(art.AscentError) as err:
+            art.profile().start()
+        assert err.value.code == art.ErrorCode.REPEAT_INITIALIZE
+    with pytest.raises(art.AscentError) as err:
+        art.profiler.stop()
+    assert err.value.code == art.ErrorCode.UNINITIALIZE
+
+
+def test_bad_profile_path_is_refused():
+    with pytest.raises(art.InvalidArgumentError):
+        art.profile(42)
+
+
+def test_memory_samples_and_allocations_follow_malloc_and_free(dev):
+    with art.profile() as prof:
+        a = art.malloc(1 << 20)
+        b = art.malloc(1 << 20)
+        a.free()
+        b.free()
+    p = prof.profile
+    assert [x.nbytes for x in p.allocations] == [1 << 20, 1 << 20]
+    assert all(x.free_ns is not None and x.free_ns >= x.alloc_ns for x in p.allocations)
+    allocated = [s.allocated for s in p.memory if s.device == dev.id]
+    assert max(allocated) - allocated[0] == 2 << 20
+    assert allocated[-1] == allocated[0]
+    assert all(s.reserved >= s.allocated for s in p.memory if s.device == dev.id)
+
+
+def test_folder_round_trips_through_load(stream, tmp_path):
+    buf = art.malloc(4096)
+    with art.profile(tmp_path / "run") as prof:
+        for _ in range(5):
+            art.launch(_noop, buf, stream=stream)
+        stream.synchronize(timeout=10)
+    buf.free()
+    for name in ("trace.json", "report.html", "profile.json", "task_time.csv",
+                 "kernel_statistic.csv", "api_statistic.csv", "memory.csv", "summary.txt"):
+        assert (tmp_path / "run" / name).stat().st_size > 0, name
+    loaded = art.profiler.load(tmp_path / "run")
+    assert loaded == prof.profile
+    assert [f.to_json() for f in loaded.diagnose()] == [f.to_json() for f in prof.diagnose()]
+    rows = (tmp_path / "run" / "task_time.csv").read_text().splitlines()
+    assert rows[0].startswith("device,stream,task_id,kind,name,enqueue_us,start_us,duration_us,wait_us")
+    assert len(rows) == 1 + len(loaded.tasks)
+
+
+def test_load_of_a_missing_or_bad_folder_is_an_error(tmp_path):
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.profiler.load(tmp_path / "nothing")
+    assert err.value.code == art.ErrorCode.INVALID_FILE
+    (tmp_path / "profile.json").write_text('{"format": "other"}')
+    with pytest.raises(art.InvalidArgumentError):
+        art.profiler.load(tmp_path)
+
+
+def test_environment_variable_profiles_the_whole_program(tmp_path):
+    program = ("import subprocess, sys, ascentrt as art\n"
+               "s = art.set_device(0).create_stream()\n"
+               "art.launch(lambda: None, stream=s, name=sys.argv[1])\n"
+               "s.synchronize(timeout=10)\n"
+               "if sys.argv[1] == 'parent':\n"
+               "    subprocess.run([sys.executable, '-c', sys.argv[2], 'child'], check=True)\n")
+    env = dict(os.environ, ASCENTRT_PROFILE=str(tmp_path / "env"))
+    env.pop("ASCENTRT_PROFILE_PID", None)
+    out = subprocess.run([sys.executable, "-c", program, "parent", program], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    prof = art.profiler.load(tmp_path / "env")
+    assert [t.name for t in prof.tasks if t.kind == "kernel"] == ["parent"]
+    (child,) = (tmp_path / "env").glob("child-*")  # the child process wrote beside, not over it
+    assert [t.name for t in art.profiler.load(child).tasks if t.kind == "kernel"] == ["child"]
+
+
+def test_unwritable_profile_folder_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.profile(blocker / "sub").start()
+    assert err.value.code == art.ErrorCode.INVALID_FILE
+    with art.profile():  # nothing was left half-started
+        pass

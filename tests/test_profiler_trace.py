@@ -1,0 +1,174 @@
+"""The trace is valid trace-event JSON, and a known two-stream program reads as it ran."""
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+from ascentrt.profiler.trace import HOST_PID, device_pid, trace_json
+
+PHASES = {"X", "M", "s", "f", "i", "C"}
+EPS = 0.0015  # us: rounding to ns in the export
+
+
+def validate_trace(doc: dict) -> dict:
+    """Check the trace-event format; returns the events grouped for further checks."""
+    assert isinstance(doc["traceEvents"], list)
+    json.dumps(doc)  # serializable as is
+    tracks = defaultdict(list)
+    flows = defaultdict(dict)
+    named_processes, named_threads = set(), set()
+    for e in doc["traceEvents"]:
+        ph = e["ph"]
+        assert ph in PHASES, e
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        if ph == "M":
+            assert e["name"] in {"process_name", "thread_name", "process_sort_index",
+                                 "thread_sort_index"}, e
+            if e["name"] == "process_name":
+                named_processes.add(e["pid"])
+            if e["name"] == "thread_name":
+                named_threads.add((e["pid"], e["tid"]))
+            continue
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
+        assert isinstance(e["name"], str) and e["name"], e
+        if ph == "X":
+            assert e["dur"] >= 0, e
+            tracks[(e["pid"], e["tid"])].append(e)
+        elif ph in "sf":
+            assert "id" in e and "cat" in e, e
+            assert e["ph"] not in flows[(e["cat"], e["id"])], f"duplicate flow end {e}"
+            flows[(e["cat"], e["id"])][e["ph"]] = e
+        elif ph == "C":
+            assert all(isinstance(v, (int, float)) for v in e["args"].values()), e
+        elif ph == "i":
+            assert e.get("s") in ("t", "p", "g"), e
+    # Slices on one track nest: each is disjoint from or inside the ones open before it.
+    for key, slices in tracks.items():
+        assert key[0] in named_processes and key in named_threads, f"unnamed track {key}"
+        open_ends = []
+        for e in sorted(slices, key=lambda e: (e["ts"], -e["dur"])):
+            while open_ends and open_ends[-1] <= e["ts"] + EPS:
+                open_ends.pop()
+            if open_ends:
+                assert e["ts"] + e["dur"] <= open_ends[-1] + EPS, f"partial overlap on {key}: {e}"
+            open_ends.append(e["ts"] + e["dur"])
+    # Every flow has a start and an end, each inside a slice of its track; ends after starts.
+    for key, ends in flows.items():
+        assert set(ends) == {"s", "f"}, f"unpaired flow {key}"
+        for e in ends.values():
+            assert any(x["ts"] - EPS <= e["ts"] <= x["ts"] + x["dur"] + EPS
+                       for x in tracks[(e["pid"], e["tid"])]), f"flow {key} not on a slice: {e}"
+        assert ends["s"]["ts"] <= ends["f"]["ts"] + EPS, key
+    return {"tracks": tracks, "flows": flows}
+
+
+def _spin_kernel(out):
+    """A kernel long enough (a few ms) to see overlap."""
+    for _ in range(20):
+        np.sin(out, out=out)
+
+
+@pytest.fixture
+def two_streams(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    yield a, b
+    a.destroy(force=True)
+    b.destroy(force=True)
+
+
+def run_two_stream_program(dev, a, b):
+    """Stream A: k1, record; stream B: k2 (concurrent with k1), wait(record), k3 (after k1)."""
+    x, y = art.malloc(1 << 18), art.malloc(1 << 18)
+    with art.profile() as prof:
+        with art.profiler.range("submit"):
+            art.launch(_spin_kernel, x.view(np.float64), stream=a, name="k1")
+            ev = a.record()
+            art.launch(_spin_kernel, y.view(np.float64), stream=b, name="k2")
+            b.wait(ev)
+            art.launch(_spin_kernel, y.view(np.float64), stream=b, name="k3")
+            art.profiler.mark("submitted")
+        b.synchronize(timeout=30)
+        a.synchronize(timeout=30)
+    x.free()
+    y.free()
+    return prof.profile
+
+
+def test_trace_validates_against_the_trace_event_format(dev, two_streams):
+    prof = run_two_stream_program(dev, *two_streams)
+    groups = validate_trace(trace_json(prof))
+    cats = {cat for cat, _ in groups["flows"]}
+    assert cats == {"launch", "event"}
+
+
+def test_two_stream_program_shows_overlap_and_event_order(dev, two_streams):
+    a, b = two_streams
+    prof = run_two_stream_program(dev, a, b)
+    doc = trace_json(prof)
+    groups = validate_trace(doc)
+    pid = device_pid(dev.id)
+    by_name = {e["name"]: e for e in groups["tracks"][(pid, a.id)] + groups["tracks"][(pid, b.id)]}
+    k1, k2, k3 = by_name["k1"], by_name["k2"], by_name["k3"]
+    assert k1["tid"] == a.id and k2["tid"] == b.id and k3["tid"] == b.id
+    # k1 and k2 ran at the same time (two compute units), k3 only after k1 (the event).
+    if dev.properties.compute_units >= 2:
+        assert k1["ts"] < k2["ts"] + k2["dur"] and k2["ts"] < k1["ts"] + k1["dur"]
+    assert k3["ts"] >= k1["ts"] + k1["dur"] - 0.001
+    assert k3["ts"] >= k2["ts"] + k2["dur"] - 0.001
+    # The event flow goes from the record on A to the wait on B.
+    (ev_flow,) = [f for (cat, _), f in groups["flows"].items() if cat == "event"]
+    assert (ev_flow["s"]["tid"], ev_flow["f"]["tid"]) == (a.id, b.id)
+    # Each kernel has a flow from the launch call on the host.
+    launches = [f for (cat, _), f in groups["flows"].items() if cat == "launch"]
+    kernel_flows = [f for f in launches if f["f"]["pid"] == pid and
+                    any(abs(f["f"]["ts"] - k["ts"]) < 0.002 for k in (k1, k2, k3))]
+    assert len(kernel_flows) == 3
+    assert all(f["s"]["pid"] == HOST_PID for f in kernel_flows)
+
+
+def test_host_track_has_api_calls_nested_in_user_range(dev, two_streams):
+    prof = run_two_stream_program(dev, *two_streams)
+    (rng,) = [r for r in prof.ranges if r.name == "submit"]
+    inside = [c.name for c in prof.api_calls if rng.start_ns <= c.start_ns and c.end_ns <= rng.end_ns]
+    assert inside == ["launch", "Stream.record", "launch", "Stream.wait", "launch"]
+    assert [m.name for m in prof.marks] == ["submitted"]
+    marks = [e for e in trace_json(prof)["traceEvents"] if e["ph"] == "i"]
+    assert [m["name"] for m in marks] == ["submitted"]
+
+
+def test_wait_slice_spans_the_time_the_stream_was_blocked(dev, two_streams):
+    a, b = two_streams
+    prof = run_two_stream_program(dev, a, b)
+    k1 = next(t for t in prof.tasks if t.name == "k1")
+    wait = next(t for t in prof.tasks if t.kind == "event_wait")
+    assert wait.released_by == (dev.id, a.id, k1.task_id + 1)  # the record after k1
+    assert wait.end_ns >= k1.end_ns
+    assert wait.start_ns <= wait.end_ns
+
+
+def test_memory_counters_follow_allocations(dev):
+    with art.profile() as prof:
+        bufs = [art.malloc(1 << 20) for _ in range(3)]
+        for buf in bufs:
+            buf.free()
+    counters = [e for e in trace_json(prof.profile)["traceEvents"] if e["ph"] == "C"
+                and e["pid"] == device_pid(dev.id)]
+    allocated = [e["args"]["allocated MiB"] for e in counters]
+    peak = max(allocated)
+    assert peak >= allocated[0] + 3 - 1e-6
+    assert allocated[-1] <= allocated[0] + 1e-6
+
+
+def test_overlapping_slices_of_one_track_move_to_an_overflow_track():
+    from ascentrt.profiler.data import DeviceInfo, Profile, StreamInfo, TaskRecord
+    prof = Profile(duration_ns=10_000, devices=[DeviceInfo(0, "d", 1, 1, 1, 1 << 20)],
+                   streams=[StreamInfo(0, 5, 0)])
+    prof.tasks = [TaskRecord(0, 5, 1, "kernel", "a", 0, 0, 1000, 5000, 0),
+                  TaskRecord(0, 5, 2, "kernel", "b", 0, 0, 4000, 8000, 0)]
+    groups = validate_trace(trace_json(prof))
+    names = sorted(e["name"] for slices in groups["tracks"].values() for e in slices)
+    assert names == ["a", "b"]  # nothing dropped
+    assert len(groups["tracks"]) == 2

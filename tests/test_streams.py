@@ -1,0 +1,324 @@
+"""Streams: ordering within a stream, cross-stream waits, query, destroy, priorities (semantics 1, 2, 7)."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+from subprocess_util import run_program
+
+
+def _append(log, item, seconds=0.0):
+    """A kernel that takes `seconds` of (sleeping) work, then appends `item` to `log`."""
+    def kernel():
+        if seconds:
+            time.sleep(seconds)
+        log.append(item)
+    kernel.__name__ = f"append_{item}"
+    return kernel
+
+
+def test_tasks_of_one_stream_run_in_submission_order_under_concurrency(dev):
+    streams = [dev.create_stream() for _ in range(8)]
+    logs = [[] for _ in streams]
+    for i in range(40):
+        for k, s in enumerate(streams):
+            # Uneven durations: a slow task must still finish before the fast one after it starts.
+            seconds = 0.002 if (i + k) % 7 == 0 else 0.0
+            art.launch(_append(logs[k], i, seconds), stream=s)
+    for s in streams:
+        s.synchronize(timeout=30)
+    for log in logs:
+        assert log == list(range(40))
+    for s in streams:
+        s.destroy()
+
+
+def test_a_stream_never_runs_two_tasks_at_once(dev, stream):
+    running, overlaps = [0], []
+    lock = threading.Lock()
+
+    def kernel():
+        with lock:
+            running[0] += 1
+            overlaps.append(running[0])
+        time.sleep(0.0005)
+        with lock:
+            running[0] -= 1
+
+    for _ in range(50):
+        art.launch(kernel, stream=stream)
+    stream.synchronize(timeout=30)
+    assert overlaps and max(overlaps) == 1
+
+
+def test_submission_returns_before_the_task_runs(stream):
+    gate = threading.Event()
+    ran = []
+    art.launch(lambda: gate.wait(10), stream=stream)
+    art.launch(lambda: ran.append(1), stream=stream)
+    assert ran == [] and not stream.query() and stream.pending == 2
+    gate.set()
+    stream.synchronize(timeout=10)
+    assert ran == [1] and stream.query() and stream.pending == 0
+
+
+def test_wait_on_event_orders_the_waiting_stream_after_the_recorded_work(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    gate = threading.Event()
+    log = []
+    art.launch(lambda: gate.wait(10), stream=a)
+    art.launch(_append(log, "a"), stream=a)
+    ev = a.record()
+    b.wait(ev)
+    art.launch(_append(log, "b"), stream=b)
+    assert not b.query()  # b is held back by a's pending work
+    gate.set()
+    b.synchronize(timeout=10)
+    assert log == ["a", "b"]
+    a.destroy(), b.destroy()
+
+
+def test_wait_uses_the_record_that_precedes_it_not_a_later_one(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    second_gate = threading.Event()
+    log = []
+    ev = dev.create_event()
+    art.launch(_append(log, "a1"), stream=a)
+    ev.record(a)
+    b.wait(ev)                                # waits for a1 only
+    art.launch(_append(log, "b"), stream=b)
+    art.launch(lambda: second_gate.wait(10), stream=a)
+    ev.record(a)                              # a later record must not affect the earlier wait
+    b.synchronize(timeout=10)                 # finishes while a is still blocked
+    assert log == ["a1", "b"]
+    assert not a.query()
+    second_gate.set()
+    a.synchronize(timeout=10)
+    a.destroy(), b.destroy()
+
+
+def test_wait_on_an_event_recorded_later_does_not_see_that_record(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    gate = threading.Event()
+    ev = dev.create_event()
+    ev.record(a)                              # nothing before it: complete at once
+    ev.synchronize(timeout=5)
+    b.wait(ev)
+    art.launch(lambda: gate.wait(10), stream=a)
+    ev.record(a)                              # after the wait call: b must not wait for it
+    done = []
+    art.launch(lambda: done.append(1), stream=b)
+    b.synchronize(timeout=10)
+    assert done == [1] and not a.query()
+    gate.set()
+    a.destroy(), b.destroy()
+
+
+def test_wait_on_a_never_recorded_event_raises(dev, stream):
+    ev = dev.create_event()
+    with pytest.raises(art.InvalidArgumentError) as err:
+        stream.wait(ev)
+    assert err.value.code == art.ErrorCode.RT_PARAM_INVALID
+    assert stream.pending == 0  # nothing was queued
+
+
+def test_wait_takes_an_event(stream):
+    with pytest.raises(art.InvalidArgumentError):
+        stream.wait("not an event")
+
+
+def test_query_and_pending_follow_the_work(stream):
+    assert stream.query() and stream.pending == 0
+    gate = threading.Event()
+    art.launch(lambda: gate.wait(10), stream=stream)
+    art.launch(art.kernels.noop, stream=stream)
+    assert not stream.query()
+    assert stream.pending == 2
+    gate.set()
+    stream.synchronize(timeout=10)
+    assert stream.query() and stream.pending == 0
+
+
+def test_destroy_waits_for_pending_work(dev):
+    s = dev.create_stream()
+    log = []
+    art.launch(_append(log, 1, 0.01), stream=s)
+    assert s.destroy() == 0
+    assert log == [1]
+
+
+def test_destroy_twice_raises_invalid_handle(dev):
+    s = dev.create_stream()
+    s.destroy()
+    with pytest.raises(art.InvalidHandleError) as err:
+        s.destroy()
+    assert err.value.code == art.ErrorCode.RT_INVALID_HANDLE
+
+
+def test_destroy_with_force_discards_pending_tasks_and_reports_how_many(dev):
+    s = dev.create_stream()
+    gate = threading.Event()
+    started = threading.Event()
+    ran = []
+
+    def blocker():
+        started.set()
+        gate.wait(10)
+
+    # Queue everything behind a wait first, so the blocker and the 5 tasks after it reach an
+    # executor together (as one batch) once the wait is released.
+    hold = dev.create_stream()
+    release = threading.Event()
+    art.launch(lambda: release.wait(10), stream=hold)
+    s.wait(hold.record())
+    art.launch(blocker, stream=s)
+    for i in range(5):
+        art.launch(lambda i=i: ran.append(i), stream=s)
+    release.set()
+    assert started.wait(10)
+    assert s.destroy(force=True) == 5  # the running task finishes; the 5 queued ones are dropped
+    gate.set()
+    other = dev.create_stream()        # the device keeps working
+    art.launch(lambda: ran.append("other"), stream=other)
+    other.synchronize(timeout=10)
+    other.destroy()
+    hold.destroy()
+    assert ran == ["other"]
+
+
+def test_force_destroy_accounts_for_every_task_it_did_not_run(dev):
+    # Destroy while short tasks stream through: each task either ran or was reported discarded.
+    for _ in range(20):
+        s = dev.create_stream()
+        ran = []
+        cond = threading.Condition()
+
+        def task(i):
+            with cond:
+                ran.append(i)
+                cond.notify_all()
+
+        total = 200
+        for i in range(total):
+            art.launch(task, i, stream=s)
+        dropped = s.destroy(force=True)
+        with cond:
+            assert cond.wait_for(lambda: len(ran) + dropped >= total, timeout=10)
+        assert len(ran) + dropped == total
+        assert ran == list(range(len(ran)))  # the ones that ran are a prefix, in order
+
+
+def test_force_destroy_releases_streams_waiting_on_its_records(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    gate = threading.Event()
+    art.launch(lambda: gate.wait(10), stream=a)
+    art.launch(art.kernels.noop, stream=a)
+    ev = a.record()
+    b.wait(ev)
+    art.launch(art.kernels.noop, stream=b)
+    a.destroy(force=True)
+    gate.set()
+    b.synchronize(timeout=10)  # must not hang on a record that will never run
+    b.destroy()
+
+
+@pytest.mark.parametrize("use", [
+    lambda s: art.launch(art.kernels.noop, stream=s),
+    lambda s: s.synchronize(),
+    lambda s: s.query(),
+    lambda s: s.record(),
+    lambda s: art.launch_host_func(lambda: None, stream=s),
+    lambda s: art.memset_async(np.zeros(64, np.uint8), 0, stream=s),
+], ids=["launch", "synchronize", "query", "record", "host_func", "memset_async"])
+def test_use_of_a_destroyed_stream_raises_invalid_handle(dev, use):
+    s = dev.create_stream()
+    s.destroy()
+    with pytest.raises(art.InvalidHandleError) as err:
+        use(s)
+    assert err.value.code == art.ErrorCode.RT_INVALID_HANDLE
+
+
+def test_default_stream_cannot_be_destroyed(dev):
+    with pytest.raises(art.InvalidArgumentError):
+        dev.default_stream.destroy()
+    art.launch(art.kernels.noop, stream=dev.default_stream)
+    dev.default_stream.synchronize(timeout=10)
+
+
+def test_context_manager_destroys_the_stream_after_its_work(dev):
+    log = []
+    with dev.create_stream() as s:
+        art.launch(_append(log, 1, 0.005), stream=s)
+    assert log == [1]
+    with pytest.raises(art.InvalidHandleError):
+        s.query()
+
+
+def test_streams_run_concurrently_on_different_executors(dev):
+    # Two streams whose kernels wait for each other can only finish if they run at once.
+    if dev.properties.compute_units < 2:
+        pytest.skip("needs two compute units")
+    a_started, b_started = threading.Event(), threading.Event()
+    seen = []
+    a, b = dev.create_stream(), dev.create_stream()
+    art.launch(lambda: (a_started.set(), seen.append(b_started.wait(10))), stream=a)
+    art.launch(lambda: (b_started.set(), seen.append(a_started.wait(10))), stream=b)
+    a.synchronize(timeout=20), b.synchronize(timeout=20)
+    assert seen == [True, True]
+    a.destroy(), b.destroy()
+
+
+def test_higher_priority_ready_streams_run_first_under_contention():
+    out = run_program("""
+        import threading
+        import ascentrt as art
+        dev = art.set_device(0)
+        assert dev.properties.compute_units == 1
+        blocker = dev.create_stream(priority=0)
+        gate, started = threading.Event(), threading.Event()
+        art.launch(lambda: (started.set(), gate.wait(10)), stream=blocker)
+        assert started.wait(10)
+        # The only compute unit is busy: submit the lowest priorities first.
+        order = []
+        streams = [dev.create_stream(priority=p) for p in (7, 5, 3, 0)]
+        for s in streams:
+            art.launch(lambda p=s.priority: order.append(p), stream=s)
+        gate.set()
+        art.synchronize(timeout=10)
+        print(order)
+    """, env={"ASCENTRT_COMPUTE_UNITS": "1"})
+    assert out.strip() == "[0, 3, 5, 7]"
+
+
+def test_equal_priorities_run_in_the_order_they_became_ready():
+    out = run_program("""
+        import threading
+        import ascentrt as art
+        dev = art.set_device(0)
+        gate, started = threading.Event(), threading.Event()
+        art.launch(lambda: (started.set(), gate.wait(10)), stream=dev.create_stream())
+        assert started.wait(10)
+        order = []
+        for i in range(4):
+            art.launch(lambda i=i: order.append(i), stream=dev.create_stream(priority=2))
+        gate.set()
+        art.synchronize(timeout=10)
+        print(order)
+    """, env={"ASCENTRT_COMPUTE_UNITS": "1"})
+    assert out.strip() == "[0, 1, 2, 3]"
+
+
+@pytest.mark.parametrize("priority", [-1, 8, 1.0, "0", None, True])
+def test_bad_priority_raises_and_creates_nothing(dev, priority):
+    before = len(dev.streams())
+    with pytest.raises(art.InvalidArgumentError) as err:
+        dev.create_stream(priority=priority)
+    assert err.value.code == art.ErrorCode.INVALID_PARAM
+    assert len(dev.streams()) == before
+
+
+def test_priority_range_is_reported(dev):
+    assert dev.properties.stream_priority_range == (7, 0)
