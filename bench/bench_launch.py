@@ -1,4 +1,8 @@
-"""Launch figures: host cost of a no-op launch, one-stream throughput, and launch cost with 1000 streams.
+"""Launch figures: host cost of a no-op launch, one-stream throughput, launch cost with 1000 streams.
+
+Two scaling figures: a launch on one stream while 1000 other streams are alive (the runtime's
+cost must not grow with the number of streams), and launches spread round-robin over 1000
+streams (each launch then wakes an idle stream: the cost of spreading tiny work thinly).
 
 Baselines run in the same process, interleaved with the measured side so that machine noise
 hits both alike: concurrent.futures.ThreadPoolExecutor (as many workers as the device has
@@ -38,6 +42,16 @@ def launch_ns(streams: list, n: int) -> float:
     for s in streams:
         s.synchronize(TIMEOUT)
     return (t1 - t0) / n
+
+
+def launch_with_live_streams(dev, stream, live: int) -> float:
+    """ns per launch on `stream` while `live` other (idle) streams exist on the device."""
+    extra = [dev.create_stream() for _ in range(live)]
+    try:
+        return launch_ns([stream], TASKS)
+    finally:
+        for s in extra:
+            s.destroy()
 
 
 def submit_ns(pool: cf.ThreadPoolExecutor, n: int) -> float:
@@ -82,6 +96,13 @@ def main() -> None:
     """Measure and print the three launch figures as JSON lines."""
     dev = art.set_device(0)
     stream = dev.create_stream()
+    launch_ns([stream], BURST)  # warm-up
+    # Scaling with the number of live streams: does their mere existence slow a launch?
+    live, alone = alternate(lambda: launch_with_live_streams(dev, stream, 0),
+                            lambda: launch_with_live_streams(dev, stream, STREAMS), RUNS)
+    emit(f"launch_with_{STREAMS}_live_streams", live, "ns/launch", "launch with no other stream",
+         alone, "<=", 1.5, f"at most 1.5x; {TASKS} launches on one stream while {STREAMS} other "
+         f"streams are alive, median of {RUNS}")
     many = [dev.create_stream() for _ in range(STREAMS)]
     with cf.ThreadPoolExecutor(max_workers=dev.properties.compute_units) as pool:
         # Warm-up: start every executor thread and pool worker before timing anything.
