@@ -89,7 +89,11 @@ class Block:
 
 def _busy_positions(streams) -> tuple:
     """(stream, submitted) for each stream that still has queued or running work."""
-    return tuple((s, s._submitted) for s in streams if s._completed < s._submitted)
+    busy = ()
+    for s in streams:  # a loop, not a generator: the common answer (nothing busy) costs ~nothing
+        if s._completed < s._submitted:
+            busy += ((s, s._submitted),)
+    return busy
 
 
 class BlockPool:
@@ -137,7 +141,9 @@ class BlockPool:
             size = size_class(nbytes, self.align)
             if len(self._classes) < 4096:
                 self._classes[nbytes] = size
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # acquire/finally: half the cost of `with` on this interpreter
+        try:
             block = None
             if stream is not None:
                 bins = self._stream_bins.get(stream)
@@ -168,6 +174,8 @@ class BlockPool:
             if active > self.peak_active:
                 self.peak_active = active
             return block
+        finally:
+            lock.release()
 
     def _allocate_slow(self, size: int, stream, nbytes: int) -> Block:
         self._collect()
@@ -338,42 +346,50 @@ class BlockPool:
         owner = stream if stream is not None else block.stream
         if waits is None:
             waits = self.waits_for(block, stream)
-        with self._lock:
-            if block.state != ALLOCATED:
-                return
-            self.allocated -= block.size
-            self.requested -= block.requested
-            self.n_frees += 1
-            block.uses = None
-            if not waits:
-                size = block.size
-                threshold = self.release_threshold
-                if self._cached_bytes + size <= CACHE_BYTES and (threshold is None or self.reserved <= threshold):
-                    cached = self._cache.get(size)
-                    if cached is None:
-                        cached = self._cache[size] = []
-                    if len(cached) < CACHE_PER_SIZE:
-                        block.state = CACHED
-                        block.stream = None
-                        cached.append(block)
-                        self._cached_bytes += size
-                        return
-                self._free_ready(block)
-                return
-            block.state = PENDING
-            block.stream = owner
-            block.waits = waits
-            self._pending[block] = None
-            self._track(block, 1)
-            self.pending_bytes += block.size
-            if owner is not None and all(s is owner for s, _ in waits):
-                bins = self._stream_bins.get(owner)
-                if bins is None:
-                    bins = self._stream_bins[owner] = {}
-                same = bins.get(block.size)
-                if same is None:
-                    same = bins[block.size] = {}
-                same[block] = None
+        lock = self._lock
+        lock.acquire()
+        try:
+            self._deallocate_locked(block, owner, waits)
+        finally:
+            lock.release()
+
+    def _deallocate_locked(self, block: Block, owner, waits: tuple) -> None:
+        """deallocate() under the pool lock: cache, free or park the block as pending."""
+        if block.state != ALLOCATED:
+            return
+        self.allocated -= block.size
+        self.requested -= block.requested
+        self.n_frees += 1
+        block.uses = None
+        if not waits:
+            size = block.size
+            threshold = self.release_threshold
+            if self._cached_bytes + size <= CACHE_BYTES and (threshold is None or self.reserved <= threshold):
+                cached = self._cache.get(size)
+                if cached is None:
+                    cached = self._cache[size] = []
+                if len(cached) < CACHE_PER_SIZE:
+                    block.state = CACHED
+                    block.stream = None
+                    cached.append(block)
+                    self._cached_bytes += size
+                    return
+            self._free_ready(block)
+            return
+        block.state = PENDING
+        block.stream = owner
+        block.waits = waits
+        self._pending[block] = None
+        self._track(block, 1)
+        self.pending_bytes += block.size
+        if owner is not None and all(s is owner for s, _ in waits):
+            bins = self._stream_bins.get(owner)
+            if bins is None:
+                bins = self._stream_bins[owner] = {}
+            same = bins.get(block.size)
+            if same is None:
+                same = bins[block.size] = {}
+            same[block] = None
 
     def record_stream(self, block: Block, stream) -> None:
         """Mark that `stream` uses the block: a free waits for that stream's work too."""
