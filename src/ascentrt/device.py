@@ -166,6 +166,8 @@ class Device:
                 with ENGINE.lock:
                     ENGINE._discard(s)
                     s._errors.clear()
+                    s._refuse = s._failure = None   # a STOP-mode failure does not outlive reset
+                    s._stop_on_failure = False
         self._memory.reset()
 
     def __repr__(self) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 
 from .engine import ENGINE, Marker, Task
 from .engine.task import EVENT_RECORD
@@ -126,9 +125,8 @@ class Event:
                                        f"stream waits on it", code=ErrorCode.RT_PARAM_INVALID)
         return self._marker
 
-    def _wait_deadline(self) -> float | None:
-        bound = _wait_timeout[0]
-        return None if bound is None else time.monotonic() + bound
+    def _wait_timeout(self) -> float | None:
+        return _wait_timeout[0]
 
     def destroy(self) -> None:
         """Release the event; work already recorded still completes. Twice raises InvalidHandleError."""

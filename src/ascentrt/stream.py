@@ -39,7 +39,7 @@ class Stream:
                                        f"(0 is highest), got {priority!r}")
         self.id = next(_ids)
         self.device = device
-        self.priority = priority
+        self._priority = priority
         self._internal = _internal
         self._dq = device._dq
         # Engine-owned state (read and written under ENGINE.lock).
@@ -54,7 +54,9 @@ class Stream:
         self._refuse = None            # None, "destroyed" or "failed"
         self._cut = None               # set by a discard: later tasks of the running batch are dropped
         self._failure = None
-        self._stop_on_failure = bool(stop_on_failure)
+        if not isinstance(stop_on_failure, bool):
+            raise InvalidArgumentError(f"stop_on_failure must be True or False, got {stop_on_failure!r}")
+        self._stop_on_failure = stop_on_failure
         self._capture = None           # set while the stream is being captured into a graph
         with ENGINE.lock:
             self._dq.streams[self.id] = self
@@ -76,6 +78,11 @@ class Stream:
                                 code=ErrorCode.RT_STREAM_ABORT, info=self._failure)
 
     # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def priority(self) -> int:
+        """0 (highest) .. 7 (lowest); fixed at creation (the ready queues index by it)."""
+        return self._priority
 
     @property
     def failure_mode(self) -> FailureMode:
@@ -121,10 +128,12 @@ class Stream:
                 marker.capture.join(self, marker)
                 return
             if marker.done:
+                if self._refuse is not None:
+                    raise self._refusal()  # a stopped stream refuses work, even a no-op wait
                 return  # already satisfied: nothing to order (and nothing to wait for)
         task = Task(EVENT_WAIT, name="event_wait")
         task.marker = marker
-        task.deadline = event._wait_deadline()
+        task.timeout = event._wait_timeout()
         self._submit(task)
 
     def record_notify(self, notify) -> None:
@@ -146,8 +155,7 @@ class Stream:
         notify._check_alive()
         task = Task(NOTIFY_WAIT, name="notify_wait")
         task.notify = notify
-        if timeout is not None:
-            task.deadline = time.monotonic() + timeout
+        task.timeout = timeout
         self._submit(task)
 
     # ---- graph capture (ascentrt.graph.capture) ----------------------------------------------

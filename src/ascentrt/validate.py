@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import threading
 
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 
@@ -17,7 +17,8 @@ def check_timeout(timeout) -> float | None:
     if not timeout > 0:  # also rejects NaN
         raise InvalidArgumentError(f"timeout must be None or seconds > 0, got {timeout!r}",
                                    code=ErrorCode.RT_PARAM_INVALID)
-    return None if math.isinf(timeout) else float(timeout)
+    # Beyond what threading can wait for (TIMEOUT_MAX, ~292 years) a timeout means forever.
+    return None if timeout >= threading.TIMEOUT_MAX else float(timeout)
 
 
 def resolve_stream(stream):

@@ -230,7 +230,8 @@ class Engine:
             self._arm_deadline(s, t)
             return False
         if kind == DETACH:
-            t.fn.thread = t.thread  # its errors belong to the thread that launched it
+            t.fn.thread = t.thread          # its errors belong to the thread and stream
+            t.fn.origin = (s, t.id)         # that launched it, not to the hidden detached stream
             self.submit_locked(s._dq.detached, t.fn)
             return True
         raise AssertionError(f"not a control task: {t!r}")  # pragma: no cover
@@ -274,6 +275,12 @@ class Engine:
         """Record a task failure on its stream; in STOP mode discard the rest of the stream."""
         code = exc.code if isinstance(exc, AscentError) else _ERROR_OF_KIND.get(
             t.kind, ErrorCode.RT_AICPU_EXCEPTION if t.executor == HOST else ErrorCode.RT_COPY_DATA)
+        if t.origin is not None:  # a non-blocking host function: report on the launching stream
+            origin, task_id = t.origin
+            info = ExceptionInfo(s.device.id, origin.id, task_id, int(code), t.label, exc, t.thread)
+            origin._errors.append(info)
+            note_async_error(t.thread, code)
+            return info
         info = ExceptionInfo(s.device.id, s.id, t.id, int(code), t.label, exc, t.thread)
         s._errors.append(info)
         note_async_error(t.thread, code)
@@ -416,8 +423,11 @@ class Engine:
             if prof is not None or infos:
                 lock.release()
                 if prof is not None:
-                    for t in batch[:done]:
-                        prof.task_done(t)
+                    try:
+                        for t in batch[:done]:
+                            prof.task_done(t)
+                    except Exception:
+                        pass  # a failing profiler loses records, never an executor
                 for info in infos:
                     for cb in list(Hooks.exception_callbacks):
                         try:
@@ -429,9 +439,14 @@ class Engine:
     # ---- timed device-side waits -----------------------------------------------------------
 
     def _arm_deadline(self, s, t: Task) -> None:
-        if t.deadline is None:
+        """Start the clock of a timed wait now that it blocks (not when it was submitted)."""
+        if t.timeout is None:
             return
-        heapq.heappush(self._deadlines, (t.deadline, next(self._seq), s, t))
+        heap = self._deadlines
+        if len(heap) > 256:  # drop entries of waits that ended early, so the heap stays small
+            heap[:] = [e for e in heap if e[2]._blocked is e[3]]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (time.monotonic() + t.timeout, next(self._seq), s, t))
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, daemon=True, name="ascentrt-watchdog")
             self._watchdog.start()
@@ -547,7 +562,7 @@ class Engine:
                 return None  # ready, and an executor will take it
         else:
             t = s._blocked
-            if t.deadline is not None:
+            if t.timeout is not None:
                 return None  # its timeout will move it
             if t.kind == EVENT_WAIT:
                 producers = [t.marker.stream]

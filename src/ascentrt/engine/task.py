@@ -25,7 +25,8 @@ class Task:
     thread = 0
     marker = None
     notify = None
-    deadline = None
+    timeout = None      # seconds a device-side wait may block (None: forever)
+    origin = None       # (stream, task id) that launched a non-blocking host function
     nbytes = 0
     reads = None
     writes = None

@@ -27,14 +27,22 @@ class Arena:
         self._used: dict[int, int] = {}
         self.used_bytes = 0
 
-    def alloc(self, nbytes: int) -> int:
-        """Reserve `nbytes` (already a multiple of 64); return its offset or raise OutOfMemoryError."""
+    def try_alloc(self, nbytes: int) -> int | None:
+        """Reserve `nbytes` (already a multiple of 64); return its offset, or None when nothing fits."""
         with self._lock:
             for off in self._free_offsets:
                 size = self._free_sizes[off]
                 if size >= nbytes:
                     self._take(off, size, nbytes)
                     return off
+        return None
+
+    def alloc(self, nbytes: int) -> int:
+        """Reserve `nbytes` (already a multiple of 64); return its offset or raise OutOfMemoryError."""
+        off = self.try_alloc(nbytes)
+        if off is not None:
+            return off
+        with self._lock:
             largest = max(self._free_sizes.values(), default=0)
             free = self.capacity - self.used_bytes
         raise OutOfMemoryError(

@@ -28,6 +28,17 @@ def check_size(nbytes, what: str = "nbytes", allow_zero: bool = False) -> int:
     return nbytes
 
 
+def _plain_dtype(dtype) -> np.dtype:
+    """A numpy dtype of plain bytes (no Python objects inside); raises InvalidArgumentError."""
+    try:
+        dtype = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"not a numpy dtype: {dtype!r}") from None
+    if dtype.hasobject or dtype.itemsize == 0:
+        raise InvalidArgumentError(f"device memory holds plain bytes; {dtype} cannot view it")
+    return dtype
+
+
 class _ByteRange:
     """Shared behaviour of anything that names bytes: pointer, length, numpy views, slicing."""
 
@@ -44,12 +55,16 @@ class _ByteRange:
 
     def numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
         """A zero-copy numpy view of the bytes as `dtype`, reshaped to `shape` (default 1-D)."""
-        dtype = np.dtype(dtype)
+        dtype = _plain_dtype(dtype)
         raw = self._bytes()
         if shape is None:
             count = raw.nbytes // dtype.itemsize
             shape = (count,)
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        if isinstance(shape, (int, np.integer)):
+            shape = (shape,)
+        elif not isinstance(shape, (tuple, list)):
+            raise InvalidArgumentError(f"shape must be an int or a tuple of ints, got {shape!r}")
+        shape = tuple(shape)
         if any(type(d) is not int and not isinstance(d, np.integer) or d < 0 for d in shape):
             raise InvalidArgumentError(f"shape must be non-negative ints, got {shape}")
         need = math.prod(shape) * dtype.itemsize
@@ -61,7 +76,7 @@ class _ByteRange:
     def view(self, dtype=np.uint8, shape=None) -> "TypedView":
         """A typed view to pass to kernels: they receive it as a numpy array of dtype/shape."""
         self.numpy(dtype, shape)  # validate now, not when the kernel runs
-        return TypedView(self, np.dtype(dtype), shape)
+        return TypedView(self, _plain_dtype(dtype), shape)
 
     def __getitem__(self, key) -> "BufferSlice":
         """buf[a:b] is the byte range [a, b) of the buffer, usable wherever a buffer is."""

@@ -53,9 +53,8 @@ class ArenaChunks:
         size = round_chunk(nbytes)
         if size > self.capacity:
             return None
-        try:
-            off = self.arena.alloc(size)
-        except OutOfMemoryError:
+        off = self.arena.try_alloc(size)  # no exception: a miss is not an error the caller sees
+        if off is None:
             return None
         view = None if self.view is None else self.view[off:off + size]
         return Chunk(self.base + off, size, view, off)

@@ -49,9 +49,13 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
             return _Operand(data, alloc.kind, alloc.kind == "host" and alloc.pinned, alloc.device)
         return _Operand(data, "pageable", False, None)
     if isinstance(x, (bytes, bytearray, memoryview)):
-        if writable and isinstance(x, bytes):
-            raise InvalidArgumentError(f"{role} is immutable bytes")
-        return _Operand(np.frombuffer(x, dtype=np.uint8), "pageable", False, None)
+        view = memoryview(x)
+        if writable and view.readonly:
+            raise InvalidArgumentError(f"{role} is read-only memory")
+        if not view.c_contiguous:
+            raise InvalidArgumentError(f"{role} memory must be C-contiguous")
+        return _Operand(np.frombuffer(view.cast("B") if view.ndim != 1 or view.format != "B" else view,
+                                      dtype=np.uint8), "pageable", False, None)
     if type(x) is int:
         if nbytes is None:
             raise InvalidArgumentError(f"{role} is a raw pointer: give nbytes")
@@ -169,6 +173,9 @@ def memset_async(dst, value: int, nbytes: int | None = None, *, stream=None) -> 
     n = op.data.nbytes if nbytes is None else nbytes
     if n > op.data.nbytes:
         raise InvalidArgumentError(f"memset of {n} bytes runs past the end of dst ({op.data.nbytes} bytes)")
+    if op.device is not None and op.device is not stream.device:
+        raise InvalidArgumentError(f"dst on device {op.device.id} set on a stream of device "
+                                   f"{stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
     task = Task(MEMSET, stream.device._backend.fill, (op.data[:n], value), "memset")
     task.nbytes = n
     _submit_maybe_sync(stream, task, op.where == "pageable")
