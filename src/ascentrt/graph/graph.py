@@ -13,6 +13,7 @@ import itertools
 import json
 import threading
 import time
+import weakref
 
 from ..engine import ENGINE, Marker, Task
 from ..engine.scheduler import BATCH, Hooks, current_task
@@ -102,6 +103,26 @@ class Plan:
         self.naive_waits = naive_waits
 
 
+_orphans: list = []  # streams of graphs collected without destroy(): released at a safe point
+
+
+def _release_orphans() -> None:
+    """Release the streams of dropped graphs once they are idle (never from a GC callback:
+    the collector may run while this thread holds the engine lock)."""
+    if not _orphans:
+        return
+    with ENGINE.lock:
+        busy = []
+        while _orphans:
+            s = _orphans.pop()
+            if s._completed < s._submitted:
+                busy.append(s)  # launched work still runs: release it on a later visit
+            else:
+                s._refuse = "destroyed"
+                s._dq.streams.pop(s.id, None)
+        _orphans.extend(busy)
+
+
 class Graph:
     """An executable graph (CANN's model runtime instance, CUDA's graph exec) made by a capture."""
 
@@ -127,8 +148,11 @@ class Graph:
         self._lock = threading.Lock()      # one launch at a time
         self._last_end: Marker | None = None
         self._destroyed = False
+        _release_orphans()
         self._lanes = [Stream(self.device, p, _internal=True) for p in priorities[1:]]
         self._exec_stream = None
+        self._owned = list(self._lanes)   # every stream this graph made, for release when dropped
+        weakref.finalize(self, _orphans.extend, self._owned)
         self.launches = 0
         return self
 
@@ -206,6 +230,7 @@ class Graph:
         timeout = check_timeout(timeout)
         if self._exec_stream is None:
             self._exec_stream = Stream(self.device, self._priority, _internal=True)
+            self._owned.append(self._exec_stream)
         self.launch(self._exec_stream)
         synchronize_streams([self._exec_stream], timeout, f"graph {self.id} execute")
 
@@ -234,11 +259,11 @@ class Graph:
         self.synchronize()
         self._destroyed = True
         with ENGINE.lock:
-            for s in [*self._lanes, self._exec_stream]:
-                if s is not None:
-                    ENGINE._discard(s)
-                    s._refuse = "destroyed"
-                    s._dq.streams.pop(s.id, None)
+            for s in self._owned:
+                ENGINE._discard(s)
+                s._refuse = "destroyed"
+                s._dq.streams.pop(s.id, None)
+        self._owned.clear()  # nothing left for the drop-time finalizer
 
     close = destroy
 
