@@ -83,6 +83,7 @@ class DeviceQueues:
         self.threads: list[threading.Thread] = []
         self.started = False
         self.streams: dict[int, object] = {}   # id -> live stream, for diagnosis
+        self.active: set = set()                # streams with work queued, running or blocked
         self.detached = None                    # hidden stream for non-blocking host functions
 
     def start(self) -> None:
@@ -127,6 +128,7 @@ class Engine:
             stream._tasks.append(task)
             if not stream._active:
                 stream._active = True
+                stream._dq.active.add(stream)
                 ex = task.executor
                 if ex is None:
                     self._advance(stream, None)  # a control task: completes inline
@@ -174,6 +176,7 @@ class Engine:
                 self._completed(s)
             else:
                 s._active = False
+                s._dq.active.discard(s)
 
     def _control(self, s, t: Task, work: list) -> bool:
         """Run a control task inline; False when the stream must block on it."""
@@ -246,6 +249,7 @@ class Engine:
         stream._tasks.append(task)
         if not stream._active:
             stream._active = True
+            stream._dq.active.add(stream)
             self._advance(stream, None)
 
     def _profile_control(self, t: Task) -> None:
@@ -322,6 +326,7 @@ class Engine:
             ready.remove(s)
         if s._running is None:
             s._active = False
+            s._dq.active.discard(s)
         return dropped + queued
 
     def _cut_off(self, s, t: Task) -> bool:
@@ -420,6 +425,7 @@ class Engine:
                 self._advance(s, ex)
             else:
                 s._active = False
+                s._dq.active.discard(s)
             if prof is not None or infos:
                 lock.release()
                 if prof is not None:
@@ -467,7 +473,11 @@ class Engine:
                         what = "event" if t.kind == EVENT_WAIT else "notify"
                         self._fail(s, t, TimeoutError_(f"device-side wait on {what} timed out",
                                                        code=ErrorCode.RT_WAIT_TIMEOUT))
-                        self._advance(s, None) if s._tasks else setattr(s, "_active", False)
+                        if s._tasks:
+                            self._advance(s, None)
+                        else:
+                            s._active = False
+                            s._dq.active.discard(s)
                 timeout = self._deadlines[0][0] - now if self._deadlines else None
                 self._watchdog_cv.wait(timeout)
 

@@ -381,6 +381,7 @@ def _submit_all(streams: list, work: list) -> None:
         for s in reversed(streams):  # forked lanes first: their waits are in place when records run
             if s._tasks and not s._active:
                 s._active = True
+                s._dq.active.add(s)
                 ENGINE._advance(s, None)
 
 

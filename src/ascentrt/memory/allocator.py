@@ -60,8 +60,8 @@ class DeviceAllocator:
             self.arena = self.chunks.arena  # plain mode: every buffer is carved from the arena
 
     def _streams(self) -> list:
-        """Every stream of the device (what a free without a stream must wait for)."""
-        return list(self.device._dq.streams.values())
+        """The device's streams with work in flight (what a free without a stream waits for)."""
+        return list(self.device._dq.active)
 
     def malloc(self, nbytes, stream=None) -> DeviceBuffer:
         """Allocate `nbytes` (rounded up to 32, start 64-byte aligned); raises on bad size or OOM."""

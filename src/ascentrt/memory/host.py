@@ -19,11 +19,11 @@ _state_lock = threading.Lock()
 
 
 def _all_streams() -> list:
-    """Every stream of every device: pinned memory may be in use by any of them."""
+    """Every stream with work in flight, on any device: pinned memory may be in use by any."""
     if "queues" not in _state:
         from ..device import all_device_queues
         _state["queues"] = all_device_queues
-    return [s for dq in _state["queues"]() for s in list(dq.streams.values())]
+    return [s for dq in _state["queues"]() for s in list(dq.active)]
 
 
 def host_pool():
