@@ -26,9 +26,8 @@ class Context:
     """A device and a default stream; streams made through it are destroyed with it."""
 
     def __init__(self, device=None, *, _primary: bool = False):
-        from .device import Device, current_device
-        self.device = current_device() if device is None else \
-            device if isinstance(device, Device) else Device(device)
+        from .device import resolve_device
+        self.device = resolve_device(device)
         self.id = next(_ids)
         self.primary = _primary
         self.destroyed = False

@@ -73,6 +73,13 @@ def current_device() -> "Device":
     return dev if dev is not None else _table()[0]
 
 
+def resolve_device(device=None) -> "Device":
+    """None: this thread's current device; an int: Device(i); a Device: itself. Raises on bad ids."""
+    if device is None:
+        return current_device()
+    return device if isinstance(device, Device) else Device(device)
+
+
 def all_device_queues():
     """The executor queues of every device that exists (for deadlock diagnosis)."""
     return [d._dq for d in (_devices or [])]

@@ -23,9 +23,8 @@ class Event:
     """Captures a stream's submitted work at record time; `timing=True` also takes a timestamp."""
 
     def __init__(self, device=None, timing: bool = False):
-        from .device import Device, current_device
-        self.device = current_device() if device is None else Device(device) \
-            if not isinstance(device, Device) else device
+        from .device import resolve_device
+        self.device = resolve_device(device)
         self.id = next(_ids)
         self.timing = bool(timing)
         self._marker: Marker | None = None

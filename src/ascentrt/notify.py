@@ -15,9 +15,8 @@ class Notify:
     """record() sets it; wait_and_reset() blocks a stream until it is set, then clears it."""
 
     def __init__(self, device=None):
-        from .device import Device, current_device
-        self.device = current_device() if device is None else Device(device) \
-            if not isinstance(device, Device) else device
+        from .device import resolve_device
+        self.device = resolve_device(device)
         self.id = next(_ids)
         self._set = False
         self._waiters = collections.deque()   # streams blocked on it (engine-owned)

@@ -29,11 +29,8 @@ class Stream:
 
     def __init__(self, device=None, priority: int = 0, *, stop_on_failure: bool = False,
                  _internal: bool = False):
-        from .device import Device, current_device
-        if device is None:
-            device = current_device()
-        elif not isinstance(device, Device):
-            device = Device(device)
+        from .device import resolve_device
+        device = resolve_device(device)
         if type(priority) is not int or not 0 <= priority < PRIORITY_LEVELS:
             raise InvalidArgumentError(f"priority must be an int in [0, {PRIORITY_LEVELS - 1}] "
                                        f"(0 is highest), got {priority!r}")

@@ -60,9 +60,8 @@ class TaskGraph:
     """A DAG of device work; `schedule(num_streams)` places it on streams with minimal waits."""
 
     def __init__(self, device=None):
-        from ..device import Device, current_device
-        self.device = current_device() if device is None else device if isinstance(device, Device) \
-            else Device(device)
+        from ..device import resolve_device
+        self.device = resolve_device(device)
         self.nodes: list[TaskNode] = []
         self._ancestors: list[int] = []   # bit set per node: every node it transitively depends on
 

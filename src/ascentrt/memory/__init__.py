@@ -21,15 +21,14 @@ def malloc(nbytes: int, device=None, stream=None) -> DeviceBuffer:
     if device is None and stream is not None and hasattr(stream, "device"):
         dev = stream.device  # a stream's allocation lives on the stream's device
     else:
-        if not _device_api:
-            from ..device import Device, current_device
-            _device_api.extend((Device, current_device))
-        Device, current_device = _device_api
-        dev = current_device() if device is None else device if isinstance(device, Device) else Device(device)
+        if not _resolve:
+            from ..device import resolve_device
+            _resolve.append(resolve_device)
+        dev = _resolve[0](device)
     return dev._memory.malloc(nbytes, stream)
 
 
-_device_api: list = []  # (Device, current_device), imported on first use (device.py imports us)
+_resolve: list = []  # device.resolve_device, imported on first use (device.py imports us)
 
 
 def free(buffer) -> None:

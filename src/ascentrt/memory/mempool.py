@@ -9,10 +9,8 @@ from .pool import BlockPool, ReusePolicy
 
 
 def _device(device):
-    from ..device import Device, current_device
-    if device is None:
-        return current_device()
-    return device if isinstance(device, Device) else Device(device)
+    from ..device import resolve_device
+    return resolve_device(device)
 
 
 def _allocator(device) -> DeviceAllocator:
