@@ -129,5 +129,5 @@ def get(env: str):
 
 
 def table() -> list[tuple[str, str, str]]:
-    """The settings as (variable, default, meaning) rows, for the README and `ascentrt info`."""
+    """The settings as (variable, default, meaning) rows (the README's table is checked against it)."""
     return [(s.env, s.default, s.meaning) for s in SETTINGS.values()]

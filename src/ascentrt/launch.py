@@ -73,14 +73,6 @@ def launch(kernel, *args, stream: Stream | None = None, reads=None, writes=None,
     return ENGINE.submit(stream, task)  # inlined Stream._submit: this is the hottest path
 
 
-def task_buffers(task: Task) -> tuple[tuple, tuple]:
-    """(reads, writes) of a kernel task: declared ones, or every buffer argument for both."""
-    if task.reads is not None:
-        return task.reads, task.writes
-    bufs = tuple(a for a in task.args if isinstance(a, _BUFFER_TYPES))
-    return bufs, bufs
-
-
 def launch_host_func(fn, *args, stream: Stream | None = None, blocking: bool = True) -> int:
     """Run `fn(*args)` on a host thread once the stream's earlier work is done.
 

@@ -119,11 +119,6 @@ class DeviceAllocator:
         """Bytes held by live buffers (block sizes)."""
         return self.pool.allocated if self.pool is not None else self.arena.used_bytes
 
-    @property
-    def peak_bytes(self) -> int:
-        """The most bytes live buffers held at once."""
-        return self.pool.peak_allocated if self.pool is not None else self.arena.used_bytes
-
     def reset(self) -> int:
         """Free every live buffer (device reset) and return cached chunks; returns how many buffers."""
         bufs = list(self.live.values())
