@@ -103,6 +103,15 @@ class Plan:
         self.naive_waits = naive_waits
 
 
+def json_text(data: dict, path=None) -> str:
+    """`data` as indented JSON text, also written to `path` when given."""
+    text = json.dumps(data, indent=1)
+    if path is not None:
+        with open(path, "w") as f:
+            f.write(text)
+    return text
+
+
 _orphans: list = []  # streams of graphs collected without destroy(): released at a safe point
 
 
@@ -323,11 +332,7 @@ class Graph:
 
     def to_json(self, path=None) -> str:
         """The graph as JSON text; also written to `path` when given."""
-        text = json.dumps(self.to_dict(), indent=1)
-        if path is not None:
-            with open(path, "w") as f:
-                f.write(text)
-        return text
+        return json_text(self.to_dict(), path)
 
     def to_dot(self) -> str:
         """The graph in Graphviz dot: one cluster per captured stream, edges are dependencies."""

@@ -7,7 +7,6 @@ kept (an edge implied by others is dropped as it would be by a transitive reduct
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
@@ -208,11 +207,8 @@ class TaskGraph:
 
     def to_json(self, path=None) -> str:
         """JSON text of to_dict(); also written to `path` when given."""
-        text = json.dumps(self.to_dict(), indent=1)
-        if path is not None:
-            with open(path, "w") as f:
-                f.write(text)
-        return text
+        from .graph import json_text
+        return json_text(self.to_dict(), path)
 
     def to_dot(self, assignment=None) -> str:
         """Graphviz dot; edges labelled RAW/WAR/WAW/explicit, nodes coloured by stream if assigned."""
