@@ -325,6 +325,9 @@ class _Collector:
     def task_done(self, task):
         self.tasks.append(task)
 
+    def tasks_done(self, stream, tasks):
+        self.tasks.extend(tasks)
+
 
 def test_replayed_nodes_reach_the_profiler_with_names(streams):
     s = streams[0]

@@ -34,7 +34,7 @@ _local = threading.local()  # .stream: the stream whose batch this executor thre
 class Hooks:
     """Observers the engine calls: a profiler (task timing) and exception-info callbacks."""
 
-    profiler = None                 # object with task_done(task) when profiling is on
+    profiler = None  # when profiling: task_done(task) and tasks_done(stream, tasks) (a batch)
     exception_callbacks: list = []  # fn(ExceptionInfo), called outside the lock
 
 
@@ -430,8 +430,7 @@ class Engine:
                 lock.release()
                 if prof is not None:
                     try:
-                        for t in batch[:done]:
-                            prof.task_done(t)
+                        prof.tasks_done(s, batch[:done] if done < len(batch) else batch)
                     except Exception:
                         pass  # a failing profiler loses records, never an executor
                 for info in infos:

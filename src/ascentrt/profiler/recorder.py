@@ -64,6 +64,21 @@ class Recorder:
                        task.nbytes, task.t_enqueue, task.t_start, task.t_end, task.thread,
                        task.error is not None, released))
 
+    def tasks_done(self, stream, tasks) -> None:
+        """A batch of finished tasks of one stream (one call per executor batch, not per task)."""
+        bucket = self.per_stream.get(stream)
+        if bucket is None:
+            bucket = self.per_stream.setdefault(stream, [])
+        append = bucket.append
+        for task in tasks:
+            released = None
+            if task.kind == EVENT_WAIT:
+                m = task.marker
+                released = (m.stream.device.id, m.stream.id, m.position)
+            append((task.id, task.kind, task.name or getattr(task.fn, "__name__", None),
+                    task.nbytes, task.t_enqueue, task.t_start, task.t_end, task.thread,
+                    task.error is not None, released))
+
     # ---- start / stop --------------------------------------------------------------------
 
     def start(self) -> None:
