@@ -28,24 +28,23 @@ def parse_size(text: str | int) -> int:
     return value
 
 
-def _positive_int(text: str) -> int:
+def _number(text: str, cast, what: str, ok, rule: str):
+    """`cast(text)` when it parses and satisfies `ok`; raises InvalidArgumentError naming `rule`."""
     try:
-        value = int(text)
+        value = cast(text)
     except ValueError:
-        raise InvalidArgumentError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise InvalidArgumentError(f"must be positive, got {text!r}")
+        raise InvalidArgumentError(f"not {what}: {text!r}") from None
+    if not ok(value):
+        raise InvalidArgumentError(f"must be {rule}, got {text!r}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _number(text, int, "an integer", lambda v: v > 0, "positive")
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidArgumentError(f"not a number of seconds: {text!r}") from None
-    if value <= 0:
-        raise InvalidArgumentError(f"must be positive, got {text!r}")
-    return value
+    return _number(text, float, "a number of seconds", lambda v: v > 0, "positive")
 
 
 def _switch(text: str) -> bool:
@@ -67,13 +66,7 @@ def _size_or_none(text: str) -> int | None:
 
 def _fraction(text: str) -> float:
     """A number in [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidArgumentError(f"not a fraction: {text!r}") from None
-    if not 0 <= value <= 1:
-        raise InvalidArgumentError(f"must be in [0, 1], got {text!r}")
-    return value
+    return _number(text, float, "a fraction", lambda v: 0 <= v <= 1, "in [0, 1]")
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,15 @@ class Block:
         return f"Block({self.addr:#x}, {self.size}, {self.state})"
 
 
+def _absorb(left: Block, right: Block) -> None:
+    """Merge `right` (the next block in the chunk) into `left`."""
+    left.size += right.size
+    left.next = right.next
+    if right.next is not None:
+        right.next.prev = left
+    left.view_n = -1
+
+
 def _busy_positions(streams) -> tuple:
     """(stream, submitted) for each stream that still has queued or running work."""
     busy = ()
@@ -435,18 +444,10 @@ class BlockPool:
         prev, nxt = block.prev, block.next
         if nxt is not None and nxt.state is READY:
             self._remove_ready(nxt)
-            block.size += nxt.size
-            block.next = nxt.next
-            if nxt.next is not None:
-                nxt.next.prev = block
-            block.view_n = -1
+            _absorb(block, nxt)
         if prev is not None and prev.state is READY:
             self._remove_ready(prev)
-            prev.size += block.size
-            prev.next = block.next
-            if block.next is not None:
-                block.next.prev = prev
-            prev.view_n = -1
+            _absorb(prev, block)
             block = prev
         threshold = self.release_threshold
         if block.prev is None and block.next is None and threshold is not None \
