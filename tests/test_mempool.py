@@ -1,6 +1,5 @@
 """The memory pool (issue 4): blocks vs a reference model, canaries, stream-ordered reuse, OOM, threads."""
 
-import collections
 import os
 import random
 import subprocess
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import ascentrt as art
+from ascentrt.backends import CpuBackend
 from ascentrt.memory import ArenaChunks, BlockPool, HostChunks, ReusePolicy
 from ascentrt.memory.pool import ALLOCATED, size_class
 from ascentrt.memory.stats import pool_stats
@@ -24,13 +24,15 @@ BIG = 20 * MiB  # fills its own chunk: no ready remainder to take instead
 
 
 class FakeStream:
-    """Just what the pool reads of a stream: counters, a task queue, no capture."""
+    """Just what the pool reads of a stream: counters, the waits it has queued, no capture."""
 
     def __init__(self, ident):
         self.id = ident
         self._submitted = self._completed = 0
-        self._tasks = collections.deque()
         self._capture = None
+
+    def _awaited_positions(self) -> dict:
+        return {}  # it never waits on an event
 
 
 def check_pool(pool, live):
@@ -416,7 +418,7 @@ def test_trace_records_and_replays_on_fake_address_space(dev, tmp_path):
 
 
 def test_pinned_host_pool_mlocks_once_per_chunk():
-    chunks = HostChunks()
+    chunks = HostChunks(CpuBackend())
     pool = BlockPool(chunks, align=4096, name="host")
     blocks = [pool.allocate(64 * 1024) for _ in range(16)]
     assert chunks.mlock_calls == 1

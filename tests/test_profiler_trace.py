@@ -163,7 +163,7 @@ def test_memory_counters_follow_allocations(dev):
 
 
 def test_overlapping_slices_of_one_track_move_to_an_overflow_track():
-    from ascentrt.profiler.data import DeviceInfo, Profile, StreamInfo, TaskRecord
+    from ascentrt.profiler import DeviceInfo, Profile, StreamInfo, TaskRecord
     prof = Profile(duration_ns=10_000, devices=[DeviceInfo(0, "d", 1, 1, 1, 1 << 20)],
                    streams=[StreamInfo(0, 5, 0)])
     prof.tasks = [TaskRecord(0, 5, 1, "kernel", "a", 0, 0, 1000, 5000, 0),

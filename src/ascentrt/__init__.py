@@ -1,16 +1,17 @@
 """ascentrt: an accelerator runtime in the mould of the Ascend CANN Runtime, running for real on the CPU."""
 
 from . import kernels
-from .device import Device, DeviceProperties, current_device, device_count, set_device
+from .device import (Device, DeviceProperties, current_device, default_stream, device_count,
+                     set_device, synchronize)
 from .errors import (AscentError, AscentTimeoutError, DeadlockError, ErrorCode, ExceptionInfo,
                      InvalidAddressError, InvalidArgumentError, InvalidDeviceError,
                      InvalidHandleError, NotSupportedError, OutOfMemoryError, StreamStateError,
                      TaskError, get_last_error, peek_at_last_error)
 from .event import Event, elapsed_time, set_wait_timeout
 from .launch import launch, launch_host_func
-from .memory import (BufferSlice, DeviceBuffer, HostBuffer, MemcpyKind, TypedView, free, malloc,
-                     malloc_host, memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset,
+from .copies import (MemcpyKind, memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset,
                      memset_async)
+from .memory import BufferSlice, DeviceBuffer, HostBuffer, TypedView, free, malloc, malloc_host
 from .memory import (MemPool, ReusePolicy, configure_pool, empty_cache, free_async,
                      malloc_async, memory_snapshot, memory_stats, memory_summary, record_stream,
                      record_trace, replay_trace, reset_peak_memory_stats)
@@ -22,17 +23,6 @@ from .profiler import profile
 from . import callback, context  # report-thread callbacks; contexts (pyACL's model, used by ascentrt.acl)
 
 __version__ = "0.1.0"
-
-
-def synchronize(timeout: float | None = None) -> None:
-    """Wait for all work on the current device (see Device.synchronize)."""
-    current_device().synchronize(timeout)
-
-
-def default_stream() -> Stream:
-    """The current device's default stream."""
-    return current_device().default_stream
-
 
 __all__ = [
     "AscentError", "AscentTimeoutError", "BufferSlice", "DeadlockError", "Device", "DeviceBuffer",

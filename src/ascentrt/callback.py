@@ -15,7 +15,8 @@ import threading
 from .engine.scheduler import act_for_stream, current_task, restore_stream_mark
 from .engine.task import HOST_FUNC, Task
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, StreamStateError
-from .validate import check_timeout, resolve_stream
+from .stream import resolve_stream
+from .validate import check_timeout
 
 _log = logging.getLogger("ascentrt.callback")
 _lock = threading.Lock()

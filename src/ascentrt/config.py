@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
+from .backends import KINDS
 from .errors import InvalidArgumentError
 
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -69,6 +70,14 @@ def _fraction(text: str) -> float:
     return _number(text, float, "a fraction", lambda v: 0 <= v <= 1, "in [0, 1]")
 
 
+def _backend_kind(text: str) -> str:
+    """A backend name from backends.KINDS."""
+    value = str(text).strip().lower()
+    if value not in KINDS:
+        raise InvalidArgumentError(f"unknown backend {text!r} (known: {', '.join(sorted(KINDS))})")
+    return value
+
+
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its name, default, parser and meaning."""
@@ -81,6 +90,8 @@ class Setting:
 
 SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_DEVICES", "1", _positive_int, "number of virtual CPU devices"),
+    Setting("ASCENTRT_BACKEND", "cpu", _backend_kind,
+            "what each device is: cpu (this machine's cores, threads + numpy)"),
     Setting("ASCENTRT_DEVICE_MEMORY", "2G", parse_size,
             "memory capacity of each device (bytes, or with a K/M/G suffix)"),
     Setting("ASCENTRT_COMPUTE_UNITS", str(os.cpu_count() or 1), _positive_int,

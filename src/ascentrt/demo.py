@@ -10,7 +10,8 @@ import numpy as np
 from .device import Device
 from .event import elapsed_time
 from .launch import launch
-from .memory import malloc, malloc_host, memcpy_async
+from .copies import memcpy_async
+from .memory import malloc, malloc_host
 
 STAGES = ("h2d", "compute", "d2h")
 

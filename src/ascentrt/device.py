@@ -1,15 +1,23 @@
-"""Devices: the virtual CPU devices, their properties, the per-thread current device."""
+"""Devices: their backends, properties and memory, and the per-thread current device.
+
+The handle types made by a device (Stream, Event, Notify) live in modules above this one;
+they register themselves here (register_handle_type) so that device.py never imports them.
+"""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import config
-from .backends import CpuBackend
-from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues
-from .engine.task import COMPUTE, COPY_ENGINE, HOST
+from .backends import make_backend
+from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
+from .engine.sync import synchronize_streams
+from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
 from .errors import InvalidDeviceError
+from .memory import links
 from .memory.allocator import DeviceAllocator
 from .validate import check_timeout
 
@@ -31,6 +39,12 @@ class DeviceProperties:
 _devices: list["Device"] | None = None
 _devices_lock = threading.Lock()
 _current = threading.local()
+_handle_types: dict[str, type] = {}  # "stream" / "event" / "notify" -> class, registered by their modules
+
+
+def register_handle_type(kind: str, cls: type) -> None:
+    """Called by stream.py, event.py and notify.py: the class a device makes for `kind`."""
+    _handle_types[kind] = cls
 
 
 def _table() -> list["Device"]:
@@ -80,9 +94,9 @@ def resolve_device(device=None) -> "Device":
     return device if isinstance(device, Device) else Device(device)
 
 
-def all_device_queues():
-    """The executor queues of every device that exists (for deadlock diagnosis)."""
-    return [d._dq for d in (_devices or [])]
+def _busy_streams() -> list:
+    """Every stream with work in flight, on any device that exists."""
+    return [s for dq in ENGINE.devices for s in list(dq.active)]
 
 
 class Device:
@@ -93,23 +107,27 @@ class Device:
 
     def _init(self, device_id: int) -> None:
         self.id = device_id
-        self._backend = CpuBackend()
         capacity = config.get("ASCENTRT_DEVICE_MEMORY")
-        mem, base = self._backend.reserve(capacity)
-        self._memory = DeviceAllocator(self, mem, base, capacity)
         sizes = [0, 0, 0]
         sizes[COMPUTE] = config.get("ASCENTRT_COMPUTE_UNITS")
         sizes[COPY_ENGINE] = config.get("ASCENTRT_COPY_ENGINES")
-        sizes[HOST] = config.get("ASCENTRT_HOST_FUNC_THREADS")
-        self._dq = DeviceQueues(ENGINE, device_id, self._backend, tuple(sizes))
+        sizes[HOST_EXECUTOR] = config.get("ASCENTRT_HOST_FUNC_THREADS")
+        kind = config.get("ASCENTRT_BACKEND")
+        self._backend = backend = make_backend(kind, f"ascentrt-{kind}{device_id}", capacity, tuple(sizes))
+        props = backend.properties()
+        handle = backend.alloc(capacity)
+        mem = np.frombuffer(backend.host_view(handle), dtype=np.uint8)
+        self._memory = DeviceAllocator(self, mem, handle.addr, capacity,
+                                       decommit=lambda off, n: backend.decommit(handle, off, n))
+        self._dq = DeviceQueues(ENGINE, device_id, backend)
+        compute, copy, host = props.executors
         self.properties = DeviceProperties(
-            id=device_id, name=f"ascentrt-cpu{device_id}", backend=self._backend.name,
-            total_memory=capacity, compute_units=sizes[COMPUTE], copy_engines=sizes[COPY_ENGINE],
-            host_func_threads=sizes[HOST], stream_priority_range=(PRIORITY_LEVELS - 1, 0))
+            id=device_id, name=props.name, backend=props.backend, total_memory=props.memory_bytes,
+            compute_units=compute, copy_engines=copy, host_func_threads=host,
+            stream_priority_range=(PRIORITY_LEVELS - 1, 0))
         self._default_stream = None
         self._lock = threading.Lock()
-        from .stream import Stream
-        self._dq.detached = Stream(self, PRIORITY_LEVELS - 1, _internal=True)
+        self._dq.detached = _handle_types["stream"](self, PRIORITY_LEVELS - 1, _internal=True)
 
     @property
     def default_stream(self):
@@ -117,24 +135,20 @@ class Device:
         if self._default_stream is None:
             with self._lock:
                 if self._default_stream is None:
-                    from .stream import Stream
-                    self._default_stream = Stream(self, 0, _internal=True)
+                    self._default_stream = _handle_types["stream"](self, 0, _internal=True)
         return self._default_stream
 
     def create_stream(self, priority: int = 0, *, stop_on_failure: bool = False):
         """A new stream on this device; priority 0 (highest) .. 7 (lowest)."""
-        from .stream import Stream
-        return Stream(self, priority, stop_on_failure=stop_on_failure)
+        return _handle_types["stream"](self, priority, stop_on_failure=stop_on_failure)
 
     def create_event(self, timing: bool = False):
         """A new event; `timing=True` lets elapsed_time measure between two records."""
-        from .event import Event
-        return Event(self, timing=timing)
+        return _handle_types["event"](self, timing=timing)
 
     def create_notify(self):
         """A new notify (a wait-until-recorded signal between streams)."""
-        from .notify import Notify
-        return Notify(self)
+        return _handle_types["notify"](self)
 
     def malloc(self, nbytes: int, stream=None):
         """Allocate device memory on this device (see ascentrt.malloc)."""
@@ -151,10 +165,8 @@ class Device:
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for all work on this device; raise the first task error of any of its streams."""
-        from .stream import synchronize_streams
-        from .graph.capture import check_unsafe
         timeout = check_timeout(timeout)
-        check_unsafe(f"device {self.id} synchronize")
+        check_sync_allowed(f"device {self.id} synchronize")
         with ENGINE.lock:
             # Non-blocking host functions reach the detached stream only when their stream gets
             # to them: wait for it last, once the streams that feed it are done.
@@ -182,3 +194,17 @@ class Device:
 
     def __reduce__(self):
         return Device, (self.id,)
+
+
+def synchronize(timeout: float | None = None) -> None:
+    """Wait for all work on the current device (see Device.synchronize)."""
+    current_device().synchronize(timeout)
+
+
+def default_stream():
+    """The current device's default stream."""
+    return current_device().default_stream
+
+
+links.register(resolve_device=resolve_device, current_task=current_task,
+               busy_streams=_busy_streams, host_backend=lambda: _table()[0]._backend)

@@ -148,6 +148,12 @@ class StreamStateError(AscentError):
     default_code = ErrorCode.RT_STREAM_ABORT
 
 
+class CaptureError(StreamStateError):
+    """A call that is not allowed while (or about) capturing; `.code` says which rule."""
+
+    default_code = ErrorCode.RT_STREAM_CAPTURED
+
+
 class TimeoutError_(AscentError, TimeoutError):
     """A synchronizing call or a device-side wait ran past its timeout."""
 

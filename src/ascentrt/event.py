@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
-import threading
 
+from .device import register_handle_type, resolve_device
 from .engine import ENGINE, Marker, Task
+from .engine.sync import raise_stream_errors
 from .engine.task import EVENT_RECORD
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
-from .validate import check_timeout, resolve_stream
+from .stream import resolve_stream
+from .validate import check_timeout
 
 _ids = itertools.count(1)
 _wait_timeout: list[float | None] = [None]  # bound on device-side event waits (None = forever)
@@ -22,8 +24,9 @@ def set_wait_timeout(seconds: float | None) -> None:
 class Event:
     """Captures a stream's submitted work at record time; `timing=True` also takes a timestamp."""
 
+    handle_kind = "event"
+
     def __init__(self, device=None, timing: bool = False):
-        from .device import resolve_device
         self.device = resolve_device(device)
         self.id = next(_ids)
         self.timing = bool(timing)
@@ -44,40 +47,28 @@ class Event:
                                        code=ErrorCode.RT_STREAM_CONTEXT)
         marker = Marker(stream, 0, self.timing)
         task = Task(EVENT_RECORD, name="event_record")
-        task.marker = marker
-        if stream._capture is not None:
-            stream._submit(task)
-            self._marker = marker
-            return
-        with ENGINE.lock:  # position and marker must be set before the record can complete
-            if stream._refuse is not None:
-                raise stream._refusal()
-            marker.position = stream._submitted + 1
-            self._marker = marker
-            task.thread = threading.get_ident()
-            ENGINE.submit_locked(stream, task)
+        task.marker = marker  # the engine sets its position when it queues the record
+        stream._submit(task)
+        self._marker = marker
 
     def query(self) -> bool:
         """True when the recorded work has completed (or the event was never recorded)."""
         self._check_alive()
         m = self._marker
         if m is not None and m.capture is not None:
-            from .graph.capture import refuse_captured_event
-            refuse_captured_event(self, m)
+            m.capture.refuse_event(self, m)
         return m is None or m.done
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until the recorded work completed; raise a task error that happened before it."""
-        from .stream import raise_stream_errors
         timeout = check_timeout(timeout)
         self._check_alive()
         m = self._marker
         if m is None:
             return
         if m.capture is not None:
-            from .graph.capture import refuse_captured_event
-            refuse_captured_event(self, m)
-        ev = threading.Event()
+            m.capture.refuse_event(self, m)
+        ev = m.stream._dq.backend.new_signal()
         with ENGINE.lock:
             if not m.done:
                 m.host_waiters.append(ev)
@@ -101,7 +92,7 @@ class Event:
 
     @property
     def timestamp_ns(self) -> int:
-        """When the recorded work completed (perf_counter ns); needs timing=True and completion."""
+        """When the recorded work completed (the device clock, ns); needs timing=True and completion."""
         m = self._completed_marker("timestamp")
         return m.ts_ns
 
@@ -143,6 +134,9 @@ class Event:
 
     def __repr__(self) -> str:
         return f"Event(id={self.id}, device={self.device.id}, timing={self.timing})"
+
+
+register_handle_type("event", Event)
 
 
 def elapsed_time(start: Event, end: Event) -> float:

@@ -7,11 +7,17 @@ from threading import get_ident
 from .engine import ENGINE, Task
 from .engine.task import DETACH, HOST_FUNC, KERNEL
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from .kernels import REGISTRY
 from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
-from .stream import Stream
-from .validate import resolve_stream
+from .stream import Stream, resolve_stream
 
 _BUFFER_TYPES = (DeviceBuffer, BufferSlice, TypedView, HostBuffer)
+_VIEWED = (DeviceBuffer, BufferSlice, TypedView)  # what a kernel receives as a numpy view
+
+
+def kernel_views(args: tuple) -> list:
+    """The arguments a kernel is called with: buffers become numpy views (checked live then)."""
+    return [a.numpy() if isinstance(a, _VIEWED) else a for a in args]
 
 
 def _check_buffer_arg(arg, device) -> None:
@@ -31,7 +37,6 @@ def _resolve_kernel(kernel):
     if callable(kernel):
         return kernel
     if isinstance(kernel, str):
-        from .kernels import REGISTRY
         try:
             return REGISTRY[kernel]
         except KeyError:
@@ -59,7 +64,7 @@ def launch(kernel, *args, stream: Stream | None = None, reads=None, writes=None,
         for a in args:
             if isinstance(a, _BUFFER_TYPES):
                 _check_buffer_arg(a, device)
-                task.translate = True
+                task.resolve = kernel_views
     if reads is not None or writes is not None:  # checked even for a kernel without arguments
         for group in (reads or (), writes or ()):
             for b in group:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import collections
 import itertools
 
+from .device import register_handle_type, resolve_device
+from .engine import ENGINE
 from .errors import InvalidHandleError
-from .validate import resolve_stream
+from .stream import resolve_stream
 
 _ids = itertools.count(1)
 
@@ -14,8 +16,9 @@ _ids = itertools.count(1)
 class Notify:
     """record() sets it; wait_and_reset() blocks a stream until it is set, then clears it."""
 
+    handle_kind = "notify"
+
     def __init__(self, device=None):
-        from .device import resolve_device
         self.device = resolve_device(device)
         self.id = next(_ids)
         self._set = False
@@ -36,7 +39,6 @@ class Notify:
 
     def reset(self) -> None:
         """Clear a record no wait has consumed yet (CANN's aclrtNotifyBatchReset, one notify)."""
-        from .engine import ENGINE
         self._check_alive()
         with ENGINE.lock:
             self._set = False
@@ -50,6 +52,9 @@ class Notify:
 
     def __repr__(self) -> str:
         return f"Notify(id={self.id}, device={self.device.id})"
+
+
+register_handle_type("notify", Notify)
 
 
 def record_notify(notify: Notify, stream=None) -> None:

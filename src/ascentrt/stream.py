@@ -6,12 +6,14 @@ import collections
 import enum
 import itertools
 import threading
-import time
 
-from .engine import ENGINE, PRIORITY_LEVELS, Task
+from .device import current_device, register_handle_type, resolve_device
+from .engine import ENGINE, PRIORITY_LEVELS, Hooks, Task
+from .engine.sync import synchronize_streams
 from .engine.task import EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
-from .errors import (ErrorCode, InvalidArgumentError, InvalidHandleError, StreamStateError,
-                     TaskError)
+from .errors import (ErrorCode, InvalidArgumentError, InvalidHandleError, NotSupportedError,
+                     StreamStateError, TaskError)
+from .memory import links
 from .validate import check_timeout
 
 _ids = itertools.count(1)
@@ -29,7 +31,6 @@ class Stream:
 
     def __init__(self, device=None, priority: int = 0, *, stop_on_failure: bool = False,
                  _internal: bool = False):
-        from .device import resolve_device
         device = resolve_device(device)
         if type(priority) is not int or not 0 <= priority < PRIORITY_LEVELS:
             raise InvalidArgumentError(f"priority must be an int in [0, {PRIORITY_LEVELS - 1}] "
@@ -104,6 +105,18 @@ class Stream:
         if self._refuse == "destroyed":
             raise InvalidHandleError(f"stream {self.id} was destroyed")
 
+    def _awaited_positions(self) -> dict:
+        """For each stream this one's queue waits on (event waits), the latest recorded position."""
+        with ENGINE.lock:
+            tasks = list(self._tasks)
+        out: dict = {}
+        for t in tasks:
+            if t.kind == EVENT_WAIT:
+                m = t.marker
+                if m.position > out.get(m.stream, 0):
+                    out[m.stream] = m.position
+        return out
+
     # ---- ordering between streams -----------------------------------------------------------
 
     def record(self, event=None):
@@ -115,8 +128,7 @@ class Stream:
 
     def wait(self, event) -> None:
         """Make later tasks of this stream wait for the work `event` captured at its last record."""
-        from .event import Event
-        if not isinstance(event, Event):
+        if getattr(type(event), "handle_kind", None) != "event":
             raise InvalidArgumentError(f"wait() takes an Event, got {type(event).__name__}")
         self._check_alive()
         marker = event._marker_for_wait()
@@ -135,8 +147,7 @@ class Stream:
 
     def record_notify(self, notify) -> None:
         """Signal `notify` once this stream reaches this point."""
-        from .notify import Notify
-        if not isinstance(notify, Notify):
+        if getattr(type(notify), "handle_kind", None) != "notify":
             raise InvalidArgumentError(f"record_notify() takes a Notify, got {type(notify).__name__}")
         notify._check_alive()
         task = Task(NOTIFY_RECORD, name="notify_record")
@@ -145,8 +156,7 @@ class Stream:
 
     def wait_notify(self, notify, timeout: float | None = None) -> None:
         """Block this stream until `notify` is recorded, then reset it; a timeout fails the wait."""
-        from .notify import Notify
-        if not isinstance(notify, Notify):
+        if getattr(type(notify), "handle_kind", None) != "notify":
             raise InvalidArgumentError(f"wait_notify() takes a Notify, got {type(notify).__name__}")
         timeout = check_timeout(timeout)
         notify._check_alive()
@@ -155,35 +165,30 @@ class Stream:
         task.timeout = timeout
         self._submit(task)
 
-    # ---- graph capture (ascentrt.graph.capture) ----------------------------------------------
+    # ---- graph capture (the implementation registered in Hooks.capture by ascentrt.graph) ----
 
     def begin_capture(self, mode=0) -> None:
         """Record this stream's later work (and that of streams it forks to) instead of running it.
 
         `mode`: CaptureMode GLOBAL (0), THREAD_LOCAL (1) or RELAXED (2), as CUDA and CANN define them.
         """
-        from .graph.capture import begin_capture
-        begin_capture(self, mode)
+        _capture().begin_capture(self, mode)
 
     def end_capture(self):
         """End the capture begun on this stream; returns the replayable Graph (see capture.end_capture)."""
-        from .graph.capture import end_capture
-        return end_capture(self)
+        return _capture().end_capture(self)
 
     def capture_status(self):
         """CaptureStatus NONE, ACTIVE or INVALIDATED."""
-        from .graph.capture import capture_status
-        return capture_status(self)
+        return _capture().capture_status(self)
 
     def begin_task_group(self) -> None:
         """While capturing: mark the tasks submitted from now on as one updatable task group."""
-        from .graph.capture import begin_task_group
-        begin_task_group(self)
+        _capture().begin_task_group(self)
 
     def end_task_group(self):
         """End the task group; returns the TaskGroup handle for Graph.update."""
-        from .graph.capture import end_task_group
-        return end_task_group(self)
+        return _capture().end_task_group(self)
 
     # ---- host synchronization ---------------------------------------------------------------
 
@@ -192,16 +197,14 @@ class Stream:
         timeout = check_timeout(timeout)
         self._check_alive()
         if self._capture is not None:
-            from .graph.capture import refuse_captured
-            refuse_captured(self, "synchronize")
+            self._capture.refuse(self, "synchronize")
         synchronize_streams([self], timeout, f"stream {self.id} synchronize")
 
     def query(self) -> bool:
         """True when every task submitted so far has completed."""
         self._check_alive()
         if self._capture is not None:
-            from .graph.capture import refuse_captured
-            refuse_captured(self, "query")
+            self._capture.refuse(self, "query")
         return self._completed >= self._submitted
 
     def destroy(self, force: bool = False) -> int:
@@ -238,34 +241,24 @@ class Stream:
         return f"Stream(id={self.id}, device={self.device.id}, priority={self.priority})"
 
 
-def synchronize_streams(streams: list[Stream], timeout: float | None, what: str) -> None:
-    """Wait for the work submitted so far on `streams`, then raise their first task error."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    for s in streams:
-        with ENGINE.lock:
-            if s._completed >= s._submitted:
-                continue
-            ev = threading.Event()
-            s._sync_waiters.append((s._submitted, ev))
-
-        def cancel(s=s, ev=ev):
-            s._sync_waiters = [w for w in s._sync_waiters if w[1] is not ev]
-
-        remaining = None if deadline is None else max(deadline - time.monotonic(), 1e-6)
-        ENGINE.wait_host(ev, remaining, [s], what, ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
-    raise_stream_errors(streams)
+def _capture():
+    """The registered capture implementation; NotSupportedError when ascentrt.graph is absent."""
+    impl = Hooks.capture
+    if impl is None:
+        raise NotSupportedError("stream capture needs ascentrt.graph, which is not loaded")
+    return impl
 
 
-def raise_stream_errors(streams: list[Stream], before: int | None = None) -> None:
-    """Raise (and clear) the first recorded task error of `streams` (tasks before `before` only)."""
-    with ENGINE.lock:
-        errors = []
-        for s in streams:
-            keep = []
-            for info in s._errors:
-                (errors if before is None or info.task_id < before else keep).append(info)
-            s._errors = keep
-    if errors:
-        first = errors[0]
-        more = f" (and {len(errors) - 1} more failed tasks)" if len(errors) > 1 else ""
-        raise TaskError(f"{first}{more}", code=first.error_code, info=first) from first.cause
+def resolve_stream(stream):
+    """The stream to use: None means the current device's default stream; raises on bad handles."""
+    if stream is None:
+        return current_device().default_stream
+    if type(stream) is not Stream and not isinstance(stream, Stream):
+        raise InvalidArgumentError(f"stream must be an ascentrt.Stream or None, got {type(stream).__name__}")
+    if stream._refuse == "destroyed":
+        raise InvalidHandleError(f"stream {stream.id} was destroyed")
+    return stream
+
+
+register_handle_type("stream", Stream)
+links.register(is_stream=lambda obj: isinstance(obj, Stream))

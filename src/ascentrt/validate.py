@@ -1,10 +1,10 @@
-"""Argument checks shared by the public API: timeouts, priorities, streams."""
+"""Argument checks shared by the public API: timeouts."""
 
 from __future__ import annotations
 
 import threading
 
-from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from .errors import ErrorCode, InvalidArgumentError
 
 
 def check_timeout(timeout) -> float | None:
@@ -19,16 +19,3 @@ def check_timeout(timeout) -> float | None:
                                    code=ErrorCode.RT_PARAM_INVALID)
     # Beyond what threading can wait for (TIMEOUT_MAX, ~292 years) a timeout means forever.
     return None if timeout >= threading.TIMEOUT_MAX else float(timeout)
-
-
-def resolve_stream(stream):
-    """The stream to use: None means the current device's default stream; raises on bad handles."""
-    from .stream import Stream
-    if stream is None:
-        from .device import current_device
-        return current_device().default_stream
-    if type(stream) is not Stream and not isinstance(stream, Stream):
-        raise InvalidArgumentError(f"stream must be an ascentrt.Stream or None, got {type(stream).__name__}")
-    if stream._refuse == "destroyed":
-        raise InvalidHandleError(f"stream {stream.id} was destroyed")
-    return stream

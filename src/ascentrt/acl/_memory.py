@@ -6,9 +6,9 @@ import os
 
 from ..errors import ErrorCode
 from ..memory import REGISTRY, malloc_host as _malloc_host
-from ..memory.copy import memcpy as _memcpy, memcpy2d as _memcpy2d
-from ..memory.copy import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_async
-from ..memory.copy import memset as _memset, memset_async as _memset_async
+from ..copies import memcpy as _memcpy, memcpy2d as _memcpy2d
+from ..copies import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_async
+from ..copies import memset as _memset, memset_async as _memset_async
 from . import constants as C
 from ._api import api, fail, need_context, stream_of
 

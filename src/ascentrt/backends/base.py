@@ -1,41 +1,124 @@
-"""The device contract every backend implements: raw memory, copy, fill, execute, timestamps."""
+"""The device contract: what a backend gives the layers above (memory handles, operations,
+executor queues, signals and a clock), in terms that hold for any device kind.
+
+No numpy and no Stream or Device objects appear here: addresses are ints, memory is a
+handle, an operation is a small record, so a simulated device and a CUDA device (through
+cuda-python) implement the same ten methods.
+"""
 
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 
-import numpy as np
+# Operation kinds a backend executes (the engine's task kinds use the same numbers).
+KERNEL, COPY, FILL, HOST = 0, 1, 2, 3
+OP_NAMES = ("kernel", "copy", "fill", "host")
+
+
+class Op:
+    """One operation: `kind`, and the operands that kind reads.
+
+    KERNEL  fn(*args), or fn(*resolve(args)) when `resolve` is set (the layer above turns its
+            memory references into what the backend's kernels take, at run time).
+    COPY    args = (dst, dpitch, src, spitch, width, height): `height` rows of `width` bytes
+            between int addresses (a plain copy is one row); `keep` holds the memory alive.
+    FILL    args = (dst, value, nbytes): every byte of [dst, dst + nbytes) set to `value`.
+    HOST    fn(*args) on a host thread of the device.
+    """
+
+    __slots__ = ()  # the engine's Task adds the fields; a plain Op is made by make_op()
+    kind: int
+    fn: object
+    args: tuple
+    resolve: object
+    keep: object
+
+
+class PlainOp(Op):
+    """An operation outside any stream (a synchronous copy or fill, a graph node)."""
+
+    __slots__ = ("kind", "fn", "args", "resolve", "keep", "nbytes")
+
+    def __init__(self, kind: int, fn=None, args: tuple = (), resolve=None, keep=None,
+                 nbytes: int = 0):
+        self.kind, self.fn, self.args, self.resolve, self.keep = kind, fn, args, resolve, keep
+        self.nbytes = nbytes
+
+
+@dataclass(frozen=True)
+class MemHandle:
+    """A piece of memory a backend allocated: its address, size, and where it lives."""
+
+    addr: int
+    nbytes: int
+    host: bool          # host memory (pinned when `pinned`), else device memory
+    pinned: bool
+    token: object       # the backend's own record of it (opaque above)
+
+
+@dataclass(frozen=True)
+class BackendProperties:
+    """What the device is: its kind, name, memory and executors per class."""
+
+    backend: str                  # "cpu", "sim", later "cuda"
+    name: str
+    memory_bytes: int
+    executors: tuple[int, int, int]   # (compute units, copy engines, host-function threads)
+    preset: str = ""              # the hardware model a simulated device follows
+
+
+class Signal(abc.ABC):
+    """A flag the device sets and the host can wait on (one completion)."""
+
+    @abc.abstractmethod
+    def set(self) -> None:
+        """Mark it reached; wakes the host threads waiting on it."""
+
+    @abc.abstractmethod
+    def is_set(self) -> bool:
+        """Whether it was set."""
 
 
 class Backend(abc.ABC):
-    """What a device must provide; everything common (streams, pools, graphs) lives above it."""
-
-    name: str = "abstract"
+    """The ten methods a device kind implements; everything common lives above it."""
 
     @abc.abstractmethod
-    def reserve(self, nbytes: int) -> tuple[np.ndarray, int]:
-        """Reserve `nbytes` of device memory; return a uint8 view of it and its base address."""
+    def properties(self) -> BackendProperties:
+        """What this device is (kind, name, memory, executor counts)."""
 
     @abc.abstractmethod
-    def host_alloc(self, nbytes: int) -> tuple[np.ndarray, int, bool, object]:
-        """Allocate page-aligned host memory; return (uint8 view, address, pinned?, handle)."""
+    def alloc(self, nbytes: int, host: bool = False) -> MemHandle:
+        """Reserve `nbytes` of device memory, or of pinned host memory when `host`."""
 
     @abc.abstractmethod
-    def host_free(self, handle: object) -> None:
-        """Release host memory returned by host_alloc."""
+    def free(self, handle: MemHandle) -> None:
+        """Release memory from alloc()."""
 
     @abc.abstractmethod
-    def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
-        """Copy `src` into `dst` (same byte length, any memory this backend can reach)."""
+    def decommit(self, handle: MemHandle, offset: int, nbytes: int) -> None:
+        """Give the pages of a range of `handle` back (it stays reserved, reads as zeros)."""
 
     @abc.abstractmethod
-    def fill(self, dst: np.ndarray, value: int) -> None:
-        """Set every byte of `dst` to `value`."""
+    def host_view(self, handle: MemHandle) -> memoryview:
+        """The bytes of host-reachable memory as a writable memoryview."""
 
     @abc.abstractmethod
-    def execute(self, kernel, args: tuple) -> None:
-        """Run a kernel with its (already translated) arguments."""
+    def start_queue(self, name: str, serve) -> None:
+        """Start one executor of the device that runs `serve()` (the engine's dispatch loop)."""
+
+    @abc.abstractmethod
+    def execute(self, op: Op) -> None:
+        """Run one operation to completion on the calling executor (or host, when synchronous)."""
+
+    @abc.abstractmethod
+    def new_signal(self) -> Signal:
+        """A new unset Signal."""
+
+    @abc.abstractmethod
+    def host_wait(self, signal: Signal, timeout_s: float | None) -> bool:
+        """Block the host until `signal` is set (True) or `timeout_s` passes (False)."""
 
     @abc.abstractmethod
     def now_ns(self) -> int:
-        """The device clock in nanoseconds (monotonic)."""
+        """The device clock in nanoseconds (monotonic; the host's clock on the cpu backend)."""

@@ -1,7 +1,8 @@
 """The engine: stream queues, dependency tracking, dispatch to executors, completion."""
 
-from .scheduler import ENGINE, PRIORITY_LEVELS, DeviceQueues, Engine, Hooks, current_task
+from .scheduler import (ENGINE, PRIORITY_LEVELS, DeviceQueues, Engine, Hooks, check_sync_allowed,
+                        current_task)
 from .task import Marker, Task
 
 __all__ = ["ENGINE", "PRIORITY_LEVELS", "DeviceQueues", "Engine", "Hooks", "Marker", "Task",
-           "current_task"]
+           "check_sync_allowed", "current_task"]

@@ -12,30 +12,43 @@ import collections
 import heapq
 import itertools
 import threading
-import time
 import warnings
 
 from .. import config
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, note_async_error)
-from ..memory.buffer import BufferSlice, DeviceBuffer, TypedView
-from .task import (COMPUTE, COPY_ENGINE, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST,
-                   KERNEL, NOTIFY_RECORD, NOTIFY_WAIT, Task)
+from .task import (DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_EXECUTOR, KERNEL,
+                   NOTIFY_RECORD, NOTIFY_WAIT, Task)
 
 BATCH = 64  # most tasks one executor takes from a stream per lock round trip
 SLICE_NS = 1_000_000  # a batch yields to a waiting stream of equal priority after this long
 PRIORITY_LEVELS = 8  # 0 (highest) .. 7 (lowest), as CANN's create_stream_with_config
 
 _ERROR_OF_KIND = {KERNEL: ErrorCode.RT_AICORE_EXCEPTION}
-_BUFFER_TYPES = (DeviceBuffer, BufferSlice, TypedView)  # kernel arguments seen as numpy views
 _local = threading.local()  # .stream: the stream whose batch this executor thread is running
 
 
 class Hooks:
-    """Observers the engine calls: a profiler (task timing) and exception-info callbacks."""
+    """Observers registered with the core (it never imports them); each slot is empty when unused.
 
-    profiler = None  # when profiling: task_done(task) and tasks_done(stream, tasks) (a batch)
-    exception_callbacks: list = []  # fn(ExceptionInfo), called outside the lock
+    profiler: task_done(task) and tasks_done(stream, tasks) (a batch), while profiling.
+    exception_callbacks: fn(ExceptionInfo), called outside the lock.
+    capture: the stream-capture implementation (begin, end, status, task groups), set by
+        ascentrt.graph when it is imported.
+    sync_guards: fn(what) called before a synchronous host call; a capture in progress
+        registers one that refuses calls it forbids (empty, and free, otherwise).
+    """
+
+    profiler = None
+    exception_callbacks: list = []
+    capture = None
+    sync_guards: list = []
+
+
+def check_sync_allowed(what: str) -> None:
+    """Ask the registered guards whether the synchronous host call `what` may run (they raise)."""
+    for guard in list(Hooks.sync_guards):
+        guard(what)
 
 
 class _ReadyQueue:
@@ -70,11 +83,11 @@ class _ReadyQueue:
 class DeviceQueues:
     """The executors of one device: per class a ready queue, parked workers and worker threads."""
 
-    def __init__(self, engine: "Engine", device_id: int, backend, sizes: tuple[int, int, int]):
+    def __init__(self, engine: "Engine", device_id: int, backend):
         self.engine = engine
         self.device_id = device_id
         self.backend = backend
-        self.sizes = sizes
+        self.sizes = sizes = backend.properties().executors
         self.ready = [_ReadyQueue() for _ in sizes]
         # Per class, the wake-up locks of parked workers not yet woken (a list: its length is
         # the number of idle workers). Lighter than a Condition: one release wakes one worker.
@@ -85,16 +98,16 @@ class DeviceQueues:
         self.streams: dict[int, object] = {}   # id -> live stream, for diagnosis
         self.active: set = set()                # streams with work queued, running or blocked
         self.detached = None                    # hidden stream for non-blocking host functions
+        engine.devices.append(self)
 
     def start(self) -> None:
-        """Start the worker threads (called under the engine lock on first use)."""
+        """Start the executors through the backend (called under the engine lock on first use)."""
         self.started = True
+        worker = self.engine._worker
         for ex, n in enumerate(self.sizes):
             for i in range(n):
-                t = threading.Thread(target=self.engine._worker, args=(self, ex), daemon=True,
-                                     name=f"ascentrt-dev{self.device_id}-{EXECUTOR_NAMES[ex]}{i}")
-                self.threads.append(t)
-                t.start()
+                self.backend.start_queue(f"ascentrt-dev{self.device_id}-{EXECUTOR_NAMES[ex]}{i}",
+                                         lambda ex=ex: worker(self, ex))
 
 
 class Engine:
@@ -102,6 +115,7 @@ class Engine:
 
     def __init__(self):
         self.lock = threading.Lock()
+        self.devices: list[DeviceQueues] = []  # every device's queues, in device order
         self.progress = 0          # tasks completed so far: a stalled device stops moving it
         self._deadlines: list = []  # heap of (deadline, seq, stream, task) for timed waits
         self._seq = itertools.count()
@@ -124,7 +138,9 @@ class Engine:
             task.id = task_id
             task.stream = stream
             if Hooks.profiler is not None:
-                task.t_enqueue = time.perf_counter_ns()
+                task.t_enqueue = stream._dq.backend.now_ns()
+            if task.kind == EVENT_RECORD:
+                task.marker.position = task_id
             stream._tasks.append(task)
             if not stream._active:
                 stream._active = True
@@ -184,7 +200,7 @@ class Engine:
         if kind == EVENT_RECORD:
             m = t.marker
             if m.timing or Hooks.profiler is not None:
-                m.ts_ns = time.perf_counter_ns()
+                m.ts_ns = s._dq.backend.now_ns()
                 t.t_start = t.t_end = m.ts_ns
             m.done = True
             if m.waiters:
@@ -204,7 +220,7 @@ class Engine:
             t.marker.waiters.append(s)
             s._blocked = t
             if Hooks.profiler is not None:  # the wait's slice spans the time it blocks
-                t.t_start, t.t_end = time.perf_counter_ns(), 0
+                t.t_start, t.t_end = s._dq.backend.now_ns(), 0
             self._arm_deadline(s, t)
             return False
         if kind == NOTIFY_RECORD:
@@ -229,7 +245,7 @@ class Engine:
             n._waiters.append(s)
             s._blocked = t
             if Hooks.profiler is not None:
-                t.t_start, t.t_end = time.perf_counter_ns(), 0
+                t.t_start, t.t_end = s._dq.backend.now_ns(), 0
             self._arm_deadline(s, t)
             return False
         if kind == DETACH:
@@ -241,21 +257,42 @@ class Engine:
 
     def submit_locked(self, stream, task: Task) -> None:
         """Submit while already holding the lock (used to hand off non-blocking host functions)."""
-        stream._submitted += 1
-        task.id = stream._submitted
-        task.stream = stream
-        if Hooks.profiler is not None:
-            task.t_enqueue = time.perf_counter_ns()
-        stream._tasks.append(task)
-        if not stream._active:
-            stream._active = True
-            stream._dq.active.add(stream)
-            self._advance(stream, None)
+        self.submit_all_locked((stream,), ((stream, task),))
+
+    def submit_all(self, streams, work) -> None:
+        """Submit many tasks at once (a graph launch): `work` is (stream, task) pairs in order.
+
+        Every task is queued under one lock hold before any stream starts, so an executor
+        woken by the first task never races the queuing of the rest; raises the refusal of
+        the first stream in `streams` that refuses work, before queuing anything.
+        """
+        with self.lock:
+            for s in streams:
+                if s._refuse is not None:
+                    raise s._refusal()
+            self.submit_all_locked(streams, work)
+
+    def submit_all_locked(self, streams, work) -> None:
+        """submit_all() for a caller that holds the lock (and checked the streams)."""
+        stamp = Hooks.profiler is not None
+        for s, t in work:
+            s._submitted = t.id = s._submitted + 1
+            t.stream = s
+            if stamp:
+                t.t_enqueue = s._dq.backend.now_ns()
+            if t.kind == EVENT_RECORD:
+                t.marker.position = t.id
+            s._tasks.append(t)
+        for s in reversed(streams):  # forked lanes first: their waits are in place when records run
+            if s._tasks and not s._active:
+                s._active = True
+                s._dq.active.add(s)
+                self._advance(s, None)
 
     def _profile_control(self, t: Task) -> None:
         prof = Hooks.profiler
         if prof is not None:
-            now = time.perf_counter_ns()
+            now = t.stream._dq.backend.now_ns()
             if t.t_end or not t.t_start:  # not a wait that blocked (t_end 0): it took no time
                 t.t_start = now
             t.t_end = now
@@ -278,7 +315,7 @@ class Engine:
     def _fail(self, s, t: Task, exc: BaseException) -> ExceptionInfo:
         """Record a task failure on its stream; in STOP mode discard the rest of the stream."""
         code = exc.code if isinstance(exc, AscentError) else _ERROR_OF_KIND.get(
-            t.kind, ErrorCode.RT_AICPU_EXCEPTION if t.executor == HOST else ErrorCode.RT_COPY_DATA)
+            t.kind, ErrorCode.RT_AICPU_EXCEPTION if t.executor == HOST_EXECUTOR else ErrorCode.RT_COPY_DATA)
         if t.origin is not None:  # a non-blocking host function: report on the launching stream
             origin, task_id = t.origin
             info = ExceptionInfo(s.device.id, origin.id, task_id, int(code), t.label, exc, t.thread)
@@ -359,6 +396,8 @@ class Engine:
         ready = dq.ready[ex]
         idle = dq.idle[ex]
         busy = dq.busy
+        execute = dq.backend.execute
+        now = dq.backend.now_ns
         wake = threading.Lock()  # held while this worker is parked; a waker releases it
         wake.acquire()
         lock.acquire()
@@ -384,29 +423,30 @@ class Engine:
             done = 0
             level = s.priority
             levels = ready.levels
-            started = time.perf_counter_ns()
+            started = now()
             for t in batch:
                 s._running = t
                 if s._cut is not None and self._cut_off(s, t):
                     break  # the stream was destroyed with force (or reset) while this batch ran
                 if prof is not None:
-                    t.t_start = time.perf_counter_ns()
+                    t.t_start = now()
                 try:
-                    if t.translate:
-                        t.fn(*[a.numpy() if isinstance(a, _BUFFER_TYPES) else a for a in t.args])
-                    else:
+                    if t.composite:
                         t.fn(*t.args)
+                    else:
+                        execute(t)
                 except BaseException as e:  # a failing task must never kill its executor
                     t.error = e
                     failed.append(t)
                 if prof is not None:
-                    t.t_end = time.perf_counter_ns()
+                    t.t_end = now()
+                t.keep = None  # its memory may go now
                 done += 1
                 if failed and stop_on_failure:
                     break
                 if ready.count and not idle and (
                         level and any(levels[:level])   # a higher priority waits
-                        or levels[level] and time.perf_counter_ns() - started >= SLICE_NS):
+                        or levels[level] and now() - started >= SLICE_NS):
                     break
             _local.stream = None
             lock.acquire()
@@ -451,7 +491,8 @@ class Engine:
         if len(heap) > 256:  # drop entries of waits that ended early, so the heap stays small
             heap[:] = [e for e in heap if e[2]._blocked is e[3]]
             heapq.heapify(heap)
-        heapq.heappush(heap, (time.monotonic() + t.timeout, next(self._seq), s, t))
+        deadline = s._dq.backend.now_ns() + int(t.timeout * 1e9)
+        heapq.heappush(heap, (deadline, next(self._seq), s, t))
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, daemon=True, name="ascentrt-watchdog")
             self._watchdog.start()
@@ -462,7 +503,7 @@ class Engine:
         """Fail device-side waits whose timeout passed (the stream goes on, or stops in STOP mode)."""
         with self.lock:
             while True:
-                now = time.monotonic()
+                now = self.devices[0].backend.now_ns()
                 while self._deadlines and self._deadlines[0][0] <= now:
                     _, _, s, t = heapq.heappop(self._deadlines)
                     if s._blocked is t:
@@ -477,14 +518,14 @@ class Engine:
                         else:
                             s._active = False
                             s._dq.active.discard(s)
-                timeout = self._deadlines[0][0] - now if self._deadlines else None
+                timeout = (self._deadlines[0][0] - now) / 1e9 if self._deadlines else None
                 self._watchdog_cv.wait(timeout)
 
     # ---- host-side waiting ------------------------------------------------------------------
 
-    def wait_host(self, ev: threading.Event, timeout: float | None, streams, what: str,
+    def wait_host(self, ev, timeout: float | None, streams, what: str,
                   timeout_code: ErrorCode, cancel) -> None:
-        """Block the host until `ev` is set; raise on timeout or when `streams` can never finish."""
+        """Block the host until signal `ev` is set; raise on timeout or when `streams` can never finish."""
         task = current_task()
         if task is not None and task.stream in streams:
             with self.lock:
@@ -506,13 +547,19 @@ class Engine:
     def _wait_host(self, ev, timeout, streams, what, timeout_code, cancel, own_stream) -> None:
         check = config.get("ASCENTRT_DEADLOCK_CHECK_S")
         warn_after = config.get("ASCENTRT_STALL_WARN_S")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        seen, stalled_since, warned = self.progress, time.monotonic(), False
+        backend = streams[0]._dq.backend
+        clock = backend.now_ns
+
+        def seconds() -> float:
+            return clock() / 1e9
+
+        deadline = None if timeout is None else seconds() + timeout
+        seen, stalled_since, warned = self.progress, seconds(), False
         while True:
-            slice_ = check if deadline is None else max(0.0, min(check, deadline - time.monotonic()))
-            if ev.wait(slice_):
+            slice_ = check if deadline is None else max(0.0, min(check, deadline - seconds()))
+            if backend.host_wait(ev, slice_):
                 return
-            now = time.monotonic()
+            now = seconds()
             if deadline is not None and now >= deadline:
                 with self.lock:
                     cancel()
@@ -600,8 +647,7 @@ class Engine:
         return holders
 
     def _all_streams(self):
-        from ..device import all_device_queues
-        for dq in all_device_queues():
+        for dq in self.devices:
             yield from list(dq.streams.values())
 
 

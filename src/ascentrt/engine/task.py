@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-# Task kinds.
-KERNEL, COPY, MEMSET, HOST_FUNC, EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, DETACH = range(9)
+from ..backends.base import COPY, FILL, HOST, KERNEL, Op
+
+# Task kinds: the backend's operation kinds, then the control kinds the engine runs itself.
+MEMSET, HOST_FUNC = FILL, HOST
+EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, DETACH = range(4, 9)
+OP_KINDS = (KERNEL, COPY, MEMSET, HOST_FUNC)  # the kinds a backend executes
 KIND_NAMES = ("kernel", "copy", "memset", "host_func", "event_record", "event_wait",
               "notify_record", "notify_wait", "host_func_nonblocking")
 
 # Executor classes of a device; control tasks (records, waits) need none and complete inline.
-COMPUTE, COPY_ENGINE, HOST = 0, 1, 2
+COMPUTE, COPY_ENGINE, HOST_EXECUTOR = 0, 1, 2
 EXECUTOR_NAMES = ("compute", "copy", "host")
-EXECUTOR_OF = (COMPUTE, COPY_ENGINE, COMPUTE, HOST, None, None, None, None, None)
+EXECUTOR_OF = (COMPUTE, COPY_ENGINE, COMPUTE, HOST_EXECUTOR, None, None, None, None, None)
 
 
-class Task:
-    """What a stream holds: the work, where it runs, and (when profiling) when it ran.
+class Task(Op):
+    """What a stream holds: an operation for the backend (or a control step the engine runs
+    itself), where it runs, and (when profiling) when it ran.
 
     Rarely-set fields are class-level defaults, so creating a task (the launch hot path)
     stores only the five that every task has.
@@ -34,7 +39,9 @@ class Task:
     t_start = 0
     t_end = 0
     error = None
-    translate = False
+    resolve = None      # the Op's argument resolver (kernels with buffer arguments)
+    keep = None         # what the Op's addresses point into, kept alive until it ran
+    composite = False   # fn(*args) runs several backend operations itself (a graph segment)
     group = None
 
     def __init__(self, kind: int, fn=None, args: tuple = (), name: str | None = None):

@@ -9,10 +9,14 @@ no side effects. Modes follow CUDA's cudaStreamCaptureMode / CANN's aclmdlRICapt
 from __future__ import annotations
 
 import enum
+import sys
 import threading
 
+from ..engine import Hooks
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
-from ..errors import ErrorCode, InvalidArgumentError, NotSupportedError, StreamStateError
+from ..errors import CaptureError, ErrorCode, InvalidArgumentError, NotSupportedError
+from .graph import Graph
+from .update import TaskGroup
 
 
 class CaptureMode(enum.IntEnum):
@@ -33,25 +37,6 @@ class CaptureStatus(enum.IntEnum):
 
 _active: list["Capture"] = []   # captures begun and not yet ended (any thread)
 _active_lock = threading.Lock()
-
-
-class CaptureError(StreamStateError):
-    """A call that is not allowed while (or about) capturing; `.code` says which rule."""
-
-    default_code = ErrorCode.RT_STREAM_CAPTURED
-
-
-class TaskGroup:
-    """Nodes recorded between begin_task_group and end_task_group: they can be updated later."""
-
-    def __init__(self, capture: "Capture", lane: int):
-        self._capture = capture
-        self.lane = lane
-        self.nodes: list[int] = []   # node indices, in capture order
-        self.graph = None            # the graph it belongs to, once the capture ended
-
-    def __repr__(self) -> str:
-        return f"TaskGroup(nodes={self.nodes})"
 
 
 class Capture:
@@ -145,6 +130,22 @@ class Capture:
         with self.lock:
             self._invalidate(code, reason)
 
+    def refuse(self, stream, what: str) -> None:
+        """Raise RT_STREAM_CAPTURED for `what` (synchronize, query) on a capturing stream; invalidates."""
+        self.invalidate(ErrorCode.RT_STREAM_CAPTURED, f"{what} of captured stream {stream.id}")
+        raise CaptureError(f"{what} of stream {stream.id} while it is being captured: captured work "
+                           f"does not run until the graph is launched (capture invalidated)",
+                           code=ErrorCode.RT_STREAM_CAPTURED)
+
+    def refuse_event(self, event, marker) -> None:
+        """Raise RT_EVENT_CAPTURED: a host call on an event recorded inside this capture."""
+        if not self.ended:
+            self.invalidate(ErrorCode.RT_EVENT_CAPTURED, f"host call on captured event {event.id}")
+        raise CaptureError(f"event {event.id} was recorded inside a capture: it marks graph work, "
+                           f"not stream work, so it cannot be queried or synchronized"
+                           + ("" if self.ended else " (capture invalidated)"),
+                           code=ErrorCode.RT_EVENT_CAPTURED)
+
     # ---- task groups ------------------------------------------------------------------------
 
     def begin_group(self, stream) -> None:
@@ -186,6 +187,8 @@ def begin_capture(stream, mode=CaptureMode.GLOBAL) -> None:
         cap = Capture(stream, mode)
         stream._capture = cap
         _active.append(cap)
+        if check_unsafe not in Hooks.sync_guards:  # synchronous calls ask it while captures run
+            Hooks.sync_guards.append(check_unsafe)
 
 
 def end_capture(stream):
@@ -216,11 +219,12 @@ def end_capture(stream):
     with _active_lock:
         if cap in _active:
             _active.remove(cap)
+        if not _active and check_unsafe in Hooks.sync_guards:
+            Hooks.sync_guards.remove(check_unsafe)
     cap._raise_if_invalid()
     if open_groups:
         raise CaptureError(f"a task group begun on stream {open_groups[0].id} was never ended; "
                            f"the capture is discarded", code=ErrorCode.RT_STREAM_CAPTURE_UNMATCHED)
-    from .graph import Graph
     return Graph._from_capture(cap)
 
 
@@ -233,27 +237,6 @@ def capture_status(stream) -> CaptureStatus:
 
 
 # ---- calls that a capture forbids ------------------------------------------------------------
-
-def refuse_captured(stream, what: str) -> None:
-    """Raise RT_STREAM_CAPTURED for `what` (synchronize, query) on a capturing stream; invalidates."""
-    cap = stream._capture
-    if isinstance(cap, Capture):
-        cap.invalidate(ErrorCode.RT_STREAM_CAPTURED, f"{what} of captured stream {stream.id}")
-        raise CaptureError(f"{what} of stream {stream.id} while it is being captured: captured work "
-                           f"does not run until the graph is launched (capture invalidated)",
-                           code=ErrorCode.RT_STREAM_CAPTURED)
-
-
-def refuse_captured_event(event, marker) -> None:
-    """Raise RT_EVENT_CAPTURED: a host call on an event recorded inside a capture."""
-    cap = marker.capture
-    if not cap.ended:
-        cap.invalidate(ErrorCode.RT_EVENT_CAPTURED, f"host call on captured event {event.id}")
-    raise CaptureError(f"event {event.id} was recorded inside a capture: it marks graph work, "
-                       f"not stream work, so it cannot be queried or synchronized"
-                       + ("" if cap.ended else " (capture invalidated)"),
-                       code=ErrorCode.RT_EVENT_CAPTURED)
-
 
 def check_unsafe(what: str) -> None:
     """Refuse a synchronous call that a capture in progress forbids (and invalidate that capture).
@@ -293,3 +276,7 @@ def end_task_group(stream) -> TaskGroup:
         raise CaptureError(f"stream {stream.id} is not capturing", code=ErrorCode.RT_STREAM_NOT_CAPTURED)
     return cap.end_group(stream)
 
+
+
+# Stream.begin_capture and friends call this module through the engine's observer slot.
+Hooks.capture = sys.modules[__name__]

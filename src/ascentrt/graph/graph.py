@@ -12,23 +12,24 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-import time
 import weakref
 
+from ..backends.base import PlainOp
 from ..engine import ENGINE, Marker, Task
 from ..engine.scheduler import BATCH, Hooks, current_task
+from ..engine.sync import synchronize_streams
 from ..engine.task import (COMPUTE, COPY, COPY_ENGINE, DETACH, EVENT_RECORD, EVENT_WAIT,
-                           EXECUTOR_OF, HOST, HOST_FUNC, KERNEL, KIND_NAMES, MEMSET)
-from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError, NotSupportedError
+                           EXECUTOR_OF, HOST_EXECUTOR, HOST_FUNC, KERNEL, KIND_NAMES, MEMSET)
+from ..errors import (CaptureError, ErrorCode, InvalidArgumentError, InvalidHandleError,
+                      NotSupportedError)
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from ..memory.registry import REGISTRY
-from ..stream import Stream
-from ..validate import check_timeout, resolve_stream
-from .capture import CaptureError
+from ..stream import Stream, resolve_stream
+from ..validate import check_timeout
+from .update import GroupUpdate
 
 _ids = itertools.count(1)
-_TRANSLATED = (DeviceBuffer, BufferSlice, TypedView)   # what kernels receive as numpy views
-_SEGMENT_KIND = {COMPUTE: KERNEL, COPY_ENGINE: COPY, HOST: HOST_FUNC}
+_SEGMENT_KIND = {COMPUTE: KERNEL, COPY_ENGINE: COPY, HOST_EXECUTOR: HOST_FUNC}
 # Most nodes one engine task runs: an executor switches streams only between tasks, so this
 # bounds how long a replay can hold back a higher-priority stream (the engine's batch size).
 SEGMENT_NODES = BATCH
@@ -38,7 +39,7 @@ class GraphNode:
     """One recorded task: what runs, where it was captured, and what it depends on."""
 
     __slots__ = ("index", "kind", "fn", "args", "name", "lane", "deps", "group", "nbytes",
-                 "run_args")
+                 "keep", "op")
 
     def __init__(self, index: int, task, lane: int, deps: list[int]):
         self.index = index
@@ -50,7 +51,11 @@ class GraphNode:
         self.deps = deps
         self.group = None
         self.nbytes = task.nbytes
-        self.run_args = _run_args(task.args, task.translate)
+        self.keep = task.keep
+        # What a replay hands the backend: kernel buffer arguments resolved to what the
+        # kernel takes once, at instantiation, not per launch.
+        args = task.args if task.resolve is None else tuple(task.resolve(task.args))
+        self.op = PlainOp(task.kind, task.fn, args, keep=task.keep, nbytes=task.nbytes)
 
     @property
     def label(self) -> str:
@@ -64,19 +69,13 @@ class GraphNode:
         return node
 
 
-def _run_args(args: tuple, translate: bool) -> tuple:
-    """Kernel buffer arguments become their numpy views once, at instantiation, not per launch."""
-    if not translate:
-        return args
-    return tuple(a.numpy() if isinstance(a, _TRANSLATED) else a for a in args)
-
-
 def _allocations(nodes) -> tuple:
     """The live allocations the nodes touch: a launch checks that none was freed since."""
     found = {}
     for node in nodes:
         args = node.fn.args if node.kind == DETACH else node.args
-        for a in args:
+        keep = node.keep if isinstance(node.keep, tuple) else (node.keep,)
+        for a in (*args, *keep):
             if type(a) is TypedView:
                 a = a.buffer
             if isinstance(a, (DeviceBuffer, HostBuffer, BufferSlice)):
@@ -210,7 +209,9 @@ class Graph:
             for lane, op, what in plan.steps:
                 if op == "seg":
                     kind, entries, name = what
-                    t = Task(kind, _run_segment, (entries, errors if lane else None, self), name)
+                    t = Task(kind, _run_segment, (entries, errors if lane else None, self,
+                                                  self.device._backend), name)
+                    t.composite = True
                 elif op == "record":
                     t = Task(EVENT_RECORD, name="graph_record")
                     t.marker = markers[what]
@@ -223,19 +224,19 @@ class Graph:
                              what.label)
                 work.append((streams[lane], t))
             if errors is not None:  # failures of forked lanes surface on the launch stream
-                work.append((stream, Task(KERNEL, _raise_lane_errors, (errors, self),
-                                          f"graph{self.id}_join")))
+                join = Task(KERNEL, _raise_lane_errors, (errors, self), f"graph{self.id}_join")
+                join.composite = True  # engine code, not a kernel: it re-raises a lane's failure
+                work.append((stream, join))
             end = Marker(stream, 0, False)
             t = Task(EVENT_RECORD, name="graph_end")
             t.marker = end
             work.append((stream, t))
-            _submit_all(streams, work)
+            ENGINE.submit_all(streams, work)
             self._last_end = end
             self.launches += 1
 
     def execute(self, timeout: float | None = None) -> None:
         """Replay the graph on a stream of its own and wait for it (CANN's aclmdlRIExecute)."""
-        from ..stream import synchronize_streams
         timeout = check_timeout(timeout)
         if self._exec_stream is None:
             self._exec_stream = Stream(self.device, self._priority, _internal=True)
@@ -249,7 +250,7 @@ class Graph:
         m = self._last_end
         if m is None or m.done:
             return
-        ev = threading.Event()
+        ev = self.device._backend.new_signal()
         with ENGINE.lock:
             if m.done:
                 return
@@ -292,7 +293,6 @@ class Graph:
         topology change and raises RT_MODEL_UPDATE_FAILED leaving the graph as it was. Launches
         already submitted keep the old arguments.
         """
-        from .update import GroupUpdate
         return GroupUpdate(self, group, stream)
 
     def _apply_update(self, group, tasks: list) -> None:
@@ -361,35 +361,6 @@ def _escape(text: str) -> str:
     return text.replace('"', '\\"')
 
 
-def _submit_all(streams: list, work: list) -> None:
-    """Enqueue every task under one lock hold, then start each idle stream once.
-
-    Engine.submit_locked per task would wake an executor at the first task while the rest
-    are still being queued; appending first keeps the whole launch one short critical section.
-    """
-    tid = threading.get_ident()
-    stamp = Hooks.profiler is not None
-    with ENGINE.lock:
-        for s in streams:
-            if s._refuse is not None:
-                raise s._refusal()
-        now = time.perf_counter_ns() if stamp else 0
-        for s, t in work:
-            s._submitted += 1
-            t.id = s._submitted
-            t.stream = s
-            t.thread = tid
-            t.t_enqueue = now
-            if t.kind == EVENT_RECORD:
-                t.marker.position = t.id
-            s._tasks.append(t)
-        for s in reversed(streams):  # forked lanes first: their waits are in place when records run
-            if s._tasks and not s._active:
-                s._active = True
-                s._dq.active.add(s)
-                ENGINE._advance(s, None)
-
-
 # ---- instantiation ------------------------------------------------------------------------------
 
 def _resolve(cap):
@@ -454,7 +425,7 @@ def _compile(ops, nodes, lanes: int, graph_id: int) -> Plan:
         if seg is not None:
             ex, entries, first = seg
             steps.append((lane, "seg", (_SEGMENT_KIND[ex], tuple(entries),
-                                        f"graph{graph_id}:nodes{first}-{entries[-1][2]}")))
+                                        f"graph{graph_id}:nodes{first}-{entries[-1][1]}")))
             open_seg[lane] = None
 
     for i, (lane, op, x) in enumerate(ops):
@@ -471,7 +442,7 @@ def _compile(ops, nodes, lanes: int, graph_id: int) -> Plan:
                 seg = None
             if seg is None:
                 seg = open_seg[lane] = (ex, [], x)
-            seg[1].append((node.fn, node.run_args, x))
+            seg[1].append((node.op, x))
         elif op == "record":
             if x in needed:
                 close(lane)
@@ -501,14 +472,15 @@ def _update_mismatch(old: list, tasks: list) -> str | None:
 
 # ---- what the executors run ------------------------------------------------------------------
 
-def _run_segment(entries: tuple, errors, graph) -> None:
-    """Run a segment's nodes back to back (one engine task); a failure names its node."""
+def _run_segment(entries: tuple, errors, graph, backend) -> None:
+    """Run a segment's nodes back to back through the backend (one engine task); a failure names its node."""
     if Hooks.profiler is not None:
-        return _run_segment_profiled(entries, errors, graph)
+        return _run_segment_profiled(entries, errors, graph, backend)
+    execute = backend.execute
     failed = None
-    for fn, args, index in entries:
+    for op, index in entries:
         try:
-            fn(*args)
+            execute(op)
         except BaseException as exc:  # later nodes still run (CONTINUE), as eager tasks would
             if failed is None:
                 failed = (index, exc)
@@ -518,27 +490,28 @@ def _run_segment(entries: tuple, errors, graph) -> None:
         _report(failed, errors, graph)
 
 
-def _run_segment_profiled(entries: tuple, errors, graph) -> None:
+def _run_segment_profiled(entries: tuple, errors, graph, backend) -> None:
     """As _run_segment, and hand the profiler one task per node (named, timed, graph-tagged).
 
     Node tasks carry the segment's stream and task id, plus graph_id and graph_node.
     """
     seg = current_task()
     done, failed = [], None
-    for fn, args, index in entries:
+    now = backend.now_ns
+    for op, index in entries:
         node = graph.nodes[index]
-        t = Task(node.kind, fn, args, node.label)
+        t = Task(node.kind, op.fn, op.args, node.label)
         t.id, t.stream, t.thread, t.t_enqueue = seg.id, seg.stream, seg.thread, seg.t_enqueue
         t.graph_id, t.graph_node = graph.id, index
         t.nbytes = node.nbytes
-        t.t_start = time.perf_counter_ns()
+        t.t_start = now()
         try:
-            fn(*args)
+            backend.execute(op)
         except BaseException as exc:
             t.error = exc
             if failed is None:
                 failed = (index, exc)
-        t.t_end = time.perf_counter_ns()
+        t.t_end = now()
         done.append(t)
         if failed is not None and seg.stream._stop_on_failure:
             break

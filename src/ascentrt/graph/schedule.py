@@ -154,7 +154,7 @@ class Schedule:
 
     def run(self, streams: list | None = None, timeout: float | None = None) -> None:
         """Submit eagerly and wait for everything (on fresh streams unless `streams` is given)."""
-        from ..stream import synchronize_streams
+        from ..engine.sync import synchronize_streams
         own = streams is None
         streams = self.make_streams() if own else list(streams)
         try:
@@ -197,7 +197,7 @@ class Schedule:
 
 def _submit_node(node, stream) -> None:
     from ..launch import launch, launch_host_func
-    from ..memory.copy import memcpy_async, memset_async
+    from ..copies import memcpy_async, memset_async
     if node.kind == "kernel":
         launch(node.fn, *node.args, stream=stream, name=node.name)
     elif node.kind == "copy":

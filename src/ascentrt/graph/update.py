@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
-from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
-from .capture import CaptureError, TaskGroup
+from ..errors import CaptureError, ErrorCode, InvalidArgumentError, InvalidHandleError
+from ..stream import resolve_stream
 
 _CONTROL = (EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT)
+
+
+class TaskGroup:
+    """Nodes recorded between begin_task_group and end_task_group: they can be updated later."""
+
+    def __init__(self, capture, lane: int):
+        self._capture = capture
+        self.lane = lane
+        self.nodes: list[int] = []   # node indices, in capture order
+        self.graph = None            # the graph it belongs to, once the capture ended
+
+    def __repr__(self) -> str:
+        return f"TaskGroup(nodes={self.nodes})"
 
 
 class GroupUpdate:
@@ -17,7 +30,6 @@ class GroupUpdate:
     """
 
     def __init__(self, graph, group, stream):
-        from ..validate import resolve_stream
         if not isinstance(group, TaskGroup):
             raise InvalidArgumentError(f"update() takes a TaskGroup, got {type(group).__name__}")
         if group.graph is not graph:
@@ -36,6 +48,9 @@ class GroupUpdate:
                                code=ErrorCode.RT_MODEL_UPDATE_FAILED)
         self.tasks.append(task)
         return len(self.tasks)
+
+    def refuse(self, stream, what: str) -> None:
+        """Host calls on the diverted stream (synchronize, query) go on: they see its earlier work."""
 
     def __enter__(self):
         s = self.stream

@@ -1,7 +1,6 @@
-"""Memory: device buffers, pinned host buffers, copies and fills, all checked against live allocations."""
+"""Memory: chunks, the caching pool, device and pinned host buffers, all checked against live allocations."""
 
 from .buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
-from .copy import MemcpyKind, memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
 from .chunks import ArenaChunks, HostChunks
 from .host import malloc_host
 from .mempool import (MemPool, configure_pool, empty_cache, free_async, malloc_async,
@@ -9,6 +8,7 @@ from .mempool import (MemPool, configure_pool, empty_cache, free_async, malloc_a
 from .pool import BlockPool, ReusePolicy
 from .stats import memory_snapshot, memory_stats, memory_summary, reset_peak_memory_stats
 from .trace import TraceRecorder, load_trace, record_trace, replay as replay_trace
+from .links import Links
 from .registry import REGISTRY
 
 
@@ -21,14 +21,8 @@ def malloc(nbytes: int, device=None, stream=None) -> DeviceBuffer:
     if device is None and stream is not None and hasattr(stream, "device"):
         dev = stream.device  # a stream's allocation lives on the stream's device
     else:
-        if not _resolve:
-            from ..device import resolve_device
-            _resolve.append(resolve_device)
-        dev = _resolve[0](device)
+        dev = Links.resolve_device(device)
     return dev._memory.malloc(nbytes, stream)
-
-
-_resolve: list = []  # device.resolve_device, imported on first use (device.py imports us)
 
 
 def free(buffer) -> None:
@@ -48,8 +42,7 @@ def free(buffer) -> None:
 
 
 __all__ = ["ArenaChunks", "BlockPool", "BufferSlice", "DeviceBuffer", "HostBuffer", "HostChunks",
-           "MemPool", "MemcpyKind", "REGISTRY", "ReusePolicy", "TraceRecorder", "TypedView",
+           "MemPool", "REGISTRY", "ReusePolicy", "TraceRecorder", "TypedView",
            "configure_pool", "empty_cache", "free", "free_async", "load_trace", "malloc",
-           "malloc_async", "malloc_host", "memcpy", "memcpy2d", "memcpy2d_async", "memcpy_async",
-           "memory_snapshot", "memory_stats", "memory_summary", "memset", "memset_async",
+           "malloc_async", "malloc_host", "memory_snapshot", "memory_stats", "memory_summary",
            "record_stream", "record_trace", "replay_trace", "reset_peak_memory_stats"]

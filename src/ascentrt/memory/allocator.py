@@ -7,20 +7,16 @@ from ..errors import ErrorCode, InvalidArgumentError
 from .arena import Arena, round_size
 from .buffer import GRANULE, DeviceBuffer, check_size
 from .chunks import ArenaChunks
+from .links import Links
 from .pool import BlockPool
 from .registry import REGISTRY
-
-_stream_type = []  # [Stream], filled on first use (stream.py imports the engine, which imports us)
 
 
 def check_stream(stream, device) -> None:
     """Raise InvalidArgumentError unless `stream` is None or a live stream of `device`."""
     if stream is None:
         return
-    if not _stream_type:
-        from ..stream import Stream
-        _stream_type.append(Stream)
-    if not isinstance(stream, _stream_type[0]):
+    if not Links.is_stream(stream):
         raise InvalidArgumentError(f"stream must be a Stream or None, got {type(stream).__name__}")
     if stream.device is not device:
         raise InvalidArgumentError(f"stream {stream.id} belongs to device {stream.device.id}, "
@@ -38,7 +34,8 @@ def pool_from_config(upstream, name: str, all_streams, align: int = 64) -> Block
 class DeviceAllocator:
     """Hands out DeviceBuffers from a device's pool (or, with the pool off, a plain first-fit arena)."""
 
-    def __init__(self, device, mem, base: int, capacity: int, pool: BlockPool | None = None):
+    def __init__(self, device, mem, base: int, capacity: int, pool: BlockPool | None = None,
+                 decommit=None):
         self.device = device
         self.mem = mem
         self.base = base
@@ -50,13 +47,13 @@ class DeviceAllocator:
         if pool is not None:
             self.chunks = pool.upstream   # an explicit MemPool sharing the device's chunks
         elif config.get("ASCENTRT_MEM_POOL_ENABLE"):
-            self.chunks = ArenaChunks(capacity, base, mem)
+            self.chunks = ArenaChunks(capacity, base, mem, decommit)
             self.pool = pool_from_config(self.chunks, f"device {device.id}", self._streams)
             upfront = config.get("ASCENTRT_MEM_POOL_SIZE")
             if upfront:
                 self.pool.prereserve(min(upfront, capacity))
         else:
-            self.chunks = ArenaChunks(capacity, base, mem)
+            self.chunks = ArenaChunks(capacity, base, mem, decommit)
             self.arena = self.chunks.arena  # plain mode: every buffer is carved from the arena
 
     def _streams(self) -> list:

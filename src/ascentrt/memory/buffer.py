@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from .links import Links
 from .registry import REGISTRY
-
-if TYPE_CHECKING:
-    from ..device import Device
 
 GRANULE = 32  # CANN rounds every device allocation up to 32 bytes
 
@@ -98,7 +95,7 @@ class DeviceBuffer(_ByteRange):
                  "_late", "__weakref__")
     kind = "device"
 
-    def __init__(self, device: "Device", addr: int, nbytes: int, requested: int, offset: int,
+    def __init__(self, device, addr: int, nbytes: int, requested: int, offset: int,
                  mem: np.ndarray, owner):
         self.device, self.addr, self.nbytes, self.requested = device, addr, nbytes, requested
         self._offset, self._mem, self._owner = offset, mem, owner
@@ -147,8 +144,7 @@ class DeviceBuffer(_ByteRange):
 
 def _queued_before_free(waits) -> bool:
     """Whether the calling executor thread runs a task that was queued before the buffer's free."""
-    from ..engine import current_task  # late: the engine imports this module
-    task = current_task()
+    task = Links.current_task()
     if task is None:
         return False
     return any(task.stream is s and task.id <= last for s, last in waits)

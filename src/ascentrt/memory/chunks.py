@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import mmap
 import threading
 
 import numpy as np
 
-from ..errors import OutOfMemoryError
 from .arena import Arena
 
 CHUNK = 2 << 20          # chunk granularity: 2 MiB (a transparent huge page)
-_MADV_DONTNEED = 4
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 
 def round_chunk(nbytes: int) -> int:
@@ -42,10 +33,12 @@ class ArenaChunks:
     studies fragmentation of any capacity without using memory.
     """
 
-    def __init__(self, capacity: int, base: int = 1 << 44, view: np.ndarray | None = None):
+    def __init__(self, capacity: int, base: int = 1 << 44, view: np.ndarray | None = None,
+                 decommit=None):
         self.capacity = capacity
         self.base = base
         self.view = view
+        self.decommit = decommit  # (offset, nbytes) -> None: the backend takes the pages back
         self.arena = Arena(capacity)
 
     def allocate(self, nbytes: int, stream=None) -> Chunk | None:
@@ -61,9 +54,8 @@ class ArenaChunks:
 
     def deallocate(self, chunk: Chunk, stream=None) -> None:
         """Give a chunk back: its range returns to the arena and its pages to the OS."""
-        if self.view is not None:
-            # Touched pages would stay resident in the private mapping: drop them.
-            _libc.madvise(ctypes.c_void_p(chunk.addr), ctypes.c_size_t(chunk.size), _MADV_DONTNEED)
+        if self.decommit is not None:
+            self.decommit(chunk.handle, chunk.size)  # touched pages would stay resident: drop them
         self.arena.free(chunk.handle)
 
     def unreserved_bytes(self) -> int:
@@ -76,9 +68,10 @@ class ArenaChunks:
 
 
 class HostChunks:
-    """Pinned host chunks: one anonymous mapping each, mlocked once when the chunk is made."""
+    """Pinned host chunks from a backend: one allocation each, locked once when the chunk is made."""
 
-    def __init__(self, capacity: int = 1 << 62):
+    def __init__(self, backend, capacity: int = 1 << 62):
+        self.backend = backend
         self.capacity = capacity
         self._lock = threading.Lock()
         self.reserved = 0
@@ -92,34 +85,20 @@ class HostChunks:
                 return None
             self.reserved += size
         try:
-            mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            handle = self.backend.alloc(size, host=True)
         except OSError:
             with self._lock:
                 self.reserved -= size
             return None
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            try:  # before mlock populates it: huge pages make copies from/to it ~15% faster
-                mm.madvise(mmap.MADV_HUGEPAGE)
-            except OSError:
-                pass  # transparent huge pages disabled: normal pages still work
-        view = np.frombuffer(mm, dtype=np.uint8)
-        addr = view.ctypes.data
-        pinned = _libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0
         self.mlock_calls += 1
-        return Chunk(addr, size, view, mm, pinned)
+        view = np.frombuffer(self.backend.host_view(handle), dtype=np.uint8)
+        return Chunk(handle.addr, size, view, handle, handle.pinned)
 
     def deallocate(self, chunk: Chunk, stream=None) -> None:
-        """Unlock and unmap a chunk (the mapping lives on while a user view still exports it)."""
-        if chunk.pinned:
-            _libc.munlock(ctypes.c_void_p(chunk.addr), ctypes.c_size_t(chunk.size))
-            chunk.pinned = False
-        # Stale user views may keep the mapping alive: its pages go back to the OS now anyway.
-        _libc.madvise(ctypes.c_void_p(chunk.addr), ctypes.c_size_t(chunk.size), _MADV_DONTNEED)
+        """Unlock and unmap a chunk (stale user views keep the mapping, not its pages)."""
         chunk.view = None
-        try:
-            chunk.handle.close()
-        except BufferError:
-            pass  # a user array still views it: unmapped when that array dies
+        chunk.pinned = False
+        self.backend.free(chunk.handle)
         with self._lock:
             self.reserved -= chunk.size
 

@@ -5,25 +5,23 @@ from __future__ import annotations
 import mmap
 import threading
 
+import numpy as np
+
 from .. import config
-from ..backends import CpuBackend
 from .buffer import HostBuffer, check_size
 from .chunks import HostChunks
+from .links import Links
 from .registry import REGISTRY
 
 HOST_RELEASE_THRESHOLD = 256 << 20  # pinned bytes the pool keeps cached at most
 HOST_SPLIT_LIMIT = 32 << 20         # larger pinned blocks serve only requests of about their size
-_backend = CpuBackend()
 _state: dict = {}
 _state_lock = threading.Lock()
 
 
 def _all_streams() -> list:
     """Every stream with work in flight, on any device: pinned memory may be in use by any."""
-    if "queues" not in _state:
-        from ..device import all_device_queues
-        _state["queues"] = all_device_queues
-    return [s for dq in _state["queues"]() for s in list(dq.active)]
+    return Links.busy_streams()
 
 
 def host_pool():
@@ -34,7 +32,7 @@ def host_pool():
                 pool = None
                 if config.get("ASCENTRT_MEM_POOL_ENABLE"):
                     from .allocator import pool_from_config
-                    pool = pool_from_config(HostChunks(), "pinned host", _all_streams,
+                    pool = pool_from_config(HostChunks(Links.host_backend()), "pinned host", _all_streams,
                                             align=mmap.PAGESIZE)
                     # Locked pages are scarce host RAM: cache a bounded amount, and never let a
                     # small buffer pin a large chunk (it would keep all of it locked).
@@ -55,8 +53,10 @@ def malloc_host(nbytes: int) -> HostBuffer:
     nbytes = check_size(nbytes)
     pool = _state["pool"] if "pool" in _state else host_pool()
     if pool is None:
-        mem, addr, pinned, handle = _backend.host_alloc(nbytes)
-        buf = HostBuffer(addr, nbytes, pinned, mem, handle, _backend.host_free)
+        backend = Links.host_backend()
+        handle = backend.alloc(nbytes, host=True)
+        mem = np.frombuffer(backend.host_view(handle), dtype=np.uint8)
+        buf = HostBuffer(handle.addr, nbytes, handle.pinned, mem, handle, backend.free)
     else:
         block = pool.allocate(nbytes)
         buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes), block, _release)

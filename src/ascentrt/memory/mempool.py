@@ -5,16 +5,13 @@ from __future__ import annotations
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .allocator import DeviceAllocator, check_stream
 from .buffer import DeviceBuffer, check_size
+from .links import Links
 from .pool import BlockPool, ReusePolicy
+from .stats import pool_stats
 
 
 def _device(device):
-    from ..device import resolve_device
-    return resolve_device(device)
-
-
-def _allocator(device) -> DeviceAllocator:
-    return _device(device)._memory
+    return Links.resolve_device(device)
 
 
 class MemPool:
@@ -97,7 +94,6 @@ class MemPool:
 
     def stats(self) -> dict:
         """memory_stats() of this pool alone."""
-        from .stats import pool_stats
         return pool_stats(self._pool)
 
     def destroy(self) -> None:
@@ -133,7 +129,7 @@ def malloc_async(nbytes: int, stream=None, pool: MemPool | None = None) -> Devic
     if stream is not None:
         check_stream(stream, getattr(stream, "device", None))
     device = stream.device if stream is not None else None
-    return _allocator(device).malloc(nbytes, stream)
+    return _device(device)._memory.malloc(nbytes, stream)
 
 
 def free_async(buf, stream=None) -> None:
@@ -155,14 +151,14 @@ def record_stream(buf, stream) -> None:
 
 def empty_cache(device=None) -> int:
     """Return the device pool's wholly free cached chunks to the device; returns bytes released."""
-    alloc = _allocator(device)
+    alloc = _device(device)._memory
     return sum(p.empty_cache() for p in [alloc.pool, *alloc.pools] if p is not None)
 
 
 def configure_pool(device=None, *, split_limit=..., release_threshold=..., gc_threshold=...,
                    policy: ReusePolicy | None = None) -> None:
     """Change the device pool's settings at run time (the ASCENTRT_MEM_POOL_* settings)."""
-    pool = _allocator(device).pool
+    pool = _device(device)._memory.pool
     if pool is None:
         raise InvalidArgumentError("the memory pool is off (ASCENTRT_MEM_POOL_ENABLE=0)")
     for name, v in (("split_limit", split_limit), ("release_threshold", release_threshold)):

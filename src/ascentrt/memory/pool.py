@@ -16,7 +16,6 @@ import bisect
 import threading
 from dataclasses import dataclass
 
-from ..engine.task import EVENT_WAIT
 from ..errors import ErrorCode, OutOfMemoryError
 from .chunks import CHUNK
 
@@ -250,7 +249,7 @@ class BlockPool:
 
     def _take_pending_for(self, size: int, stream) -> Block | None:
         """A pending block of another stream that `stream` may use now (maybe after inserting a wait)."""
-        awaited = _awaited_positions(stream) if self.policy.follow_event_dependencies else {}
+        awaited = stream._awaited_positions() if self.policy.follow_event_dependencies else {}
         covered = uncovered = None
         for block in self._pending:
             if not size <= block.size <= size + max(size, MIN_SPLIT):
@@ -591,17 +590,3 @@ class BlockPool:
             f"fragmentation: external {frag['external']:.1%}, "
             f"1 - largest/total free {1 - largest / free_total if free_total else 0:.1%}, "
             f"internal {frag['internal']:.1%}; {hint}", code=ErrorCode.RT_MEMORY_ALLOCATION)
-
-
-def _awaited_positions(stream) -> dict:
-    """For each stream that `stream`'s queue waits on (event waits), the latest recorded position."""
-    from ..engine import ENGINE  # late: the engine imports the memory package
-    with ENGINE.lock:
-        tasks = list(stream._tasks)
-    out: dict = {}
-    for t in tasks:
-        if t.kind == EVENT_WAIT:
-            m = t.marker
-            if m.position > out.get(m.stream, 0):
-                out[m.stream] = m.position
-    return out

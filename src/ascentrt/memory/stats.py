@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from .links import Links
 from .pool import ALLOCATED, PENDING, READY, BlockPool
 
 
 def _pools(device=None, pool=None) -> list[BlockPool]:
     if pool is not None:
         return [getattr(pool, "_pool", pool)]
-    from .mempool import _allocator
-    alloc = _allocator(device)
+    alloc = Links.resolve_device(device)._memory
     return [p for p in [alloc.pool, *alloc.pools] if p is not None]
 
 

@@ -8,6 +8,7 @@ import threading
 
 from ..errors import InvalidArgumentError, OutOfMemoryError
 from .chunks import ArenaChunks
+from .links import Links
 from .pool import BlockPool
 
 
@@ -104,8 +105,7 @@ def replay(events, pool: BlockPool | None = None, capacity: int = 1 << 40) -> di
 @contextlib.contextmanager
 def record_trace(device=None):
     """Record the device pool's allocations while the block runs; yields the TraceRecorder."""
-    from .mempool import _allocator
-    alloc = _allocator(device)
+    alloc = Links.resolve_device(device)._memory
     if alloc.pool is None:
         raise InvalidArgumentError("the memory pool is off (ASCENTRT_MEM_POOL_ENABLE=0)")
     recorder = TraceRecorder(alloc.pool)

@@ -10,9 +10,10 @@ program. `load(dir)` reads a run back as a Profile.
 """
 
 from .analysis import Finding, diagnose, metrics
-from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample, Profile,
-                   RangeRecord, StreamInfo, TaskRecord)
-from .data import read as load
+from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample, RangeRecord,
+                   StreamInfo, TaskRecord)
+from .profile import Profile
+from .profile import read as load
 from .ranges import mark, range
 from .session import Session, profile, start, stop
 

@@ -1,4 +1,4 @@
-"""Metrics and diagnosis of a Profile: utilization, latency, and the classic runtime problems."""
+"""Metrics and diagnosis of a profile: utilization, latency, and the classic runtime problems."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .data import COMPUTE_KINDS, SYNC_APIS, WORK_KINDS, Profile
+from .data import COMPUTE_KINDS, SYNC_APIS, WORK_KINDS, ProfileData
 
 # Thresholds of the diagnosis (named so that a finding can say what it compared against).
 MIN_WORK_TASKS = 20           # fewer device tasks than this: too little to judge utilization
@@ -132,7 +132,7 @@ def task_ref(t) -> str:
 
 # ---- metrics -------------------------------------------------------------------------------
 
-def _work_by_device(profile: Profile) -> dict[int, list]:
+def _work_by_device(profile: ProfileData) -> dict[int, list]:
     out = defaultdict(list)
     for t in profile.tasks:
         if t.kind in WORK_KINDS:
@@ -144,7 +144,7 @@ def _window(tasks) -> tuple[int, int]:
     return min(t.enqueue_ns for t in tasks), max(t.end_ns for t in tasks)
 
 
-def dispatch_latencies(profile: Profile, kinds=("kernel",)) -> list[int]:
+def dispatch_latencies(profile: ProfileData, kinds=("kernel",)) -> list[int]:
     """Enqueue-to-start of tasks whose stream had nothing else to run (pure dispatch latency)."""
     last_end: dict = {}
     out = []
@@ -156,7 +156,7 @@ def dispatch_latencies(profile: Profile, kinds=("kernel",)) -> list[int]:
     return out
 
 
-def metrics(profile: Profile) -> dict:
+def metrics(profile: ProfileData) -> dict:
     """Utilization per stream / executor / device, launch latency, host API time, bandwidth."""
     out: dict = {"duration_ns": profile.duration_ns,
                  "tasks": dict(Counter(t.kind for t in profile.tasks)), "devices": {},
@@ -221,7 +221,7 @@ def metrics(profile: Profile) -> dict:
 
 # ---- diagnosis -----------------------------------------------------------------------------
 
-def diagnose(profile: Profile) -> list[Finding]:
+def diagnose(profile: ProfileData) -> list[Finding]:
     """Every problem the profile shows evidence of, the most costly first."""
     findings: list[Finding] = []
     syncs = union((c.start_ns, c.end_ns) for c in profile.api_calls if c.name in SYNC_APIS)

@@ -6,14 +6,14 @@ import csv
 import os
 from collections import defaultdict
 
-from .data import Profile
+from .data import ProfileData
 
 
 def _us(ns: float) -> str:
     return f"{ns / 1000:.3f}"
 
 
-def task_rows(profile: Profile) -> list[list]:
+def task_rows(profile: ProfileData) -> list[list]:
     """task_time.csv: one row per task."""
     rows = [["device", "stream", "task_id", "kind", "name", "enqueue_us", "start_us",
              "duration_us", "wait_us", "bytes", "failed"]]
@@ -33,7 +33,7 @@ def _stats_rows(groups: dict, header_name: str, extra=None) -> list[list]:
     return rows
 
 
-def kernel_rows(profile: Profile) -> list[list]:
+def kernel_rows(profile: ProfileData) -> list[list]:
     """kernel_statistic.csv: per kernel (and copy/memset/host function) name, time statistics."""
     groups = defaultdict(list)
     for t in profile.tasks:
@@ -47,7 +47,7 @@ def kernel_rows(profile: Profile) -> list[list]:
     return rows
 
 
-def api_rows(profile: Profile) -> list[list]:
+def api_rows(profile: ProfileData) -> list[list]:
     """api_statistic.csv: per runtime API, host time statistics."""
     groups = defaultdict(list)
     for c in profile.api_calls:
@@ -55,7 +55,7 @@ def api_rows(profile: Profile) -> list[list]:
     return _stats_rows(groups, "api")
 
 
-def memory_rows(profile: Profile) -> list[list]:
+def memory_rows(profile: ProfileData) -> list[list]:
     """memory.csv: allocated / reserved bytes over time per device (-1: pinned host memory)."""
     rows = [["time_us", "device", "allocated_bytes", "reserved_bytes", "free_bytes",
              "largest_free_bytes"]]
@@ -68,7 +68,7 @@ FILES = {"task_time.csv": task_rows, "kernel_statistic.csv": kernel_rows,
          "api_statistic.csv": api_rows, "memory.csv": memory_rows}
 
 
-def write_csvs(profile: Profile, folder: str) -> list[str]:
+def write_csvs(profile: ProfileData, folder: str) -> list[str]:
     """Write every CSV summary into `folder`; returns their paths."""
     paths = []
     for name, rows_of in FILES.items():

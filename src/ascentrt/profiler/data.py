@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass, field, fields
 
 FORMAT = "ascentrt-profile/1"
@@ -138,8 +136,8 @@ _RECORDS = {"tasks": TaskRecord, "api_calls": ApiCall, "ranges": RangeRecord, "m
 
 
 @dataclass
-class Profile:
-    """Everything one profiling run recorded; `diagnose()` names what slowed it down."""
+class ProfileData:
+    """Everything one profiling run recorded (the records; profile.Profile adds the analysis)."""
 
     duration_ns: int = 0
     started_at: str = ""
@@ -154,16 +152,6 @@ class Profile:
     streams: list = field(default_factory=list)
     threads: dict = field(default_factory=dict)  # host thread ident -> name
 
-    def diagnose(self) -> list:
-        """The findings of the analysis (see ascentrt.profiler.analysis), most costly first."""
-        from .analysis import diagnose
-        return diagnose(self)
-
-    def metrics(self) -> dict:
-        """Utilization, latency, API time and bandwidth figures (see analysis.metrics)."""
-        from .analysis import metrics
-        return metrics(self)
-
     def to_json(self) -> dict:
         """A JSON-ready dict (the content of profile.json)."""
         out = {"format": FORMAT, "duration_ns": self.duration_ns, "started_at": self.started_at,
@@ -176,7 +164,7 @@ class Profile:
         return out
 
     @classmethod
-    def from_json(cls, data: dict) -> "Profile":
+    def from_json(cls, data: dict) -> "ProfileData":
         """Rebuild a Profile from `to_json()` output; raises ValueError on another format."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"not an ascentrt profile (expected format {FORMAT!r})")
@@ -195,11 +183,6 @@ class Profile:
             setattr(prof, name, rows)
         return prof
 
-    def save(self, path: str | os.PathLike) -> str:
-        """Write every output (trace, CSVs, HTML report, profile.json) into folder `path`."""
-        from .export import write_folder
-        return write_folder(self, path)
-
     def stream_info(self) -> dict:
         """{(device, stream id): StreamInfo}."""
         return {(s.device, s.id): s for s in self.streams}
@@ -208,20 +191,3 @@ class Profile:
 def as_dict(record) -> dict:
     """One record as a dict (for tables and JSON)."""
     return asdict(record)
-
-
-def read(path: str | os.PathLike) -> Profile:
-    """Load a profile folder (or its profile.json) written by a profiling run."""
-    from ..errors import ErrorCode, InvalidArgumentError
-    path = os.fspath(path)
-    file = os.path.join(path, DATA_FILE) if os.path.isdir(path) else path
-    try:
-        with open(file, encoding="utf-8") as fh:
-            data = json.load(fh)
-        return Profile.from_json(data)
-    except FileNotFoundError:
-        raise InvalidArgumentError(f"no profile at {path!r} (expected a folder with {DATA_FILE})",
-                                   code=ErrorCode.INVALID_FILE) from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InvalidArgumentError(f"{file!r} is not a readable ascentrt profile: {exc}",
-                                   code=ErrorCode.INVALID_FILE) from None

@@ -13,17 +13,23 @@ import threading
 import types
 from time import perf_counter_ns
 
-from ..device import Device
-from ..event import Event
+from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
+from ..device import Device, set_device, synchronize
+from ..event import Event, elapsed_time
+from ..launch import launch, launch_host_func
+from ..memory import free, malloc, malloc_host
 from ..memory.buffer import DeviceBuffer, HostBuffer
-from ..notify import Notify
+from ..memory.mempool import empty_cache, free_async, malloc_async, record_stream
+from ..notify import Notify, record_notify, wait_and_reset_notify
 from ..stream import Stream
 
-# Module-level API functions, by the name they have in the `ascentrt` package.
-FUNCTIONS = ("launch", "launch_host_func", "malloc", "malloc_host", "free", "memcpy",
-             "memcpy_async", "memcpy2d", "memcpy2d_async", "memset", "memset_async", "synchronize",
-             "record_notify", "wait_and_reset_notify", "set_device", "elapsed_time",
-             "malloc_async", "free_async", "record_stream", "empty_cache")
+# Module-level API functions (the `ascentrt` package exports each under the same name).
+# Taken from the modules that define them when the profiler loads, so later wrapping
+# always starts from the originals.
+FUNCTIONS = {f.__name__: f for f in (
+    launch, launch_host_func, malloc, malloc_host, free, memcpy, memcpy_async, memcpy2d,
+    memcpy2d_async, memset, memset_async, synchronize, set_device, record_notify,
+    wait_and_reset_notify, elapsed_time, malloc_async, free_async, record_stream, empty_cache)}
 METHODS = {
     Stream: ("record", "wait", "record_notify", "wait_notify", "synchronize", "query", "destroy",
              "close", "begin_capture", "end_capture"),
@@ -152,7 +158,6 @@ class Instrumentation:
 
     def install(self) -> None:
         """Swap every public API function and method for its recording wrapper."""
-        import ascentrt
         methods = dict(METHODS)
         for (module, name), attrs in OPTIONAL_METHODS.items():
             cls = getattr(sys.modules.get(module), name, None)
@@ -167,10 +172,7 @@ class Instrumentation:
                 label = f"{cls.__name__}.{_ALIASES.get(attr, attr)}"
                 setattr(cls, attr, _wrap(original, label, self.calls, self.on_error))
                 self.methods.append((cls, attr, original))
-        for name in FUNCTIONS:
-            original = getattr(ascentrt, name, None)
-            if original is None or hasattr(original, "_ascentrt_api"):
-                continue
+        for name, original in FUNCTIONS.items():
             self.functions[id(original)] = (original, _wrap(original, name, self.calls,
                                                             self.on_error))
         _rebind(self.functions)

@@ -13,9 +13,10 @@ from ..engine.task import EVENT_WAIT, KIND_NAMES
 from ..errors import ErrorCode
 from ..memory.registry import REGISTRY
 from . import memstats
-from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample, Profile,
+from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample,
                    RangeRecord, StreamInfo, TaskRecord)
 from .hostapi import Instrumentation, outermost
+from .profile import Profile
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FRAGMENTATION_EVERY_NS = 10_000_000  # measure free-range layout at most every 10 ms (it is O(n))

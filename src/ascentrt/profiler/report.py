@@ -7,7 +7,8 @@ import html
 import json
 from collections import defaultdict
 
-from .data import Profile
+from .data import ProfileData
+from .analysis import diagnose
 from .summary import headline, sections
 
 MAX_SLICES = 200_000  # beyond this the timeline keeps the longest slices (the tables keep all)
@@ -16,7 +17,7 @@ _KINDS = ["kernel", "copy", "memset", "host_func", "event_record", "event_wait",
           "notify_wait", "host_func_nonblocking", "api", "range"]
 
 
-def _timeline_data(profile: Profile) -> dict:
+def _timeline_data(profile: ProfileData) -> dict:
     names: dict[str, int] = {}
     tracks = []
 
@@ -91,10 +92,10 @@ def _findings_html(findings) -> str:
     return "".join(parts)
 
 
-def render_html(profile: Profile, findings=None) -> str:
+def render_html(profile: ProfileData, findings=None) -> str:
     """The report as one HTML document (inline CSS and JavaScript, data embedded as JSON)."""
     if findings is None:
-        findings = profile.diagnose()
+        findings = diagnose(profile)
     data = json.dumps(_timeline_data(profile), separators=(",", ":")).replace("</", "<\\/")
     tables = "".join(_table_html(*s) for s in sections(profile, findings))
     title = "ascentrt profile" + (f": {' '.join(profile.command)}" if profile.command else "")

@@ -9,7 +9,7 @@ import threading
 import time
 
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
-from .data import Profile
+from .profile import Profile
 from .recorder import Recorder
 
 _lock = threading.Lock()

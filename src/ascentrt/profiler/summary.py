@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .data import Profile
+from .analysis import diagnose, metrics
+from .data import ProfileData
 
 
 def _ms(ns) -> str:
     return f"{ns / 1e6:.2f}"
 
 
-def sections(profile: Profile, findings=None) -> list[tuple[str, list[str], list[list[str]]]]:
+def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], list[list[str]]]]:
     """The summary as (title, headers, rows) tables."""
-    m = profile.metrics()
+    m = metrics(profile)
     out = []
     rows = [[f"{d}", str(v["tasks"]), _ms(v["window_ns"]), _ms(v["busy_ns"]),
              f"{v['utilization']:.0%}"] for d, v in m["devices"].items()]
@@ -60,7 +61,7 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def headline(profile: Profile) -> str:
+def headline(profile: ProfileData) -> str:
     """One line: duration, tasks, API calls, devices."""
     work = sum(t.kind in ("kernel", "copy", "memset", "host_func") for t in profile.tasks)
     return (f"profile: {profile.duration_ns / 1e6:.1f} ms, {len(profile.tasks)} tasks "
@@ -78,10 +79,10 @@ def findings_text(findings) -> str:
     return "\n".join(parts)
 
 
-def summary_text(profile: Profile, findings=None) -> str:
+def summary_text(profile: ProfileData, findings=None) -> str:
     """The whole summary as plain text."""
     if findings is None:
-        findings = profile.diagnose()
+        findings = diagnose(profile)
     parts = [headline(profile)]
     for title, headers, rows in sections(profile, findings):
         parts.append(f"\n{title}\n{format_table(headers, rows)}")
@@ -89,12 +90,12 @@ def summary_text(profile: Profile, findings=None) -> str:
     return "\n".join(parts)
 
 
-def print_summary(profile: Profile, findings=None, file=None) -> None:
+def print_summary(profile: ProfileData, findings=None, file=None) -> None:
     """Print the summary: with rich tables when rich is installed and the output is a terminal."""
     import sys
     file = file or sys.stdout
     if findings is None:
-        findings = profile.diagnose()
+        findings = diagnose(profile)
     try:
         if not file.isatty():
             raise ImportError

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 
-from .data import Profile
+from .data import ProfileData
 
 HOST_PID = 0
 OVERFLOW_TID = 1_000_000  # overflow tracks of a stream: stream id + k * OVERFLOW_TID
@@ -50,7 +50,7 @@ def _lanes(items):
     return out
 
 
-def trace_events(profile: Profile) -> list[dict]:
+def trace_events(profile: ProfileData) -> list[dict]:
     """The trace as a list of trace-event dicts."""
     ev: list[dict] = []
     meta = ev.append
@@ -171,7 +171,7 @@ def trace_events(profile: Profile) -> list[dict]:
     return ev
 
 
-def trace_json(profile: Profile) -> dict:
+def trace_json(profile: ProfileData) -> dict:
     """The whole trace document: {"traceEvents": [...], "displayTimeUnit": "ms", ...}."""
     return {"traceEvents": trace_events(profile), "displayTimeUnit": "ms",
             "otherData": {"producer": "ascentrt profiler", "started_at": profile.started_at,

@@ -1,4 +1,9 @@
-"""Copies and fills between device buffers, pinned host buffers and numpy arrays."""
+"""Copies and fills between device buffers, pinned host buffers and numpy arrays.
+
+Every operand is checked against the live allocations first; the work itself is an
+operation for the device's backend (addresses and sizes), run on a copy engine for the
+asynchronous calls and on the calling thread for the synchronous ones.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,14 @@ import enum
 
 import numpy as np
 
-from ..engine.task import COPY, MEMSET, Task
-from ..errors import ErrorCode, InvalidArgumentError
-from ..validate import resolve_stream
-from .buffer import BufferSlice, DeviceBuffer, HostBuffer, check_size
-from .registry import REGISTRY
+from .backends.base import COPY as COPY_OP, FILL, PlainOp
+from .engine import Task, check_sync_allowed
+from .engine.task import COPY, MEMSET
+from .errors import ErrorCode, InvalidArgumentError
+from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, check_size
+from .memory.links import Links
+from .memory.registry import REGISTRY
+from .stream import resolve_stream
 
 
 class MemcpyKind(enum.IntEnum):
@@ -24,12 +32,12 @@ class MemcpyKind(enum.IntEnum):
 
 
 class _Operand:
-    """A resolved copy operand: its bytes, where they live, and whether the host memory is pinned."""
+    """A resolved copy operand: its bytes and address, where they live, whether host memory is pinned."""
 
-    __slots__ = ("data", "where", "pinned", "device")
+    __slots__ = ("data", "addr", "where", "pinned", "device")
 
-    def __init__(self, data: np.ndarray, where: str, pinned: bool, device):
-        self.data, self.where, self.pinned, self.device = data, where, pinned, device
+    def __init__(self, data: np.ndarray, addr: int, where: str, pinned: bool, device):
+        self.data, self.addr, self.where, self.pinned, self.device = data, addr, where, pinned, device
 
 
 def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
@@ -37,39 +45,35 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
     if isinstance(x, (DeviceBuffer, HostBuffer, BufferSlice)):
         data = x._bytes()
         base = x.base
-        return _Operand(data, base.kind, base.kind == "host" and base.pinned, base.device)
+        return _Operand(data, x.addr, base.kind, base.kind == "host" and base.pinned, base.device)
     if isinstance(x, np.ndarray):
         if not x.flags.c_contiguous:
             raise InvalidArgumentError(f"{role} array must be C-contiguous")
         if writable and not x.flags.writeable:
             raise InvalidArgumentError(f"{role} array is read-only")
         data = x.reshape(-1).view(np.uint8)
-        alloc = REGISTRY.find(x.ctypes.data) if x.nbytes else None
-        if alloc is not None and x.ctypes.data + x.nbytes <= alloc.addr + alloc.nbytes:
-            return _Operand(data, alloc.kind, alloc.kind == "host" and alloc.pinned, alloc.device)
-        return _Operand(data, "pageable", False, None)
+        addr = x.ctypes.data
+        alloc = REGISTRY.find(addr) if x.nbytes else None
+        if alloc is not None and addr + x.nbytes <= alloc.addr + alloc.nbytes:
+            return _Operand(data, addr, alloc.kind, alloc.kind == "host" and alloc.pinned, alloc.device)
+        return _Operand(data, addr, "pageable", False, None)
     if isinstance(x, (bytes, bytearray, memoryview)):
         view = memoryview(x)
         if writable and view.readonly:
             raise InvalidArgumentError(f"{role} is read-only memory")
         if not view.c_contiguous:
             raise InvalidArgumentError(f"{role} memory must be C-contiguous")
-        return _Operand(np.frombuffer(view.cast("B") if view.ndim != 1 or view.format != "B" else view,
-                                      dtype=np.uint8), "pageable", False, None)
+        data = np.frombuffer(view.cast("B") if view.ndim != 1 or view.format != "B" else view,
+                             dtype=np.uint8)
+        return _Operand(data, data.ctypes.data, "pageable", False, None)
     if type(x) is int:
         if nbytes is None:
             raise InvalidArgumentError(f"{role} is a raw pointer: give nbytes")
         alloc, off = REGISTRY.resolve(x, nbytes)
-        return _Operand(alloc._bytes()[off:off + nbytes], alloc.kind,
+        return _Operand(alloc._bytes()[off:off + nbytes], x, alloc.kind,
                         alloc.kind == "host" and alloc.pinned, alloc.device)
     raise InvalidArgumentError(f"{role} must be a buffer, slice, numpy array or pointer, "
                                f"got {type(x).__name__}")
-
-
-def check_unsafe(what: str) -> None:
-    """Refuse a synchronous call while a graph capture forbids it (see graph.capture)."""
-    from ..graph.capture import check_unsafe as check  # imported late: graph imports memory
-    check(what)
 
 
 def _direction(dst: _Operand, src: _Operand) -> MemcpyKind:
@@ -77,7 +81,7 @@ def _direction(dst: _Operand, src: _Operand) -> MemcpyKind:
     return MemcpyKind((s and not d) * 2 + (d and not s) * 1 + (d and s) * 3)
 
 
-def _prepare(dst, src, nbytes, kind) -> tuple[np.ndarray, np.ndarray, _Operand, _Operand, MemcpyKind]:
+def _prepare(dst, src, nbytes, kind) -> tuple[int, _Operand, _Operand, MemcpyKind]:
     if nbytes is not None:
         nbytes = check_size(nbytes, allow_zero=True)
     d = _operand(dst, nbytes, True, "dst")
@@ -89,7 +93,7 @@ def _prepare(dst, src, nbytes, kind) -> tuple[np.ndarray, np.ndarray, _Operand, 
         raise InvalidArgumentError(f"copy of {n} bytes does not fit dst ({d.data.nbytes} bytes)")
     direction = _direction(d, s)
     _check_kind(kind, direction)
-    return d.data[:n], s.data[:n], d, s, direction
+    return n, d, s, direction
 
 
 def _check_kind(kind, direction: MemcpyKind) -> None:
@@ -106,12 +110,26 @@ def _check_kind(kind, direction: MemcpyKind) -> None:
                                    code=ErrorCode.RT_INVALID_MEMORY_TYPE)
 
 
+def _backend_of(*ops: _Operand):
+    """The backend that runs a copy between these operands: a device's, else the host's."""
+    for op in ops:
+        if op.device is not None:
+            return op.device._backend
+    return Links.host_backend()
+
+
+def _copy_op(n: int, d: _Operand, s: _Operand):
+    """The backend operation copying n bytes from s to d (both kept alive until it ran)."""
+    return (d.addr, n, s.addr, n, n, 1), (d.data, s.data)
+
+
 def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
     """Copy now, on the calling thread; nbytes defaults to all of src. Raises before touching memory."""
-    check_unsafe("a synchronous memcpy")
-    d, s, *_ = _prepare(dst, src, nbytes, kind)
-    if d.nbytes:
-        np.copyto(d, s)
+    check_sync_allowed("a synchronous memcpy")
+    n, d, s, _ = _prepare(dst, src, nbytes, kind)
+    if n:
+        args, keep = _copy_op(n, d, s)
+        _backend_of(d, s).execute(PlainOp(COPY_OP, None, args, keep=keep, nbytes=n))
 
 
 def memcpy_async(dst, src, nbytes: int | None = None, *, stream=None, kind=None) -> None:
@@ -121,13 +139,15 @@ def memcpy_async(dst, src, nbytes: int | None = None, *, stream=None, kind=None)
     memory (a plain numpy array) it returns only once the copy is done.
     """
     stream = resolve_stream(stream)
-    d, s, do, so, direction = _prepare(dst, src, nbytes, kind)
+    n, do, so, direction = _prepare(dst, src, nbytes, kind)
     for op in (do, so):
         if op.device is not None and op.device is not stream.device and direction != MemcpyKind.DEVICE_TO_DEVICE:
             raise InvalidArgumentError(f"operand on device {op.device.id} copied on a stream of "
                                        f"device {stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
-    task = Task(COPY, stream.device._backend.copy, (d, s), direction.name.lower())
-    task.nbytes = d.nbytes
+    args, keep = _copy_op(n, do, so)
+    task = Task(COPY, None, args, direction.name.lower())
+    task.keep = keep
+    task.nbytes = n
     _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")
 
 
@@ -135,7 +155,7 @@ def _submit_maybe_sync(stream, task: Task, pageable: bool) -> None:
     if not pageable:
         stream._submit(task)
         return
-    check_unsafe(f"{task.name} with pageable host memory (synchronous)")
+    check_sync_allowed(f"{task.name} with pageable host memory (synchronous)")
     # Pageable host memory may change or vanish once we return: finish the copy first.
     ev = stream.device.create_event()
     stream._submit(task)
@@ -152,15 +172,16 @@ def _check_fill(value) -> int:
 
 def memset(dst, value: int, nbytes: int | None = None) -> None:
     """Set `nbytes` bytes (default: all) of dst to `value`, now."""
-    check_unsafe("a synchronous memset")
+    check_sync_allowed("a synchronous memset")
     value = _check_fill(value)
     if nbytes is not None:
         nbytes = check_size(nbytes, allow_zero=True)
-    d = _operand(dst, nbytes, True, "dst").data
-    n = d.nbytes if nbytes is None else nbytes
-    if n > d.nbytes:
-        raise InvalidArgumentError(f"memset of {n} bytes runs past the end of dst ({d.nbytes} bytes)")
-    d[:n].fill(value)
+    op = _operand(dst, nbytes, True, "dst")
+    n = op.data.nbytes if nbytes is None else nbytes
+    if n > op.data.nbytes:
+        raise InvalidArgumentError(f"memset of {n} bytes runs past the end of dst ({op.data.nbytes} bytes)")
+    if n:
+        _backend_of(op).execute(PlainOp(FILL, None, (op.addr, value, n), keep=op.data, nbytes=n))
 
 
 def memset_async(dst, value: int, nbytes: int | None = None, *, stream=None) -> None:
@@ -176,18 +197,17 @@ def memset_async(dst, value: int, nbytes: int | None = None, *, stream=None) -> 
     if op.device is not None and op.device is not stream.device:
         raise InvalidArgumentError(f"dst on device {op.device.id} set on a stream of device "
                                    f"{stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
-    task = Task(MEMSET, stream.device._backend.fill, (op.data[:n], value), "memset")
+    task = Task(MEMSET, None, (op.addr, value, n), "memset")
+    task.keep = op.data
     task.nbytes = n
     _submit_maybe_sync(stream, task, op.where == "pageable")
 
 
-def _pitched(data: np.ndarray, pitch: int, width: int, height: int, role: str) -> np.ndarray:
+def _check_pitched(data: np.ndarray, pitch: int, width: int, height: int, role: str) -> None:
     need = (height - 1) * pitch + width if height else 0
     if need > data.nbytes:
         raise InvalidArgumentError(f"{role}: {height} rows of pitch {pitch} and width {width} need "
                                    f"{need} bytes; it has {data.nbytes}")
-    return np.lib.stride_tricks.as_strided(data, shape=(height, width), strides=(pitch, 1),
-                                           writeable=role == "dst")
 
 
 def _prepare_2d(dst, dpitch, src, spitch, width, height, kind):
@@ -200,21 +220,26 @@ def _prepare_2d(dst, dpitch, src, spitch, width, height, kind):
     s = _operand(src, None if type(src) is not int else (height - 1) * spitch + width if height else 0,
                  False, "src")
     _check_kind(kind, _direction(d, s))
-    return _pitched(d.data, dpitch, width, height, "dst"), _pitched(s.data, spitch, width, height, "src"), d, s
+    _check_pitched(d.data, dpitch, width, height, "dst")
+    _check_pitched(s.data, spitch, width, height, "src")
+    return (d.addr, dpitch, s.addr, spitch, width, height), d, s
 
 
 def memcpy2d(dst, dpitch: int, src, spitch: int, width: int, height: int, kind=None) -> None:
     """Copy `height` rows of `width` bytes between pitched layouts, now."""
-    check_unsafe("a synchronous memcpy2d")
-    d, s, _, _ = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
-    np.copyto(d, s)
+    check_sync_allowed("a synchronous memcpy2d")
+    args, d, s = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
+    if width and height:
+        _backend_of(d, s).execute(PlainOp(COPY_OP, None, args, keep=(d.data, s.data),
+                                          nbytes=width * height))
 
 
 def memcpy2d_async(dst, dpitch: int, src, spitch: int, width: int, height: int, *, stream=None,
                    kind=None) -> None:
     """Pitched copy after the stream's earlier work (returns at once unless memory is pageable)."""
     stream = resolve_stream(stream)
-    d, s, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
-    task = Task(COPY, np.copyto, (d, s), "memcpy2d")
+    args, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
+    task = Task(COPY, None, args, "memcpy2d")
+    task.keep = (do.data, so.data)
     task.nbytes = width * height
     _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")

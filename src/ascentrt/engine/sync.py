@@ -1,0 +1,40 @@
+"""Host-side synchronization on streams: wait for their submitted work, then raise their errors."""
+
+from __future__ import annotations
+
+from ..errors import ErrorCode, TaskError
+from .scheduler import ENGINE
+
+
+def synchronize_streams(streams: list, timeout: float | None, what: str) -> None:
+    """Wait for the work submitted so far on `streams`, then raise their first task error."""
+    clock = ENGINE.devices[0].backend.now_ns
+    deadline = None if timeout is None else clock() + timeout * 1e9
+    for s in streams:
+        with ENGINE.lock:
+            if s._completed >= s._submitted:
+                continue
+            ev = s._dq.backend.new_signal()
+            s._sync_waiters.append((s._submitted, ev))
+
+        def cancel(s=s, ev=ev):
+            s._sync_waiters = [w for w in s._sync_waiters if w[1] is not ev]
+
+        remaining = None if deadline is None else max((deadline - clock()) / 1e9, 1e-6)
+        ENGINE.wait_host(ev, remaining, [s], what, ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
+    raise_stream_errors(streams)
+
+
+def raise_stream_errors(streams: list, before: int | None = None) -> None:
+    """Raise (and clear) the first recorded task error of `streams` (tasks before `before` only)."""
+    with ENGINE.lock:
+        errors = []
+        for s in streams:
+            keep = []
+            for info in s._errors:
+                (errors if before is None or info.task_id < before else keep).append(info)
+            s._errors = keep
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more failed tasks)" if len(errors) > 1 else ""
+        raise TaskError(f"{first}{more}", code=first.error_code, info=first) from first.cause

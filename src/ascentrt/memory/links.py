@@ -1,0 +1,31 @@
+"""What the memory layer needs from the runtime above it, registered by that runtime when it
+is imported (device.py): the memory layer never imports upward (see DESIGN.md, Layers).
+
+Streams reach the memory layer as objects with this protocol: `.device`, `._completed`,
+`._submitted`, `._awaited_positions()`, `.wait(event)`; devices with `._memory`,
+`._backend`, `._dq.active`, `.create_event()`.
+"""
+
+from __future__ import annotations
+
+
+def _unset(*args):
+    raise RuntimeError("ascentrt.memory used before the runtime registered with it")
+
+
+class Links:
+    """The runtime's callbacks: each is replaced by register()."""
+
+    resolve_device = staticmethod(_unset)   # None | int | Device -> Device (raises on bad ids)
+    is_stream = staticmethod(_unset)        # obj -> whether it is a Stream
+    current_task = staticmethod(lambda: None)  # the task the calling executor thread runs
+    busy_streams = staticmethod(lambda: [])    # every stream with work in flight, any device
+    host_backend = staticmethod(_unset)     # the backend that allocates pinned host memory
+
+
+def register(**callbacks) -> None:
+    """Set the runtime's callbacks (names as the attributes of Links)."""
+    for name, fn in callbacks.items():
+        if not hasattr(Links, name):
+            raise AttributeError(f"memory.links has no slot {name!r}")
+        setattr(Links, name, staticmethod(fn))

@@ -1,0 +1,43 @@
+"""A profiling run as one object: its records (data.ProfileData) with the analysis and writers."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import ErrorCode, InvalidArgumentError
+from .analysis import diagnose, metrics
+from .data import DATA_FILE, ProfileData
+from .export import write_folder
+
+
+class Profile(ProfileData):
+    """Everything one profiling run recorded; `diagnose()` names what slowed it down."""
+
+    def diagnose(self) -> list:
+        """The findings of the analysis (see ascentrt.profiler.analysis), most costly first."""
+        return diagnose(self)
+
+    def metrics(self) -> dict:
+        """Utilization, latency, API time and bandwidth figures (see analysis.metrics)."""
+        return metrics(self)
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write every output (trace, CSVs, HTML report, profile.json) into folder `path`."""
+        return write_folder(self, path)
+
+
+def read(path: str | os.PathLike) -> Profile:
+    """Load a profile folder (or its profile.json) written by a profiling run."""
+    path = os.fspath(path)
+    file = os.path.join(path, DATA_FILE) if os.path.isdir(path) else path
+    try:
+        with open(file, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return Profile.from_json(data)
+    except FileNotFoundError:
+        raise InvalidArgumentError(f"no profile at {path!r} (expected a folder with {DATA_FILE})",
+                                   code=ErrorCode.INVALID_FILE) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidArgumentError(f"{file!r} is not a readable ascentrt profile: {exc}",
+                                   code=ErrorCode.INVALID_FILE) from None

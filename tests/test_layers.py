@@ -1,0 +1,149 @@
+"""The package's shape: imports point downward only (lazy ones included), the core never
+imports its observers, and the device contract stays small and backend-neutral."""
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import ascentrt
+from ascentrt.backends import base
+
+PKG = Path(ascentrt.__file__).parent
+
+# Layers, lowest first: a module may import its own layer and the layers below it.
+LAYERS = [
+    ("backends", {"ascentrt.backends"}),
+    ("base", {"ascentrt.errors", "ascentrt.config", "ascentrt.validate", "ascentrt.kernels"}),
+    ("memory", {"ascentrt.memory"}),
+    ("engine", {"ascentrt.engine"}),
+    ("runtime", {"ascentrt.device", "ascentrt.stream", "ascentrt.event", "ascentrt.notify",
+                 "ascentrt.launch", "ascentrt.copies", "ascentrt.callback", "ascentrt.context"}),
+    ("observers", {"ascentrt.graph", "ascentrt.profiler"}),
+    ("facades", {"ascentrt.acl", "ascentrt.cli", "ascentrt.demo", "ascentrt"}),
+]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        parts = ["ascentrt", *path.relative_to(PKG).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Package modules `name` imports anywhere (top level, functions, TYPE_CHECKING blocks)."""
+    base_parts = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                mod = ".".join(base_parts[:len(base_parts) - node.level + 1] + ([mod] if mod else []))
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES else mod for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in MODULES:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _layer(name: str) -> int:
+    best = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and (best is None or len(p) > best[1]):
+                best = (i, len(p))
+    assert best is not None, f"{name} is in no layer of this test: add it to LAYERS"
+    return best[0]
+
+
+def test_the_package_has_no_import_cycle():
+    # Tarjan's strongly connected components over every import, lazy ones included.
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in GRAPH:
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_imports_point_downward_through_the_layers():
+    upward = [f"{a} ({LAYERS[_layer(a)][0]}) imports {b} ({LAYERS[_layer(b)][0]})"
+              for a, targets in GRAPH.items() for b in targets if _layer(b) > _layer(a)]
+    assert upward == []
+
+
+def test_the_core_never_imports_an_observer():
+    observers = LAYERS[5][1]
+    core = [m for m in GRAPH if _layer(m) < 5]
+    hits = [(m, t) for m in core for t in GRAPH[m] if any(t == o or t.startswith(o + ".") for o in observers)]
+    assert hits == []
+
+
+def test_the_device_contract_is_at_most_ten_backend_neutral_methods():
+    methods = sorted(base.Backend.__abstractmethods__)
+    assert len(methods) <= 10
+    for name in methods:
+        doc = inspect.getdoc(getattr(base.Backend, name))
+        assert doc and "\n" not in doc, f"{name} needs a one-line meaning"
+    tree = ast.parse((PKG / "backends" / "base.py").read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+              for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not names & {"numpy", "np", "Stream", "Device", "Task"}
+
+
+def test_backends_import_nothing_above_them():
+    for name, targets in GRAPH.items():
+        if name.startswith("ascentrt.backends"):
+            assert all(t.startswith("ascentrt.backends") for t in targets), (name, targets)
+
+
+def test_task_paths_take_time_and_move_bytes_only_through_the_backend():
+    # The engine, the memory layer and the runtime objects: no clock, copy or fill of their own.
+    pattern = re.compile(r"perf_counter|monotonic|np\.copyto|\.fill\(|ctypes\.memmove|time\.time\(")
+    offenders = []
+    for name, path in MODULES.items():
+        if _layer(name) in (2, 3, 4) and name != "ascentrt.kernels":
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line.split("#")[0]):
+                    offenders.append(f"{path.relative_to(PKG)}:{i}: {line.strip()}")
+    assert offenders == []
