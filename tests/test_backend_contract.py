@@ -30,6 +30,8 @@ PROGRAM = textwrap.dedent('''
             return super().start_queue(name, serve)
         def execute(self, op):
             calls[OP_NAMES[op.kind]] += 1
+            if op.fn is not None:
+                calls["fn:" + getattr(op.fn, "__name__", "?")] += 1
             return super().execute(op)
         def new_signal(self):
             calls["new_signal"] += 1
@@ -78,7 +80,9 @@ def test_every_operation_wait_and_timestamp_goes_through_the_backend():
                           timeout=60, env={**os.environ, "ASCENTRT_BACKEND": "recording"})
     assert proc.returncode == 0, proc.stderr
     calls = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert calls["kernel"] == 2 and calls["copy"] == 3 and calls["fill"] == 2 and calls["host"] == 1
+    # The replayed graph runs as a segment that executes its node through the backend too.
+    assert calls["fn:add"] == 1 and calls["fn:fill"] == 1 and calls["fn:_run_segment"] == 1
+    assert calls["kernel"] == 3 and calls["copy"] == 3 and calls["fill"] == 2 and calls["host"] == 1
     assert calls["alloc"] == 1 and calls["alloc_host"] >= 1   # device memory; pinned host chunks
     assert calls["start_queue"] == calls["executors"]              # one per executor
     assert calls["new_signal"] >= 2 and calls["host_wait"] >= 2   # stream and event synchronize

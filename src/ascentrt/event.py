@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 
 from .device import register_handle_type, resolve_device
 from .engine import ENGINE, Marker, Task
@@ -47,8 +48,12 @@ class Event:
                                        code=ErrorCode.RT_STREAM_CONTEXT)
         marker = Marker(stream, 0, self.timing)
         task = Task(EVENT_RECORD, name="event_record")
-        task.marker = marker  # the engine sets its position when it queues the record
-        stream._submit(task)
+        task.marker = marker
+        if stream._capture is not None:
+            stream._submit(task)
+        else:
+            task.thread = threading.get_ident()
+            ENGINE.submit_all((stream,), ((stream, task),))  # sets the position it captures
         self._marker = marker
 
     def query(self) -> bool:

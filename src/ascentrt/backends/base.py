@@ -25,6 +25,8 @@ class Op:
             between int addresses (a plain copy is one row); `keep` holds the memory alive.
     FILL    args = (dst, value, nbytes): every byte of [dst, dst + nbytes) set to `value`.
     HOST    fn(*args) on a host thread of the device.
+    A COPY or FILL with `fn` set is a run of operations of that kind (a graph segment):
+    calling fn(*args) executes each of them through the backend.
     """
 
     __slots__ = ()  # the engine's Task adds the fields; a plain Op is made by make_op()

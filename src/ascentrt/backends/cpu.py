@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from .base import COPY, FILL, Backend, BackendProperties, MemHandle, Op
+from .base import COPY, Backend, BackendProperties, MemHandle, Op
 
 _PAGE = mmap.PAGESIZE
 _MADV_DONTNEED = 4
@@ -100,22 +100,22 @@ class CpuBackend(Backend):
 
     def execute(self, op: Op) -> None:
         """Kernels and host functions are called; copies and fills are libc memmove/memset."""
-        kind = op.kind
-        if kind == COPY:
+        fn = op.fn
+        if fn is not None:  # kernels, host functions, runs of operations (tested first: hot)
+            resolve = op.resolve
+            if resolve is None:
+                fn(*op.args)
+            else:
+                fn(*resolve(op.args))
+        elif op.kind == COPY:
             dst, dpitch, src, spitch, width, height = op.args
             if height == 1 or (dpitch == spitch == width):
                 _memmove(dst, src, width * height)
             elif height:
                 np.copyto(_strided(dst, dpitch, width, height), _strided(src, spitch, width, height))
-        elif kind == FILL:
+        else:
             dst, value, nbytes = op.args
             _memset(dst, value, nbytes)
-        else:
-            resolve = op.resolve
-            if resolve is None:
-                op.fn(*op.args)
-            else:
-                op.fn(*resolve(op.args))
 
     def new_signal(self) -> threading.Event:
         """A threading.Event (it has the Signal methods)."""

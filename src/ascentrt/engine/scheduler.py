@@ -128,7 +128,11 @@ class Engine:
     # ---- submission (hot path) -------------------------------------------------------------
 
     def submit(self, stream, task: Task) -> int:
-        """Append `task` to `stream` and start the stream if it was idle; returns the task id."""
+        """Append `task` to `stream` and start the stream if it was idle; returns the task id.
+
+        The one-task form of submit_all(), for the launch hot path; event records go through
+        submit_all(), which sets the position their marker captures.
+        """
         lock = self.lock
         lock.acquire()  # acquire/try/finally: ~0.2 us cheaper per launch than `with`
         try:
@@ -139,8 +143,6 @@ class Engine:
             task.stream = stream
             if Hooks.profiler is not None:
                 task.t_enqueue = stream._dq.backend.now_ns()
-            if task.kind == EVENT_RECORD:
-                task.marker.position = task_id
             stream._tasks.append(task)
             if not stream._active:
                 stream._active = True
@@ -431,16 +433,12 @@ class Engine:
                 if prof is not None:
                     t.t_start = now()
                 try:
-                    if t.composite:
-                        t.fn(*t.args)
-                    else:
-                        execute(t)
+                    execute(t)
                 except BaseException as e:  # a failing task must never kill its executor
                     t.error = e
                     failed.append(t)
                 if prof is not None:
                     t.t_end = now()
-                t.keep = None  # its memory may go now
                 done += 1
                 if failed and stop_on_failure:
                     break

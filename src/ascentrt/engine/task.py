@@ -41,7 +41,6 @@ class Task(Op):
     error = None
     resolve = None      # the Op's argument resolver (kernels with buffer arguments)
     keep = None         # what the Op's addresses point into, kept alive until it ran
-    composite = False   # fn(*args) runs several backend operations itself (a graph segment)
     group = None
 
     def __init__(self, kind: int, fn=None, args: tuple = (), name: str | None = None):

@@ -211,7 +211,6 @@ class Graph:
                     kind, entries, name = what
                     t = Task(kind, _run_segment, (entries, errors if lane else None, self,
                                                   self.device._backend), name)
-                    t.composite = True
                 elif op == "record":
                     t = Task(EVENT_RECORD, name="graph_record")
                     t.marker = markers[what]
@@ -224,9 +223,8 @@ class Graph:
                              what.label)
                 work.append((streams[lane], t))
             if errors is not None:  # failures of forked lanes surface on the launch stream
-                join = Task(KERNEL, _raise_lane_errors, (errors, self), f"graph{self.id}_join")
-                join.composite = True  # engine code, not a kernel: it re-raises a lane's failure
-                work.append((stream, join))
+                work.append((stream, Task(KERNEL, _raise_lane_errors, (errors, self),
+                                          f"graph{self.id}_join")))
             end = Marker(stream, 0, False)
             t = Task(EVENT_RECORD, name="graph_end")
             t.marker = end
