@@ -1,6 +1,7 @@
 """The trace is valid trace-event JSON, and a known two-stream program reads as it ran."""
 
 import json
+import threading
 from collections import defaultdict
 
 import numpy as np
@@ -65,8 +66,10 @@ def validate_trace(doc: dict) -> dict:
     return {"tracks": tracks, "flows": flows}
 
 
-def _spin_kernel(out):
-    """A kernel long enough (a few ms) to see overlap."""
+def _spin_kernel(out, gate=None):
+    """A kernel long enough (a few ms) to see overlap; with a gate, it starts spinning once set."""
+    if gate is not None:
+        assert gate.wait(30)
     for _ in range(20):
         np.sin(out, out=out)
 
@@ -82,14 +85,16 @@ def two_streams(dev):
 def run_two_stream_program(dev, a, b):
     """Stream A: k1, record; stream B: k2 (concurrent with k1), wait(record), k3 (after k1)."""
     x, y = art.malloc(1 << 18), art.malloc(1 << 18)
+    gate = threading.Event()  # k1 holds its record back until everything is submitted
     with art.profile() as prof:
         with art.profiler.range("submit"):
-            art.launch(_spin_kernel, x.view(np.float64), stream=a, name="k1")
+            art.launch(_spin_kernel, x.view(np.float64), gate, stream=a, name="k1")
             ev = a.record()
             art.launch(_spin_kernel, y.view(np.float64), stream=b, name="k2")
             b.wait(ev)
             art.launch(_spin_kernel, y.view(np.float64), stream=b, name="k3")
             art.profiler.mark("submitted")
+        gate.set()
         b.synchronize(timeout=30)
         a.synchronize(timeout=30)
     x.free()

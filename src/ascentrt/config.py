@@ -65,6 +65,11 @@ def _size_or_none(text: str) -> int | None:
     return 0 if str(text).strip() == "0" else parse_size(text)
 
 
+def _log_level(text: str) -> int:
+    """0 (debug) .. 4 (off), as CANN's ASCEND_GLOBAL_LOG_LEVEL."""
+    return _number(text, int, "a log level", lambda v: 0 <= v <= 4, "0..4")
+
+
 def _fraction(text: str) -> float:
     """A number in [0, 1]."""
     return _number(text, float, "a fraction", lambda v: 0 <= v <= 1, "in [0, 1]")
@@ -114,6 +119,15 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "free blocks larger than this are never split (keeps large blocks whole; none: no limit)"),
     Setting("ASCENTRT_MEM_POOL_GC_THRESHOLD", "0", _fraction,
             "fraction of capacity past which cached free chunks are released before reserving more (0: off)"),
+    Setting("ASCENTRT_STRICT_MEMCPY_KIND", "0", _switch,
+            "refuse a copy whose explicit kind disagrees with its addresses (0: warn once per call "
+            "site and copy in the direction the addresses make, as CANN does)"),
+    Setting("ASCEND_GLOBAL_LOG_LEVEL", "3", _log_level,
+            "CANN's log threshold for acl.app_log: 0 debug, 1 info, 2 warning, 3 error, 4 off"),
+    Setting("ASCEND_SLOG_PRINT_TO_STDOUT", "0", _switch,
+            "CANN's switch: acl.app_log lines go to stdout (0: to ASCEND_PROCESS_LOG_PATH, else stderr)"),
+    Setting("ASCEND_PROCESS_LOG_PATH", "", str.strip,
+            "CANN's log folder: acl.app_log appends to plog-<pid>.log in it (empty: stderr)"),
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off)"),
     Setting("ASCENTRT_PROFILE_PID", "", str.strip,

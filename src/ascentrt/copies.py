@@ -14,7 +14,8 @@ import numpy as np
 from .backends.base import COPY as COPY_OP, FILL, PlainOp
 from .engine import Task, check_sync_allowed
 from .engine.task import COPY, MEMSET
-from .errors import ErrorCode, InvalidArgumentError
+from . import config
+from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_caller
 from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, check_size
 from .memory.links import Links
 from .memory.registry import REGISTRY
@@ -97,7 +98,11 @@ def _prepare(dst, src, nbytes, kind) -> tuple[int, _Operand, _Operand, MemcpyKin
 
 
 def _check_kind(kind, direction: MemcpyKind) -> None:
-    """An explicit kind must be DEFAULT or match the direction the operands make."""
+    """An explicit kind is DEFAULT or the direction the operands make.
+
+    As on CANN, the addresses decide: a kind that disagrees is a MemcpyKindWarning (once per
+    call site) and the copy goes on, or an error (107016) with ASCENTRT_STRICT_MEMCPY_KIND=1.
+    """
     if kind is None:
         return
     try:
@@ -105,9 +110,12 @@ def _check_kind(kind, direction: MemcpyKind) -> None:
     except ValueError:
         raise InvalidArgumentError(f"unknown memcpy kind {kind!r}") from None
     if kind != MemcpyKind.DEFAULT and kind != direction:
-        raise InvalidArgumentError(f"memcpy kind {kind.name} does not match the operands, "
-                                   f"which make it {direction.name}",
-                                   code=ErrorCode.RT_INVALID_MEMORY_TYPE)
+        message = (f"memcpy kind {kind.name} does not match the operands, which make it "
+                   f"{direction.name}")
+        if config.get("ASCENTRT_STRICT_MEMCPY_KIND"):
+            raise InvalidArgumentError(message, code=ErrorCode.RT_INVALID_MEMORY_TYPE)
+        warn_at_caller(f"{message}: copying {direction.name} (set ASCENTRT_STRICT_MEMCPY_KIND=1 "
+                       f"to refuse)", MemcpyKindWarning)
 
 
 def _backend_of(*ops: _Operand):

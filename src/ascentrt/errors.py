@@ -206,3 +206,25 @@ def get_last_error() -> int:
 def peek_at_last_error() -> int:
     """Return this thread's last error code without clearing it (0 when none)."""
     return getattr(_last, "code", 0) or _async_errors.get(threading.get_ident(), 0)
+
+
+class MemcpyKindWarning(UserWarning):
+    """A copy's explicit kind disagrees with the direction its addresses make (the addresses win)."""
+
+
+def warn_at_caller(message: str, category: type[Warning]) -> None:
+    """Warn as if from the first frame outside ascentrt: the default filter then shows each
+    warning once per call site of the user's program, whichever facade layer it came through."""
+    import os
+    import sys
+    import warnings
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame = frame.f_back
+    if frame is None:
+        warnings.warn(message, category, stacklevel=2)
+        return
+    registry = frame.f_globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                           frame.f_globals.get("__name__"), registry)

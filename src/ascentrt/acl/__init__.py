@@ -5,12 +5,16 @@ module; int handles and pointers translate onto the core's objects. Constants, w
 does not export, live in ascentrt.acl.constants.
 """
 
+import datetime as _datetime
 import json as _json
+import os as _os
+import sys as _sys
 import threading as _threading
 
+from .. import config as _config
 from . import constants, rt, util
 from ._api import CONTEXTS as _CONTEXTS, EVENTS as _EVENTS, NOTIFIES as _NOTIFIES
-from ._api import STREAMS as _STREAMS, api as _api, fail as _fail
+from ._api import STREAMS as _STREAMS, AclTypeError as _AclTypeError, api as _api, fail as _fail
 from ._api import recent_error_message as _recent_error_message, sweep as _sweep
 
 _init_lock = _threading.Lock()
@@ -93,6 +97,43 @@ def get_recent_err_msg():
     return _recent_error_message()
 
 
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_log_lock = _threading.Lock()
+
+
+def app_log(*args):
+    """None: log `message` at `log_level` (0 DEBUG .. 3 ERROR), as ACL_APP_LOG.
+
+    Written when log_level >= ASCEND_GLOBAL_LOG_LEVEL (default 3, ERROR; 4 turns logging
+    off): to stdout with ASCEND_SLOG_PRINT_TO_STDOUT=1, to plog-<pid>.log in
+    ASCEND_PROCESS_LOG_PATH when set, else to stderr. Bad arguments raise TypeError.
+    """
+    if len(args) != 2 or type(args[0]) is not int or not isinstance(args[1], str):
+        raise _AclTypeError("acl.app_log args parse failed")
+    level, message = args
+    if not 0 <= level < len(_LOG_LEVELS) or level < _config.get("ASCEND_GLOBAL_LOG_LEVEL"):
+        return None
+    now = _datetime.datetime.now()
+    stamp = now.strftime("%Y-%m-%d-%H:%M:%S.") + f"{now.microsecond // 1000:03d}.{now.microsecond % 1000:03d}"
+    program = _os.path.basename(_sys.argv[0]) if _sys.argv and _sys.argv[0] else "python"
+    line = f"[{_LOG_LEVELS[level]}] APP({_os.getpid()},{program}):{stamp} {message}\n"
+    folder = _config.get("ASCEND_PROCESS_LOG_PATH")
+    with _log_lock:
+        if _config.get("ASCEND_SLOG_PRINT_TO_STDOUT"):
+            _sys.stdout.write(line)
+            _sys.stdout.flush()
+        elif folder:
+            try:
+                _os.makedirs(folder, exist_ok=True)
+                with open(_os.path.join(folder, f"plog-{_os.getpid()}.log"), "a", encoding="utf-8") as fh:
+                    fh.write(line)
+            except OSError:
+                _sys.stderr.write(line)  # an unwritable log folder must not lose the message
+        else:
+            _sys.stderr.write(line)
+    return None
+
+
 @_api("O", out=(None,), module="acl")
 def get_cann_version(package):
     """(dict, ret): version fields of the runtime package, as aclsysGetCANNVersion."""
@@ -103,4 +144,4 @@ def get_cann_version(package):
 
 
 __all__ = ["init", "finalize", "finalize_reference", "get_version", "get_soc_name",
-           "get_recent_err_msg", "get_cann_version", "rt", "util", "constants"]
+           "get_recent_err_msg", "get_cann_version", "app_log", "rt", "util", "constants"]

@@ -19,8 +19,8 @@ _waits: dict[int, list] = {}                      # handle -> markers after its 
 def _create(flag: int | None, ex: bool) -> int:
     if flag is not None and flag & ~_KNOWN_FLAGS:
         raise fail(ErrorCode.INVALID_PARAM, f"unknown event flag bits {flag & ~_KNOWN_FLAGS:#x}")
-    timing = flag is None or bool(flag & C.ACL_EVENT_TIME_LINE)
-    handle = EVENTS.add(Event(need_context().device, timing=timing))
+    # CANN's runtime timestamps every record, whatever the flags: so does the facade.
+    handle = EVENTS.add(Event(need_context().device, timing=True))
     with _lock:
         _flags[handle] = (flag, ex)
     return handle

@@ -1,6 +1,8 @@
 """acl.util: pyACL's converters between pointers, bytes and numpy arrays, and its native threads."""
 
+import sys as _sys
 import threading as _threading
+import traceback as _traceback
 import warnings as _warnings
 
 import numpy as _np
@@ -98,8 +100,10 @@ class _NativeThread(_threading.Thread):
     def run(self) -> None:
         try:
             self.fn() if self.fn_args is None else self.fn(self.fn_args)
-        except BaseException as exc:  # reported by stop_thread, as pyACL does
+        except BaseException as exc:
+            # As pyACL: printed at once (PyErr_Print), and raised again by stop_thread.
             self.error = exc
+            _traceback.print_exception(exc, file=_sys.stderr)
 
 
 def start_thread(fn, args) -> tuple[int, int]:

@@ -1,0 +1,114 @@
+"""What real pyACL programs rely on beyond the rt calls: app_log, lenient copy kinds, every
+event timestamped, and errors of util threads shown when they happen."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import ascentrt.acl as acl
+from ascentrt import context
+from ascentrt.acl import constants as C
+
+
+@pytest.fixture
+def rt():
+    assert acl.rt.set_device(0) == 0
+    yield acl.rt
+    if context.primary_uses(0):
+        acl.rt.reset_device_force(0)
+    context.set_current_context(None)
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    import os
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **env})
+
+
+LOG_PROGRAM = """
+    import ascentrt.acl as acl
+    for level in range(4):
+        assert acl.app_log(level, f"line at level {level}") is None
+"""
+
+
+def test_app_log_writes_error_lines_to_stderr_by_default():
+    out = _run(LOG_PROGRAM)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[ERROR] APP(") and "line at level 3" in lines[0]
+    assert out.stdout == ""
+
+
+def test_app_log_honours_the_global_level_and_print_to_stdout():
+    out = _run(LOG_PROGRAM, ASCEND_GLOBAL_LOG_LEVEL="1", ASCEND_SLOG_PRINT_TO_STDOUT="1")
+    assert out.returncode == 0 and out.stderr == ""
+    assert [line.split(" ")[0] for line in out.stdout.splitlines()] == ["[INFO]", "[WARNING]", "[ERROR]"]
+    assert _run(LOG_PROGRAM, ASCEND_GLOBAL_LOG_LEVEL="4").stderr == ""   # 4: logging off
+
+
+def test_app_log_appends_to_a_plog_file_in_the_log_path(tmp_path):
+    out = _run(LOG_PROGRAM, ASCEND_GLOBAL_LOG_LEVEL="2", ASCEND_PROCESS_LOG_PATH=str(tmp_path))
+    assert out.returncode == 0 and out.stderr == ""
+    (log,) = tmp_path.glob("plog-*.log")
+    assert [line.split(" ")[0] for line in log.read_text().splitlines()] == ["[WARNING]", "[ERROR]"]
+
+
+@pytest.mark.parametrize("args", [(), (3,), ("3", "x"), (3, b"x"), (3, "x", 1), (None, "x")])
+def test_app_log_refuses_bad_arguments_as_pyacl_does(args):
+    with pytest.raises(TypeError, match="acl.app_log args parse failed"):
+        acl.app_log(*args)
+
+
+def test_a_bad_log_level_setting_names_the_variable(monkeypatch):
+    monkeypatch.setenv("ASCEND_GLOBAL_LOG_LEVEL", "loud")
+    with pytest.raises(Exception, match="ASCEND_GLOBAL_LOG_LEVEL"):
+        acl.app_log(3, "x")
+
+
+def test_elapsed_time_works_on_events_made_without_time_line(rt):
+    stream, _ = rt.create_stream()
+    a, _ = rt.create_event_with_flag(C.ACL_EVENT_SYNC)   # no ACL_EVENT_TIME_LINE
+    b, _ = rt.create_event_with_flag(C.ACL_EVENT_SYNC)
+    rt.record_event(a, stream)
+    rt.launch_kernel("noop", (), stream)
+    rt.record_event(b, stream)
+    assert rt.synchronize_stream(stream) == 0
+    ms, ret = rt.event_elapsed_time(a, b)
+    assert ret == 0 and ms >= 0
+    assert rt.event_get_timestamp(a)[1] == 0
+
+
+def test_a_wrong_copy_kind_copies_by_the_addresses_and_strict_mode_refuses(rt, monkeypatch):
+    dev, _ = rt.malloc(64, 0)
+    data = bytes(range(64))
+    host = acl.util.bytes_to_ptr(data)
+    with pytest.warns(UserWarning, match="does not match"):
+        assert rt.memcpy(dev, 64, host, 64, C.ACL_MEMCPY_DEVICE_TO_DEVICE) == 0
+    out = bytes(64)
+    assert rt.memcpy(acl.util.bytes_to_ptr(out), 64, dev, 64, C.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    assert out == data
+    monkeypatch.setenv("ASCENTRT_STRICT_MEMCPY_KIND", "1")
+    assert rt.memcpy(dev, 64, host, 64, C.ACL_MEMCPY_DEVICE_TO_DEVICE) == C.ACL_ERROR_RT_INVALID_MEMORY_TYPE
+    rt.free(dev)
+
+
+def test_an_exception_in_a_util_thread_is_printed_at_once():
+    out = _run("""
+        import sys, time
+        import ascentrt.acl as acl
+        def body(arg):
+            raise ValueError(f"boom {arg}")
+        tid, ret = acl.util.start_thread(body, 7)
+        time.sleep(0.5)                       # the traceback is out before stop_thread
+        sys.stdout.write("before stop\\n"); sys.stdout.flush()
+        try:
+            acl.util.stop_thread(tid)
+        except RuntimeError as exc:
+            print("stop_thread raised", exc)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "ValueError: boom 7" in out.stderr
+    assert "stop_thread raised exception=ValueError" in out.stdout
