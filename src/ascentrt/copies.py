@@ -35,10 +35,11 @@ class MemcpyKind(enum.IntEnum):
 class _Operand:
     """A resolved copy operand: its bytes and address, where they live, whether host memory is pinned."""
 
-    __slots__ = ("data", "addr", "where", "pinned", "device")
+    __slots__ = ("data", "addr", "where", "pinned", "device", "owner")
 
-    def __init__(self, data: np.ndarray, addr: int, where: str, pinned: bool, device):
+    def __init__(self, data: np.ndarray, addr: int, where: str, pinned: bool, device, owner=None):
         self.data, self.addr, self.where, self.pinned, self.device = data, addr, where, pinned, device
+        self.owner = owner  # the device allocation the bytes belong to (checked again at run time)
 
 
 def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
@@ -46,7 +47,8 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
     if isinstance(x, (DeviceBuffer, HostBuffer, BufferSlice)):
         data = x._bytes()
         base = x.base
-        return _Operand(data, x.addr, base.kind, base.kind == "host" and base.pinned, base.device)
+        return _Operand(data, x.addr, base.kind, base.kind == "host" and base.pinned, base.device,
+                        base if base.kind == "device" else None)
     if isinstance(x, np.ndarray):
         if not x.flags.c_contiguous:
             raise InvalidArgumentError(f"{role} array must be C-contiguous")
@@ -56,7 +58,8 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
         addr = x.ctypes.data
         alloc = REGISTRY.find(addr) if x.nbytes else None
         if alloc is not None and addr + x.nbytes <= alloc.addr + alloc.nbytes:
-            return _Operand(data, addr, alloc.kind, alloc.kind == "host" and alloc.pinned, alloc.device)
+            return _Operand(data, addr, alloc.kind, alloc.kind == "host" and alloc.pinned, alloc.device,
+                            alloc if alloc.kind == "device" else None)
         return _Operand(data, addr, "pageable", False, None)
     if isinstance(x, (bytes, bytearray, memoryview)):
         view = memoryview(x)
@@ -72,7 +75,8 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
             raise InvalidArgumentError(f"{role} is a raw pointer: give nbytes")
         alloc, off = REGISTRY.resolve(x, nbytes)
         return _Operand(alloc._bytes()[off:off + nbytes], x, alloc.kind,
-                        alloc.kind == "host" and alloc.pinned, alloc.device)
+                        alloc.kind == "host" and alloc.pinned, alloc.device,
+                        alloc if alloc.kind == "device" else None)
     raise InvalidArgumentError(f"{role} must be a buffer, slice, numpy array or pointer, "
                                f"got {type(x).__name__}")
 
@@ -126,6 +130,24 @@ def _backend_of(*ops: _Operand):
     return Links.host_backend()
 
 
+def _still_live(*ops: _Operand):
+    """The run-time check of a queued copy or fill: its device allocations are still its own.
+
+    The same rule as a kernel's buffer arguments: a buffer freed after the task was queued
+    raises InvalidHandleError when the task runs (unless the free was stream-ordered behind
+    it), instead of writing into memory that may have a new owner.
+    """
+    owners = tuple(op.owner for op in ops if op.owner is not None)
+    if not owners:
+        return None
+
+    def resolve(args):
+        for buf in owners:
+            buf._bytes()
+        return args
+    return resolve
+
+
 def _copy_op(n: int, d: _Operand, s: _Operand):
     """The backend operation copying n bytes from s to d (both kept alive until it ran)."""
     return (d.addr, n, s.addr, n, n, 1), (d.data, s.data)
@@ -155,6 +177,7 @@ def memcpy_async(dst, src, nbytes: int | None = None, *, stream=None, kind=None)
     args, keep = _copy_op(n, do, so)
     task = Task(COPY, None, args, direction.name.lower())
     task.keep = keep
+    task.resolve = _still_live(do, so)
     task.nbytes = n
     _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")
 
@@ -207,6 +230,7 @@ def memset_async(dst, value: int, nbytes: int | None = None, *, stream=None) -> 
                                    f"{stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
     task = Task(MEMSET, None, (op.addr, value, n), "memset")
     task.keep = op.data
+    task.resolve = _still_live(op)
     task.nbytes = n
     _submit_maybe_sync(stream, task, op.where == "pageable")
 
@@ -249,5 +273,6 @@ def memcpy2d_async(dst, dpitch: int, src, spitch: int, width: int, height: int, 
     args, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
     task = Task(COPY, None, args, "memcpy2d")
     task.keep = (do.data, so.data)
+    task.resolve = _still_live(do, so)
     task.nbytes = width * height
     _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")

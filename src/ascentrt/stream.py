@@ -106,12 +106,16 @@ class Stream:
             raise InvalidHandleError(f"stream {self.id} was destroyed")
 
     def _awaited_positions(self) -> dict:
-        """For each stream this one's queue waits on (event waits), the latest recorded position."""
+        """For each stream this one's queue waits on, the latest recorded position.
+
+        Only waits that cannot time out count: a timed-out wait lets the stream go on, so the
+        pool's reuse must not rest on it.
+        """
         with ENGINE.lock:
             tasks = list(self._tasks)
         out: dict = {}
         for t in tasks:
-            if t.kind == EVENT_WAIT:
+            if t.kind == EVENT_WAIT and t.timeout is None:
                 m = t.marker
                 if m.position > out.get(m.stream, 0):
                     out[m.stream] = m.position
@@ -143,6 +147,12 @@ class Stream:
         task = Task(EVENT_WAIT, name="event_wait")
         task.marker = marker
         task.timeout = event._wait_timeout()
+        self._submit(task)
+
+    def _order_after(self, event) -> None:
+        """Queue a wait on `event`'s last record that never times out (the pool orders reuse with it)."""
+        task = Task(EVENT_WAIT, name="event_wait")
+        task.marker = event._marker_for_wait()
         self._submit(task)
 
     def record_notify(self, notify) -> None:

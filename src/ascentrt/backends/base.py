@@ -19,8 +19,9 @@ OP_NAMES = ("kernel", "copy", "fill", "host")
 class Op:
     """One operation: `kind`, and the operands that kind reads.
 
-    KERNEL  fn(*args), or fn(*resolve(args)) when `resolve` is set (the layer above turns its
-            memory references into what the backend's kernels take, at run time).
+    KERNEL  fn(*args). When `resolve` is set, every kind runs on resolve(args) instead: the
+            layer above turns its memory references into what the backend takes (and checks
+            they are still valid) at run time.
     COPY    args = (dst, dpitch, src, spitch, width, height): `height` rows of `width` bytes
             between int addresses (a plain copy is one row); `keep` holds the memory alive.
     FILL    args = (dst, value, nbytes): every byte of [dst, dst + nbytes) set to `value`.

@@ -108,13 +108,13 @@ class CpuBackend(Backend):
             else:
                 fn(*resolve(op.args))
         elif op.kind == COPY:
-            dst, dpitch, src, spitch, width, height = op.args
+            dst, dpitch, src, spitch, width, height = op.args if op.resolve is None else op.resolve(op.args)
             if height == 1 or (dpitch == spitch == width):
                 _memmove(dst, src, width * height)
             elif height:
                 np.copyto(_strided(dst, dpitch, width, height), _strided(src, spitch, width, height))
         else:
-            dst, value, nbytes = op.args
+            dst, value, nbytes = op.args if op.resolve is None else op.resolve(op.args)
             _memset(dst, value, nbytes)
 
     def new_signal(self) -> threading.Event:

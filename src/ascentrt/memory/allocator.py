@@ -57,8 +57,9 @@ class DeviceAllocator:
             self.arena = self.chunks.arena  # plain mode: every buffer is carved from the arena
 
     def _streams(self) -> list:
-        """The device's streams with work in flight (what a free without a stream waits for)."""
-        return list(self.device._dq.active)
+        """Every stream with work in flight, on any device: a free without a stream waits for
+        them all, since another device's peer copy may write into this device's memory."""
+        return Links.busy_streams()
 
     def malloc(self, nbytes, stream=None) -> DeviceBuffer:
         """Allocate `nbytes` (rounded up to 32, start 64-byte aligned); raises on bad size or OOM."""

@@ -2,8 +2,8 @@
 is imported (device.py): the memory layer never imports upward (see DESIGN.md, Layers).
 
 Streams reach the memory layer as objects with this protocol: `.device`, `._completed`,
-`._submitted`, `._awaited_positions()`, `.wait(event)`; devices with `._memory`,
-`._backend`, `._dq.active`, `.create_event()`.
+`._submitted`, `._awaited_positions()`, `._order_after(event)`; devices with `._memory`,
+`._backend`, `.create_event()`.
 """
 
 from __future__ import annotations

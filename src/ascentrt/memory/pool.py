@@ -293,7 +293,7 @@ class BlockPool:
                 # Recorded now it captures at least the work queued at the free: conservative, exact enough.
                 event = s.device.create_event()
                 event.record(s)
-                stream.wait(event)
+                stream._order_after(event)  # never times out: reuse must not outrun the old owner
             except Exception:  # the freeing stream was destroyed or refuses work: skip this block
                 return False
         return True

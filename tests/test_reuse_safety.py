@@ -1,0 +1,111 @@
+"""A freed block never gets a new owner while queued work of its old owner can still touch it:
+not through another device's peer copy, not through a wait that times out, not through a copy
+queued on a stream the free did not wait for."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+
+TIMEOUT = 20
+N = 1 << 16
+
+
+@pytest.fixture
+def gate():
+    ev = threading.Event()
+    yield ev
+    ev.set()
+
+
+@pytest.fixture
+def streams(dev):
+    made = [dev.create_stream() for _ in range(2)]
+    yield made
+    art.set_wait_timeout(None)
+    for s in made:
+        s.destroy(force=True)
+
+
+def test_a_free_without_stream_waits_for_another_devices_peer_copy_into_the_block():
+    code = textwrap.dedent(f'''
+        import threading
+        import numpy as np
+        import ascentrt as art
+        gate = threading.Event()
+        d0, d1 = art.Device(0), art.Device(1)
+        target = d0.malloc({N})
+        source = d1.malloc({N})
+        art.memset(source, 0xAB)
+        s1 = d1.create_stream()
+        art.launch(lambda: gate.wait(20), stream=s1)
+        art.memcpy_async(target, source, stream=s1)   # a peer copy into device 0's memory, queued
+        old = target.ptr
+        target.free()                                  # no stream: must wait for s1 as well
+        fresh = [d0.malloc({N}) for _ in range(4)]
+        for f in fresh:
+            art.memset(f, 0x11)
+        gate.set()
+        s1.synchronize(timeout=20)
+        assert all((f.numpy() == 0x11).all() for f in fresh), "a peer copy wrote into a reused block"
+        print("ok", any(f.ptr == old for f in fresh))
+    ''')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "ASCENTRT_DEVICES": "2"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ok")
+
+
+def test_reuse_never_rests_on_a_wait_that_can_time_out(streams, gate):
+    a, b = streams
+    pool = art.MemPool()            # its own chunks: buf's 2 MiB block fills one, no remainder
+    buf = pool.malloc_async(2 << 20, a)
+    art.memset(buf, 7)
+    seen = []
+    art.launch(lambda x: (gate.wait(TIMEOUT), seen.append(int(x.max()))), buf.view(np.uint8), stream=a)
+    buf.free(stream=a)
+    art.set_wait_timeout(0.2)
+    b.wait(a.record())              # a user wait that gives up after 0.2 s
+    art.set_wait_timeout(None)
+    new = pool.malloc_async(2 << 20, b)   # buf's block only if ordered after a's kernel
+    art.memset_async(new, 0xFF, stream=b)
+    try:
+        b.synchronize(timeout=1.0)  # by now b's own wait has timed out
+    except (art.TaskError, art.AscentTimeoutError):
+        pass  # the user's wait timed out (TaskError), or b still waits behind a's kernel
+    gate.set()
+    a.synchronize(timeout=TIMEOUT)
+    try:
+        b.synchronize(timeout=TIMEOUT)
+    except art.TaskError:
+        pass  # the user's wait timed out: that error belongs to b
+    assert seen == [7], "the block's new owner wrote before its old owner's kernel read it"
+    new.free()
+    pool.destroy()
+
+
+def test_a_copy_queued_on_another_stream_before_a_stream_ordered_free_is_refused(streams, gate):
+    a, b = streams
+    buf = art.malloc(N, stream=a)
+    host = art.malloc_host(N)
+    host.numpy()[:] = 0xCD
+    art.launch(lambda: gate.wait(TIMEOUT), stream=b)
+    art.memcpy_async(buf, host, stream=b)    # queued on b, which the free below does not wait for
+    art.memset_async(buf, 0, stream=b)
+    buf.free(stream=a)                       # a is idle: the block is a's to reuse at once
+    new = art.malloc(N, stream=a)
+    art.memset_async(new, 0x11, stream=a)
+    a.synchronize(timeout=TIMEOUT)
+    gate.set()
+    with pytest.raises(art.TaskError) as err:
+        b.synchronize(timeout=TIMEOUT)
+    assert err.value.code == art.ErrorCode.RT_INVALID_HANDLE
+    assert (new.numpy() == 0x11).all(), "a copy queued before the free wrote into the new owner"
+    new.free()
+    host.free()
