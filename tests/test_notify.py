@@ -250,3 +250,33 @@ def test_a_stuck_wait_is_reported_as_a_warning_before_its_timeout(dev, monkeypat
     notify.record(dev.create_stream())
     a.synchronize(timeout=10)
     a.destroy()
+
+
+@pytest.mark.parametrize("how", ["destroy", "stop"])
+def test_a_discarded_notify_record_releases_its_waiter(dev, how):
+    producer = dev.create_stream(stop_on_failure=how == "stop")
+    consumer = dev.create_stream()
+    n = art.Notify()
+    gate = threading.Event()
+    consumer.wait_notify(n)
+    after = []
+    art.launch_host_func(after.append, "ran", stream=consumer)
+
+    def body():
+        assert gate.wait(10)
+        if how == "stop":
+            raise RuntimeError("producer fails")
+    art.launch(body, stream=producer)
+    producer.record_notify(n)          # discarded below, never run
+    if how == "destroy":
+        producer.destroy(force=True)
+        gate.set()
+    else:
+        gate.set()
+        with pytest.raises(art.TaskError):
+            producer.synchronize(timeout=10)
+    consumer.synchronize(timeout=10)   # released, as a discarded event record releases its waits
+    assert after == ["ran"]
+    consumer.destroy()
+    if how == "stop":
+        producer.destroy(force=True)

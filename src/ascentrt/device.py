@@ -16,7 +16,7 @@ from .backends import make_backend
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
 from .engine.sync import synchronize_streams
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
-from .errors import InvalidDeviceError
+from .errors import ErrorCode, InvalidDeviceError, OutOfMemoryError
 from .memory import links
 from .memory.allocator import DeviceAllocator
 from .validate import check_timeout
@@ -115,7 +115,12 @@ class Device:
         kind = config.get("ASCENTRT_BACKEND")
         self._backend = backend = make_backend(kind, f"ascentrt-{kind}{device_id}", capacity, tuple(sizes))
         props = backend.properties()
-        handle = backend.alloc(capacity)
+        try:
+            handle = backend.alloc(capacity)
+        except (OSError, OverflowError, MemoryError) as exc:
+            raise OutOfMemoryError(f"device {device_id}: cannot reserve ASCENTRT_DEVICE_MEMORY="
+                                   f"{capacity} bytes on this machine ({exc}); set a smaller size",
+                                   code=ErrorCode.RT_MEMORY_ALLOCATION) from None
         mem = np.frombuffer(backend.host_view(handle), dtype=np.uint8)
         self._memory = DeviceAllocator(self, mem, handle.addr, capacity,
                                        decommit=lambda off, n: backend.decommit(handle, off, n))

@@ -149,6 +149,13 @@ class Stream:
         task.timeout = event._wait_timeout()
         self._submit(task)
 
+    def _check_same_device(self, notify) -> None:
+        """A notify lives on one device: as an event's record, it is refused on another's stream."""
+        if notify.device is not self.device:
+            raise InvalidArgumentError(f"notify {notify.id} belongs to device {notify.device.id}; "
+                                       f"stream {self.id} to device {self.device.id}",
+                                       code=ErrorCode.RT_STREAM_CONTEXT)
+
     def _order_after(self, event) -> None:
         """Queue a wait on `event`'s last record that never times out (the pool orders reuse with it)."""
         task = Task(EVENT_WAIT, name="event_wait")
@@ -160,6 +167,7 @@ class Stream:
         if getattr(type(notify), "handle_kind", None) != "notify":
             raise InvalidArgumentError(f"record_notify() takes a Notify, got {type(notify).__name__}")
         notify._check_alive()
+        self._check_same_device(notify)
         task = Task(NOTIFY_RECORD, name="notify_record")
         task.notify = notify
         self._submit(task)
@@ -170,6 +178,7 @@ class Stream:
             raise InvalidArgumentError(f"wait_notify() takes a Notify, got {type(notify).__name__}")
         timeout = check_timeout(timeout)
         notify._check_alive()
+        self._check_same_device(notify)
         task = Task(NOTIFY_WAIT, name="notify_wait")
         task.notify = notify
         task.timeout = timeout
@@ -217,17 +226,20 @@ class Stream:
             self._capture.refuse(self, "query")
         return self._completed >= self._submitted
 
-    def destroy(self, force: bool = False) -> int:
+    def destroy(self, force: bool = False, timeout: float | None = None) -> int:
         """Destroy the stream: wait for its work (or with force, discard pending tasks).
 
-        Returns how many tasks were discarded. Destroying twice raises InvalidHandleError.
+        Returns how many tasks were discarded. Destroying twice raises InvalidHandleError; a
+        wait past `timeout` seconds raises the synchronize timeout (507046) and leaves the
+        stream alive (destroy it with force then).
         """
         if self._internal:
             raise InvalidArgumentError("a device's default stream cannot be destroyed; reset the device")
+        timeout = check_timeout(timeout)
         self._check_alive()
         if not force:
             try:
-                self.synchronize()
+                self.synchronize(timeout)
             except TaskError:
                 pass  # destroying is not the place to report task errors: they die with the stream
         with ENGINE.lock:

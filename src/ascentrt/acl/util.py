@@ -80,14 +80,21 @@ def ptr_to_numpy(*args) -> _np.ndarray | None:
     _parse("ptr_to_numpy", args, _int, lambda s: isinstance(s, tuple) and all(_int(d) for d in s), _int)
     ptr, shape, npy_type = args
     dtype = _DTYPE_OF_NUM.get(int(npy_type))
-    if dtype is None or any(d < 0 for d in shape):
+    # numpy's limits too: at most 64 dimensions, each (even beside a zero) below 2**63.
+    if dtype is None or len(shape) > 64 or any(not 0 <= d < 1 << 62 for d in shape):
         _set_last_error(_ErrorCode.INVALID_PARAM)
         return None
     count = 1
     for d in shape:
         count *= int(d)
     data = _range(ptr, count * dtype.itemsize)
-    return None if data is None else data.view(dtype).reshape(tuple(int(d) for d in shape))
+    if data is None:
+        return None
+    try:
+        return data.view(dtype).reshape(tuple(int(d) for d in shape))
+    except ValueError:  # a shape numpy cannot hold: bad input, not a crash
+        _set_last_error(_ErrorCode.INVALID_PARAM)
+        return None
 
 
 class _NativeThread(_threading.Thread):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import logging
 import threading
 import warnings
 
@@ -25,6 +26,7 @@ SLICE_NS = 1_000_000  # a batch yields to a waiting stream of equal priority aft
 PRIORITY_LEVELS = 8  # 0 (highest) .. 7 (lowest), as CANN's create_stream_with_config
 
 _ERROR_OF_KIND = {KERNEL: ErrorCode.RT_AICORE_EXCEPTION}
+_log = logging.getLogger("ascentrt")
 _local = threading.local()  # .stream: the stream whose batch this executor thread is running
 
 
@@ -360,6 +362,11 @@ class Engine:
                 for ev in t.marker.host_waiters:
                     ev.set()
                 t.marker.host_waiters = []
+            elif t.kind == NOTIFY_RECORD:
+                released: list = []  # as for an event record: its waiter must not be stranded
+                self._control(s, t, released)
+                for w in released:
+                    self._advance(w, None)
         self._completed(s, queued)
         for ready in s._dq.ready:
             ready.remove(s)
@@ -469,14 +476,14 @@ class Engine:
                 if prof is not None:
                     try:
                         prof.tasks_done(s, batch[:done] if done < len(batch) else batch)
-                    except Exception:
-                        pass  # a failing profiler loses records, never an executor
+                    except BaseException:  # a failing profiler loses records, never an executor
+                        _log.exception("ascentrt: the profiler failed to record a batch")
                 for info in infos:
                     for cb in list(Hooks.exception_callbacks):
                         try:
                             cb(info)
-                        except Exception:
-                            pass  # a broken callback must not take the executor down
+                        except BaseException:  # SystemExit included: executors must live on
+                            _log.exception("ascentrt: exception-info callback %r raised", cb)
                 lock.acquire()
 
     # ---- timed device-side waits -----------------------------------------------------------

@@ -20,8 +20,8 @@ from ..engine.scheduler import BATCH, Hooks, current_task
 from ..engine.sync import synchronize_streams
 from ..engine.task import (COMPUTE, COPY, COPY_ENGINE, DETACH, EVENT_RECORD, EVENT_WAIT,
                            EXECUTOR_OF, HOST_EXECUTOR, HOST_FUNC, KERNEL, KIND_NAMES, MEMSET)
-from ..errors import (CaptureError, ErrorCode, InvalidArgumentError, InvalidHandleError,
-                      NotSupportedError)
+from ..errors import (AscentError, CaptureError, ErrorCode, InvalidArgumentError,
+                      InvalidHandleError, NotSupportedError)
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from ..memory.registry import REGISTRY
 from ..stream import Stream, resolve_stream
@@ -35,27 +35,43 @@ _SEGMENT_KIND = {COMPUTE: KERNEL, COPY_ENGINE: COPY, HOST_EXECUTOR: HOST_FUNC}
 SEGMENT_NODES = BATCH
 
 
+class ReadOnlyNodeError(AscentError, AttributeError):
+    """A graph node's fields were assigned: replay would ignore them, so they are read-only."""
+
+    default_code = ErrorCode.RT_MODEL_UPDATE_FAILED
+
+
 class GraphNode:
-    """One recorded task: what runs, where it was captured, and what it depends on."""
+    """One recorded task: what runs, where it was captured, and what it depends on (read-only:
+    change a node's arguments with Graph.update)."""
 
     __slots__ = ("index", "kind", "fn", "args", "name", "lane", "deps", "group", "nbytes",
                  "keep", "op")
 
-    def __init__(self, index: int, task, lane: int, deps: list[int]):
-        self.index = index
-        self.kind = task.kind
-        self.fn = task.fn
-        self.args = task.args
-        self.name = task.name
-        self.lane = lane
-        self.deps = deps
-        self.group = None
-        self.nbytes = task.nbytes
-        self.keep = task.keep
+    def __init__(self, index: int, task, lane: int, deps: list[int], group=None):
+        init = object.__setattr__
+        init(self, "index", index)
+        init(self, "kind", task.kind)
+        init(self, "fn", task.fn)
+        init(self, "args", task.args)
+        init(self, "name", task.name)
+        init(self, "lane", lane)
+        init(self, "deps", tuple(deps))
+        init(self, "group", group)
+        init(self, "nbytes", task.nbytes)
+        init(self, "keep", task.keep)
         # What a replay hands the backend: kernel buffer arguments resolved to what the
         # kernel takes once, at instantiation, not per launch.
         args = task.args if task.resolve is None else tuple(task.resolve(task.args))
-        self.op = PlainOp(task.kind, task.fn, args, keep=task.keep, nbytes=task.nbytes)
+        init(self, "op", PlainOp(task.kind, task.fn, args, keep=task.keep, nbytes=task.nbytes))
+
+    def __setattr__(self, name, value) -> None:
+        raise ReadOnlyNodeError(f"graph node {self.index}: {name} is read-only (a replay runs what "
+                                f"was captured); change arguments with Graph.update(group, stream)")
+
+    def _join(self, group) -> None:
+        """Mark the node as part of a task group (at instantiation)."""
+        object.__setattr__(self, "group", group)
 
     @property
     def label(self) -> str:
@@ -64,9 +80,7 @@ class GraphNode:
         return self.name or getattr(fn, "__name__", None) or KIND_NAMES[self.kind]
 
     def _replaced(self, task) -> "GraphNode":
-        node = GraphNode(self.index, task, self.lane, self.deps)
-        node.group = self.group
-        return node
+        return GraphNode(self.index, task, self.lane, list(self.deps), self.group)
 
 
 def _allocations(nodes) -> tuple:
@@ -148,7 +162,7 @@ class Graph:
         for group in cap.closed_groups:
             group.graph = self
             for i in group.nodes:
-                self.nodes[i].group = group
+                self.nodes[i]._join(group)
         self.groups = list(cap.closed_groups)
         self._plan = _compile(self._ops, self.nodes, self._lane_count, self.id)
         self._check_joined()
@@ -260,11 +274,14 @@ class Graph:
         ENGINE.wait_host(ev, timeout, [m.stream, *self._lanes], f"graph {self.id} synchronize",
                          ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
 
-    def destroy(self) -> None:
-        """Wait for launched work, then release the graph's streams; twice raises InvalidHandleError."""
+    def destroy(self, timeout: float | None = None) -> None:
+        """Wait for launched work, then release the graph's streams; twice raises InvalidHandleError.
+
+        A wait past `timeout` seconds raises the synchronize timeout and leaves the graph alive.
+        """
         if self._destroyed:
             raise InvalidHandleError(f"graph {self.id} was destroyed")
-        self.synchronize()
+        self.synchronize(timeout)
         self._destroyed = True
         with ENGINE.lock:
             for s in self._owned:

@@ -1,0 +1,104 @@
+"""Regression tests for what a red-team pass found: each a way to crash, hang or mislead."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+import ascentrt.acl as acl
+from ascentrt import context
+from ascentrt.graph.graph import ReadOnlyNodeError
+
+
+def test_a_callback_raising_system_exit_does_not_kill_the_executors(dev, stream, monkeypatch):
+    from ascentrt.engine import Hooks
+
+    def leaves(info):
+        raise SystemExit(3)
+    monkeypatch.setattr(Hooks, "exception_callbacks", [leaves])
+    for _ in range(2 * (dev.properties.compute_units + 1)):   # more failures than executors
+        art.launch(lambda: 1 / 0, stream=stream)
+    with pytest.raises(art.TaskError):
+        stream.synchronize(timeout=10)
+    ran = []
+    art.launch(lambda: ran.append(1), stream=stream)
+    stream.synchronize(timeout=10)                            # executors are still there
+    assert ran == [1]
+
+
+def test_stream_and_graph_destroy_take_a_timeout(dev):
+    s = dev.create_stream()
+    n = art.Notify()
+    s.wait_notify(n)                        # never recorded
+    with pytest.raises(art.AscentTimeoutError):
+        s.destroy(timeout=0.2)
+    assert s.destroy(force=True) == 1       # still alive after the timeout; force discards
+    s2 = dev.create_stream()
+    gate = threading.Event()
+    s2.begin_capture()
+    art.launch(lambda: gate.wait(10), stream=s2)
+    g = s2.end_capture()
+    g.launch(s2)
+    with pytest.raises(art.AscentTimeoutError):
+        g.destroy(timeout=0.2)
+    gate.set()
+    g.destroy(timeout=10)
+    s2.destroy()
+
+
+def test_notifies_refuse_a_stream_of_another_device_as_events_do():
+    code = ("import ascentrt as art\n"
+            "n = art.Notify(art.Device(0)); s = art.Device(1).create_stream()\n"
+            "for call in (s.record_notify, s.wait_notify):\n"
+            "    try:\n"
+            "        call(n)\n"
+            "    except art.InvalidArgumentError as e:\n"
+            "        assert e.code == art.ErrorCode.RT_STREAM_CONTEXT; print('refused')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "ASCENTRT_DEVICES": "2"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["refused", "refused"]
+
+
+def test_a_device_memory_size_the_machine_cannot_map_is_an_out_of_memory_error():
+    out = subprocess.run([sys.executable, "-c", "import ascentrt as art; art.malloc(64)"],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "ASCENTRT_DEVICE_MEMORY": "64T"})
+    assert out.returncode == 1
+    assert "OutOfMemoryError: [207001" in out.stderr and "ASCENTRT_DEVICE_MEMORY" in out.stderr
+    assert "OSError" not in out.stderr
+
+
+@pytest.mark.parametrize("shape", [(0, 2 ** 70), (0, 2 ** 61, 2 ** 61), (1,) * 65, (-1,)])
+def test_ptr_to_numpy_refuses_shapes_numpy_cannot_hold(shape):
+    assert acl.rt.set_device(0) == 0
+    try:
+        ptr, _ = acl.rt.malloc(64, 0)
+        assert acl.util.ptr_to_numpy(ptr, shape, 11) is None
+        assert acl.rt.get_last_error(0) == acl.constants.ACL_ERROR_INVALID_PARAM
+        assert acl.util.ptr_to_numpy(ptr, (4, 4), 11).shape == (4, 4)
+        acl.rt.free(ptr)
+    finally:
+        acl.rt.reset_device_force(0)
+        context.set_current_context(None)
+
+
+def test_graph_nodes_refuse_assignment_instead_of_ignoring_it(stream):
+    buf = art.malloc(64)
+    stream.begin_capture()
+    art.launch(art.kernels.fill, buf.view(np.uint8), 1, stream=stream)
+    g = stream.end_capture()
+    with pytest.raises(ReadOnlyNodeError) as err:
+        g.nodes[0].args = (buf.view(np.uint8), 2)
+    assert err.value.code == art.ErrorCode.RT_MODEL_UPDATE_FAILED and "Graph.update" in str(err.value)
+    with pytest.raises(AttributeError):
+        g.nodes[0].deps.append(0)            # a tuple: no silent in-place change either
+    g.launch(stream)
+    stream.synchronize(timeout=10)
+    assert (buf.numpy() == 1).all()
+    g.destroy()
+    buf.free()
