@@ -15,8 +15,12 @@ def test_copies_write_into_registered_bytes(dev):
     buf = dev.malloc(32)
     art.memset(buf, 0x5A)
     data = bytes(32)
-    art.memcpy(register_host(data), buf.ptr, 32)
+    art.memcpy(register_host(data, writable=True), buf.ptr, 32)   # the caller vouches it owns it
     assert data == b"\x5a" * 32
+    other = bytes(32)
+    with pytest.raises(art.InvalidArgumentError):                 # by default bytes are read-only
+        art.memcpy(register_host(other), buf.ptr, 32)
+    assert other == bytes(32)
 
 
 def test_registration_is_checked_by_range(dev):

@@ -102,3 +102,23 @@ def test_graph_nodes_refuse_assignment_instead_of_ignoring_it(stream):
     assert (buf.numpy() == 1).all()
     g.destroy()
     buf.free()
+
+
+def test_bytes_to_ptr_lets_copies_write_only_into_bytes_the_program_owns():
+    assert acl.rt.set_device(0) == 0
+    try:
+        dev, _ = acl.rt.malloc(64, 0)
+        assert acl.rt.memset(dev, 64, 0x41, 64) == 0
+        owned = bytes(64)                                    # the samples' pattern: works
+        assert acl.rt.memcpy(acl.util.bytes_to_ptr(owned), 64, dev, 64, 2) == 0
+        assert owned == b"A" * 64
+        shared = [b"z" * 64, b"a", b""]                      # a code constant, cached singletons
+        for obj in shared[:2]:
+            ptr = acl.util.bytes_to_ptr(obj)
+            assert acl.rt.memcpy(ptr, len(obj), dev, len(obj), 2) == acl.constants.ACL_ERROR_RT_PARAM_INVALID
+            assert acl.rt.memcpy(dev, 64, ptr, len(obj), 1) == 0    # reading from it is fine
+        assert b"z" * 64 == bytes([122]) * 64 and b"a" == bytes([97])  # untouched
+        acl.rt.free(dev)
+    finally:
+        acl.rt.reset_device_force(0)
+        context.set_current_context(None)

@@ -74,6 +74,11 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
         if nbytes is None:
             raise InvalidArgumentError(f"{role} is a raw pointer: give nbytes")
         alloc, off = REGISTRY.resolve(x, nbytes)
+        if writable and not getattr(alloc, "writable", True):
+            raise InvalidArgumentError(f"{role} {x:#x} is read-only host memory (a bytes object the "
+                                       f"interpreter or other objects share): copy into a "
+                                       f"bytes(n) of your own, or a bytearray",
+                                       code=ErrorCode.RT_PARAM_INVALID)
         return _Operand(alloc._bytes()[off:off + nbytes], x, alloc.kind,
                         alloc.kind == "host" and alloc.pinned, alloc.device,
                         alloc if alloc.kind == "device" else None)

@@ -37,11 +37,20 @@ def _range(ptr: int, nbytes: int) -> _np.ndarray | None:
 
 
 def bytes_to_ptr(*args) -> int:
-    """int: the address of a bytes object's buffer, which copies may then read and write (keep it alive)."""
+    """int: the address of a bytes object's buffer, which copies may then read and write (keep it alive).
+
+    As pyACL, copies may write into a bytes object the program owns (a fresh `bytes(n)` held
+    by one name). One the interpreter or other objects share as well (a 0- or 1-byte cached
+    object, a constant of the code, a second reference) is registered read-only: a copy into
+    it is refused (107000) instead of rewriting memory the interpreter relies on.
+    """
     _parse("bytes_to_ptr", args, lambda x: True)
-    if not isinstance(args[0], bytes):
+    obj = args[0]
+    if not isinstance(obj, bytes):
         raise ValueError("needs an byte as argument")
-    return _register_host(args[0])
+    # Seen here exactly 3 times when the caller owns it alone: its name, args and this call.
+    owned = len(obj) > 1 and _sys.getrefcount(obj) <= 4  # 4: `obj` above is one more
+    return _register_host(obj, writable=owned)
 
 
 def ptr_to_bytes(*args) -> bytes | None:

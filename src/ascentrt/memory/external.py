@@ -25,13 +25,13 @@ _external: dict[int, "ExternalHostBuffer"] = {}   # start address -> registratio
 class ExternalHostBuffer:
     """A registered caller-owned host buffer: `.addr`, `.nbytes`, kind 'pageable'."""
 
-    __slots__ = ("obj", "addr", "nbytes", "hold", "__weakref__")
+    __slots__ = ("obj", "addr", "nbytes", "hold", "writable", "__weakref__")
     kind = "pageable"
     pinned = False
     device = None
 
-    def __init__(self, obj, addr: int, nbytes: int):
-        self.obj, self.addr, self.nbytes = obj, addr, nbytes
+    def __init__(self, obj, addr: int, nbytes: int, writable: bool):
+        self.obj, self.addr, self.nbytes, self.writable = obj, addr, nbytes, writable
         # An export pins a bytearray's buffer: it cannot be resized (moved) while registered.
         self.hold = memoryview(obj) if isinstance(obj, bytearray) else None
 
@@ -75,11 +75,13 @@ def _address(obj) -> tuple[int, int]:
                                f"got {type(obj).__name__}")
 
 
-def register_host(obj) -> int:
+def register_host(obj, writable: bool | None = None) -> int:
     """Register obj's buffer as pageable host memory; returns its address.
 
-    Memory that already lies inside a live allocation (e.g. a view of device memory) is not
-    registered again. Raises InvalidArgumentError for other types or non-contiguous arrays.
+    Copies may write into it when `writable` (default: what the object allows; a bytes
+    object only when the caller says so). Memory that already lies inside a live allocation
+    (e.g. a view of device memory) is not registered again. Raises InvalidArgumentError for
+    other types or non-contiguous arrays.
     """
     addr, nbytes = _address(obj)
     _prune()
@@ -88,7 +90,9 @@ def register_host(obj) -> int:
     inside = REGISTRY.find(addr)
     if inside is not None:
         return addr  # already reachable (a view of a live allocation, or registered before)
-    entry = ExternalHostBuffer(obj, addr, nbytes)
+    if writable is None:
+        writable = isinstance(obj, bytearray) or isinstance(obj, np.ndarray) and obj.flags.writeable
+    entry = ExternalHostBuffer(obj, addr, nbytes, bool(writable))
     with _lock:
         _external[addr] = entry
     REGISTRY.add(entry)
