@@ -136,8 +136,7 @@ class Engine:
         submit_all(), which sets the position their marker captures.
         """
         lock = self.lock
-        lock.acquire()  # acquire/try/finally: ~0.2 us cheaper per launch than `with`
-        try:
+        with lock:  # not acquire/try: an interrupt between them would leave it held
             if stream._refuse is not None:
                 raise stream._refusal()
             stream._submitted = task_id = stream._submitted + 1
@@ -163,8 +162,6 @@ class Engine:
                     elif not dq.started:
                         dq.start()
             return task_id
-        finally:
-            lock.release()
 
     # ---- progress (all under the lock) -----------------------------------------------------
 

@@ -150,8 +150,7 @@ class BlockPool:
             if len(self._classes) < 4096:
                 self._classes[nbytes] = size
         lock = self._lock
-        lock.acquire()  # acquire/finally: half the cost of `with` on this interpreter
-        try:
+        with lock:  # not acquire/try: an interrupt between them would leave it held
             block = None
             if stream is not None:
                 bins = self._stream_bins.get(stream)
@@ -182,8 +181,6 @@ class BlockPool:
             if active > self.peak_active:
                 self.peak_active = active
             return block
-        finally:
-            lock.release()
 
     def _allocate_slow(self, size: int, stream, nbytes: int) -> Block:
         self._collect()
@@ -355,11 +352,8 @@ class BlockPool:
         if waits is None:
             waits = self.waits_for(block, stream)
         lock = self._lock
-        lock.acquire()
-        try:
+        with lock:  # not acquire/try: an interrupt between them would leave it held
             self._deallocate_locked(block, owner, waits)
-        finally:
-            lock.release()
 
     def _deallocate_locked(self, block: Block, owner, waits: tuple) -> None:
         """deallocate() under the pool lock: cache, free or park the block as pending."""

@@ -29,8 +29,7 @@ class AddressRegistry:
         """Register a live allocation (anything with .addr and .nbytes)."""
         addr = alloc.addr
         lock = self._lock
-        lock.acquire()  # acquire/finally: half the cost of `with` on this interpreter
-        try:
+        with lock:  # not acquire/try: an interrupt between them would leave it held
             if alloc.nbytes <= _BUCKET:
                 lists = self._buckets.get(addr >> _SHIFT)
                 if lists is None:
@@ -42,8 +41,6 @@ class AddressRegistry:
             starts.insert(i, addr)
             allocs.insert(i, alloc)
             self._count += 1
-        finally:
-            lock.release()
 
     def remove(self, alloc) -> None:
         """Forget an allocation; later lookups of its addresses fail."""
