@@ -109,3 +109,24 @@ def test_synchronizing_its_own_stream_inside_a_blocking_callback_fails_instead_o
     stream.synchronize(10)
     assert seen == [ErrorCode.RT_STREAM_SUBSCRIBE]
     callback.unsubscribe(reporter.thread.ident, stream)
+
+
+def test_callbacks_for_a_report_thread_that_exited_fail_loudly(stream, caplog):
+    subscribed, leave = threading.Event(), threading.Event()
+
+    def reporter():
+        callback.subscribe(threading.get_ident(), stream)
+        subscribed.set()
+        leave.wait(10)                       # ... then exits without unsubscribing or processing
+    t = threading.Thread(target=reporter)
+    t.start()
+    assert subscribed.wait(10)
+    callback.launch_callback(lambda _: None, None, stream, blocking=False)
+    stream.synchronize(timeout=10)           # delivered to its queue, never to run
+    leave.set()
+    t.join(10)
+    with pytest.raises(art.InvalidArgumentError) as err:   # refused, not accepted and lost
+        callback.launch_callback(lambda _: None, None, stream, blocking=False)
+    assert err.value.code == art.ErrorCode.RT_STREAM_NO_CB_REG
+    assert any("exited without unsubscribing; 1 queued callback" in r.getMessage()
+               for r in caplog.records)

@@ -164,3 +164,22 @@ def test_an_interrupt_at_any_point_never_leaves_a_runtime_lock_held():
     hits, held = out.stdout.split(" ", 1)
     assert int(hits) > 1000                  # it really interrupted, many times
     assert held.strip() == "[]"
+
+
+def test_a_graph_replays_a_relaxed_capture_of_a_copy_into_registered_host_memory(stream):
+    from ascentrt.memory.external import register_host, unregister_host
+    arr = np.zeros(64, np.uint8)
+    ptr = register_host(arr)                         # what acl.util.numpy_to_ptr does
+    buf = art.malloc(64)
+    art.memset(buf, 3)
+    stream.begin_capture(art.CaptureMode.RELAXED)
+    art.memcpy_async(ptr, buf, 64, stream=stream)   # pageable memory: allowed in RELAXED mode
+    g = stream.end_capture()
+    g.launch(stream)
+    stream.synchronize(timeout=10)
+    assert (arr == 3).all()
+    unregister_host(ptr)
+    with pytest.raises(art.InvalidHandleError):       # its memory is gone: refused, not replayed
+        g.launch(stream)
+    g.destroy()
+    buf.free()

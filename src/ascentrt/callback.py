@@ -101,6 +101,30 @@ def unsubscribe(thread_id: int, stream=None) -> None:
         rep.cond.notify_all()
 
 
+def _reap_if_dead(stream_id: int) -> None:
+    """Under _lock: drop the report thread of `stream_id` when it exited without unsubscribing.
+
+    Its queued callbacks can never run any more: they are cancelled and said so in a
+    warning (never silently lost), and the stream has no report thread from then on.
+    """
+    rep = _owner.get(stream_id)
+    if rep is None:
+        return
+    thread = _live_thread(rep.thread_id)
+    if thread is not None and thread.is_alive():
+        return
+    lost = len(rep.queue)
+    for _, report in rep.queue:
+        _cancel(report)
+    rep.queue.clear()
+    for sid in list(rep.streams):
+        _owner.pop(sid, None)
+    rep.streams.clear()
+    _reporters.pop(rep.thread_id, None)
+    _log.warning("report thread %d exited without unsubscribing; %d queued callback(s) of its "
+                 "streams will not run", rep.thread_id, lost)
+
+
 def _cancel(report: _Report) -> None:
     report.cancelled = True
     if report.done is not None:
@@ -118,9 +142,10 @@ def launch_callback(fn, user_data=None, stream=None, *, blocking: bool = True) -
     if not callable(fn):
         raise InvalidArgumentError(f"callback must be callable, got {type(fn).__name__}")
     with _lock:
+        _reap_if_dead(stream.id)
         if stream.id not in _owner:
-            raise InvalidArgumentError(f"stream {stream.id} has no report thread: subscribe one first",
-                                       code=ErrorCode.RT_STREAM_NO_CB_REG)
+            raise InvalidArgumentError(f"stream {stream.id} has no report thread (or it exited): "
+                                       f"subscribe one first", code=ErrorCode.RT_STREAM_NO_CB_REG)
     report = _Report(fn, user_data, blocking)
     task = Task(HOST_FUNC, _deliver, (stream.id, report), getattr(fn, "__name__", "callback"))
     return stream._submit(task)
@@ -130,6 +155,7 @@ def _deliver(stream_id: int, report: _Report) -> None:
     """The host task: hand the callback to the report thread; when blocking, wait until it ran."""
     report.task = current_task()  # the stream it holds while it runs (blocking ones)
     with _lock:
+        _reap_if_dead(stream_id)
         rep = _owner.get(stream_id)
         if rep is None:
             raise StreamStateError(f"stream {stream_id} lost its report thread before a callback "

@@ -206,7 +206,7 @@ class Graph:
             raise NotSupportedError(f"launching graph {self.id} into capturing stream {stream.id} "
                                     f"(graphs do not nest)")
         for alloc in self._buffers:
-            if alloc._mem is None:
+            if not alloc.alive:  # device, pinned or registered host memory alike
                 raise InvalidHandleError(f"graph {self.id} uses {alloc!r}, which was freed")
         with self._lock:
             plan = self._plan
