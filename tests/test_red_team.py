@@ -183,3 +183,84 @@ def test_a_graph_replays_a_relaxed_capture_of_a_copy_into_registered_host_memory
         g.launch(stream)
     g.destroy()
     buf.free()
+
+
+SHUTDOWN_PROGRAM = """
+import ascentrt as art
+if {warm}:
+    art.launch(art.kernels.noop); art.synchronize(timeout=10)   # executors already running
+class Late:
+    def __del__(self):
+        try:
+            art.launch(art.kernels.noop)
+            art.synchronize()
+            print("ran")
+        except art.AscentError as exc:
+            print("refused", int(exc.code))
+keep = Late()
+"""
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_work_submitted_during_interpreter_shutdown_does_not_hang_the_exit(warm):
+    out = subprocess.run([sys.executable, "-c", SHUTDOWN_PROGRAM.format(warm=warm)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] in ("ran", "refused")
+
+
+def test_an_executor_that_cannot_start_queues_nothing_and_is_retried(monkeypatch):
+    code = '''
+import ascentrt as art
+from ascentrt.backends import CpuBackend
+dev = art.Device(0)
+real = CpuBackend.start_queue
+calls = []
+def flaky(self, name, serve):
+    calls.append(name)
+    if len(calls) == 2:
+        raise RuntimeError("can't start new thread")
+    return real(self, name, serve)
+CpuBackend.start_queue = flaky
+s = dev.create_stream()
+try:
+    art.launch(art.kernels.noop, stream=s)
+except art.AscentError as exc:
+    print("refused", int(exc.code), s.pending)
+ran = []
+art.launch_host_func(ran.append, 1, stream=s)     # the missing executors start now
+art.memcpy_async(art.malloc(64), art.malloc_host(64), stream=s)
+s.synchronize(timeout=10)
+print("ran", ran, len(calls) == sum((dev.properties.compute_units, dev.properties.copy_engines,
+                                     dev.properties.host_func_threads)) + 1)
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["refused 207005 0", "ran [1] True"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_runs_its_own_work():
+    code = '''
+import os, threading
+import ascentrt as art
+gate = threading.Event()
+s = art.Device(0).create_stream()
+art.launch(lambda: gate.wait(30), stream=s)       # in flight at the fork
+pid = os.fork()
+if pid == 0:
+    done = []
+    t = art.Device(0).create_stream()
+    art.launch_host_func(done.append, 1, stream=t)
+    art.memcpy_async(art.malloc(64), art.malloc_host(64), stream=t)
+    t.synchronize(timeout=10)
+    s.synchronize(timeout=10)                        # the parent's in-flight work is not the child's
+    os._exit(0 if done == [1] else 3)
+gate.set()
+s.synchronize(timeout=10)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "child 0"

@@ -12,6 +12,8 @@ import collections
 import heapq
 import itertools
 import logging
+import os
+import sys
 import threading
 import warnings
 
@@ -95,7 +97,7 @@ class DeviceQueues:
         # the number of idle workers). Lighter than a Condition: one release wakes one worker.
         self.idle: list[list] = [[] for _ in sizes]
         self.busy = [0 for _ in sizes]
-        self.threads: list[threading.Thread] = []
+        self.running = [0 for _ in sizes]       # executors started so far, per class
         self.started = False
         self.streams: dict[int, object] = {}   # id -> live stream, for diagnosis
         self.active: set = set()                # streams with work queued, running or blocked
@@ -103,13 +105,25 @@ class DeviceQueues:
         engine.devices.append(self)
 
     def start(self) -> None:
-        """Start the executors through the backend (called under the engine lock on first use)."""
-        self.started = True
+        """Start the executors through the backend (under the engine lock, before the first task
+        is queued). Raises StreamStateError (207005) when one cannot start, queuing nothing;
+        the next submission starts the missing ones."""
+        if sys.is_finalizing():
+            raise StreamStateError("the interpreter is shutting down: no executor can start, so "
+                                   "work submitted now would never run",
+                                   code=ErrorCode.RT_RESOURCE_ALLOC_FAIL)
         worker = self.engine._worker
         for ex, n in enumerate(self.sizes):
-            for i in range(n):
-                self.backend.start_queue(f"ascentrt-dev{self.device_id}-{EXECUTOR_NAMES[ex]}{i}",
-                                         lambda ex=ex: worker(self, ex))
+            while self.running[ex] < n:
+                name = f"ascentrt-dev{self.device_id}-{EXECUTOR_NAMES[ex]}{self.running[ex]}"
+                try:
+                    self.backend.start_queue(name, lambda ex=ex: worker(self, ex))
+                except Exception as exc:  # e.g. RuntimeError: can't start new thread
+                    raise StreamStateError(f"device {self.device_id}: executor {name} could not "
+                                           f"start ({exc}); nothing was queued",
+                                           code=ErrorCode.RT_RESOURCE_ALLOC_FAIL) from exc
+                self.running[ex] += 1
+        self.started = True
 
 
 class Engine:
@@ -139,6 +153,8 @@ class Engine:
         with lock:  # not acquire/try: an interrupt between them would leave it held
             if stream._refuse is not None:
                 raise stream._refusal()
+            if not stream._dq.started:
+                stream._dq.start()  # before anything is queued: a failed start leaves no trace
             stream._submitted = task_id = stream._submitted + 1
             task.id = task_id
             task.stream = stream
@@ -159,8 +175,6 @@ class Engine:
                     parked = dq.idle[ex]
                     if parked:
                         parked.pop().release()
-                    elif not dq.started:
-                        dq.start()
             return task_id
 
     # ---- progress (all under the lock) -----------------------------------------------------
@@ -184,8 +198,6 @@ class Engine:
                         parked = dq.idle[ex]
                         if parked:
                             parked.pop().release()  # woken once: later submits see one fewer idle
-                        elif not dq.started:
-                            dq.start()
                     break
                 if not self._control(s, t, work):
                     break  # blocked on a wait
@@ -275,6 +287,9 @@ class Engine:
 
     def submit_all_locked(self, streams, work) -> None:
         """submit_all() for a caller that holds the lock (and checked the streams)."""
+        for s in streams:
+            if not s._dq.started:
+                s._dq.start()  # before anything is queued
         stamp = Hooks.profiler is not None
         for s, t in work:
             s._submitted = t.id = s._submitted + 1
@@ -561,6 +576,14 @@ class Engine:
             slice_ = check if deadline is None else max(0.0, min(check, deadline - seconds()))
             if backend.host_wait(ev, slice_):
                 return
+            if sys.is_finalizing():  # executors cannot run any more: waiting would hang the exit
+                with self.lock:
+                    cancel()
+                if ev.is_set():
+                    return
+                raise StreamStateError(f"{what}: the interpreter is shutting down and the work "
+                                       f"waited for can no longer run",
+                                       code=ErrorCode.RT_STREAM_ABORT)
             now = seconds()
             if deadline is not None and now >= deadline:
                 with self.lock:
@@ -674,6 +697,32 @@ def _describe_wait(s) -> str:
 
 
 ENGINE = Engine()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's executor threads and may have inherited a held
+    lock: give it a fresh lock and executors, and drop the work that was in flight at the fork
+    (it belongs to the parent), so the child's own work runs instead of waiting forever."""
+    engine = ENGINE
+    engine.lock = threading.Lock()
+    engine._watchdog_cv = threading.Condition(engine.lock)
+    engine._watchdog = None
+    engine._deadlines.clear()
+    engine._host_waits.clear()
+    with engine.lock:
+        for dq in engine.devices:
+            dq.started = False
+            dq.running = [0 for _ in dq.sizes]
+            dq.idle = [[] for _ in dq.sizes]
+            dq.busy = [0 for _ in dq.sizes]
+            for s in list(dq.streams.values()):
+                s._running, s._cut = None, None
+                s._sync_waiters = []
+                engine._discard(s)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def current_task() -> Task | None:
