@@ -264,3 +264,40 @@ print("child", os.waitstatus_to_exitcode(status))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "child 0"
+
+
+def test_finalize_drains_stuck_streams_of_all_contexts_in_one_budget():
+    code = '''
+import time
+import ascentrt.acl as acl
+acl.init()
+acl.rt.set_device(0)
+notifies = []
+for _ in range(3):
+    ctx, _ = acl.rt.create_context(0)
+    stream, _ = acl.rt.create_stream()
+    n, _ = acl.rt.create_notify(0)
+    acl.rt.wait_and_reset_notify(n, stream, 0)   # never recorded: stuck for good
+t0 = time.monotonic()
+assert acl.finalize() == 0
+print(round(time.monotonic() - t0, 1))
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout.strip()) < 4.0   # one 2 s drain, not 2 s per stuck stream
+
+
+def test_a_timeout_says_why_when_the_streams_wait_on_each_other(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    na, nb = art.Notify(), art.Notify()
+    a.wait_notify(na, timeout=30)          # each waits for what the other records after its
+    a.record_notify(nb)                    # own wait; long device-side timeouts: no deadlock is
+    b.wait_notify(nb, timeout=30)          # declared, but a host timeout must say what is stuck
+    b.record_notify(na)
+    with pytest.raises(art.AscentTimeoutError) as err:
+        a.synchronize(timeout=0.5)
+    text = str(err.value)
+    assert "timed out after 0.5 s" in text
+    assert f"stream {a.id}" in text and "notify" in text and "times out in" in text
+    a.destroy(force=True)
+    b.destroy(force=True)

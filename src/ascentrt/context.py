@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from .engine.sync import synchronize_streams
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 
 _ids = itertools.count(1)
@@ -79,21 +80,21 @@ class Context:
             peers = _contexts.get(self.device.id, [])
             if self in peers:
                 peers.remove(self)
-        owned = list(self._streams) + ([] if self.primary else [self._default])
+        owned = self._owned_streams()
+        if wait:
+            drain([self])
         for s in owned:
-            if s._refuse == "destroyed":
-                continue
-            try:
-                if wait:
-                    s.synchronize(_DRAIN_S)
-            except Exception:
-                pass  # destroying is not where task errors or stuck waits are reported
             try:
                 s.destroy(force=True)
             except InvalidHandleError:
                 pass  # destroyed concurrently
         if getattr(_current, "context", None) is self:
             _current.context = None
+
+    def _owned_streams(self) -> list:
+        """The live streams this context destroys with itself."""
+        owned = list(self._streams) + ([] if self.primary else [self._default])
+        return [s for s in owned if s._refuse != "destroyed"]
 
     def __repr__(self) -> str:
         kind = "primary" if self.primary else "explicit"
@@ -174,6 +175,24 @@ def release_primary(device, *, force: bool = False) -> int:
         ctx._teardown(wait=False)
     dev.reset()
     return 0
+
+
+def drain(contexts) -> None:
+    """Give the pending work of these contexts' streams _DRAIN_S seconds in all (not per stream:
+    stuck streams are then discarded together, not one after the other)."""
+    streams = [s for ctx in contexts for s in ctx._owned_streams()]
+    if not streams:
+        return
+    clock = streams[0]._dq.backend.now_ns
+    deadline = clock() + int(_DRAIN_S * 1e9)
+    for s in streams:
+        left = (deadline - clock()) / 1e9
+        if left <= 0:
+            break
+        try:
+            synchronize_streams([s], left, "context teardown")
+        except Exception:
+            pass  # teardown is not where task errors or stuck waits are reported
 
 
 def is_default_stream(stream) -> bool:

@@ -41,9 +41,11 @@ def _teardown() -> None:
     from .. import context as _ctx
     from ..device import device_count
     from . import _event, _memory
-    for h, ctx in _CONTEXTS.items():
-        if not ctx.primary and not ctx.destroyed:
-            ctx.destroy()
+    explicit = [ctx for _, ctx in _CONTEXTS.items() if not ctx.primary and not ctx.destroyed]
+    _ctx.drain(explicit)  # one drain budget for all of them, then destroy without waiting
+    for ctx in explicit:
+        ctx._teardown(wait=False)
+    for h, _ in _CONTEXTS.items():
         _CONTEXTS.remove(h)
     for dev_id in range(device_count()):
         if _ctx.primary_uses(dev_id):

@@ -588,9 +588,11 @@ class Engine:
             if deadline is not None and now >= deadline:
                 with self.lock:
                     cancel()
+                    stuck = self.diagnose(streams, timed=True)  # why, when it can be told
                 if ev.is_set():
                     return
-                raise TimeoutError_(f"{what} timed out after {timeout:g} s", code=timeout_code)
+                why = f": {stuck[1]}" if stuck is not None else ""
+                raise TimeoutError_(f"{what} timed out after {timeout:.3g} s{why}", code=timeout_code)
             if self.progress != seen:
                 seen, stalled_since = self.progress, now
                 continue
@@ -612,7 +614,7 @@ class Engine:
                 warnings.warn(f"ascentrt: {what} has made no progress for {now - stalled_since:.0f} s: "
                               f"{text}", RuntimeWarning, stacklevel=4)
 
-    def diagnose(self, streams):
+    def diagnose(self, streams, timed: bool = False):
         """Why `streams` cannot progress: ('cycle', text, streams in it), ('stuck', text, []) or None.
 
         Called under the lock. A stream depends on what it waits for: an event's stream, the
@@ -620,12 +622,12 @@ class Engine:
         the host, or, when it needs an executor that every worker holds, the streams holding them.
         """
         for s in streams:
-            found = self._why_stuck(s, [])
+            found = self._why_stuck(s, [], timed)
             if found is not None:
                 return found
         return None
 
-    def _why_stuck(self, s, path: list):
+    def _why_stuck(self, s, path: list, timed: bool = False):
         if s in path:
             members = path[path.index(s):]
             chain = " -> ".join(_describe_wait(x) for x in members)
@@ -643,8 +645,8 @@ class Engine:
                 return None  # ready, and an executor will take it
         else:
             t = s._blocked
-            if t.timeout is not None:
-                return None  # its timeout will move it
+            if t.timeout is not None and not timed:
+                return None  # its timeout will move it (timed=True: say what it waits on anyway)
             if t.kind == EVENT_WAIT:
                 producers = [t.marker.stream]
             else:
@@ -653,7 +655,7 @@ class Engine:
                 if not producers:
                     return "stuck", (f"{_describe_wait(s)}, and no stream has a pending record of "
                                      f"notify {t.notify.id}; only the host can record it now"), []
-        results = [self._why_stuck(p, path + [s]) for p in producers]
+        results = [self._why_stuck(p, path + [s], timed) for p in producers]
         if any(r is None for r in results):
             return None
         cycles = [r for r in results if r[0] == "cycle"]
@@ -692,8 +694,18 @@ def _describe_wait(s) -> str:
     if t.kind == EVENT_WAIT:
         m = t.marker
         return (f"stream {s.id} (device {s.device.id}) waits at task {t.id} for an event recorded on "
-                f"stream {m.stream.id} after its task {m.position - 1}")
-    return f"stream {s.id} (device {s.device.id}) waits at task {t.id} for notify {t.notify.id}"
+                f"stream {m.stream.id} after its task {m.position - 1}{_time_left(s, t)}")
+    return (f"stream {s.id} (device {s.device.id}) waits at task {t.id} for notify {t.notify.id}"
+            f"{_time_left(s, t)}")
+
+
+def _time_left(s, t) -> str:
+    """' (the wait times out in N s)' for a blocked timed wait, else ''."""
+    for deadline, _, ws, wt in ENGINE._deadlines:
+        if ws is s and wt is t:
+            left = max(0.0, (deadline - s._dq.backend.now_ns()) / 1e9)
+            return f" (the wait times out in {left:.1f} s)"
+    return ""
 
 
 ENGINE = Engine()
