@@ -130,3 +130,37 @@ def test_callbacks_for_a_report_thread_that_exited_fail_loudly(stream, caplog):
     assert err.value.code == art.ErrorCode.RT_STREAM_NO_CB_REG
     assert any("exited without unsubscribing; 1 queued callback" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_report_thread_synchronizing_the_stream_it_must_serve_gets_a_deadlock_error(stream):
+    outcome = []
+    subscribed, submitted = threading.Event(), threading.Event()
+    other = art.Device(0).create_stream()
+
+    def reporter():
+        me = threading.get_ident()
+        callback.subscribe(me, stream)
+        subscribed.set()
+        assert submitted.wait(10)
+        # Synchronize without processing the blocking callback that will be queued for this
+        # thread: directly, then through a stream that waits on it.
+        for target in (stream, other):
+            try:
+                target.synchronize(timeout=20)
+            except art.DeadlockError as exc:
+                outcome.append(str(exc))
+        callback.process_reports(timeout=10)   # now serve it: the stream goes on
+        callback.unsubscribe(me, stream)
+    t = threading.Thread(target=reporter)
+    t.start()
+    assert subscribed.wait(10)
+    gate = threading.Event()
+    art.launch(lambda: gate.wait(10), stream=stream)
+    callback.launch_callback(lambda _: None, None, stream, blocking=True)
+    other.wait(stream.record())
+    submitted.set()
+    gate.set()
+    t.join(30)
+    assert len(outcome) == 2 and all("can never finish" in m for m in outcome), outcome
+    stream.synchronize(timeout=10)
+    other.destroy()

@@ -12,7 +12,7 @@ import collections
 import logging
 import threading
 
-from .engine.scheduler import act_for_stream, current_task, restore_stream_mark
+from .engine.scheduler import Hooks, act_for_stream, current_task, restore_stream_mark
 from .engine.task import HOST_FUNC, Task
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, StreamStateError
 from .stream import resolve_stream
@@ -235,3 +235,17 @@ def forget_destroyed_streams() -> None:
                 if not rep.streams and _reporters.get(rep.thread_id) is rep:
                     del _reporters[rep.thread_id]
                 rep.cond.notify_all()
+
+
+def _held_by(thread_id: int) -> list:
+    """Streams whose blocking callback is queued for report thread `thread_id`: they cannot go
+    on until it processes reports (the engine's deadlock diagnosis asks)."""
+    with _lock:
+        rep = _reporters.get(thread_id)
+        if rep is None:
+            return []
+        return [r.task.stream for _, r in rep.queue
+                if r.done is not None and r.task is not None and not r.cancelled]
+
+
+Hooks.thread_holds.append(_held_by)

@@ -41,12 +41,15 @@ class Hooks:
         ascentrt.graph when it is imported.
     sync_guards: fn(what) called before a synchronous host call; a capture in progress
         registers one that refuses calls it forbids (empty, and free, otherwise).
+    thread_holds: fn(thread id) -> streams that wait for that host thread to act (a report
+        thread's queued blocking callbacks), for the deadlock diagnosis of its host waits.
     """
 
     profiler = None
     exception_callbacks: list = []
     capture = None
     sync_guards: list = []
+    thread_holds: list = []
 
 
 def check_sync_allowed(what: str) -> None:
@@ -549,19 +552,34 @@ class Engine:
                 cancel()
             raise StreamStateError(f"{what} called from a task of that same stream would wait "
                                    f"for itself", code=ErrorCode.RT_STREAM_SUBSCRIBE)
-        if task is None:
-            return self._wait_host(ev, timeout, streams, what, timeout_code, cancel, None)
-        # A task (host function, kernel) waits: its stream and its executor now depend on
-        # `streams`, which the deadlock diagnosis follows (see _why_stuck).
-        with self.lock:
-            self._host_waits[task.stream] = (threading.get_ident(), streams, what)
+        # Streams that cannot go on until this thread acts: the one whose task it runs, and
+        # (found again at each check) those whose blocking callback waits for this thread.
+        own = [task.stream] if task is not None else []
         try:
-            return self._wait_host(ev, timeout, streams, what, timeout_code, cancel, task.stream)
+            return self._wait_host(ev, timeout, streams, what, timeout_code, cancel, own)
         finally:
-            with self.lock:
-                self._host_waits.pop(task.stream, None)
+            if own:
+                with self.lock:
+                    for h in own:
+                        self._host_waits.pop(h, None)
 
-    def _wait_host(self, ev, timeout, streams, what, timeout_code, cancel, own_stream) -> None:
+    def _claim_held(self, own: list, streams, what: str, cancel) -> None:
+        """Add to `own` the streams that wait for this thread (registered as host waits on
+        `streams`); raise DeadlockError when one of them is what this thread waits for."""
+        me = threading.get_ident()
+        held = [h for held_by in Hooks.thread_holds for h in held_by(me)]  # outside the lock
+        with self.lock:
+            for h in held:
+                if h in streams:
+                    cancel()
+                    raise DeadlockError(f"{what} can never finish: stream {h.id} waits for a "
+                                        f"blocking callback that this thread ({me}) must run first")
+                if h not in own:
+                    own.append(h)
+            for h in own:  # they now depend on `streams`, which _why_stuck follows
+                self._host_waits[h] = (me, streams, what)
+
+    def _wait_host(self, ev, timeout, streams, what, timeout_code, cancel, own) -> None:
         check = config.get("ASCENTRT_DEADLOCK_CHECK_S")
         warn_after = config.get("ASCENTRT_STALL_WARN_S")
         backend = streams[0]._dq.backend
@@ -572,6 +590,7 @@ class Engine:
 
         deadline = None if timeout is None else seconds() + timeout
         seen, stalled_since, warned = self.progress, seconds(), False
+        self._claim_held(own, streams, what, cancel)
         while True:
             slice_ = check if deadline is None else max(0.0, min(check, deadline - seconds()))
             if backend.host_wait(ev, slice_):
@@ -596,10 +615,11 @@ class Engine:
             if self.progress != seen:
                 seen, stalled_since = self.progress, now
                 continue
+            self._claim_held(own, streams, what, cancel)
             with self.lock:
                 report = self.diagnose(streams)
                 fatal = report is not None and report[0] == "cycle"
-                if fatal and own_stream not in report[2] and \
+                if fatal and not any(o in report[2] for o in own) and \
                         any(m in self._host_waits for m in report[2]):
                     fatal = False  # a task waiting inside the cycle raises and so breaks it
                 if fatal:
