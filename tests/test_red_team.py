@@ -301,3 +301,33 @@ def test_a_timeout_says_why_when_the_streams_wait_on_each_other(dev):
     assert f"stream {a.id}" in text and "notify" in text and "times out in" in text
     a.destroy(force=True)
     b.destroy(force=True)
+
+
+LEAK_PROGRAM = """
+import ascentrt as art
+kept = art.malloc(3 << 20)        # never freed
+pinned = art.malloc_host(4096)    # never freed
+gone = art.malloc(100)
+gone.free()
+"""
+
+
+@pytest.mark.parametrize("mode", ["warn", "sites", "off"])
+def test_memory_never_freed_is_reported_at_exit(mode):
+    out = subprocess.run([sys.executable, "-c", LEAK_PROGRAM], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "ASCENTRT_LEAK_CHECK": mode})
+    assert out.returncode == 0
+    if mode == "off":
+        assert "LeakWarning" not in out.stderr
+        return
+    assert "LeakWarning" in out.stderr and "2 buffer(s), 3.0 MiB, never freed" in out.stderr
+    assert "1 device 0, 1 pinned host" in out.stderr
+    if mode == "sites":
+        assert "<string>:3 (3.0 MiB)" in out.stderr and "<string>:4 (4.0 KiB)" in out.stderr
+
+
+def test_a_device_reset_reports_the_buffers_it_reclaims(dev):
+    from ascentrt.memory.leaks import LeakWarning
+    art.malloc(4096)
+    with pytest.warns(LeakWarning, match="1 buffer\\(s\\), 4.0 KiB, never freed, reclaimed at device 0 reset"):
+        dev.reset()

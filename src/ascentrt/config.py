@@ -70,6 +70,14 @@ def _log_level(text: str) -> int:
     return _number(text, int, "a log level", lambda v: 0 <= v <= 4, "0..4")
 
 
+def _leak_mode(text: str) -> str:
+    """warn, sites or off."""
+    value = str(text).strip().lower()
+    if value not in ("warn", "sites", "off"):
+        raise InvalidArgumentError(f"not a leak check mode: {text!r} (use warn, sites or off)")
+    return value
+
+
 def _fraction(text: str) -> float:
     """A number in [0, 1]."""
     return _number(text, float, "a fraction", lambda v: 0 <= v <= 1, "in [0, 1]")
@@ -128,6 +136,9 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "CANN's switch: acl.app_log lines go to stdout (0: to ASCEND_PROCESS_LOG_PATH, else stderr)"),
     Setting("ASCEND_PROCESS_LOG_PATH", "", str.strip,
             "CANN's log folder: acl.app_log appends to plog-<pid>.log in it (empty: stderr)"),
+    Setting("ASCENTRT_LEAK_CHECK", "warn", _leak_mode,
+            "memory never freed but reclaimed at a device reset or at exit: warn (a LeakWarning "
+            "with sizes), sites (also where each was allocated; costs ~1 us per malloc) or off"),
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off)"),
     Setting("ASCENTRT_PROFILE_PID", "", str.strip,

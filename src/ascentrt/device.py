@@ -6,6 +6,7 @@ they register themselves here (register_handle_type) so that device.py never imp
 
 from __future__ import annotations
 
+import atexit
 import threading
 from dataclasses import dataclass
 
@@ -17,7 +18,8 @@ from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, c
 from .engine.sync import synchronize_streams
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
 from .errors import ErrorCode, InvalidDeviceError, OutOfMemoryError
-from .memory import links
+from .memory import leaks, links
+from .memory.registry import REGISTRY
 from .memory.allocator import DeviceAllocator
 from .validate import check_timeout
 
@@ -211,5 +213,15 @@ def default_stream():
     return current_device().default_stream
 
 
+def _report_leaks_at_exit() -> None:
+    """At exit: the device and pinned host buffers the program never freed (a LeakWarning)."""
+    if _devices is None:
+        return
+    live = [b for d in _devices for b in list(d._memory.live.values())]
+    live += [a for a in REGISTRY.live() if a.kind == "host"]
+    leaks.report(live, "exit")
+
+
+atexit.register(_report_leaks_at_exit)
 links.register(resolve_device=resolve_device, current_task=current_task,
                busy_streams=_busy_streams, host_backend=lambda: _table()[0]._backend)

@@ -215,13 +215,10 @@ class MemcpyKindWarning(UserWarning):
 def warn_at_caller(message: str, category: type[Warning]) -> None:
     """Warn as if from the first frame outside ascentrt: the default filter then shows each
     warning once per call site of the user's program, whichever facade layer it came through."""
-    import os
-    import sys
     import warnings
-    here = os.path.dirname(os.path.abspath(__file__))
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
-        frame = frame.f_back
+
+    from .callsite import user_frame
+    frame = user_frame(2)
     if frame is None:
         warnings.warn(message, category, stacklevel=2)
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import heapq
+import atexit
 import itertools
 import logging
 import os
@@ -102,6 +103,7 @@ class DeviceQueues:
         self.busy = [0 for _ in sizes]
         self.running = [0 for _ in sizes]       # executors started so far, per class
         self.started = False
+        self.closing = False                    # set at exit: parked executors end
         self.streams: dict[int, object] = {}   # id -> live stream, for diagnosis
         self.active: set = set()                # streams with work queued, running or blocked
         self.detached = None                    # hidden stream for non-blocking host functions
@@ -115,6 +117,7 @@ class DeviceQueues:
             raise StreamStateError("the interpreter is shutting down: no executor can start, so "
                                    "work submitted now would never run",
                                    code=ErrorCode.RT_RESOURCE_ALLOC_FAIL)
+        self.closing = False
         worker = self.engine._worker
         for ex, n in enumerate(self.sizes):
             while self.running[ex] < n:
@@ -140,6 +143,7 @@ class Engine:
         self._seq = itertools.count()
         self._watchdog: threading.Thread | None = None
         self._watchdog_cv = threading.Condition(self.lock)
+        self._exit_cv = threading.Condition(self.lock)  # executors ending at exit notify it
         # stream -> (thread id, streams, what) while a task of that stream waits in wait_host:
         # the stream (and the executor running it) then depends on those streams.
         self._host_waits: dict = {}
@@ -428,6 +432,11 @@ class Engine:
         while True:
             s = ready.pop()
             if s is None:
+                if dq.closing:  # stopped at exit (see _stop_idle_executors)
+                    dq.running[ex] -= 1
+                    self._exit_cv.notify_all()
+                    lock.release()
+                    return
                 idle.append(wake)  # the waker pops it before releasing: no lost wake-up
                 lock.release()
                 wake.acquire()
@@ -731,6 +740,29 @@ def _time_left(s, t) -> str:
 ENGINE = Engine()
 
 
+def _stop_idle_executors() -> None:
+    """At exit, before finalization: end the executors of idle devices.
+
+    A daemon thread frozen by finalization while it holds the engine lock (a thread switch can
+    happen anywhere) would hang any later call, even a launch in a __del__ during shutdown.
+    Work submitted after this (an earlier-registered atexit handler) starts them again.
+    """
+    engine = ENGINE
+    with engine.lock:
+        stopping = [dq for dq in engine.devices if dq.started and not dq.active]
+        for dq in stopping:  # (devices with work in flight keep their executors)
+            dq.closing = True
+            dq.started = False
+            for parked in dq.idle:
+                while parked:
+                    parked.pop().release()
+        # Wait (briefly: a task still running keeps its thread) until they have ended.
+        engine._exit_cv.wait_for(lambda: not any(sum(dq.running) for dq in stopping), 1.0)
+
+
+atexit.register(_stop_idle_executors)
+
+
 def _after_fork_in_child() -> None:
     """A forked child has none of the parent's executor threads and may have inherited a held
     lock: give it a fresh lock and executors, and drop the work that was in flight at the fork
@@ -738,6 +770,7 @@ def _after_fork_in_child() -> None:
     engine = ENGINE
     engine.lock = threading.Lock()
     engine._watchdog_cv = threading.Condition(engine.lock)
+    engine._exit_cv = threading.Condition(engine.lock)
     engine._watchdog = None
     engine._deadlines.clear()
     engine._host_waits.clear()

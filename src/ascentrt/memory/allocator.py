@@ -6,6 +6,7 @@ from .. import config
 from ..errors import ErrorCode, InvalidArgumentError
 from .arena import Arena, round_size
 from .buffer import GRANULE, DeviceBuffer, check_size
+from . import leaks
 from .chunks import ArenaChunks
 from .links import Links
 from .pool import BlockPool
@@ -44,6 +45,7 @@ class DeviceAllocator:
         self.pool: BlockPool | None = pool
         self.arena: Arena | None = None
         self.pools: list[BlockPool] = []  # explicit MemPools of this device (for device-wide stats)
+        self.record_sites = leaks.recording_sites()
         if pool is not None:
             self.chunks = pool.upstream   # an explicit MemPool sharing the device's chunks
         elif config.get("ASCENTRT_MEM_POOL_ENABLE"):
@@ -83,6 +85,8 @@ class DeviceAllocator:
             buf = DeviceBuffer(self.device, addr, size, nbytes, off, self.mem[off:off + size], self)
         self.live[addr] = buf
         REGISTRY.add(buf)
+        if self.record_sites:
+            leaks.note_site(buf)
         return buf
 
     def release(self, buf: DeviceBuffer, stream=None) -> None:
@@ -118,8 +122,11 @@ class DeviceAllocator:
         return self.pool.allocated if self.pool is not None else self.arena.used_bytes
 
     def reset(self) -> int:
-        """Free every live buffer (device reset) and return cached chunks; returns how many buffers."""
+        """Free every live buffer (device reset) and return cached chunks; returns how many buffers.
+
+        Buffers the program never freed are reported first (a LeakWarning)."""
         bufs = list(self.live.values())
+        leaks.report(bufs, f"device {self.device.id} reset")
         for buf in bufs:
             self.release(buf)
         if self.pool is not None:

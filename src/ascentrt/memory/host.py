@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 from .. import config
+from . import leaks
 from .buffer import HostBuffer, check_size
 from .chunks import HostChunks
 from .links import Links
@@ -41,6 +42,7 @@ def host_pool():
                     if pool.split_limit is None:
                         pool.split_limit = HOST_SPLIT_LIMIT
                 _state["pool"] = pool
+                _state["sites"] = leaks.recording_sites()
     return _state["pool"]
 
 
@@ -61,4 +63,6 @@ def malloc_host(nbytes: int) -> HostBuffer:
         block = pool.allocate(nbytes)
         buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes), block, _release)
     REGISTRY.add(buf)
+    if _state.get("sites"):
+        leaks.note_site(buf)
     return buf

@@ -99,6 +99,12 @@ class AddressRegistry:
                 f"({alloc.nbytes} bytes at {alloc.addr:#x}, offset {offset})")
         return alloc, offset
 
+    def live(self) -> list:
+        """Every live allocation (a snapshot)."""
+        with self._lock:
+            lists = [*self._buckets.values(), self._large]
+            return [a for _, allocs in lists for a in allocs]
+
     def __len__(self) -> int:
         return self._count
 

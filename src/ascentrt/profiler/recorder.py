@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime
-import os
 import sys
 import threading
 from time import perf_counter_ns
 
+from ..callsite import user_site
 from ..engine import Hooks
 from ..engine.task import EVENT_WAIT, KIND_NAMES
 from ..errors import ErrorCode
@@ -18,7 +18,6 @@ from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample,
 from .hostapi import Instrumentation, outermost
 from .profile import Profile
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FRAGMENTATION_EVERY_NS = 10_000_000  # measure free-range layout at most every 10 ms (it is O(n))
 _OOM_CODES = (int(ErrorCode.RT_MEMORY_ALLOCATION), int(ErrorCode.RT_DEVICE_OOM))
 
@@ -125,7 +124,7 @@ class Recorder:
         dev = alloc.device
         key = -1 if dev is None else dev.id
         self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, perf_counter_ns(), None,
-                                       _user_site()]
+                                       user_site(3)]
         self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
         self._sample(dev)
 
@@ -227,13 +226,3 @@ def _error_and_facts(call: tuple) -> tuple:
     if len(call) == 4:
         return (0, "", None, 0)
     return (call[4],) + (call[5] or ("", None, 0))
-
-
-def _user_site() -> str:
-    """file:line of the innermost caller outside ascentrt (where the user allocated)."""
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-    if frame is None:
-        return "?"
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"

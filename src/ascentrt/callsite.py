@@ -1,0 +1,24 @@
+"""Where in the user's program a call came from: the innermost frame outside ascentrt."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_frame(depth: int = 1):
+    """The innermost frame (from `depth` callers up) whose code lies outside the package, or None."""
+    frame = sys._getframe(depth)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    return frame
+
+
+def user_site(depth: int = 2) -> str:
+    """'file.py:line' of that frame ('?' when the call came from ascentrt itself)."""
+    frame = user_frame(depth)
+    if frame is None:
+        return "?"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
