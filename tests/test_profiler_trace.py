@@ -63,6 +63,13 @@ def validate_trace(doc: dict) -> dict:
             assert any(x["ts"] - EPS <= e["ts"] <= x["ts"] + x["dur"] + EPS
                        for x in tracks[(e["pid"], e["tid"])]), f"flow {key} not on a slice: {e}"
         assert ends["s"]["ts"] <= ends["f"]["ts"] + EPS, key
+        # Direction as drawn: an arrow ends at the start of the innermost slice its "f" binds
+        # to, which must not lie before the arrow's start.
+        f = ends["f"]
+        bound = max((x for x in tracks[(f["pid"], f["tid"])]
+                     if x["ts"] - EPS <= f["ts"] <= x["ts"] + x["dur"] + EPS),
+                    key=lambda x: (x["ts"], -x["dur"]))
+        assert bound["ts"] >= ends["s"]["ts"] - EPS, f"flow {key} points back in time to {bound}"
     return {"tracks": tracks, "flows": flows}
 
 
@@ -177,3 +184,21 @@ def test_overlapping_slices_of_one_track_move_to_an_overflow_track():
     names = sorted(e["name"] for slices in groups["tracks"].values() for e in slices)
     assert names == ["a", "b"]  # nothing dropped
     assert len(groups["tracks"]) == 2
+
+
+def test_a_notify_record_has_a_forward_arrow_to_the_wait_it_released(dev, two_streams):
+    a, b = two_streams
+    n = art.Notify()
+    gate = threading.Event()
+    x = art.malloc(1 << 16)
+    with art.profile() as prof:
+        b.wait_notify(n)                                   # waits before the record exists
+        art.launch(_spin_kernel, x.view(np.float64), gate, stream=a, name="producer")
+        a.record_notify(n)
+        gate.set()
+        b.synchronize(timeout=30)
+        a.synchronize(timeout=30)
+    x.free()
+    groups = validate_trace(trace_json(prof.profile))      # checks the arrow's direction too
+    (flow,) = [f for (cat, _), f in groups["flows"].items() if cat == "notify"]
+    assert (flow["s"]["tid"], flow["f"]["tid"]) == (a.id, b.id)

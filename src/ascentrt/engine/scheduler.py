@@ -245,20 +245,22 @@ class Engine:
             return False
         if kind == NOTIFY_RECORD:
             n = t.notify
+            self._profile_control(t)  # first: the record happens, then the wait it releases ends
             if n._waiters:
                 w = n._waiters.popleft()
                 w._blocked = None
                 work.append(w)
                 consumed = w._tasks.popleft()  # the waiter's wait task completes here
+                consumed.releaser = t           # (for the profiler's record -> wait arrow)
                 self._completed(w)
                 self._profile_control(consumed)
             else:
-                n._set = True
-            self._profile_control(t)
+                n._set = t                      # set, by this record
             return True
         if kind == NOTIFY_WAIT:
             n = t.notify
             if n._set:
+                t.releaser = n._set
                 n._set = False
                 self._profile_control(t)
                 return True

@@ -41,6 +41,7 @@ class Task(Op):
     error = None
     resolve = None      # the Op's argument resolver (kernels with buffer arguments)
     keep = None         # what the Op's addresses point into, kept alive until it ran
+    releaser = None     # a notify wait, when profiling: the record task that set it going
     group = None
 
     def __init__(self, kind: int, fn=None, args: tuple = (), name: str | None = None):

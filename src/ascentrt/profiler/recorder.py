@@ -9,7 +9,7 @@ from time import perf_counter_ns
 
 from ..callsite import user_site
 from ..engine import Hooks
-from ..engine.task import EVENT_WAIT, KIND_NAMES
+from ..engine.task import EVENT_WAIT, KIND_NAMES, NOTIFY_WAIT
 from ..errors import ErrorCode
 from ..memory.registry import REGISTRY
 from . import memstats
@@ -52,10 +52,7 @@ class Recorder:
         """Called by the engine for every finished task (with its perf_counter_ns stamps)."""
         # Plain values only, filed per stream: such tuples drop out of the garbage collector's
         # view at its first pass, and the task itself may be reused (graph replays).
-        released = None
-        if task.kind == EVENT_WAIT:
-            m = task.marker
-            released = (m.stream.device.id, m.stream.id, m.position)
+        released = _released_by(task)
         stream = task.stream
         bucket = self.per_stream.get(stream)
         if bucket is None:  # setdefault is atomic: a racing first task of the stream shares it
@@ -71,10 +68,7 @@ class Recorder:
             bucket = self.per_stream.setdefault(stream, [])
         append = bucket.append
         for task in tasks:
-            released = None
-            if task.kind == EVENT_WAIT:
-                m = task.marker
-                released = (m.stream.device.id, m.stream.id, m.position)
+            released = _released_by(task) if task.kind >= EVENT_WAIT else None
             append((task.id, task.kind, task.name or getattr(task.fn, "__name__", None),
                     task.nbytes, task.t_enqueue, task.t_start, task.t_end, task.thread,
                     task.error is not None, released))
@@ -226,3 +220,14 @@ def _error_and_facts(call: tuple) -> tuple:
     if len(call) == 4:
         return (0, "", None, 0)
     return (call[4],) + (call[5] or ("", None, 0))
+
+
+def _released_by(task):
+    """(device, stream, task id) of the record that let a wait go on, or None."""
+    if task.kind == EVENT_WAIT:
+        m = task.marker
+        return (m.stream.device.id, m.stream.id, m.position)
+    if task.kind == NOTIFY_WAIT and task.releaser is not None:
+        r = task.releaser
+        return (r.stream.device.id, r.stream.id, r.id)
+    return None

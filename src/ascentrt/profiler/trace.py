@@ -146,6 +146,9 @@ def trace_events(profile: ProfileData) -> list[dict]:
                    "tid": sl[i][2], "ts": _us(t.enqueue_ns)})
         ev.append({"name": "submit", "cat": "launch", "ph": "f", "bp": "e", "id": flow_id,
                    "pid": pid, "tid": tid, "ts": _us(t.start_ns)})
+    # A wait that really waited starts before the record that released it: an arrow bound to
+    # the wait slice would point back in time. It binds instead to a "released" slice inside
+    # the wait, from the record (or the last microsecond) to the wait's end.
     by_key = {t.key: t for t in profile.tasks}
     for t in profile.tasks:
         if t.released_by is None or t.key not in placed:
@@ -154,12 +157,16 @@ def trace_events(profile: ProfileData) -> list[dict]:
         if rec is None or rec.key not in placed:
             continue
         flow_id += 1
+        what = "notify" if t.kind == "notify_wait" else "event"
         rpid, rtid = placed[rec.key]
         pid, tid = placed[t.key]
-        ev.append({"name": "event", "cat": "event", "ph": "s", "id": flow_id, "pid": rpid,
-                   "tid": rtid, "ts": _us(rec.start_ns)})
-        ev.append({"name": "event", "cat": "event", "ph": "f", "bp": "e", "id": flow_id,
-                   "pid": pid, "tid": tid, "ts": _us(t.end_ns)})
+        released = min(t.end_ns, max(t.start_ns, rec.end_ns, t.end_ns - 1000))
+        ev.append(_slice(f"released by {what} record", what, pid, tid, released, t.end_ns,
+                         {"record": f"stream {rec.stream} task {rec.task_id}"}))
+        ev.append({"name": what, "cat": what, "ph": "s", "id": flow_id, "pid": rpid,
+                   "tid": rtid, "ts": _us(rec.end_ns)})
+        ev.append({"name": what, "cat": what, "ph": "f", "bp": "e", "id": flow_id,
+                   "pid": pid, "tid": tid, "ts": _us(released)})
 
     # Memory counters.
     for s in profile.memory:
