@@ -281,3 +281,22 @@ def test_pool_caching_half_the_device_is_diagnosed():
 
 def test_modest_memory_use_has_no_memory_findings():
     assert _memory_run("modest", release_threshold="none") == []
+
+
+def test_a_failed_task_is_named_in_the_diagnosis_summary_report_and_trace(tmp_path):
+    s = art.Device(0).create_stream()
+
+    def broken_kernel():
+        raise ValueError("bad shape 3x4")
+    with art.profile(tmp_path / "prof") as prof:
+        art.launch(art.kernels.noop, stream=s)
+        art.launch(broken_kernel, stream=s)
+        with pytest.raises(art.TaskError):
+            s.synchronize(timeout=10)
+    first = prof.diagnose()[0]
+    assert first.kind == "failed_tasks"
+    assert "broken_kernel" in first.cause and "ValueError: bad shape 3x4" in first.cause
+    assert first.task_ids == [f"0/{s.id}/2"]
+    for name in ("summary.txt", "report.html", "trace.json"):
+        assert "bad shape 3x4" in (tmp_path / "prof" / name).read_text(), name
+    s.destroy()

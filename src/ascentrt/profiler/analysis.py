@@ -40,7 +40,7 @@ class Finding:
 
     kind: str          # host_bound, small_tasks, too_many_streams, device_sync_in_loop,
                        # needless_sync, needless_wait, no_overlap, memory_peak, fragmentation,
-                       # pool_cache, never_freed
+                       # pool_cache, never_freed, failed_tasks
     title: str
     cause: str
     advice: str
@@ -235,7 +235,24 @@ def diagnose(profile: ProfileData) -> list[Finding]:
     findings += _needless_syncs(profile)
     findings += _memory(profile, devices)
     findings.sort(key=lambda f: -f.impact_ns)
-    return findings
+    return _failed_tasks(profile) + findings  # a failure comes before any speed finding
+
+
+def _failed_tasks(profile: ProfileData) -> list[Finding]:
+    """Tasks that raised: which, where, and with what."""
+    failed = [t for t in profile.tasks if t.failed]
+    if not failed:
+        return []
+    first = failed[0]
+    where = f"task {first.task_id} ({first.name}, a {first.kind}) on device {first.device} stream {first.stream}"
+    kinds = Counter(t.error.split(":", 1)[0] or "error" for t in failed)
+    return [Finding(
+        "failed_tasks", f"{len(failed)} task(s) failed",
+        f"{where} raised {first.error or 'an error'}",
+        "the error was raised at the next synchronize of its stream (or event, or device) and "
+        "is in get_last_error(); in failure mode STOP the stream refused later work",
+        {"failed tasks": len(failed), "errors": dict(kinds)},
+        [f"{t.device}/{t.stream}/{t.task_id}" for t in failed])]
 
 
 def _host_bound(dev_id, work, syncs, profile) -> list[Finding]:

@@ -29,6 +29,7 @@ class TaskRecord:
     thread: int        # host thread that submitted it
     failed: bool = False
     released_by: tuple | None = None  # event waits: (device, stream, task_id) of the record
+    error: str = ""    # a failed task: "ExceptionType: message"
 
     @property
     def duration_ns(self) -> int:

@@ -59,7 +59,7 @@ class Recorder:
             bucket = self.per_stream.setdefault(stream, [])
         bucket.append((task.id, task.kind, task.name or getattr(task.fn, "__name__", None),
                        task.nbytes, task.t_enqueue, task.t_start, task.t_end, task.thread,
-                       task.error is not None, released))
+                       _error_text(task), released))
 
     def tasks_done(self, stream, tasks) -> None:
         """A batch of finished tasks of one stream (one call per executor batch, not per task)."""
@@ -71,7 +71,7 @@ class Recorder:
             released = _released_by(task) if task.kind >= EVENT_WAIT else None
             append((task.id, task.kind, task.name or getattr(task.fn, "__name__", None),
                     task.nbytes, task.t_enqueue, task.t_start, task.t_end, task.thread,
-                    task.error is not None, released))
+                    _error_text(task), released))
 
     # ---- start / stop --------------------------------------------------------------------
 
@@ -169,15 +169,15 @@ class Recorder:
             dev = s.device
             self._note_device(dev)
             streams[(dev.id, s.id)] = s
-            for (tid, kind, label, nbytes, t_enq, t_start, t_end, thread, failed,
+            for (tid, kind, label, nbytes, t_enq, t_start, t_end, thread, error,
                  released) in list(bucket):
                 if not t_end or t_start < t0:
                     continue  # enqueued or started before profiling: no complete timing
                 kind_name = KIND_NAMES[kind]
                 enqueue = max(t_enq, t0) if t_enq else t_start
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
-                                        enqueue - t0, t_start - t0, t_end - t0, thread, failed,
-                                        released))
+                                        enqueue - t0, t_start - t0, t_end - t0, thread,
+                                        bool(error), released, error))
         tasks.sort(key=lambda t: (t.start_ns, t.end_ns))
         prof.tasks = tasks
         prof.api_calls = sorted(
@@ -231,3 +231,9 @@ def _released_by(task):
         r = task.releaser
         return (r.stream.device.id, r.stream.id, r.id)
     return None
+
+
+def _error_text(task) -> str:
+    """'ExceptionType: message' of a failed task ('' when it did not fail)."""
+    err = task.error
+    return "" if err is None else f"{type(err).__name__}: {err}"

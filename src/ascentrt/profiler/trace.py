@@ -111,6 +111,7 @@ def trace_events(profile: ProfileData) -> list[dict]:
                 args["bytes"] = t.nbytes
             if t.failed:
                 args["failed"] = True
+                args["error"] = t.error
             ev.append(_slice(t.name, t.kind, pid, tid, start, end, args))
             placed[t.key] = (pid, tid)
     for pid, tid in sorted({v for v in placed.values()}):
