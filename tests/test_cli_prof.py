@@ -9,6 +9,9 @@ import textwrap
 
 import pytest
 
+import ascentrt as art
+from ascentrt.cli import main
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUTPUTS = ("trace.json", "report.html", "profile.json", "task_time.csv", "kernel_statistic.csv",
            "api_statistic.csv", "memory.csv", "summary.txt")
@@ -163,3 +166,22 @@ def test_summary_is_plain_text_when_not_a_terminal(tmp_path):
     print_summary(_small_profile(tmp_path), file=out)
     text = out.getvalue()
     assert "Top tasks" in text and "tiny" in text and "┃" not in text
+
+
+def test_version_and_python_dash_m_alias():
+    out = subprocess.run([sys.executable, "-m", "ascentrt", "--version"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"ascentrt {art.__version__}"
+
+
+def test_report_without_a_folder_reads_the_newest_profile_here(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["report"]) == 1                              # none yet: one clear line
+    assert "no profile folder here" in capsys.readouterr().err
+    for name in ("older", "newer"):
+        with art.profile(tmp_path / name):
+            art.launch(art.kernels.noop)
+            art.synchronize(timeout=10)
+    os.utime(tmp_path / "older" / "profile.json", (1, 1))     # make the order certain
+    assert main(["report"]) == 0
+    assert "ascentrt report: newer/" in capsys.readouterr().err

@@ -117,9 +117,27 @@ def _prof(args) -> int:
     return code
 
 
+def _latest_profile() -> str:
+    """The newest profile folder in the current directory (what `prof` and `demo` write)."""
+    import glob
+    import os
+
+    from .errors import ErrorCode, InvalidArgumentError
+    from .profiler.data import DATA_FILE
+    found = sorted(glob.glob(os.path.join("*", DATA_FILE)), key=os.path.getmtime)
+    if not found:
+        raise InvalidArgumentError("no profile folder here: give its path (ascentrt report DIR), "
+                                   "or make one with ascentrt prof -- python prog.py",
+                                   code=ErrorCode.INVALID_FILE)
+    return os.path.dirname(found[-1])
+
+
 def _report(args) -> int:
     from . import profiler
     from .profiler.summary import print_summary
+    if args.folder is None:
+        args.folder = _latest_profile()
+        print(f"ascentrt report: {args.folder}/", file=sys.stderr)
     prof = profiler.load(args.folder)
     if args.rewrite:
         prof.save(args.folder)
@@ -127,10 +145,16 @@ def _report(args) -> int:
     return 0
 
 
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `ascentrt` command; errors print one line unless --debug."""
     parser = argparse.ArgumentParser(prog="ascentrt", description="ascentrt accelerator runtime")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"ascentrt {_version()}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks on errors")
@@ -159,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p_prof.set_defaults(fn=_prof)
     p_report = sub.add_parser("report", parents=[common],
                               help="print the summary and diagnosis of a profile folder")
-    p_report.add_argument("folder")
+    p_report.add_argument("folder", nargs="?",
+                          help="profile folder (default: the newest one in this directory)")
     p_report.add_argument("--rewrite", action="store_true",
                           help="also write the folder's trace, CSVs and HTML report again")
     p_report.set_defaults(fn=_report)
