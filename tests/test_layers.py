@@ -14,7 +14,7 @@ PKG = Path(ascentrt.__file__).parent
 # Layers, lowest first: a module may import its own layer and the layers below it.
 LAYERS = [
     ("backends", {"ascentrt.backends"}),
-    ("base", {"ascentrt.errors", "ascentrt.config", "ascentrt.validate", "ascentrt.kernels",
+    ("base", {"ascentrt.errors", "ascentrt.config", "ascentrt.validate", "ascentrt.kernels", "ascentrt.units",
               "ascentrt.callsite"}),
     ("memory", {"ascentrt.memory"}),
     ("engine", {"ascentrt.engine"}),

@@ -9,6 +9,7 @@ import weakref
 
 from .. import config
 from ..callsite import user_site
+from ..units import format_bytes
 
 SITES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # buffer -> 'file.py:line'
 
@@ -27,13 +28,6 @@ def note_site(buf) -> None:
     SITES[buf] = user_site(3)
 
 
-def _size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} B"
-
-
 def report(buffers: list, when: str) -> str | None:
     """Warn (LeakWarning) about `buffers` still allocated `when` they are reclaimed; returns the text."""
     if not buffers or config.get("ASCENTRT_LEAK_CHECK") == "off":
@@ -41,13 +35,13 @@ def report(buffers: list, when: str) -> str | None:
     total = sum(b.nbytes for b in buffers)
     kinds = collections.Counter("pinned host" if b.kind == "host" else f"device {b.device.id}"
                                 for b in buffers)
-    text = (f"ascentrt: {len(buffers)} buffer(s), {_size(total)}, never freed, reclaimed at "
+    text = (f"ascentrt: {len(buffers)} buffer(s), {format_bytes(total)}, never freed, reclaimed at "
             f"{when} ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})")
     sites = collections.Counter()
     for b in buffers:
         sites[SITES.get(b, "?")] += b.nbytes
     if set(sites) != {"?"}:
-        text += "; allocated at " + ", ".join(f"{site} ({_size(n)})" for site, n in sites.most_common(5))
+        text += "; allocated at " + ", ".join(f"{site} ({format_bytes(n)})" for site, n in sites.most_common(5))
     else:
         text += "; set ASCENTRT_LEAK_CHECK=sites to see where they were allocated (off: silence)"
     warnings.warn(text, LeakWarning, stacklevel=3)

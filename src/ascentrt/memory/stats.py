@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..units import format_bytes
 from .links import Links
 from .pool import ALLOCATED, PENDING, READY, BlockPool
 
@@ -100,7 +101,7 @@ def memory_snapshot(device=None, pool=None) -> list[dict]:
 
 
 def _mib(n: int) -> str:
-    return f"{n / (1 << 20):10.2f} MiB"
+    return f"{format_bytes(n):>10}"
 
 
 def memory_summary(device=None, pool=None) -> str:

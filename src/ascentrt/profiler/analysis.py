@@ -7,6 +7,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from ..units import format_bytes
 from .data import COMPUTE_KINDS, SYNC_APIS, WORK_KINDS, ProfileData
 
 # Thresholds of the diagnosis (named so that a finding can say what it compared against).
@@ -120,9 +121,6 @@ def _ms(ns: float) -> str:
 def _us(ns: float) -> str:
     return f"{ns / 1e3:.1f} us"
 
-
-def _mib(n: float) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
 
 
 def task_ref(t) -> str:
@@ -531,12 +529,12 @@ def _memory(profile, devices) -> list[Finding]:
             out.append(Finding(
                 "memory_peak",
                 f"Device {dev_id} memory peaked at {peak.allocated / cap:.0%} of capacity",
-                f"at {_ms(peak.ts_ns)} live buffers held {_mib(peak.allocated)} of {_mib(cap)}"
+                f"at {_ms(peak.ts_ns)} live buffers held {format_bytes(peak.allocated)} of {format_bytes(cap)}"
                 + (f"; {len(ooms)} allocations failed for lack of memory" if ooms else ""),
                 "free buffers as soon as their last task is queued (stream-ordered free), reuse "
                 "buffers across iterations, process smaller batches, or raise "
                 "ASCENTRT_DEVICE_MEMORY",
-                {"peak allocated": _mib(peak.allocated), "capacity": _mib(cap),
+                {"peak allocated": format_bytes(peak.allocated), "capacity": format_bytes(cap),
                  "failed allocations": len(ooms), "live buffers at peak": len(live),
                  "largest holders": _sites(live)}, []))
         frag = [s for s in samples if s.largest_free >= 0 and s.free >= MIN_FRAGMENT_FREE
@@ -545,34 +543,34 @@ def _memory(profile, devices) -> list[Finding]:
             worst = min(frag, key=lambda s: s.largest_free / s.free)
             out.append(Finding(
                 "fragmentation", f"Device {dev_id} memory is fragmented",
-                f"at {_ms(worst.ts_ns)} {_mib(worst.free)} were free but the largest contiguous "
-                f"range was only {_mib(worst.largest_free)}: buffers of mixed sizes and lifetimes "
+                f"at {_ms(worst.ts_ns)} {format_bytes(worst.free)} were free but the largest contiguous "
+                f"range was only {format_bytes(worst.largest_free)}: buffers of mixed sizes and lifetimes "
                 f"left holes that a large request cannot use",
                 "allocate long-lived buffers first and together, use a few fixed buffer sizes and "
                 "reuse them, free short-lived buffers in the reverse order of allocation",
-                {"free": _mib(worst.free), "largest free range": _mib(worst.largest_free),
+                {"free": format_bytes(worst.free), "largest free range": format_bytes(worst.largest_free),
                  "usable share": f"{worst.largest_free / worst.free:.0%}",
                  "failed allocations": len(ooms)}, []))
         cached = max(samples, key=lambda s: s.reserved - s.allocated)
         if cached.reserved - cached.allocated >= CACHED_SHARE * cap:
             out.append(Finding(
                 "pool_cache", f"Device {dev_id}'s pool caches much more memory than is in use",
-                f"at {_ms(cached.ts_ns)} the allocator reserved {_mib(cached.reserved)} for "
-                f"{_mib(cached.allocated)} of live buffers: cached blocks that do not fit new "
+                f"at {_ms(cached.ts_ns)} the allocator reserved {format_bytes(cached.reserved)} for "
+                f"{format_bytes(cached.allocated)} of live buffers: cached blocks that do not fit new "
                 f"requests",
                 "trim the pool when the working set shrinks (ascentrt.empty_cache(), a release "
                 "threshold), keep buffer sizes uniform so cached blocks are reused",
-                {"reserved": _mib(cached.reserved), "allocated": _mib(cached.allocated)}, []))
+                {"reserved": format_bytes(cached.reserved), "allocated": format_bytes(cached.allocated)}, []))
     leaked = [a for a in profile.allocations if a.free_ns is None]
     if leaked:
         out.append(Finding(
             "never_freed", f"{len(leaked)} allocation{'s were' if len(leaked) > 1 else ' was'} "
                            f"never freed",
-            f"{len(leaked)} buffer(s) ({_mib(sum(a.nbytes for a in leaked))}) allocated while "
+            f"{len(leaked)} buffer(s) ({format_bytes(sum(a.nbytes for a in leaked))}) allocated while "
             f"profiling were still live when it ended",
             "free every buffer when done with it (buf.free(), or a device reset at shutdown); "
             "leaks in a loop end in an out-of-memory error",
-            {"buffers": len(leaked), "bytes": _mib(sum(a.nbytes for a in leaked)),
+            {"buffers": len(leaked), "bytes": format_bytes(sum(a.nbytes for a in leaked)),
              "device buffers": sum(a.device >= 0 for a in leaked),
              "pinned host buffers": sum(a.device < 0 for a in leaked),
              "allocated at": _sites(leaked)}, []))
@@ -584,4 +582,4 @@ def _sites(allocs, top: int = 3) -> str:
     for a in allocs:
         by_site[a.site] += a.nbytes
     ranked = sorted(by_site.items(), key=lambda kv: -kv[1])[:top]
-    return ", ".join(f"{site} ({_mib(n)})" for site, n in ranked)
+    return ", ".join(f"{site} ({format_bytes(n)})" for site, n in ranked)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..units import format_bytes
 from .analysis import diagnose, metrics
 from .data import ProfileData
 
@@ -43,14 +44,14 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
             for label, v in (("enqueue -> start", lat), ("idle stream dispatch", disp))
             if v["count"]]
     out.append(("Kernel launch latency (us)", ["", "count", "p50", "p90", "p99", "max"], rows))
-    rows = [[name, str(v["count"]), f"{v['bytes'] / (1 << 20):.1f}", f"{v['gb_per_s']:.2f}"]
+    rows = [[name, str(v["count"]), format_bytes(v["bytes"]), f"{v['gb_per_s']:.2f}"]
             for name, v in m["copy_bandwidth"].items()]
-    out.append(("Copies", ["direction", "count", "MiB", "GB/s"], rows))
-    rows = [["host (pinned)" if d < 0 else str(d), f"{v['peak_allocated'] / (1 << 20):.1f}",
-             f"{v['peak_reserved'] / (1 << 20):.1f}",
-             f"{v['capacity'] / (1 << 20):.0f}" if v.get("capacity") else "-"]
+    out.append(("Copies", ["direction", "count", "bytes", "GB/s"], rows))
+    rows = [["host (pinned)" if d < 0 else str(d), format_bytes(v["peak_allocated"]),
+             format_bytes(v["peak_reserved"]),
+             format_bytes(v["capacity"]) if v.get("capacity") else "-"]
             for d, v in sorted(m["memory"].items())]
-    out.append(("Memory peak (MiB)", ["device", "allocated", "reserved", "capacity"], rows))
+    out.append(("Memory peak", ["device", "allocated", "reserved", "capacity"], rows))
     return [s for s in out if s[2]]
 
 

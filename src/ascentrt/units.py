@@ -1,0 +1,11 @@
+"""Sizes for people: each in the unit that shows it (1 KiB is not '0.0 MiB')."""
+
+from __future__ import annotations
+
+
+def format_bytes(n: float) -> str:
+    """'512 B', '4.0 KiB', '3.5 MiB', '2.0 GiB'."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if abs(n) >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{int(n)} B"
