@@ -19,3 +19,12 @@ def test_every_name_in_all_exists_and_has_a_docstring():
         obj = getattr(art, name)
         if callable(obj) and not name.startswith("_"):
             assert (obj.__doc__ or "").strip(), f"ascentrt.{name} has no docstring"
+
+
+def test_the_readme_layout_names_every_module():
+    layout = README.split("## Layout", 1)[1].split("## ", 1)[0]
+    package = pathlib.Path(art.__file__).parent
+    missing = [str(p.relative_to(package)) for p in package.rglob("*.py")
+               if p.stem != "__init__" and not p.parent.name == "acl"
+               and not re.search(rf"\b{re.escape(p.stem)}\b", layout)]
+    assert missing == []
