@@ -118,7 +118,7 @@ class BlockPool:
         self.policy = policy or ReusePolicy()
         self.all_streams = all_streams or (lambda: ())  # streams a stream-less free waits for
         self.name = name
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant only so an interrupted acquire can be undone
         self._chunks: dict[int, object] = {}
         self._bins: dict[int, dict] = {}     # ready free blocks by size
         self._sizes: list[int] = []          # sorted sizes with a non-empty bin
@@ -150,37 +150,45 @@ class BlockPool:
             if len(self._classes) < 4096:
                 self._classes[nbytes] = size
         lock = self._lock
-        with lock:  # not acquire/try: an interrupt between them would leave it held
-            block = None
-            if stream is not None:
-                bins = self._stream_bins.get(stream)
-                if bins:
-                    same = bins.get(size)
-                    if same:
-                        block = self._take_pending(same.popitem()[0])
-                        if not same:
-                            del bins[size]
-            if block is None:
-                cached = self._cache.get(size)
-                if cached:
-                    block = cached.pop()
-                    self._cached_bytes -= block.size
-                else:
-                    block = self._allocate_slow(size, stream, nbytes)
-            block.state = ALLOCATED
-            block.stream = stream
-            block.requested = nbytes
-            self.allocated += block.size
-            self.requested += nbytes
-            self.n_allocs += 1
-            if self.allocated > self.peak_allocated:
-                self.peak_allocated = self.allocated
-            if self.requested > self.peak_requested:
-                self.peak_requested = self.requested
-            active = self.allocated + self.pending_bytes
-            if active > self.peak_active:
-                self.peak_active = active
-            return block
+        try:  # not `with` (slower); an interrupt right after acquire is caught below
+            lock.acquire()
+            try:
+                block = None
+                if stream is not None:
+                    bins = self._stream_bins.get(stream)
+                    if bins:
+                        same = bins.get(size)
+                        if same:
+                            block = self._take_pending(same.popitem()[0])
+                            if not same:
+                                del bins[size]
+                if block is None:
+                    cached = self._cache.get(size)
+                    if cached:
+                        block = cached.pop()
+                        self._cached_bytes -= block.size
+                    else:
+                        block = self._allocate_slow(size, stream, nbytes)
+                block.state = ALLOCATED
+                block.stream = stream
+                block.requested = nbytes
+                self.allocated += block.size
+                self.requested += nbytes
+                self.n_allocs += 1
+                if self.allocated > self.peak_allocated:
+                    self.peak_allocated = self.allocated
+                if self.requested > self.peak_requested:
+                    self.peak_requested = self.requested
+                active = self.allocated + self.pending_bytes
+                if active > self.peak_active:
+                    self.peak_active = active
+                return block
+            finally:
+                lock.release()
+        except BaseException:
+            if lock._is_owned():  # interrupted between the acquire and the try
+                lock.release()
+            raise
 
     def _allocate_slow(self, size: int, stream, nbytes: int) -> Block:
         self._collect()
@@ -352,8 +360,16 @@ class BlockPool:
         if waits is None:
             waits = self.waits_for(block, stream)
         lock = self._lock
-        with lock:  # not acquire/try: an interrupt between them would leave it held
-            self._deallocate_locked(block, owner, waits)
+        try:  # not `with` (slower); an interrupt right after acquire is caught below
+            lock.acquire()
+            try:
+                self._deallocate_locked(block, owner, waits)
+            finally:
+                lock.release()
+        except BaseException:
+            if lock._is_owned():  # interrupted between the acquire and the try
+                lock.release()
+            raise
 
     def _deallocate_locked(self, block: Block, owner, waits: tuple) -> None:
         """deallocate() under the pool lock: cache, free or park the block as pending."""

@@ -20,7 +20,7 @@ class AddressRegistry:
     """
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant only so an interrupted acquire can be undone
         self._buckets: dict[int, tuple[list[int], list]] = {}
         self._large: tuple[list[int], list] = ([], [])
         self._count = 0
@@ -29,18 +29,26 @@ class AddressRegistry:
         """Register a live allocation (anything with .addr and .nbytes)."""
         addr = alloc.addr
         lock = self._lock
-        with lock:  # not acquire/try: an interrupt between them would leave it held
-            if alloc.nbytes <= _BUCKET:
-                lists = self._buckets.get(addr >> _SHIFT)
-                if lists is None:
-                    lists = self._buckets[addr >> _SHIFT] = ([], [])
-            else:
-                lists = self._large
-            starts, allocs = lists
-            i = bisect.bisect_left(starts, addr)
-            starts.insert(i, addr)
-            allocs.insert(i, alloc)
-            self._count += 1
+        try:  # not `with` (slower); an interrupt right after acquire is caught below
+            lock.acquire()
+            try:
+                if alloc.nbytes <= _BUCKET:
+                    lists = self._buckets.get(addr >> _SHIFT)
+                    if lists is None:
+                        lists = self._buckets[addr >> _SHIFT] = ([], [])
+                else:
+                    lists = self._large
+                starts, allocs = lists
+                i = bisect.bisect_left(starts, addr)
+                starts.insert(i, addr)
+                allocs.insert(i, alloc)
+                self._count += 1
+            finally:
+                lock.release()
+        except BaseException:
+            if lock._is_owned():  # interrupted between the acquire and the try
+                lock.release()
+            raise
 
     def remove(self, alloc) -> None:
         """Forget an allocation; later lookups of its addresses fail."""
