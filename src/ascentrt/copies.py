@@ -206,9 +206,8 @@ def _check_fill(value) -> int:
     return int(value)
 
 
-def memset(dst, value: int, nbytes: int | None = None) -> None:
-    """Set `nbytes` bytes (default: all) of dst to `value`, now."""
-    check_sync_allowed("a synchronous memset")
+def _fill_target(dst, value, nbytes) -> tuple[_Operand, int, int]:
+    """The checked destination, byte value and byte count of a memset."""
     value = _check_fill(value)
     if nbytes is not None:
         nbytes = check_size(nbytes, allow_zero=True)
@@ -216,6 +215,13 @@ def memset(dst, value: int, nbytes: int | None = None) -> None:
     n = op.data.nbytes if nbytes is None else nbytes
     if n > op.data.nbytes:
         raise InvalidArgumentError(f"memset of {n} bytes runs past the end of dst ({op.data.nbytes} bytes)")
+    return op, value, n
+
+
+def memset(dst, value: int, nbytes: int | None = None) -> None:
+    """Set `nbytes` bytes (default: all) of dst to `value`, now."""
+    check_sync_allowed("a synchronous memset")
+    op, value, n = _fill_target(dst, value, nbytes)
     if n:
         _backend_of(op).execute(PlainOp(FILL, None, (op.addr, value, n), keep=op.data, nbytes=n))
 
@@ -223,13 +229,7 @@ def memset(dst, value: int, nbytes: int | None = None) -> None:
 def memset_async(dst, value: int, nbytes: int | None = None, *, stream=None) -> None:
     """Set bytes of dst to `value` after the stream's earlier work."""
     stream = resolve_stream(stream)
-    value = _check_fill(value)
-    if nbytes is not None:
-        nbytes = check_size(nbytes, allow_zero=True)
-    op = _operand(dst, nbytes, True, "dst")
-    n = op.data.nbytes if nbytes is None else nbytes
-    if n > op.data.nbytes:
-        raise InvalidArgumentError(f"memset of {n} bytes runs past the end of dst ({op.data.nbytes} bytes)")
+    op, value, n = _fill_target(dst, value, nbytes)
     if op.device is not None and op.device is not stream.device:
         raise InvalidArgumentError(f"dst on device {op.device.id} set on a stream of device "
                                    f"{stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
