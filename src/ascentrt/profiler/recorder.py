@@ -67,11 +67,10 @@ class Recorder:
         if bucket is None:
             bucket = self.per_stream.setdefault(stream, [])
         append = bucket.append
-        for task in tasks:
-            released = _released_by(task) if task.kind >= EVENT_WAIT else None
+        for task in tasks:  # executor tasks: no waits among them, rarely an error
             append((task.id, task.kind, task.name or getattr(task.fn, "__name__", None),
                     task.nbytes, task.t_enqueue, task.t_start, task.t_end, task.thread,
-                    _error_text(task), released))
+                    "" if task.error is None else _error_text(task), None))
 
     # ---- start / stop --------------------------------------------------------------------
 
