@@ -11,7 +11,7 @@ import enum
 
 import numpy as np
 
-from .backends.base import COPY as COPY_OP, FILL, PlainOp
+from .backends.base import PlainOp
 from .engine import Task, check_sync_allowed
 from .engine.task import COPY, MEMSET
 from . import config
@@ -164,7 +164,7 @@ def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
     n, d, s, _ = _prepare(dst, src, nbytes, kind)
     if n:
         args, keep = _copy_op(n, d, s)
-        _backend_of(d, s).execute(PlainOp(COPY_OP, None, args, keep=keep, nbytes=n))
+        _backend_of(d, s).execute(PlainOp(COPY, None, args, keep=keep, nbytes=n))
 
 
 def memcpy_async(dst, src, nbytes: int | None = None, *, stream=None, kind=None) -> None:
@@ -223,7 +223,7 @@ def memset(dst, value: int, nbytes: int | None = None) -> None:
     check_sync_allowed("a synchronous memset")
     op, value, n = _fill_target(dst, value, nbytes)
     if n:
-        _backend_of(op).execute(PlainOp(FILL, None, (op.addr, value, n), keep=op.data, nbytes=n))
+        _backend_of(op).execute(PlainOp(MEMSET, None, (op.addr, value, n), keep=op.data, nbytes=n))
 
 
 def memset_async(dst, value: int, nbytes: int | None = None, *, stream=None) -> None:
@@ -267,7 +267,7 @@ def memcpy2d(dst, dpitch: int, src, spitch: int, width: int, height: int, kind=N
     check_sync_allowed("a synchronous memcpy2d")
     args, d, s = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
     if width and height:
-        _backend_of(d, s).execute(PlainOp(COPY_OP, None, args, keep=(d.data, s.data),
+        _backend_of(d, s).execute(PlainOp(COPY, None, args, keep=(d.data, s.data),
                                           nbytes=width * height))
 
 

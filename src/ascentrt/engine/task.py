@@ -7,7 +7,9 @@ from ..backends.base import COPY, FILL, HOST, KERNEL, Op
 # Task kinds: the backend's operation kinds, then the control kinds the engine runs itself.
 MEMSET, HOST_FUNC = FILL, HOST
 EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, DETACH = range(4, 9)
-OP_KINDS = (KERNEL, COPY, MEMSET, HOST_FUNC)  # the kinds a backend executes
+__all__ = ["COMPUTE", "COPY", "COPY_ENGINE", "DETACH", "EVENT_RECORD", "EVENT_WAIT",
+           "EXECUTOR_NAMES", "EXECUTOR_OF", "HOST_EXECUTOR", "HOST_FUNC", "KERNEL", "KIND_NAMES",
+           "MEMSET", "NOTIFY_RECORD", "NOTIFY_WAIT", "Marker", "Task"]
 KIND_NAMES = ("kernel", "copy", "memset", "host_func", "event_record", "event_wait",
               "notify_record", "notify_wait", "host_func_nonblocking")
 
