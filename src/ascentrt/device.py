@@ -125,7 +125,7 @@ class Device:
                                    code=ErrorCode.RT_MEMORY_ALLOCATION) from None
         mem = np.frombuffer(backend.host_view(handle), dtype=np.uint8)
         self._memory = DeviceAllocator(self, mem, handle.addr, capacity,
-                                       decommit=lambda off, n: backend.decommit(handle, off, n))
+                                       decommit=lambda off, n: backend.free(handle, off, n))
         self._dq = DeviceQueues(ENGINE, device_id, backend)
         compute, copy, host = props.executors
         self.properties = DeviceProperties(

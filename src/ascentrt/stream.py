@@ -47,6 +47,7 @@ class Stream:
         self._completed = 0
         self._running = None
         self._blocked = None
+        self._released_ns = 0          # virtual devices: when a blocked wait of it last ended
         self._errors = []
         self._sync_waiters = []
         self._refuse = None            # None, "destroyed" or "failed"

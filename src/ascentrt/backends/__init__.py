@@ -1,6 +1,6 @@
 """Backends: what differs between device kinds, behind the contract in base.py."""
 
-from .base import Backend, BackendProperties, MemHandle, Op, PlainOp, Signal
+from .base import Backend, BackendProperties, Cost, MemHandle, Op, PlainOp, Signal
 from .cpu import CpuBackend
 
 KINDS = {"cpu": CpuBackend}  # ASCENTRT_BACKEND names a key of this table
@@ -11,5 +11,5 @@ def make_backend(kind: str, name: str, memory_bytes: int, executors: tuple[int, 
     return KINDS[kind](name, memory_bytes, executors)
 
 
-__all__ = ["Backend", "BackendProperties", "CpuBackend", "KINDS", "MemHandle", "Op", "PlainOp",
+__all__ = ["Backend", "BackendProperties", "Cost", "CpuBackend", "KINDS", "MemHandle", "Op", "PlainOp",
            "Signal", "make_backend"]

@@ -36,17 +36,33 @@ class Op:
     args: tuple
     resolve: object
     keep: object
+    cost: object        # what it costs on a simulated device: a Cost, or None for the default
 
 
 class PlainOp(Op):
     """An operation outside any stream (a synchronous copy or fill, a graph node)."""
 
-    __slots__ = ("kind", "fn", "args", "resolve", "keep", "nbytes")
+    __slots__ = ("kind", "fn", "args", "resolve", "keep", "nbytes", "cost")
 
     def __init__(self, kind: int, fn=None, args: tuple = (), resolve=None, keep=None,
-                 nbytes: int = 0):
+                 nbytes: int = 0, cost=None):
         self.kind, self.fn, self.args, self.resolve, self.keep = kind, fn, args, resolve, keep
-        self.nbytes = nbytes
+        self.nbytes, self.cost = nbytes, cost
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a kernel costs on a simulated device: a duration, or work for a roofline model.
+
+    seconds: the duration itself. Otherwise flops and bytes: the kernel takes the longer of
+    flops over the compute rate of the units it occupies and bytes over memory bandwidth.
+    block_dim: compute units it occupies (None: all of them), as CANN's blockDim.
+    """
+
+    seconds: float | None = None
+    flops: float = 0.0
+    bytes: float = 0.0
+    block_dim: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,10 @@ class BackendProperties:
     memory_bytes: int
     executors: tuple[int, int, int]   # (compute units, copy engines, host-function threads)
     preset: str = ""              # the hardware model a simulated device follows
+    virtual: bool = False         # time is modelled (host_call and queue stepping matter)
+    queue_depth: int = 0          # tasks a stream may hold before a submit waits (0: no limit)
+    max_streams: int = 0          # streams the device can have at once (0: no limit)
+    max_events: int = 0           # events the device can have at once (0: no limit)
 
 
 class Signal(abc.ABC):
@@ -95,20 +115,16 @@ class Backend(abc.ABC):
         """Reserve `nbytes` of device memory, or of pinned host memory when `host`."""
 
     @abc.abstractmethod
-    def free(self, handle: MemHandle) -> None:
-        """Release memory from alloc()."""
-
-    @abc.abstractmethod
-    def decommit(self, handle: MemHandle, offset: int, nbytes: int) -> None:
-        """Give the pages of a range of `handle` back (it stays reserved, reads as zeros)."""
+    def free(self, handle: MemHandle, offset: int = 0, nbytes: int | None = None) -> None:
+        """Release memory from alloc(), or only the pages of a range (then reads as zeros)."""
 
     @abc.abstractmethod
     def host_view(self, handle: MemHandle) -> memoryview:
         """The bytes of host-reachable memory as a writable memoryview."""
 
     @abc.abstractmethod
-    def start_queue(self, name: str, serve) -> None:
-        """Start one executor of the device that runs `serve()` (the engine's dispatch loop)."""
+    def start_queue(self, name: str, queue) -> None:
+        """Start one executor over `queue` (an engine ExecutorQueue: a loop, or steps)."""
 
     @abc.abstractmethod
     def execute(self, op: Op) -> None:
@@ -121,6 +137,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def host_wait(self, signal: Signal, timeout_s: float | None) -> bool:
         """Block the host until `signal` is set (True) or `timeout_s` passes (False)."""
+
+    @abc.abstractmethod
+    def host_call(self, what: str) -> None:
+        """The host makes API call `what` now (a simulator charges its modelled cost)."""
 
     @abc.abstractmethod
     def now_ns(self) -> int:

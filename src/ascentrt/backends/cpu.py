@@ -69,11 +69,15 @@ class CpuBackend(Backend):
         pinned = host and _libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0
         return MemHandle(addr, nbytes, host, pinned, _Mapping(mm, size, pinned))
 
-    def free(self, handle: MemHandle) -> None:
-        """Unlock and unmap (a mapping still exported by a user view lives until that view dies).
+    def free(self, handle: MemHandle, offset: int = 0, nbytes: int | None = None) -> None:
+        """Unlock and unmap (a mapping still exported by a user view lives until that view dies);
+        a range is madvise(DONTNEED)ed: touched pages of a private mapping go back to the OS.
 
         Device memory is never unmapped: stale views of it must not fault.
         """
+        if nbytes is not None:
+            _libc.madvise(ctypes.c_void_p(handle.addr + offset), ctypes.c_size_t(nbytes), _MADV_DONTNEED)
+            return
         m = handle.token
         if not handle.host:
             return
@@ -86,17 +90,13 @@ class CpuBackend(Backend):
         except BufferError:
             pass  # a user array still views it: unmapped when that array dies
 
-    def decommit(self, handle: MemHandle, offset: int, nbytes: int) -> None:
-        """madvise(DONTNEED): touched pages of a private mapping go back to the OS."""
-        _libc.madvise(ctypes.c_void_p(handle.addr + offset), ctypes.c_size_t(nbytes), _MADV_DONTNEED)
-
     def host_view(self, handle: MemHandle) -> memoryview:
         """The mapping itself, cut to the size asked for."""
         return memoryview(handle.token.mm)[:handle.nbytes]
 
-    def start_queue(self, name: str, serve) -> None:
-        """One daemon thread per executor."""
-        threading.Thread(target=serve, daemon=True, name=name).start()
+    def start_queue(self, name: str, queue) -> None:
+        """One daemon thread per executor, running the engine's dispatch loop."""
+        threading.Thread(target=queue, daemon=True, name=name).start()
 
     def execute(self, op: Op) -> None:
         """Kernels and host functions are called; copies and fills are libc memmove/memset."""
@@ -124,6 +124,9 @@ class CpuBackend(Backend):
     def host_wait(self, signal, timeout_s: float | None) -> bool:
         """Event.wait: the calling thread sleeps until the signal is set or the time passes."""
         return signal.wait(timeout_s)
+
+    def host_call(self, what: str) -> None:
+        """Nothing: host calls cost what they really cost."""
 
     def now_ns(self) -> int:
         """perf_counter_ns: monotonic, the same clock the host side uses."""

@@ -22,7 +22,7 @@ from .. import config
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, note_async_error)
 from .task import (DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_EXECUTOR, KERNEL,
-                   NOTIFY_RECORD, NOTIFY_WAIT, Task)
+                   KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, Task)
 
 BATCH = 64  # most tasks one executor takes from a stream per lock round trip
 SLICE_NS = 1_000_000  # a batch yields to a waiting stream of equal priority after this long
@@ -95,7 +95,10 @@ class DeviceQueues:
         self.engine = engine
         self.device_id = device_id
         self.backend = backend
-        self.sizes = sizes = backend.properties().executors
+        props = backend.properties()
+        self.sizes = sizes = props.executors
+        self.virtual = props.virtual            # time is modelled: host calls are charged
+        self.queue_depth = props.queue_depth    # a stream this full makes a submit wait
         self.ready = [_ReadyQueue() for _ in sizes]
         # Per class, the wake-up locks of parked workers not yet woken (a list: its length is
         # the number of idle workers). Lighter than a Condition: one release wakes one worker.
@@ -118,18 +121,65 @@ class DeviceQueues:
                                    "work submitted now would never run",
                                    code=ErrorCode.RT_RESOURCE_ALLOC_FAIL)
         self.closing = False
-        worker = self.engine._worker
         for ex, n in enumerate(self.sizes):
             while self.running[ex] < n:
                 name = f"ascentrt-dev{self.device_id}-{EXECUTOR_NAMES[ex]}{self.running[ex]}"
                 try:
-                    self.backend.start_queue(name, lambda ex=ex: worker(self, ex))
+                    self.backend.start_queue(name, ExecutorQueue(self.engine, self, ex))
                 except Exception as exc:  # e.g. RuntimeError: can't start new thread
                     raise StreamStateError(f"device {self.device_id}: executor {name} could not "
                                            f"start ({exc}); nothing was queued",
                                            code=ErrorCode.RT_RESOURCE_ALLOC_FAIL) from exc
                 self.running[ex] += 1
         self.started = True
+
+
+class ExecutorQueue:
+    """One executor class of one device, as the engine hands it to Backend.start_queue.
+
+    A threaded backend calls it: the engine's dispatch loop, until the device closes. A
+    simulator steps it instead: take() a task when a unit is free, run() it, finish() it when
+    its modelled time is over (one task at a time, in virtual-time order).
+    """
+
+    __slots__ = ("engine", "dq", "executor", "ready")
+
+    def __init__(self, engine: "Engine", dq: DeviceQueues, executor: int):
+        self.engine, self.dq, self.executor = engine, dq, executor
+        self.ready = dq.ready[executor]   # .count: streams waiting (read without the lock)
+
+    def __call__(self) -> None:
+        self.engine._worker(self.dq, self.executor)
+
+    def take(self, fits, first_only: bool):
+        """The head task of the first ready stream (priority, then FIFO) for which fits(task)
+        holds, now running; None when none fits (first_only: when the first does not)."""
+        return self.engine._take(self.dq, self.executor, fits, first_only)
+
+    def run(self, task: Task) -> None:
+        """Execute a taken task on the calling thread as its executor (errors kept in task.error)."""
+        prev = getattr(_local, "stream", None)
+        _local.stream = task.stream
+        try:
+            self.dq.backend.execute(task)
+        except BaseException as e:  # a failing task must never kill the simulation
+            task.error = e
+        finally:
+            _local.stream = prev
+
+    def finish(self, task: Task) -> None:
+        """A taken task ended: complete it and move its stream (and what it releases) on."""
+        self.engine._finish(self.dq, self.executor, task)
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of a timed device-side wait (backend clock ns), or None."""
+        heap = self.engine._deadlines
+        return heap[0][0] if heap else None
+
+    def fire_deadlines(self, now: int) -> None:
+        """Fail the timed waits whose deadline is at or before `now`."""
+        with self.engine.lock:
+            self.engine._fire_due(now)
 
 
 class Engine:
@@ -157,6 +207,8 @@ class Engine:
         The one-task form of submit_all(), for the launch hot path; event records go through
         submit_all(), which sets the position their marker captures.
         """
+        if stream._dq.virtual:
+            self._host_submits(stream, KIND_NAMES[task.kind])
         lock = self.lock
         try:  # (cheaper than `with`, which costs ~0.1 us per launch here)
             lock.acquire()
@@ -192,6 +244,26 @@ class Engine:
             if lock._is_owned():  # interrupted between the acquire and the try
                 lock.release()
             raise
+
+    def _host_submits(self, stream, what: str) -> None:
+        """On a virtual device: charge the host call, and wait while the stream's submission
+        queue is full (as a full SQ makes the host's next submit wait)."""
+        dq = stream._dq
+        dq.backend.host_call(what)
+        depth = dq.queue_depth
+        if depth and stream._submitted - stream._completed >= depth:
+            with self.lock:
+                target = stream._submitted - depth + 1
+                if stream._completed >= target:
+                    return
+                ev = dq.backend.new_signal()
+                stream._sync_waiters.append((target, ev))
+
+            def cancel():
+                stream._sync_waiters = [w for w in stream._sync_waiters if w[1] is not ev]
+
+            self.wait_host(ev, None, [stream], f"a submit to full stream {stream.id} "
+                           f"({depth} tasks queued)", ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
 
     # ---- progress (all under the lock) -----------------------------------------------------
 
@@ -235,6 +307,8 @@ class Engine:
             if m.waiters:
                 for w in m.waiters:
                     w._blocked = None
+                    if w._dq.virtual:
+                        w._released_ns = w._dq.backend.now_ns()
                     work.append(w)
                 m.waiters = []
             for ev in m.host_waiters:
@@ -258,6 +332,8 @@ class Engine:
             if n._waiters:
                 w = n._waiters.popleft()
                 w._blocked = None
+                if w._dq.virtual:
+                    w._released_ns = w._dq.backend.now_ns()
                 work.append(w)
                 consumed = w._tasks.popleft()  # the waiter's wait task completes here
                 consumed.releaser = t           # (for the profiler's record -> wait arrow)
@@ -297,6 +373,9 @@ class Engine:
         woken by the first task never races the queuing of the rest; raises the refusal of
         the first stream in `streams` that refuses work, before queuing anything.
         """
+        first = streams[0]
+        if first._dq.virtual:
+            self._host_submits(first, KIND_NAMES[work[0][1].kind] if len(work) == 1 else "graph_launch")
         with self.lock:
             for s in streams:
                 if s._refuse is not None:
@@ -490,36 +569,73 @@ class Engine:
                     break
             _local.stream = None
             lock.acquire()
-            busy[ex] -= 1
-            s._running = None
-            self._completed(s, done)
-            infos = [self._fail(s, t, t.error) for t in failed] if failed else ()
-            if done < len(batch):  # (tested first: no slice on the common path)
-                rest = batch[done:]
-                if s._refuse is None and s._cut is None:
-                    tasks.extendleft(reversed(rest))  # not run yet: back to the head, in order
-                else:
-                    self._completed(s, len(rest))      # the stream stopped: they are discarded
-            s._cut = None
-            if tasks:
-                self._advance(s, ex)
+            self._batch_ended(dq, ex, s, batch, done, failed)
+
+    def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int, failed: list) -> None:
+        """Complete the first `done` tasks of a batch run outside the lock, put back the rest,
+        move the stream on; then report to the profiler and exception callbacks (briefly
+        releasing the lock, which the caller holds)."""
+        lock = self.lock
+        dq.busy[ex] -= 1
+        s._running = None
+        self._completed(s, done)
+        infos = [self._fail(s, t, t.error) for t in failed] if failed else ()
+        tasks = s._tasks
+        if done < len(batch):  # (tested first: no slice on the common path)
+            rest = batch[done:]
+            if s._refuse is None and s._cut is None:
+                tasks.extendleft(reversed(rest))  # not run yet: back to the head, in order
             else:
-                s._active = False
-                s._dq.active.discard(s)
-            if prof is not None or infos:
-                lock.release()
-                if prof is not None:
+                self._completed(s, len(rest))      # the stream stopped: they are discarded
+        s._cut = None
+        if tasks:
+            self._advance(s, ex)
+        else:
+            s._active = False
+            s._dq.active.discard(s)
+        prof = Hooks.profiler
+        if prof is not None or infos:
+            lock.release()
+            if prof is not None:
+                try:
+                    prof.tasks_done(s, batch[:done] if done < len(batch) else batch)
+                except BaseException:  # a failing profiler loses records, never an executor
+                    _log.exception("ascentrt: the profiler failed to record a batch")
+            for info in infos:
+                for cb in list(Hooks.exception_callbacks):
                     try:
-                        prof.tasks_done(s, batch[:done] if done < len(batch) else batch)
-                    except BaseException:  # a failing profiler loses records, never an executor
-                        _log.exception("ascentrt: the profiler failed to record a batch")
-                for info in infos:
-                    for cb in list(Hooks.exception_callbacks):
-                        try:
-                            cb(info)
-                        except BaseException:  # SystemExit included: executors must live on
-                            _log.exception("ascentrt: exception-info callback %r raised", cb)
-                lock.acquire()
+                        cb(info)
+                    except BaseException:  # SystemExit included: executors must live on
+                        _log.exception("ascentrt: exception-info callback %r raised", cb)
+            lock.acquire()
+
+    # ---- stepping by a simulator (see ExecutorQueue) ----------------------------------------
+
+    def _take(self, dq: DeviceQueues, ex: int, fits, first_only: bool):
+        with self.lock:
+            ready = dq.ready[ex]
+            for level in ready.levels:
+                for s in level:
+                    t = s._tasks[0]
+                    if fits(t):
+                        level.remove(s)
+                        ready.count -= 1
+                        s._tasks.popleft()
+                        s._running = t
+                        dq.busy[ex] += 1
+                        if s._released_ns:
+                            t.released_ns, s._released_ns = s._released_ns, 0
+                        return t
+                    if first_only:
+                        return None
+            return None
+
+    def _finish(self, dq: DeviceQueues, ex: int, t: Task) -> None:
+        with self.lock:
+            s = t.stream
+            cut = s._cut is not None and t.id > s._cut  # discarded before it ran: not counted twice
+            self._batch_ended(dq, ex, s, [t], 0 if cut else 1,
+                              [t] if t.error is not None and not cut else [])
 
     # ---- timed device-side waits -----------------------------------------------------------
 
@@ -533,6 +649,8 @@ class Engine:
             heapq.heapify(heap)
         deadline = s._dq.backend.now_ns() + int(t.timeout * 1e9)
         heapq.heappush(heap, (deadline, next(self._seq), s, t))
+        if s._dq.virtual:
+            return  # virtual time: the simulator fires it (ExecutorQueue.fire_deadlines)
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, daemon=True, name="ascentrt-watchdog")
             self._watchdog.start()
@@ -544,22 +662,26 @@ class Engine:
         with self.lock:
             while True:
                 now = self.devices[0].backend.now_ns()
-                while self._deadlines and self._deadlines[0][0] <= now:
-                    _, _, s, t = heapq.heappop(self._deadlines)
-                    if s._blocked is t:
-                        self._unblock(s)
-                        s._tasks.popleft()
-                        self._completed(s)
-                        what = "event" if t.kind == EVENT_WAIT else "notify"
-                        self._fail(s, t, TimeoutError_(f"device-side wait on {what} timed out",
-                                                       code=ErrorCode.RT_WAIT_TIMEOUT))
-                        if s._tasks:
-                            self._advance(s, None)
-                        else:
-                            s._active = False
-                            s._dq.active.discard(s)
+                self._fire_due(now)
                 timeout = (self._deadlines[0][0] - now) / 1e9 if self._deadlines else None
                 self._watchdog_cv.wait(timeout)
+
+    def _fire_due(self, now: int) -> None:
+        """Fail the timed waits whose deadline is at or before `now` (under the lock)."""
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, s, t = heapq.heappop(self._deadlines)
+            if s._blocked is t:
+                self._unblock(s)
+                s._tasks.popleft()
+                self._completed(s)
+                what = "event" if t.kind == EVENT_WAIT else "notify"
+                self._fail(s, t, TimeoutError_(f"device-side wait on {what} timed out",
+                                               code=ErrorCode.RT_WAIT_TIMEOUT))
+                if s._tasks:
+                    self._advance(s, None)
+                else:
+                    s._active = False
+                    s._dq.active.discard(s)
 
     # ---- host-side waiting ------------------------------------------------------------------
 

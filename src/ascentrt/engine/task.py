@@ -45,6 +45,8 @@ class Task(Op):
     keep = None         # what the Op's addresses point into, kept alive until it ran
     releaser = None     # a notify wait, when profiling: the record task that set it going
     group = None
+    cost = None         # the Op's cost on a simulated device (None: the backend's default)
+    released_ns = 0     # on a virtual device: when the wait before it let its stream go on
 
     def __init__(self, kind: int, fn=None, args: tuple = (), name: str | None = None):
         self.kind = kind
