@@ -18,8 +18,14 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(PY) -m ascentrt.cli demo
 
+# The semantics tests again on the simulated NPU (tests marked cpu_only skip there).
+SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failures host_funcs \
+	graph_capture graph_replay memory mempool callback edge_cases reuse_safety taskgraph context \
+	acl_conformance acl_dropin threads model external_memory bad_input core_fuzz red_team sim))
+
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q
+	$(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_TESTS)
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py

@@ -1,8 +1,39 @@
-"""Shared fixtures: a fresh stream per test, and a device left clean afterwards."""
+"""Shared fixtures: a fresh stream per test, and a device left clean afterwards.
+
+`pytest --backend sim` runs the same tests on the simulated NPU (make test does, for the
+semantics files). Tests marked `cpu_only` need a device whose kernels run in real time
+(a kernel blocking on a host gate, wall-clock durations, executor threads): they are skipped
+there, with that reason.
+"""
+
+import os
 
 import pytest
 
-import ascentrt as art
+
+def pytest_addoption(parser):
+    parser.addoption("--backend", default=None, choices=("cpu", "sim"),
+                     help="run the tests on this backend (sets ASCENTRT_BACKEND)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cpu_only: needs the cpu backend (kernels that block on host gates, wall-clock durations, executor threads)")
+    backend = config.getoption("--backend")
+    if backend:
+        os.environ["ASCENTRT_BACKEND"] = backend  # before any device exists
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("ASCENTRT_BACKEND") != "sim":
+        return
+    skip = pytest.mark.skip(reason="cpu_only: kernels that block on host gates, wall-clock "
+                                   "durations or executor threads; the sim backend models time")
+    for item in items:
+        if "cpu_only" in item.keywords:
+            item.add_marker(skip)
+
+
+import ascentrt as art  # noqa: E402  (after the backend is chosen)
 
 
 @pytest.fixture

@@ -193,6 +193,7 @@ def test_device_misc(rt):
     assert rt.device_get_stream_priority_range() == (7, 0, 0)
 
 
+@pytest.mark.cpu_only
 def test_synchronize_device_with_timeout_expires(rt, stream, gate):
     rt.launch_kernel(blocker(gate), (), stream)
     assert rt.synchronize_device_with_timeout(30) == C.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
@@ -284,6 +285,7 @@ def test_stream_with_config_clamps_priority(rt):
     assert ret == 0 and STREAMS.get(s).priority == 3
 
 
+@pytest.mark.cpu_only
 def test_synchronize_stream_with_timeout(rt, stream, gate):
     assert rt.synchronize_stream_with_timeout(stream, -2) == C.ACL_ERROR_RT_PARAM_INVALID
     assert rt.synchronize_stream_with_timeout(stream, 0) == C.ACL_ERROR_RT_PARAM_INVALID
@@ -295,6 +297,7 @@ def test_synchronize_stream_with_timeout(rt, stream, gate):
     assert rt.stream_query(stream) == (C.ACL_STREAM_STATUS_COMPLETE, 0)
 
 
+@pytest.mark.cpu_only
 def test_destroy_stream_force_discards_pending_work(rt, stream, gate):
     ran = []
     rt.launch_kernel(blocker(gate), (), stream)
@@ -340,6 +343,7 @@ def test_event_needs_a_context():
     assert acl.rt.create_event() == (0, C.ACL_ERROR_RT_CONTEXT_NULL)
 
 
+@pytest.mark.cpu_only
 def test_event_statuses(rt, stream, gate):
     ev, _ = rt.create_event()
     ex, _ = rt.create_event_ex_with_flag(C.ACL_EVENT_SYNC)
@@ -365,6 +369,7 @@ def test_synchronize_event_timeout_arguments(rt):
     assert rt.synchronize_event_with_timeout(ev, -1) == 0
 
 
+@pytest.mark.cpu_only
 def test_stream_wait_event_and_wait_status(rt, gate):
     producer, _ = rt.create_stream()
     consumer, _ = rt.create_stream()
@@ -409,6 +414,7 @@ def test_elapsed_time_and_timestamps(rt, stream):
     assert ret == 0 and eid > 0
 
 
+@pytest.mark.cpu_only
 def test_op_wait_timeout_fails_a_device_side_wait(rt, gate):
     producer, _ = rt.create_stream()
     consumer, _ = rt.create_stream()
@@ -602,6 +608,7 @@ def test_memcpy_every_kind_round_trip(rt):
     assert out == data
 
 
+@pytest.mark.cpu_only
 def test_memcpy_async_from_pinned_memory_is_asynchronous(rt, stream, gate):
     dev, _ = rt.malloc(64, 0)
     host, _ = rt.malloc_host(64)

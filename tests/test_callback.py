@@ -132,6 +132,7 @@ def test_callbacks_for_a_report_thread_that_exited_fail_loudly(stream, caplog):
                for r in caplog.records)
 
 
+@pytest.mark.cpu_only
 def test_a_report_thread_synchronizing_the_stream_it_must_serve_gets_a_deadlock_error(stream):
     outcome = []
     subscribed, submitted = threading.Event(), threading.Event()

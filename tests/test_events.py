@@ -16,6 +16,7 @@ def _blocked(stream):
     return gate
 
 
+@pytest.mark.cpu_only
 def test_elapsed_time_measures_the_work_between_two_records(dev, stream):
     start, end = dev.create_event(timing=True), dev.create_event(timing=True)
     start.record(stream)
@@ -52,6 +53,7 @@ def test_elapsed_time_of_a_never_recorded_event_raises(dev, stream):
     assert err.value.code == art.ErrorCode.RT_EVENT_TIMESTAMP_INVALID
 
 
+@pytest.mark.cpu_only
 def test_elapsed_time_of_a_not_completed_record_raises(dev, stream):
     start, end = dev.create_event(timing=True), dev.create_event(timing=True)
     start.record(stream)
@@ -70,6 +72,7 @@ def test_elapsed_time_takes_events(dev):
         art.elapsed_time(1, 2)
 
 
+@pytest.mark.cpu_only
 def test_event_query_and_synchronize_follow_the_recorded_work(dev, stream):
     ev = dev.create_event()
     assert ev.query() and not ev.recorded     # never recorded: nothing to wait for
@@ -81,6 +84,7 @@ def test_event_query_and_synchronize_follow_the_recorded_work(dev, stream):
     assert ev.query()
 
 
+@pytest.mark.cpu_only
 def test_event_synchronize_ignores_work_submitted_after_the_record(dev, stream):
     ev = dev.create_event()
     art.launch(art.kernels.noop, stream=stream)
@@ -100,6 +104,7 @@ def test_event_reset_forgets_the_record(dev, stream):
         stream.wait(ev)
 
 
+@pytest.mark.cpu_only
 def test_rerecording_an_event_moves_it_to_the_new_point(dev, stream):
     ev = dev.create_event()
     ev.record(stream)
@@ -123,6 +128,7 @@ def test_destroyed_event_raises_invalid_handle(dev, stream):
         assert err.value.code == art.ErrorCode.RT_INVALID_HANDLE
 
 
+@pytest.mark.cpu_only
 def test_event_destroyed_after_record_still_completes_its_waiters(dev):
     a, b = dev.create_stream(), dev.create_stream()
     gate = _blocked(a)
@@ -144,6 +150,7 @@ def test_event_context_manager_destroys_it(dev):
         ev.query()
 
 
+@pytest.mark.cpu_only
 def test_stream_synchronize_timeout_raises_507046(stream):
     gate = _blocked(stream)
     t0 = time.monotonic()
@@ -155,6 +162,7 @@ def test_stream_synchronize_timeout_raises_507046(stream):
     stream.synchronize(timeout=10)            # usable afterwards
 
 
+@pytest.mark.cpu_only
 def test_event_synchronize_timeout_raises_507047(dev, stream):
     gate = _blocked(stream)
     ev = stream.record()
@@ -165,6 +173,7 @@ def test_event_synchronize_timeout_raises_507047(dev, stream):
     ev.synchronize(timeout=10)
 
 
+@pytest.mark.cpu_only
 def test_device_synchronize_timeout_raises_507046(dev, stream):
     gate = _blocked(stream)
     with pytest.raises(art.AscentTimeoutError) as err:
@@ -174,6 +183,7 @@ def test_device_synchronize_timeout_raises_507046(dev, stream):
     dev.synchronize(timeout=10)
 
 
+@pytest.mark.cpu_only
 def test_a_timeout_is_also_a_builtin_timeout_error(stream):
     gate = _blocked(stream)
     with pytest.raises(TimeoutError):
@@ -205,6 +215,7 @@ def test_infinite_timeout_means_wait_forever(stream):
     assert stream.query()
 
 
+@pytest.mark.cpu_only
 def test_device_side_event_wait_timeout_fails_the_wait_with_107019(dev):
     a, b = dev.create_stream(), dev.create_stream()
     gate = _blocked(a)

@@ -49,6 +49,7 @@ def test_blocking_host_func_holds_back_later_tasks_of_the_stream(stream):
     assert log == ["host", "kernel"]
 
 
+@pytest.mark.cpu_only
 def test_non_blocking_host_func_lets_later_tasks_go_on(stream):
     gate = threading.Event()
     log = []
@@ -61,6 +62,7 @@ def test_non_blocking_host_func_lets_later_tasks_go_on(stream):
     assert log == ["kernel", "host"]
 
 
+@pytest.mark.cpu_only
 def test_non_blocking_host_func_still_runs_after_the_work_before_it(stream):
     log = []
     art.launch(lambda: (time.sleep(0.02), log.append("kernel")), stream=stream)

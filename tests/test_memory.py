@@ -106,6 +106,7 @@ def test_memcpy_async_between_pinned_and_device_memory(stream, bufs, direction):
     assert np.array_equal(dst.numpy(), data)
 
 
+@pytest.mark.cpu_only
 def test_memcpy_async_with_pinned_memory_is_asynchronous(stream, bufs):
     host, dev_buf = art.malloc_host(256), art.malloc(256)
     bufs += [host, dev_buf]

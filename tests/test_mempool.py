@@ -193,6 +193,7 @@ def _slow(gate, out=None, tag=None):
     return kernel
 
 
+@pytest.mark.cpu_only
 def test_freed_block_is_not_handed_to_another_stream_while_its_work_is_pending(dev, gate):
     pool = art.MemPool(dev, policy=ReusePolicy(allow_internal_dependencies=False))
     a, b = dev.create_stream(), dev.create_stream()
@@ -218,6 +219,7 @@ def test_freed_block_is_not_handed_to_another_stream_while_its_work_is_pending(d
         pool.destroy()
 
 
+@pytest.mark.cpu_only
 def test_reuse_follows_an_event_the_allocating_stream_already_waits_on(dev, gate):
     policy = ReusePolicy(opportunistic=False, allow_internal_dependencies=False)
     pool = art.MemPool(dev, policy=policy)
@@ -236,6 +238,7 @@ def test_reuse_follows_an_event_the_allocating_stream_already_waits_on(dev, gate
         pool.destroy()
 
 
+@pytest.mark.cpu_only
 def test_pool_inserts_the_wait_when_allowed_and_the_new_owner_runs_after(dev, gate):
     pool = art.MemPool(dev)  # default policy: may insert the wait itself
     a, b = dev.create_stream(), dev.create_stream()
@@ -257,6 +260,7 @@ def test_pool_inserts_the_wait_when_allowed_and_the_new_owner_runs_after(dev, ga
         pool.destroy()
 
 
+@pytest.mark.cpu_only
 def test_record_stream_makes_a_free_wait_for_that_stream_too(dev, gate):
     pool = art.MemPool(dev, policy=ReusePolicy(allow_internal_dependencies=False))
     a, b, c = dev.create_stream(), dev.create_stream(), dev.create_stream()
@@ -345,6 +349,7 @@ def test_alloc_free_from_8_threads_never_shares_bytes(dev):
     assert not errors, errors[0]
 
 
+@pytest.mark.cpu_only
 def test_mempool_trim_threshold_and_attributes(dev):
     with art.MemPool(dev) as pool:
         bufs = [pool.malloc_async(3 * MiB) for _ in range(4)]
@@ -492,6 +497,7 @@ def test_configure_pool_changes_the_device_pool_at_run_time(dev):
         art.configure_pool(split_limit=before[0], release_threshold=before[1], gc_threshold=before[2])
 
 
+@pytest.mark.cpu_only
 def test_tasks_queued_before_a_stream_ordered_free_still_see_the_bytes(dev, stream, gate):
     buf = art.malloc(4096, stream=stream)
     art.launch(_slow(gate), buf.view(np.float32), stream=stream)

@@ -9,6 +9,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import ascentrt as art
 
+pytestmark = pytest.mark.cpu_only  # blocked ops are kernels waiting on host gates
+
 STREAMS = 3
 EVENTS = 3
 BUFFERS = 3

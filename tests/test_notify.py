@@ -7,6 +7,7 @@ import pytest
 import ascentrt as art
 
 
+@pytest.mark.cpu_only
 def test_wait_and_reset_holds_the_stream_until_the_record(dev):
     producer, consumer = dev.create_stream(), dev.create_stream()
     notify = dev.create_notify()
@@ -193,6 +194,7 @@ def test_streams_outside_the_cycle_still_synchronize(dev):
     a.destroy(force=True), b.destroy(force=True), c.destroy()
 
 
+@pytest.mark.cpu_only
 def test_a_host_function_waiting_for_work_behind_it_on_the_host_executor_is_a_deadlock(dev):
     # Stream a's host function synchronizes stream b, whose host function needs the host
     # executor a's function occupies: a cycle through an executor. The waiting host function
@@ -252,6 +254,7 @@ def test_a_stuck_wait_is_reported_as_a_warning_before_its_timeout(dev, monkeypat
     a.destroy()
 
 
+@pytest.mark.cpu_only
 @pytest.mark.parametrize("how", ["destroy", "stop"])
 def test_a_discarded_notify_record_releases_its_waiter(dev, how):
     producer = dev.create_stream(stop_on_failure=how == "stop")

@@ -16,8 +16,8 @@ from ascentrt.demo import run_pipeline
 def _spin_host(seconds: float) -> None:
     """Keep the host thread busy (preparing the next batch) for about `seconds`."""
     x = np.linspace(0.0, 1.0, 20_000)
-    end = art.profiler.recorder.perf_counter_ns() + int(seconds * 1e9)
-    while art.profiler.recorder.perf_counter_ns() < end:
+    end = art.profiler.clock.now_ns() + int(seconds * 1e9)
+    while art.profiler.clock.now_ns() < end:
         np.sin(x, out=x)
 
 

@@ -30,6 +30,7 @@ def test_a_callback_raising_system_exit_does_not_kill_the_executors(dev, stream,
     assert ran == [1]
 
 
+@pytest.mark.cpu_only
 def test_stream_and_graph_destroy_take_a_timeout(dev):
     s = dev.create_stream()
     n = art.Notify()
@@ -64,6 +65,7 @@ def test_notifies_refuse_a_stream_of_another_device_as_events_do():
     assert out.stdout.split() == ["refused", "refused"]
 
 
+@pytest.mark.cpu_only
 def test_a_device_memory_size_the_machine_cannot_map_is_an_out_of_memory_error():
     out = subprocess.run([sys.executable, "-c", "import ascentrt as art; art.malloc(64)"],
                          capture_output=True, text=True, timeout=60,
@@ -209,6 +211,7 @@ def test_work_submitted_during_interpreter_shutdown_does_not_hang_the_exit(warm)
     assert out.stdout.split()[0] in ("ran", "refused")
 
 
+@pytest.mark.cpu_only
 def test_an_executor_that_cannot_start_queues_nothing_and_is_retried(monkeypatch):
     code = '''
 import ascentrt as art

@@ -33,6 +33,7 @@ def streams(dev):
         s.destroy(force=True)
 
 
+@pytest.mark.cpu_only
 def test_a_free_without_stream_waits_for_another_devices_peer_copy_into_the_block():
     code = textwrap.dedent(f'''
         import threading
@@ -62,6 +63,7 @@ def test_a_free_without_stream_waits_for_another_devices_peer_copy_into_the_bloc
     assert out.stdout.startswith("ok")
 
 
+@pytest.mark.cpu_only
 def test_reuse_never_rests_on_a_wait_that_can_time_out(streams, gate):
     a, b = streams
     pool = art.MemPool()            # its own chunks: buf's 2 MiB block fills one, no remainder
@@ -90,6 +92,7 @@ def test_reuse_never_rests_on_a_wait_that_can_time_out(streams, gate):
     pool.destroy()
 
 
+@pytest.mark.cpu_only
 def test_a_copy_queued_on_another_stream_before_a_stream_ordered_free_is_refused(streams, gate):
     a, b = streams
     buf = art.malloc(N, stream=a)

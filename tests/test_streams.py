@@ -54,6 +54,7 @@ def test_a_stream_never_runs_two_tasks_at_once(dev, stream):
     assert overlaps and max(overlaps) == 1
 
 
+@pytest.mark.cpu_only
 def test_submission_returns_before_the_task_runs(stream):
     gate = threading.Event()
     ran = []
@@ -65,6 +66,7 @@ def test_submission_returns_before_the_task_runs(stream):
     assert ran == [1] and stream.query() and stream.pending == 0
 
 
+@pytest.mark.cpu_only
 def test_wait_on_event_orders_the_waiting_stream_after_the_recorded_work(dev):
     a, b = dev.create_stream(), dev.create_stream()
     gate = threading.Event()
@@ -81,6 +83,7 @@ def test_wait_on_event_orders_the_waiting_stream_after_the_recorded_work(dev):
     a.destroy(), b.destroy()
 
 
+@pytest.mark.cpu_only
 def test_wait_uses_the_record_that_precedes_it_not_a_later_one(dev):
     a, b = dev.create_stream(), dev.create_stream()
     second_gate = threading.Event()
@@ -100,6 +103,7 @@ def test_wait_uses_the_record_that_precedes_it_not_a_later_one(dev):
     a.destroy(), b.destroy()
 
 
+@pytest.mark.cpu_only
 def test_wait_on_an_event_recorded_later_does_not_see_that_record(dev):
     a, b = dev.create_stream(), dev.create_stream()
     gate = threading.Event()
@@ -130,6 +134,7 @@ def test_wait_takes_an_event(stream):
         stream.wait("not an event")
 
 
+@pytest.mark.cpu_only
 def test_query_and_pending_follow_the_work(stream):
     assert stream.query() and stream.pending == 0
     gate = threading.Event()
@@ -158,6 +163,7 @@ def test_destroy_twice_raises_invalid_handle(dev):
     assert err.value.code == art.ErrorCode.RT_INVALID_HANDLE
 
 
+@pytest.mark.cpu_only
 def test_destroy_with_force_discards_pending_tasks_and_reports_how_many(dev):
     s = dev.create_stream()
     gate = threading.Event()
@@ -211,6 +217,7 @@ def test_force_destroy_accounts_for_every_task_it_did_not_run(dev):
         assert ran == list(range(len(ran)))  # the ones that ran are a prefix, in order
 
 
+@pytest.mark.cpu_only
 def test_force_destroy_releases_streams_waiting_on_its_records(dev):
     a, b = dev.create_stream(), dev.create_stream()
     gate = threading.Event()
@@ -257,6 +264,7 @@ def test_context_manager_destroys_the_stream_after_its_work(dev):
         s.query()
 
 
+@pytest.mark.cpu_only
 def test_streams_run_concurrently_on_different_executors(dev):
     # Two streams whose kernels wait for each other can only finish if they run at once.
     if dev.properties.compute_units < 2:
@@ -271,6 +279,7 @@ def test_streams_run_concurrently_on_different_executors(dev):
     a.destroy(), b.destroy()
 
 
+@pytest.mark.cpu_only
 def test_higher_priority_ready_streams_run_first_under_contention():
     out = run_program("""
         import threading
@@ -293,6 +302,7 @@ def test_higher_priority_ready_streams_run_first_under_contention():
     assert out.strip() == "[0, 3, 5, 7]"
 
 
+@pytest.mark.cpu_only
 def test_equal_priorities_run_in_the_order_they_became_ready():
     out = run_program("""
         import threading

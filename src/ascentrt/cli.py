@@ -7,34 +7,63 @@ import json
 import sys
 
 
+def _info_preset(name: str) -> int:
+    from .backends.presets import describe, load
+    p = load(name)
+    print(f"preset {p.name}: {p.description}\nfile: {p.path}\n")
+    rows = describe(p)
+    w = max(len(r[0]) for r in rows)
+    print(f"{'field':<{w}}  {'value':>18}  {'unit':<8}{'kind':<12}source")
+    for field, value, unit, kind, source in rows:
+        print(f"{field:<{w}}  {value:>18}  {unit:<8}{kind:<12}{source}")
+    return 0
+
+
 def _info(args) -> int:
+    if args.preset:
+        return _info_preset(args.preset)
+    _use_backend(args)
     import ascentrt
     rows = []
     for i in range(ascentrt.device_count()):
         d = ascentrt.Device(i)
         free, total = d.mem_info()
         p = d.properties
-        rows.append({"device": i, "name": p.name, "backend": p.backend, "memory_used": total - free,
+        rows.append({"device": i, "name": p.name, "backend": p.backend, "preset": p.preset,
+                     "memory_used": total - free,
                      "memory_total": total, "compute_units": p.compute_units,
                      "copy_engines": p.copy_engines, "streams": len(d.streams())})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = f"{'Device':<7}{'Name':<16}{'Backend':<9}{'Memory used / total (MiB)':<28}{'Compute':<9}{'Copy':<6}{'Streams'}"
+    header = f"{'Device':<7}{'Name':<18}{'Backend':<9}{'Memory used / total (MiB)':<28}{'Compute':<9}{'Copy':<6}{'Streams'}"
     print(header)
     print("-" * len(header))
     for r in rows:
         mem = f"{r['memory_used'] >> 20} / {r['memory_total'] >> 20}"
-        print(f"{r['device']:<7}{r['name']:<16}{r['backend']:<9}{mem:<28}{r['compute_units']:<9}"
+        print(f"{r['device']:<7}{r['name']:<18}{r['backend']:<9}{mem:<28}{r['compute_units']:<9}"
               f"{r['copy_engines']:<6}{r['streams']}")
     return 0
 
 
+def _use_backend(args) -> None:
+    """--backend / --preset: set before any device exists (a process has one backend)."""
+    import os
+    if getattr(args, "backend", None):
+        os.environ["ASCENTRT_BACKEND"] = args.backend
+    if getattr(args, "preset", None):
+        from .backends.presets import load
+        load(args.preset)  # one clear error for a bad name or file, before anything runs
+        os.environ["ASCENTRT_SIM_PRESET"] = args.preset
+
+
 def _demo(args) -> int:
+    _use_backend(args)
     from . import profiler
     from .demo import main as demo_main
+    compare = None if args.backend == "sim" or args.no_compare else (args.preset or "ascend910b")
     with profiler.profile(args.out) as prof:
-        code = demo_main(args.batches)
+        code = demo_main(args.batches, compare_preset=compare)
     findings = prof.profile.diagnose()
     print(f"profile written to {args.out}/ (report.html, trace.json, CSV summaries); "
           f"{len(findings)} finding(s){':' if findings else ''}")
@@ -164,9 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     p_demo.add_argument("--batches", type=int, default=12)
     p_demo.add_argument("-o", "--out", default="ascentrt-demo-profile",
                         help="folder for the profile (default: ascentrt-demo-profile)")
+    p_demo.add_argument("--backend", choices=("cpu", "sim"), default="cpu",
+                        help="cpu (this machine, then the same program on sim beside it) or sim")
+    p_demo.add_argument("--preset", help="the sim backend's hardware model (name or .toml path)")
+    p_demo.add_argument("--no-compare", action="store_true",
+                        help="on cpu, skip the side-by-side run on the sim backend")
     p_demo.set_defaults(fn=_demo)
     p_info = sub.add_parser("info", parents=[common], help="devices, memory, executors and streams")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
+    p_info.add_argument("--backend", choices=("cpu", "sim"), help="the devices' backend")
+    p_info.add_argument("--preset", help="print a sim preset's numbers and their sources")
     p_info.set_defaults(fn=_info)
     p_prof = sub.add_parser(
         "prof", parents=[common],

@@ -104,7 +104,11 @@ class Setting:
 SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_DEVICES", "1", _positive_int, "number of virtual CPU devices"),
     Setting("ASCENTRT_BACKEND", "cpu", _backend_kind,
-            "what each device is: cpu (this machine's cores, threads + numpy)"),
+            "what each device is: cpu (this machine's cores, threads + numpy) or sim (a simulated "
+            "NPU in virtual time, following ASCENTRT_SIM_PRESET)"),
+    Setting("ASCENTRT_SIM_PRESET", "ascend910b", str.strip,
+            "the hardware model of sim devices: a preset name (ascend910b, ascend310p, h200) or "
+            "the path of a preset .toml file"),
     Setting("ASCENTRT_DEVICE_MEMORY", "2G", parse_size,
             "memory capacity of each device (bytes, or with a K/M/G suffix)"),
     Setting("ASCENTRT_COMPUTE_UNITS", str(os.cpu_count() or 1), _positive_int,
@@ -145,6 +149,11 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "set by ascentrt: the process writing ASCENTRT_PROFILE (its child processes write to "
             "child-<pid>/ inside it)"),
 ]}
+
+
+def is_set(env: str) -> bool:
+    """Whether setting `env` was given in the environment (not only defaulted)."""
+    return env in os.environ
 
 
 def get(env: str):

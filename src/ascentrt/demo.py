@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from .backends.base import Cost
 
 from .device import Device
 from .event import elapsed_time
@@ -26,6 +31,10 @@ def transform(out: np.ndarray, x: np.ndarray) -> None:
     np.sqrt(x, out=out)
 
 
+# On a simulated device: one flop per element, each element read and written once.
+transform.cost = lambda out, x: Cost(flops=x.size, bytes=x.nbytes + out.nbytes)
+
+
 @dataclass
 class PipelineResult:
     """What one pipeline run measured."""
@@ -35,6 +44,7 @@ class PipelineResult:
     stage_ms: dict[str, float] = field(default_factory=dict)     # mean time per stage
     utilization: dict[str, float] = field(default_factory=dict)  # busy time / wall time per stream
     correct: bool = False
+    batches: int = 0
 
 
 def run_pipeline(num_streams: int, batches: int = 12, elements: int = 3 << 19,
@@ -72,7 +82,7 @@ def run_pipeline(num_streams: int, batches: int = 12, elements: int = 3 << 19,
         if staged:
             stream.wait(event)
 
-    start = time.perf_counter()
+    start = dev.now_ns()  # the device clock: real time on cpu, virtual time on sim
     for b in range(batches):
         slot = b % depth
         if b >= depth:
@@ -96,8 +106,8 @@ def run_pipeline(num_streams: int, batches: int = 12, elements: int = 3 << 19,
         s_out.record(out_copied[b])
     for s in streams:
         s.synchronize()
-    seconds = time.perf_counter() - start
-    result = PipelineResult(num_streams, seconds)
+    seconds = (dev.now_ns() - start) / 1e9
+    result = PipelineResult(num_streams, seconds, batches=batches)
     for stage in STAGES:
         times = [elapsed_time(ev[stage, b, 0], ev[stage, b, 1]) for b in range(batches)]
         result.stage_ms[stage] = float(np.mean(times))
@@ -116,23 +126,94 @@ def run_pipeline(num_streams: int, batches: int = 12, elements: int = 3 << 19,
     return result
 
 
-def main(batches: int = 12, repeats: int = 3) -> int:
-    """Run both pipelines (after a warm-up), check results, print speedup, stage times, utilization."""
+def pipeline_bound(r1: PipelineResult) -> float:
+    """The speedup 3 streams can reach at best: K·(a+b+c) over a+b+c+(K-1)·max(a,b,c), from
+    the stage times the 1-stream run measured (one engine per stage, K batches)."""
+    a, b, c = (r1.stage_ms[s] for s in STAGES)
+    k = r1.batches
+    return k * (a + b + c) / (a + b + c + (k - 1) * max(a, b, c))
+
+
+def measure(batches: int = 12, repeats: int = 3) -> dict:
+    """Both pipelines (after a warm-up), interleaved; the median run of each, and whether all
+    results were right."""
     run_pipeline(1, 3)  # warm-up: first-touch page faults would otherwise count against one run
     runs = {1: [], 3: []}
     for _ in range(repeats):  # interleaved, so machine noise hits both alike; medians reported
         for n in (1, 3):
             runs[n].append(run_pipeline(n, batches))
     median = {n: sorted(rs, key=lambda r: r.seconds)[len(rs) // 2] for n, rs in runs.items()}
-    for r in median.values():
+    correct = all(r.correct for rs in runs.values() for r in rs)
+    return {"median": median, "correct": correct, "repeats": repeats,
+            "backend": Device(0).properties.backend, "preset": Device(0).properties.preset}
+
+
+def _print_run(m: dict, batches: int) -> None:
+    for r in m["median"].values():
         stages = ", ".join(f"{k} {v:.2f} ms" for k, v in r.stage_ms.items())
         util = ", ".join(f"{k} {v:.0%}" for k, v in r.utilization.items())
         print(f"{r.streams} stream{'s' if r.streams > 1 else ''}: {r.seconds * 1e3:.1f} ms for "
-              f"{batches} batches (median of {repeats}); per stage: {stages}; busy: {util}")
-    correct = all(r.correct for rs in runs.values() for r in rs)
-    print(f"results: {'correct' if correct else 'WRONG'}")
-    print(f"speedup with 3 streams: {median[1].seconds / median[3].seconds:.2f}x")
-    return 0 if correct else 1
+              f"{batches} batches (median of {m['repeats']}); per stage: {stages}; busy: {util}")
+    med = m["median"]
+    print(f"results: {'correct' if m['correct'] else 'WRONG'}")
+    print(f"speedup with 3 streams: {med[1].seconds / med[3].seconds:.2f}x "
+          f"(bound from the stage times: {pipeline_bound(med[1]):.2f}x)")
+
+
+def _sim_side(batches: int, preset: str) -> dict | None:
+    """The same demo on the sim backend, in a child process (a process has one backend)."""
+    env = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_SIM_PRESET=preset)
+    env.pop("ASCENTRT_PROFILE", None)
+    r = subprocess.run([sys.executable, "-m", "ascentrt.demo", "--json", str(batches)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode not in (0, 1):
+        print(f"(the sim run failed: {r.stderr.strip().splitlines()[-1:]})")
+        return None
+    return json.loads(r.stdout)
+
+
+def main(batches: int = 12, repeats: int = 3, compare_preset: str | None = None) -> int:
+    """Run both pipelines, check results, print speedup, stage times and utilization; with
+    `compare_preset`, also the same program on the sim backend, side by side."""
+    m = measure(batches, repeats if Device(0).properties.backend == "cpu" else 1)
+    where = ("sim backend, preset " + m["preset"] + " (virtual time: the same on every run)"
+             if m["backend"] == "sim" else "cpu backend (this machine, real time)")
+    print(f"== {where}")
+    _print_run(m, batches)
+    if compare_preset and m["backend"] == "cpu":
+        other = _sim_side(batches, compare_preset)
+        if other is not None:
+            print(f"== sim backend, preset {compare_preset} (virtual time: the same on every run)")
+            print(other["text"], end="")
+            med = m["median"]
+            rows = [("1 stream", f"{med[1].seconds * 1e3:.1f} ms", f"{other['ms'][0]:.2f} ms"),
+                    ("3 streams", f"{med[3].seconds * 1e3:.1f} ms", f"{other['ms'][1]:.2f} ms"),
+                    ("speedup", f"{med[1].seconds / med[3].seconds:.2f}x", f"{other['speedup']:.2f}x"),
+                    ("bound", f"{pipeline_bound(med[1]):.2f}x", f"{other['bound']:.2f}x")]
+            print(f"== side by side\n{'':<11}{'cpu (measured)':<17}sim {compare_preset}")
+            for name, a, b in rows:
+                print(f"{name:<11}{a:<17}{b}")
+    return 0 if m["correct"] else 1
+
+
+def _json_main(batches: int) -> int:
+    """`python -m ascentrt.demo --json N`: one run per pipeline, as JSON (for the side by side)."""
+    import contextlib
+    import io
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        m = measure(batches, 1)
+        _print_run(m, batches)
+    med = m["median"]
+    print(json.dumps({"ms": [med[1].seconds * 1e3, med[3].seconds * 1e3],
+                      "speedup": med[1].seconds / med[3].seconds, "bound": pipeline_bound(med[1]),
+                      "correct": m["correct"], "text": text.getvalue(),
+                      "runs": {n: asdict(r) for n, r in med.items()}}))
+    return 0 if m["correct"] else 1
 
 
 __all__ = ["PipelineResult", "main", "run_pipeline", "transform"]
+
+
+if __name__ == "__main__":
+    sys.exit(_json_main(int(sys.argv[2]) if len(sys.argv) > 2 else 12))

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import atexit
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import config
-from .backends import make_backend
+from .backends import PresetError, load_preset, make_backend
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
 from .engine.sync import synchronize_streams
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
-from .errors import ErrorCode, InvalidDeviceError, OutOfMemoryError
+from .errors import ErrorCode, InvalidArgumentError, InvalidDeviceError, OutOfMemoryError
 from .memory import leaks, links
 from .memory.registry import REGISTRY
 from .memory.allocator import DeviceAllocator
@@ -36,6 +37,7 @@ class DeviceProperties:
     copy_engines: int
     host_func_threads: int
     stream_priority_range: tuple[int, int]  # (lowest priority, highest priority), smaller = higher
+    preset: str = ""                        # the hardware model of a sim device
 
 
 _devices: list["Device"] | None = None
@@ -115,8 +117,19 @@ class Device:
         sizes[COPY_ENGINE] = config.get("ASCENTRT_COPY_ENGINES")
         sizes[HOST_EXECUTOR] = config.get("ASCENTRT_HOST_FUNC_THREADS")
         kind = config.get("ASCENTRT_BACKEND")
-        self._backend = backend = make_backend(kind, f"ascentrt-{kind}{device_id}", capacity, tuple(sizes))
+        if kind == "sim":  # the preset gives memory and executors, unless memory is set
+            try:
+                preset = load_preset(config.get("ASCENTRT_SIM_PRESET"))
+            except PresetError as exc:
+                raise InvalidArgumentError(f"ASCENTRT_SIM_PRESET: {exc}") from None
+            capacity = capacity if config.is_set("ASCENTRT_DEVICE_MEMORY") else 0
+            self._backend = backend = make_backend(kind, f"{preset.name}-sim{device_id}", capacity,
+                                                   tuple(sizes), preset)
+        else:
+            self._backend = backend = make_backend(kind, f"ascentrt-{kind}{device_id}", capacity,
+                                                   tuple(sizes))
         props = backend.properties()
+        capacity = props.memory_bytes
         try:
             handle = backend.alloc(capacity)
         except (OSError, OverflowError, MemoryError) as exc:
@@ -131,8 +144,9 @@ class Device:
         self.properties = DeviceProperties(
             id=device_id, name=props.name, backend=props.backend, total_memory=props.memory_bytes,
             compute_units=compute, copy_engines=copy, host_func_threads=host,
-            stream_priority_range=(PRIORITY_LEVELS - 1, 0))
+            stream_priority_range=(PRIORITY_LEVELS - 1, 0), preset=props.preset)
         self._default_stream = None
+        self._events = weakref.WeakSet()  # live events, counted where the model caps them
         self._lock = threading.Lock()
         self._dq.detached = _handle_types["stream"](self, PRIORITY_LEVELS - 1, _internal=True)
 
@@ -144,6 +158,11 @@ class Device:
                 if self._default_stream is None:
                     self._default_stream = _handle_types["stream"](self, 0, _internal=True)
         return self._default_stream
+
+    def now_ns(self) -> int:
+        """The device clock in ns: the host's real clock on cpu, the virtual time on sim (the
+        host's time as of its latest call)."""
+        return self._backend.now_ns()
 
     def create_stream(self, priority: int = 0, *, stop_on_failure: bool = False):
         """A new stream on this device; priority 0 (highest) .. 7 (lowest)."""

@@ -9,7 +9,7 @@ from .device import register_handle_type, resolve_device
 from .engine import ENGINE, Marker, Task
 from .engine.sync import raise_stream_errors
 from .engine.task import EVENT_RECORD
-from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError, StreamStateError
 from .stream import resolve_stream
 from .validate import check_timeout
 
@@ -29,6 +29,14 @@ class Event:
 
     def __init__(self, device=None, timing: bool = False):
         self.device = resolve_device(device)
+        limit = self.device._backend.properties().max_events
+        if limit:  # a modelled device holds a bounded number of events
+            live = self.device._events
+            if len(live) >= limit:
+                raise StreamStateError(f"device {self.device.id} already has {limit} events, the "
+                                       f"most its model allows: destroy one first",
+                                       code=ErrorCode.RT_NO_EVENT_RESOURCE)
+            live.add(self)
         self.id = next(_ids)
         self.timing = bool(timing)
         self._marker: Marker | None = None
@@ -62,6 +70,7 @@ class Event:
         m = self._marker
         if m is not None and m.capture is not None:
             m.capture.refuse_event(self, m)
+        self.device._backend.host_call("query")  # a simulated device catches up to now first
         return m is None or m.done
 
     def synchronize(self, timeout: float | None = None) -> None:
@@ -73,6 +82,7 @@ class Event:
             return
         if m.capture is not None:
             m.capture.refuse_event(self, m)
+        m.stream._dq.backend.host_call("synchronize")  # a simulated device charges the call
         ev = m.stream._dq.backend.new_signal()
         with ENGINE.lock:
             if not m.done:
@@ -127,6 +137,7 @@ class Event:
         """Release the event; work already recorded still completes. Twice raises InvalidHandleError."""
         self._check_alive()
         self._destroyed = True
+        self.device._events.discard(self)
 
     close = destroy
 

@@ -1,8 +1,15 @@
-"""Built-in kernels (numpy, in place into their output) used by the examples and benchmarks."""
+"""Built-in kernels (numpy, in place into their output) used by the examples and benchmarks.
+
+Each carries `.cost(*args) -> Cost`: the work it does on its arguments (flops and bytes moved),
+from which a simulated device takes its duration (a roofline over its compute units and memory
+bandwidth). Elementwise kernels count one flop per output element (two for axpy), matmul 2·m·n·k.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+
+from .backends.base import Cost
 
 
 def noop() -> None:
@@ -43,5 +50,19 @@ def reduce_sum(out: np.ndarray, x: np.ndarray) -> None:
     """out[0] = sum(x)."""
     out.reshape(-1)[0] = x.sum()
 
+
+def _nbytes(*arrays) -> int:
+    return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+
+
+noop.cost = lambda: Cost(seconds=0.0)
+fill.cost = lambda out, value: Cost(flops=0, bytes=out.nbytes)
+copy.cost = lambda out, src: Cost(bytes=_nbytes(out, src))
+add.cost = lambda out, a, b: Cost(flops=out.size, bytes=_nbytes(out, a, b))
+axpy.cost = lambda y, alpha, x: Cost(flops=2 * y.size, bytes=_nbytes(y, y, x))
+scale.cost = lambda out, x, alpha: Cost(flops=out.size, bytes=_nbytes(out, x))
+matmul.cost = lambda out, a, b: Cost(flops=2 * a.shape[-2] * a.shape[-1] * b.shape[-1] if a.ndim >= 2
+                                     and b.ndim >= 2 else 2 * a.size, bytes=_nbytes(out, a, b))
+reduce_sum.cost = lambda out, x: Cost(flops=x.size, bytes=_nbytes(x))
 
 REGISTRY = {f.__name__: f for f in (noop, fill, copy, add, axpy, scale, matmul, reduce_sum)}

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from threading import get_ident
 
+import math
+
+from .backends.base import Cost
 from .engine import ENGINE, Task
 from .engine.task import DETACH, HOST_FUNC, KERNEL
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
@@ -46,19 +49,57 @@ def _resolve_kernel(kernel):
                                f"{type(kernel).__name__}")
 
 
+def _number(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0:
+        raise InvalidArgumentError(f"{what} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def make_cost(cost, block_dim, device) -> Cost | None:
+    """The checked Cost of a launch: `cost` is seconds, a Cost, or a dict of seconds / flops /
+    bytes; `block_dim` the compute units it occupies (1 .. the device's)."""
+    if block_dim is not None:
+        units = device.properties.compute_units
+        if type(block_dim) is not int or not 1 <= block_dim <= units:
+            raise InvalidArgumentError(f"block_dim must be an int in [1, {units}] (the compute units "
+                                       f"of device {device.id}), got {block_dim!r}")
+    if cost is None:
+        return None if block_dim is None else Cost(block_dim=block_dim)
+    if isinstance(cost, Cost):
+        fields = {"seconds": cost.seconds, "flops": cost.flops, "bytes": cost.bytes}
+        block_dim = cost.block_dim if block_dim is None else block_dim
+    elif isinstance(cost, dict):
+        unknown = set(cost) - {"seconds", "flops", "bytes"}
+        if unknown:
+            raise InvalidArgumentError(f"cost takes seconds, flops and bytes, not {sorted(unknown)[0]!r}")
+        fields = dict(cost)
+    else:
+        fields = {"seconds": cost}
+    seconds = fields.get("seconds")
+    seconds = None if seconds is None else _number(seconds, "cost seconds")
+    return Cost(seconds=seconds, flops=_number(fields.get("flops", 0.0) or 0.0, "cost flops"),
+                bytes=_number(fields.get("bytes", 0.0) or 0.0, "cost bytes"), block_dim=block_dim)
+
+
 def launch(kernel, *args, stream: Stream | None = None, reads=None, writes=None,
-           name: str | None = None) -> int:
+           name: str | None = None, cost=None, block_dim: int | None = None) -> int:
     """Run `kernel(*args)` on a compute executor after the stream's earlier work; returns the task id.
 
     Buffer arguments (device buffers, slices, typed views from `buf.view(dtype, shape)`) reach
     the kernel as numpy views; `reads` / `writes` name the buffers it reads and writes (default:
-    all buffer arguments, both). Raises InvalidArgumentError / InvalidHandleError on bad input.
+    all buffer arguments, both). On a simulated device `cost` gives its duration (seconds, or
+    a dict / Cost of flops and bytes for a roofline) and `block_dim` the compute units it
+    occupies (default: all); elsewhere they are checked and kept for graphs. Raises
+    InvalidArgumentError / InvalidHandleError on bad input.
     """
     if type(stream) is not Stream or stream._refuse is not None:
         stream = resolve_stream(stream)
     if not callable(kernel):
         kernel = _resolve_kernel(kernel)
     task = Task(KERNEL, kernel, args, name)
+    if cost is not None or block_dim is not None:
+        task.cost = make_cost(cost, block_dim, stream.device)
     if args:
         device = stream.device
         for a in args:

@@ -35,6 +35,11 @@ class Stream:
         if type(priority) is not int or not 0 <= priority < PRIORITY_LEVELS:
             raise InvalidArgumentError(f"priority must be an int in [0, {PRIORITY_LEVELS - 1}] "
                                        f"(0 is highest), got {priority!r}")
+        limit = device._backend.properties().max_streams
+        if limit and not _internal and sum(not x._internal for x in list(device._dq.streams.values())) >= limit:
+            raise StreamStateError(f"device {device.id} already has {limit} streams, the most its "
+                                   f"{device.properties.backend} model allows: destroy one first",
+                                   code=ErrorCode.RT_NO_STREAM_RESOURCE)
         self.id = next(_ids)
         self.device = device
         self._priority = priority
@@ -225,6 +230,7 @@ class Stream:
         self._check_alive()
         if self._capture is not None:
             self._capture.refuse(self, "query")
+        self._dq.backend.host_call("query")  # a simulated device catches up to now first
         return self._completed >= self._submitted
 
     def destroy(self, force: bool = False, timeout: float | None = None) -> int:

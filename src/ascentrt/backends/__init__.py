@@ -2,14 +2,20 @@
 
 from .base import Backend, BackendProperties, Cost, MemHandle, Op, PlainOp, Signal
 from .cpu import CpuBackend
+from .presets import Preset, PresetError, load as load_preset
+from .sim import SimBackend
 
-KINDS = {"cpu": CpuBackend}  # ASCENTRT_BACKEND names a key of this table
+KINDS = {"cpu": CpuBackend, "sim": SimBackend}  # ASCENTRT_BACKEND names a key of this table
 
 
-def make_backend(kind: str, name: str, memory_bytes: int, executors: tuple[int, int, int]) -> Backend:
-    """A new backend of `kind` for one device; raises KeyError for a kind not in KINDS."""
+def make_backend(kind: str, name: str, memory_bytes: int, executors: tuple[int, int, int],
+                 preset: Preset | None = None) -> Backend:
+    """A new backend of `kind` for one device (a sim one follows `preset`; memory_bytes 0:
+    the preset's); raises KeyError for a kind not in KINDS."""
+    if kind == "sim":
+        return SimBackend(name, memory_bytes, executors, preset)
     return KINDS[kind](name, memory_bytes, executors)
 
 
 __all__ = ["Backend", "BackendProperties", "Cost", "CpuBackend", "KINDS", "MemHandle", "Op", "PlainOp",
-           "Signal", "make_backend"]
+           "Preset", "PresetError", "Signal", "SimBackend", "load_preset", "make_backend"]

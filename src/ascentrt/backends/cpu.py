@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import mmap
+import sys
 import threading
 import time
 
@@ -23,9 +24,15 @@ _memmove = ctypes.memmove   # foreign calls release the GIL
 _memset = ctypes.memset
 
 
-def _anonymous_map(nbytes: int) -> tuple[mmap.mmap, int]:
-    """A private anonymous mapping (untouched pages cost nothing) with huge pages advised."""
-    mm = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+# MAP_NORESERVE: Python 3.11 does not export it; 0x4000 is its value on Linux (x86, arm).
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform == "linux" else 0)
+
+
+def _anonymous_map(nbytes: int, reserve: bool = False) -> tuple[mmap.mmap, int]:
+    """A private anonymous mapping (untouched pages cost nothing) with huge pages advised;
+    `reserve`: address space only, no swap reserved (a simulated device's large memory)."""
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (_MAP_NORESERVE if reserve else 0)
+    mm = mmap.mmap(-1, nbytes, flags=flags)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:  # before mlock populates it: huge pages make copies ~15% faster
             mm.madvise(mmap.MADV_HUGEPAGE)
@@ -62,10 +69,10 @@ class CpuBackend(Backend):
         """Kind 'cpu', with the executor counts and memory the settings gave."""
         return self._properties
 
-    def alloc(self, nbytes: int, host: bool = False) -> MemHandle:
+    def alloc(self, nbytes: int, host: bool = False, reserve: bool = False) -> MemHandle:
         """A fresh mapping; host memory is page-rounded and mlocked when the process may lock."""
         size = -(-nbytes // _PAGE) * _PAGE
-        mm, addr = _anonymous_map(size)
+        mm, addr = _anonymous_map(size, reserve)
         pinned = host and _libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0
         return MemHandle(addr, nbytes, host, pinned, _Mapping(mm, size, pinned))
 

@@ -882,7 +882,7 @@ def _stop_idle_executors() -> None:
     """
     engine = ENGINE
     with engine.lock:
-        stopping = [dq for dq in engine.devices if dq.started and not dq.active]
+        stopping = [dq for dq in engine.devices if dq.started and not dq.active and not dq.virtual]
         for dq in stopping:  # (devices with work in flight keep their executors)
             dq.closing = True
             dq.started = False

@@ -14,7 +14,7 @@ import json
 import threading
 import weakref
 
-from ..backends.base import PlainOp
+from ..backends.base import Cost, PlainOp
 from ..engine import ENGINE, Marker, Task
 from ..engine.scheduler import BATCH, Hooks, current_task
 from ..engine.sync import synchronize_streams
@@ -63,7 +63,8 @@ class GraphNode:
         # What a replay hands the backend: kernel buffer arguments resolved to what the
         # kernel takes once, at instantiation, not per launch.
         args = task.args if task.resolve is None else tuple(task.resolve(task.args))
-        init(self, "op", PlainOp(task.kind, task.fn, args, keep=task.keep, nbytes=task.nbytes))
+        init(self, "op", PlainOp(task.kind, task.fn, args, keep=task.keep, nbytes=task.nbytes,
+                                  cost=task.cost))
 
     def __setattr__(self, name, value) -> None:
         raise ReadOnlyNodeError(f"graph node {self.index}: {name} is read-only (a replay runs what "
@@ -225,6 +226,7 @@ class Graph:
                     kind, entries, name = what
                     t = Task(kind, _run_segment, (entries, errors if lane else None, self,
                                                   self.device._backend), name)
+                    t.cost = RUN_OF_NODES  # on sim each node takes its own time
                 elif op == "record":
                     t = Task(EVENT_RECORD, name="graph_record")
                     t.marker = markers[what]
@@ -260,7 +262,10 @@ class Graph:
         """Wait until the latest launch finished (its stream's errors surface there, not here)."""
         timeout = check_timeout(timeout)
         m = self._last_end
-        if m is None or m.done:
+        if m is None:
+            return
+        self.device._backend.host_call("synchronize")  # a simulated device charges the call
+        if m.done:
             return
         ev = self.device._backend.new_signal()
         with ENGINE.lock:
@@ -486,6 +491,8 @@ def _update_mismatch(old: list, tasks: list) -> str | None:
 
 
 # ---- what the executors run ------------------------------------------------------------------
+
+RUN_OF_NODES = Cost(seconds=0.0)  # a segment costs nothing of its own: its nodes do
 
 def _run_segment(entries: tuple, errors, graph, backend) -> None:
     """Run a segment's nodes back to back through the backend (one engine task); a failure names its node."""

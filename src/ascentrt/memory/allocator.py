@@ -46,6 +46,9 @@ class DeviceAllocator:
         self.arena: Arena | None = None
         self.pools: list[BlockPool] = []  # explicit MemPools of this device (for device-wide stats)
         self.record_sites = leaks.recording_sites()
+        backend = device._backend
+        # A simulated device charges each malloc and free its modelled host cost.
+        self.host_call = backend.host_call if backend.properties().virtual else None
         if pool is not None:
             self.chunks = pool.upstream   # an explicit MemPool sharing the device's chunks
         elif config.get("ASCENTRT_MEM_POOL_ENABLE"):
@@ -72,6 +75,8 @@ class DeviceAllocator:
                                            f"capacity {self.capacity}")
         if stream is not None:
             check_stream(stream, self.device)
+        if self.host_call is not None:
+            self.host_call("malloc")
         size = (nbytes + GRANULE - 1) & -GRANULE
         pool = self.pool
         if pool is not None:
@@ -93,6 +98,8 @@ class DeviceAllocator:
         """Free a buffer after `stream`'s work (None: after all queued work of the device)."""
         if stream is not None:
             check_stream(stream, self.device)
+        if self.host_call is not None:
+            self.host_call("free")
         if self.live.pop(buf.addr, None) is not buf:
             return
         block = buf._block

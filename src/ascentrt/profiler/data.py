@@ -119,6 +119,8 @@ class DeviceInfo:
     copy_engines: int
     host_func_threads: int
     capacity: int
+    backend: str = "cpu"   # what produced the timings: cpu (real time) or sim (virtual)
+    preset: str = ""       # the hardware model of a sim device
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import types
-from time import perf_counter_ns
+from . import clock
 
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
 from ..device import Device, set_device, synchronize
@@ -56,7 +56,7 @@ def _probe_event(args, kwargs):
     m = ev._marker
     if m is None:
         return f"event {ev.id}", True, 0
-    return f"event {ev.id}", m.done, perf_counter_ns() - m.ts_ns if m.done and m.ts_ns else 0
+    return f"event {ev.id}", m.done, clock.now_ns() - m.ts_ns if m.done and m.ts_ns else 0
 
 
 def _probe_device_sync(args, kwargs):
@@ -73,7 +73,7 @@ def _probe_stream_wait(args, kwargs):
     if m is None:
         return f"stream {s.id}", None, 0
     where = "its own" if m.stream is s else f"stream {m.stream.id}'s"
-    ago = perf_counter_ns() - m.ts_ns if m.done and m.ts_ns else 0
+    ago = clock.now_ns() - m.ts_ns if m.done and m.ts_ns else 0
     return f"stream {s.id} on {where} event {ev.id}", m.done or m.stream is s, ago
 
 
@@ -94,16 +94,17 @@ def _wrap(fn, name: str, calls: list, on_error):
     probe = PROBES.get(name)
     get_ident = threading.get_ident
     append = calls.append
+    now = clock.now_ns  # bound once: the clock of this profile (virtual on sim)
 
     if probe is None:
         def api(*args, **kwargs):
-            t0 = perf_counter_ns()
+            t0 = now()
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
                 _failed(append, on_error, name, t0, exc, None)
                 raise
-            append((name, t0, perf_counter_ns(), get_ident()))  # plain values: cheap to keep
+            append((name, t0, now(), get_ident()))  # plain values: cheap to keep
             return result
     else:
         def api(*args, **kwargs):
@@ -111,13 +112,13 @@ def _wrap(fn, name: str, calls: list, on_error):
                 facts = probe(args, kwargs)
             except Exception:
                 facts = None  # bad arguments: the call itself reports them
-            t0 = perf_counter_ns()
+            t0 = now()
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
                 _failed(append, on_error, name, t0, exc, facts)
                 raise
-            append((name, t0, perf_counter_ns(), get_ident(), 0, facts))
+            append((name, t0, now(), get_ident(), 0, facts))
             return result
 
     api.__wrapped__ = fn
@@ -130,7 +131,7 @@ def _wrap(fn, name: str, calls: list, on_error):
 
 def _failed(append, on_error, name, t0, exc, facts) -> None:
     code = int(getattr(exc, "code", 0) or -1)
-    append((name, t0, perf_counter_ns(), threading.get_ident(), code, facts))
+    append((name, t0, clock.now_ns(), threading.get_ident(), code, facts))
     on_error(name, code)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from time import perf_counter_ns
+from . import clock
 
 from . import session
 
@@ -27,13 +27,13 @@ class range:  # noqa: N801 - named like the function users call: ascentrt.profil
         rec = session.active_recorder()
         self._recorder = rec
         if rec is not None:
-            self._t0 = perf_counter_ns()
+            self._t0 = clock.now_ns()
         return self
 
     def __exit__(self, *exc) -> None:
         rec = self._recorder
         if rec is not None:
-            rec.add_range(self.name, self._t0, perf_counter_ns(), threading.get_ident())
+            rec.add_range(self.name, self._t0, clock.now_ns(), threading.get_ident())
             self._recorder = None
 
     def __call__(self, fn):
@@ -53,4 +53,4 @@ def mark(name: str) -> None:
         raise InvalidArgumentError(f"a mark needs a non-empty str name, got {name!r}")
     rec = session.active_recorder()
     if rec is not None:
-        rec.add_mark(name, perf_counter_ns(), threading.get_ident())
+        rec.add_mark(name, clock.now_ns(), threading.get_ident())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import sys
 import threading
-from time import perf_counter_ns
+from . import clock
 
 from ..callsite import user_site
 from ..engine import Hooks
@@ -30,7 +30,8 @@ class Recorder:
     """
 
     def __init__(self):
-        self.t0 = perf_counter_ns()
+        clock.choose()
+        self.t0 = clock.now_ns()
         self.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.per_stream: dict = {}  # stream -> [task tuples]
         self.calls: list[tuple] = []
@@ -49,7 +50,7 @@ class Recorder:
     # ---- engine hook ---------------------------------------------------------------------
 
     def task_done(self, task) -> None:
-        """Called by the engine for every finished task (with its perf_counter_ns stamps)."""
+        """Called by the engine for every finished task (stamped with its device's clock)."""
         # Plain values only, filed per stream: such tuples drop out of the garbage collector's
         # view at its first pass, and the task itself may be reused (graph replays).
         released = _released_by(task)
@@ -96,7 +97,7 @@ class Recorder:
             del REGISTRY.add, REGISTRY.remove
             self._registry_patched = False
         self._instrumentation.uninstall()
-        self.t_end = perf_counter_ns()
+        self.t_end = clock.now_ns()
         for dev in list(self.devices.values()):
             self._sample(dev, measure_layout=True)
 
@@ -116,7 +117,7 @@ class Recorder:
         type(REGISTRY).add(REGISTRY, alloc)
         dev = alloc.device
         key = -1 if dev is None else dev.id
-        self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, perf_counter_ns(), None,
+        self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, clock.now_ns(), None,
                                        user_site(3)]
         self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
         self._sample(dev)
@@ -127,7 +128,7 @@ class Recorder:
         key = -1 if dev is None else dev.id
         rec = self.allocations.pop(id(alloc), None)
         if rec is not None:
-            rec[4] = perf_counter_ns()
+            rec[4] = clock.now_ns()
             self.done_allocations.append(rec)
         self.allocated[key] = max(0, self.allocated.get(key, 0) - alloc.nbytes)
         self._sample(dev)
@@ -137,7 +138,7 @@ class Recorder:
             self.devices[dev.id] = dev
 
     def _sample(self, dev, measure_layout: bool = False) -> None:
-        now = perf_counter_ns()
+        now = clock.now_ns()
         if dev is None:
             pinned = self.allocated.get(-1, 0)
             self.memory.append(MemorySample(now - self.t0, -1, pinned, pinned))
@@ -160,7 +161,7 @@ class Recorder:
     def finish(self, command=None) -> Profile:
         """Convert the raw records into a Profile (times relative to the start)."""
         t0 = self.t0
-        prof = Profile(duration_ns=getattr(self, "t_end", perf_counter_ns()) - t0,
+        prof = Profile(duration_ns=getattr(self, "t_end", clock.now_ns()) - t0,
                        started_at=self.started_at, command=list(command or sys.argv))
         streams = {}
         tasks = []
@@ -195,7 +196,7 @@ class Recorder:
         for dev in self.devices.values():
             p = dev.properties
             prof.devices.append(DeviceInfo(dev.id, p.name, p.compute_units, p.copy_engines,
-                                           p.host_func_threads, p.total_memory))
+                                           p.host_func_threads, p.total_memory, p.backend, p.preset))
             default, detached = dev._default_stream, dev._dq.detached
             for s in list(dev._dq.streams.values()):
                 streams.setdefault((dev.id, s.id), s)

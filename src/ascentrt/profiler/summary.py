@@ -63,11 +63,19 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def headline(profile: ProfileData) -> str:
-    """One line: duration, tasks, API calls, devices."""
+    """One line: duration, tasks, API calls, devices, and what produced the timings."""
     work = sum(t.kind in ("kernel", "copy", "memset", "host_func") for t in profile.tasks)
     return (f"profile: {profile.duration_ns / 1e6:.1f} ms, {len(profile.tasks)} tasks "
             f"({work} kernels/copies/memsets/host functions), {len(profile.api_calls)} API calls, "
-            f"{len(profile.devices)} device(s)")
+            f"{len(profile.devices)} device(s); {timing_source(profile)}")
+
+
+def timing_source(profile: ProfileData) -> str:
+    """'cpu backend (real time)' or 'sim backend, preset P (virtual time)'."""
+    kinds = sorted({(d.backend, d.preset) for d in profile.devices}) or [("cpu", "")]
+    parts = [f"sim backend, preset {p} (virtual time)" if b == "sim" else f"{b} backend (real time)"
+             for b, p in kinds]
+    return ", ".join(parts)
 
 
 def findings_text(findings) -> str:

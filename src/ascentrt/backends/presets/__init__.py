@@ -1,0 +1,160 @@
+"""Hardware models for the simulated device: loading, checking and describing preset files.
+
+A preset is a TOML file with a name, a description and one table per field:
+`field = { value = 24, kind = "documented", source = "where the number comes from" }`,
+kind being "documented", "measured" or "estimated". Every field in FIELDS must be there.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass
+
+
+
+class PresetError(ValueError):
+    """A preset that cannot be used: unknown, unreadable, or a field missing or out of range
+    (the runtime layer turns it into an InvalidArgumentError with a code)."""
+
+KINDS_OF_SOURCE = ("documented", "measured", "estimated")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# name: (type, smallest allowed value, unit, meaning). Counts are ints; rates and times floats.
+FIELDS: dict[str, tuple[type, float, str, str]] = {
+    "compute_units": (int, 1, "", "AI Cores (SMs): kernels occupy block_dim of them"),
+    "compute_flops_per_unit": (float, 1, "FLOP/s", "peak FP16 rate of one compute unit"),
+    "ai_cpus": (int, 0, "", "AI CPUs (not modelled yet: no AI CPU kernels run on them)"),
+    "host_func_threads": (int, 1, "", "host threads running host functions and callbacks"),
+    "copy_engines_h2d": (int, 1, "", "copy engines for host-to-device copies"),
+    "copy_engines_d2h": (int, 1, "", "copy engines for device-to-host copies"),
+    "copy_engines_d2d": (int, 1, "", "copy engines for device-to-device copies"),
+    "memory_bytes": (int, 1, "B", "device memory capacity"),
+    "memory_bandwidth": (float, 1, "B/s", "device memory bandwidth (D2D copies read and write it)"),
+    "host_link_bandwidth": (float, 1, "B/s", "host link bandwidth per direction, pinned memory"),
+    "pageable_bandwidth": (float, 1, "B/s", "copies from or to pageable memory (staged by the host)"),
+    "host_link_latency_ns": (float, 0, "ns", "latency of one copy over the host link"),
+    "dispatch_ns": (float, 0, "ns", "device-side overhead of each task"),
+    "event_latency_ns": (float, 0, "ns", "from an event/notify record to the wait it releases"),
+    "default_kernel_ns": (float, 0, "ns", "duration of a kernel that declares no cost"),
+    "host_func_ns": (float, 0, "ns", "duration of a host function (beyond what it waits for)"),
+    "host_launch_ns": (float, 0, "ns", "host cost of a kernel launch, async copy or memset"),
+    "host_record_ns": (float, 0, "ns", "host cost of an event/notify record or wait"),
+    "host_sync_ns": (float, 0, "ns", "host cost of a synchronize (on top of the wait)"),
+    "host_graph_launch_ns": (float, 0, "ns", "host cost of launching a captured graph"),
+    "host_malloc_driver_ns": (float, 0, "ns", "host cost of a driver allocation (pool miss)"),
+    "host_malloc_pool_ns": (float, 0, "ns", "host cost of a caching-pool allocation (hit)"),
+    "host_free_ns": (float, 0, "ns", "host cost of a free into the pool"),
+    "host_query_ns": (float, 0, "ns", "host cost of an event/stream query"),
+    "queue_depth": (int, 1, "tasks", "submission-queue depth per stream: a full one makes submit wait"),
+    "max_streams": (int, 1, "", "streams a device can have at once"),
+    "max_events": (int, 1, "", "events a device can have at once"),
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A loaded hardware model: `values` by field, each with its `sources` (kind, text)."""
+
+    name: str
+    path: str
+    description: str
+    values: dict
+    sources: dict
+
+    def __getattr__(self, field: str):
+        try:
+            return self.__dict__["values"][field]
+        except KeyError:
+            raise AttributeError(field) from None
+
+    def varied(self, changes: dict) -> "Preset":
+        """A copy with some fields set to new values (checked as a file's would be)."""
+        values = dict(self.values)
+        sources = dict(self.sources)
+        for field, raw in changes.items():
+            values[field] = _check_value(field, raw, f"variant of {self.name}")
+            sources[field] = ("varied", f"set for this run (preset value {self.values[field]})")
+        return Preset(self.name, self.path, self.description, values, sources)
+
+
+def names() -> list[str]:
+    """The presets shipped in the package."""
+    return sorted(f[:-5] for f in os.listdir(_HERE) if f.endswith(".toml"))
+
+
+def _check_value(field: str, raw, where: str):
+    if field not in FIELDS:
+        raise PresetError(f"{where}: unknown preset field {field!r} (known: "
+                                   f"{', '.join(FIELDS)})")
+    typ, low, unit, _ = FIELDS[field]
+    if isinstance(raw, str):
+        try:
+            raw = float(raw)
+        except ValueError:
+            raise PresetError(f"{where}: field {field!r} must be a number, got {raw!r}") from None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise PresetError(f"{where}: field {field!r} must be a finite number, got {raw!r}")
+    if typ is int:
+        if raw != int(raw):
+            raise PresetError(f"{where}: field {field!r} must be a whole number, got {raw!r}")
+        raw = int(raw)
+    if raw < low:
+        raise PresetError(f"{where}: field {field!r} must be at least {low:g}, got {raw!r}")
+    return typ(raw)
+
+
+def load(name_or_path: str) -> Preset:
+    """The preset named (one of names()) or at a path; InvalidArgumentError naming the file
+    and field when it is unknown, unreadable, or a field is missing, negative or not a number."""
+    text = str(name_or_path).strip()
+    if os.sep in text or text.endswith(".toml") or os.path.exists(text):
+        path = os.path.abspath(text)
+    elif text in names():
+        path = os.path.join(_HERE, f"{text}.toml")
+    else:
+        raise PresetError(f"unknown simulator preset {text!r} (known: {', '.join(names())}; "
+                                   f"or give the path of a .toml preset file)")
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise PresetError(f"preset file {path}: cannot be read ({exc.strerror})") from None
+    except NameError:  # builtins are gone: the interpreter is shutting down
+        raise PresetError(f"preset file {path}: cannot be read while the interpreter shuts "
+                          f"down (create the device earlier)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PresetError(f"preset file {path}: not valid TOML ({exc})") from None
+    values, sources = {}, {}
+    for field in FIELDS:
+        entry = doc.get(field)
+        if entry is None:
+            raise PresetError(f"preset file {path}: field {field!r} is missing")
+        if not isinstance(entry, dict) or "value" not in entry:
+            raise PresetError(f"preset file {path}: field {field!r} must be a table "
+                                       f"{{ value = ..., kind = ..., source = ... }}")
+        values[field] = _check_value(field, entry["value"], f"preset file {path}")
+        kind = entry.get("kind")
+        if kind not in KINDS_OF_SOURCE:
+            raise PresetError(f"preset file {path}: field {field!r} needs kind = one of "
+                                       f"{', '.join(KINDS_OF_SOURCE)} (got {kind!r})")
+        source = entry.get("source")
+        if not isinstance(source, str) or not source.strip():
+            raise PresetError(f"preset file {path}: field {field!r} needs a source")
+        sources[field] = (kind, source.strip())
+    unknown = sorted(k for k, v in doc.items() if isinstance(v, dict) and k not in FIELDS)
+    if unknown:
+        raise PresetError(f"preset file {path}: unknown field {unknown[0]!r}")
+    name = doc.get("name", os.path.basename(path)[:-5] if path.endswith(".toml") else path)
+    return Preset(str(name), path, str(doc.get("description", "")), values, sources)
+
+
+def describe(preset: Preset) -> list[tuple[str, str, str, str, str]]:
+    """(field, value, unit, kind, source) rows, for `ascentrt info --preset`."""
+    rows = []
+    for field, (typ, _, unit, _) in FIELDS.items():
+        v = preset.values[field]
+        shown = f"{v:,}" if typ is int else f"{v:.4g}"
+        rows.append((field, shown, unit, *preset.sources[field]))
+    return rows

@@ -1,0 +1,539 @@
+"""The simulated NPU: every task starts and ends in virtual time from a hardware model (a
+preset); kernels, copies and fills still compute their results on the CPU (memory is this
+machine's, as on the cpu backend), so results are bit-identical to it.
+
+One timeline serves every simulated device of the process (cross-device waits share it). It is
+a discrete-event simulation driven by the host threads themselves, not by a thread of its own:
+  - A host API call first charges its modelled cost (host_call): the simulation runs every
+    event up to the host's new time, then the host acts at exactly that time, so a submit, a
+    record or a query sees the device as it is at that moment.
+  - A host wait (host_wait) runs the simulation until the awaited signal is set, and the host
+    clock moves to that completion (plus the synchronize cost).
+  - A task is taken from the engine when a unit of its executor class is free (strict
+    priority: a compute kernel that does not fit blocks the ones behind it; copies go to the
+    first free engine of their direction), runs at once, and ends after its modelled cost.
+A program with one host thread therefore gives the same timeline on every run, however busy
+the machine is. With several host threads the semantics hold, but the interleaving of their
+calls (and so the timeline) follows the real threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+import os
+import threading
+
+from .base import COPY, FILL, HOST, KERNEL, BackendProperties, Cost, MemHandle, Op
+from .cpu import CpuBackend
+from .presets import Preset
+
+_COMPUTE, _COPY, _HOST = 0, 1, 2           # the engine's executor classes
+H2D, D2H, D2D = 0, 1, 2                    # copy directions (one engine pool each)
+DIRECTION_NAMES = ("h2d", "d2h", "d2d")
+_GRACE_S = 0.005  # idle with another host thread possibly about to act: wait this long for it
+# Virtual time waits this long (real seconds) for a running host function before going on
+# without it: host functions that return sooner keep the timeline deterministic, and one
+# that blocks on the simulating thread (a gate it sets later) cannot hang it.
+HOST_FUNC_PATIENCE_S = 0.5
+# The device moves on by itself when pending work meets a host that made no runtime call for
+# this long (real seconds): a host blocked outside the runtime (on a threading.Event that a
+# host function sets, in time.sleep polling) must not hang. Programs that call the runtime
+# more often keep a timeline that depends on nothing but their calls.
+IDLE_HOST_S = 0.2
+
+
+class _Frame:
+    """A task the simulation is running on this thread: when it started, and the time its
+    nested operations (graph nodes) took so far."""
+
+    __slots__ = ("task", "start", "offset", "nested", "own")
+
+    def __init__(self, task, start: int):
+        self.task, self.start, self.offset, self.nested, self.own = task, start, 0, False, 0
+
+
+class _HostThread:
+    """A real thread that runs host functions for the simulation (as CANN's callback thread),
+    so thread-local state and blocking on other host threads behave as on hardware."""
+
+    def __init__(self, name: str):
+        self.cv = threading.Condition()
+        self.job = None
+        threading.Thread(target=self._loop, daemon=True, name=name).start()
+
+    def start(self, job) -> None:
+        """Run job = (backend, queue, task, frame) on this thread; its end is scheduled when it returns."""
+        with self.cv:
+            self.job = job
+            self.cv.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self.cv:
+                self.cv.wait_for(lambda: self.job is not None)
+                backend, queue, task, frame = job = self.job
+                self.job = None
+            frames = TIMELINE.frames()
+            frames.append(frame)  # the API calls it makes act at the task's virtual time
+            try:
+                queue.run(task)
+            finally:
+                frames.pop()
+                backend.host_task_returned(self, job)
+
+
+class Timeline:
+    """The virtual clock, the pending task ends, and who runs the simulation (one per process)."""
+
+    def __init__(self):
+        self.lock = threading.RLock()   # held while a thread runs the simulation
+        self.moved = threading.Condition(self.lock)
+        self.now = 0                    # ns: the device time, and the host's when it acts
+        self.ends: list = []            # heap of (end ns, seq, backend, queue, task, units)
+        self.seq = itertools.count()
+        self.backends: list[SimBackend] = []
+        self.local = threading.local()  # .frames: tasks this thread is running, innermost last
+        self.generation = 0             # bumps whenever a host call acts (wakes idle waiters)
+        self.memory: list = []          # sorted (start, end, where) of simulated allocations
+        self.owed_ns = 0                # host cost incurred where the simulation cannot run
+                                        # (a driver allocation inside the pool): charged next
+        self.inflight = 0               # host functions running on their threads
+        self.returned = 0               # host functions that returned so far
+        self.patience_spent = -1        # `returned` when the wait for running ones last expired
+        self.pumping = False
+
+    def start_pump(self) -> None:
+        """Start the thread that moves an unattended device on (once per process)."""
+        if not self.pumping:
+            self.pumping = True
+            threading.Thread(target=self._pump, daemon=True, name="ascentrt-sim-pump").start()
+
+    def _pending(self) -> bool:
+        return bool(self.ends or self.inflight or self.next_deadline() is not None
+                    or any(q is not None and q.ready.count for b in self.backends for q in b.queues))
+
+    def _pump(self) -> None:
+        import time
+        seen, since = -1, time.monotonic()
+        while True:
+            time.sleep(IDLE_HOST_S / 4)
+            with self.lock:
+                if self.generation != seen:
+                    seen, since = self.generation, time.monotonic()
+                    continue
+                if time.monotonic() - since < IDLE_HOST_S or not self._pending():
+                    continue
+                # Unattended: run one instant of device time, as a waiting host would.
+                nxt = self.ends[0][0] if self.ends else self.next_deadline()
+                self.run(self.now if nxt is None else max(nxt, self.now))
+                self.moved.notify_all()
+
+    def frames(self) -> list:
+        f = getattr(self.local, "frames", None)
+        if f is None:
+            f = self.local.frames = []
+        return f
+
+    def where(self, addr: int) -> str:
+        """'device', 'pinned' or 'pageable': what memory `addr` is in."""
+        i = bisect.bisect_right(self.memory, (addr, math.inf, "")) - 1
+        if i >= 0:
+            start, end, where = self.memory[i]
+            if start <= addr < end:
+                return where
+        return "pageable"
+
+    # ---- running the simulation (callers hold self.lock) -------------------------------------
+
+    def run(self, until: float, signal=None) -> bool:
+        """Run events up to time `until` (or until `signal` is set); True when it is set."""
+        ends = self.ends
+        while True:
+            for b in self.backends:
+                b.dispatch()
+            if signal is not None and signal.is_set():
+                return True
+            nxt = ends[0][0] if ends else None
+            if self.inflight > self._own_host_tasks() and (nxt is None or nxt > self.now) \
+                    and self.patience_spent != self.returned:
+                # Time may not move while a host function runs (its end is not known yet).
+                seen = self.returned
+                if self.moved.wait_for(lambda: self.returned != seen, HOST_FUNC_PATIENCE_S):
+                    continue
+                self.patience_spent = self.returned  # it blocks: let time go on without it
+            deadline = self.next_deadline()
+            if deadline is not None and (nxt is None or deadline < nxt):
+                if deadline > until:
+                    return False
+                self.now = max(self.now, deadline)
+                self._any_queue().fire_deadlines(self.now)
+                continue
+            if nxt is None or nxt > until:
+                return False
+            self.now = nxt
+            while ends and ends[0][0] == nxt:  # every end at this instant, then dispatch
+                _, _, backend, queue, task, units = heapq.heappop(ends)
+                backend.release(queue.executor, units)
+                queue.finish(task)
+
+    def _own_host_tasks(self) -> int:
+        """How many of the running host functions are the calling thread itself."""
+        return sum(1 for f in self.frames() if f.task.kind == HOST)
+
+    def _any_queue(self):
+        for b in self.backends:
+            for q in b.queues:
+                if q is not None:
+                    return q
+        return None
+
+    def next_deadline(self) -> int | None:
+        """The engine's earliest timed-wait deadline (engine-wide: any queue answers)."""
+        q = self._any_queue()
+        return None if q is None else q.next_deadline()
+
+    def advance_host(self, cost_ns: float) -> None:
+        """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""
+        until = self.now + int(cost_ns) + self.owed_ns
+        self.owed_ns = 0
+        self.run(until)
+        if self.now < until:
+            self.now = until
+        self.generation += 1
+        self.moved.notify_all()
+
+
+TIMELINE = Timeline()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has no pump thread and may have inherited a held timeline lock."""
+    TIMELINE.lock = threading.RLock()
+    TIMELINE.moved = threading.Condition(TIMELINE.lock)
+    TIMELINE.local = threading.local()
+    TIMELINE.pumping = False
+    TIMELINE.inflight = 0
+    for b in TIMELINE.backends:
+        b._host_threads = []
+    if TIMELINE.backends:
+        TIMELINE.start_pump()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class SimBackend(CpuBackend):
+    """A device that follows a preset in virtual time (memory and results as on cpu)."""
+
+    def __init__(self, name: str, memory_bytes: int, executors: tuple[int, int, int],
+                 preset: Preset):
+        p = self.preset = preset
+        self.timeline = TIMELINE
+        memory = memory_bytes or p.memory_bytes
+        self._properties = BackendProperties(
+            "sim", name, memory, (p.compute_units, p.copy_engines_h2d + p.copy_engines_d2h
+                                  + p.copy_engines_d2d, p.host_func_threads),
+            preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
+            max_events=p.max_events)
+        self.queues = [None, None, None]   # the engine's ExecutorQueue per class
+        self.free_units = p.compute_units
+        self.free_copy = [p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d]
+        self.free_host = p.host_func_threads
+        self._host_threads: list[_HostThread] = []   # idle ones, started on first use
+        self._name = name
+        self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
+        self.busy_ns = [0, 0, 0]            # modelled busy time per class (unit-ns for compute)
+        self._host_cost = {
+            "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
+            "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
+            "event_record": p.host_record_ns, "event_wait": p.host_record_ns,
+            "notify_record": p.host_record_ns, "notify_wait": p.host_record_ns,
+            "graph_launch": p.host_graph_launch_ns, "synchronize": p.host_sync_ns,
+            "malloc": p.host_malloc_pool_ns, "free": p.host_free_ns, "query": p.host_query_ns,
+        }
+        with TIMELINE.lock:
+            TIMELINE.backends.append(self)
+            TIMELINE.start_pump()
+
+    # ---- the contract ------------------------------------------------------------------------
+
+    def properties(self) -> BackendProperties:
+        """Kind 'sim', with the preset's executors, memory and limits."""
+        return self._properties
+
+    def alloc(self, nbytes: int, host: bool = False) -> MemHandle:
+        """As on cpu (device memory reserved without backing); a driver allocation costs the
+        host the preset's host_malloc_driver_ns."""
+        handle = super().alloc(nbytes, host, reserve=not host)
+        tl = self.timeline
+        with tl.lock:
+            bisect.insort(tl.memory, (handle.addr, handle.addr + max(nbytes, 1),
+                                      "pinned" if host else "device"))
+            if not tl.frames():  # charged at the host's next call: the pool's lock is held now
+                tl.owed_ns += int(self.preset.host_malloc_driver_ns)
+        return handle
+
+    def free(self, handle: MemHandle, offset: int = 0, nbytes: int | None = None) -> None:
+        """As on cpu; the address range stops counting as simulated memory when freed whole."""
+        if nbytes is None:
+            tl = self.timeline
+            with tl.lock:
+                entry = (handle.addr, handle.addr + max(handle.nbytes, 1),
+                         "pinned" if handle.host else "device")
+                i = bisect.bisect_left(tl.memory, entry)
+                if i < len(tl.memory) and tl.memory[i] == entry:
+                    del tl.memory[i]
+        super().free(handle, offset, nbytes)
+
+    def start_queue(self, name: str, queue) -> None:
+        """Keep the queue: the simulation steps it (no thread; several units share one queue)."""
+        self.queues[queue.executor] = queue
+
+    def execute(self, op: Op) -> None:
+        """Compute the operation's result now and account its modelled time: a task of the
+        simulation ends after it; a synchronous operation of the host moves the host clock."""
+        tl = self.timeline
+        frames = tl.frames()
+        if frames:
+            frame = frames[-1]
+            if frame.task is op:
+                self._perform(op, frame)
+                return
+            frame.nested = True  # a node of a graph segment: it takes its own time
+            frame.offset += int(self.preset.dispatch_ns) + self._perform(op, None)
+            return
+        ns = self._perform(op, None)  # synchronous memcpy / memset from the host
+        with tl.lock:
+            tl.advance_host(ns)
+
+    def new_signal(self) -> threading.Event:
+        """A threading.Event (it has the Signal methods)."""
+        return threading.Event()
+
+    def host_wait(self, signal, timeout_s: float | None) -> bool:
+        """Run the simulation until `signal` is set (True; the host is then at that time plus
+        host_sync_ns) or `timeout_s` of virtual time passed with nothing left to do (False)."""
+        tl = self.timeline
+        with tl.lock:
+            tl.generation += 1  # the host is attending: the pump leaves the device to it
+            until = math.inf if timeout_s is None else tl.now + math.ceil(timeout_s * 1e9)
+            while True:
+                if tl.run(until, signal):
+                    if not tl.frames():
+                        tl.advance_host(self.preset.host_sync_ns)
+                    return True
+                # Nothing left before `until`: another host thread may be about to act.
+                seen = tl.generation
+                tl.moved.wait(_GRACE_S)
+                if tl.generation != seen or signal.is_set() or until == math.inf:
+                    continue
+                tl.now = max(tl.now, until)
+                return False
+
+    def host_call(self, what: str) -> None:
+        """Charge the modelled cost of host call `what`, running what the device does meanwhile
+        (nothing when called from inside a task: a host function acts at its device time)."""
+        tl = self.timeline
+        with tl.lock:
+            if not tl.frames():
+                tl.advance_host(self._host_cost.get(what, 0.0))
+
+    def now_ns(self) -> int:
+        """The virtual time (inside a task: its start plus the time of its nodes so far)."""
+        tl = self.timeline
+        frames = getattr(tl.local, "frames", None)
+        if frames:
+            return tl.now + frames[-1].offset
+        return tl.now
+
+    # ---- the model ---------------------------------------------------------------------------
+
+    def release(self, executor: int, units) -> None:
+        """A task ended: its executor units are free again."""
+        if executor == _COMPUTE:
+            self.free_units += units
+        elif executor == _COPY:
+            self.free_copy[units] += 1
+        else:
+            self.free_host += 1
+
+    def dispatch(self) -> None:
+        """Start every ready task that a free unit can take now (called under the timeline lock)."""
+        q = self.queues[_COMPUTE]
+        while q is not None and self.free_units and q.ready.count:
+            t = q.take(self._fits_compute, True)
+            if t is None:
+                break
+            units = self._units_of(t)
+            self.free_units -= units
+            self._start(q, t, units)
+        q = self.queues[_COPY]
+        while q is not None and any(self.free_copy) and q.ready.count:
+            t = q.take(self._fits_copy, False)
+            if t is None:
+                break
+            lane = self._lane_of(t)
+            self.free_copy[lane] -= 1
+            self._start(q, t, lane)
+        q = self.queues[_HOST]
+        while q is not None and self.free_host and q.ready.count:
+            t = q.take(_always, True)
+            if t is None:
+                break
+            self.free_host -= 1
+            self._start(q, t, 1)
+
+    def _units_of(self, t) -> int:
+        if t.kind != KERNEL:
+            return 1  # a memset occupies one unit
+        cost = t.cost
+        if cost is None or cost.block_dim is None:
+            return self.preset.compute_units
+        return min(cost.block_dim, self.preset.compute_units)
+
+    def _fits_compute(self, t) -> bool:
+        return self._units_of(t) <= self.free_units
+
+    def _lane_of(self, t) -> int:
+        """The copy engine pool a copy task uses: its direction (a graph segment: a free one)."""
+        if t.fn is None:
+            return self.direction(t.args[0], t.args[2])
+        return next(i for i, n in enumerate(self.free_copy) if n)
+
+    def _fits_copy(self, t) -> bool:
+        if t.fn is not None:
+            return True
+        return self.free_copy[self.direction(t.args[0], t.args[2])] > 0
+
+    def direction(self, dst: int, src: int) -> int:
+        """H2D, D2H or D2D from where the two addresses are (host to host counts as H2D)."""
+        where = self.timeline.where
+        d, s = where(dst) == "device", where(src) == "device"
+        return D2D if d and s else D2H if s else H2D
+
+    def _start(self, queue, t, units) -> None:
+        """Run a taken task now and schedule its end (the timeline lock is held)."""
+        tl = self.timeline
+        p = self.preset
+        start = tl.now
+        frame = _Frame(t, start)
+        if queue.executor == _HOST:  # on a host thread of its own; ends when it returns
+            worker = self._host_threads.pop() if self._host_threads else _HostThread(
+                f"{self._name}-host{p.host_func_threads - self.free_host - 1}")
+            tl.inflight += 1
+            worker.start((self, queue, t, frame))
+            return
+        frames = tl.frames()
+        frames.append(frame)
+        try:
+            queue.run(t)
+        finally:
+            frames.pop()
+        self._schedule_end(queue, t, frame, units)
+
+    def host_task_returned(self, worker: _HostThread, job) -> None:
+        """A host function returned on `worker`: schedule its end and free the thread."""
+        _, queue, t, frame = job
+        tl = self.timeline
+        with tl.lock:
+            self._schedule_end(queue, t, frame, 1)
+            self._host_threads.append(worker)
+            tl.inflight -= 1
+            tl.returned += 1
+            tl.moved.notify_all()
+
+    def _schedule_end(self, queue, t, frame: _Frame, units) -> None:
+        """Push the end of a task that ran (the timeline lock is held)."""
+        tl = self.timeline
+        p = self.preset
+        start = frame.start
+        own = 0 if frame.nested else frame.own
+        wait_latency = 0
+        if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
+            wait_latency = max(0, t.released_ns + int(p.event_latency_ns) - start)
+        end = max(tl.now, start) + frame.offset + own + wait_latency + int(p.dispatch_ns)
+        t.t_start, t.t_end = start, end
+        self.busy_ns[queue.executor] += (end - start) * (units if queue.executor == _COMPUTE else 1)
+        heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
+
+    def _perform(self, op: Op, frame) -> int:
+        """Do what `op` does (through the cpu backend) and return its modelled duration in ns.
+        The duration is found first and kept in `frame`: a kernel that fails still held its
+        units that long. A run of operations (a graph segment, whose Cost is 0) adds the time
+        of each of its nodes as they run."""
+        p = self.preset
+        kind = op.kind
+        args = None
+        if kind == KERNEL and op.fn is not None:
+            args = op.args if op.resolve is None else op.resolve(op.args)
+            ns = self._kernel_ns(op, args)
+        elif kind == HOST:
+            ns = p.host_func_ns
+        elif op.fn is not None:  # a run of copies or fills
+            ns = 0
+        elif kind == COPY:
+            dst, dpitch, src, spitch, width, height = op.args
+            ns = self.copy_ns(self.direction(dst, src), width * height, dst, src)
+        else:  # FILL
+            dst, _, nbytes = op.args
+            bw = p.memory_bandwidth if self.timeline.where(dst) == "device" else p.pageable_bandwidth
+            ns = nbytes / bw * 1e9
+        ns = int(ns)
+        if frame is not None:
+            frame.own = ns
+        if args is not None:
+            op.fn(*args)
+        else:
+            CpuBackend.execute(self, op)
+        return ns
+
+    def copy_ns(self, direction: int, nbytes: int, dst: int, src: int) -> float:
+        """Latency + bytes / bandwidth of the path a copy takes (pageable host memory is staged)."""
+        p = self.preset
+        if direction == D2D:
+            return nbytes / (p.memory_bandwidth / 2) * 1e9  # read and written once each
+        host = src if direction == H2D else dst
+        bw = p.host_link_bandwidth if self.timeline.where(host) == "pinned" else p.pageable_bandwidth
+        return p.host_link_latency_ns + nbytes / bw * 1e9
+
+    def _kernel_ns(self, op, args) -> float:
+        """Declared duration, or roofline of declared flops and bytes, or the built-in kernel's
+        cost function, or the preset's default (and the kernel is listed as uncosted)."""
+        p = self.preset
+        cost = op.cost
+        if cost is None:
+            fn_cost = getattr(op.fn, "cost", None)
+            if fn_cost is not None:
+                cost = fn_cost(*args)
+        if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes):
+            label = getattr(op, "label", None) or getattr(op.fn, "__name__", "kernel")
+            self.uncosted[label] = self.uncosted.get(label, 0) + 1
+            return p.default_kernel_ns
+        if cost.seconds is not None:
+            return cost.seconds * 1e9
+        units = p.compute_units if cost.block_dim is None else min(cost.block_dim, p.compute_units)
+        compute = cost.flops / (p.compute_flops_per_unit * units)
+        memory = cost.bytes / p.memory_bandwidth
+        return max(compute, memory) * 1e9
+
+
+def _always(t) -> bool:
+    return True
+
+
+def utilization(backend: SimBackend) -> dict:
+    """Busy fraction of each executor class over the virtual time so far."""
+    now = backend.timeline.now or 1
+    p = backend.preset
+    return {"compute": backend.busy_ns[_COMPUTE] / (now * p.compute_units),
+            "copy": backend.busy_ns[_COPY] / (now * (p.copy_engines_h2d + p.copy_engines_d2h
+                                                     + p.copy_engines_d2d)),
+            "host": backend.busy_ns[_HOST] / (now * p.host_func_threads)}
+
+
+__all__ = ["Cost", "D2D", "D2H", "DIRECTION_NAMES", "FILL", "H2D", "SimBackend", "TIMELINE",
+           "Timeline", "utilization"]

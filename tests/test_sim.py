@@ -1,0 +1,329 @@
+"""The simulated NPU: exact timings from the preset, priorities, SQ back-pressure, virtual
+timeouts, determinism, and the checks on presets and costs.
+
+The exact cases run in the `--backend sim` session (make test runs one); the preset checks and
+the subprocess cases run in every session.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+from ascentrt.backends import presets
+from ascentrt.backends.presets import PresetError
+
+ON_SIM = os.environ.get("ASCENTRT_BACKEND") == "sim"
+sim_only = pytest.mark.skipif(not ON_SIM, reason="runs in the --backend sim session")
+P = presets.load("ascend910b")  # the default preset of the sim session
+
+
+def _tasks(prof, kind=None):
+    tasks = prof.snapshot().tasks
+    return [t for t in tasks if kind is None or t.kind == kind]
+
+
+@sim_only
+def test_a_pinned_copy_takes_latency_plus_bytes_over_bandwidth(stream):
+    n = 8 << 20
+    host = art.malloc_host(n)
+    dev_buf = art.malloc(n)
+    with art.profile() as prof:
+        art.memcpy_async(dev_buf, host, stream=stream)
+        art.memcpy_async(host, dev_buf, stream=stream)
+        stream.synchronize()
+    h2d, d2h = _tasks(prof, "copy")
+    expect = P.dispatch_ns + P.host_link_latency_ns + n / P.host_link_bandwidth * 1e9
+    assert abs(h2d.duration_ns - expect) <= 2
+    assert abs(d2h.duration_ns - expect) <= 2
+    assert d2h.start_ns == h2d.end_ns  # same stream: back to back
+    dev_buf.free(), host.free()
+
+
+@sim_only
+def test_a_pageable_copy_is_staged_and_synchronous(stream):
+    n = 4 << 20
+    dev_buf = art.malloc(n)
+    src = np.full(n, 3, np.uint8)
+    with art.profile() as prof:
+        t0 = stream.device._backend.now_ns()
+        art.memcpy_async(dev_buf, src, stream=stream)  # returns once the copy is done
+        t1 = stream.device._backend.now_ns()
+    (copy,) = _tasks(prof, "copy")
+    assert abs(copy.duration_ns - (P.dispatch_ns + P.host_link_latency_ns
+                                   + n / P.pageable_bandwidth * 1e9)) <= 2
+    assert t1 >= t0 + copy.duration_ns  # the host waited for it
+    assert (dev_buf.numpy() == 3).all()
+    dev_buf.free()
+
+
+@sim_only
+def test_a_three_stage_pipeline_takes_sum_plus_k_minus_one_times_the_slowest(dev):
+    # Three streams, one engine class each (H2D copy, compute, D2H copy); stage times a, b, c.
+    k = 6
+    n = 4 << 20
+    a = P.dispatch_ns + P.host_link_latency_ns + n / P.host_link_bandwidth * 1e9
+    b = 300_000.0  # the kernel's declared duration (ns), the slowest stage
+    c = a
+    streams = [dev.create_stream() for _ in range(3)]
+    host_in = [art.malloc_host(n) for _ in range(k)]
+    host_out = [art.malloc_host(n) for _ in range(k)]
+    bufs = [art.malloc(n) for _ in range(k)]
+    with art.profile() as prof:
+        for i in range(k):
+            s0, s1, s2 = streams
+            art.memcpy_async(bufs[i], host_in[i], stream=s0)
+            e0 = s0.record()
+            s1.wait(e0)
+            art.launch(lambda: None, stream=s1, cost=(b - P.dispatch_ns) / 1e9, name="stage")
+            e1 = s1.record()
+            s2.wait(e1)
+            art.memcpy_async(host_out[i], bufs[i], stream=s2)
+        for s in streams:
+            s.synchronize()
+    work = [t for t in _tasks(prof) if t.kind in ("copy", "kernel")]
+    first = min(t.start_ns for t in work)
+    last = max(t.end_ns for t in work)
+    bound = a + b + c + (k - 1) * max(a, b, c)
+    # Each hand-off through an event costs event_latency_ns: two per batch on the path.
+    assert abs((last - first) - bound) <= 2 * P.event_latency_ns + 10
+    for x in (*host_in, *host_out, *bufs):
+        x.free()
+    for s in streams:
+        s.destroy()
+
+
+@sim_only
+def test_strict_priority_order_under_contention(dev):
+    # Every kernel occupies all compute units: a high-priority stream's ready kernels go
+    # first whenever the units free up, and nothing is preempted.
+    low, high = dev.create_stream(priority=7), dev.create_stream(priority=0)
+    gate = dev.create_notify()
+    blocker = dev.create_stream()
+    gate.wait_and_reset(low)
+    gate_h = dev.create_notify()
+    gate_h.wait_and_reset(high)
+    order = []
+    for i in range(3):
+        art.launch(lambda i=i: order.append(f"low{i}"), stream=low, cost=1e-4)
+        art.launch(lambda i=i: order.append(f"high{i}"), stream=high, cost=1e-4)
+    art.launch(lambda: order.append("running"), stream=blocker, cost=1e-3)
+    gate.record(dev.create_stream())   # both become ready while "running" holds the units
+    gate_h.record(dev.create_stream())
+    dev.synchronize()
+    assert order == ["running", "high0", "high1", "high2", "low0", "low1", "low2"]
+    for s in (low, high, blocker):
+        s.destroy()
+
+
+@sim_only
+def test_block_dim_lets_kernels_of_other_streams_share_the_units(dev):
+    half = P.compute_units // 2
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    with art.profile() as prof:
+        art.launch(lambda: None, stream=s1, cost=1e-3, block_dim=half, name="k1")
+        art.launch(lambda: None, stream=s2, cost=1e-3, block_dim=half, name="k2")
+        dev.synchronize()
+    k1, k2 = sorted(_tasks(prof, "kernel"), key=lambda t: t.name)
+    assert k2.start_ns < k1.end_ns  # overlapped: each took half the units
+    with art.profile() as prof:
+        art.launch(lambda: None, stream=s1, cost=1e-3, name="w1")
+        art.launch(lambda: None, stream=s2, cost=1e-3, name="w2")
+        dev.synchronize()
+    w1, w2 = sorted(_tasks(prof, "kernel"), key=lambda t: t.name)
+    assert w2.start_ns >= w1.end_ns  # all units each (the default): one after the other
+    s1.destroy(), s2.destroy()
+
+
+@sim_only
+def test_a_full_submission_queue_makes_the_host_wait(stream):
+    depth = P.queue_depth
+    backend = stream.device._backend
+    t0 = backend.now_ns()
+    for _ in range(depth):
+        art.launch(lambda: None, stream=stream, cost=1e-3)
+    t_full = backend.now_ns()
+    assert t_full - t0 < depth * (P.host_launch_ns + 1)   # the host never waited so far
+    art.launch(lambda: None, stream=stream, cost=1e-3)    # the SQ is full: waits for one
+    assert backend.now_ns() >= t0 + 1e6                    # at least the first kernel's 1 ms
+    assert stream.pending <= depth
+    stream.synchronize()
+
+
+@sim_only
+def test_a_virtual_timeout_takes_little_wall_time(dev):
+    a = dev.create_stream()
+    n = dev.create_notify()
+    n.wait_and_reset(a)
+    t0 = time.perf_counter()
+    v0 = dev._backend.now_ns()
+    with pytest.raises(art.AscentTimeoutError):
+        a.synchronize(timeout=10)
+    assert time.perf_counter() - t0 < 1.0
+    assert dev._backend.now_ns() - v0 >= 10e9
+    n.record(dev.create_stream())
+    a.synchronize()
+    a.destroy()
+
+
+@sim_only
+def test_elapsed_time_is_virtual_milliseconds(stream):
+    e1, e2 = art.Event(timing=True), art.Event(timing=True)
+    e1.record(stream)
+    art.launch(lambda: None, stream=stream, cost=0.25)
+    e2.record(stream)
+    e2.synchronize()
+    ms = art.elapsed_time(e1, e2)
+    expect = (P.host_launch_ns + P.dispatch_ns + 0.25e9) / 1e6
+    assert abs(ms - expect) < 1e-5
+
+
+@sim_only
+def test_results_are_computed_for_real(stream):
+    x = art.malloc(4096)
+    y = art.malloc(4096)
+    art.launch("fill", x.view(np.float32), 2.0, stream=stream)
+    art.launch("scale", y.view(np.float32), x.view(np.float32), 3.0, stream=stream)
+    out = np.empty(1024, np.float32)
+    art.memcpy_async(out, y, stream=stream)
+    assert (out == 6.0).all()
+    x.free(), y.free()
+
+
+@sim_only
+def test_kernels_without_a_cost_get_the_default_and_are_listed(stream):
+    backend = stream.device._backend
+    before = backend.uncosted.get("mystery", 0)
+    with art.profile() as prof:
+        art.launch(lambda: None, stream=stream, name="mystery")
+        stream.synchronize()
+    (k,) = _tasks(prof, "kernel")
+    assert k.duration_ns == P.default_kernel_ns + P.dispatch_ns
+    assert backend.uncosted["mystery"] == before + 1
+
+
+@sim_only
+def test_the_device_reports_the_sim_backend_and_its_preset(dev):
+    assert dev.properties.backend == "sim"
+    assert dev.properties.preset == "ascend910b"
+    assert dev.properties.compute_units == P.compute_units
+    assert dev.properties.total_memory == P.memory_bytes
+
+
+# ---- bad input (every session) ----------------------------------------------------------------
+
+def test_bad_costs_and_block_dims_are_refused(stream):
+    units = stream.device.properties.compute_units
+    for bad in (-1.0, float("nan"), float("inf"), "fast", {"flops": -5}, {"speed": 1}):
+        with pytest.raises(art.InvalidArgumentError, match="cost"):
+            art.launch(lambda: None, stream=stream, cost=bad)
+    for bad in (0, units + 1, 2.5, "4"):
+        with pytest.raises(art.InvalidArgumentError, match="block_dim"):
+            art.launch(lambda: None, stream=stream, block_dim=bad)
+    stream.synchronize()
+
+
+def _write_preset(tmp_path, **changes):
+    text = open(os.path.join(os.path.dirname(presets.__file__), "ascend910b.toml")).read()
+    lines = []
+    for line in text.splitlines():
+        key = line.split("=", 1)[0].strip()
+        if key in changes:
+            if changes[key] is None:
+                continue
+            line = f"{key} = {{ value = {changes[key]}, kind = \"estimated\", source = \"test\" }}"
+        lines.append(line)
+    path = tmp_path / "mine.toml"
+    path.write_text("\n".join(lines))
+    return str(path)
+
+
+def test_presets_ship_with_a_source_for_every_number():
+    assert {"ascend910b", "ascend310p", "h200"} <= set(presets.names())
+    for name in presets.names():
+        p = presets.load(name)
+        assert set(p.values) == set(presets.FIELDS)
+        for field, (kind, source) in p.sources.items():
+            assert kind in presets.KINDS_OF_SOURCE and source
+    assert presets.load("ascend910b").compute_units == 24
+    assert presets.load("ascend310p").max_streams == 1024
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"compute_units": None}, "'compute_units' is missing"),
+    ({"memory_bandwidth": -1}, "'memory_bandwidth' must be at least"),
+    ({"dispatch_ns": '"fast"'}, "'dispatch_ns' must be a number"),
+    ({"compute_units": 2.5}, "whole number"),
+])
+def test_a_bad_preset_file_names_the_field_and_the_file(tmp_path, change, words):
+    path = _write_preset(tmp_path, **change)
+    with pytest.raises(PresetError) as err:
+        presets.load(path)
+    assert words in str(err.value) and path in str(err.value)
+
+
+def test_an_unknown_preset_name_lists_the_known_ones():
+    with pytest.raises(PresetError, match="ascend910b"):
+        presets.load("ascend999")
+
+
+def test_a_varied_field_is_checked_like_a_file_field():
+    p = presets.load("h200")
+    assert p.varied({"copy_engines_h2d": 2}).copy_engines_h2d == 2
+    with pytest.raises(PresetError, match="unknown preset field 'warp_speed'"):
+        p.varied({"warp_speed": 9})
+    with pytest.raises(PresetError, match="at least"):
+        p.varied({"copy_engines_h2d": 0})
+
+
+# ---- whole programs in a fresh process (every session) ------------------------------------------
+
+PIPELINE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import ascentrt as art
+    n = 1 << 20
+    streams = [art.Stream() for _ in range(3)]
+    with art.profile(sys.argv[1]):
+        for i in range(8):
+            s = streams[i % 3]
+            h = art.malloc_host(n); d = art.malloc(n)
+            h.numpy()[:] = i
+            art.memcpy_async(d, h, stream=s)
+            art.launch("scale", d.view(np.float32), d.view(np.float32), 2.0, stream=s)
+            art.memcpy_async(h, d, stream=s)
+            s.synchronize()
+            d.free(); h.free()
+    print(art.Device(0)._backend.now_ns())
+""")
+
+
+def _run_sim(code, *args, env_extra=None):
+    env = dict(os.environ, ASCENTRT_BACKEND="sim", **(env_extra or {}))
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_same_program_gives_the_same_trace_on_every_run(tmp_path):
+    outs = []
+    for i in range(2):
+        r = _run_sim(PIPELINE, str(tmp_path / f"p{i}"))
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    assert outs[0] == outs[1]
+    a = json.loads((tmp_path / "p0" / "trace.json").read_text())
+    b = json.loads((tmp_path / "p1" / "trace.json").read_text())
+    strip = lambda t: [{k: v for k, v in e.items() if k not in ("pid",)} for e in t["traceEvents"]]
+    assert strip(a) == strip(b)
+
+
+def test_an_unknown_preset_in_the_settings_is_one_clear_error():
+    r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
+                 "\n    print('ERR', e)", env_extra={"ASCENTRT_SIM_PRESET": "nope"})
+    assert r.returncode == 0 and "ERR" in r.stdout and "ASCENTRT_SIM_PRESET" in r.stdout
