@@ -104,6 +104,8 @@ class Timeline:
         self.returned = 0               # host functions that returned so far
         self.patience_spent = -1        # `returned` when the wait for running ones last expired
         self.pumping = False
+        self.deadlines: list = []       # the engine's heap of timed waits (see attach)
+        self.fire_deadlines = None
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -132,10 +134,12 @@ class Timeline:
                 self.moved.notify_all()
 
     def frames(self) -> list:
-        f = getattr(self.local, "frames", None)
-        if f is None:
+        """The tasks the calling thread is running for the simulation, innermost last."""
+        try:
+            return self.local.frames
+        except AttributeError:
             f = self.local.frames = []
-        return f
+            return f
 
     def where(self, addr: int) -> str:
         """'device', 'pinned' or 'pageable': what memory `addr` is in."""
@@ -157,19 +161,20 @@ class Timeline:
             if signal is not None and signal.is_set():
                 return True
             nxt = ends[0][0] if ends else None
-            if self.inflight > self._own_host_tasks() and (nxt is None or nxt > self.now) \
-                    and self.patience_spent != self.returned:
+            if self.inflight and self.inflight > self._own_host_tasks() \
+                    and (nxt is None or nxt > self.now) and self.patience_spent != self.returned:
                 # Time may not move while a host function runs (its end is not known yet).
                 seen = self.returned
                 if self.moved.wait_for(lambda: self.returned != seen, HOST_FUNC_PATIENCE_S):
                     continue
                 self.patience_spent = self.returned  # it blocks: let time go on without it
-            deadline = self.next_deadline()
-            if deadline is not None and (nxt is None or deadline < nxt):
+            heap = self.deadlines
+            if heap and (nxt is None or heap[0][0] < nxt):
+                deadline = heap[0][0]
                 if deadline > until:
                     return False
                 self.now = max(self.now, deadline)
-                self._any_queue().fire_deadlines(self.now)
+                self.fire_deadlines(self.now)
                 continue
             if nxt is None or nxt > until:
                 return False
@@ -183,17 +188,15 @@ class Timeline:
         """How many of the running host functions are the calling thread itself."""
         return sum(1 for f in self.frames() if f.task.kind == HOST)
 
-    def _any_queue(self):
-        for b in self.backends:
-            for q in b.queues:
-                if q is not None:
-                    return q
-        return None
-
     def next_deadline(self) -> int | None:
-        """The engine's earliest timed-wait deadline (engine-wide: any queue answers)."""
-        q = self._any_queue()
-        return None if q is None else q.next_deadline()
+        """The engine's earliest timed-wait deadline, or None."""
+        return self.deadlines[0][0] if self.deadlines else None
+
+    def attach(self, queue) -> None:
+        """Learn, from the first executor queue, where the engine keeps its timed waits."""
+        if self.fire_deadlines is None:
+            self.deadlines = queue.engine._deadlines   # a heap of (deadline ns, ...)
+            self.fire_deadlines = queue.fire_deadlines
 
     def advance_host(self, cost_ns: float) -> None:
         """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""
@@ -292,6 +295,7 @@ class SimBackend(CpuBackend):
     def start_queue(self, name: str, queue) -> None:
         """Keep the queue: the simulation steps it (no thread; several units share one queue)."""
         self.queues[queue.executor] = queue
+        self.timeline.attach(queue)
 
     def execute(self, op: Op) -> None:
         """Compute the operation's result now and account its modelled time: a task of the
@@ -339,7 +343,7 @@ class SimBackend(CpuBackend):
         (nothing when called from inside a task: a host function acts at its device time)."""
         tl = self.timeline
         with tl.lock:
-            if not tl.frames():
+            if not getattr(tl.local, "frames", None):
                 tl.advance_host(self._host_cost.get(what, 0.0))
 
     def now_ns(self) -> int:
@@ -363,12 +367,16 @@ class SimBackend(CpuBackend):
 
     def dispatch(self) -> None:
         """Start every ready task that a free unit can take now (called under the timeline lock)."""
-        q = self.queues[_COMPUTE]
+        qc, qm, qh = self.queues
+        if not ((qc is not None and qc.ready.count) or (qm is not None and qm.ready.count)
+                or (qh is not None and qh.ready.count)):
+            return
+        q = qc
         while q is not None and self.free_units and q.ready.count:
             t = q.take(self._fits_compute, True)
             if t is None:
                 break
-            units = self._units_of(t)
+            units = self._last_units  # what _fits_compute found for the task it accepted
             self.free_units -= units
             self._start(q, t, units)
         q = self.queues[_COPY]
@@ -396,7 +404,8 @@ class SimBackend(CpuBackend):
         return min(cost.block_dim, self.preset.compute_units)
 
     def _fits_compute(self, t) -> bool:
-        return self._units_of(t) <= self.free_units
+        self._last_units = units = self._units_of(t)
+        return units <= self.free_units
 
     def _lane_of(self, t) -> int:
         """The copy engine pool a copy task uses: its direction (a graph segment: a free one)."""
