@@ -207,7 +207,8 @@ class Engine:
         The one-task form of submit_all(), for the launch hot path; event records go through
         submit_all(), which sets the position their marker captures.
         """
-        if stream._dq.virtual:
+        dq = stream._dq
+        if dq.virtual:
             self._host_submits(stream, KIND_NAMES[task.kind])
         lock = self.lock
         try:  # (cheaper than `with`, which costs ~0.1 us per launch here)
@@ -215,24 +216,23 @@ class Engine:
             try:
                 if stream._refuse is not None:
                     raise stream._refusal()
-                if not stream._dq.started:
-                    stream._dq.start()  # before anything is queued: a failed start leaves no trace
+                if not dq.started:
+                    dq.start()  # before anything is queued: a failed start leaves no trace
                 stream._submitted = task_id = stream._submitted + 1
                 task.id = task_id
                 task.stream = stream
                 if Hooks.profiler is not None:
-                    task.t_enqueue = stream._dq.backend.now_ns()
+                    task.t_enqueue = dq.backend.now_ns()
                 stream._tasks.append(task)
                 if not stream._active:
                     stream._active = True
-                    stream._dq.active.add(stream)
+                    dq.active.add(stream)
                     ex = task.executor
                     if ex is None:
                         self._advance(stream, None)  # a control task: completes inline
                     else:
                         # An idle stream's queue was empty, so `task` is its head: make it ready
                         # (what _advance would do, without its loop: many streams take this path).
-                        dq = stream._dq
                         dq.ready[ex].push(stream)
                         parked = dq.idle[ex]
                         if parked:
