@@ -15,6 +15,10 @@ KEY_LINES = {
     "failure_modes.py": "STOP: new work refused with error 107023",
     "host_functions.py": "order: as expected",
     "notify_deadlock.py": "deadlock detected (error 507950)",
+    "sim/two_presets.py": "h200",
+    "sim/pool_saving.py": "the pool saves",
+    "sim/sq_backpressure.py": "it waited for a slot",
+    "sim/copy_engines.py": "ms of device time",
 }
 
 

@@ -146,13 +146,16 @@ def test_a_full_submission_queue_makes_the_host_wait(stream):
     depth = P.queue_depth
     backend = stream.device._backend
     t0 = backend.now_ns()
-    for _ in range(depth):
-        art.launch(lambda: None, stream=stream, cost=1e-3)
+    for _ in range(depth):  # 10 ms kernels: none ends while the host fills the queue
+        art.launch(lambda: None, stream=stream, cost=10e-3)
     t_full = backend.now_ns()
-    assert t_full - t0 < depth * (P.host_launch_ns + 1)   # the host never waited so far
-    art.launch(lambda: None, stream=stream, cost=1e-3)    # the SQ is full: waits for one
-    assert backend.now_ns() >= t0 + 1e6                    # at least the first kernel's 1 ms
-    assert stream.pending <= depth
+    assert t_full - t0 == depth * P.host_launch_ns       # the host never waited so far
+    assert stream.pending == depth
+    art.launch(lambda: None, stream=stream, cost=10e-3)   # the SQ is full: waits for a slot
+    first_end = t0 + P.host_launch_ns + P.dispatch_ns + 10e6
+    assert backend.now_ns() >= first_end                  # the first kernel had to finish
+    assert backend.now_ns() < first_end + 1e6             # and not more
+    assert stream.pending == depth
     stream.synchronize()
 
 
@@ -327,3 +330,57 @@ def test_an_unknown_preset_in_the_settings_is_one_clear_error():
     r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
                  "\n    print('ERR', e)", env_extra={"ASCENTRT_SIM_PRESET": "nope"})
     assert r.returncode == 0 and "ERR" in r.stdout and "ASCENTRT_SIM_PRESET" in r.stdout
+
+
+# ---- ascentrt whatif ------------------------------------------------------------------------------
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "ascentrt", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+def test_whatif_runs_each_variant_and_writes_a_table_csv_and_plot(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""
+        import numpy as np
+        import ascentrt as art
+        from ascentrt import sim
+        k = int(sim.variant().get("batches", 2))
+        s = art.Stream()
+        h = art.malloc_host(1 << 20); d = art.malloc(1 << 20)
+        for _ in range(k):
+            art.memcpy_async(d, h, stream=s)
+        s.synchronize()
+    """))
+    out = tmp_path / "wi"
+    r = _cli("whatif", "--vary", "host_link_bandwidth=10e9,40e9", "--vary", "program.batches=2,4",
+             "-o", str(out), "--", "python", str(prog))
+    assert r.returncode == 0, r.stderr
+    rows = list(__import__("csv").DictReader((out / "whatif.csv").open()))
+    assert len(rows) == 4
+    ms = {(float(x["host_link_bandwidth"]), int(x["program.batches"])): float(x["virtual_ms"])
+          for x in rows}
+    assert ms[(10e9, 4)] > ms[(40e9, 4)] and ms[(10e9, 4)] > ms[(10e9, 2)]
+    assert "<svg" in (out / "whatif.html").read_text()
+    assert "critical path" in r.stdout and "copy" in r.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--vary", "warp_speed=1,2"], "unknown field 'warp_speed'"),
+    (["--vary", "copy_engines_h2d=0"], "must be at least 1"),
+    (["--vary", "dispatch_ns=fast"], "must be a number"),
+    (["--preset", "nope", "--vary", "dispatch_ns=1"], "unknown simulator preset 'nope'"),
+    (["--vary", "dispatch_ns"], "expected name=v1,v2"),
+])
+def test_whatif_bad_input_is_one_line_naming_the_field(args, words):
+    r = _cli("whatif", *args, "--", "python", "-c", "pass")
+    assert r.returncode == 1
+    assert words in r.stderr and "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_info_prints_a_preset_with_its_sources():
+    r = _cli("info", "--preset", "ascend310p")
+    assert r.returncode == 0
+    assert "compute_units" in r.stdout and "documented" in r.stdout and "estimated" in r.stdout
+    bad = _cli("info", "--preset", "./missing.toml")
+    assert bad.returncode == 1 and "cannot be read" in bad.stderr

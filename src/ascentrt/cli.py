@@ -1,4 +1,4 @@
-"""The `ascentrt` command: `ascentrt demo`, `ascentrt info`, `ascentrt prof`, `ascentrt report`."""
+"""The `ascentrt` command: `ascentrt demo`, `info`, `prof`, `report` and `whatif`."""
 
 from __future__ import annotations
 
@@ -217,6 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     p_prof.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- the program and its arguments")
     p_prof.set_defaults(fn=_prof)
+    p_whatif = sub.add_parser(
+        "whatif", parents=[common],
+        help="run a program on the simulated NPU once per variant: ascentrt whatif --vary "
+             "copy_engines_h2d=1,2 -- python x.py",
+        description="Run a program on the sim backend once per combination of the --vary values "
+                    "and compare total virtual time, busy shares and the critical path. A name is "
+                    "a preset field (see ascentrt info --preset NAME) or program.NAME, a knob the "
+                    "program reads with ascentrt.sim.variant().")
+    p_whatif.add_argument("--preset", default="ascend910b", help="preset name or .toml path")
+    p_whatif.add_argument("--vary", action="append", default=[], metavar="NAME=V1,V2",
+                          help="a field and its values (repeat for a grid)")
+    p_whatif.add_argument("-o", "--out", default="ascentrt-whatif",
+                          help="output folder: whatif.csv, whatif.html, a profile per variant")
+    p_whatif.add_argument("command", nargs=argparse.REMAINDER, help="-- the program and its arguments")
+    p_whatif.set_defaults(fn=lambda args: __import__("ascentrt.whatif", fromlist=["main"]).main(args))
     p_report = sub.add_parser("report", parents=[common],
                               help="print the summary and diagnosis of a profile folder")
     p_report.add_argument("folder", nargs="?",

@@ -109,6 +109,9 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_SIM_PRESET", "ascend910b", str.strip,
             "the hardware model of sim devices: a preset name (ascend910b, ascend310p, h200) or "
             "the path of a preset .toml file"),
+    Setting("ASCENTRT_SIM_VARY", "", str.strip,
+            "set by ascentrt whatif: the variant this run is, as JSON (preset fields change the "
+            "preset; program.NAME knobs are read by ascentrt.sim.variant())"),
     Setting("ASCENTRT_DEVICE_MEMORY", "2G", parse_size,
             "memory capacity of each device (bytes, or with a K/M/G suffix)"),
     Setting("ASCENTRT_COMPUTE_UNITS", str(os.cpu_count() or 1), _positive_int,

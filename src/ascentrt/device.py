@@ -15,6 +15,7 @@ import numpy as np
 
 from . import config
 from .backends import PresetError, load_preset, make_backend
+from .backends.presets import variant_fields
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
 from .engine.sync import synchronize_streams
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
@@ -120,8 +121,11 @@ class Device:
         if kind == "sim":  # the preset gives memory and executors, unless memory is set
             try:
                 preset = load_preset(config.get("ASCENTRT_SIM_PRESET"))
+                changes = variant_fields(config.get("ASCENTRT_SIM_VARY"))
+                if changes:
+                    preset = preset.varied(changes)
             except PresetError as exc:
-                raise InvalidArgumentError(f"ASCENTRT_SIM_PRESET: {exc}") from None
+                raise InvalidArgumentError(f"ASCENTRT_SIM_PRESET / ASCENTRT_SIM_VARY: {exc}") from None
             capacity = capacity if config.is_set("ASCENTRT_DEVICE_MEMORY") else 0
             self._backend = backend = make_backend(kind, f"{preset.name}-sim{device_id}", capacity,
                                                    tuple(sizes), preset)

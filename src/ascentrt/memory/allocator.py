@@ -75,8 +75,10 @@ class DeviceAllocator:
                                            f"capacity {self.capacity}")
         if stream is not None:
             check_stream(stream, self.device)
-        if self.host_call is not None:
-            self.host_call("malloc")
+        charge = self.host_call  # a simulated device charges modelled host costs
+        if charge is not None:
+            charge("malloc" if self.pool is not None else "malloc_driver")
+            before = self.pool.reserved if self.pool is not None else 0
         size = (nbytes + GRANULE - 1) & -GRANULE
         pool = self.pool
         if pool is not None:
@@ -88,6 +90,8 @@ class DeviceAllocator:
             off = self.arena.alloc(round_size(size))
             addr = self.base + off
             buf = DeviceBuffer(self.device, addr, size, nbytes, off, self.mem[off:off + size], self)
+        if charge is not None and pool is not None and pool.reserved > before:
+            charge("malloc_driver")  # the pool had to grow: a driver allocation
         self.live[addr] = buf
         REGISTRY.add(buf)
         if self.record_sites:

@@ -121,6 +121,7 @@ class DeviceInfo:
     capacity: int
     backend: str = "cpu"   # what produced the timings: cpu (real time) or sim (virtual)
     preset: str = ""       # the hardware model of a sim device
+    uncosted: dict = field(default_factory=dict)  # sim: kernels that had no cost -> count
 
 
 @dataclass(frozen=True)

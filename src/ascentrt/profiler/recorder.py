@@ -196,7 +196,8 @@ class Recorder:
         for dev in self.devices.values():
             p = dev.properties
             prof.devices.append(DeviceInfo(dev.id, p.name, p.compute_units, p.copy_engines,
-                                           p.host_func_threads, p.total_memory, p.backend, p.preset))
+                                           p.host_func_threads, p.total_memory, p.backend, p.preset,
+                                           dict(getattr(dev._backend, "uncosted", {}))))
             default, detached = dev._default_stream, dev._dq.detached
             for s in list(dev._dq.streams.values()):
                 streams.setdefault((dev.id, s.id), s)

@@ -75,6 +75,10 @@ def timing_source(profile: ProfileData) -> str:
     kinds = sorted({(d.backend, d.preset) for d in profile.devices}) or [("cpu", "")]
     parts = [f"sim backend, preset {p} (virtual time)" if b == "sim" else f"{b} backend (real time)"
              for b, p in kinds]
+    uncosted = sorted({name for d in profile.devices for name in d.uncosted})
+    if uncosted:
+        parts.append(f"kernels with no declared cost (the preset's default duration): "
+                     f"{', '.join(uncosted[:5])}{' ...' if len(uncosted) > 5 else ''}")
     return ", ".join(parts)
 
 

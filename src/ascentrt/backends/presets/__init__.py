@@ -7,6 +7,7 @@ kind being "documented", "measured" or "estimated". Every field in FIELDS must b
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tomllib
@@ -158,3 +159,19 @@ def describe(preset: Preset) -> list[tuple[str, str, str, str, str]]:
         shown = f"{v:,}" if typ is int else f"{v:.4g}"
         rows.append((field, shown, unit, *preset.sources[field]))
     return rows
+
+
+PROGRAM_PREFIX = "program."  # a variant's knobs for the program itself, not the preset
+
+
+def variant_fields(text: str) -> dict:
+    """The preset fields a variant (JSON from ASCENTRT_SIM_VARY) sets; PresetError if malformed."""
+    if not text:
+        return {}
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise PresetError(f"variant {text!r} is not JSON") from None
+    if not isinstance(doc, dict):
+        raise PresetError(f"variant {text!r} must be a JSON object")
+    return {k: v for k, v in doc.items() if not k.startswith(PROGRAM_PREFIX)}

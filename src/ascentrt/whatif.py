@@ -1,0 +1,163 @@
+"""`ascentrt whatif`: run one program on the simulated NPU once per variant of the preset (and
+of the program's own knobs) and compare total virtual time, utilization and critical path."""
+
+from __future__ import annotations
+
+import csv
+import html
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+from .backends.presets import FIELDS, PROGRAM_PREFIX, load
+from .errors import ErrorCode, InvalidArgumentError
+from .profiler import load as load_profile
+from .profiler.analysis import total, union
+from .profiler.critical import critical_path, describe
+
+CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_func",)}
+
+
+def parse_vary(specs: list[str], preset) -> list[tuple[str, list]]:
+    """[(field, [values])] from 'name=v1,v2' specs: preset fields (checked as a preset file's
+    would be) or program.NAME knobs; InvalidArgumentError naming what is wrong."""
+    out = []
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        name = name.strip()
+        if not sep or not name or not values.strip():
+            raise InvalidArgumentError(f"--vary {spec!r}: expected name=v1,v2,...")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if name.startswith(PROGRAM_PREFIX):
+            parsed = [_knob(v) for v in items]
+        elif name in FIELDS:
+            parsed = [preset.varied({name: v}).values[name] for v in items]  # raises if bad
+        else:
+            raise InvalidArgumentError(f"--vary: unknown field {name!r} (preset fields: "
+                                       f"{', '.join(FIELDS)}; the program's own knobs as "
+                                       f"{PROGRAM_PREFIX}NAME)")
+        out.append((name, parsed))
+    if not out:
+        raise InvalidArgumentError("whatif needs at least one --vary name=v1,v2,...")
+    return out
+
+
+def _knob(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def variants(varies: list[tuple[str, list]]) -> list[dict]:
+    """Every combination of the varied values, in order."""
+    names = [n for n, _ in varies]
+    return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in varies))]
+
+
+def summarize(profile) -> dict:
+    """Total virtual time, busy share per executor class and the critical path of one run."""
+    duration = profile.duration_ns or 1
+    busy = {}
+    for cls, kinds in CLASSES.items():
+        spans = union((t.start_ns, t.end_ns) for t in profile.tasks if t.kind in kinds)
+        busy[cls] = total(spans) / duration
+    path = critical_path(profile)
+    return {"virtual_ms": profile.duration_ns / 1e6, "busy": busy, "critical_path": describe(path),
+            "critical_ms": path["length_ns"] / 1e6}
+
+
+def run(preset_name: str, specs: list[str], command: list[str], out: str) -> list[dict]:
+    """Run `command` once per variant under `out`/variant-N; returns one row per variant."""
+    preset = load(preset_name)
+    rows = []
+    combos = variants(parse_vary(specs, preset))
+    for i, combo in enumerate(combos):
+        folder = os.path.join(out, f"variant-{i}")
+        env = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_SIM_PRESET=preset.path,
+                   ASCENTRT_SIM_VARY=json.dumps(combo), ASCENTRT_PROFILE=os.path.abspath(folder))
+        env.pop("ASCENTRT_PROFILE_PID", None)
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot run {command[0]!r}: {exc.strerror or exc}",
+                                       code=ErrorCode.INVALID_PARAM) from None
+        row = {"variant": i, **combo, "exit": done.returncode}
+        if done.returncode == 0:
+            row.update(summarize(load_profile(folder)))
+        else:
+            row["error"] = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict], varied: list[str]) -> str:
+    """The comparison as aligned text."""
+    head = [*varied, "virtual ms", "compute", "copy", "host", "critical path"]
+    lines = [head]
+    for r in rows:
+        vals = [str(r[n]) for n in varied]
+        if "virtual_ms" in r:
+            b = r["busy"]
+            vals += [f"{r['virtual_ms']:.3f}", f"{b['compute']:.0%}", f"{b['copy']:.0%}",
+                     f"{b['host']:.0%}", r["critical_path"]]
+        else:
+            vals += [f"failed (exit {r['exit']}): {r.get('error', '')}", "", "", "", ""]
+        lines.append(vals)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def write(rows: list[dict], varied: list[str], out: str) -> tuple[str, str]:
+    """whatif.csv and whatif.html (the table and a bar chart of virtual time) in `out`."""
+    csv_path, html_path = os.path.join(out, "whatif.csv"), os.path.join(out, "whatif.html")
+    fields = ["variant", *varied, "virtual_ms", "busy_compute", "busy_copy", "busy_host",
+              "critical_ms", "critical_path", "exit"]
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            flat = dict(r)
+            for k, v in r.get("busy", {}).items():
+                flat[f"busy_{k}"] = round(v, 4)
+            w.writerow(flat)
+    ok = [r for r in rows if "virtual_ms" in r]
+    top = max((r["virtual_ms"] for r in ok), default=1) or 1
+    bars = []
+    for j, r in enumerate(ok):
+        label = ", ".join(f"{n}={r[n]}" for n in varied)
+        width = 500 * r["virtual_ms"] / top
+        y = 10 + j * 28
+        bars.append(f"<text x='0' y='{y + 14}'>{html.escape(label)}</text>"
+                    f"<rect x='260' y='{y}' width='{width:.1f}' height='20' fill='#4a7bd0'/>"
+                    f"<text x='{265 + width:.1f}' y='{y + 14}'>{r['virtual_ms']:.3f} ms</text>")
+    svg = (f"<svg xmlns='http://www.w3.org/2000/svg' width='900' height='{20 + 28 * len(ok)}' "
+           f"font-family='sans-serif' font-size='12'>{''.join(bars)}</svg>")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>ascentrt whatif</title>"
+            f"</head><body><h1>ascentrt whatif</h1><h2>Total virtual time per variant</h2>{svg}"
+            f"<h2>Table</h2><pre>{html.escape(table(rows, varied))}</pre></body></html>")
+    with open(html_path, "w", encoding="utf-8") as f:
+        f.write(page)
+    return csv_path, html_path
+
+
+def main(args) -> int:
+    """The `ascentrt whatif` command."""
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise InvalidArgumentError("nothing to run: ascentrt whatif --vary name=v1,v2 -- python prog.py")
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    os.makedirs(args.out, exist_ok=True)
+    rows = run(args.preset, args.vary, command, args.out)
+    varied = [spec.partition("=")[0].strip() for spec in args.vary]
+    print(table(rows, varied))
+    csv_path, html_path = write(rows, varied, args.out)
+    print(f"written: {csv_path}, {html_path}")
+    return 0 if all(r["exit"] == 0 for r in rows) else 1
