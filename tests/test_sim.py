@@ -384,3 +384,57 @@ def test_info_prints_a_preset_with_its_sources():
     assert "compute_units" in r.stdout and "documented" in r.stdout and "estimated" in r.stdout
     bad = _cli("info", "--preset", "./missing.toml")
     assert bad.returncode == 1 and "cannot be read" in bad.stderr
+
+
+# ---- found in review: time that real host work takes, and costs that must not be dropped ------
+
+@sim_only
+def test_a_timeout_does_not_expire_while_a_host_function_still_runs(stream):
+    import time as _time
+    art.launch_host_func(lambda: _time.sleep(0.7), stream=stream)  # longer than the patience
+    stream.synchronize(timeout=5)  # 5 s: far more than the 0.7 s the host function takes
+
+
+@sim_only
+def test_a_timeout_does_not_expire_while_another_thread_is_about_to_record(dev):
+    import threading
+    import time as _time
+    s, s2 = dev.create_stream(), dev.create_stream()
+    n = dev.create_notify()
+
+    def producer():
+        _time.sleep(0.2)  # real host work before it signals
+        n.record(s2)
+
+    th = threading.Thread(target=producer)
+    th.start()
+    n.wait_and_reset(s)
+    s.synchronize(timeout=5)
+    th.join()
+    s.destroy(), s2.destroy()
+
+
+@sim_only
+def test_block_dim_alone_keeps_a_built_in_kernels_cost(stream):
+    x = art.malloc(1 << 20)
+    with art.profile() as prof:
+        art.launch("scale", x.view(np.float32), x.view(np.float32), 2.0, stream=stream, name="a")
+        art.launch("scale", x.view(np.float32), x.view(np.float32), 2.0, stream=stream, name="b",
+                   block_dim=4)
+        stream.synchronize()
+    a, b = sorted(_tasks(prof, "kernel"), key=lambda t: t.name)
+    assert a.duration_ns == b.duration_ns != P.default_kernel_ns + P.dispatch_ns  # memory-bound
+    assert "b" not in stream.device._backend.uncosted
+    x.free()
+
+
+@sim_only
+def test_a_host_function_that_copies_keeps_its_own_cost(stream):
+    buf = art.malloc(1 << 20)
+    with art.profile() as prof:
+        art.launch_host_func(lambda: None, stream=stream)
+        art.launch_host_func(lambda: art.memset(buf, 0), stream=stream)
+        stream.synchronize()
+    empty, copying = _tasks(prof, "host_func")
+    assert copying.duration_ns > empty.duration_ns >= P.host_func_ns
+    buf.free()

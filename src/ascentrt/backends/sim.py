@@ -20,11 +20,13 @@ calls (and so the timeline) follows the real threads.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import itertools
 import math
 import os
 import threading
+import time
 
 from .base import COPY, FILL, HOST, KERNEL, BackendProperties, Cost, MemHandle, Op
 from .cpu import CpuBackend
@@ -33,7 +35,8 @@ from .presets import Preset
 _COMPUTE, _COPY, _HOST = 0, 1, 2           # the engine's executor classes
 H2D, D2H, D2D = 0, 1, 2                    # copy directions (one engine pool each)
 DIRECTION_NAMES = ("h2d", "d2h", "d2d")
-_GRACE_S = 0.005  # idle with another host thread possibly about to act: wait this long for it
+_GRACE_S = 0.005  # idle and alone: wait this long for a thread that may just be starting
+_REAL_PACE_S = 0.05  # idle while others may act: look again this often (real seconds)
 # Virtual time waits this long (real seconds) for a running host function before going on
 # without it: host functions that return sooner keep the timeline deterministic, and one
 # that blocks on the simulating thread (a gate it sets later) cannot hang it.
@@ -49,10 +52,10 @@ class _Frame:
     """A task the simulation is running on this thread: when it started, and the time its
     nested operations (graph nodes) took so far."""
 
-    __slots__ = ("task", "start", "offset", "nested", "own")
+    __slots__ = ("task", "start", "offset", "own")
 
     def __init__(self, task, start: int):
-        self.task, self.start, self.offset, self.nested, self.own = task, start, 0, False, 0
+        self.task, self.start, self.offset, self.own = task, start, 0, 0
 
 
 class _HostThread:
@@ -104,6 +107,7 @@ class Timeline:
         self.returned = 0               # host functions that returned so far
         self.patience_spent = -1        # `returned` when the wait for running ones last expired
         self.pumping = False
+        self.callers: dict = {}          # ident -> thread of host threads that used the runtime
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
         self.fire_deadlines = None
 
@@ -184,6 +188,26 @@ class Timeline:
                 backend.release(queue.executor, units)
                 queue.finish(task)
 
+    def note_caller(self) -> None:
+        """Remember the calling host thread (one that uses the runtime)."""
+        me = threading.current_thread()
+        if self.callers.get(me.ident) is not me:
+            self.callers[me.ident] = me
+
+    def others_may_act(self) -> bool:
+        """Whether someone else may move things on: a running host function, another live host
+        thread that has used the runtime, or any other live non-daemon thread."""
+        if self.inflight and self.inflight > self._own_host_tasks():
+            return True
+        me = threading.get_ident()
+        for ident, t in list(self.callers.items()):
+            if ident != me:
+                if t.is_alive():
+                    return True
+                del self.callers[ident]
+        # A live non-daemon thread may yet call the runtime (the interpreter waits for them).
+        return any(not t.daemon and t.ident != me and t.is_alive() for t in threading.enumerate())
+
     def _own_host_tasks(self) -> int:
         """How many of the running host functions are the calling thread itself."""
         return sum(1 for f in self.frames() if f.task.kind == HOST)
@@ -206,7 +230,8 @@ class Timeline:
         if self.now < until:
             self.now = until
         self.generation += 1
-        self.moved.notify_all()
+        if self.moved._waiters:  # (a host thread idles in host_wait: let it look again)
+            self.moved.notify_all()
 
 
 TIMELINE = Timeline()
@@ -308,7 +333,8 @@ class SimBackend(CpuBackend):
             if frame.task is op:
                 self._perform(op, frame)
                 return
-            frame.nested = True  # a node of a graph segment: it takes its own time
+            # A graph segment's node, or a synchronous copy inside a host function: it takes
+            # its own time, after what the task did so far.
             frame.offset += int(self.preset.dispatch_ns) + self._perform(op, None)
             return
         ns = self._perform(op, None)  # synchronous memcpy / memset from the host
@@ -331,12 +357,23 @@ class SimBackend(CpuBackend):
                     if not tl.frames():
                         tl.advance_host(self.preset.host_sync_ns)
                     return True
-                # Nothing left before `until`: another host thread may be about to act.
+                # Nothing left to simulate before `until`.
                 seen = tl.generation
-                tl.moved.wait(_GRACE_S)
+                if tl.others_may_act():
+                    # A host function still runs, or another host thread may record or launch:
+                    # time passes at the pace of the real world until it does.
+                    t0 = time.monotonic()
+                    tl.moved.wait(min(_REAL_PACE_S, (until - tl.now) / 1e9))
+                    if tl.generation != seen or signal.is_set():
+                        continue
+                    tl.now = min(until, tl.now + int((time.monotonic() - t0) * 1e9))
+                    if tl.now < until:
+                        continue
+                    return False
+                tl.moved.wait(_GRACE_S)  # (a thread starting now may still act)
                 if tl.generation != seen or signal.is_set() or until == math.inf:
                     continue
-                tl.now = max(tl.now, until)
+                tl.now = max(tl.now, until)  # only this thread can act: jump
                 return False
 
     def host_call(self, what: str) -> None:
@@ -345,6 +382,7 @@ class SimBackend(CpuBackend):
         tl = self.timeline
         with tl.lock:
             if not getattr(tl.local, "frames", None):
+                tl.note_caller()
                 tl.advance_host(self._host_cost.get(what, 0.0))
 
     def now_ns(self) -> int:
@@ -461,7 +499,7 @@ class SimBackend(CpuBackend):
         tl = self.timeline
         p = self.preset
         start = frame.start
-        own = 0 if frame.nested else frame.own
+        own = frame.own  # (0 for a graph segment: its Cost is 0, its nodes add their time)
         wait_latency = 0
         if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
             wait_latency = max(0, t.released_ns + int(p.event_latency_ns) - start)
@@ -515,10 +553,13 @@ class SimBackend(CpuBackend):
         cost function, or the preset's default (and the kernel is listed as uncosted)."""
         p = self.preset
         cost = op.cost
-        if cost is None:
+        if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes):
+            block_dim = None if cost is None else cost.block_dim  # launch(block_dim=) alone
             fn_cost = getattr(op.fn, "cost", None)
             if fn_cost is not None:
                 cost = fn_cost(*args)
+                if block_dim is not None:
+                    cost = dataclasses.replace(cost, block_dim=block_dim)
         if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes):
             label = getattr(op, "label", None) or getattr(op.fn, "__name__", "kernel")
             self.uncosted[label] = self.uncosted.get(label, 0) + 1
