@@ -65,5 +65,54 @@ def main() -> None:
          "a 100k-launch program simulates in well under a minute")
 
 
+
+
+# ---- accuracy: the `calibrated` preset against the cpu backend it was measured on -----------
+
+COPY_PROGRAM = r"""
+import time, ascentrt as art
+n = 64 << 20
+s = art.Stream(); h = art.malloc_host(n); d = art.malloc(n)
+art.memcpy_async(d, h, stream=s); s.synchronize()
+dev = art.Device(0)
+times = []
+for _ in range(7):
+    t0 = dev.now_ns(); art.memcpy_async(d, h, stream=s); s.synchronize(); times.append(dev.now_ns() - t0)
+print(sorted(times)[3] / 1e6)
+"""
+
+
+def _demo_ms(env) -> list[float]:
+    out = subprocess.run([sys.executable, "-m", "ascentrt.demo", "--json", "12"], env=env,
+                         capture_output=True, text=True, timeout=600, check=True)
+    return __import__("json").loads(out.stdout)["ms"]
+
+
+def accuracy() -> None:
+    """Predicted (sim, calibrated) vs measured (cpu) for the demo pipeline and a 64 MiB copy."""
+    import tempfile
+    preset = os.path.join(tempfile.mkdtemp(), "calibrated.toml")
+    subprocess.run([sys.executable, "-m", "ascentrt", "calibrate", "-o", preset], check=True,
+                   capture_output=True, timeout=600)
+    cpu_env = dict(os.environ, ASCENTRT_BACKEND="cpu")
+    sim_env = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_SIM_PRESET=preset)
+    measured = [_demo_ms(cpu_env) for _ in range(max(3, RUNS))]
+    predicted = _demo_ms(sim_env)
+    for i, label in enumerate(("1_stream", "3_streams")):
+        runs = [m[i] for m in measured]
+        meas = median(runs)
+        spread = (max(runs) - min(runs)) / meas
+        emit(f"sim_accuracy_demo_{label}", abs(predicted[i] - meas) / meas, "error", "exact",
+             1.0, "<=", 0.15, "calibrated sim within 15% of the measured cpu run",
+             note=f"predicted {predicted[i]:.2f} ms, measured {meas:.2f} ms (median of "
+                  f"{len(runs)}, spread {spread:.0%})")
+    copy = [float(subprocess.run([sys.executable, "-c", COPY_PROGRAM], env=env, capture_output=True,
+                                 text=True, timeout=600, check=True).stdout) for env in (cpu_env, sim_env)]
+    emit("sim_accuracy_copy_64MiB", abs(copy[1] - copy[0]) / copy[0], "error", "exact", 1.0, "<=",
+         0.15, "calibrated sim within 15% of the measured cpu copy",
+         note=f"predicted {copy[1]:.2f} ms, measured {copy[0]:.2f} ms")
+
+
 if __name__ == "__main__":
     main()
+    accuracy()

@@ -21,7 +21,7 @@ LAYERS = [
     ("runtime", {"ascentrt.device", "ascentrt.stream", "ascentrt.event", "ascentrt.notify",
                  "ascentrt.launch", "ascentrt.copies", "ascentrt.callback", "ascentrt.context"}),
     ("observers", {"ascentrt.graph", "ascentrt.profiler"}),
-    ("facades", {"ascentrt.acl", "ascentrt.cli", "ascentrt.demo", "ascentrt.sim", "ascentrt.whatif",
+    ("facades", {"ascentrt.acl", "ascentrt.cli", "ascentrt.demo", "ascentrt.sim", "ascentrt.whatif", "ascentrt.calibrate",
                  "ascentrt"}),
 ]
 

@@ -438,3 +438,17 @@ def test_a_host_function_that_copies_keeps_its_own_cost(stream):
     empty, copying = _tasks(prof, "host_func")
     assert copying.duration_ns > empty.duration_ns >= P.host_func_ns
     buf.free()
+
+
+def test_calibrate_writes_a_preset_the_simulator_loads(tmp_path):
+    out = tmp_path / "cal.toml"
+    r = _cli("calibrate", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    p = presets.load(str(out))
+    assert p.name == "calibrated" and p.host_link_bandwidth > 1e8 and p.host_launch_ns > 0
+    assert all(kind in ("measured", "documented") for kind, _ in p.sources.values())
+    env = {"ASCENTRT_CACHE_DIR": str(tmp_path / "none")}
+    r = subprocess.run([sys.executable, "-c", "from ascentrt.backends import presets\n"
+                        "presets.load('calibrated')"], capture_output=True, text=True,
+                       env=dict(os.environ, **env))
+    assert "run `ascentrt calibrate` first" in r.stderr

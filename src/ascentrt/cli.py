@@ -1,4 +1,4 @@
-"""The `ascentrt` command: `ascentrt demo`, `info`, `prof`, `report` and `whatif`."""
+"""The `ascentrt` command: `ascentrt demo`, `info`, `prof`, `report`, `whatif` and `calibrate`."""
 
 from __future__ import annotations
 
@@ -232,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
                           help="output folder: whatif.csv, whatif.html, a profile per variant")
     p_whatif.add_argument("command", nargs=argparse.REMAINDER, help="-- the program and its arguments")
     p_whatif.set_defaults(fn=lambda args: __import__("ascentrt.whatif", fromlist=["main"]).main(args))
+    p_cal = sub.add_parser("calibrate", parents=[common],
+                           help="measure this machine's cpu backend and write the 'calibrated' preset")
+    p_cal.add_argument("-o", "--out", help="preset file to write (default: the 'calibrated' preset)")
+    p_cal.set_defaults(fn=lambda args: __import__("ascentrt.calibrate", fromlist=["main"]).main(args))
     p_report = sub.add_parser("report", parents=[common],
                               help="print the summary and diagnosis of a profile folder")
     p_report.add_argument("folder", nargs="?",

@@ -109,6 +109,8 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_SIM_PRESET", "ascend910b", str.strip,
             "the hardware model of sim devices: a preset name (ascend910b, ascend310p, h200) or "
             "the path of a preset .toml file"),
+    Setting("ASCENTRT_CACHE_DIR", "", str.strip,
+            "where ascentrt calibrate writes the calibrated preset (empty: ~/.cache/ascentrt)"),
     Setting("ASCENTRT_SIM_VARY", "", str.strip,
             "set by ascentrt whatif: the variant this run is, as JSON (preset fields change the "
             "preset; program.NAME knobs are read by ascentrt.sim.variant())"),

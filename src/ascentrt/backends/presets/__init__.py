@@ -81,8 +81,19 @@ class Preset:
 
 
 def names() -> list[str]:
-    """The presets shipped in the package."""
-    return sorted(f[:-5] for f in os.listdir(_HERE) if f.endswith(".toml"))
+    """The presets shipped in the package (and `calibrated`, once ascentrt calibrate wrote it)."""
+    found = {f[:-5] for f in os.listdir(_HERE) if f.endswith(".toml")}
+    if os.path.exists(calibrated_path()):
+        found.add("calibrated")
+    return sorted(found)
+
+
+def calibrated_path() -> str:
+    """Where `ascentrt calibrate` writes this machine's preset (ASCENTRT_CACHE_DIR, else
+    ~/.cache/ascentrt)."""
+    base = os.environ.get("ASCENTRT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                "ascentrt")
+    return os.path.join(base, "calibrated.toml")
 
 
 def _check_value(field: str, raw, where: str):
@@ -112,6 +123,10 @@ def load(name_or_path: str) -> Preset:
     text = str(name_or_path).strip()
     if os.sep in text or text.endswith(".toml") or os.path.exists(text):
         path = os.path.abspath(text)
+    elif text == "calibrated":
+        path = calibrated_path()
+        if not os.path.exists(path):
+            raise PresetError(f"no calibrated preset yet ({path}): run `ascentrt calibrate` first")
     elif text in names():
         path = os.path.join(_HERE, f"{text}.toml")
     else:

@@ -1,0 +1,157 @@
+"""`ascentrt calibrate`: measure this machine's cpu backend and write a preset (`calibrated`)
+with which the simulated NPU predicts it: copy bandwidths and latency, the compute rate of the
+demo's kernel, launch, record, synchronize, query, pool and host-function costs.
+
+Runs in a process whose devices are cpu devices; each figure is the median of several runs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from . import config
+from .backends.presets import FIELDS, calibrated_path
+
+MIB = 1 << 20
+
+
+def _median_ns(fn, repeats: int = 7) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - t0)
+    return float(statistics.median(times))
+
+
+def measure() -> dict:
+    """{field: (value, how it was measured)} for the fields the cpu backend determines."""
+    import ascentrt as art
+    from .demo import transform
+    dev = art.Device(0)
+    props = dev.properties
+    s = dev.create_stream()
+    out = {}
+    n = 64 * MIB
+    host = art.malloc_host(n)
+    dbuf, dbuf2 = art.malloc(n), art.malloc(n)
+    pageable = np.zeros(n, np.uint8)
+
+    def copy(dst, src, nbytes=None):
+        art.memcpy_async(dst, src, nbytes, stream=s)
+        s.synchronize()
+
+    copy(dbuf, host)  # first touch
+    big = _median_ns(lambda: copy(dbuf, host))
+    small = _median_ns(lambda: copy(dbuf, host, 4096), 51)
+    bw = n / (big / 1e9)
+    out["host_link_bandwidth"] = (bw, "pinned H2D memcpy_async of 64 MiB + synchronize")
+    out["host_link_latency_ns"] = (max(0.0, small - 4096 / bw * 1e9),
+                                   "4 KiB pinned copy + synchronize, minus its bytes over the bandwidth")
+    out["pageable_bandwidth"] = (n / (_median_ns(lambda: copy(dbuf, pageable)) / 1e9),
+                                 "pageable H2D memcpy_async of 64 MiB (synchronous)")
+    d2d = n / (_median_ns(lambda: copy(dbuf2, dbuf)) / 1e9)
+    out["memory_bandwidth"] = (2 * d2d, "twice the D2D copy rate of 64 MiB (read + write)")
+    elements = 3 << 19
+    x, y = art.malloc(elements * 8), art.malloc(elements * 8)
+
+    def kernel():
+        art.launch(transform, y.view(np.float64), x.view(np.float64), stream=s)
+        s.synchronize()
+
+    kernel()
+    rate = elements / (_median_ns(kernel) / 1e9)
+    out["compute_flops_per_unit"] = (rate / props.compute_units,
+                                     "the demo's transform (one flop per element) on one stream, "
+                                     "shared over the compute units a kernel occupies by default")
+    count = 20000
+    launch_ns = _median_ns(lambda: [art.launch(art.kernels.noop, stream=s) for _ in range(count)], 5) / count
+    s.synchronize()
+    out["host_launch_ns"] = (launch_ns, "ascentrt.launch of a no-op kernel, host side")
+
+    def burst():
+        for _ in range(count):
+            art.launch(art.kernels.noop, stream=s)
+        s.synchronize()
+
+    per_task = _median_ns(burst, 5) / count
+    out["dispatch_ns"] = (max(0.0, per_task - launch_ns),
+                          "no-op kernels per task submitted and run, minus the launch cost")
+    ev = dev.create_event()
+    out["host_record_ns"] = (_median_ns(lambda: [ev.record(s) for _ in range(1000)]) / 1000,
+                             "Event.record on an idle stream")
+    s.synchronize()
+    out["host_sync_ns"] = (_median_ns(lambda: [s.synchronize() for _ in range(1000)]) / 1000,
+                           "synchronize of an idle stream")
+    out["host_query_ns"] = (_median_ns(lambda: [s.query() for _ in range(1000)]) / 1000,
+                            "Stream.query of an idle stream")
+    out["host_malloc_pool_ns"] = (_median_ns(lambda: [art.free(art.malloc(MIB)) for _ in range(1000)])
+                                  / 2000, "half a cached malloc + free pair of 1 MiB")
+    out["host_free_ns"] = (out["host_malloc_pool_ns"][0], "as a pool hit: the same path back")
+    backend = dev._backend
+    out["host_malloc_driver_ns"] = (_median_ns(lambda: backend.free(backend.alloc(MIB, host=True))),
+                                    "the backend's allocation of 1 MiB of locked host memory")
+
+    def host_funcs():
+        for _ in range(200):
+            art.launch_host_func(lambda: None, stream=s)
+        s.synchronize()
+
+    out["host_func_ns"] = (max(0.0, _median_ns(host_funcs, 5) / 200 - launch_ns),
+                           "no-op host functions per task, minus the launch cost")
+    for b in (host, dbuf, dbuf2, x, y):
+        b.free()
+    s.destroy()
+    fixed = {
+        "compute_units": (props.compute_units, "ASCENTRT_COMPUTE_UNITS of the cpu backend"),
+        "ai_cpus": (0, "the cpu backend has no AI CPUs"),
+        "host_func_threads": (props.host_func_threads, "ASCENTRT_HOST_FUNC_THREADS"),
+        "copy_engines_h2d": (1, "the cpu backend's copy threads serve every direction; one each"),
+        "copy_engines_d2h": (1, "the cpu backend's copy threads serve every direction; one each"),
+        "copy_engines_d2d": (1, "the cpu backend's copy threads serve every direction; one each"),
+        "memory_bytes": (props.total_memory, "ASCENTRT_DEVICE_MEMORY"),
+        "event_latency_ns": (out["dispatch_ns"][0], "as dispatch: a released stream is a ready one"),
+        "default_kernel_ns": (out["dispatch_ns"][0], "a kernel with no cost: its dispatch only"),
+        "host_graph_launch_ns": (launch_ns, "as one launch"),
+        "queue_depth": (1 << 30, "the cpu backend's streams have no submission-queue limit"),
+        "max_streams": (1 << 30, "the cpu backend sets no stream limit"),
+        "max_events": (1 << 30, "the cpu backend sets no event limit"),
+    }
+    out.update(fixed)
+    return out
+
+
+def write(values: dict, path: str) -> str:
+    """The preset file: every field measured (or fixed by the cpu backend's settings)."""
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    where = f"{platform.node() or 'this machine'}, {os.cpu_count()} cores, {when}"
+    lines = ['name = "calibrated"',
+             f'description = "this machine\'s cpu backend, measured by ascentrt calibrate ({where})"', ""]
+    for field, (typ, _, _, _) in FIELDS.items():
+        value, how = values[field]
+        shown = int(round(value)) if typ is int else float(value)
+        kind = "measured" if field not in ("ai_cpus", "queue_depth", "max_streams", "max_events",
+                                          "copy_engines_h2d", "copy_engines_d2h",
+                                          "copy_engines_d2d") else "documented"
+        lines.append(f'{field} = {{ value = {shown!r}, kind = "{kind}", source = '
+                     f'"ascentrt calibrate: {how} ({where})" }}')
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def main(args) -> int:
+    """The `ascentrt calibrate` command."""
+    if config.get("ASCENTRT_BACKEND") != "cpu":
+        os.environ["ASCENTRT_BACKEND"] = "cpu"  # (no device exists yet in this process)
+    path = write(measure(), args.out or calibrated_path())
+    print(f"wrote {path}: ASCENTRT_SIM_PRESET=calibrated (or the path) makes the simulator "
+          f"predict this machine's cpu backend")
+    return 0
