@@ -452,3 +452,19 @@ def test_calibrate_writes_a_preset_the_simulator_loads(tmp_path):
                         "presets.load('calibrated')"], capture_output=True, text=True,
                        env=dict(os.environ, **env))
     assert "run `ascentrt calibrate` first" in r.stderr
+
+
+@sim_only
+def test_a_replayed_graph_takes_the_time_of_its_nodes(stream):
+    stream.begin_capture()
+    for i in range(3):
+        art.launch(lambda: None, stream=stream, cost=1e-3, name=f"node{i}")
+    graph = stream.end_capture()
+    with art.profile() as prof:
+        graph.launch(stream)
+        stream.synchronize()
+    nodes = sorted((t for t in _tasks(prof, "kernel") if t.name.startswith("node")),
+                   key=lambda t: t.start_ns)
+    assert [t.duration_ns for t in nodes] == [P.dispatch_ns + 1_000_000] * 3
+    assert nodes[1].start_ns == nodes[0].end_ns and nodes[2].start_ns == nodes[1].end_ns
+    graph.destroy()
