@@ -28,13 +28,12 @@ import os
 import threading
 import time
 
-from .base import COPY, FILL, HOST, KERNEL, BackendProperties, Cost, MemHandle, Op
+from .base import COPY, HOST, KERNEL, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
 from .presets import Preset
 
 _COMPUTE, _COPY, _HOST = 0, 1, 2           # the engine's executor classes
 H2D, D2H, D2D = 0, 1, 2                    # copy directions (one engine pool each)
-DIRECTION_NAMES = ("h2d", "d2h", "d2d")
 _GRACE_S = 0.005  # idle and alone: wait this long for a thread that may just be starting
 _REAL_PACE_S = 0.05  # idle while others may act: look again this often (real seconds)
 # Virtual time waits this long (real seconds) for a running host function before going on
@@ -274,7 +273,6 @@ class SimBackend(CpuBackend):
         self._host_threads: list[_HostThread] = []   # idle ones, started on first use
         self._name = name
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
-        self.busy_ns = [0, 0, 0]            # modelled busy time per class (unit-ns for compute)
         self._host_cost = {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
             "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
@@ -423,7 +421,7 @@ class SimBackend(CpuBackend):
             t = q.take(self._fits_copy, False)
             if t is None:
                 break
-            lane = self._lane_of(t)
+            lane = self._last_lane  # what _fits_copy found for the task it accepted
             self.free_copy[lane] -= 1
             self._start(q, t, lane)
         q = self.queues[_HOST]
@@ -446,16 +444,16 @@ class SimBackend(CpuBackend):
         self._last_units = units = self._units_of(t)
         return units <= self.free_units
 
-    def _lane_of(self, t) -> int:
-        """The copy engine pool a copy task uses: its direction (a graph segment: a free one)."""
-        if t.fn is None:
-            return self.direction(t.args[0], t.args[2])
-        return next(i for i, n in enumerate(self.free_copy) if n)
-
     def _fits_copy(self, t) -> bool:
-        if t.fn is not None:
-            return True
-        return self.free_copy[self.direction(t.args[0], t.args[2])] > 0
+        """Whether an engine of the copy's direction is free (a graph segment: any engine)."""
+        if t.fn is None:
+            lane = self.direction(t.args[0], t.args[2])
+        else:
+            lane = next((i for i, n in enumerate(self.free_copy) if n), None)
+            if lane is None:
+                return False
+        self._last_lane = lane
+        return self.free_copy[lane] > 0
 
     def direction(self, dst: int, src: int) -> int:
         """H2D, D2H or D2D from where the two addresses are (host to host counts as H2D)."""
@@ -505,7 +503,6 @@ class SimBackend(CpuBackend):
             wait_latency = max(0, t.released_ns + int(p.event_latency_ns) - start)
         end = max(tl.now, start) + frame.offset + own + wait_latency + int(p.dispatch_ns)
         t.t_start, t.t_end = start, end
-        self.busy_ns[queue.executor] += (end - start) * (units if queue.executor == _COMPUTE else 1)
         heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
 
     def _perform(self, op: Op, frame) -> int:
@@ -576,15 +573,5 @@ def _always(t) -> bool:
     return True
 
 
-def utilization(backend: SimBackend) -> dict:
-    """Busy fraction of each executor class over the virtual time so far."""
-    now = backend.timeline.now or 1
-    p = backend.preset
-    return {"compute": backend.busy_ns[_COMPUTE] / (now * p.compute_units),
-            "copy": backend.busy_ns[_COPY] / (now * (p.copy_engines_h2d + p.copy_engines_d2h
-                                                     + p.copy_engines_d2d)),
-            "host": backend.busy_ns[_HOST] / (now * p.host_func_threads)}
-
-
-__all__ = ["Cost", "D2D", "D2H", "DIRECTION_NAMES", "FILL", "H2D", "SimBackend", "TIMELINE",
-           "Timeline", "utilization"]
+__all__ = ["D2D", "D2H", "H2D", "HOST_FUNC_PATIENCE_S", "IDLE_HOST_S", "SimBackend", "TIMELINE",
+           "Timeline"]

@@ -252,18 +252,23 @@ class Engine:
         dq.backend.host_call(what)
         depth = dq.queue_depth
         if depth and stream._submitted - stream._completed >= depth:
-            with self.lock:
-                target = stream._submitted - depth + 1
-                if stream._completed >= target:
-                    return
-                ev = dq.backend.new_signal()
-                stream._sync_waiters.append((target, ev))
+            self.wait_completed(stream, None, f"a submit to full stream {stream.id} ({depth} tasks "
+                                f"queued)", behind=depth - 1)
 
-            def cancel():
-                stream._sync_waiters = [w for w in stream._sync_waiters if w[1] is not ev]
+    def wait_completed(self, stream, timeout: float | None, what: str, behind: int = 0) -> None:
+        """Block the host until all but the last `behind` tasks submitted to `stream` so far have
+        completed; TimeoutError_ (507046) past `timeout` s, DeadlockError if they never can."""
+        with self.lock:
+            target = stream._submitted - behind
+            if stream._completed >= target:
+                return
+            ev = stream._dq.backend.new_signal()
+            stream._sync_waiters.append((target, ev))
 
-            self.wait_host(ev, None, [stream], f"a submit to full stream {stream.id} "
-                           f"({depth} tasks queued)", ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
+        def cancel():
+            stream._sync_waiters = [w for w in stream._sync_waiters if w[1] is not ev]
+
+        self.wait_host(ev, timeout, [stream], what, ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
 
     # ---- progress (all under the lock) -----------------------------------------------------
 

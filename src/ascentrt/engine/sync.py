@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ErrorCode, TaskError
+from ..errors import TaskError
 from .scheduler import ENGINE
 
 
@@ -12,17 +12,8 @@ def synchronize_streams(streams: list, timeout: float | None, what: str) -> None
     clock = ENGINE.devices[0].backend.now_ns
     deadline = None if timeout is None else clock() + timeout * 1e9
     for s in streams:
-        with ENGINE.lock:
-            if s._completed >= s._submitted:
-                continue
-            ev = s._dq.backend.new_signal()
-            s._sync_waiters.append((s._submitted, ev))
-
-        def cancel(s=s, ev=ev):
-            s._sync_waiters = [w for w in s._sync_waiters if w[1] is not ev]
-
         remaining = None if deadline is None else max((deadline - clock()) / 1e9, 1e-6)
-        ENGINE.wait_host(ev, remaining, [s], what, ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
+        ENGINE.wait_completed(s, remaining, what)
     raise_stream_errors(streams)
 
 
