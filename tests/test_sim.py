@@ -227,8 +227,10 @@ def test_bad_costs_and_block_dims_are_refused(stream):
         with pytest.raises(art.InvalidArgumentError, match="cost"):
             art.launch(lambda: None, stream=stream, cost=bad)
     for bad in (0, units + 1, 2.5, "4"):
-        with pytest.raises(art.InvalidArgumentError, match="block_dim"):
+        with pytest.raises(art.InvalidArgumentError, match="block_dim") as err:
             art.launch(lambda: None, stream=stream, block_dim=bad)
+        assert err.value.code == art.ErrorCode.INVALID_PARAM
+    assert stream._submitted == 0  # nothing was queued
     stream.synchronize()
 
 
@@ -468,3 +470,38 @@ def test_a_replayed_graph_takes_the_time_of_its_nodes(stream):
     assert [t.duration_ns for t in nodes] == [P.dispatch_ns + 1_000_000] * 3
     assert nodes[1].start_ns == nodes[0].end_ns and nodes[2].start_ns == nodes[1].end_ns
     graph.destroy()
+
+
+LIMITS = textwrap.dedent("""
+    import ascentrt as art
+    dev = art.Device(0)
+    streams = [dev.create_stream() for _ in range(3)]
+    try:
+        dev.create_stream()
+    except art.StreamStateError as e:
+        print("streams", int(e.code), len([s for s in dev.streams()]))
+    streams[0].destroy()
+    dev.create_stream()                       # a slot came free
+    events = [dev.create_event() for _ in range(2)]
+    try:
+        dev.create_event()
+    except art.StreamStateError as e:
+        print("events", int(e.code))
+    events[0].destroy()
+    dev.create_event()
+    print("ok")
+""")
+
+
+def test_stream_and_event_caps_of_the_model_are_refused_with_codes():
+    r = _run_sim(LIMITS, env_extra={"ASCENTRT_SIM_VARY": '{"max_streams": 3, "max_events": 2}'})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert lines[0].split()[:2] == ["streams", "207008"]
+    assert lines[1] == "events 207007" and lines[2] == "ok"
+
+
+def test_a_malformed_variant_is_one_clear_error():
+    r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
+                 "\n    print('ERR', int(e.code), e)", env_extra={"ASCENTRT_SIM_VARY": "{not json"})
+    assert r.returncode == 0 and "ERR 100000" in r.stdout and "not JSON" in r.stdout
