@@ -58,6 +58,14 @@ def main() -> None:
     emit("acl_memcpy_4k_h2d", facade, "ns/copy", "ascentrt.memcpy(int pointers)", core, "<=", 1.5,
          "the facade adds at most half of the core's checked pointer copy")
 
+    def acl_malloc_free():
+        ptr, _ = acl.rt.malloc(1 << 20, 0)
+        acl.rt.free(ptr)
+
+    facade, core = interleaved(acl_malloc_free, lambda: art.malloc(1 << 20).free(), sync)
+    emit("acl_malloc_free_1MiB", facade, "ns", "ascentrt.malloc + free()", core, "<=", 1.5,
+         "the facade's int pointers cost at most half the core path more")
+
     ev_core = art.Event(stream.device)
     ev, _ = acl.rt.create_event()
     facade, core = interleaved(lambda: acl.rt.record_event(ev, handle),

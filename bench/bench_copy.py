@@ -1,4 +1,5 @@
-"""Copy bandwidth: memcpy_async H2D / D2H / D2D at 64 MiB (pinned host memory, warm pages) vs np.copyto.
+"""Copy figures: memcpy_async H2D / D2H / D2D at 64 MiB (pinned host memory, warm pages) vs
+np.copyto, and the host cost of a small synchronous memcpy on an idle device.
 
 Each timed copy is one memcpy_async plus the stream synchronize that waits for it; the
 baseline is np.copyto between two warm numpy arrays of the same size, timed alternately
@@ -58,9 +59,40 @@ def main() -> None:
              note=f"host buffer: {pinned}")
     if not np.array_equal(host.numpy()[:4096], np.full(4096, 7, np.uint8)):
         raise SystemExit("copy results are wrong")
+    sync_copy_figures(dev)
     for buf in (host, dev_a, dev_b):
         buf.free()
     stream.destroy()
+
+
+def per_call_ns(fn, n: int) -> float:
+    """ns per call of fn() over n calls."""
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter_ns() - t0) / n
+
+
+def sync_copy_figures(dev) -> None:
+    """Synchronous memcpy of 4 KiB H2D and D2H (pinned host buffer, idle device) against
+    np.copyto of 4 KiB called through one Python function."""
+    n, calls, rounds = 4096, pick(2000, 50), pick(21, 3)
+    host, devbuf = art.malloc_host(n), art.malloc(n, dev)
+    a, b = np.zeros(n, np.uint8), np.ones(n, np.uint8)
+
+    def copy(dst, src):
+        np.copyto(dst, src)
+
+    memcpy = art.memcpy
+    for name, dst, src in (("h2d", devbuf, host), ("d2h", host, devbuf)):
+        ours, theirs = [], []
+        for _ in range(rounds):
+            theirs.append(per_call_ns(lambda: copy(a, b), calls))
+            ours.append(per_call_ns(lambda: memcpy(dst, src, n), calls))
+        emit(f"memcpy_sync_4KiB_{name}", median(ours), "ns/copy", "np.copyto 4 KiB + a Python call",
+             median(theirs), "<=", 4.0, f"at most 4x; median of {rounds} runs of {calls}")
+    host.free()
+    devbuf.free()
 
 
 if __name__ == "__main__":
