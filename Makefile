@@ -21,7 +21,8 @@ demo: $(VENV)/.installed
 # The semantics tests again on the simulated NPU (tests marked cpu_only skip there).
 SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failures host_funcs \
 	graph_capture graph_replay memory mempool callback edge_cases reuse_safety taskgraph context \
-	acl_conformance acl_dropin threads model external_memory bad_input core_fuzz red_team sim))
+	acl_conformance acl_dropin threads model external_memory bad_input core_fuzz red_team sim \
+	memory_fast_paths))
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q

@@ -101,7 +101,11 @@ def resolve_device(device=None) -> "Device":
 
 def _busy_streams() -> list:
     """Every stream with work in flight, on any device that exists."""
-    return [s for dq in ENGINE.devices for s in list(dq.active)]
+    busy = []
+    for dq in ENGINE.devices:  # a loop: an idle device (the common case) costs one test
+        if dq.active:
+            busy += list(dq.active)  # a snapshot: executors change the set meanwhile
+    return busy
 
 
 class Device:
@@ -240,11 +244,11 @@ def _report_leaks_at_exit() -> None:
     """At exit: the device and pinned host buffers the program never freed (a LeakWarning)."""
     if _devices is None:
         return
-    live = [b for d in _devices for b in list(d._memory.live.values())]
+    live = [b for d in _devices for b in d._memory.live_buffers()]
     live += [a for a in REGISTRY.live() if a.kind == "host"]
     leaks.report(live, "exit")
 
 
 atexit.register(_report_leaks_at_exit)
-links.register(resolve_device=resolve_device, current_task=current_task,
+links.register(resolve_device=resolve_device, current_device=current_device, current_task=current_task,
                busy_streams=_busy_streams, host_backend=lambda: _table()[0]._backend)

@@ -290,4 +290,4 @@ def resolve_stream(stream):
 
 
 register_handle_type("stream", Stream)
-links.register(is_stream=lambda obj: isinstance(obj, Stream))
+links.register(stream_type=Stream)

@@ -18,11 +18,12 @@ def malloc(nbytes: int, device=None, stream=None) -> DeviceBuffer:
     `device` defaults to the current device. Raises InvalidArgumentError for a bad size and
     OutOfMemoryError when the device cannot hold it.
     """
-    if device is None and stream is not None and hasattr(stream, "device"):
-        dev = stream.device  # a stream's allocation lives on the stream's device
-    else:
-        dev = Links.resolve_device(device)
-    return dev._memory.malloc(nbytes, stream)
+    if device is None:
+        if stream is None:
+            return Links.current_device()._memory.malloc(nbytes)
+        if hasattr(stream, "device"):
+            return stream.device._memory.malloc(nbytes, stream)  # on the stream's device
+    return Links.resolve_device(device)._memory.malloc(nbytes, stream)
 
 
 def free(buffer) -> None:

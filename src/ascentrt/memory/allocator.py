@@ -12,12 +12,14 @@ from .links import Links
 from .pool import BlockPool
 from .registry import REGISTRY
 
+_new_buffer = object.__new__
+
 
 def check_stream(stream, device) -> None:
     """Raise InvalidArgumentError unless `stream` is None or a live stream of `device`."""
     if stream is None:
         return
-    if not Links.is_stream(stream):
+    if not isinstance(stream, Links.stream_type):
         raise InvalidArgumentError(f"stream must be a Stream or None, got {type(stream).__name__}")
     if stream.device is not device:
         raise InvalidArgumentError(f"stream {stream.id} belongs to device {stream.device.id}, "
@@ -25,7 +27,10 @@ def check_stream(stream, device) -> None:
 
 
 def pool_from_config(upstream, name: str, all_streams, align: int = 64) -> BlockPool:
-    """A BlockPool with the ASCENTRT_MEM_POOL_* settings."""
+    """A BlockPool with the ASCENTRT_MEM_POOL_* settings.
+
+    `all_streams()` lists every stream with work in flight, on any device: a free without a
+    stream waits for them all, since another device's peer copy may write into the memory."""
     return BlockPool(upstream, align=align, name=name, all_streams=all_streams,
                      split_limit=config.get("ASCENTRT_MEM_POOL_SPLIT_LIMIT"),
                      release_threshold=config.get("ASCENTRT_MEM_POOL_RELEASE_THRESHOLD"),
@@ -33,7 +38,12 @@ def pool_from_config(upstream, name: str, all_streams, align: int = 64) -> Block
 
 
 class DeviceAllocator:
-    """Hands out DeviceBuffers from a device's pool (or, with the pool off, a plain first-fit arena)."""
+    """Hands out DeviceBuffers from a device's pool (or, with the pool off, a plain first-fit arena).
+
+    A pooled buffer is known through its block (`Block.buf`) and its chunk's place in the
+    address registry: malloc and free of a cached size touch no global index, and take one
+    lock (the pool's) each.
+    """
 
     def __init__(self, device, mem, base: int, capacity: int, pool: BlockPool | None = None,
                  decommit=None):
@@ -41,7 +51,7 @@ class DeviceAllocator:
         self.mem = mem
         self.base = base
         self.capacity = capacity
-        self.live: dict[int, DeviceBuffer] = {}
+        self.live: dict[int, DeviceBuffer] = {}  # buffers of the plain arena (pool off) only
         self.pool: BlockPool | None = pool
         self.arena: Arena | None = None
         self.pools: list[BlockPool] = []  # explicit MemPools of this device (for device-wide stats)
@@ -52,19 +62,14 @@ class DeviceAllocator:
         if pool is not None:
             self.chunks = pool.upstream   # an explicit MemPool sharing the device's chunks
         elif config.get("ASCENTRT_MEM_POOL_ENABLE"):
-            self.chunks = ArenaChunks(capacity, base, mem, decommit)
-            self.pool = pool_from_config(self.chunks, f"device {device.id}", self._streams)
+            self.chunks = ArenaChunks(capacity, base, mem, decommit, registry=REGISTRY)
+            self.pool = pool_from_config(self.chunks, f"device {device.id}", Links.busy_streams)
             upfront = config.get("ASCENTRT_MEM_POOL_SIZE")
             if upfront:
                 self.pool.prereserve(min(upfront, capacity))
         else:
             self.chunks = ArenaChunks(capacity, base, mem, decommit)
             self.arena = self.chunks.arena  # plain mode: every buffer is carved from the arena
-
-    def _streams(self) -> list:
-        """Every stream with work in flight, on any device: a free without a stream waits for
-        them all, since another device's peer copy may write into this device's memory."""
-        return Links.busy_streams()
 
     def malloc(self, nbytes, stream=None) -> DeviceBuffer:
         """Allocate `nbytes` (rounded up to 32, start 64-byte aligned); raises on bad size or OOM."""
@@ -73,51 +78,71 @@ class DeviceAllocator:
             if nbytes > self.capacity:
                 raise InvalidArgumentError(f"nbytes {nbytes} exceeds device {self.device.id}'s "
                                            f"capacity {self.capacity}")
-        if stream is not None:
-            check_stream(stream, self.device)
-        charge = self.host_call  # a simulated device charges modelled host costs
-        if charge is not None:
-            charge("malloc" if self.pool is not None else "malloc_driver")
-            before = self.pool.reserved if self.pool is not None else 0
-        size = (nbytes + GRANULE - 1) & -GRANULE
+        if stream is not None and (stream.__class__ is not Links.stream_type
+                                   or stream.device is not self.device):
+            check_stream(stream, self.device)  # (raises unless a subclass of Stream)
         pool = self.pool
+        if self.host_call is not None or pool is None:
+            return self._malloc_slow(nbytes, stream)
+        block = pool.allocate(nbytes, stream)
+        addr = block.addr
+        size = (nbytes + GRANULE - 1) & -GRANULE
+        buf = _new_buffer(DeviceBuffer)  # (no __init__ call: the cheapest way to fill the slots)
+        buf.device, buf.addr, buf.nbytes, buf.requested = self.device, addr, size, nbytes
+        buf._mem = block.view if block.view_n == size else block.bytes(size)  # (view cached)
+        buf._owner, buf._block = self, block
+        block.buf = buf  # from here on its pointers resolve (through the chunk)
+        if REGISTRY.observers:
+            REGISTRY.allocated(buf)
+        if self.record_sites:
+            leaks.note_site(buf)
+        return buf
+
+    def _malloc_slow(self, nbytes: int, stream) -> DeviceBuffer:
+        """malloc() on a simulated device (host costs charged) or from the plain arena."""
+        pool = self.pool
+        size = (nbytes + GRANULE - 1) & -GRANULE
         if pool is not None:
+            self.host_call("malloc")
+            before = pool.reserved
             block = pool.allocate(nbytes, stream)
-            addr = block.addr
-            buf = DeviceBuffer(self.device, addr, size, nbytes, addr - self.base, block.bytes(size), self)
-            buf._block = block
+            if pool.reserved > before:
+                self.host_call("malloc_driver")  # the pool had to grow: a driver allocation
+            buf = DeviceBuffer(self.device, block.addr, size, nbytes, block.bytes(size), self, block)
+            block.buf = buf
         else:
+            if self.host_call is not None:
+                self.host_call("malloc_driver")
             off = self.arena.alloc(round_size(size))
-            addr = self.base + off
-            buf = DeviceBuffer(self.device, addr, size, nbytes, off, self.mem[off:off + size], self)
-        if charge is not None and pool is not None and pool.reserved > before:
-            charge("malloc_driver")  # the pool had to grow: a driver allocation
-        self.live[addr] = buf
-        REGISTRY.add(buf)
+            buf = DeviceBuffer(self.device, self.base + off, size, nbytes,
+                               self.mem[off:off + size], self)
+            self.live[buf.addr] = buf
+            REGISTRY.add(buf)
+        if REGISTRY.observers:
+            REGISTRY.allocated(buf)
         if self.record_sites:
             leaks.note_site(buf)
         return buf
 
     def release(self, buf: DeviceBuffer, stream=None) -> None:
         """Free a buffer after `stream`'s work (None: after all queued work of the device)."""
-        if stream is not None:
+        if stream is not None and (stream.__class__ is not Links.stream_type
+                                   or stream.device is not self.device):
             check_stream(stream, self.device)
         if self.host_call is not None:
             self.host_call("free")
-        if self.live.pop(buf.addr, None) is not buf:
-            return
         block = buf._block
-        waits = None
-        if block is not None:
-            waits = self.pool.waits_for(block, stream)
-            if waits:
-                buf._late = (buf._mem, waits)  # tasks queued before the free still run on it
-        REGISTRY.remove(buf)
-        buf._mem = None
-        if block is not None:
-            self.pool.deallocate(block, stream, waits)
+        if block is None:
+            if self.live.pop(buf.addr, None) is not buf:
+                return  # freed meanwhile by another thread
+            REGISTRY.remove(buf)
+            buf._mem = None
+            self.arena.free(buf.addr - self.base)
         else:
-            self.arena.free(buf._offset)
+            if not self.pool.deallocate(block, stream, None, buf):
+                return  # freed meanwhile by another thread
+        if REGISTRY.observers:
+            REGISTRY.freed(buf)
 
     def record_stream(self, buf: DeviceBuffer, stream) -> None:
         """Mark `buf` as used on `stream`: its free then waits for that stream's work too."""
@@ -132,11 +157,18 @@ class DeviceAllocator:
         """Bytes held by live buffers (block sizes)."""
         return self.pool.allocated if self.pool is not None else self.arena.used_bytes
 
+    def live_buffers(self) -> list[DeviceBuffer]:
+        """Every live buffer of this allocator (a snapshot)."""
+        if self.pool is None:
+            return list(self.live.values())
+        return [buf for chunk in self.pool.chunks() for buf in chunk.buffers()
+                if buf._owner is self]
+
     def reset(self) -> int:
         """Free every live buffer (device reset) and return cached chunks; returns how many buffers.
 
         Buffers the program never freed are reported first (a LeakWarning)."""
-        bufs = list(self.live.values())
+        bufs = self.live_buffers()
         leaks.report(bufs, f"device {self.device.id} reset")
         for buf in bufs:
             self.release(buf)

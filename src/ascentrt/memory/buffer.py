@@ -91,16 +91,16 @@ class _ByteRange:
 class DeviceBuffer(_ByteRange):
     """Device memory: `.ptr` (int address), `.nbytes` (rounded to 32), `.device`, `.free()`."""
 
-    __slots__ = ("device", "addr", "nbytes", "requested", "_offset", "_mem", "_owner", "_block",
-                 "_late", "__weakref__")
+    # `_late` is set only by a stream-ordered free that queued work still needs:
+    # (bytes, ((stream, last task id), ...)); unset otherwise (one store less per malloc).
+    __slots__ = ("device", "addr", "nbytes", "requested", "_mem", "_owner", "_block", "_late",
+                 "__weakref__")
     kind = "device"
 
-    def __init__(self, device, addr: int, nbytes: int, requested: int, offset: int,
-                 mem: np.ndarray, owner):
+    def __init__(self, device, addr: int, nbytes: int, requested: int, mem: np.ndarray, owner,
+                 block=None):
         self.device, self.addr, self.nbytes, self.requested = device, addr, nbytes, requested
-        self._offset, self._mem, self._owner = offset, mem, owner
-        self._block = None  # the pool block behind the buffer (set by the allocator)
-        self._late = None   # after a stream-ordered free: (bytes, ((stream, last task id), ...))
+        self._mem, self._owner, self._block = mem, owner, block  # block: the pool's, or None
 
     @property
     def alive(self) -> bool:
@@ -120,10 +120,10 @@ class DeviceBuffer(_ByteRange):
     def _bytes(self) -> np.ndarray:
         mem = self._mem
         if mem is None:
-            late = self._late
+            late = getattr(self, "_late", None)
             if late is not None and _queued_before_free(late[1]):
                 return late[0]  # a task queued before a stream-ordered free still sees the bytes
-            raise InvalidHandleError(f"device buffer at {self.addr:#x} was freed")
+            raise InvalidHandleError(f"{self.kind} buffer at {self.addr:#x} was freed")
         return mem
 
     def free(self, stream=None) -> None:
@@ -153,32 +153,26 @@ def _queued_before_free(waits) -> bool:
 class HostBuffer(_ByteRange):
     """Page-aligned host memory, pinned (mlocked) when permitted: `.pinned` says which."""
 
-    __slots__ = ("addr", "nbytes", "pinned", "_mem", "_handle", "_release", "__weakref__")
+    __slots__ = ("addr", "nbytes", "pinned", "_mem", "_handle", "_release", "_late", "__weakref__")
     kind = "host"
     device = None
 
     def __init__(self, addr: int, nbytes: int, pinned: bool, mem: np.ndarray, handle, release):
         self.addr, self.nbytes, self.pinned = addr, nbytes, pinned
-        self._mem, self._handle, self._release = mem, handle, release
+        self._mem, self._handle, self._release = mem, handle, release  # release(buf) -> bool
 
     alive = DeviceBuffer.alive
     base = DeviceBuffer.base
     offset = DeviceBuffer.offset
-
-    def _bytes(self) -> np.ndarray:
-        mem = self._mem
-        if mem is None:
-            raise InvalidHandleError(f"host buffer at {self.addr:#x} was freed")
-        return mem
+    _bytes = DeviceBuffer._bytes
 
     def free(self) -> None:
         """Release the memory; freeing twice raises InvalidHandleError (207002)."""
         if self._mem is None:
             raise InvalidHandleError(f"double free of host buffer at {self.addr:#x}",
                                      code=ErrorCode.RT_MEMORY_FREE)
-        REGISTRY.remove(self)
-        self._mem = None
-        self._release(self._handle)
+        if self._release(self) and REGISTRY.observers:
+            REGISTRY.freed(self)
 
     def __repr__(self) -> str:
         return f"HostBuffer(ptr={self.addr:#x}, nbytes={self.nbytes}, pinned={self.pinned})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 
 import numpy as np
@@ -17,13 +18,46 @@ def round_chunk(nbytes: int) -> int:
 
 
 class Chunk:
-    """One reserved segment: absolute address, size, uint8 view (None for fake space), and its blocks."""
+    """One reserved segment: absolute address, size, uint8 view (None for fake space), and its blocks.
 
-    __slots__ = ("addr", "size", "view", "handle", "first", "pinned")
+    The pool that holds the chunk keeps `starts` / `blocks` (its blocks by address) and `lock`
+    (the pool's lock, which guards them): the address registry finds the buffer behind an
+    interior pointer through them, so a malloc or free of a cached block touches no global index.
+    """
+
+    __slots__ = ("addr", "size", "view", "handle", "first", "pinned", "starts", "blocks", "lock")
 
     def __init__(self, addr: int, size: int, view, handle, pinned: bool = False):
         self.addr, self.size, self.view, self.handle, self.pinned = addr, size, view, handle, pinned
         self.first = None  # the block at the chunk's start address (set by the pool)
+        self.starts: list[int] = []  # block start addresses, sorted (kept by the pool)
+        self.blocks: list = []       # the blocks at those addresses
+        self.lock = None             # the holding pool's lock
+
+    @property
+    def nbytes(self) -> int:
+        """The chunk's size (the address registry's name for it)."""
+        return self.size
+
+    def find(self, addr: int):
+        """The live buffer of this chunk that contains `addr`, or None."""
+        lock = self.lock
+        if lock is None:
+            return None
+        with lock:
+            i = bisect.bisect_right(self.starts, addr) - 1
+            buf = self.blocks[i].buf if i >= 0 else None
+        if buf is not None and addr < buf.addr + buf.nbytes:
+            return buf
+        return None
+
+    def buffers(self) -> list:
+        """The live buffers of this chunk, by address."""
+        lock = self.lock
+        if lock is None:
+            return []
+        with lock:
+            return [b.buf for b in self.blocks if b.buf is not None]
 
 
 class ArenaChunks:
@@ -34,11 +68,12 @@ class ArenaChunks:
     """
 
     def __init__(self, capacity: int, base: int = 1 << 44, view: np.ndarray | None = None,
-                 decommit=None):
+                 decommit=None, registry=None):
         self.capacity = capacity
         self.base = base
         self.view = view
         self.decommit = decommit  # (offset, nbytes) -> None: the backend takes the pages back
+        self.registry = registry  # an AddressRegistry the chunks are entered in (real memory)
         self.arena = Arena(capacity)
 
     def allocate(self, nbytes: int, stream=None) -> Chunk | None:
@@ -50,10 +85,15 @@ class ArenaChunks:
         if off is None:
             return None
         view = None if self.view is None else self.view[off:off + size]
-        return Chunk(self.base + off, size, view, off)
+        chunk = Chunk(self.base + off, size, view, off)
+        if self.registry is not None:
+            self.registry.add(chunk)
+        return chunk
 
     def deallocate(self, chunk: Chunk, stream=None) -> None:
         """Give a chunk back: its range returns to the arena and its pages to the OS."""
+        if self.registry is not None:
+            self.registry.remove(chunk)
         if self.decommit is not None:
             self.decommit(chunk.handle, chunk.size)  # touched pages would stay resident: drop them
         self.arena.free(chunk.handle)
@@ -70,8 +110,9 @@ class ArenaChunks:
 class HostChunks:
     """Pinned host chunks from a backend: one allocation each, locked once when the chunk is made."""
 
-    def __init__(self, backend, capacity: int = 1 << 62):
+    def __init__(self, backend, capacity: int = 1 << 62, registry=None):
         self.backend = backend
+        self.registry = registry  # an AddressRegistry the chunks are entered in
         self.capacity = capacity
         self._lock = threading.Lock()
         self.reserved = 0
@@ -92,10 +133,15 @@ class HostChunks:
             return None
         self.mlock_calls += 1
         view = np.frombuffer(self.backend.host_view(handle), dtype=np.uint8)
-        return Chunk(handle.addr, size, view, handle, handle.pinned)
+        chunk = Chunk(handle.addr, size, view, handle, handle.pinned)
+        if self.registry is not None:
+            self.registry.add(chunk)
+        return chunk
 
     def deallocate(self, chunk: Chunk, stream=None) -> None:
         """Unlock and unmap a chunk (stale user views keep the mapping, not its pages)."""
+        if self.registry is not None:
+            self.registry.remove(chunk)
         chunk.view = None
         chunk.pinned = False
         self.backend.free(chunk.handle)

@@ -96,6 +96,8 @@ def register_host(obj, writable: bool | None = None) -> int:
     with _lock:
         _external[addr] = entry
     REGISTRY.add(entry)
+    if REGISTRY.observers:
+        REGISTRY.allocated(entry)
     return addr
 
 
@@ -106,7 +108,13 @@ def unregister_host(addr: int) -> None:
     if entry is None:
         raise InvalidArgumentError(f"no registered host memory starts at {addr!r}",
                                    code=ErrorCode.RT_MEMORY_FREE)
+    _forget(entry)
+
+
+def _forget(entry: ExternalHostBuffer) -> None:
     REGISTRY.remove(entry)
+    if REGISTRY.observers:
+        REGISTRY.freed(entry)
     _drop(entry)
 
 
@@ -123,8 +131,7 @@ def _prune() -> None:
         dead = [a for a, e in _external.items() if sys.getrefcount(e.obj) <= 2 + (e.hold is not None)]
         entries = [_external.pop(a) for a in dead]
     for entry in entries:
-        REGISTRY.remove(entry)
-        _drop(entry)
+        _forget(entry)
 
 
 def registered_count() -> int:

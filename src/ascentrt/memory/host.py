@@ -20,11 +20,6 @@ _state: dict = {}
 _state_lock = threading.Lock()
 
 
-def _all_streams() -> list:
-    """Every stream with work in flight, on any device: pinned memory may be in use by any."""
-    return Links.busy_streams()
-
-
 def host_pool():
     """The process-wide pinned host BlockPool (None when ASCENTRT_MEM_POOL_ENABLE is off)."""
     if "pool" not in _state:
@@ -33,8 +28,8 @@ def host_pool():
                 pool = None
                 if config.get("ASCENTRT_MEM_POOL_ENABLE"):
                     from .allocator import pool_from_config
-                    pool = pool_from_config(HostChunks(Links.host_backend()), "pinned host", _all_streams,
-                                            align=mmap.PAGESIZE)
+                    pool = pool_from_config(HostChunks(Links.host_backend(), registry=REGISTRY),
+                                            "pinned host", Links.busy_streams, align=mmap.PAGESIZE)
                     # Locked pages are scarce host RAM: cache a bounded amount, and never let a
                     # small buffer pin a large chunk (it would keep all of it locked).
                     if pool.release_threshold is None:
@@ -46,23 +41,36 @@ def host_pool():
     return _state["pool"]
 
 
-def _release(block) -> None:
-    _state["pool"].deallocate(block, None)
+def _release(buf: HostBuffer) -> bool:
+    """Free a pooled pinned buffer (after all queued work); False if already freed."""
+    return _state["pool"].deallocate(buf._handle, None, None, buf)
+
+
+def _release_unpooled(buf: HostBuffer) -> bool:
+    """Free a pinned buffer that has its own mapping (pool off)."""
+    REGISTRY.remove(buf)
+    buf._mem = None
+    Links.host_backend().free(buf._handle)
+    return True
 
 
 def malloc_host(nbytes: int) -> HostBuffer:
     """Allocate page-locked host memory; `.pinned` is False where mlock is not permitted."""
-    nbytes = check_size(nbytes)
+    if type(nbytes) is not int or not 0 < nbytes < 1 << 62:  # one test on the hot path
+        nbytes = check_size(nbytes)
     pool = _state["pool"] if "pool" in _state else host_pool()
     if pool is None:
         backend = Links.host_backend()
         handle = backend.alloc(nbytes, host=True)
         mem = np.frombuffer(backend.host_view(handle), dtype=np.uint8)
-        buf = HostBuffer(handle.addr, nbytes, handle.pinned, mem, handle, backend.free)
+        buf = HostBuffer(handle.addr, nbytes, handle.pinned, mem, handle, _release_unpooled)
+        REGISTRY.add(buf)
     else:
         block = pool.allocate(nbytes)
         buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes), block, _release)
-    REGISTRY.add(buf)
-    if _state.get("sites"):
+        block.buf = buf  # from here on its pointers resolve (through the chunk)
+    if REGISTRY.observers:
+        REGISTRY.allocated(buf)
+    if _state["sites"]:
         leaks.note_site(buf)
     return buf

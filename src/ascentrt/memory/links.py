@@ -17,15 +17,16 @@ class Links:
     """The runtime's callbacks: each is replaced by register()."""
 
     resolve_device = staticmethod(_unset)   # None | int | Device -> Device (raises on bad ids)
-    is_stream = staticmethod(_unset)        # obj -> whether it is a Stream
+    current_device = staticmethod(_unset)   # () -> this thread's current Device
+    stream_type: type = type(None)          # the Stream class (nothing is one until registered)
     current_task = staticmethod(lambda: None)  # the task the calling executor thread runs
     busy_streams = staticmethod(lambda: [])    # every stream with work in flight, any device
     host_backend = staticmethod(_unset)     # the backend that allocates pinned host memory
 
 
 def register(**callbacks) -> None:
-    """Set the runtime's callbacks (names as the attributes of Links)."""
+    """Set the runtime's callbacks and classes (names as the attributes of Links)."""
     for name, fn in callbacks.items():
         if not hasattr(Links, name):
             raise AttributeError(f"memory.links has no slot {name!r}")
-        setattr(Links, name, staticmethod(fn))
+        setattr(Links, name, fn if isinstance(fn, type) else staticmethod(fn))

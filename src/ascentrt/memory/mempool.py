@@ -33,7 +33,7 @@ class MemPool:
         self.device = dev
         self._pool = BlockPool(base.chunks, split_limit=split_limit,
                                release_threshold=release_threshold, policy=policy,
-                               all_streams=base._streams, name=f"MemPool on device {dev.id}")
+                               all_streams=Links.busy_streams, name=f"MemPool on device {dev.id}")
         self._alloc = DeviceAllocator(dev, base.mem, base.base, base.capacity, pool=self._pool)
         self._destroyed = False
         base.pools.append(self._pool)

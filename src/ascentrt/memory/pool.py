@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ErrorCode, OutOfMemoryError
 from .chunks import CHUNK
@@ -61,17 +62,18 @@ class Block:
     """A range of a chunk: allocated, free (ready for anyone) or pending (free, streams still busy)."""
 
     __slots__ = ("addr", "size", "chunk", "prev", "next", "state", "stream", "waits", "uses",
-                 "requested", "view", "view_n")
+                 "requested", "view", "view_n", "buf")
 
     def __init__(self, addr: int, size: int, chunk, prev=None, next=None):
         self.addr, self.size, self.chunk, self.prev, self.next = addr, size, chunk, prev, next
         self.state = READY
-        self.stream = None      # allocating stream, then the stream that may reuse it at once
-        self.waits = ()         # ((stream, position), ...) work that must finish before others reuse
-        self.uses = None        # extra streams marked with record_stream
+        self.stream: Any = None  # allocating stream, then the stream that may reuse it at once
+        self.waits: tuple = ()   # ((stream, position), ...) work that must finish before others reuse
+        self.uses: list | None = None  # extra streams marked with record_stream
         self.requested = 0
-        self.view = None        # cached uint8 view of the first view_n bytes
+        self.view: Any = None    # cached uint8 view of the first view_n bytes
         self.view_n = 0
+        self.buf: Any = None     # the live buffer the block backs (set and cleared by its allocator)
 
     def bytes(self, nbytes: int):
         """A uint8 view of the block's first `nbytes` bytes (cached for exact-size reuse)."""
@@ -88,6 +90,9 @@ class Block:
 
 def _absorb(left: Block, right: Block) -> None:
     """Merge `right` (the next block in the chunk) into `left`."""
+    starts = left.chunk.starts
+    i = bisect.bisect_left(starts, right.addr)
+    del starts[i], left.chunk.blocks[i]
     left.size += right.size
     left.next = right.next
     if right.next is not None:
@@ -97,7 +102,7 @@ def _absorb(left: Block, right: Block) -> None:
 
 def _busy_positions(streams) -> tuple:
     """(stream, submitted) for each stream that still has queued or running work."""
-    busy = ()
+    busy: tuple = ()
     for s in streams:  # a loop, not a generator: the common answer (nothing busy) costs ~nothing
         if s._completed < s._submitted:
             busy += ((s, s._submitted),)
@@ -119,13 +124,13 @@ class BlockPool:
         self.all_streams = all_streams or (lambda: ())  # streams a stream-less free waits for
         self.name = name
         self._lock = threading.RLock()  # reentrant only so an interrupted acquire can be undone
-        self._chunks: dict[int, object] = {}
+        self._chunks: dict[int, Any] = {}
         self._bins: dict[int, dict] = {}     # ready free blocks by size
         self._sizes: list[int] = []          # sorted sizes with a non-empty bin
         self._stream_bins: dict = {}         # stream -> size -> pending blocks only it may take at once
         self._pending: dict = {}             # every pending block, in free order
         self._pending_streams: dict = {}     # stream -> pending blocks waiting for it
-        self._collect_key = None             # those streams' progress at the last collect
+        self._collect_key: Any = None        # those streams' progress at the last collect
         self._cache: dict[int, list] = {}    # size -> freed blocks kept unmerged (CACHED)
         self._cached_bytes = 0
         self.allocated = self.requested = self.reserved = self.pending_bytes = 0
@@ -165,28 +170,30 @@ class BlockPool:
                 if block is None:
                     cached = self._cache.get(size)
                     if cached:
-                        block = cached.pop()
-                        self._cached_bytes -= block.size
+                        block = cached.pop()  # an exact-size block freed with no work pending
+                        self._cached_bytes -= size
                     else:
                         block = self._allocate_slow(size, stream, nbytes)
                 block.state = ALLOCATED
                 block.stream = stream
                 block.requested = nbytes
-                self.allocated += block.size
-                self.requested += nbytes
+                allocated = self.allocated + block.size  # (locals: fewer attribute reads)
+                self.allocated = allocated
+                requested = self.requested + nbytes
+                self.requested = requested
                 self.n_allocs += 1
-                if self.allocated > self.peak_allocated:
-                    self.peak_allocated = self.allocated
-                if self.requested > self.peak_requested:
-                    self.peak_requested = self.requested
-                active = self.allocated + self.pending_bytes
+                if allocated > self.peak_allocated:
+                    self.peak_allocated = allocated
+                if requested > self.peak_requested:
+                    self.peak_requested = requested
+                active = allocated + self.pending_bytes
                 if active > self.peak_active:
                     self.peak_active = active
                 return block
             finally:
                 lock.release()
         except BaseException:
-            if lock._is_owned():  # interrupted between the acquire and the try
+            if lock._is_owned():  # type: ignore[attr-defined]  # interrupted between acquire and try
                 lock.release()
             raise
 
@@ -226,7 +233,11 @@ class BlockPool:
         rest = block.size - size
         if rest < MIN_SPLIT:
             return
-        tail = Block(block.addr + size, rest, block.chunk, block, block.next)
+        chunk = block.chunk
+        tail = Block(block.addr + size, rest, chunk, block, block.next)
+        i = bisect.bisect_right(chunk.starts, block.addr)
+        chunk.starts.insert(i, tail.addr)
+        chunk.blocks.insert(i, tail)
         if block.next is not None:
             block.next.prev = tail
         block.next = tail
@@ -296,7 +307,7 @@ class BlockPool:
                 continue
             try:
                 # Recorded now it captures at least the work queued at the free: conservative, exact enough.
-                event = s.device.create_event()
+                event: Any = s.device.create_event()
                 event.record(s)
                 stream._order_after(event)  # never times out: reuse must not outrun the old owner
             except Exception:  # the freeing stream was destroyed or refuses work: skip this block
@@ -330,6 +341,8 @@ class BlockPool:
             self.peak_reserved = self.reserved
         block = Block(chunk.addr, chunk.size, chunk)
         chunk.first = block
+        chunk.starts, chunk.blocks = [chunk.addr], [block]
+        chunk.lock = self._lock  # lookups of interior pointers read the blocks under it
         limit = self.split_limit
         if limit is None or chunk.size <= limit or size <= limit:
             self._split(block, size)
@@ -347,6 +360,8 @@ class BlockPool:
         """(stream, last queued task id) of each busy stream a free of `block` on `stream` waits for."""
         if stream is None:
             return _busy_positions(self.all_streams())
+        if block.stream is stream and not block.uses:  # the common case: freed where it was used
+            return ((stream, stream._submitted),) if stream._completed < stream._submitted else ()
         streams = [stream]
         if block.stream is not None and block.stream is not stream:
             streams.append(block.stream)
@@ -354,46 +369,62 @@ class BlockPool:
             streams.extend(s for s in block.uses if s is not stream)
         return _busy_positions(streams)
 
-    def deallocate(self, block: Block, stream=None, waits: tuple | None = None) -> None:
-        """Free a block after `stream`'s work so far (None: after all work queued on the device)."""
-        owner = stream if stream is not None else block.stream
+    def deallocate(self, block: Block, stream=None, waits: tuple | None = None, buf: Any = None) -> bool:
+        """Free a block after `stream`'s work so far (None: after all work queued on the device).
+
+        With `buf`, the buffer the block backs: it is marked freed under the same lock (tasks
+        queued before the free still see its bytes), unless another free got there first;
+        returns False then, and when the block was not allocated.
+        """
         if waits is None:
-            waits = self.waits_for(block, stream)
+            if stream is None:
+                busy = self.all_streams()
+                waits = _busy_positions(busy) if busy else ()  # (an idle device: no call)
+            else:
+                waits = self.waits_for(block, stream)
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             lock.acquire()
             try:
-                self._deallocate_locked(block, owner, waits)
+                if buf is not None:
+                    if block.buf is not buf:
+                        return False
+                    block.buf = None
+                    if waits:
+                        buf._late = (buf._mem, waits)  # tasks queued before the free still run on it
+                    buf._mem = None
+                if block.state is not ALLOCATED:
+                    return False
+                size = block.size
+                self.allocated -= size
+                self.requested -= block.requested
+                self.n_frees += 1
+                block.uses = None
+                if not waits:
+                    threshold = self.release_threshold
+                    if self._cached_bytes + size <= CACHE_BYTES and (threshold is None or self.reserved <= threshold):
+                        cached = self._cache.get(size)
+                        if cached is None:
+                            cached = self._cache[size] = []
+                        if len(cached) < CACHE_PER_SIZE:  # kept unmerged for an exact-size reuse
+                            block.state = CACHED
+                            block.stream = None
+                            cached.append(block)
+                            self._cached_bytes += size
+                            return True
+                    self._free_ready(block)
+                else:
+                    self._park(block, stream if stream is not None else block.stream, waits)
+                return True
             finally:
                 lock.release()
         except BaseException:
-            if lock._is_owned():  # interrupted between the acquire and the try
+            if lock._is_owned():  # type: ignore[attr-defined]  # interrupted between acquire and try
                 lock.release()
             raise
 
-    def _deallocate_locked(self, block: Block, owner, waits: tuple) -> None:
-        """deallocate() under the pool lock: cache, free or park the block as pending."""
-        if block.state != ALLOCATED:
-            return
-        self.allocated -= block.size
-        self.requested -= block.requested
-        self.n_frees += 1
-        block.uses = None
-        if not waits:
-            size = block.size
-            threshold = self.release_threshold
-            if self._cached_bytes + size <= CACHE_BYTES and (threshold is None or self.reserved <= threshold):
-                cached = self._cache.get(size)
-                if cached is None:
-                    cached = self._cache[size] = []
-                if len(cached) < CACHE_PER_SIZE:
-                    block.state = CACHED
-                    block.stream = None
-                    cached.append(block)
-                    self._cached_bytes += size
-                    return
-            self._free_ready(block)
-            return
+    def _park(self, block: Block, owner, waits: tuple) -> None:
+        """Make a freed block pending until `waits` are done (`owner` may reuse it at once)."""
         block.state = PENDING
         block.stream = owner
         block.waits = waits
@@ -401,10 +432,10 @@ class BlockPool:
         self._track(block, 1)
         self.pending_bytes += block.size
         if owner is not None and all(s is owner for s, _ in waits):
-            bins = self._stream_bins.get(owner)
+            bins: dict | None = self._stream_bins.get(owner)
             if bins is None:
                 bins = self._stream_bins[owner] = {}
-            same = bins.get(block.size)
+            same: dict | None = bins.get(block.size)
             if same is None:
                 same = bins[block.size] = {}
             same[block] = None
@@ -493,6 +524,7 @@ class BlockPool:
         self.reserved -= chunk.size
         self._counts["releases"] += 1
         chunk.first = None
+        chunk.starts, chunk.blocks, chunk.lock = [], [], None
         self.upstream.deallocate(chunk)
 
     def _flush_cache(self) -> None:

@@ -6,6 +6,7 @@ import bisect
 import threading
 
 from ..errors import InvalidAddressError
+from .chunks import Chunk
 
 
 _SHIFT = 21              # buckets of 2 MiB keep every insert and lookup short at 100k+ live buffers
@@ -15,18 +16,42 @@ _BUCKET = 1 << _SHIFT
 class AddressRegistry:
     """Live allocations by start address; lookups are O(log n) and thread-safe.
 
-    Allocations up to 2 MiB sit in a sorted list per 2 MiB bucket of their start address (one
-    that contains an address starts in its bucket or the one before); larger ones in one list.
+    Entries are allocations, or the pool chunks that hold them: a pooled buffer is found
+    through its chunk (which knows its blocks), so allocating and freeing one never touches
+    this index. Entries up to 2 MiB sit in a sorted list per 2 MiB bucket of their start
+    address (one that contains an address starts in its bucket or the one before); larger
+    ones in one list.
+
+    `observers` (the profiler, for one) see every allocation come and go: objects with
+    buffer_allocated(alloc) and buffer_freed(alloc), called by whoever makes or ends the allocation.
     """
 
     def __init__(self):
         self._lock = threading.RLock()  # reentrant only so an interrupted acquire can be undone
         self._buckets: dict[int, tuple[list[int], list]] = {}
         self._large: tuple[list[int], list] = ([], [])
-        self._count = 0
+        self.observers: tuple = ()
+
+    def observe(self, observer) -> None:
+        """Start telling `observer` of allocations (buffer_allocated(alloc) / buffer_freed(alloc))."""
+        self.observers = (*self.observers, observer)
+
+    def unobserve(self, observer) -> None:
+        """Stop telling `observer`."""
+        self.observers = tuple(o for o in self.observers if o is not observer)
+
+    def allocated(self, alloc) -> None:
+        """Tell the observers that `alloc` was made (callers test `observers` first)."""
+        for o in self.observers:
+            o.buffer_allocated(alloc)
+
+    def freed(self, alloc) -> None:
+        """Tell the observers that `alloc` ended."""
+        for o in self.observers:
+            o.buffer_freed(alloc)
 
     def add(self, alloc) -> None:
-        """Register a live allocation (anything with .addr and .nbytes)."""
+        """Register a live allocation or a pool chunk (anything with .addr and .nbytes)."""
         addr = alloc.addr
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
@@ -42,7 +67,6 @@ class AddressRegistry:
                 i = bisect.bisect_left(starts, addr)
                 starts.insert(i, addr)
                 allocs.insert(i, alloc)
-                self._count += 1
             finally:
                 lock.release()
         except BaseException:
@@ -62,7 +86,6 @@ class AddressRegistry:
             while i < len(allocs) and starts[i] == addr:
                 if allocs[i] is alloc:
                     del starts[i], allocs[i]
-                    self._count -= 1
                     if not starts and lists is not self._large:
                         del self._buckets[addr >> _SHIFT]
                     return
@@ -72,6 +95,13 @@ class AddressRegistry:
         """The live allocation containing `addr`, or None."""
         if type(addr) is not int:
             return None
+        entry = self._entry(addr)
+        if entry.__class__ is Chunk:
+            return entry.find(addr)  # outside our lock: the chunk takes its pool's
+        return entry
+
+    def _entry(self, addr: int):
+        """The entry (allocation or chunk) that contains `addr`, or None."""
         key = addr >> _SHIFT
         with self._lock:
             lists = self._buckets.get(key)
@@ -111,10 +141,14 @@ class AddressRegistry:
         """Every live allocation (a snapshot)."""
         with self._lock:
             lists = [*self._buckets.values(), self._large]
-            return [a for _, allocs in lists for a in allocs]
-
-    def __len__(self) -> int:
-        return self._count
+            entries = [a for _, allocs in lists for a in allocs]
+        out = []
+        for e in entries:
+            if e.__class__ is Chunk:
+                out += e.buffers()
+            else:
+                out.append(e)
+        return out
 
 
 REGISTRY = AddressRegistry()

@@ -45,7 +45,6 @@ class Recorder:
         self.devices: dict[int, object] = {}
         self._last_layout_ns = 0
         self._instrumentation = Instrumentation(self.calls, self._api_error)
-        self._registry_patched = False
 
     # ---- engine hook ---------------------------------------------------------------------
 
@@ -84,18 +83,14 @@ class Recorder:
             self._sample(dev, measure_layout=True)
         self.allocated.setdefault(-1, 0)
         self._instrumentation.install()
-        REGISTRY.add = self._registry_add       # instance attributes shadow the methods
-        REGISTRY.remove = self._registry_remove
-        self._registry_patched = True
+        REGISTRY.observe(self)
         Hooks.profiler = self
 
     def stop(self) -> None:
         """Detach everything; the recorded data stays."""
         if Hooks.profiler is self:
             Hooks.profiler = None
-        if self._registry_patched:
-            del REGISTRY.add, REGISTRY.remove
-            self._registry_patched = False
+        REGISTRY.unobserve(self)
         self._instrumentation.uninstall()
         self.t_end = clock.now_ns()
         for dev in list(self.devices.values()):
@@ -113,8 +108,8 @@ class Recorder:
 
     # ---- memory ----------------------------------------------------------------------------
 
-    def _registry_add(self, alloc) -> None:
-        type(REGISTRY).add(REGISTRY, alloc)
+    def buffer_allocated(self, alloc) -> None:
+        """A buffer was allocated (told by the address registry)."""
         dev = alloc.device
         key = -1 if dev is None else dev.id
         self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, clock.now_ns(), None,
@@ -122,8 +117,8 @@ class Recorder:
         self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
         self._sample(dev)
 
-    def _registry_remove(self, alloc) -> None:
-        type(REGISTRY).remove(REGISTRY, alloc)
+    def buffer_freed(self, alloc) -> None:
+        """A buffer was freed (told by the address registry)."""
         dev = alloc.device
         key = -1 if dev is None else dev.id
         rec = self.allocations.pop(id(alloc), None)
