@@ -184,3 +184,25 @@ def test_racing_frees_of_one_buffer_return_its_block_once(dev, switch_often):
         a.free()
         b.free()
     assert art.memory_stats()["allocated_bytes.current"] == before
+
+
+def test_a_synchronous_memcpy_between_whole_buffers_checks_what_the_full_path_checks(dev):
+    host, devbuf, other = art.malloc_host(4096), art.malloc(4096), art.malloc_host(4096)
+    host.numpy()[:] = np.arange(4096) % 251
+    art.memcpy(devbuf, host, 4096)
+    art.memcpy(other, devbuf, 4000)
+    assert (other.numpy()[:4000] == host.numpy()[:4000]).all() and not other.numpy()[4000:].any()
+    art.memcpy(other, host, 0)  # nothing to do
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(devbuf, host, 4097)  # past the end of both
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(devbuf, host, -1)
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(devbuf, host, 4096.0)
+    devbuf.free()
+    with pytest.raises(InvalidHandleError):
+        art.memcpy(devbuf, host, 16)
+    with pytest.raises(InvalidHandleError):
+        art.memcpy(host, devbuf, 16)
+    host.free()
+    other.free()
