@@ -83,22 +83,28 @@ def api(fmt: str, out: tuple = (), module: str = "acl.rt", optional: int = 0):
 
     def wrap(fn):
         message = f"{module}.{fn.__name__} args parse failed"
+        plain_ints, in_range, needs_slow = slots_by_count[most]  # all arguments given
+        single = len(out) == 1
 
         @functools.wraps(fn)
         def call(*args):
-            slots = slots_by_count.get(len(args))
-            if slots is None:
-                raise AclTypeError(message)
+            if len(args) == most:
+                ints, ranges, slow = plain_ints, in_range, needs_slow
+            else:
+                slots = slots_by_count.get(len(args))
+                if slots is None:
+                    raise AclTypeError(message)
+                ints, ranges, slow = slots
             # Hot path: exact ints in range need no conversion (launches, records, copies).
             try:
-                for i in slots[0]:
+                for i in ints:
                     if type(args[i]) is not int:
                         raise _Slow
-                for i, (lo, hi) in slots[1]:
+                for i, (lo, hi) in ranges:
                     a = args[i]
                     if type(a) is not int or not lo <= a <= hi:
                         raise _Slow
-                if slots[2]:
+                if slow:
                     raise _Slow
             except _Slow:
                 args = parse_slow(args, message)
@@ -110,10 +116,10 @@ def api(fmt: str, out: tuple = (), module: str = "acl.rt", optional: int = 0):
                 return _failed(int(exc.code), str(exc), out)
             except Exception as exc:  # a facade bug must still come back as a code, never a raise
                 return _failed(int(ErrorCode.RT_INTERNAL_ERROR), f"{type(exc).__name__}: {exc}", out)
+            if single:
+                return values, 0
             if not out:
                 return 0
-            if len(out) == 1:
-                return values, 0
             return (*values, 0)
 
         call.__acl_name__ = f"{module}.{fn.__name__}"

@@ -15,14 +15,22 @@ from ._api import api, fail, need_context, stream_of
 _MAX_2D_WIDTH, _MAX_2D_HEIGHT = 5_000_000, 5_242_880
 
 
+# Pointer -> the buffer acl.rt.malloc / malloc_host handed out, until freed through acl: a
+# free finds its buffer here at once (a pointer freed through the core meanwhile, or made
+# there, is looked up in the registry instead).
+_handed: dict[int, object] = {}
+
+
 def _malloc(size: int) -> int:
     if size <= 0:
         raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
-    device = need_context().device
-    if size > device.properties.total_memory:
-        raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed device {device.id}'s "
-                                                   f"{device.properties.total_memory}")
-    return device.malloc(size).ptr
+    memory = need_context().device._memory
+    if size > memory.capacity:
+        raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed device "
+                                                   f"{memory.device.id}'s {memory.capacity}")
+    buf = memory.malloc(size)
+    _handed[buf.addr] = buf
+    return buf.addr
 
 
 @api("ki", out=(0,))
@@ -46,7 +54,9 @@ def malloc_align32(size, policy):
 def _free(ptr: int, kind: str) -> None:
     if ptr == 0:
         raise fail(ErrorCode.INVALID_PARAM, "pointer is null")
-    alloc = REGISTRY.find(ptr)
+    alloc = _handed.pop(ptr, None)
+    if alloc is None or alloc._mem is None:  # (not .alive: this is the hot path)
+        alloc = REGISTRY.find(ptr)
     if alloc is None or alloc.addr != ptr or alloc.kind != kind:
         raise fail(ErrorCode.RT_MEMORY_FREE, f"{ptr:#x} is not the start of a live {kind} allocation")
     alloc.free()
@@ -59,7 +69,6 @@ def free(dev_ptr):
 
 
 _PHYSICAL = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-_host_allocs: set[int] = set()  # malloc_host pointers not yet freed (acl.finalize frees them)
 
 
 @api("k", out=(0,))
@@ -69,25 +78,23 @@ def malloc_host(size):
         raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
     if size > _PHYSICAL:
         raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed the host's memory")
-    ptr = _malloc_host(size).ptr
-    _host_allocs.add(ptr)
-    return ptr
+    buf = _malloc_host(size)
+    _handed[buf.addr] = buf
+    return buf.addr
 
 
 @api("k")
 def free_host(host_ptr):
     """Free memory from malloc_host (aclrtFreeHost)."""
     _free(host_ptr, "host")
-    _host_allocs.discard(host_ptr)
 
 
 def free_all_host() -> None:
     """Free what malloc_host handed out and nobody freed (acl.finalize)."""
-    for ptr in list(_host_allocs):
-        alloc = REGISTRY.find(ptr)
-        if alloc is not None and alloc.addr == ptr and alloc.kind == "host":
-            alloc.free()
-        _host_allocs.discard(ptr)
+    for ptr, buf in list(_handed.items()):
+        if buf.kind == "host":
+            if _handed.pop(ptr, None) is buf and buf.alive:
+                buf.free()
 
 
 def _copy_args(dst: int, dest_max: int, src: int, count: int, kind: int) -> int | None:

@@ -20,9 +20,10 @@ def round_chunk(nbytes: int) -> int:
 class Chunk:
     """One reserved segment: absolute address, size, uint8 view (None for fake space), and its blocks.
 
-    The pool that holds the chunk keeps `starts` / `blocks` (its blocks by address) and `lock`
-    (the pool's lock, which guards them): the address registry finds the buffer behind an
-    interior pointer through them, so a malloc or free of a cached block touches no global index.
+    The pool that holds the chunk keeps `starts` and `blocks` (its blocks' addresses, sorted,
+    and the blocks) and `lock` (the pool's lock, held while it changes them): the address
+    registry finds the buffer behind an interior pointer through them, so a malloc or free
+    of a cached block touches no global index.
     """
 
     __slots__ = ("addr", "size", "view", "handle", "first", "pinned", "starts", "blocks", "lock")
@@ -41,15 +42,23 @@ class Chunk:
 
     def find(self, addr: int):
         """The live buffer of this chunk that contains `addr`, or None."""
+        buf = _buffer_at(self.starts, self.blocks, addr)  # first without the lock: a hit is
+        if buf is not None:                               # checked against the buffer itself
+            return buf
         lock = self.lock
         if lock is None:
             return None
-        with lock:
-            i = bisect.bisect_right(self.starts, addr) - 1
-            buf = self.blocks[i].buf if i >= 0 else None
-        if buf is not None and addr < buf.addr + buf.nbytes:
-            return buf
-        return None
+        # A miss may have raced a split or merge of this chunk: look again under the lock.
+        try:  # not `with`; an interrupt right after acquire is caught below
+            lock.acquire()
+            try:
+                return _buffer_at(self.starts, self.blocks, addr)
+            finally:
+                lock.release()
+        except BaseException:
+            if lock._is_owned():  # the pool's RLock
+                lock.release()
+            raise
 
     def buffers(self) -> list:
         """The live buffers of this chunk, by address."""
@@ -58,6 +67,21 @@ class Chunk:
             return []
         with lock:
             return [b.buf for b in self.blocks if b.buf is not None]
+
+
+def _buffer_at(starts: list, blocks: list, addr: int):
+    """The live buffer of the block that contains `addr`, or None (also when the lists are
+    changing meanwhile: the caller then asks again under the pool's lock)."""
+    i = bisect.bisect_right(starts, addr) - 1
+    if i < 0:
+        return None
+    try:
+        buf = blocks[i].buf
+    except IndexError:  # the lists changed meanwhile
+        return None
+    if buf is not None and buf.addr <= addr < buf.addr + buf.nbytes:
+        return buf
+    return None
 
 
 class ArenaChunks:

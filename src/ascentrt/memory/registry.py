@@ -14,13 +14,14 @@ _BUCKET = 1 << _SHIFT
 
 
 class AddressRegistry:
-    """Live allocations by start address; lookups are O(log n) and thread-safe.
+    """Live allocations by address; lookups are thread-safe, O(1) for pooled memory.
 
-    Entries are allocations, or the pool chunks that hold them: a pooled buffer is found
-    through its chunk (which knows its blocks), so allocating and freeing one never touches
-    this index. Entries up to 2 MiB sit in a sorted list per 2 MiB bucket of their start
-    address (one that contains an address starts in its bucket or the one before); larger
-    ones in one list.
+    A pooled buffer is found through its chunk (which knows its blocks): chunks sit in a
+    map from each 2 MiB page they cover to the chunks on it, read without a lock (each
+    value is a tuple, replaced whole), so allocating and freeing a pooled buffer never
+    touches this index. Other allocations (external memory, unpooled buffers) sit in a
+    sorted list per 2 MiB bucket of their start address (one that contains an address
+    starts in its bucket or the one before); larger ones in one list.
 
     `observers` (the profiler, for one) see every allocation come and go: objects with
     buffer_allocated(alloc) and buffer_freed(alloc), called by whoever makes or ends the allocation.
@@ -30,6 +31,7 @@ class AddressRegistry:
         self._lock = threading.RLock()  # reentrant only so an interrupted acquire can be undone
         self._buckets: dict[int, tuple[list[int], list]] = {}
         self._large: tuple[list[int], list] = ([], [])
+        self._pages: dict[int, tuple] = {}  # 2 MiB page -> the chunks on it
         self.observers: tuple = ()
 
     def observe(self, observer) -> None:
@@ -50,8 +52,17 @@ class AddressRegistry:
         for o in self.observers:
             o.buffer_freed(alloc)
 
+    def _chunk_pages(self, chunk: Chunk) -> range:
+        return range(chunk.addr >> _SHIFT, ((chunk.addr + chunk.size - 1) >> _SHIFT) + 1)
+
     def add(self, alloc) -> None:
         """Register a live allocation or a pool chunk (anything with .addr and .nbytes)."""
+        if alloc.__class__ is Chunk:
+            with self._lock:
+                pages = self._pages
+                for page in self._chunk_pages(alloc):
+                    pages[page] = (*pages.get(page, ()), alloc)
+            return
         addr = alloc.addr
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
@@ -76,6 +87,16 @@ class AddressRegistry:
 
     def remove(self, alloc) -> None:
         """Forget an allocation; later lookups of its addresses fail."""
+        if alloc.__class__ is Chunk:
+            with self._lock:
+                pages = self._pages
+                for page in self._chunk_pages(alloc):
+                    rest = tuple(c for c in pages.get(page, ()) if c is not alloc)
+                    if rest:
+                        pages[page] = rest
+                    else:
+                        pages.pop(page, None)
+            return
         addr = alloc.addr
         with self._lock:
             lists = self._buckets.get(addr >> _SHIFT) if alloc.nbytes <= _BUCKET else self._large
@@ -95,10 +116,12 @@ class AddressRegistry:
         """The live allocation containing `addr`, or None."""
         if type(addr) is not int:
             return None
-        entry = self._entry(addr)
-        if entry.__class__ is Chunk:
-            return entry.find(addr)  # outside our lock: the chunk takes its pool's
-        return entry
+        chunks = self._pages.get(addr >> _SHIFT)  # no lock: a dict read of a whole tuple
+        if chunks is not None:
+            for chunk in chunks:
+                if chunk.addr <= addr < chunk.addr + chunk.size:
+                    return chunk.find(addr)  # the chunk takes its pool's lock
+        return self._entry(addr)
 
     def _entry(self, addr: int):
         """The entry (allocation or chunk) that contains `addr`, or None."""
@@ -141,13 +164,10 @@ class AddressRegistry:
         """Every live allocation (a snapshot)."""
         with self._lock:
             lists = [*self._buckets.values(), self._large]
-            entries = [a for _, allocs in lists for a in allocs]
-        out = []
-        for e in entries:
-            if e.__class__ is Chunk:
-                out += e.buffers()
-            else:
-                out.append(e)
+            out = [a for _, allocs in lists for a in allocs]
+            chunks = {id(c): c for on_page in self._pages.values() for c in on_page}
+        for chunk in chunks.values():
+            out += chunk.buffers()
         return out
 
 
