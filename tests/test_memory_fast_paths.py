@@ -207,3 +207,59 @@ def test_a_synchronous_memcpy_between_whole_buffers_checks_what_the_full_path_ch
         art.memcpy(host, devbuf, 16)
     host.free()
     other.free()
+
+
+def test_a_lookup_that_meets_a_half_done_split_asks_again_under_the_pool_lock(dev):
+    bufs = [art.malloc(256) for _ in range(4)]
+    keep = bufs[2]
+    chunk = next(c for c in REGISTRY._pages[keep.ptr >> 21] if c.addr <= keep.ptr < c.addr + c.size)
+    held, done = threading.Event(), threading.Event()
+
+    def split_halfway():  # what a split does between its two list inserts, held a while
+        with chunk.lock:
+            i = chunk.starts.index(keep.addr)
+            chunk.starts.insert(i, keep.addr - 128)  # the starts list moved, the blocks not yet
+            held.set()
+            done.wait(0.3)
+            del chunk.starts[i]
+
+    helper = threading.Thread(target=split_halfway)
+    helper.start()
+    held.wait(TIMEOUT)
+    found = REGISTRY.find(keep.ptr + 8)
+    done.set()
+    helper.join(TIMEOUT)
+    assert found is keep
+    for b in bufs:
+        b.free()
+
+
+def test_pointers_of_a_live_buffer_resolve_while_its_chunk_splits_and_merges(dev, switch_often):
+    pinned = [art.malloc(256) for _ in range(8)]  # neighbours in one shared chunk
+    keep = pinned[3]
+    stop = threading.Event()
+    misses = []
+
+    def churn():
+        rng = random.Random(5)
+        while not stop.is_set():
+            bufs = [art.malloc(rng.randrange(32, 4096)) for _ in range(20)]  # not cached: splits
+            for b in bufs:
+                b.free()
+
+    def look():
+        for _ in range(20000):
+            for addr in (keep.ptr, keep.ptr + 100, keep.ptr + keep.nbytes - 1):
+                if REGISTRY.find(addr) is not keep:
+                    misses.append(addr)
+
+    threads = [threading.Thread(target=churn) for _ in range(2)]
+    for t in threads:
+        t.start()
+    look()
+    stop.set()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not misses
+    for b in pinned:
+        b.free()
