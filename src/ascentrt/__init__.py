@@ -20,6 +20,8 @@ from .stream import FailureMode, Stream
 from .graph import CaptureError, CaptureMode, CaptureStatus, Graph, Schedule, TaskGraph, TaskGroup
 from . import profiler
 from .profiler import profile
+from . import sanitizer
+from .sanitizer import sanitize
 from . import callback, context  # report-thread callbacks; contexts (pyACL's model, used by ascentrt.acl)
 
 __version__ = "0.1.0"
@@ -40,11 +42,22 @@ __all__ = [
     "MemPool", "ReusePolicy", "configure_pool", "empty_cache", "free_async", "malloc_async",
     "memory_snapshot", "memory_stats", "memory_summary", "record_stream", "record_trace",
     "replay_trace", "reset_peak_memory_stats",
-    # profiler (issue 5)
-    "profile", "profiler",
+    # profiler (issue 5), race sanitizer (issue 12)
+    "profile", "profiler", "sanitize", "sanitizer",
     # contexts and report-thread callbacks (issue 3, pyACL's model)
     "callback", "context",
 ]
+
+
+def _sanitize_from_env() -> None:
+    # ASCENTRT_SANITIZE=warn|raise|log checks the whole program for stream races.
+    from . import config
+    try:
+        mode = config.get("ASCENTRT_SANITIZE")
+    except InvalidArgumentError as exc:  # a wrong setting: one line, not a traceback
+        raise SystemExit(f"ascentrt: {exc}") from None
+    if mode != "off":
+        sanitizer.enable(mode)
 
 
 def _profile_from_env() -> None:
@@ -57,4 +70,5 @@ def _profile_from_env() -> None:
         start_from_env(folder)
 
 
+_sanitize_from_env()
 _profile_from_env()

@@ -78,6 +78,17 @@ def _leak_mode(text: str) -> str:
     return value
 
 
+def _sanitize_mode(text: str) -> str:
+    """off (also 0 or empty), warn (also 1 or on), raise or log."""
+    value = str(text).strip().lower()
+    if value in ("", "0", "off", "false", "no"):
+        return "off"
+    value = {"1": "warn", "on": "warn", "true": "warn", "yes": "warn"}.get(value, value)
+    if value not in ("warn", "raise", "log"):
+        raise InvalidArgumentError(f"not a sanitizer mode: {text!r} (use off, warn, raise or log)")
+    return value
+
+
 def _fraction(text: str) -> float:
     """A number in [0, 1]."""
     return _number(text, float, "a fraction", lambda v: 0 <= v <= 1, "in [0, 1]")
@@ -148,6 +159,9 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_LEAK_CHECK", "warn", _leak_mode,
             "memory never freed but reclaimed at a device reset or at exit: warn (a LeakWarning "
             "with sizes), sites (also where each was allocated; costs ~1 us per malloc) or off"),
+    Setting("ASCENTRT_SANITIZE", "off", _sanitize_mode,
+            "the stream race sanitizer for the whole program: off, warn (1: a RaceWarning per new "
+            "race), raise (the launch completing a race raises RaceError) or log (collect only)"),
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off)"),
     Setting("ASCENTRT_PROFILE_PID", "", str.strip,

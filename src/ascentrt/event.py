@@ -6,7 +6,7 @@ import itertools
 import threading
 
 from .device import register_handle_type, resolve_device
-from .engine import ENGINE, Marker, Task
+from .engine import ENGINE, Hooks, Marker, Task
 from .engine.sync import raise_stream_errors
 from .engine.task import EVENT_RECORD
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError, StreamStateError
@@ -71,7 +71,11 @@ class Event:
         if m is not None and m.capture is not None:
             m.capture.refuse_event(self, m)
         self.device._backend.host_call("query")  # a simulated device catches up to now first
-        return m is None or m.done
+        if m is None:
+            return True
+        if m.done and Hooks.sanitizer is not None and m.clock is not None:
+            Hooks.sanitizer.host_waited((m.clock,))  # a completed query orders the host after it
+        return m.done
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until the recorded work completed; raise a task error that happened before it."""
@@ -93,6 +97,8 @@ class Event:
                     m.host_waiters.remove(ev)
             ENGINE.wait_host(ev, timeout, [m.stream], f"event {self.id} synchronize",
                              ErrorCode.RT_EVENT_SYNC_TIMEOUT, cancel)
+        if Hooks.sanitizer is not None and m.clock is not None:
+            Hooks.sanitizer.host_waited((m.clock,))
         raise_stream_errors([m.stream], before=m.position)
 
     def reset(self) -> None:

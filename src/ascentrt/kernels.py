@@ -3,6 +3,8 @@
 Each carries `.cost(*args) -> Cost`: the work it does on its arguments (flops and bytes moved),
 from which a simulated device takes its duration (a roofline over its compute units and memory
 bandwidth). Elementwise kernels count one flop per output element (two for axpy), matmul 2·m·n·k.
+Each also carries `.access`: per positional argument "w" (written), "r" (read), "rw" or "" (not
+memory), so that the race sanitizer knows exactly what it touches.
 """
 
 from __future__ import annotations
@@ -65,5 +67,14 @@ scale.cost = lambda out, x, alpha: Cost(flops=out.size, bytes=_nbytes(out, x))
 matmul.cost = lambda out, a, b: Cost(flops=2 * a.shape[-2] * a.shape[-1] * b.shape[-1] if a.ndim >= 2
                                      and b.ndim >= 2 else 2 * a.size, bytes=_nbytes(out, a, b))
 reduce_sum.cost = lambda out, x: Cost(flops=x.size, bytes=_nbytes(x))
+
+noop.access = ()
+fill.access = ("w", "")
+copy.access = ("w", "r")
+add.access = ("w", "r", "r")
+axpy.access = ("rw", "", "r")
+scale.access = ("w", "r", "")
+matmul.access = ("w", "r", "r")
+reduce_sum.access = ("w", "r")
 
 REGISTRY = {f.__name__: f for f in (noop, fill, copy, add, axpy, scale, matmul, reduce_sum)}

@@ -149,6 +149,8 @@ class Stream:
             if marker.done:
                 if self._refuse is not None:
                     raise self._refusal()  # a stopped stream refuses work, even a no-op wait
+                if Hooks.sanitizer is not None:
+                    Hooks.sanitizer.stream_waited(self, marker)  # the order holds all the same
                 return  # already satisfied: nothing to order (and nothing to wait for)
         task = Task(EVENT_WAIT, name="event_wait")
         task.marker = marker
@@ -231,7 +233,12 @@ class Stream:
         if self._capture is not None:
             self._capture.refuse(self, "query")
         self._dq.backend.host_call("query")  # a simulated device catches up to now first
-        return self._completed >= self._submitted
+        sanitizer = Hooks.sanitizer
+        seen = sanitizer.stream_clocks([self]) if sanitizer is not None else None
+        done = self._completed >= self._submitted
+        if done and seen is not None:
+            sanitizer.host_waited(seen)  # a completed query orders the host after the work
+        return done
 
     def destroy(self, force: bool = False, timeout: float | None = None) -> int:
         """Destroy the stream: wait for its work (or with force, discard pending tasks).

@@ -44,6 +44,9 @@ class Hooks:
         registers one that refuses calls it forbids (empty, and free, otherwise).
     thread_holds: fn(thread id) -> streams that wait for that host thread to act (a report
         thread's queued blocking callbacks), for the deadlock diagnosis of its host waits.
+    sanitizer: the race sanitizer while it is on: submitted(stream, task) sees each task
+        before it is queued (under the engine lock; it may raise to refuse the task), and the
+        host synchronizations tell it what the host has waited for.
     """
 
     profiler = None
@@ -51,6 +54,7 @@ class Hooks:
     capture = None
     sync_guards: list = []
     thread_holds: list = []
+    sanitizer = None
 
 
 def check_sync_allowed(what: str) -> None:
@@ -218,6 +222,8 @@ class Engine:
                     raise stream._refusal()
                 if not dq.started:
                     dq.start()  # before anything is queued: a failed start leaves no trace
+                if Hooks.sanitizer is not None:
+                    Hooks.sanitizer.submitted(stream, task)  # may refuse it: nothing queued yet
                 stream._submitted = task_id = stream._submitted + 1
                 task.id = task_id
                 task.stream = stream
@@ -392,6 +398,10 @@ class Engine:
         for s in streams:
             if not s._dq.started:
                 s._dq.start()  # before anything is queued
+        sanitizer = Hooks.sanitizer
+        if sanitizer is not None:
+            for s, t in work:
+                sanitizer.submitted(s, t)  # may refuse one: nothing queued yet
         stamp = Hooks.profiler is not None
         for s, t in work:
             s._submitted = t.id = s._submitted + 1

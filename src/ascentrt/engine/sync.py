@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from ..errors import TaskError
-from .scheduler import ENGINE
+from .scheduler import ENGINE, Hooks
 
 
 def synchronize_streams(streams: list, timeout: float | None, what: str) -> None:
     """Wait for the work submitted so far on `streams`, then raise their first task error."""
     streams[0]._dq.backend.host_call("synchronize")  # a simulated device charges the call
+    sanitizer = Hooks.sanitizer
+    seen = sanitizer.stream_clocks(streams) if sanitizer is not None else None
     clock = ENGINE.devices[0].backend.now_ns
     deadline = None if timeout is None else clock() + timeout * 1e9
     for s in streams:
         remaining = None if deadline is None else max((deadline - clock()) / 1e9, 1e-6)
         ENGINE.wait_completed(s, remaining, what)
+    if seen is not None:
+        sanitizer.host_waited(seen)  # the host now comes after all that work
     raise_stream_errors(streams)
 
 

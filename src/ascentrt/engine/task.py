@@ -73,7 +73,7 @@ class Marker:
     """The point an event record captured: done once the stream's work before it completed."""
 
     __slots__ = ("stream", "position", "done", "ts_ns", "waiters", "host_waiters", "timing",
-                 "capture")
+                 "capture", "clock")
 
     def __init__(self, stream, position: int, timing: bool):
         self.stream = stream
@@ -84,3 +84,4 @@ class Marker:
         self.host_waiters: list = []  # threading.Event of host threads synchronizing on it
         self.timing = timing
         self.capture = None           # the graph capture that recorded it (never completes then)
+        self.clock = None             # the race sanitizer's vector clock of the record

@@ -46,7 +46,7 @@ class GraphNode:
     change a node's arguments with Graph.update)."""
 
     __slots__ = ("index", "kind", "fn", "args", "name", "lane", "deps", "group", "nbytes",
-                 "keep", "op")
+                 "keep", "op", "reads", "writes")
 
     def __init__(self, index: int, task, lane: int, deps: list[int], group=None):
         init = object.__setattr__
@@ -54,6 +54,8 @@ class GraphNode:
         init(self, "kind", task.kind)
         init(self, "fn", task.fn)
         init(self, "args", task.args)
+        init(self, "reads", task.reads)    # the buffers the launch declared (None: undeclared)
+        init(self, "writes", task.writes)
         init(self, "name", task.name)
         init(self, "lane", lane)
         init(self, "deps", tuple(deps))
@@ -221,6 +223,8 @@ class Graph:
                 t = Task(EVENT_WAIT, name="graph_serialize")
                 t.marker = prev
                 work.append((stream, t))
+            elif prev is not None and Hooks.sanitizer is not None:
+                Hooks.sanitizer.stream_waited(stream, prev)  # launches of a graph are in order
             for lane, op, what in plan.steps:
                 if op == "seg":
                     kind, entries, name = what
@@ -493,6 +497,14 @@ def _update_mismatch(old: list, tasks: list) -> str | None:
 # ---- what the executors run ------------------------------------------------------------------
 
 RUN_OF_NODES = Cost(seconds=0.0)  # a segment costs nothing of its own: its nodes do
+
+def segment_nodes(task) -> list | None:
+    """The nodes (GraphNode) a replayed graph's task runs; None for other tasks."""
+    if task.fn is not _run_segment:
+        return None
+    entries, _, graph, _ = task.args
+    return [graph.nodes[index] for _, index in entries]
+
 
 def _run_segment(entries: tuple, errors, graph, backend) -> None:
     """Run a segment's nodes back to back through the backend (one engine task); a failure names its node."""

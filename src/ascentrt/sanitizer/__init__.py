@@ -1,0 +1,106 @@
+"""The stream race sanitizer: finds two accesses to the same bytes, one a write, that nothing orders.
+
+Turn it on for a whole program with ASCENTRT_SANITIZE=warn|raise|log (1 means warn), or for a
+region with `with ascentrt.sanitize(mode):`. Modes: warn (each new race a RaceWarning, printed
+to stderr, and the program goes on), raise (the launch that completes a race raises RaceError
+before it is queued), log (collect only). `reports()` returns the races found so far.
+
+Turning it on while work is in flight starts from a synchronized state: work queued before is
+taken as ordered before everything queued after (its accesses are not known). Off, it costs the
+launch path one test of an empty hook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from ..engine import Hooks
+from ..errors import InvalidArgumentError, warn_at_caller
+from ..memory.registry import REGISTRY
+from .report import Access, Race, RaceError, RaceWarning
+from .state import Sanitizer
+
+MODES = ("warn", "raise", "log")
+_lock = threading.Lock()
+_found: list[Race] = []  # reports of earlier sessions (kept after the sanitizer is turned off)
+
+
+def parse_mode(text) -> str:
+    """warn, raise or log (1 / on mean warn); raises InvalidArgumentError naming the allowed ones."""
+    value = str(text).strip().lower()
+    value = {"1": "warn", "on": "warn", "true": "warn"}.get(value, value)
+    if value not in MODES:
+        raise InvalidArgumentError(f"not a sanitizer mode: {text!r} (use warn, raise or log; "
+                                   f"0 or off turns it off)")
+    return value
+
+
+def _announce(race: Race, new: bool) -> None:
+    if new and Hooks.sanitizer is not None and Hooks.sanitizer.mode == "warn":
+        warn_at_caller(f"ascentrt sanitizer: {race}", RaceWarning)
+
+
+def enable(mode: str = "warn") -> None:
+    """Turn the sanitizer on (from a synchronized state), or change its mode."""
+    mode = parse_mode(mode)
+    with _lock:
+        current = Hooks.sanitizer
+        if current is not None:
+            current.mode = mode
+            return
+        san = Sanitizer(mode, _announce)
+        REGISTRY.observe(san)
+        Hooks.sanitizer = san
+
+
+def disable() -> None:
+    """Turn the sanitizer off; its reports stay available from reports()."""
+    with _lock:
+        san = Hooks.sanitizer
+        if san is None:
+            return
+        Hooks.sanitizer = None
+        REGISTRY.unobserve(san)
+        _found.extend(san.reports())
+
+
+def enabled() -> bool:
+    """Whether the sanitizer is on."""
+    return Hooks.sanitizer is not None
+
+
+def reports() -> list[Race]:
+    """Every race found so far (this session and earlier ones), in the order found."""
+    san = Hooks.sanitizer
+    return _found + (san.reports() if san is not None else [])
+
+
+def clear() -> None:
+    """Forget the reports found so far."""
+    _found.clear()
+    san = Hooks.sanitizer
+    if san is not None:
+        with san.lock:
+            san.races.clear()
+
+
+@contextlib.contextmanager
+def sanitize(mode: str = "warn"):
+    """Check the work submitted inside the block; yields the list of its reports (filled at exit)."""
+    previous = Hooks.sanitizer.mode if Hooks.sanitizer is not None else None
+    before = len(reports())
+    out: list[Race] = []
+    enable(mode)
+    try:
+        yield out
+    finally:
+        out.extend(reports()[before:])
+        if previous is None:
+            disable()
+        else:
+            enable(previous)
+
+
+__all__ = ["Access", "MODES", "Race", "RaceError", "RaceWarning", "clear", "disable", "enable",
+           "enabled", "parse_mode", "reports", "sanitize"]

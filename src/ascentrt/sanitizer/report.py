@@ -1,0 +1,73 @@
+"""What the race sanitizer reports: the allocation, the overlapping bytes, both accesses, the fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import AscentError, ErrorCode
+
+
+@dataclass(frozen=True)
+class Access:
+    """One side of a race: what touched the bytes, from where in the program."""
+
+    write: bool
+    task_kind: str       # kernel, copy, memset, host_func
+    name: str            # the kernel's or function's name
+    stream: int          # stream id
+    task_id: int
+    site: str            # file.py:line of the call that queued it
+    assumed: bool = False  # a kernel without declared reads/writes: taken as reading and writing
+
+    @property
+    def kind(self) -> str:
+        """'write' or 'read'."""
+        return "write" if self.write else "read"
+
+    def describe(self) -> str:
+        """e.g. "write by kernel `producer` (task 3 on stream 5, prog.py:31)"."""
+        guess = " (undeclared: every buffer argument counts as read and written)" if self.assumed else ""
+        return (f"{self.kind} by {self.task_kind} `{self.name}` (task {self.task_id} on stream "
+                f"{self.stream}, {self.site}){guess}")
+
+
+@dataclass
+class Race:
+    """Two accesses to overlapping bytes of one allocation, at least one a write, unordered."""
+
+    ptr: int             # the allocation
+    size: int
+    alloc_site: str      # where it was allocated ('?' when not known)
+    lo: int              # the overlapping byte range, as offsets into the allocation
+    hi: int
+    first: Access        # submitted first
+    second: Access       # the access that completed the race
+    count: int = field(default=1)  # how many times this pair of launch sites raced on it
+
+    @property
+    def fix(self) -> str:
+        """The ordering that removes the race, in the program's own terms."""
+        a, b = self.first, self.second
+        return (f"record an event on stream {a.stream} after `{a.name}` ({a.site}) and make "
+                f"stream {b.stream} wait on it before `{b.name}` ({b.site})")
+
+    def __str__(self) -> str:
+        times = f" ({self.count} times)" if self.count > 1 else ""
+        return (f"race on bytes [{self.lo}, {self.hi}) of the {self.size}-byte allocation at "
+                f"{self.ptr:#x} (allocated at {self.alloc_site}){times}: "
+                f"{self.first.describe()}, then {self.second.describe()}, with no ordering "
+                f"between them. Fix: {self.fix}")
+
+
+class RaceWarning(UserWarning):
+    """A race the sanitizer found (mode warn); the program goes on."""
+
+
+class RaceError(AscentError):
+    """A launch that would complete a race (mode raise): it was not queued. `.race` is the report.
+
+    Its code is 107000 (RT_PARAM_INVALID): the submission lacks an ordering it needs."""
+
+    def __init__(self, message: str, race: Race):
+        super().__init__(message, code=ErrorCode.RT_PARAM_INVALID)
+        self.race = race

@@ -1,0 +1,300 @@
+"""The race sanitizer: racy programs get a report naming the right pair and the fix; race-free
+ones (explicit waits, host synchronization, disjoint bytes, pitch gaps) get none."""
+
+import inspect
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+from ascentrt import sanitizer
+from ascentrt.sanitizer import RaceError, RaceWarning
+
+TIMEOUT = 20
+N = 4096
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def streams(dev):
+    made = [dev.create_stream() for _ in range(2)]
+    yield made
+    for s in made:
+        s.synchronize(TIMEOUT)
+        s.destroy()
+
+
+@pytest.fixture
+def bufs(dev):
+    made = [art.malloc(N) for _ in range(3)]
+    yield made
+    art.synchronize(TIMEOUT)
+    for b in made:
+        b.free()
+
+
+def producer(b):
+    b[:] = 1
+
+
+def consumer(out, b):
+    out[:] = b
+
+
+def here() -> int:
+    """The caller's line number."""
+    return inspect.currentframe().f_back.f_lineno
+
+
+def test_a_missing_wait_is_reported_with_both_launches_and_the_fix(streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    with art.sanitize("log") as found:
+        line_a = here() + 1
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        line_b = here() + 1
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+    assert len(found) == 1
+    race = found[0]
+    assert (race.ptr, race.size, race.lo, race.hi) == (buf.ptr, N, 0, N)
+    assert (race.first.kind, race.first.name, race.first.stream) == ("write", "producer", s1.id)
+    assert (race.second.kind, race.second.name, race.second.stream) == ("read", "consumer", s2.id)
+    assert race.first.site.endswith(f":{line_a}") and race.second.site.endswith(f":{line_b}")
+    assert f"record an event on stream {s1.id} after `producer`" in race.fix
+    assert f"make stream {s2.id} wait on it before `consumer`" in race.fix
+
+
+def test_an_event_wait_or_a_host_synchronize_orders_the_pair(streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    with art.sanitize("raise") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s2.wait(s1.record())
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        s2.synchronize(TIMEOUT)  # the host now comes after both
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s1.synchronize(TIMEOUT)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        ev = s2.record()
+        ev.synchronize(TIMEOUT)
+        art.launch(producer, out.view(), stream=s1, writes=[out])
+        s1.synchronize(TIMEOUT)
+        s2.wait(s1.record())  # already complete: no task is queued, the order holds anyway
+        art.launch(consumer, buf.view(), out.view(), stream=s2, reads=[out], writes=[buf])
+    assert found == []
+
+
+def test_waiting_on_the_wrong_event_or_one_recorded_too_early_is_a_race(streams, bufs):
+    s1, s2 = streams
+    buf, out, other = bufs
+    with art.sanitize("log") as found:
+        early = s1.record()                     # recorded before the producer
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s2.wait(early)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+    assert [(r.first.name, r.second.name) for r in found] == [("producer", "consumer")]
+    art.synchronize(TIMEOUT)
+    s3 = art.current_device().create_stream()
+    with art.sanitize("log") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        wrong = s3.record()                     # an event of an unrelated stream
+        s2.wait(wrong)
+        art.launch(consumer, other.view(), buf.view(), stream=s2, reads=[buf], writes=[other])
+    assert [(r.first.name, r.second.name) for r in found] == [("producer", "consumer")]
+    s3.destroy()
+
+
+def test_a_host_function_reading_a_buffer_still_being_copied_is_reported(streams, bufs):
+    s1, s2 = streams
+    buf, _, _ = bufs
+    host = art.malloc_host(N)
+    seen = []
+    with art.sanitize("log") as found:
+        art.memcpy_async(buf, host, stream=s1)
+        art.launch_host_func(lambda b: seen.append(b.alive), buf, stream=s2)
+    art.synchronize(TIMEOUT)
+    assert [(r.first.task_kind, r.first.kind, r.second.task_kind) for r in found] == \
+        [("copy", "write", "host_func")]
+    host.free()
+
+
+def test_overlapping_sub_ranges_race_and_disjoint_ones_do_not(streams, bufs):
+    s1, s2 = streams
+    buf, _, _ = bufs
+    with art.sanitize("log") as found:
+        art.launch(producer, buf[:2048].view(), stream=s1, writes=[buf[:2048]])
+        art.launch(producer, buf[2048:].view(), stream=s2, writes=[buf[2048:]])
+    assert found == []
+    art.synchronize(TIMEOUT)
+    with art.sanitize("log") as found:
+        art.launch(producer, buf[:3000].view(), stream=s1, writes=[buf[:3000]])
+        art.launch(producer, buf[2000:].view(), stream=s2, writes=[buf[2000:]])
+    assert [(r.lo, r.hi) for r in found] == [(2000, 3000)]
+
+
+def test_a_pitched_copy_does_not_race_with_writes_into_its_pitch_gaps(streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    host = art.malloc_host(N)
+    with art.sanitize("log") as found:
+        # 16 rows of 128 bytes at a pitch of 256: bytes 128..255 of each row stay untouched.
+        art.memcpy2d_async(buf, 256, host, 256, 128, 16, stream=s1)
+        for row in range(16):
+            gap = buf[row * 256 + 128: row * 256 + 256]
+            art.memset_async(gap, 0, stream=s2)
+    assert found == []
+    art.synchronize(TIMEOUT)
+    with art.sanitize("log") as found:
+        art.memcpy2d_async(buf, 256, host, 256, 128, 16, stream=s1)
+        art.memset_async(buf[256 * 3 + 100: 256 * 3 + 140], 0, stream=s2)  # into row 3
+    assert [(r.lo, r.hi) for r in found] == [(868, 896)]
+    art.synchronize(TIMEOUT)
+    host.free()
+
+
+def test_built_in_kernels_declare_their_reads_and_writes(streams, bufs):
+    s1, s2 = streams
+    a, b, out = bufs
+    with art.sanitize("log") as found:
+        art.launch("fill", a.view(np.float32), 1.0, stream=s1)
+        art.launch("fill", b.view(np.float32), 2.0, stream=s1)
+        s1.synchronize(TIMEOUT)
+        art.launch("add", out.view(np.float32), a.view(np.float32), b.view(np.float32), stream=s1)
+        art.launch("scale", out.view(np.float32), a.view(np.float32), 3.0, stream=s2)
+    # Both read `a` (no race); both write `out` (a race), and the report is exact.
+    assert [(r.ptr, r.first.name, r.second.name, r.first.assumed) for r in found] == \
+        [(out.ptr, "add", "scale", False)]
+
+
+def test_a_kernel_without_declarations_counts_as_reading_and_writing_every_buffer(streams, bufs):
+    s1, s2 = streams
+    a, b, _ = bufs
+    with art.sanitize("log") as found:
+        art.launch(consumer, b.view(), a.view(), stream=s1)
+        art.launch(consumer, b.view(), a.view(), stream=s2)
+    assert found and found[0].second.assumed and "undeclared" in str(found[0])
+
+
+def test_raise_mode_refuses_the_racing_launch_before_it_is_queued(streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    with art.sanitize("raise"):
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        before = s2._submitted
+        with pytest.raises(RaceError) as err:
+            art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        assert s2._submitted == before  # nothing was queued
+        assert err.value.code == art.ErrorCode.RT_PARAM_INVALID
+        assert err.value.race.second.name == "consumer" and "Fix:" in str(err.value)
+
+
+def test_warn_mode_warns_once_per_pair_of_sites_and_counts_the_rest(streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with art.sanitize("warn") as found:
+            for _ in range(5):
+                art.launch(producer, buf.view(), stream=s1, writes=[buf])
+                art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+    races = [w for w in caught if issubclass(w.category, RaceWarning)]
+    assert len(races) == len(found) >= 1
+    assert sum(r.count for r in found) >= 5
+
+
+def test_streams_of_several_host_threads_are_ordered_through_their_synchronizations(dev, bufs):
+    buf, out, _ = bufs
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    done = threading.Event()
+
+    def other_thread():
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s1.synchronize(TIMEOUT)
+        done.set()
+
+    with art.sanitize("log") as found:
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join(TIMEOUT)
+        # This thread never synchronized with s1: its launch on s2 is unordered after it.
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        s2.synchronize(TIMEOUT)
+        s1.synchronize(TIMEOUT)  # now it has
+        art.launch(producer, buf.view(), stream=s2, writes=[buf])
+    assert [(r.first.stream, r.second.stream) for r in found] == [(s1.id, s2.id)]
+    for s in (s1, s2):
+        s.synchronize(TIMEOUT)
+        s.destroy()
+
+
+def test_turning_it_off_keeps_the_reports_and_stops_checking(streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    sanitizer.clear()
+    with art.sanitize("log"):
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+    assert not sanitizer.enabled() and len(sanitizer.reports()) == 1
+    art.launch(producer, buf.view(), stream=s1, writes=[buf])
+    art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+    assert len(sanitizer.reports()) == 1
+    sanitizer.clear()
+    assert sanitizer.reports() == []
+
+
+def test_an_unknown_mode_is_one_line_naming_the_allowed_ones():
+    with pytest.raises(art.InvalidArgumentError, match="warn, raise or log"):
+        sanitizer.enable("loud")
+    env = dict(os.environ, ASCENTRT_SANITIZE="loud")
+    proc = subprocess.run([sys.executable, "-c", "import ascentrt"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and "off, warn, raise or log" in proc.stderr
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("name", ["pipeline.py", "quickstart.py", "host_functions.py",
+                                  "memory_pool.py", "graphs/capture_replay.py",
+                                  "graphs/task_graph_schedule.py", "acl/multi_stream_events.py",
+                                  "acl/memory_copies.py"])
+def test_the_race_free_examples_run_clean_under_the_sanitizer(name):
+    env = dict(os.environ, ASCENTRT_SANITIZE="raise")
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True,
+                          text=True, env=env, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "race on bytes" not in proc.stdout + proc.stderr
+
+
+def _writer_graph(dev, buf):
+    cap = dev.create_stream()
+    cap.begin_capture()
+    art.launch(producer, buf.view(), stream=cap, writes=[buf], name="graph_writer")
+    graph = cap.end_capture()
+    cap.destroy()
+    return graph
+
+
+def test_graphs_replayed_on_two_streams_writing_one_buffer_race_unless_it_is_one_graph(
+        dev, streams, bufs):
+    s1, s2 = streams
+    buf, _, _ = bufs
+    g1, g2 = _writer_graph(dev, buf), _writer_graph(dev, buf)
+    with art.sanitize("log") as found:
+        g1.launch(s1)
+        g1.launch(s2)  # launches of one graph run one after the other
+        s2.synchronize(TIMEOUT)
+        g1.launch(s1)  # (the last one is done: still in order)
+    assert found == []
+    art.synchronize(TIMEOUT)
+    with art.sanitize("log") as found:
+        g1.launch(s1)
+        g2.launch(s2)
+    assert [(r.first.name, r.second.name, r.first.stream, r.second.stream) for r in found] == \
+        [("graph_writer", "graph_writer", s1.id, s2.id)]
+    art.synchronize(TIMEOUT)
