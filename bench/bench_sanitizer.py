@@ -1,0 +1,104 @@
+"""Race sanitizer figures: what it adds to a launch when on, and whether its state stays bounded.
+
+The launch figures time launches of a kernel with two buffer arguments (one read, one
+written, declared), on one stream and alternating over two streams with the right event waits
+between them, with the sanitizer on (mode log) against the same launches with it off,
+interleaved in rounds.
+The state figure counts the access records the sanitizer keeps after 100k tasks over 1000
+allocations against after 10k: ordered accesses are dropped, so it must not grow.
+(What it costs when off is in the launch figures: ab.py compares them with a tree before it.)
+"""
+
+from __future__ import annotations
+
+import time
+
+from _common import emit, median, pick
+
+import ascentrt as art
+from ascentrt import sanitizer
+
+LAUNCHES = pick(5000, 300)
+ROUNDS = pick(9, 2)
+ALLOCS = pick(1000, 50)
+TIMEOUT = 60.0
+
+
+def kernel(out, src):
+    """Nothing: the figure is the host cost of a launch."""
+
+
+def launches_ns(streams, pairs, n: int, handoff: bool) -> float:
+    """ns per launch of n launches of the two-buffer kernel: on one stream, or (handoff)
+    alternating over two streams that hand the buffers on by events (record and wait counted)."""
+    launch = art.launch
+    s1, s2 = streams
+    t0 = time.perf_counter_ns()
+    if not handoff:
+        for i in range(n // 2):
+            a, b = pairs[i % len(pairs)]
+            launch(kernel, b, a, stream=s1, reads=[a], writes=[b])
+            launch(kernel, a, b, stream=s1, reads=[b], writes=[a])
+    for i in range(n // 2 if handoff else 0):
+        a, b = pairs[i % len(pairs)]
+        launch(kernel, b, a, stream=s1, reads=[a], writes=[b])
+        s2.wait(s1.record())
+        launch(kernel, a, b, stream=s2, reads=[b], writes=[a])
+        s1.wait(s2.record())
+    t1 = time.perf_counter_ns()
+    s1.synchronize(TIMEOUT)
+    s2.synchronize(TIMEOUT)
+    return (t1 - t0) / n
+
+
+def records_after(tasks: int, streams, bufs) -> int:
+    """Access records kept after `tasks` launches over `bufs` (ordered through events)."""
+    sanitizer.disable()
+    sanitizer.enable("log")
+    s1, s2 = streams
+    for i in range(tasks // 2):
+        buf = bufs[i % len(bufs)]
+        art.launch(kernel, buf, buf, stream=s1, reads=[buf], writes=[buf])
+        s2.wait(s1.record())
+        art.launch(kernel, buf, buf, stream=s2, reads=[buf], writes=[buf])
+        s1.wait(s2.record())
+    s1.synchronize(TIMEOUT)
+    s2.synchronize(TIMEOUT)
+    from ascentrt.engine import Hooks
+    count = sum(len(r) for r in Hooks.sanitizer.shadow.values())
+    sanitizer.disable()
+    return count
+
+
+def main() -> None:
+    """Measure and print the sanitizer figures as JSON lines."""
+    dev = art.set_device(0)
+    streams = [dev.create_stream(), dev.create_stream()]
+    pairs = [(art.malloc(4096), art.malloc(4096)) for _ in range(8)]
+    for handoff, name in ((False, "sanitizer_on_launch_cost"), (True, "sanitizer_on_handoff_cost")):
+        launches_ns(streams, pairs, LAUNCHES, handoff)  # warm-up
+        on, off = [], []
+        for _ in range(ROUNDS):
+            off.append(launches_ns(streams, pairs, LAUNCHES, handoff))
+            sanitizer.enable("log")
+            on.append(launches_ns(streams, pairs, LAUNCHES, handoff))
+            sanitizer.disable()
+        what = "with an event handoff between two streams" if handoff else "on one stream"
+        emit(name, median(on), "ns/launch", "the same launches, sanitizer off", median(off), "<=",
+             3.0, f"at most 3x the host cost of a launch of a kernel with 2 declared buffers, "
+             f"{what}; median of {ROUNDS} runs of {LAUNCHES}")
+    bufs = [art.malloc(256) for _ in range(ALLOCS)]
+    small = records_after(pick(10_000, 600), streams, bufs)
+    large = records_after(pick(100_000, 3000), streams, bufs)
+    emit("sanitizer_state_100k_tasks", large, "records", "after 10k tasks", small, "<=", 1.1,
+         f"the state does not grow with the number of tasks ({ALLOCS} allocations, ordered "
+         f"accesses)")
+    for b in bufs + [x for p in pairs for x in p]:
+        b.free()
+    for s in streams:
+        s.destroy()
+    sanitizer.clear()
+
+
+if __name__ == "__main__":
+    main()
