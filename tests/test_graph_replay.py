@@ -22,6 +22,9 @@ def affine(out, x, a, b):
     out += b
 
 
+affine.access = ("w", "r", "", "")  # what it touches, for the race sanitizer
+
+
 @pytest.fixture
 def streams(dev):
     made = [dev.create_stream() for _ in range(4)]

@@ -298,3 +298,46 @@ def test_graphs_replayed_on_two_streams_writing_one_buffer_race_unless_it_is_one
     assert [(r.first.name, r.second.name, r.first.stream, r.second.stream) for r in found] == \
         [("graph_writer", "graph_writer", s1.id, s2.id)]
     art.synchronize(TIMEOUT)
+
+
+RACY = '''
+import ascentrt as art
+dev = art.set_device(0)
+s1, s2 = dev.create_stream(), dev.create_stream()
+buf, out = art.malloc(4096), art.malloc(4096)
+def producer(b): b[:] = 1
+def consumer(o, b): o[:] = b
+art.launch(producer, buf.view(), stream=s1, writes=[buf])
+art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+art.synchronize()
+'''
+
+
+def test_the_sanitize_command_lists_the_races_and_fails_the_run(tmp_path):
+    prog = tmp_path / "racy.py"
+    prog.write_text(RACY)
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", "log", "--",
+                           "python", str(prog)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 66, proc.stderr
+    assert "1 race(s) found" in proc.stderr and "racy.py:9" in proc.stderr
+    clean = tmp_path / "clean.py"
+    clean.write_text(RACY.replace("art.launch(consumer", "s2.wait(s1.record())\nart.launch(consumer"))
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--", "python",
+                           str(clean)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "no races found" in proc.stderr, proc.stderr
+
+
+@pytest.mark.cpu_only
+def test_the_graph_pool_and_stream_tests_and_the_demo_run_clean_under_the_sanitizer(tmp_path):
+    env = dict(os.environ, ASCENTRT_SANITIZE="raise")
+    files = [f"tests/test_{n}.py" for n in ("graph_capture", "graph_replay", "taskgraph", "mempool",
+                                             "memory", "reuse_safety", "streams", "events", "notify",
+                                             "host_funcs", "memory_fast_paths")]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:randomly", *files], capture_output=True, text=True, env=env,
+                          timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "demo", "--no-compare", "--batches",
+                           "4", "-o", str(tmp_path / "p")], capture_output=True, text=True, env=env,
+                          timeout=240, cwd=ROOT)
+    assert proc.returncode == 0 and "results: correct" in proc.stdout, proc.stderr[-2000:]

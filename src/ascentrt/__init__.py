@@ -58,6 +58,9 @@ def _sanitize_from_env() -> None:
         raise SystemExit(f"ascentrt: {exc}") from None
     if mode != "off":
         sanitizer.enable(mode)
+        path = config.get("ASCENTRT_SANITIZE_REPORT")
+        if path:
+            sanitizer.write_reports_at_exit(path)
 
 
 def _profile_from_env() -> None:

@@ -179,6 +179,46 @@ def _version() -> str:
     return __version__
 
 
+RACES_EXIT_CODE = 66  # as ThreadSanitizer: the program ran, and races were found
+
+
+def _sanitize(args) -> int:
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    from .errors import ErrorCode, InvalidArgumentError
+    from .sanitizer import parse_mode
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise InvalidArgumentError("nothing to run: ascentrt sanitize [--mode M] -- python prog.py")
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    mode = parse_mode(args.mode)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "races.json")
+        env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=out)
+        try:
+            code = subprocess.call(command, env=env)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot run {command[0]!r}: {exc.strerror or exc}",
+                                       code=ErrorCode.INVALID_PARAM) from None
+        races = []
+        if os.path.exists(out):
+            with open(out) as fh:
+                races = json.load(fh)
+    if not races:
+        print("ascentrt sanitize: no races found", file=sys.stderr)
+        return code
+    print(f"ascentrt sanitize: {len(races)} race(s) found:", file=sys.stderr)
+    for text in races:
+        print(f"  - {text}", file=sys.stderr)
+    return code or RACES_EXIT_CODE
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `ascentrt` command; errors print one line unless --debug."""
     parser = argparse.ArgumentParser(prog="ascentrt", description="ascentrt accelerator runtime")
@@ -217,6 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     p_prof.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- the program and its arguments")
     p_prof.set_defaults(fn=_prof)
+    p_san = sub.add_parser(
+        "sanitize", parents=[common],
+        help="run a program with the race sanitizer on: ascentrt sanitize -- python x.py",
+        description="Run a program with ASCENTRT_SANITIZE set, then list the races it found. "
+                    f"Exits with the program's code, or {RACES_EXIT_CODE} when it exited 0 but "
+                    "races were found.")
+    p_san.add_argument("--mode", default="warn", help="warn (default), raise or log")
+    p_san.add_argument("command", nargs=argparse.REMAINDER, help="-- the program and its arguments")
+    p_san.set_defaults(fn=_sanitize)
     p_whatif = sub.add_parser(
         "whatif", parents=[common],
         help="run a program on the simulated NPU once per variant: ascentrt whatif --vary "

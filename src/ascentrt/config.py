@@ -162,6 +162,9 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_SANITIZE", "off", _sanitize_mode,
             "the stream race sanitizer for the whole program: off, warn (1: a RaceWarning per new "
             "race), raise (the launch completing a race raises RaceError) or log (collect only)"),
+    Setting("ASCENTRT_SANITIZE_REPORT", "", str.strip,
+            "set by `ascentrt sanitize`: the file the program writes its race reports to at exit "
+            "(JSON; empty: none)"),
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off)"),
     Setting("ASCENTRT_PROFILE_PID", "", str.strip,

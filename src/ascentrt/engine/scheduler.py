@@ -44,9 +44,9 @@ class Hooks:
         registers one that refuses calls it forbids (empty, and free, otherwise).
     thread_holds: fn(thread id) -> streams that wait for that host thread to act (a report
         thread's queued blocking callbacks), for the deadlock diagnosis of its host waits.
-    sanitizer: the race sanitizer while it is on: submitted(stream, task) sees each task
-        before it is queued (under the engine lock; it may raise to refuse the task), and the
-        host synchronizations tell it what the host has waited for.
+    sanitizer: the race sanitizer while it is on: submitted(stream, task) and
+        submitted_all(work) see tasks before they are queued (under the engine lock; it may
+        raise to refuse them), and the host synchronizations tell it what the host waited for.
     """
 
     profiler = None
@@ -398,10 +398,8 @@ class Engine:
         for s in streams:
             if not s._dq.started:
                 s._dq.start()  # before anything is queued
-        sanitizer = Hooks.sanitizer
-        if sanitizer is not None:
-            for s, t in work:
-                sanitizer.submitted(s, t)  # may refuse one: nothing queued yet
+        if Hooks.sanitizer is not None:
+            Hooks.sanitizer.submitted_all(work)  # may refuse a task: nothing queued yet
         stamp = Hooks.profiler is not None
         for s, t in work:
             s._submitted = t.id = s._submitted + 1

@@ -12,7 +12,9 @@ launch path one test of an empty hook.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import json
 import threading
 
 from ..engine import Hooks
@@ -85,6 +87,14 @@ def clear() -> None:
             san.races.clear()
 
 
+def write_reports_at_exit(path: str) -> None:
+    """At exit, write the reports' texts to `path` as a JSON list (for `ascentrt sanitize`)."""
+    def write():
+        with open(path, "w") as fh:
+            json.dump([str(r) for r in reports()], fh)
+    atexit.register(write)
+
+
 @contextlib.contextmanager
 def sanitize(mode: str = "warn"):
     """Check the work submitted inside the block; yields the list of its reports (filled at exit)."""
@@ -103,4 +113,4 @@ def sanitize(mode: str = "warn"):
 
 
 __all__ = ["Access", "MODES", "Race", "RaceError", "RaceWarning", "clear", "disable", "enable",
-           "enabled", "parse_mode", "reports", "sanitize"]
+           "enabled", "parse_mode", "reports", "sanitize", "write_reports_at_exit"]

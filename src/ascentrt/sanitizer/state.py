@@ -218,6 +218,43 @@ class Sanitizer:
         for race, new in reports:
             self.on_race(race, new)
 
+    def submitted_all(self, work) -> None:
+        """submitted() for a batch of (stream, task) queued at once (a graph launch), in an order
+        where each wait comes after the record it waits for: a batch may list a forked lane's
+        wait before the record on the origin lane that releases it."""
+        pending = [t.marker for _, t in work if t.kind == EVENT_RECORD]
+        lanes: dict[int, list] = {}
+        for s, t in work:
+            lanes.setdefault(id(s), []).append((s, t))
+        heads = {key: 0 for key in lanes}
+        recorded: set[int] = set()
+        waiting_on = {id(m) for m in pending}
+        while heads:
+            progressed = False
+            for key in list(heads):
+                items, i = lanes[key], heads[key]
+                while i < len(items):
+                    s, t = items[i]
+                    if t.kind == EVENT_WAIT and id(t.marker) in waiting_on \
+                            and id(t.marker) not in recorded:
+                        break  # its record comes later in the batch
+                    self.submitted(s, t)
+                    if t.kind == EVENT_RECORD:
+                        recorded.add(id(t.marker))
+                    i += 1
+                    progressed = True
+                if i == len(items):
+                    del heads[key]
+                else:
+                    heads[key] = i
+            if not progressed:  # a wait whose record never comes first: take it as it is
+                key = next(iter(heads))
+                s, t = lanes[key][heads[key]]
+                self.submitted(s, t)
+                heads[key] += 1
+                if heads[key] == len(lanes[key]):
+                    del heads[key]
+
     def _add(self, alloc, rec: tuple) -> None:
         """Keep an access; drop the ones it makes redundant (same stream, covered, or covered by a
         write ordered after them) and, past GC_RECORDS, those every stream's clock has passed."""
