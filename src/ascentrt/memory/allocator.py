@@ -142,7 +142,7 @@ class DeviceAllocator:
             if not self.pool.deallocate(block, stream, None, buf):
                 return  # freed meanwhile by another thread
         if REGISTRY.observers:
-            REGISTRY.freed(buf)
+            REGISTRY.freed(buf, stream)
 
     def record_stream(self, buf: DeviceBuffer, stream) -> None:
         """Mark `buf` as used on `stream`: its free then waits for that stream's work too."""
@@ -152,6 +152,8 @@ class DeviceAllocator:
         buf._bytes()  # raises if freed
         if buf._block is not None:
             self.pool.record_stream(buf._block, stream)
+        if REGISTRY.observers:
+            REGISTRY.used_on(buf, stream)
 
     def used_bytes(self) -> int:
         """Bytes held by live buffers (block sizes)."""

@@ -23,8 +23,10 @@ class AddressRegistry:
     sorted list per 2 MiB bucket of their start address (one that contains an address
     starts in its bucket or the one before); larger ones in one list.
 
-    `observers` (the profiler, for one) see every allocation come and go: objects with
-    buffer_allocated(alloc) and buffer_freed(alloc), called by whoever makes or ends the allocation.
+    `observers` (the profiler and the race sanitizer) see every allocation come and go: objects
+    with buffer_allocated(alloc), buffer_freed(alloc, stream) (stream: what the free was ordered
+    after, None for all work) and buffer_used_on(alloc, stream) (record_stream), called by
+    whoever makes, marks or ends the allocation.
     """
 
     def __init__(self):
@@ -47,10 +49,15 @@ class AddressRegistry:
         for o in self.observers:
             o.buffer_allocated(alloc)
 
-    def freed(self, alloc) -> None:
-        """Tell the observers that `alloc` ended."""
+    def freed(self, alloc, stream=None) -> None:
+        """Tell the observers that `alloc` ended (after `stream`'s work; None: after all)."""
         for o in self.observers:
-            o.buffer_freed(alloc)
+            o.buffer_freed(alloc, stream)
+
+    def used_on(self, alloc, stream) -> None:
+        """Tell the observers that `alloc` is marked as used on `stream` (record_stream)."""
+        for o in self.observers:
+            o.buffer_used_on(alloc, stream)
 
     def _chunk_pages(self, chunk: Chunk) -> range:
         return range(chunk.addr >> _SHIFT, ((chunk.addr + chunk.size - 1) >> _SHIFT) + 1)

@@ -108,6 +108,9 @@ class Recorder:
 
     # ---- memory ----------------------------------------------------------------------------
 
+    def buffer_used_on(self, alloc, stream) -> None:
+        """record_stream: nothing to record."""
+
     def buffer_allocated(self, alloc) -> None:
         """A buffer was allocated (told by the address registry)."""
         dev = alloc.device
@@ -117,7 +120,7 @@ class Recorder:
         self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
         self._sample(dev)
 
-    def buffer_freed(self, alloc) -> None:
+    def buffer_freed(self, alloc, stream=None) -> None:
         """A buffer was freed (told by the address registry)."""
         dev = alloc.device
         key = -1 if dev is None else dev.id

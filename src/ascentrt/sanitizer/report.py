@@ -43,18 +43,25 @@ class Race:
     first: Access        # submitted first
     second: Access       # the access that completed the race
     count: int = field(default=1)  # how many times this pair of launch sites raced on it
+    reused_from: str | None = None  # use after free: the freed allocation `first` touched
 
     @property
     def fix(self) -> str:
         """The ordering that removes the race, in the program's own terms."""
         a, b = self.first, self.second
+        if self.reused_from is not None:
+            return (f"free the old buffer only after `{a.name}` on stream {a.stream} ({a.site}): "
+                    f"free it on that stream (buf.free(stream)), mark it with record_stream, or "
+                    f"synchronize stream {a.stream} before the free")
         return (f"record an event on stream {a.stream} after `{a.name}` ({a.site}) and make "
                 f"stream {b.stream} wait on it before `{b.name}` ({b.site})")
 
     def __str__(self) -> str:
         times = f" ({self.count} times)" if self.count > 1 else ""
-        return (f"race on bytes [{self.lo}, {self.hi}) of the {self.size}-byte allocation at "
-                f"{self.ptr:#x} (allocated at {self.alloc_site}){times}: "
+        what = "race" if self.reused_from is None else "use after free / reuse without ordering"
+        old = "" if self.reused_from is None else f"; the bytes belonged to {self.reused_from}"
+        return (f"{what} on bytes [{self.lo}, {self.hi}) of the {self.size}-byte allocation at "
+                f"{self.ptr:#x} (allocated at {self.alloc_site}){times}{old}: "
                 f"{self.first.describe()}, then {self.second.describe()}, with no ordering "
                 f"between them. Fix: {self.fix}")
 

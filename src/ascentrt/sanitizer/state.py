@@ -24,7 +24,9 @@ from .report import Access, Race, RaceError
 
 _BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
 MAX_ROWS = 4096      # a pitched copy of more rows is checked as one span (may over-report gaps)
-GC_RECORDS = 64      # an allocation with this many records drops those every clock has passed
+MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
+MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
+MAX_FREES = 64       # frees not yet reused kept per chunk (then merged into one, more ordered)
 
 
 def _span(buf):
@@ -103,6 +105,14 @@ def _op_accesses(op, name: str) -> list:
     return out
 
 
+def _region(alloc):
+    """What an allocation's bytes belong to beyond its life: its pool chunk (so that accesses
+    of a freed buffer meet those of the next owner of its bytes), else the allocation."""
+    block = getattr(alloc, "_block", None) or getattr(alloc, "_handle", None)
+    chunk = getattr(block, "chunk", None)
+    return chunk if chunk is not None else alloc
+
+
 def _join(into: dict, other: dict) -> None:
     for actor, t in other.items():
         if into.get(actor, 0) < t:
@@ -119,25 +129,99 @@ class Sanitizer:
         self.streams: dict[int, dict] = {}   # stream id -> vector clock (actor -> time)
         self.hosts: dict[int, dict] = {}     # host thread id -> vector clock
         self.notifies: dict[int, dict] = {}  # id(notify) -> clock of its last record
-        self.shadow: dict[int, list] = {}    # id(allocation) -> [(lo, hi, write, actor, time, info)]
-        self.allocs: dict[int, object] = {}  # id(allocation) -> the allocation (kept while tracked)
-        self.sites: dict[int, str] = {}      # id(allocation) -> where it was allocated
-        self.races: dict[tuple, Race] = {}   # (site, site, allocation) -> the report
+        # id(allocation) -> [(lo, hi, write, actor, time, info, owner)]: accesses by absolute
+        # address; owner = (id, ptr, size, site) of the allocation they were made through (an
+        # earlier owner of the same bytes, for the records a reused block inherits).
+        self.shadow: dict[int, list] = {}
+        self.allocs: dict[int, object] = {}   # id(allocation) -> it (kept while tracked)
+        self.dead: dict[int, list] = {}       # id(region) -> records of freed allocations
+        self.regions: dict[int, object] = {}  # id(region) -> region (kept while tracked)
+        self.owners: dict[int, tuple] = {}    # id(live allocation) -> its owner tuple
+        self.made_for: dict[int, int] = {}    # id(allocation) -> stream id it was allocated for
+        self.uses: dict[int, set] = {}        # id(allocation) -> streams from record_stream
+        self.freed: dict[int, list] = {}      # id(region) -> [(lo, hi, clock)] of frees not reused
+        self.races: dict[tuple, Race] = {}    # (site, site, allocation) -> the report
+        self.latest: dict[int, int] = {}      # stream id -> its last time: the join of all clocks
 
     # ---- memory (as an observer of the address registry) -------------------------------------
 
-    def buffer_allocated(self, alloc) -> None:
-        """Note where the program allocated `alloc`."""
-        with self.lock:
-            self.sites[id(alloc)] = user_site(3)
+    def _owner(self, alloc) -> tuple:
+        owner = self.owners.get(id(alloc))
+        if owner is None:  # allocated before the sanitizer was on
+            owner = self.owners[id(alloc)] = (id(alloc), alloc.addr, alloc.nbytes, "?")
+        return owner
 
-    def buffer_freed(self, alloc) -> None:
-        """Forget the accesses of a freed allocation."""
+    def buffer_allocated(self, alloc) -> None:
+        """Note where `alloc` was made; a block reused after a free comes after what that free
+        was ordered after (for the stream it was allocated for, or else the host thread)."""
+        site = user_site(3)
+        block = getattr(alloc, "_block", None)
+        stream = block.stream if block is not None else None
         with self.lock:
             key = id(alloc)
-            self.shadow.pop(key, None)
+            self.owners[key] = (key, alloc.addr, alloc.nbytes, site)
+            if stream is not None:
+                self.made_for[key] = stream.id
+            region = id(_region(alloc))
+            lo, hi = alloc.addr, alloc.addr + alloc.nbytes
+            dead = self.dead.get(region)
+            if dead:  # the accesses of earlier owners of these bytes: the new owner meets them
+                self.shadow[key] = [r for r in dead if r[1] > lo and r[0] < hi]
+                self.allocs[key] = alloc
+                self.dead[region] = [r for r in dead if r[0] < lo or r[1] > hi]
+            frees = self.freed.get(region)
+            if not frees:
+                return
+            if stream is not None:
+                into = self.streams.setdefault(stream.id, {stream.id: 0})
+            else:
+                into = self.hosts.setdefault(threading.get_ident(), {})
+            keep = []
+            for f_lo, f_hi, clock in frees:
+                if f_hi > lo and f_lo < hi:
+                    _join(into, clock)
+                if f_lo < lo or f_hi > hi:
+                    keep.append((f_lo, f_hi, clock))  # (parts outside may be reused later)
+            self.freed[region] = keep
+
+    def buffer_used_on(self, alloc, stream) -> None:
+        """record_stream: the free of `alloc` also waits for `stream`."""
+        with self.lock:
+            self.uses.setdefault(id(alloc), set()).add(stream.id)
+
+    def buffer_freed(self, alloc, stream=None) -> None:
+        """Keep the accesses (the next owner of the bytes meets them) and what the free is
+        ordered after: all work queued so far (no stream), or that of the streams the pool
+        waits for (the freeing stream, the allocating one, record_stream's)."""
+        with self.lock:
+            key = id(alloc)
+            made_for = self.made_for.pop(key, None)
+            uses = self.uses.pop(key, ())
+            self.owners.pop(key, None)
+            if stream is None:
+                clock = dict(self.latest)  # after everything queued so far
+            else:
+                clock = {}
+                for i in {stream.id, *uses} | ({made_for} if made_for is not None else set()):
+                    if i in self.streams:
+                        _join(clock, self.streams[i])
+            region = _region(alloc)
+            frees = self.freed.setdefault(id(region), [])
+            frees.append((alloc.addr, alloc.addr + alloc.nbytes, clock))
+            if len(frees) > MAX_FREES:  # one merged entry: later reuse only gets more ordered
+                merged: dict = {}
+                for _, _, c in frees:
+                    _join(merged, c)
+                self.freed[id(region)] = [(min(f[0] for f in frees), max(f[1] for f in frees),
+                                           merged)]
+            self.regions[id(region)] = region
+            records = self.shadow.pop(key, None)
             self.allocs.pop(key, None)
-            self.sites.pop(key, None)
+            if records:
+                dead = self.dead.setdefault(id(region), [])
+                dead += records
+                if len(dead) > MAX_DEAD:
+                    del dead[:len(dead) - MAX_DEAD // 2]  # the oldest can race least
 
     # ---- host synchronization ---------------------------------------------------------------
 
@@ -200,8 +284,10 @@ class Sanitizer:
             task_id = stream._submitted + 1
             infos = [(write, kind_name, name, sid, task_id, site, assumed)
                      for _, _, _, write, assumed, kind_name, name in accesses]
+            spans = [(alloc, alloc.addr + lo, alloc.addr + hi, write)
+                     for alloc, lo, hi, write, _, _, _ in accesses]
             found = []
-            for (alloc, lo, hi, write, _, _, _), info in zip(accesses, infos):
+            for (alloc, lo, hi, write), info in zip(spans, infos):
                 for rec in self.shadow.get(id(alloc), ()):
                     if rec[1] <= lo or rec[0] >= hi or not (write or rec[2]) or rec[3] == sid:
                         continue
@@ -212,8 +298,9 @@ class Sanitizer:
                 race, _ = self._report(*found[0])
                 raise RaceError(f"launch refused: {race}", race)
             vc[sid] = time
-            for (alloc, lo, hi, write, _, _, _), info in zip(accesses, infos):
-                self._add(alloc, (lo, hi, write, sid, time, info))
+            self.latest[sid] = time
+            for (alloc, lo, hi, write), info in zip(spans, infos):
+                self._add(alloc, (lo, hi, write, sid, time, info, self._owner(alloc)))
             reports = [self._report(*f) for f in found]
         for race, new in reports:
             self.on_race(race, new)
@@ -257,22 +344,21 @@ class Sanitizer:
 
     def _add(self, alloc, rec: tuple) -> None:
         """Keep an access; drop the ones it makes redundant (same stream, covered, or covered by a
-        write ordered after them) and, past GC_RECORDS, those every stream's clock has passed."""
+        write ordered after them) and, past MAX_RECORDS, the oldest."""
         key = id(alloc)
         recs = self.shadow.get(key)
         if recs is None:
             self.shadow[key] = [rec]
             self.allocs[key] = alloc
             return
-        lo, hi, write, sid, _, _ = rec
+        lo, hi, write, sid = rec[:4]
         vc = self.streams[sid]
         keep = [r for r in recs
                 if not (lo <= r[0] and r[1] <= hi and (write or not r[2])
                         and (r[3] == sid or write and vc.get(r[3], 0) >= r[4]))]
         keep.append(rec)
-        if len(keep) > GC_RECORDS:
-            clocks = list(self.streams.values())
-            keep = [r for r in keep if any(c.get(r[3], 0) < r[4] for c in clocks)]
+        if len(keep) > MAX_RECORDS:
+            del keep[:len(keep) - MAX_RECORDS // 2]  # the oldest can race least
         self.shadow[key] = keep
 
     def _report(self, alloc, rec, info, lo, hi) -> tuple[Race, bool]:
@@ -283,8 +369,13 @@ class Sanitizer:
         if race is not None:
             race.count += 1
             return race, False
-        race = self.races[key] = Race(alloc.addr, alloc.nbytes, self.sites.get(id(alloc), "?"),
-                                      lo, hi, first, second)
+        owner = self._owner(alloc)
+        old = rec[6]
+        reused_from = None
+        if old[0] != owner[0]:
+            reused_from = f"the {old[2]}-byte allocation at {old[1]:#x} (allocated at {old[3]}), freed"
+        race = self.races[key] = Race(owner[1], owner[2], owner[3], lo - owner[1], hi - owner[1],
+                                      first, second, reused_from=reused_from)
         return race, True
 
     def reports(self) -> list[Race]:
