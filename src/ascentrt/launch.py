@@ -11,7 +11,7 @@ from .engine import ENGINE, Task
 from .engine.task import DETACH, HOST_FUNC, KERNEL
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .kernels import REGISTRY
-from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
+from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 from .stream import Stream, resolve_stream
 
 _BUFFER_TYPES = (DeviceBuffer, BufferSlice, TypedView, HostBuffer)
@@ -20,7 +20,7 @@ _VIEWED = (DeviceBuffer, BufferSlice, TypedView)  # what a kernel receives as a 
 
 def kernel_views(args: tuple) -> list:
     """The arguments a kernel is called with: buffers become numpy views (checked live then)."""
-    return [a.numpy() if isinstance(a, _VIEWED) else a for a in args]
+    return [task_view(a) if isinstance(a, _VIEWED) else a for a in args]
 
 
 def _check_buffer_arg(arg, device) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
+from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 
 _BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
 KINDS = ("kernel", "copy", "memset", "host_func")
@@ -20,7 +20,7 @@ KINDS = ("kernel", "copy", "memset", "host_func")
 def byte_range(x) -> tuple[int, int]:
     """[start, end) addresses of a buffer, slice, typed view or numpy array; raises otherwise."""
     if type(x) is TypedView:
-        return x.buffer.addr, x.buffer.addr + x.numpy().nbytes
+        return x.buffer.addr, x.buffer.addr + task_view(x).nbytes
     if isinstance(x, (DeviceBuffer, HostBuffer, BufferSlice)):
         return x.addr, x.addr + x.nbytes
     if isinstance(x, np.ndarray):

@@ -52,6 +52,13 @@ class _ByteRange:
 
     def numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
         """A zero-copy numpy view of the bytes as `dtype`, reshaped to `shape` (default 1-D)."""
+        array = self._array(dtype, shape)
+        if REGISTRY.observers and Links.current_task() is None:
+            REGISTRY.host_accessed(self.base, self.offset, self.offset + array.nbytes)  # host view
+        return array
+
+    def _array(self, dtype, shape) -> np.ndarray:
+        """numpy() without telling the observers (a check, or a task's own view)."""
         dtype = _plain_dtype(dtype)
         raw = self._bytes()
         if shape is None:
@@ -72,7 +79,7 @@ class _ByteRange:
 
     def view(self, dtype=np.uint8, shape=None) -> "TypedView":
         """A typed view to pass to kernels: they receive it as a numpy array of dtype/shape."""
-        self.numpy(dtype, shape)  # validate now, not when the kernel runs
+        self._array(dtype, shape)  # validate now, not when the kernel runs
         return TypedView(self, _plain_dtype(dtype), shape)
 
     def __getitem__(self, key) -> "BufferSlice":
@@ -86,6 +93,13 @@ class _ByteRange:
 
     def __len__(self) -> int:
         return self.nbytes
+
+
+def task_view(x) -> np.ndarray:
+    """The numpy array a task receives for a buffer, slice or typed view (not a host access)."""
+    if type(x) is TypedView:
+        return x.buffer._array(x.dtype, x.shape)
+    return x._array(np.uint8, None)
 
 
 class DeviceBuffer(_ByteRange):

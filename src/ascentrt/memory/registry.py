@@ -25,8 +25,9 @@ class AddressRegistry:
 
     `observers` (the profiler and the race sanitizer) see every allocation come and go: objects
     with buffer_allocated(alloc), buffer_freed(alloc, stream) (stream: what the free was ordered
-    after, None for all work) and buffer_used_on(alloc, stream) (record_stream), called by
-    whoever makes, marks or ends the allocation.
+    after, None for all work), buffer_used_on(alloc, stream) (record_stream) and
+    buffer_viewed(alloc, lo, hi) (a host thread took a numpy view), called by whoever makes,
+    marks, views or ends the allocation.
     """
 
     def __init__(self):
@@ -53,6 +54,11 @@ class AddressRegistry:
         """Tell the observers that `alloc` ended (after `stream`'s work; None: after all)."""
         for o in self.observers:
             o.buffer_freed(alloc, stream)
+
+    def host_accessed(self, alloc, lo: int, hi: int) -> None:
+        """Tell the observers that a host thread took a view of bytes [lo, hi) of `alloc`."""
+        for o in self.observers:
+            o.buffer_viewed(alloc, lo, hi)
 
     def used_on(self, alloc, stream) -> None:
         """Tell the observers that `alloc` is marked as used on `stream` (record_stream)."""

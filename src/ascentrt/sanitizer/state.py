@@ -184,6 +184,29 @@ class Sanitizer:
                     keep.append((f_lo, f_hi, clock))  # (parts outside may be reused later)
             self.freed[region] = keep
 
+    def buffer_viewed(self, alloc, lo: int, hi: int) -> None:
+        """A host thread took a numpy view of bytes [lo, hi): an access (read and write) by the
+        thread, ordered after what it synchronized with."""
+        tid = threading.get_ident()
+        actor = -tid  # (stream ids are positive)
+        site = user_site(3)
+        with self.lock:
+            host = self.hosts.setdefault(tid, {})
+            lo, hi = alloc.addr + lo, alloc.addr + hi
+            info = (True, "host", "numpy view", -1, tid, site, False)
+            found = [(alloc, rec, info, max(lo, rec[0]), min(hi, rec[1]))
+                     for rec in self.shadow.get(id(alloc), ())
+                     if rec[1] > lo and rec[0] < hi and rec[3] != actor and host.get(rec[3], 0) < rec[4]]
+            if found and self.mode == "raise":
+                race, _ = self._report(*found[0])
+                raise RaceError(f"host view refused: {race}", race)
+            time = host.get(actor, 0) + 1
+            host[actor] = self.latest[actor] = time
+            self._add(alloc, (lo, hi, True, actor, time, info, self._owner(alloc)), host)
+            reports = [self._report(*f) for f in found]
+        for race, new in reports:
+            self.on_race(race, new)
+
     def buffer_used_on(self, alloc, stream) -> None:
         """record_stream: the free of `alloc` also waits for `stream`."""
         with self.lock:
@@ -300,7 +323,7 @@ class Sanitizer:
             vc[sid] = time
             self.latest[sid] = time
             for (alloc, lo, hi, write), info in zip(spans, infos):
-                self._add(alloc, (lo, hi, write, sid, time, info, self._owner(alloc)))
+                self._add(alloc, (lo, hi, write, sid, time, info, self._owner(alloc)), vc)
             reports = [self._report(*f) for f in found]
         for race, new in reports:
             self.on_race(race, new)
@@ -342,7 +365,7 @@ class Sanitizer:
                 if heads[key] == len(lanes[key]):
                     del heads[key]
 
-    def _add(self, alloc, rec: tuple) -> None:
+    def _add(self, alloc, rec: tuple, vc: dict) -> None:
         """Keep an access; drop the ones it makes redundant (same stream, covered, or covered by a
         write ordered after them) and, past MAX_RECORDS, the oldest."""
         key = id(alloc)
@@ -351,8 +374,7 @@ class Sanitizer:
             self.shadow[key] = [rec]
             self.allocs[key] = alloc
             return
-        lo, hi, write, sid = rec[:4]
-        vc = self.streams[sid]
+        lo, hi, write, sid = rec[:4]  # (vc: the clock of the actor that made it)
         keep = [r for r in recs
                 if not (lo <= r[0] and r[1] <= hi and (write or not r[2])
                         and (r[3] == sid or write and vc.get(r[3], 0) >= r[4]))]
