@@ -20,7 +20,7 @@ LAYERS = [
     ("engine", {"ascentrt.engine"}),
     ("runtime", {"ascentrt.device", "ascentrt.stream", "ascentrt.event", "ascentrt.notify",
                  "ascentrt.launch", "ascentrt.copies", "ascentrt.callback", "ascentrt.context"}),
-    ("observers", {"ascentrt.graph", "ascentrt.profiler"}),
+    ("observers", {"ascentrt.graph", "ascentrt.profiler", "ascentrt.sanitizer"}),
     ("facades", {"ascentrt.acl", "ascentrt.cli", "ascentrt.demo", "ascentrt.sim", "ascentrt.whatif", "ascentrt.calibrate",
                  "ascentrt"}),
 ]

@@ -408,3 +408,24 @@ def test_a_host_view_of_a_buffer_an_async_copy_still_writes_is_reported(streams,
     assert found[0].second.site.endswith(f":{line}") and "synchronize stream" in found[0].fix
     assert early.nbytes == late.nbytes == N
     host.free()
+
+
+def test_with_the_profiler_on_races_are_marked_in_the_trace_and_listed_in_the_report(
+        streams, bufs, tmp_path):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    with art.sanitize("log"):
+        with art.profile(tmp_path / "p") as prof:
+            art.launch(producer, buf.view(), stream=s1, writes=[buf])
+            art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+            art.synchronize(TIMEOUT)
+    races = prof.profile.races
+    assert [(r.first_stream, r.second_stream, r.reuse) for r in races] == [(s1.id, s2.id, False)]
+    import json
+    trace = json.loads((tmp_path / "p" / "trace.json").read_text())["traceEvents"]
+    marks = [e for e in trace if e.get("cat") == "sanitizer"]
+    assert any(e["ph"] == "i" and "consumer" in e["args"]["report"] for e in marks)
+    flow = [e for e in marks if e["ph"] in "sf"]
+    assert len(flow) == 2 and flow[0]["ts"] <= flow[1]["ts"]  # forward in time
+    html_text = (tmp_path / "p" / "report.html").read_text()
+    assert "Races (1)" in html_text and "make stream" in html_text

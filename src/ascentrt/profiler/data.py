@@ -134,9 +134,22 @@ class StreamInfo:
     role: str = ""     # "default", "host functions (non-blocking)" or ""
 
 
+@dataclass(frozen=True)
+class RaceRecord:
+    """A race the sanitizer found while profiling (both on): the tasks it names and its text."""
+
+    text: str
+    first_stream: int    # -1: a host thread's numpy view
+    first_task: int
+    second_stream: int
+    second_task: int
+    reuse: bool          # use after free / reuse without ordering
+    count: int
+
+
 _RECORDS = {"tasks": TaskRecord, "api_calls": ApiCall, "ranges": RangeRecord, "marks": MarkRecord,
             "memory": MemorySample, "allocations": Allocation, "devices": DeviceInfo,
-            "streams": StreamInfo}
+            "streams": StreamInfo, "races": RaceRecord}
 
 
 @dataclass
@@ -154,6 +167,7 @@ class ProfileData:
     allocations: list = field(default_factory=list)
     devices: list = field(default_factory=list)
     streams: list = field(default_factory=list)
+    races: list = field(default_factory=list)
     threads: dict = field(default_factory=dict)  # host thread ident -> name
 
     def to_json(self) -> dict:

@@ -13,7 +13,7 @@ from ..engine.task import EVENT_WAIT, KIND_NAMES, NOTIFY_WAIT
 from ..errors import ErrorCode
 from ..memory.registry import REGISTRY
 from . import memstats
-from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample,
+from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample, RaceRecord,
                    RangeRecord, StreamInfo, TaskRecord)
 from .hostapi import Instrumentation, outermost
 from .profile import Profile
@@ -45,6 +45,7 @@ class Recorder:
         self.devices: dict[int, object] = {}
         self._last_layout_ns = 0
         self._instrumentation = Instrumentation(self.calls, self._api_error)
+        self._sanitizer = None  # (the sanitizer, its reports before the start) when both are on
 
     # ---- engine hook ---------------------------------------------------------------------
 
@@ -84,6 +85,8 @@ class Recorder:
         self.allocated.setdefault(-1, 0)
         self._instrumentation.install()
         REGISTRY.observe(self)
+        san = Hooks.sanitizer  # races found from now on go into the profile too
+        self._sanitizer = (san, len(san.reports())) if san is not None else None
         Hooks.profiler = self
 
     def stop(self) -> None:
@@ -189,6 +192,11 @@ class Recorder:
                              key=lambda r: (r.start_ns, -r.end_ns))
         prof.marks = [MarkRecord(n, ts - t0, th) for n, ts, th in self.marks]
         prof.memory = list(self.memory)
+        if self._sanitizer is not None:
+            san, seen = self._sanitizer
+            prof.races = [RaceRecord(str(r), r.first.stream, r.first.task_id, r.second.stream,
+                                     r.second.task_id, r.reused_from is not None, r.count)
+                          for r in san.reports()[seen:]]
         allocs = [(rec, True) for rec in self.done_allocations] + \
                  [(rec, False) for rec in self.allocations.values()]
         prof.allocations = sorted(

@@ -92,6 +92,13 @@ def _findings_html(findings) -> str:
     return "".join(parts)
 
 
+def _races_html(profile: ProfileData) -> str:
+    if not profile.races:
+        return ""
+    items = "".join(f"<li>{html.escape(r.text)}</li>" for r in profile.races)
+    return f"<h2>Races ({len(profile.races)})</h2><ul class='races'>{items}</ul>"
+
+
 def render_html(profile: ProfileData, findings=None) -> str:
     """The report as one HTML document (inline CSS and JavaScript, data embedded as JSON)."""
     if findings is None:
@@ -102,6 +109,7 @@ def render_html(profile: ProfileData, findings=None) -> str:
     return _TEMPLATE.format(title=html.escape(title), headline=html.escape(headline(profile)),
                             started=html.escape(profile.started_at), data=data,
                             findings=_findings_html(findings), count=len(findings),
+                            races=_races_html(profile),
                             tables=tables, css=_CSS, js=_JS)
 
 
@@ -202,7 +210,7 @@ _TEMPLATE = """<!DOCTYPE html>
 <script>window.addEventListener('error',function(e){{document.getElementById('errors').textContent+='script error: '+e.message+'\\n';}});</script>
 <h1>{title}</h1>
 <p class="muted">{headline}; started {started} UTC</p>
-<h2>Diagnosis ({count})</h2>
+{races}<h2>Diagnosis ({count})</h2>
 {findings}
 <h2>Timeline</h2>
 <p class="muted">Wheel to zoom, drag to pan. <button id="reset-zoom">reset zoom</button></p>

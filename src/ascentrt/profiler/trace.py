@@ -169,6 +169,28 @@ def trace_events(profile: ProfileData) -> list[dict]:
         ev.append({"name": what, "cat": what, "ph": "f", "bp": "e", "id": flow_id,
                    "pid": pid, "tid": tid, "ts": _us(released)})
 
+    # Races the sanitizer found: an instant on the task (or host thread) that completed each,
+    # and an arrow from the access it raced with.
+    for race in profile.races:
+        second = (race.second_stream, race.second_task)
+        first = (race.first_stream, race.first_task)
+        hit = next((t for t in profile.tasks if (t.stream, t.task_id) == second), None)
+        if hit is None or hit.key not in placed:
+            continue  # a host view, or a task that was refused (raise mode): no slice to mark
+        pid, tid = placed[hit.key]
+        args = {"report": race.text, "times": race.count}
+        ev.append({"name": "reuse without ordering" if race.reuse else "race", "cat": "sanitizer",
+                   "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": _us(hit.start_ns),
+                   "args": args})
+        other = next((t for t in profile.tasks if (t.stream, t.task_id) == first), None)
+        if other is not None and other.key in placed:
+            flow_id += 1
+            opid, otid = placed[other.key]
+            ev.append({"name": "race", "cat": "sanitizer", "ph": "s", "id": flow_id, "pid": opid,
+                       "tid": otid, "ts": _us(other.start_ns)})
+            ev.append({"name": "race", "cat": "sanitizer", "ph": "f", "bp": "e", "id": flow_id,
+                       "pid": pid, "tid": tid, "ts": _us(max(hit.start_ns, other.start_ns))})
+
     # Memory counters.
     for s in profile.memory:
         pid = HOST_PID if s.device < 0 else device_pid(s.device)
