@@ -454,3 +454,20 @@ def test_races_across_two_devices_are_found_and_host_synchronization_orders_them
     proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], capture_output=True, text=True,
                           env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stdout + proc.stderr
+
+
+def test_work_a_host_function_submits_comes_after_its_stream_s_earlier_work(streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    done = threading.Event()
+
+    def hand_on():  # runs on s1 after the producer: what it launches is ordered after it
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        done.set()
+
+    with art.sanitize("log") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        art.launch_host_func(hand_on, stream=s1)
+        assert done.wait(TIMEOUT)
+        s2.synchronize(TIMEOUT)
+    assert found == []

@@ -47,6 +47,7 @@ class Task(Op):
     group = None
     cost = None         # the Op's cost on a simulated device (None: the backend's default)
     released_ns = 0     # on a virtual device: when the wait before it let its stream go on
+    clock = None        # a host function's vector clock, kept by the race sanitizer
 
     def __init__(self, kind: int, fn=None, args: tuple = (), name: str | None = None):
         self.kind = kind

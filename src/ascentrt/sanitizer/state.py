@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 
 from ..callsite import user_site
+from ..engine.scheduler import current_task
 from ..engine.task import COPY, DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
     MEMSET, NOTIFY_RECORD, NOTIFY_WAIT
 from ..graph.graph import segment_nodes
@@ -285,6 +286,9 @@ class Sanitizer:
             host = self.hosts.get(thread)
             if host:
                 _join(vc, host)  # what the host waited for comes before what it submits now
+            running = current_task()
+            if running is not None and running.clock is not None:
+                _join(vc, running.clock)  # submitted from a host function: after its stream's past
             if kind == EVENT_RECORD:
                 task.marker.clock = dict(vc)
                 return
@@ -301,6 +305,8 @@ class Sanitizer:
                     _join(vc, clock)
                 return
             if not accesses:
+                if kind in (HOST_FUNC, DETACH):
+                    (task.fn if kind == DETACH else task).clock = dict(vc)
                 return
             time = vc[sid] + 1
             site = user_site(3)
@@ -322,6 +328,8 @@ class Sanitizer:
                 raise RaceError(f"launch refused: {race}", race)
             vc[sid] = time
             self.latest[sid] = time
+            if kind in (HOST_FUNC, DETACH):  # what the work it submits itself comes after
+                (task.fn if kind == DETACH else task).clock = dict(vc)
             for (alloc, lo, hi, write), info in zip(spans, infos):
                 self._add(alloc, (lo, hi, write, sid, time, info, self._owner(alloc)), vc)
             reports = [self._report(*f) for f in found]
