@@ -208,28 +208,24 @@ def test_warn_mode_warns_once_per_pair_of_sites_and_counts_the_rest(streams, buf
     assert sum(r.count for r in found) >= 5
 
 
-def test_streams_of_several_host_threads_are_ordered_through_their_synchronizations(dev, bufs):
+def test_host_threads_share_one_clock_so_a_joined_thread_s_synchronize_orders_later_work(
+        dev, bufs):
     buf, out, _ = bufs
     s1, s2 = dev.create_stream(), dev.create_stream()
-    done = threading.Event()
 
-    def other_thread():
+    def worker():
         art.launch(producer, buf.view(), stream=s1, writes=[buf])
         s1.synchronize(TIMEOUT)
-        done.set()
 
     with art.sanitize("log") as found:
-        t = threading.Thread(target=other_thread)
+        t = threading.Thread(target=worker)
         t.start()
-        t.join(TIMEOUT)
-        # This thread never synchronized with s1: its launch on s2 is unordered after it.
+        t.join(TIMEOUT)  # (start and join order threads: the sanitizer cannot see them)
         art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        out.numpy()[:] = 0  # a host access from this thread, before s2's consumer is done: a race
         s2.synchronize(TIMEOUT)
-        s1.synchronize(TIMEOUT)  # now it has
-        art.launch(producer, buf.view(), stream=s2, writes=[buf])
-    assert [(r.first.stream, r.second.stream) for r in found] == [(s1.id, s2.id)]
+    assert [(r.first.stream, r.second.on_host) for r in found] == [(s2.id, True)]
     for s in (s1, s2):
-        s.synchronize(TIMEOUT)
         s.destroy()
 
 
@@ -471,3 +467,67 @@ def test_work_a_host_function_submits_comes_after_its_stream_s_earlier_work(stre
         assert done.wait(TIMEOUT)
         s2.synchronize(TIMEOUT)
     assert found == []
+
+
+def test_a_notify_wait_queued_before_its_record_orders_the_waiting_stream_after_it(streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    notify = art.current_device().create_notify()
+    with art.sanitize("raise") as found:
+        s2.wait_notify(notify)               # queued first: s2 holds until the record
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s1.record_notify(notify)
+        art.synchronize(TIMEOUT)
+    assert found == []
+    with art.sanitize("log") as found:
+        s2.wait_notify(notify)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        s1.record_notify(notify)             # recorded before the producer: no order for it
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        art.synchronize(TIMEOUT)
+    assert [(r.first.name, r.second.name) for r in found] == [("consumer", "producer")]
+    notify.destroy()
+
+
+def test_a_synchronous_copy_or_fill_of_bytes_a_stream_still_writes_is_reported(streams, bufs):
+    s1, _ = streams
+    buf, _, _ = bufs
+    host = art.malloc_host(N)
+    gate = threading.Event()
+    with art.sanitize("log") as found:
+        art.launch_host_func(gate.wait, TIMEOUT, stream=s1)
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        art.memcpy(host, buf, N)              # runs now, on this thread: the producer may not have
+        art.memset(buf, 0)
+        gate.set()
+        s1.synchronize(TIMEOUT)
+        art.memcpy(host, buf, N)              # after the synchronize: fine
+    assert len(found) == 2 and all(r.second.on_host and r.first.name == "producer" for r in found)
+    host.free()
+
+
+def test_non_blocking_host_functions_graph_synchronize_and_old_sessions_order_correctly(
+        dev, streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    seen = []
+    with art.sanitize("raise") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        art.launch_host_func(lambda b: seen.append(b.alive), buf, stream=s1, blocking=False)
+        art.synchronize(TIMEOUT)             # (a refused hand-off would hang here)
+        graph = _writer_graph(dev, buf)
+        graph.launch(s1)
+        graph.synchronize(TIMEOUT)           # the host is after the launch now
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        art.synchronize(TIMEOUT)
+    assert found == [] and seen == [True]
+    with art.sanitize("log"):
+        old = s1.record()                    # a record of an earlier session ...
+    art.synchronize(TIMEOUT)
+    with art.sanitize("log") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s2.wait(old)                         # ... orders nothing after this producer
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+    assert [(r.first.name, r.second.name) for r in found] == [("producer", "consumer")]
+    art.synchronize(TIMEOUT)

@@ -205,6 +205,8 @@ def process_reports(timeout: float | None = None) -> int:
         # While a blocking callback runs, its stream is held by it: marking the thread as
         # running that task makes a synchronize of the same stream fail (107011), not hang.
         held = report.task.stream if report.done is not None and report.task is not None else None
+        if held is None and report.task is not None and Hooks.sanitizer is not None:
+            Hooks.sanitizer.task_reached(report.task)  # it runs after its stream got there
         prev = act_for_stream(held)
         try:
             report.fn(report.user_data)

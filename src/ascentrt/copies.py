@@ -161,6 +161,16 @@ def _copy_op(n: int, d: _Operand, s: _Operand):
 _WHOLE = (DeviceBuffer, HostBuffer)
 
 
+def _host_touches(*spans) -> None:
+    """Tell the registry's observers (the race sanitizer) that the calling host thread touches
+    these (address, nbytes) spans now: a synchronous copy or fill runs on it, not on a stream."""
+    for addr, n in spans:
+        alloc = REGISTRY.find(addr) if n else None
+        if alloc is not None:
+            off = addr - alloc.addr
+            REGISTRY.host_accessed(alloc, off, min(off + n, alloc.nbytes))
+
+
 def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
     """Copy now, on the calling thread; nbytes defaults to all of src. Raises before touching memory."""
     if Hooks.sync_guards:
@@ -171,6 +181,8 @@ def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
             and dst._mem is not None and src._mem is not None:
         # Two live buffers and a byte count that fits both (the common call): the checks
         # _prepare makes, without building operands.
+        if REGISTRY.observers:
+            _host_touches((dst.addr, nbytes), (src.addr, nbytes))
         device = dst.device if dc is DeviceBuffer else src.device
         backend = device._backend if device is not None else Links.host_backend()
         backend.execute(PlainOp(COPY, None, (dst.addr, nbytes, src.addr, nbytes, nbytes, 1),
@@ -178,6 +190,8 @@ def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
         return
     n, d, s, _ = _prepare(dst, src, nbytes, kind)
     if n:
+        if REGISTRY.observers:
+            _host_touches((d.addr, n), (s.addr, n))
         args, keep = _copy_op(n, d, s)
         _backend_of(d, s).execute(PlainOp(COPY, None, args, keep=keep, nbytes=n))
 
@@ -238,6 +252,8 @@ def memset(dst, value: int, nbytes: int | None = None) -> None:
     check_sync_allowed("a synchronous memset")
     op, value, n = _fill_target(dst, value, nbytes)
     if n:
+        if REGISTRY.observers:
+            _host_touches((op.addr, n))
         _backend_of(op).execute(PlainOp(MEMSET, None, (op.addr, value, n), keep=op.data, nbytes=n))
 
 
@@ -282,6 +298,8 @@ def memcpy2d(dst, dpitch: int, src, spitch: int, width: int, height: int, kind=N
     check_sync_allowed("a synchronous memcpy2d")
     args, d, s = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
     if width and height:
+        if REGISTRY.observers:  # (the span from the first byte to the last: gaps included)
+            _host_touches((d.addr, (height - 1) * dpitch + width), (s.addr, (height - 1) * spitch + width))
         _backend_of(d, s).execute(PlainOp(COPY, None, args, keep=(d.data, s.data),
                                           nbytes=width * height))
 

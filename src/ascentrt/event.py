@@ -73,8 +73,8 @@ class Event:
         self.device._backend.host_call("query")  # a simulated device catches up to now first
         if m is None:
             return True
-        if m.done and Hooks.sanitizer is not None and m.clock is not None:
-            Hooks.sanitizer.host_waited((m.clock,))  # a completed query orders the host after it
+        if m.done and Hooks.sanitizer is not None:
+            Hooks.sanitizer.marker_waited(m)  # a completed query orders the host after it
         return m.done
 
     def synchronize(self, timeout: float | None = None) -> None:
@@ -97,8 +97,8 @@ class Event:
                     m.host_waiters.remove(ev)
             ENGINE.wait_host(ev, timeout, [m.stream], f"event {self.id} synchronize",
                              ErrorCode.RT_EVENT_SYNC_TIMEOUT, cancel)
-        if Hooks.sanitizer is not None and m.clock is not None:
-            Hooks.sanitizer.host_waited((m.clock,))
+        if Hooks.sanitizer is not None:
+            Hooks.sanitizer.marker_waited(m)
         raise_stream_errors([m.stream], before=m.position)
 
     def reset(self) -> None:

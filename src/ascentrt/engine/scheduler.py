@@ -374,8 +374,9 @@ class Engine:
         raise AssertionError(f"not a control task: {t!r}")  # pragma: no cover
 
     def submit_locked(self, stream, task: Task) -> None:
-        """Submit while already holding the lock (used to hand off non-blocking host functions)."""
-        self.submit_all_locked((stream,), ((stream, task),))
+        """Submit while already holding the lock (used to hand off non-blocking host functions:
+        the observers saw the task when it was submitted to its own stream)."""
+        self.submit_all_locked((stream,), ((stream, task),), observe=False)
 
     def submit_all(self, streams, work) -> None:
         """Submit many tasks at once (a graph launch): `work` is (stream, task) pairs in order.
@@ -393,12 +394,12 @@ class Engine:
                     raise s._refusal()
             self.submit_all_locked(streams, work)
 
-    def submit_all_locked(self, streams, work) -> None:
+    def submit_all_locked(self, streams, work, observe: bool = True) -> None:
         """submit_all() for a caller that holds the lock (and checked the streams)."""
         for s in streams:
             if not s._dq.started:
                 s._dq.start()  # before anything is queued
-        if Hooks.sanitizer is not None:
+        if observe and Hooks.sanitizer is not None:
             Hooks.sanitizer.submitted_all(work)  # may refuse a task: nothing queued yet
         stamp = Hooks.profiler is not None
         for s, t in work:

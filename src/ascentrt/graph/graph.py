@@ -269,19 +269,22 @@ class Graph:
         if m is None:
             return
         self.device._backend.host_call("synchronize")  # a simulated device charges the call
-        if m.done:
-            return
-        ev = self.device._backend.new_signal()
-        with ENGINE.lock:
-            if m.done:
-                return
-            m.host_waiters.append(ev)
+        if not m.done:
+            ev = self.device._backend.new_signal()
+            with ENGINE.lock:
+                waiting = not m.done
+                if waiting:
+                    m.host_waiters.append(ev)
 
-        def cancel():
-            if ev in m.host_waiters:
-                m.host_waiters.remove(ev)
-        ENGINE.wait_host(ev, timeout, [m.stream, *self._lanes], f"graph {self.id} synchronize",
-                         ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
+            def cancel():
+                if ev in m.host_waiters:
+                    m.host_waiters.remove(ev)
+            if waiting:
+                ENGINE.wait_host(ev, timeout, [m.stream, *self._lanes],
+                                 f"graph {self.id} synchronize", ErrorCode.RT_STREAM_SYNC_TIMEOUT,
+                                 cancel)
+        if Hooks.sanitizer is not None:
+            Hooks.sanitizer.marker_waited(m)  # the host now comes after the launch
 
     def destroy(self, timeout: float | None = None) -> None:
         """Wait for launched work, then release the graph's streams; twice raises InvalidHandleError.

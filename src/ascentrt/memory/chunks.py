@@ -40,13 +40,14 @@ class Chunk:
         """The chunk's size (the address registry's name for it)."""
         return self.size
 
-    def find(self, addr: int):
-        """The live buffer of this chunk that contains `addr`, or None."""
+    def find(self, addr: int, wait: bool = True):
+        """The live buffer of this chunk that contains `addr`, or None (wait=False: without
+        asking again under the pool's lock after a miss)."""
         buf = _buffer_at(self.starts, self.blocks, addr)  # first without the lock: a hit is
         if buf is not None:                               # checked against the buffer itself
             return buf
         lock = self.lock
-        if lock is None:
+        if lock is None or not wait:
             return None
         # A miss may have raced a split or merge of this chunk: look again under the lock.
         try:  # not `with`; an interrupt right after acquire is caught below

@@ -125,15 +125,16 @@ class AddressRegistry:
                     return
                 i += 1
 
-    def find(self, addr: int):
-        """The live allocation containing `addr`, or None."""
+    def find(self, addr: int, wait: bool = True):
+        """The live allocation containing `addr`, or None. wait=False never takes a pool's lock
+        (for callers that hold the engine's): a lookup racing a split may then miss."""
         if type(addr) is not int:
             return None
         chunks = self._pages.get(addr >> _SHIFT)  # no lock: a dict read of a whole tuple
         if chunks is not None:
             for chunk in chunks:
                 if chunk.addr <= addr < chunk.addr + chunk.size:
-                    return chunk.find(addr)  # the chunk takes its pool's lock
+                    return chunk.find(addr, wait)  # may take its pool's lock
         return self._entry(addr)
 
     def _entry(self, addr: int):

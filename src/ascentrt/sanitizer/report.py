@@ -26,13 +26,15 @@ class Access:
 
     @property
     def on_host(self) -> bool:
-        """Whether a host thread made it (a numpy view; `stream` is then -1)."""
+        """Whether a host thread made it (a numpy view, a synchronous copy or fill; `stream` is
+        then -1)."""
         return self.stream < 0
 
     def describe(self) -> str:
         """e.g. "write by kernel `producer` (task 3 on stream 5, prog.py:31)"."""
         if self.on_host:
-            return f"access by the host through a numpy view (thread {self.task_id}, {self.site})"
+            return (f"access by the host (a numpy view or a synchronous copy; thread "
+                    f"{self.task_id}, {self.site})")
         guess = " (undeclared: every buffer argument counts as read and written)" if self.assumed else ""
         return (f"{self.kind} by {self.task_kind} `{self.name}` (task {self.task_id} on stream "
                 f"{self.stream}, {self.site}){guess}")
@@ -58,10 +60,11 @@ class Race:
         a, b = self.first, self.second
         if b.on_host and not a.on_host:
             return (f"synchronize stream {a.stream} (or an event recorded after `{a.name}` "
-                    f"({a.site})) before the host takes the view ({b.site})")
+                    f"({a.site})) before the host touches the bytes ({b.site})")
         if a.on_host:
-            return (f"take the host view ({a.site}) before queuing `{b.name}` ({b.site}) from the "
-                    f"same thread, or synchronize that thread's work with stream {b.stream}")
+            return (f"touch the bytes on the host ({a.site}) before queuing `{b.name}` "
+                    f"({b.site}) from the same thread, or order that thread's work before "
+                    f"stream {b.stream}")
         if self.reused_from is not None:
             return (f"free the old buffer only after `{a.name}` on stream {a.stream} ({a.site}): "
                     f"free it on that stream (buf.free(stream)), mark it with record_stream, or "

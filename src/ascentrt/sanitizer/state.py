@@ -24,6 +24,7 @@ from ..memory.registry import REGISTRY
 from .report import Access, Race, RaceError
 
 _BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
+HOST = -1           # the host's actor in the clocks (stream ids are positive)
 MAX_ROWS = 4096      # a pitched copy of more rows is checked as one span (may over-report gaps)
 MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
 MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
@@ -47,7 +48,7 @@ def _span(buf):
 
 def _address_spans(addr: int, pitch: int, width: int, height: int):
     """(allocation, lo, hi) of each row a (pitched) range touches, in live allocations only."""
-    alloc = REGISTRY.find(addr)
+    alloc = REGISTRY.find(addr, wait=False)  # (under the engine lock: never the pool's)
     if alloc is None or not width or not height:
         return []  # pageable memory the registry does not know: nothing to track
     base = addr - alloc.addr
@@ -128,7 +129,10 @@ class Sanitizer:
         self.on_race = on_race           # fn(Race, new: bool), called outside our lock
         self.lock = threading.Lock()
         self.streams: dict[int, dict] = {}   # stream id -> vector clock (actor -> time)
-        self.hosts: dict[int, dict] = {}     # host thread id -> vector clock
+        # The host's vector clock. Host threads share it: they order each other by means the
+        # sanitizer cannot see (start, join, locks, queues), so the order in which they act is
+        # taken as it happened; races between host threads are not its business.
+        self.host: dict = {}
         self.notifies: dict[int, dict] = {}  # id(notify) -> clock of its last record
         # id(allocation) -> [(lo, hi, write, actor, time, info, owner)]: accesses by absolute
         # address; owner = (id, ptr, size, site) of the allocation they were made through (an
@@ -143,6 +147,8 @@ class Sanitizer:
         self.freed: dict[int, list] = {}      # id(region) -> [(lo, hi, clock)] of frees not reused
         self.races: dict[tuple, Race] = {}    # (site, site, allocation) -> the report
         self.latest: dict[int, int] = {}      # stream id -> its last time: the join of all clocks
+        self.notify_waiters: dict[int, list] = {}  # id(notify) -> streams waiting for its record
+        self.held: dict[int, list] = {}       # stream id -> tasks held behind such a wait
 
     # ---- memory (as an observer of the address registry) -------------------------------------
 
@@ -176,7 +182,7 @@ class Sanitizer:
             if stream is not None:
                 into = self.streams.setdefault(stream.id, {stream.id: 0})
             else:
-                into = self.hosts.setdefault(threading.get_ident(), {})
+                into = self.host
             keep = []
             for f_lo, f_hi, clock in frees:
                 if f_hi > lo and f_lo < hi:
@@ -189,12 +195,12 @@ class Sanitizer:
         """A host thread took a numpy view of bytes [lo, hi): an access (read and write) by the
         thread, ordered after what it synchronized with."""
         tid = threading.get_ident()
-        actor = -tid  # (stream ids are positive)
+        actor = HOST  # (stream ids are positive)
         site = user_site(3)
         with self.lock:
-            host = self.hosts.setdefault(tid, {})
+            host = self.host
             lo, hi = alloc.addr + lo, alloc.addr + hi
-            info = (True, "host", "numpy view", -1, tid, site, False)
+            info = (True, "host", "host access", -1, tid, site, False)
             found = [(alloc, rec, info, max(lo, rec[0]), min(hi, rec[1]))
                      for rec in self.shadow.get(id(alloc), ())
                      if rec[1] > lo and rec[0] < hi and rec[3] != actor and host.get(rec[3], 0) < rec[4]]
@@ -257,84 +263,141 @@ class Sanitizer:
     def host_waited(self, clocks) -> None:
         """The calling host thread waited for the work these clocks cover."""
         with self.lock:
-            host = self.hosts.setdefault(threading.get_ident(), {})
+            host = self.host
             for c in clocks:
                 _join(host, c)
 
+    def _clock_of(self, holder):
+        """The clock this sanitizer left on a marker or task, or None (none, or an earlier one's)."""
+        tagged = holder.clock
+        return tagged[1] if tagged is not None and tagged[0] is self else None
+
     def stream_waited(self, stream, marker) -> None:
         """`stream` waits on a record that already completed (no task queued): the edge holds."""
-        if marker.clock is None:
+        clock = self._clock_of(marker)
+        if clock is None:
             return
         with self.lock:
             vc = self.streams.setdefault(stream.id, {stream.id: 0})
-            _join(vc, marker.clock)
+            _join(vc, clock)
+
+    def task_reached(self, task) -> None:
+        """A host thread acts after `task` ran (a non-blocking callback): as if it waited for it."""
+        clock = self._clock_of(task)
+        if clock is not None:
+            self.host_waited((clock,))
+
+    def marker_waited(self, marker) -> None:
+        """The calling host thread waited for a record (event or graph launch) to complete."""
+        clock = self._clock_of(marker)
+        if clock is not None:
+            self.host_waited((clock,))
 
     # ---- submission -------------------------------------------------------------------------
 
     def submitted(self, stream, task) -> None:
         """Check `task`, about to be queued on `stream`; record its accesses and edges (under
-        the engine lock). In raise mode a race refuses the task (RaceError), changing nothing."""
+        the engine lock). In raise mode a race refuses the task (RaceError), changing nothing.
+
+        A stream blocked (in submission order) on a notify wait whose record is not submitted
+        yet holds its later tasks back here: they are checked once that record comes, after it.
+        """
         kind = task.kind
-        thread = threading.get_ident()
         accesses = task_accesses(task) if kind not in (EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD,
                                                        NOTIFY_WAIT) else ()
+        site = user_site(3) if accesses else ""
         with self.lock:
             sid = stream.id
             vc = self.streams.get(sid)
             if vc is None:
                 vc = self.streams[sid] = {sid: 0}
-            host = self.hosts.get(thread)
+            host = self.host
             if host:
                 _join(vc, host)  # what the host waited for comes before what it submits now
             running = current_task()
-            if running is not None and running.clock is not None:
-                _join(vc, running.clock)  # submitted from a host function: after its stream's past
-            if kind == EVENT_RECORD:
-                task.marker.clock = dict(vc)
-                return
-            if kind == EVENT_WAIT:
-                if task.marker.clock is not None:
-                    _join(vc, task.marker.clock)
-                return
-            if kind == NOTIFY_RECORD:
-                self.notifies[id(task.notify)] = dict(vc)
-                return
-            if kind == NOTIFY_WAIT:
-                clock = self.notifies.get(id(task.notify))
+            if running is not None:
+                clock = self._clock_of(running)
                 if clock is not None:
-                    _join(vc, clock)
+                    _join(vc, clock)  # submitted from a host function: after its stream's past
+            item = (sid, task, accesses, site, stream._submitted + 1)
+            held = self.held.get(sid)
+            if held is not None:
+                held.append(item)
                 return
-            if not accesses:
-                if kind in (HOST_FUNC, DETACH):
-                    (task.fn if kind == DETACH else task).clock = dict(vc)
-                return
-            time = vc[sid] + 1
-            site = user_site(3)
-            task_id = stream._submitted + 1
-            infos = [(write, kind_name, name, sid, task_id, site, assumed)
-                     for _, _, _, write, assumed, kind_name, name in accesses]
-            spans = [(alloc, alloc.addr + lo, alloc.addr + hi, write)
-                     for alloc, lo, hi, write, _, _, _ in accesses]
-            found = []
-            for (alloc, lo, hi, write), info in zip(spans, infos):
-                for rec in self.shadow.get(id(alloc), ()):
-                    if rec[1] <= lo or rec[0] >= hi or not (write or rec[2]) or rec[3] == sid:
-                        continue
-                    if vc.get(rec[3], 0) >= rec[4]:
-                        continue  # ordered before this task
-                    found.append((alloc, rec, info, max(lo, rec[0]), min(hi, rec[1])))
-            if found and self.mode == "raise":
-                race, _ = self._report(*found[0])
-                raise RaceError(f"launch refused: {race}", race)
-            vc[sid] = time
-            self.latest[sid] = time
-            if kind in (HOST_FUNC, DETACH):  # what the work it submits itself comes after
-                (task.fn if kind == DETACH else task).clock = dict(vc)
-            for (alloc, lo, hi, write), info in zip(spans, infos):
-                self._add(alloc, (lo, hi, write, sid, time, info, self._owner(alloc)), vc)
-            reports = [self._report(*f) for f in found]
+            reports = self._apply(item, raising=self.mode == "raise")
         for race, new in reports:
             self.on_race(race, new)
+
+    def _apply(self, item, raising: bool) -> list:
+        """Take one task into the clocks and the accesses (under our lock); returns the reports
+        [(race, new)]; with `raising`, a race raises RaceError instead, changing nothing."""
+        sid, task, accesses, site, task_id = item
+        vc = self.streams[sid]
+        kind = task.kind
+        if kind == EVENT_RECORD:
+            task.marker.clock = (self, dict(vc))  # (tagged: an earlier session's means nothing)
+            return []
+        if kind == EVENT_WAIT:
+            clock = self._clock_of(task.marker)
+            if clock is not None:
+                _join(vc, clock)
+            return []
+        if kind == NOTIFY_RECORD:
+            key = id(task.notify)
+            waiters = self.notify_waiters.get(key)
+            if waiters:  # a stream already waits for this record: it goes on after it
+                waiter = waiters.pop(0)
+                _join(self.streams[waiter], vc)
+                return self._release(waiter)
+            self.notifies[key] = dict(vc)
+            return []
+        if kind == NOTIFY_WAIT:
+            clock = self.notifies.pop(id(task.notify), None)
+            if clock is not None:
+                _join(vc, clock)
+            else:  # its record is not submitted yet: hold the stream's later tasks back
+                self.notify_waiters.setdefault(id(task.notify), []).append(sid)
+                self.held[sid] = []
+            return []
+        if not accesses:
+            if kind in (HOST_FUNC, DETACH):
+                (task.fn if kind == DETACH else task).clock = (self, dict(vc))
+            return []
+        time = vc[sid] + 1
+        infos = [(write, kind_name, name, sid, task_id, site, assumed)
+                 for _, _, _, write, assumed, kind_name, name in accesses]
+        spans = [(alloc, alloc.addr + lo, alloc.addr + hi, write)
+                 for alloc, lo, hi, write, _, _, _ in accesses]
+        found = []
+        for (alloc, lo, hi, write), info in zip(spans, infos):
+            for rec in self.shadow.get(id(alloc), ()):
+                if rec[1] <= lo or rec[0] >= hi or not (write or rec[2]) or rec[3] == sid:
+                    continue
+                if vc.get(rec[3], 0) >= rec[4]:
+                    continue  # ordered before this task
+                found.append((alloc, rec, info, max(lo, rec[0]), min(hi, rec[1])))
+        if found and raising:
+            race, _ = self._report(*found[0])
+            raise RaceError(f"launch refused: {race}", race)
+        vc[sid] = time
+        self.latest[sid] = time
+        if kind in (HOST_FUNC, DETACH):  # what the work it submits itself comes after
+            (task.fn if kind == DETACH else task).clock = (self, dict(vc))
+        for (alloc, lo, hi, write), info in zip(spans, infos):
+            self._add(alloc, (lo, hi, write, sid, time, info, self._owner(alloc)), vc)
+        return [self._report(*f) for f in found]
+
+    def _release(self, sid: int) -> list:
+        """A held stream's notify record came: check its held tasks in order (they are queued
+        already, so a race is reported, not raised)."""
+        reports = []
+        held = self.held.pop(sid, [])
+        for i, item in enumerate(held):
+            reports += self._apply(item, raising=False)
+            if sid in self.held:  # held again, on a later notify wait
+                self.held[sid] += held[i + 1:]
+                break
+        return reports
 
     def submitted_all(self, work) -> None:
         """submitted() for a batch of (stream, task) queued at once (a graph launch), in an order
