@@ -44,9 +44,9 @@ class Hooks:
         registers one that refuses calls it forbids (empty, and free, otherwise).
     thread_holds: fn(thread id) -> streams that wait for that host thread to act (a report
         thread's queued blocking callbacks), for the deadlock diagnosis of its host waits.
-    sanitizer: the race sanitizer while it is on: submitted(stream, task) and
-        submitted_all(work) see tasks before they are queued (under the engine lock; it may
-        raise to refuse them), and the host synchronizations tell it what the host waited for.
+    sanitizer: the race sanitizer while it is on: submitted(stream, task) (before the engine
+        lock) and submitted_all(work) (under it) see tasks before they are queued (it may raise
+        to refuse them), and the host synchronizations tell it what the host waited for.
     """
 
     profiler = None
@@ -214,6 +214,10 @@ class Engine:
         dq = stream._dq
         if dq.virtual:
             self._host_submits(stream, KIND_NAMES[task.kind])
+        if Hooks.sanitizer is not None and stream._refuse is None:
+            # Before the engine lock (its work would hold the executors up); it may refuse the
+            # task, and nothing is queued yet.
+            Hooks.sanitizer.submitted(stream, task)
         lock = self.lock
         try:  # (cheaper than `with`, which costs ~0.1 us per launch here)
             lock.acquire()
@@ -222,8 +226,6 @@ class Engine:
                     raise stream._refusal()
                 if not dq.started:
                     dq.start()  # before anything is queued: a failed start leaves no trace
-                if Hooks.sanitizer is not None:
-                    Hooks.sanitizer.submitted(stream, task)  # may refuse it: nothing queued yet
                 stream._submitted = task_id = stream._submitted + 1
                 task.id = task_id
                 task.stream = stream

@@ -296,8 +296,8 @@ class Sanitizer:
     # ---- submission -------------------------------------------------------------------------
 
     def submitted(self, stream, task) -> None:
-        """Check `task`, about to be queued on `stream`; record its accesses and edges (under
-        the engine lock). In raise mode a race refuses the task (RaceError), changing nothing.
+        """Check `task`, about to be queued on `stream`; record its accesses and edges. In raise
+        mode a race refuses the task (RaceError), changing nothing.
 
         A stream blocked (in submission order) on a notify wait whose record is not submitted
         yet holds its later tasks back here: they are checked once that record comes, after it.
