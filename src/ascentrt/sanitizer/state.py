@@ -12,10 +12,11 @@ row by row for pitched copies), memsets and host functions' buffer arguments.
 
 from __future__ import annotations
 
+import os
 import threading
 
-from ..callsite import user_site
-from ..engine.scheduler import current_task
+from ..callsite import user_frame, user_site
+from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
 from ..engine.task import COPY, DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
     MEMSET, NOTIFY_RECORD, NOTIFY_WAIT
 from ..graph.graph import segment_nodes
@@ -107,6 +108,30 @@ def _op_accesses(op, name: str) -> list:
     return out
 
 
+class _Site:
+    """A launch's call site, formatted ('file.py:line') only when a report needs it."""
+
+    __slots__ = ("file", "line")
+
+    def __init__(self, frame):
+        self.file, self.line = (frame.f_code.co_filename, frame.f_lineno) if frame else ("?", 0)
+
+    def __str__(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line}" if self.line else "?"
+
+    def __eq__(self, other) -> bool:
+        return str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+def _access(info: tuple) -> Access:
+    """The report's Access for a kept access tuple (its site formatted now)."""
+    write, kind, name, stream, task_id, site, assumed = info
+    return Access(write, kind, name, stream, task_id, str(site), assumed)
+
+
 def _region(alloc):
     """What an allocation's bytes belong to beyond its life: its pool chunk (so that accesses
     of a freed buffer meet those of the next owner of its bytes), else the allocation."""
@@ -133,6 +158,8 @@ class Sanitizer:
         # sanitizer cannot see (start, join, locks, queues), so the order in which they act is
         # taken as it happened; races between host threads are not its business.
         self.host: dict = {}
+        self.host_version = 0                 # bumped when the host's clock changes
+        self.joined: dict[int, int] = {}      # stream id -> the host_version last joined into it
         self.notifies: dict[int, dict] = {}  # id(notify) -> clock of its last record
         # id(allocation) -> [(lo, hi, write, actor, time, info, owner)]: accesses by absolute
         # address; owner = (id, ptr, size, site) of the allocation they were made through (an
@@ -183,6 +210,7 @@ class Sanitizer:
                 into = self.streams.setdefault(stream.id, {stream.id: 0})
             else:
                 into = self.host
+                self.host_version += 1
             keep = []
             for f_lo, f_hi, clock in frees:
                 if f_hi > lo and f_lo < hi:
@@ -209,6 +237,7 @@ class Sanitizer:
                 raise RaceError(f"host view refused: {race}", race)
             time = host.get(actor, 0) + 1
             host[actor] = self.latest[actor] = time
+            self.host_version += 1
             self._add(alloc, (lo, hi, True, actor, time, info, self._owner(alloc)), host)
             reports = [self._report(*f) for f in found]
         for race, new in reports:
@@ -266,6 +295,7 @@ class Sanitizer:
             host = self.host
             for c in clocks:
                 _join(host, c)
+            self.host_version += 1
 
     def _clock_of(self, holder):
         """The clock this sanitizer left on a marker or task, or None (none, or an earlier one's)."""
@@ -305,16 +335,18 @@ class Sanitizer:
         kind = task.kind
         accesses = task_accesses(task) if kind not in (EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD,
                                                        NOTIFY_WAIT) else ()
-        site = user_site(3) if accesses else ""
+        site = _Site(user_frame(2)) if accesses else ""  # (formatted only if it is reported)
         with self.lock:
             sid = stream.id
             vc = self.streams.get(sid)
             if vc is None:
                 vc = self.streams[sid] = {sid: 0}
-            host = self.host
-            if host:
-                _join(vc, host)  # what the host waited for comes before what it submits now
-            running = current_task()
+            if self.joined.get(sid) != self.host_version:  # (the host's clock moved since)
+                _join(vc, self.host)  # what the host waited for comes before what it submits
+                self.joined[sid] = self.host_version
+            running = getattr(_executing, "stream", None)  # (current_task(), inlined: hot)
+            if running is not None:
+                running = running._running
             if running is not None:
                 clock = self._clock_of(running)
                 if clock is not None:
@@ -364,18 +396,21 @@ class Sanitizer:
                 (task.fn if kind == DETACH else task).clock = (self, dict(vc))
             return []
         time = vc[sid] + 1
-        infos = [(write, kind_name, name, sid, task_id, site, assumed)
-                 for _, _, _, write, assumed, kind_name, name in accesses]
-        spans = [(alloc, alloc.addr + lo, alloc.addr + hi, write)
-                 for alloc, lo, hi, write, _, _, _ in accesses]
         found = []
-        for (alloc, lo, hi, write), info in zip(spans, infos):
-            for rec in self.shadow.get(id(alloc), ()):
-                if rec[1] <= lo or rec[0] >= hi or not (write or rec[2]) or rec[3] == sid:
+        adds = []
+        shadow = self.shadow
+        for alloc, lo, hi, write, assumed, kind_name, name in accesses:
+            base = alloc.addr
+            lo += base
+            hi += base
+            info = (write, kind_name, name, sid, task_id, site, assumed)
+            for rec in shadow.get(id(alloc), ()):
+                if rec[3] == sid or rec[1] <= lo or rec[0] >= hi or not (write or rec[2]):
                     continue
                 if vc.get(rec[3], 0) >= rec[4]:
                     continue  # ordered before this task
                 found.append((alloc, rec, info, max(lo, rec[0]), min(hi, rec[1])))
+            adds.append((alloc, lo, hi, write, info))
         if found and raising:
             race, _ = self._report(*found[0])
             raise RaceError(f"launch refused: {race}", race)
@@ -383,7 +418,7 @@ class Sanitizer:
         self.latest[sid] = time
         if kind in (HOST_FUNC, DETACH):  # what the work it submits itself comes after
             (task.fn if kind == DETACH else task).clock = (self, dict(vc))
-        for (alloc, lo, hi, write), info in zip(spans, infos):
+        for alloc, lo, hi, write, info in adds:
             self._add(alloc, (lo, hi, write, sid, time, info, self._owner(alloc)), vc)
         return [self._report(*f) for f in found]
 
@@ -446,6 +481,14 @@ class Sanitizer:
             self.allocs[key] = alloc
             return
         lo, hi, write, sid = rec[:4]  # (vc: the clock of the actor that made it)
+        if len(recs) == 1:  # the common case: one earlier access, replaced or kept
+            r = recs[0]
+            if lo <= r[0] and r[1] <= hi and (write or not r[2]) and \
+                    (r[3] == sid or write and vc.get(r[3], 0) >= r[4]):
+                recs[0] = rec
+            else:
+                recs.append(rec)
+            return
         keep = [r for r in recs
                 if not (lo <= r[0] and r[1] <= hi and (write or not r[2])
                         and (r[3] == sid or write and vc.get(r[3], 0) >= r[4]))]
@@ -456,7 +499,7 @@ class Sanitizer:
 
     def _report(self, alloc, rec, info, lo, hi) -> tuple[Race, bool]:
         """The (deduplicated) report of a race between a kept access and a new one."""
-        first, second = Access(*rec[5]), Access(*info)
+        first, second = _access(rec[5]), _access(info)
         key = (first.site, second.site, id(alloc))
         race = self.races.get(key)
         if race is not None:
