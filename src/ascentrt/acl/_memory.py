@@ -21,7 +21,9 @@ _MAX_2D_WIDTH, _MAX_2D_HEIGHT = 5_000_000, 5_242_880
 _handed: dict[int, object] = {}
 
 
-def _malloc(size: int) -> int:
+@api("ki", out=(0,))
+def malloc(size, policy):
+    """(dev_ptr, ret): device memory, 64-byte aligned, size rounded up to 32; any policy (aclrtMalloc)."""
     if size <= 0:
         raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
     memory = need_context().device._memory
@@ -29,26 +31,21 @@ def _malloc(size: int) -> int:
         raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed device "
                                                    f"{memory.device.id}'s {memory.capacity}")
     buf = memory.malloc(size)
-    _handed[buf.addr] = buf
-    return buf.addr
-
-
-@api("ki", out=(0,))
-def malloc(size, policy):
-    """(dev_ptr, ret): device memory, 64-byte aligned, size rounded up to 32; any policy (aclrtMalloc)."""
-    return _malloc(size)
+    ptr = buf.addr
+    _handed[ptr] = buf
+    return ptr
 
 
 @api("ki", out=(0,))
 def malloc_cached(size, policy):
     """(dev_ptr, ret): as malloc, the CPU device is cache-coherent (aclrtMallocCached)."""
-    return _malloc(size)
+    return malloc.__wrapped__(size, policy)
 
 
 @api("ki", out=(0,))
 def malloc_align32(size, policy):
     """(dev_ptr, ret): as malloc (aclrtMallocAlign32)."""
-    return _malloc(size)
+    return malloc.__wrapped__(size, policy)
 
 
 def _free(ptr: int, kind: str) -> None:
@@ -65,6 +62,11 @@ def _free(ptr: int, kind: str) -> None:
 @api("k")
 def free(dev_ptr):
     """Free memory from malloc, at once (aclrtFree)."""
+    buf = _handed.get(dev_ptr)
+    if buf is not None and buf.kind == "device" and buf._mem is not None \
+            and _handed.pop(dev_ptr, None) is buf:  # (the hot path; a racing free loses here)
+        buf.free()
+        return
     _free(dev_ptr, "device")
 
 
