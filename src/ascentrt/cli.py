@@ -85,14 +85,8 @@ def _prof(args) -> int:
     from .profiler.data import DATA_FILE
     from .profiler.session import PROGRESS_FILE
     from .profiler.summary import print_summary
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command:
-        raise InvalidArgumentError("nothing to run: ascentrt prof [-o DIR] -- python prog.py "
-                                   "[args]")
-    if command[0] in ("python", "python3"):
-        command[0] = sys.executable  # the interpreter ascentrt is installed in
+    from .validate import program_command
+    command = program_command(args.command, "ascentrt prof [-o DIR] -- python prog.py [args]")
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     for stale in (DATA_FILE, PROGRESS_FILE):
@@ -190,13 +184,8 @@ def _sanitize(args) -> int:
 
     from .errors import ErrorCode, InvalidArgumentError
     from .sanitizer import parse_mode
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command:
-        raise InvalidArgumentError("nothing to run: ascentrt sanitize [--mode M] -- python prog.py")
-    if command[0] in ("python", "python3"):
-        command[0] = sys.executable
+    from .validate import program_command
+    command = program_command(args.command, "ascentrt sanitize [--mode M] -- python prog.py")
     mode = parse_mode(args.mode)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "races.json")

@@ -9,13 +9,13 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 
 from .backends.presets import FIELDS, PROGRAM_PREFIX, load
 from .errors import ErrorCode, InvalidArgumentError
 from .profiler import load as load_profile
 from .profiler.analysis import total, union
 from .profiler.critical import critical_path, describe
+from .validate import program_command
 
 CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_func",)}
 
@@ -147,13 +147,7 @@ def write(rows: list[dict], varied: list[str], out: str) -> tuple[str, str]:
 
 def main(args) -> int:
     """The `ascentrt whatif` command."""
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command:
-        raise InvalidArgumentError("nothing to run: ascentrt whatif --vary name=v1,v2 -- python prog.py")
-    if command[0] in ("python", "python3"):
-        command[0] = sys.executable
+    command = program_command(args.command, "ascentrt whatif --vary name=v1,v2 -- python prog.py")
     os.makedirs(args.out, exist_ok=True)
     rows = run(args.preset, args.vary, command, args.out)
     varied = [spec.partition("=")[0].strip() for spec in args.vary]
