@@ -34,17 +34,14 @@ def launches_ns(streams, pairs, n: int, handoff: bool) -> float:
     launch = art.launch
     s1, s2 = streams
     t0 = time.perf_counter_ns()
-    if not handoff:
-        for i in range(n // 2):
-            a, b = pairs[i % len(pairs)]
-            launch(kernel, b, a, stream=s1, reads=[a], writes=[b])
-            launch(kernel, a, b, stream=s1, reads=[b], writes=[a])
-    for i in range(n // 2 if handoff else 0):
+    for i in range(n // 2):
         a, b = pairs[i % len(pairs)]
         launch(kernel, b, a, stream=s1, reads=[a], writes=[b])
-        s2.wait(s1.record())
-        launch(kernel, a, b, stream=s2, reads=[b], writes=[a])
-        s1.wait(s2.record())
+        if handoff:
+            s2.wait(s1.record())
+        launch(kernel, a, b, stream=s2 if handoff else s1, reads=[b], writes=[a])
+        if handoff:
+            s1.wait(s2.record())
     t1 = time.perf_counter_ns()
     s1.synchronize(TIMEOUT)
     s2.synchronize(TIMEOUT)

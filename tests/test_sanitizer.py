@@ -531,3 +531,13 @@ def test_non_blocking_host_functions_graph_synchronize_and_old_sessions_order_co
         art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
     assert [(r.first.name, r.second.name) for r in found] == [("producer", "consumer")]
     art.synchronize(TIMEOUT)
+
+
+def test_the_sanitize_command_without_a_program_is_one_line_with_a_code():
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0
+    assert "100000" in proc.stderr and "nothing to run" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", "off", "--",
+                           "python", "-c", "pass"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "warn, raise or log" in proc.stderr

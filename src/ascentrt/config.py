@@ -78,7 +78,7 @@ def _leak_mode(text: str) -> str:
     return value
 
 
-def _sanitize_mode(text: str) -> str:
+def sanitize_mode(text: str) -> str:
     """off (also 0 or empty), warn (also 1 or on), raise or log."""
     value = str(text).strip().lower()
     if value in ("", "0", "off", "false", "no"):
@@ -159,7 +159,7 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_LEAK_CHECK", "warn", _leak_mode,
             "memory never freed but reclaimed at a device reset or at exit: warn (a LeakWarning "
             "with sizes), sites (also where each was allocated; costs ~1 us per malloc) or off"),
-    Setting("ASCENTRT_SANITIZE", "off", _sanitize_mode,
+    Setting("ASCENTRT_SANITIZE", "off", sanitize_mode,
             "the stream race sanitizer for the whole program: off, warn (1: a RaceWarning per new "
             "race), raise (the launch completing a race raises RaceError) or log (collect only)"),
     Setting("ASCENTRT_SANITIZE_REPORT", "", str.strip,

@@ -17,6 +17,7 @@ import contextlib
 import json
 import threading
 
+from ..config import sanitize_mode
 from ..engine import Hooks
 from ..errors import InvalidArgumentError, warn_at_caller
 from ..memory.registry import REGISTRY
@@ -29,12 +30,12 @@ _found: list[Race] = []  # reports of earlier sessions (kept after the sanitizer
 
 
 def parse_mode(text) -> str:
-    """warn, raise or log (1 / on mean warn); raises InvalidArgumentError naming the allowed ones."""
-    value = str(text).strip().lower()
-    value = {"1": "warn", "on": "warn", "true": "warn"}.get(value, value)
-    if value not in MODES:
-        raise InvalidArgumentError(f"not a sanitizer mode: {text!r} (use warn, raise or log; "
-                                   f"0 or off turns it off)")
+    """warn, raise or log (1 / on mean warn), as ASCENTRT_SANITIZE reads them, but not off;
+    raises InvalidArgumentError naming the allowed ones."""
+    value = sanitize_mode(text)
+    if value == "off":
+        raise InvalidArgumentError(f"not a mode to turn the sanitizer on with: {text!r} (use warn, "
+                                   f"raise or log; disable() turns it off)")
     return value
 
 
