@@ -304,13 +304,22 @@ def test_a_stream_of_another_device_is_rejected():
         assert s1.pending == 0 and (b0.numpy() == 1).all() and (b1.numpy() == 2).all()
         # The right pairings still work, and each device keeps its own memory and current device.
         art.launch(art.kernels.fill, b1.view(np.uint8), 7, stream=s1)
-        art.memcpy_async(b0, b1, stream=s0)          # device-to-device across devices is allowed
-        s1.synchronize(timeout=10); s0.synchronize(timeout=10)
+        # Device-to-device across devices needs peer access from the device that copies.
+        expect(lambda: art.memcpy_async(b0, b1, stream=s0), art.InvalidArgumentError,
+               E.RT_FEATURE_NOT_SUPPORT)
+        expect(lambda: art.memcpy(b0, b1), art.InvalidArgumentError, E.RT_FEATURE_NOT_SUPPORT)
+        d1.enable_peer_access(d0)                    # the other direction: still refused on s0
+        expect(lambda: art.memcpy_async(b0, b1, stream=s0), art.InvalidArgumentError,
+               E.RT_FEATURE_NOT_SUPPORT)
+        d0.enable_peer_access(d1)
+        s1.synchronize(timeout=10)                   # (the fill of b1 first)
+        art.memcpy_async(b0, b1, stream=s0)
+        s0.synchronize(timeout=10)
         art.set_device(1)
         assert art.current_device() is d1 and art.malloc(32).device is d1
         print(all(checks), len(checks), int(b0.numpy()[0]))
     """, env={"ASCENTRT_DEVICES": "2"})
-    assert out.split() == ["True", "4", "7"]
+    assert out.split() == ["True", "7", "7"]
 
 
 def test_current_device_is_per_host_thread():

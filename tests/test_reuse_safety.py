@@ -45,6 +45,7 @@ def test_a_free_without_stream_waits_for_another_devices_peer_copy_into_the_bloc
         source = d1.malloc({N})
         art.memset(source, 0xAB)
         s1 = d1.create_stream()
+        d1.enable_peer_access(d0)
         art.launch(lambda: gate.wait(20), stream=s1)
         art.memcpy_async(target, source, stream=s1)   # a peer copy into device 0's memory, queued
         old = target.ptr

@@ -58,6 +58,9 @@ def measure() -> dict:
                                  "pageable H2D memcpy_async of 64 MiB (synchronous)")
     d2d = n / (_median_ns(lambda: copy(dbuf2, dbuf)) / 1e9)
     out["memory_bandwidth"] = (2 * d2d, "twice the D2D copy rate of 64 MiB (read + write)")
+    out["peer_link_bandwidth"] = (d2d, "the D2D copy rate: a peer copy is the same memmove here")
+    out["peer_link_latency_ns"] = (out["host_link_latency_ns"][0], "as the host link's: the fixed "
+                                   "cost of one copy task")
     elements = 3 << 19
     x, y = art.malloc(elements * 8), art.malloc(elements * 8)
 

@@ -127,6 +127,27 @@ def _check_kind(kind, direction: MemcpyKind) -> None:
                        f"to refuse)", MemcpyKindWarning)
 
 
+def _check_peer(d: _Operand, s: _Operand, runner) -> None:
+    """A copy between two devices' memory runs on one of them (`runner`: the stream's device,
+    or None for a synchronous copy: the current device when it is one of the two), which needs
+    peer access to the other (RT_FEATURE_NOT_SUPPORT otherwise, nothing copied)."""
+    a, b = d.device, s.device
+    if a is None or b is None or a is b:
+        return
+    if runner is None:
+        runner = Links.current_device()
+        if runner is not a and runner is not b:
+            runner = a
+    elif runner is not a and runner is not b:
+        raise InvalidArgumentError(f"a copy between device {a.id} and device {b.id} memory on a "
+                                   f"stream of device {runner.id}", code=ErrorCode.RT_STREAM_CONTEXT)
+    other = b if runner is a else a
+    if other.id not in runner._peers:
+        raise InvalidArgumentError(f"a copy between device {a.id} and device {b.id} memory needs "
+                                   f"peer access: call Device({runner.id}).enable_peer_access("
+                                   f"{other.id}) first", code=ErrorCode.RT_FEATURE_NOT_SUPPORT)
+
+
 def _backend_of(*ops: _Operand):
     """The backend that runs a copy between these operands: a device's, else the host's."""
     for op in ops:
@@ -178,7 +199,8 @@ def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
     dc, sc = dst.__class__, src.__class__
     if dc in _WHOLE and sc in _WHOLE and kind is None and type(nbytes) is int \
             and 0 < nbytes <= dst.nbytes and nbytes <= src.nbytes \
-            and dst._mem is not None and src._mem is not None:
+            and dst._mem is not None and src._mem is not None \
+            and (dst.device is src.device or dc is not sc):
         # Two live buffers and a byte count that fits both (the common call): the checks
         # _prepare makes, without building operands.
         if REGISTRY.observers:
@@ -189,6 +211,7 @@ def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
                                 keep=(dst._mem, src._mem), nbytes=nbytes))
         return
     n, d, s, _ = _prepare(dst, src, nbytes, kind)
+    _check_peer(d, s, None)
     if n:
         if REGISTRY.observers:
             _host_touches((d.addr, n), (s.addr, n))
@@ -204,6 +227,7 @@ def memcpy_async(dst, src, nbytes: int | None = None, *, stream=None, kind=None)
     """
     stream = resolve_stream(stream)
     n, do, so, direction = _prepare(dst, src, nbytes, kind)
+    _check_peer(do, so, stream.device)
     for op in (do, so):
         if op.device is not None and op.device is not stream.device and direction != MemcpyKind.DEVICE_TO_DEVICE:
             raise InvalidArgumentError(f"operand on device {op.device.id} copied on a stream of "
@@ -297,6 +321,7 @@ def memcpy2d(dst, dpitch: int, src, spitch: int, width: int, height: int, kind=N
     """Copy `height` rows of `width` bytes between pitched layouts, now."""
     check_sync_allowed("a synchronous memcpy2d")
     args, d, s = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
+    _check_peer(d, s, None)
     if width and height:
         if REGISTRY.observers:  # (the span from the first byte to the last: gaps included)
             _host_touches((d.addr, (height - 1) * dpitch + width), (s.addr, (height - 1) * spitch + width))
@@ -309,6 +334,7 @@ def memcpy2d_async(dst, dpitch: int, src, spitch: int, width: int, height: int, 
     """Pitched copy after the stream's earlier work (returns at once unless memory is pageable)."""
     stream = resolve_stream(stream)
     args, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
+    _check_peer(do, so, stream.device)
     task = Task(COPY, None, args, "memcpy2d")
     task.keep = (do.data, so.data)
     task.resolve = _still_live(do, so)

@@ -155,6 +155,7 @@ class Device:
             stream_priority_range=(PRIORITY_LEVELS - 1, 0), preset=props.preset)
         self._default_stream = None
         self._events = weakref.WeakSet()  # live events, counted where the model caps them
+        self._peers: set[int] = set()  # ids of the devices whose memory this one may access
         self._lock = threading.Lock()
         self._dq.detached = _handle_types["stream"](self, PRIORITY_LEVELS - 1, _internal=True)
 
@@ -192,6 +193,32 @@ class Device:
         """(free bytes, total bytes) of this device's memory."""
         return self._memory.capacity - self._memory.used_bytes(), self._memory.capacity
 
+    def _peer(self, other) -> "Device":
+        other = resolve_device(other)
+        if other is self:
+            raise InvalidArgumentError(f"device {self.id} is not its own peer",
+                                       code=ErrorCode.INVALID_PARAM)
+        return other
+
+    def can_access_peer(self, other) -> bool:
+        """Whether this device can reach `other`'s memory directly once peer access is enabled
+        (every pair of this process's devices can: their memory is this machine's)."""
+        self._peer(other)
+        return True
+
+    def enable_peer_access(self, other) -> None:
+        """Let this device copy to and from `other`'s memory (one direction, as CANN's
+        aclrtDeviceEnablePeerAccess; enabling twice is harmless)."""
+        self._peers.add(self._peer(other).id)
+
+    def disable_peer_access(self, other) -> None:
+        """Undo enable_peer_access (copies already queued still run)."""
+        self._peers.discard(self._peer(other).id)
+
+    def peer_access_enabled(self, other) -> bool:
+        """Whether enable_peer_access(other) is in force on this device."""
+        return self._peer(other).id in self._peers
+
     def streams(self) -> list:
         """The live streams of this device (the default stream included once created)."""
         with ENGINE.lock:
@@ -222,6 +249,7 @@ class Device:
                     s._refuse = s._failure = None   # a STOP-mode failure does not outlive reset
                     s._stop_on_failure = False
         self._memory.reset()
+        self._peers.clear()  # as a reset device: peer access is enabled again after it
 
     def __repr__(self) -> str:
         return f"Device({self.id})"

@@ -9,7 +9,6 @@ from ..errors import ErrorCode
 from . import constants as C
 from ._api import CONTEXTS, api, fail, need_context, sweep, timeout_ms, STREAMS
 
-_peer_enabled: set[tuple[int, int]] = set()  # (device, peer) pairs with peer access turned on
 
 
 def _device(device_id: int) -> Device:
@@ -76,9 +75,9 @@ def _peer_pair(device_id: int, peer_id: int) -> None:
 
 @api("ii", out=(0,))
 def device_can_access_peer(device_id, peer_device_id):
-    """(can_access, ret): 1, every CPU device reaches every other (aclrtDeviceCanAccessPeer)."""
+    """(can_access, ret): 1 when the devices can reach each other (aclrtDeviceCanAccessPeer)."""
     _peer_pair(device_id, peer_device_id)
-    return 1
+    return int(Device(device_id).can_access_peer(peer_device_id))
 
 
 @api("iI")
@@ -88,7 +87,7 @@ def device_enable_peer_access(peer_device_id, flag):
     if flag != 0:
         raise fail(ErrorCode.FEATURE_UNSUPPORTED, f"flag must be 0, got {flag}")
     _peer_pair(me, peer_device_id)
-    _peer_enabled.add((me, peer_device_id))
+    Device(me).enable_peer_access(peer_device_id)
 
 
 @api("i")
@@ -96,14 +95,14 @@ def device_disable_peer_access(peer_device_id):
     """Turn off what device_enable_peer_access turned on (aclrtDeviceDisablePeerAccess)."""
     me = need_context().device.id
     _peer_pair(me, peer_device_id)
-    _peer_enabled.discard((me, peer_device_id))
+    Device(me).disable_peer_access(peer_device_id)
 
 
 @api("ii", out=(0,))
 def device_peer_access_status(device_id, peer_device_id):
     """(status, ret): 1 when device_enable_peer_access was called for the pair (aclrtDevicePeerAccessStatus)."""
     _peer_pair(device_id, peer_device_id)
-    return int((device_id, peer_device_id) in _peer_enabled)
+    return int(Device(device_id).peer_access_enabled(peer_device_id))
 
 
 @api("i", out=(None,))

@@ -34,6 +34,7 @@ from .presets import Preset
 
 _COMPUTE, _COPY, _HOST = 0, 1, 2           # the engine's executor classes
 H2D, D2H, D2D = 0, 1, 2                    # copy directions (one engine pool each)
+_PAGEABLE = (0, 0, "pageable", None)       # what an address outside every allocation is in
 _GRACE_S = 0.005  # idle and alone: wait this long for a thread that may just be starting
 _REAL_PACE_S = 0.05  # idle while others may act: look again this often (real seconds)
 # Virtual time waits this long (real seconds) for a running host function before going on
@@ -99,7 +100,7 @@ class Timeline:
         self.backends: list[SimBackend] = []
         self.local = threading.local()  # .frames: tasks this thread is running, innermost last
         self.generation = 0             # bumps whenever a host call acts (wakes idle waiters)
-        self.memory: list = []          # sorted (start, end, where) of simulated allocations
+        self.memory: list = []          # sorted (start, end, where, device) of simulated allocations
         self.owed_ns = 0                # host cost incurred where the simulation cannot run
                                         # (a driver allocation inside the pool): charged next
         self.inflight = 0               # host functions running on their threads
@@ -146,12 +147,19 @@ class Timeline:
 
     def where(self, addr: int) -> str:
         """'device', 'pinned' or 'pageable': what memory `addr` is in."""
+        return self._entry(addr)[2]
+
+    def device_of(self, addr: int):
+        """The simulated device whose memory `addr` is in (None for host memory)."""
+        return self._entry(addr)[3]
+
+    def _entry(self, addr: int) -> tuple:
         i = bisect.bisect_right(self.memory, (addr, math.inf, "")) - 1
         if i >= 0:
-            start, end, where = self.memory[i]
-            if start <= addr < end:
-                return where
-        return "pageable"
+            entry = self.memory[i]
+            if entry[0] <= addr < entry[1]:
+                return entry
+        return _PAGEABLE
 
     # ---- running the simulation (callers hold self.lock) -------------------------------------
 
@@ -299,7 +307,7 @@ class SimBackend(CpuBackend):
         tl = self.timeline
         with tl.lock:
             bisect.insort(tl.memory, (handle.addr, handle.addr + max(nbytes, 1),
-                                      "pinned" if host else "device"))
+                                      "pinned" if host else "device", None if host else self._name))
             if not tl.frames():  # charged at the host's next call: the pool's lock is held now
                 tl.owed_ns += int(self.preset.host_malloc_driver_ns)
         return handle
@@ -310,7 +318,7 @@ class SimBackend(CpuBackend):
             tl = self.timeline
             with tl.lock:
                 entry = (handle.addr, handle.addr + max(handle.nbytes, 1),
-                         "pinned" if handle.host else "device")
+                         "pinned" if handle.host else "device", None if handle.host else self._name)
                 i = bisect.bisect_left(tl.memory, entry)
                 if i < len(tl.memory) and tl.memory[i] == entry:
                     del tl.memory[i]
@@ -540,6 +548,9 @@ class SimBackend(CpuBackend):
         """Latency + bytes / bandwidth of the path a copy takes (pageable host memory is staged)."""
         p = self.preset
         if direction == D2D:
+            device_of = self.timeline.device_of
+            if device_of(dst) != device_of(src):  # a peer copy: over the link between the two
+                return p.peer_link_latency_ns + nbytes / p.peer_link_bandwidth * 1e9
             return nbytes / (p.memory_bandwidth / 2) * 1e9  # read and written once each
         host = src if direction == H2D else dst
         bw = p.host_link_bandwidth if self.timeline.where(host) == "pinned" else p.pageable_bandwidth

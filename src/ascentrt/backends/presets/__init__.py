@@ -36,6 +36,8 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "host_link_bandwidth": (float, 1, "B/s", "host link bandwidth per direction, pinned memory"),
     "pageable_bandwidth": (float, 1, "B/s", "copies from or to pageable memory (staged by the host)"),
     "host_link_latency_ns": (float, 0, "ns", "latency of one copy over the host link"),
+    "peer_link_bandwidth": (float, 1, "B/s", "link between two devices, per direction (peer copies)"),
+    "peer_link_latency_ns": (float, 0, "ns", "latency of one peer copy over that link"),
     "dispatch_ns": (float, 0, "ns", "device-side overhead of each task"),
     "event_latency_ns": (float, 0, "ns", "from an event/notify record to the wait it releases"),
     "default_kernel_ns": (float, 0, "ns", "duration of a kernel that declares no cost"),
