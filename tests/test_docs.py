@@ -10,7 +10,7 @@ README = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 
 def test_readme_documents_every_setting():
-    documented = set(re.findall(r"^\| `((?:ASCENTRT|ASCEND)_[A-Z0-9_]+)` \|", README, re.M))
+    documented = set(re.findall(r"^\| `((?:ASCENTRT|ASCEND|HCCL)_[A-Z0-9_]+)` \|", README, re.M))
     assert documented == {env for env, _, _ in config.table()}
 
 

@@ -165,6 +165,11 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_SANITIZE_REPORT", "", str.strip,
             "set by `ascentrt sanitize`: the file the program writes its race reports to at exit "
             "(JSON; empty: none)"),
+    Setting("HCCL_EXEC_TIMEOUT", "1836", _seconds,
+            "HCCL's setting: seconds a rank's collective waits for the other ranks before it fails "
+            "with E_TIMEOUT (virtual seconds on sim)"),
+    Setting("HCCL_CONNECT_TIMEOUT", "120", _seconds,
+            "HCCL's setting: seconds comm_init_root_info waits for every rank to join"),
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off)"),
     Setting("ASCENTRT_PROFILE_PID", "", str.strip,

@@ -316,17 +316,7 @@ class Engine:
             if m.timing or Hooks.profiler is not None:
                 m.ts_ns = s._dq.backend.now_ns()
                 t.t_start = t.t_end = m.ts_ns
-            m.done = True
-            if m.waiters:
-                for w in m.waiters:
-                    w._blocked = None
-                    if w._dq.virtual:
-                        w._released_ns = w._dq.backend.now_ns()
-                    work.append(w)
-                m.waiters = []
-            for ev in m.host_waiters:
-                ev.set()
-            m.host_waiters = []
+            self._mark_done(m, work)
             self._profile_control(t)
             return True
         if kind == EVENT_WAIT:
@@ -374,6 +364,32 @@ class Engine:
             self.submit_locked(s._dq.detached, t.fn)
             return True
         raise AssertionError(f"not a control task: {t!r}")  # pragma: no cover
+
+    @staticmethod
+    def _mark_done(m, work: list) -> None:
+        """Complete marker `m`: the streams waiting on it go to `work`, host waiters wake."""
+        m.done = True
+        if m.waiters:
+            for w in m.waiters:
+                w._blocked = None
+                if w._dq.virtual:
+                    w._released_ns = w._dq.backend.now_ns()
+                work.append(w)
+            m.waiters = []
+        for ev in m.host_waiters:
+            ev.set()
+        m.host_waiters = []
+
+    def release_markers(self, markers) -> None:
+        """Complete markers that no stream will record now (the parts of a collective that gave
+        up): whatever waits on them goes on."""
+        with self.lock:
+            released: list = []
+            for m in markers:
+                if not m.done:
+                    self._mark_done(m, released)
+            for w in released:
+                self._advance(w, None)
 
     def submit_locked(self, stream, task: Task) -> None:
         """Submit while already holding the lock (used to hand off non-blocking host functions:
@@ -443,8 +459,11 @@ class Engine:
 
     def _fail(self, s, t: Task, exc: BaseException) -> ExceptionInfo:
         """Record a task failure on its stream; in STOP mode discard the rest of the stream."""
-        code = exc.code if isinstance(exc, AscentError) else _ERROR_OF_KIND.get(
-            t.kind, ErrorCode.RT_AICPU_EXCEPTION if t.executor == HOST_EXECUTOR else ErrorCode.RT_COPY_DATA)
+        if isinstance(exc, AscentError):  # (task_code: an error of another numbering, HCCL's)
+            code = getattr(exc, "task_code", None) or exc.code
+        else:
+            code = _ERROR_OF_KIND.get(t.kind, ErrorCode.RT_AICPU_EXCEPTION
+                                      if t.executor == HOST_EXECUTOR else ErrorCode.RT_COPY_DATA)
         if t.origin is not None:  # a non-blocking host function: report on the launching stream
             origin, task_id = t.origin
             info = ExceptionInfo(s.device.id, origin.id, task_id, int(code), t.label, exc, t.thread)
@@ -479,14 +498,10 @@ class Engine:
         while tasks:
             t = tasks.popleft()
             if t.kind == EVENT_RECORD:
-                t.marker.done = True  # nothing will run before it any more: release its waiters
-                for w in t.marker.waiters:
-                    w._blocked = None
+                released = []  # nothing will run before it any more: release its waiters
+                self._mark_done(t.marker, released)
+                for w in released:
                     self._advance(w, None)
-                t.marker.waiters = []
-                for ev in t.marker.host_waiters:
-                    ev.set()
-                t.marker.host_waiters = []
             elif t.kind == NOTIFY_RECORD:
                 released: list = []  # as for an event record: its waiter must not be stranded
                 self._control(s, t, released)
@@ -692,7 +707,8 @@ class Engine:
                 self._completed(s)
                 what = "event" if t.kind == EVENT_WAIT else "notify"
                 self._fail(s, t, TimeoutError_(f"device-side wait on {what} timed out",
-                                               code=ErrorCode.RT_WAIT_TIMEOUT))
+                                               code=ErrorCode.RT_WAIT_TIMEOUT)
+                           if t.timeout_error is None else t.timeout_error(s, t))
                 if s._tasks:
                     self._advance(s, None)
                 else:
@@ -823,9 +839,11 @@ class Engine:
                 return None  # ready, and an executor will take it
         else:
             t = s._blocked
-            if t.timeout is not None and not timed:
+            if t.timeout is not None and not timed and t.timeout_error is None:
                 return None  # its timeout will move it (timed=True: say what it waits on anyway)
             if t.kind == EVENT_WAIT:
+                if t.marker.stream is None:
+                    return "stuck", f"{_describe_wait(s)}", []
                 producers = [t.marker.stream]
             else:
                 producers = [p for p in self._all_streams()
@@ -869,10 +887,15 @@ def _describe_wait(s) -> str:
             return (f"stream {s.id} (device {s.device.id}) waits at task {h.id} for a "
                     f"{EXECUTOR_NAMES[h.executor]} executor (all {s._dq.sizes[h.executor]} busy)")
         return f"stream {s.id}"
+    named = f" ({t.name})" if t.name else ""
     if t.kind == EVENT_WAIT:
         m = t.marker
-        return (f"stream {s.id} (device {s.device.id}) waits at task {t.id} for an event recorded on "
-                f"stream {m.stream.id} after its task {m.position - 1}{_time_left(s, t)}")
+        if m.stream is None:
+            return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{named} for "
+                    f"{m.note() if m.note is not None else 'a record not submitted yet'}"
+                    f"{_time_left(s, t)}")
+        return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{named} for an event "
+                f"recorded on stream {m.stream.id} after its task {m.position - 1}{_time_left(s, t)}")
     return (f"stream {s.id} (device {s.device.id}) waits at task {t.id} for notify {t.notify.id}"
             f"{_time_left(s, t)}")
 

@@ -33,6 +33,9 @@ class Task(Op):
     marker = None
     notify = None
     timeout = None      # seconds a device-side wait may block (None: forever)
+    timeout_error = None  # fn(stream, task) -> the error a timed-out wait fails with (under the
+                          # engine lock); such a wait's timeout is a last resort: a deadlock
+                          # through it is reported at once
     origin = None       # (stream, task id) that launched a non-blocking host function
     nbytes = 0
     reads = None
@@ -74,7 +77,7 @@ class Marker:
     """The point an event record captured: done once the stream's work before it completed."""
 
     __slots__ = ("stream", "position", "done", "ts_ns", "waiters", "host_waiters", "timing",
-                 "capture", "clock")
+                 "capture", "clock", "note")
 
     def __init__(self, stream, position: int, timing: bool):
         self.stream = stream
@@ -86,3 +89,5 @@ class Marker:
         self.timing = timing
         self.capture = None           # the graph capture that recorded it (never completes then)
         self.clock = None             # the race sanitizer's vector clock of the record
+        self.note = None              # fn() -> what will record it, while `stream` is None (a
+                                      # collective's part no rank has been given yet)

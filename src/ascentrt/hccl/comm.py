@@ -1,0 +1,205 @@
+"""Communicators: a group of ranks, one device each, formed in this process by comm_init_all
+or by comm_init_root_info called from one host thread per rank.
+
+Each rank of a group has a lane, an internal stream on its device on which the collectives'
+steps (peer copies and reduce kernels) run, so the ranks' own streams only wait for them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+
+from .. import config
+from ..device import Device, current_device, device_count
+from ..engine import ENGINE
+from ..stream import Stream
+from .constants import HcclError, HcclResult
+from .flight import FlightRecorder
+
+ROOT_INFO_BYTES = 4108  # HCCL_ROOT_INFO_BYTES: the size of HCCL's opaque root info
+_ids = iter(range(1, 1 << 62))
+_forming: dict[bytes, "_Forming"] = {}   # root info -> the group its ranks are joining
+_forming_lock = threading.Lock()
+
+
+class RootInfo:
+    """HcclRootInfo: the opaque token every rank of a group passes to comm_init_root_info."""
+
+    __slots__ = ("internal",)
+
+    def __init__(self, internal: bytes):
+        self.internal = internal
+
+    def __bytes__(self) -> bytes:
+        return self.internal
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RootInfo) and other.internal == self.internal
+
+    def __hash__(self) -> int:
+        return hash(self.internal)
+
+    def __repr__(self) -> str:
+        return f"RootInfo({self.internal[:48]!r}...)"
+
+
+def get_root_info() -> RootInfo:
+    """A new root info for one group (HcclGetRootInfo), to hand to every rank."""
+    head = f"ascentrt-hccl pid={os.getpid()} id={uuid.uuid4().hex} ".encode()
+    return RootInfo(head.ljust(ROOT_INFO_BYTES, b"\0"))
+
+
+def is_local(root_info: RootInfo) -> bool:
+    """Whether `root_info` was made by this process (its ranks are threads of it)."""
+    return root_info.internal.startswith(f"ascentrt-hccl pid={os.getpid()} ".encode())
+
+
+class Group:
+    """The shared state of one communicator: ranks, devices, lanes, sequence numbers, meetings."""
+
+    def __init__(self, devices: list):
+        self.id = next(_ids)
+        self.devices = devices
+        self.size = len(devices)
+        self.lock = threading.Lock()
+        self.lanes = [Stream(d, 0, _internal=True) for d in devices]
+        self.seq = [0] * self.size           # collectives each rank has called
+        self.p2p: dict[tuple, int] = {}      # (src, dst, "send"/"recv") -> calls so far
+        self.meetings: dict = {}             # key -> Meeting not yet complete on every rank
+        self.last_done = [-1] * self.size    # the last collective each rank completed
+        self.destroyed = [False] * self.size
+        self.flight = FlightRecorder()
+
+    def completed(self, rank: int, seq) -> None:
+        """Rank `rank` finished collective `seq` (None: a send/recv)."""
+        if seq is not None and seq > self.last_done[rank]:
+            self.last_done[rank] = seq
+
+    def last_completed_text(self, ranks) -> str:
+        """'rank 1: #4, rank 2: none' for the flight record and timeout messages."""
+        return ", ".join(f"rank {r}: " + (f"#{self.last_done[r]}" if self.last_done[r] >= 0 else "none")
+                         for r in ranks)
+
+
+class Communicator:
+    """HcclComm: one rank of a group (what the collectives take as `comm`)."""
+
+    __slots__ = ("group", "rank")
+
+    def __init__(self, group: Group, rank: int):
+        self.group, self.rank = group, rank
+
+    @property
+    def device(self) -> Device:
+        """The device this rank runs on."""
+        return self.group.devices[self.rank]
+
+    def __repr__(self) -> str:
+        state = " destroyed" if self.group.destroyed[self.rank] else ""
+        return f"Communicator(id={self.group.id}, rank={self.rank}/{self.group.size}{state})"
+
+
+def check_comm(comm) -> Communicator:
+    """`comm` itself when it is a live communicator; HcclError E_PTR otherwise."""
+    if not isinstance(comm, Communicator):
+        raise HcclError(f"comm must be a communicator, got {type(comm).__name__}", code=HcclResult.E_PTR)
+    if comm.group.destroyed[comm.rank]:
+        raise HcclError(f"{comm!r} was destroyed", code=HcclResult.E_PTR)
+    return comm
+
+
+def _check_devices(devices) -> list:
+    if not isinstance(devices, (list, tuple)) or not devices:
+        raise HcclError("devices must be a non-empty list of device ids", code=HcclResult.E_PARA)
+    ids = []
+    for d in devices:
+        i = d.id if isinstance(d, Device) else d
+        if type(i) is not int or not 0 <= i < device_count():
+            raise HcclError(f"device {d!r} is not a device id in [0, {device_count()})",
+                            code=HcclResult.E_PARA)
+        ids.append(i)
+    if len(set(ids)) != len(ids):
+        raise HcclError(f"devices {ids} repeat a device: one rank per device", code=HcclResult.E_PARA)
+    return [Device(i) for i in ids]
+
+
+def comm_init_all(devices) -> list[Communicator]:
+    """One communicator per device of this process, rank i on devices[i] (HcclCommInitAll)."""
+    group = Group(_check_devices(devices))
+    return [Communicator(group, r) for r in range(group.size)]
+
+
+class _Forming:
+    """A group whose ranks are joining through comm_init_root_info."""
+
+    def __init__(self, nranks: int):
+        self.nranks = nranks
+        self.devices: dict[int, Device] = {}
+        self.joined = threading.Condition(_forming_lock)
+        self.group: Group | None = None
+        self.error: HcclError | None = None
+
+
+def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communicator:
+    """Join the group `root_info` names as `rank` of `nranks`, on this thread's current device
+    (HcclCommInitRootInfo); returns once every rank joined, E_TIMEOUT after HCCL_CONNECT_TIMEOUT."""
+    if not isinstance(root_info, RootInfo):
+        raise HcclError("root_info must come from get_root_info()", code=HcclResult.E_PTR)
+    for name, v in (("nranks", nranks), ("rank", rank)):
+        if type(v) is not int:
+            raise HcclError(f"{name} must be an int, got {v!r}", code=HcclResult.E_PARA)
+    if nranks < 1 or not 0 <= rank < nranks:
+        raise HcclError(f"rank {rank} is out of range for {nranks} ranks", code=HcclResult.E_PARA)
+    if not is_local(root_info):
+        raise HcclError("this root info was made by another process: its ranks meet over MPI "
+                        "(install ascentrt[mpi] and run under mpiexec)", code=HcclResult.E_NOT_SUPPORT)
+    device = current_device()
+    timeout = config.get("HCCL_CONNECT_TIMEOUT")
+    with _forming_lock:
+        forming = _forming.get(root_info.internal)
+        if forming is None:
+            forming = _forming[root_info.internal] = _Forming(nranks)
+        if forming.nranks != nranks:
+            raise HcclError(f"rank {rank} joins with nranks={nranks}; the group was formed with "
+                            f"nranks={forming.nranks}", code=HcclResult.E_PARA)
+        if rank in forming.devices:
+            raise HcclError(f"rank {rank} joined this group twice", code=HcclResult.E_PARA)
+        if device in forming.devices.values():
+            raise HcclError(f"device {device.id} already holds a rank of this group: one rank per "
+                            f"device (call set_device first)", code=HcclResult.E_PARA)
+        forming.devices[rank] = device
+        if len(forming.devices) == nranks:
+            forming.group = Group([forming.devices[r] for r in range(nranks)])
+            del _forming[root_info.internal]
+            forming.joined.notify_all()
+        elif not forming.joined.wait_for(lambda: forming.group is not None, timeout):
+            missing = sorted(set(range(nranks)) - set(forming.devices))
+            del forming.devices[rank]
+            raise HcclError(f"comm_init_root_info: ranks {missing} did not join within "
+                            f"{timeout:g} s (HCCL_CONNECT_TIMEOUT)", code=HcclResult.E_TIMEOUT)
+        return Communicator(forming.group, rank)
+
+
+def comm_destroy(comm) -> None:
+    """Release this rank of its communicator (HcclCommDestroy): later calls with it get E_PTR."""
+    comm = check_comm(comm)
+    group = comm.group
+    with group.lock:
+        group.destroyed[comm.rank] = True
+    lane = group.lanes[comm.rank]
+    with ENGINE.lock:  # its lane goes with it once drained (steps still queued keep it)
+        if not lane._tasks and lane._running is None:
+            lane._refuse = "destroyed"
+            lane._dq.streams.pop(lane.id, None)
+
+
+def get_rank_size(comm) -> int:
+    """How many ranks the communicator has (HcclGetRankSize)."""
+    return check_comm(comm).group.size
+
+
+def get_rank_id(comm) -> int:
+    """This communicator's rank (HcclGetRankId)."""
+    return check_comm(comm).rank

@@ -1,0 +1,60 @@
+"""The flight recorder: the last collectives of a communicator, kept for post-mortems."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+RECORDS = 128  # collectives kept per communicator
+
+
+@dataclass(frozen=True)
+class FlightRecord:
+    """One collective as the recorder saw it: op, sizes, sequence number, state, and per rank
+    its call site and times (ns since the epoch; 0 while not done)."""
+
+    seq: int
+    op: str
+    count: int
+    nbytes: int
+    state: str
+    ranks: tuple          # ranks taking part
+    calls: tuple          # (rank, call as text, call site, posted ns, done ns) of ranks that called
+    error: str
+
+    def line(self) -> str:
+        """One line per collective, as dumped on a failure."""
+        called = {c[0] for c in self.calls}
+        missing = [r for r in self.ranks if r not in called]
+        sites = ", ".join(f"r{c[0]}@{c[2]}" for c in self.calls)
+        tail = f"; missing ranks {missing}" if missing else ""
+        err = f"; {self.error}" if self.error else ""
+        return f"#{self.seq} {self.op} count={self.count} ({self.nbytes} B) {self.state} [{sites}]{tail}{err}"
+
+
+class FlightRecorder:
+    """The last RECORDS meetings of one communicator (read as FlightRecords)."""
+
+    def __init__(self):
+        self._meetings = collections.deque(maxlen=RECORDS)
+
+    def add(self, meeting) -> None:
+        """Remember a new meeting (the oldest is forgotten past RECORDS)."""
+        self._meetings.append(meeting)
+
+    def records(self) -> list[FlightRecord]:
+        """Snapshots of the remembered meetings, oldest first."""
+        out = []
+        for m in list(self._meetings):
+            calls = sorted(m.calls.values(), key=lambda c: c.rank)
+            first = calls[0] if calls else None
+            out.append(FlightRecord(
+                seq=m.seq, op=first.op if first else "?", count=first.count if first else 0,
+                nbytes=first.nbytes if first else 0, state=m.state, ranks=tuple(m.ranks),
+                calls=tuple((c.rank, c.describe(), c.site, c.posted_ns, c.done_ns) for c in calls),
+                error=str(m.error) if m.error is not None else ""))
+        return out
+
+    def dump(self) -> str:
+        """The records as text, one line each (what a failure writes to the log)."""
+        return "\n".join("  " + r.line() for r in self.records())

@@ -1,0 +1,151 @@
+"""The meeting point of one collective (or one send/recv pair): each rank's call as it arrives,
+the check that the calls match, and the markers through which the ranks' streams and their
+communicator lanes order each other.
+
+A rank's call queues on its own stream: a record of `arrive[rank]` (its stream reached the
+collective), a wait on `done[rank]` (recorded by a lane once the data moved), and the
+collective's own task, which reports the meeting's error if it has one. When the last rank
+arrives, the algorithm's steps are queued on the lanes. A meeting that can never complete
+(a rank that never arrives) fails every rank's task with E_TIMEOUT when the wait times out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..engine import ENGINE
+from ..engine.task import Marker
+from .constants import HcclError, HcclResult
+
+_log = logging.getLogger("ascentrt.hccl")
+
+
+class Call:
+    """One rank's call: what it asked for and where, and its buffers (allocation, offset)."""
+
+    __slots__ = ("rank", "op", "count", "dtype", "reduce", "root", "peer", "send", "recv",
+                 "nbytes", "stream", "site", "posted_ns", "done_ns")
+
+    def __init__(self, rank, op, count, dtype, reduce, root, peer, send, recv, nbytes, stream, site):
+        self.rank, self.op, self.count, self.dtype, self.reduce = rank, op, count, dtype, reduce
+        self.root, self.peer, self.send, self.recv, self.nbytes = root, peer, send, recv, nbytes
+        self.stream, self.site = stream, site
+        self.posted_ns = time.time_ns()
+        self.done_ns = 0
+
+    def signature(self) -> tuple:
+        """What must agree between the ranks of one collective."""
+        op = "send/recv" if self.op in ("send", "recv") else self.op
+        return op, self.count, self.dtype.str if self.dtype is not None else None, \
+            self.reduce, self.root
+
+    def describe(self) -> str:
+        """'all_reduce(count=1024, FP32, SUM)' and the like."""
+        parts = [f"count={self.count}"]
+        if self.dtype is not None:
+            parts.append(str(self.dtype))
+        if self.reduce is not None:
+            parts.append(self.reduce.name)
+        if self.root is not None:
+            parts.append(f"root={self.root}")
+        if self.peer is not None:
+            parts.append(f"{'dest' if self.op == 'send' else 'src'}_rank={self.peer}")
+        return f"{self.op}({', '.join(parts)})"
+
+
+class Meeting:
+    """One collective of a communicator at one sequence number (or one send/recv pair)."""
+
+    def __init__(self, group, key, seq: int, ranks: tuple):
+        self.group, self.key, self.seq, self.ranks = group, key, seq, ranks
+        self.calls: dict[int, Call] = {}
+        self.arrive: dict[int, Marker] = {}
+        self.done = {r: self._pending_marker() for r in ranks}
+        self.markers: list[Marker] = []       # every marker of the lanes' steps
+        self.error: HcclError | None = None
+        self.reported: set[int] = set()       # ranks whose wait already failed with the error
+        self.state = "waiting"                # waiting -> running -> done / failed
+
+    def _pending_marker(self) -> Marker:
+        m = Marker(None, 0, False)
+        m.note = self.waiting_for
+        return m
+
+    @property
+    def name(self) -> str:
+        """'all_reduce #3 of communicator 1' (the op is the first caller's)."""
+        op = next(iter(self.calls.values())).op if self.calls else "collective"
+        return f"{op} #{self.seq} of communicator {self.group.id}"
+
+    def waiting_for(self) -> str:
+        """What the meeting still waits for, in words (for stall and deadlock reports)."""
+        missing = [r for r in self.ranks if r not in self.calls]
+        if missing:
+            return (f"{self.name}: rank(s) {', '.join(map(str, missing))} have not called it "
+                    f"(last completed: {self.group.last_completed_text(missing)})")
+        behind = [r for r in self.ranks if not self.arrive[r].done]
+        return (f"{self.name}: the stream(s) of rank(s) {', '.join(map(str, behind))} have not "
+                f"reached it")
+
+    # ---- arrival (under the group's lock) ------------------------------------------------
+
+    def post(self, call: Call) -> Marker:
+        """Register `call`; returns the marker its stream records on arriving."""
+        m = Marker(call.stream, 0, False)
+        self.calls[call.rank] = call
+        self.arrive[call.rank] = m
+        return m
+
+    def complete(self) -> bool:
+        """Whether every rank of the meeting has called."""
+        return len(self.calls) == len(self.ranks)
+
+    def mismatch(self) -> HcclError | None:
+        """E_PARA naming each rank's call and call site when the calls disagree."""
+        first = self.calls[self.ranks[0]].signature()
+        if all(c.signature() == first for c in self.calls.values()):
+            return None
+        lines = "; ".join(f"rank {r}: {self.calls[r].describe()} at {self.calls[r].site}"
+                          for r in self.ranks)
+        return HcclError(f"mismatched calls at sequence number {self.seq} of communicator "
+                         f"{self.group.id}: {lines}", code=HcclResult.E_PARA)
+
+    # ---- failure --------------------------------------------------------------------------
+
+    def fail(self, error: HcclError) -> None:
+        """Record the meeting's error (the first one wins), release everything waiting on its
+        markers (the lanes' steps then move nothing), and dump the flight record."""
+        if self.error is None:
+            self.error = error
+            self.state = "failed"
+            _log.error("ascentrt.hccl: %s\n%s", error, self.group.flight.dump())
+        ENGINE.release_markers(list(self.arrive.values()) + self.markers + list(self.done.values()))
+
+    def timed_out(self, stream, task) -> HcclError:
+        """The error a rank's timed-out wait fails with (called by the engine, under its lock)."""
+        rank = next((r for r, c in self.calls.items() if c.stream is stream), None)
+        error = HcclError(f"{self.name} timed out after {task.timeout:g} s (HCCL_EXEC_TIMEOUT) "
+                          f"on rank {rank}: {self.waiting_for()}", code=HcclResult.E_TIMEOUT)
+        self.reported.add(rank)
+        self.fail(error)
+        return self.error.again()
+
+    # ---- the collective's own task on each rank's stream ------------------------------------
+
+    def finisher(self, rank: int):
+        """The kernel that ends rank `rank`'s part: it records the completion, and raises the
+        meeting's error on that stream unless its wait already failed with it."""
+        def finish():
+            call = self.calls[rank]
+            call.done_ns = time.time_ns()
+            if self.error is not None:
+                if rank in self.reported:
+                    return
+                self.reported.add(rank)
+                raise self.error.again()
+            self.group.completed(rank, self.seq if self.key[0] == "coll" else None)
+            if all(c.done_ns for c in self.calls.values()):
+                self.state = "done"
+        finish.__name__ = f"hccl_{self.calls[rank].op}"
+        return finish

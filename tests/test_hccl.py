@@ -1,0 +1,371 @@
+"""ascentrt.hccl: every collective against numpy on 2, 3 and 4 ranks, mismatches, timeouts and
+deadlocks reported by name, bad input refused with HCCL's codes, peer access, stream order."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from subprocess_util import run_program
+
+FOUR = {"ASCENTRT_DEVICES": "4"}
+
+PRELUDE = '''
+import numpy as np, ascentrt as art, threading
+from ascentrt import hccl
+D, O, R = hccl.HcclDataType, hccl.HcclReduceOp, hccl.HcclResult
+def sync_error(stream):
+    try:
+        stream.synchronize(timeout=30)
+    except art.TaskError as exc:
+        return exc
+    return None
+'''
+
+
+def run(code: str, env: dict | None = None, timeout: float = 120) -> str:
+    return run_program(PRELUDE + textwrap.dedent(code), env={**FOUR, **(env or {})}, timeout=timeout)
+
+
+MATRIX = '''
+rng = np.random.default_rng(0)
+def arr(dt, k):
+    if dt.kind == "f": return (rng.random(k) * 4 + 0.5).astype(dt)
+    if dt.kind == "u": return rng.integers(1, 4, k).astype(dt)
+    return rng.integers(-3, 4, k).astype(dt)
+bad, total = [], 0
+for n in (2, 3, 4):
+    comms = hccl.comm_init_all(list(range(n)))
+    streams = [art.Device(r).create_stream() for r in range(n)]
+    for dname, npdt in hccl.constants.NUMPY_DTYPES.items():
+        dt = np.dtype(npdt)
+        for count in (0, 1, 7, 1000):
+            data = [arr(dt, count * n) for r in range(n)]
+            size = max(1, count * n * dt.itemsize)
+            sends = [art.malloc(size, device=r) for r in range(n)]
+            recvs = [art.malloc(size, device=r) for r in range(n)]
+            for r in range(n):
+                if count: art.memcpy(sends[r], data[r])
+            def sync():
+                for s in streams: s.synchronize(timeout=30)
+            def check(name, got, exp):
+                global total
+                total += 1
+                same = np.allclose(got, exp, rtol=1e-2) if dt.kind == "f" else np.array_equal(got, exp)
+                if not same:
+                    bad.append((name, n, dname.name, count))
+            for op, uf in hccl.constants.UFUNCS.items():
+                for r in range(n):
+                    hccl.all_reduce(sends[r], recvs[r], count, dname, op, comms[r], streams[r])
+                sync()
+                exp = data[0][:count].copy()
+                for d in data[1:]: exp = uf(exp, d[:count])
+                for r in range(n): check(f"all_reduce {op.name}", recvs[r].numpy(dt)[:count], exp)
+                for r in range(n):
+                    hccl.reduce_scatter(sends[r], recvs[r], count, dname, op, comms[r], streams[r])
+                sync()
+                full = data[0].copy()
+                for d in data[1:]: full = uf(full, d)
+                for r in range(n):
+                    check(f"reduce_scatter {op.name}", recvs[r].numpy(dt)[:count], full[r*count:(r+1)*count])
+            for r in range(n):
+                hccl.all_gather(sends[r], recvs[r], count, dname, comms[r], streams[r])
+            sync()
+            exp = np.concatenate([d[:count] for d in data])
+            for r in range(n): check("all_gather", recvs[r].numpy(dt)[:count*n], exp)
+            for r in range(n):
+                hccl.all_to_all(sends[r], recvs[r], count, dname, comms[r], streams[r])
+            sync()
+            for r in range(n):
+                exp = np.concatenate([data[q][r*count:(r+1)*count] for q in range(n)])
+                check("all_to_all", recvs[r].numpy(dt)[:count*n], exp)
+            for r in range(n):
+                hccl.broadcast(sends[r], count, dname, n - 1, comms[r], streams[r])
+            sync()
+            for r in range(n): check("broadcast", sends[r].numpy(dt)[:count], data[n - 1][:count])
+            for r in range(n):
+                if count: art.memcpy(sends[r], data[r])
+            hccl.group_start()
+            for r in range(n):
+                hccl.send(sends[r], count, dname, (r + 1) % n, comms[r], streams[r])
+                hccl.recv(recvs[r], count, dname, (r - 1) % n, comms[r], streams[r])
+            hccl.group_end()
+            sync()
+            for r in range(n): check("send/recv", recvs[r].numpy(dt)[:count], data[(r - 1) % n][:count])
+            for r in range(n): hccl.barrier(comms[r], streams[r])
+            sync()
+            for b in sends + recvs: b.free()
+print(total, bad)
+'''
+
+
+def test_every_collective_dtype_and_op_matches_numpy_on_2_3_and_4_ranks():
+    out = run(MATRIX)
+    total, bad = out.split(" ", 1)
+    assert int(total) == 4752 and bad.strip() == "[]"
+
+
+def test_in_place_all_reduce_and_in_place_all_gather():
+    out = run('''
+        n, count = 4, 1003
+        comms = hccl.comm_init_all([0, 1, 2, 3])
+        streams = [art.Device(r).create_stream() for r in range(n)]
+        data = [np.arange(count, dtype=np.float64) * (r + 1) for r in range(n)]
+        bufs = [art.malloc(count * 8 * n, device=r) for r in range(n)]
+        for r in range(n):
+            art.memcpy(bufs[r], data[r])
+            hccl.all_reduce(bufs[r], bufs[r], count, D.FP64, O.SUM, comms[r], streams[r])
+        for s in streams: s.synchronize(timeout=30)
+        ok = all(np.array_equal(bufs[r].numpy(np.float64)[:count], sum(data)) for r in range(n))
+        # all-gather whose send block is its own slot of the receive buffer
+        for r in range(n):
+            art.memcpy(bufs[r][r * count * 8:(r + 1) * count * 8], data[r])
+            hccl.all_gather(bufs[r][r * count * 8:], bufs[r], count, D.FP64, comms[r], streams[r])
+        for s in streams: s.synchronize(timeout=30)
+        ok = ok and all(np.array_equal(bufs[r].numpy(np.float64), np.concatenate(data)) for r in range(n))
+        print(ok)
+    ''')
+    assert out.strip() == "True"
+
+
+@pytest.mark.cpu_only  # a kernel blocks on a host gate
+def test_a_collective_is_ordered_with_the_work_around_it_on_each_stream():
+    out = run('''
+        gate = threading.Event()
+        comms = hccl.comm_init_all([0, 1])
+        s = [art.Device(r).create_stream() for r in range(2)]
+        send = [art.malloc(4096, device=r) for r in range(2)]
+        recv = [art.malloc(4096, device=r) for r in range(2)]
+        for r in range(2):
+            art.memset(send[r], 0); art.memset(recv[r], 0)
+        # rank 1's producer is held back: the collective must wait for it
+        art.launch(lambda: gate.wait(20), stream=s[1])
+        for r in range(2):
+            art.launch(art.kernels.fill, send[r].view(np.float32), float(r + 1), stream=s[r])
+            hccl.all_reduce(send[r], recv[r], 1024, D.FP32, O.SUM, comms[r], s[r])
+        out = [np.zeros(1024, np.float32) for _ in range(2)]
+        for r in range(2):
+            art.memcpy_async(out[r], recv[r], stream=s[r]) if False else None
+        early = s[0].query()
+        gate.set()
+        for r in range(2): s[r].synchronize(timeout=20)
+        print(early, [float(recv[r].numpy(np.float32)[0]) for r in range(2)])
+    ''')
+    assert out.split() == ["False", "[3.0,", "3.0]"]
+
+
+def test_mismatched_calls_fail_every_rank_with_e_para_naming_each_call_and_site():
+    out = run('''
+        comms = hccl.comm_init_all([0, 1, 2])
+        s = [art.Device(r).create_stream() for r in range(3)]
+        b = [art.malloc(4096, device=r) for r in range(3)]
+        hccl.all_reduce(b[0], b[0], 256, D.FP32, O.SUM, comms[0], s[0])
+        hccl.all_reduce(b[1], b[1], 512, D.FP32, O.SUM, comms[1], s[1])     # the culprit
+        hccl.all_reduce(b[2], b[2], 256, D.FP32, O.SUM, comms[2], s[2])
+        errors = [sync_error(x) for x in s]
+        causes = [e.__cause__ for e in errors]
+        print(all(isinstance(c, hccl.HcclError) and c.code == R.E_PARA for c in causes))
+        text = str(causes[0])
+        print("sequence number 0" in text, f"communicator {comms[0].group.id}" in text)
+        print("rank 1: all_reduce(count=512" in text, "<string>:" in text)
+        print(hccl.flight_record(comms[2])[-1].state)
+        # the communicator goes on: the next collective works
+        for r in range(3):
+            art.memset(b[r], 0)
+            hccl.all_reduce(b[r], b[r], 256, D.FP32, O.SUM, comms[r], s[r])
+        print([sync_error(x) for x in s] == [None] * 3)
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["True", "True", "True", "True", "True", "failed", "True"]
+
+
+def test_a_rank_that_never_arrives_times_out_the_others_naming_it():
+    out = run('''
+        comms = hccl.comm_init_all([0, 1, 2])
+        s = [art.Device(r).create_stream() for r in range(3)]
+        b = [art.malloc(4096, device=r) for r in range(3)]
+        for r in range(3):
+            hccl.all_reduce(b[r], b[r], 8, D.FP32, O.SUM, comms[r], s[r])   # #0 completes
+        for r in (0, 2):                                                    # rank 1 never calls #1
+            hccl.all_reduce(b[r], b[r], 8, D.FP32, O.SUM, comms[r], s[r])
+        errors = [sync_error(s[r]) for r in (0, 2)]
+        cause = errors[0].__cause__
+        print(cause.code == R.E_TIMEOUT, errors[1].__cause__.code == R.E_TIMEOUT)
+        print("rank(s) 1 have not called it" in str(cause), "rank 1: #0" in str(cause))
+        print(int(errors[0].code) == int(art.ErrorCode.RT_WAIT_TIMEOUT))
+        rec = hccl.flight_record(comms[0])[-1]
+        print(rec.seq, rec.state, [c[0] for c in rec.calls])
+        hccl.all_reduce(b[1], b[1], 8, D.FP32, O.SUM, comms[1], s[1])       # too late: fails too
+        print(sync_error(s[1]).__cause__.code == R.E_TIMEOUT)
+    ''', env={"HCCL_EXEC_TIMEOUT": "0.5", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["True", "True", "True", "True", "True", "1", "failed", "[0,", "2]", "True"]
+
+
+def test_a_wait_cycle_through_a_collective_is_reported_as_a_deadlock():
+    out = run('''
+        comms = hccl.comm_init_all([0, 1])
+        s0, s1 = art.Device(0).create_stream(), art.Device(1).create_stream()
+        b0, b1 = art.malloc(4096, device=0), art.malloc(4096, device=1)
+        ev = art.Device(0).create_event()
+        hccl.all_reduce(b0, b0, 16, D.FP32, O.SUM, comms[0], s0)
+        ev.record(s0)                         # recorded after rank 0's all-reduce ...
+        s1.wait(ev)                          # ... which rank 1's stream waits for first
+        hccl.all_reduce(b1, b1, 16, D.FP32, O.SUM, comms[1], s1)
+        try:
+            s0.synchronize(timeout=20)
+        except art.DeadlockError as exc:
+            text = str(exc)
+            print("cycle", "all_reduce #0" in text, f"stream {s1.id}" in text)
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["cycle", "True", "True"]
+
+
+def test_sends_and_receives_outside_a_group_deadlock_and_say_so():
+    out = run('''
+        comms = hccl.comm_init_all([0, 1])
+        s = [art.Device(r).create_stream() for r in range(2)]
+        b = [art.malloc(64, device=r) for r in range(2)]
+        for r in range(2):                     # each rank sends first, then receives: a cycle
+            hccl.send(b[r], 4, D.INT32, 1 - r, comms[r], s[r])
+            hccl.recv(b[r], 4, D.INT32, 1 - r, comms[r], s[r])
+        try:
+            s[0].synchronize(timeout=20)
+        except art.DeadlockError as exc:
+            print("deadlock", "send #0" in str(exc))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["deadlock", "True"]
+
+
+BAD_INPUT = '''
+comms = hccl.comm_init_all([0, 1])
+other = hccl.comm_init_all([2, 3])
+s = [art.Device(r).create_stream() for r in range(4)]
+b = [art.malloc(4096, device=r) for r in range(4)]
+host = art.malloc_host(4096)
+seen = []
+def expect(code, fn):
+    try:
+        fn()
+    except hccl.HcclError as exc:
+        seen.append(exc.code == code or (exc.code, code))
+    else:
+        seen.append(("accepted", code))
+A = lambda *a, **k: hccl.all_reduce(*a, **k)
+expect(R.E_PARA, lambda: A(b[0], b[0], 1025, D.FP32, O.SUM, comms[0], s[0]))       # overflows 4096 B
+expect(R.E_PARA, lambda: A(b[0].ptr, b[0].ptr, 1025, D.FP32, O.SUM, comms[0], s[0]))
+expect(R.E_PARA, lambda: A(b[1], b[1], 16, D.FP32, O.SUM, comms[0], s[0]))         # device 1's buffer
+expect(R.E_PARA, lambda: A(host, host, 16, D.FP32, O.SUM, comms[0], s[0]))          # host memory
+expect(R.E_PTR, lambda: A(None, b[0], 16, D.FP32, O.SUM, comms[0], s[0]))
+expect(R.E_PTR, lambda: A(12345, b[0], 16, D.FP32, O.SUM, comms[0], s[0]))          # not an allocation
+expect(R.E_PARA, lambda: A(b[0], b[0], -1, D.FP32, O.SUM, comms[0], s[0]))
+expect(R.E_PARA, lambda: A(b[0], b[0], 16, 99, O.SUM, comms[0], s[0]))
+expect(R.E_PARA, lambda: A(b[0], b[0], 16, D.FP32, 7, comms[0], s[0]))
+expect(R.E_NOT_SUPPORT, lambda: A(b[0], b[0], 16, D.BFP16, O.SUM, comms[0], s[0]))
+expect(R.E_PARA, lambda: A(b[0], b[0], 16, D.FP32, O.SUM, comms[0], s[1]))          # stream of device 1
+expect(R.E_PARA, lambda: A(b[2], b[2], 16, D.FP32, O.SUM, comms[0], s[2]))          # mixing comms
+expect(R.E_PTR, lambda: A(b[0], b[0], 16, D.FP32, O.SUM, "comm", s[0]))
+expect(R.E_PARA, lambda: hccl.broadcast(b[0], 16, D.FP32, 2, comms[0], s[0]))       # root out of range
+expect(R.E_PARA, lambda: hccl.send(b[0], 16, D.FP32, 5, comms[0], s[0]))
+expect(R.E_PARA, lambda: hccl.send(b[0], 16, D.FP32, 0, comms[0], s[0]))            # to itself
+expect(R.E_PARA, lambda: hccl.all_gather(b[0], b[0], 600, D.FP32, comms[0], s[0]))  # 2 x 2400 B > 4096
+expect(R.E_PARA, lambda: hccl.reduce_scatter(b[0], b[0], 600, D.FP32, O.SUM, comms[0], s[0]))
+expect(R.E_PARA, lambda: hccl.comm_init_all([0, 0]))
+expect(R.E_PARA, lambda: hccl.comm_init_all([0, 9]))
+expect(R.E_PARA, lambda: hccl.group_end())
+dead = hccl.comm_init_all([0, 1])
+hccl.comm_destroy(dead[0])
+expect(R.E_PTR, lambda: A(b[0], b[0], 16, D.FP32, O.SUM, dead[0], s[0]))
+expect(R.E_PTR, lambda: hccl.get_rank_size(dead[0]))
+print(all(x is True for x in seen), [x for x in seen if x is not True])
+print(all(x.pending == 0 for x in s))
+# nothing moved and every communicator is still usable
+for r in range(2):
+    art.memset(b[r], 0)
+    hccl.all_reduce(b[r], b[r], 16, D.FP32, O.SUM, comms[r], s[r])
+print([sync_error(x) for x in s[:2]] == [None, None])
+print(hccl.get_rank_size(comms[1]), hccl.get_rank_id(comms[1]), hccl.get_rank_id(other[1]))
+'''
+
+
+def test_bad_input_gets_hccl_codes_queues_nothing_and_leaves_the_communicator_usable():
+    out = run(BAD_INPUT, env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split("\n")[:4] == ["True []", "True", "True", "2 1 1"]
+
+
+def test_comm_init_root_info_joins_one_thread_per_rank():
+    out = run('''
+        info = hccl.get_root_info()
+        print(len(bytes(info)) == hccl.ROOT_INFO_BYTES)
+        results = {}
+        def rank(r):
+            art.set_device(r)
+            comm = hccl.comm_init_root_info(4, info, r)
+            s = art.Device(r).create_stream()
+            buf = art.malloc(64, device=r)
+            art.memcpy(buf, np.full(16, r + 1, np.int32))
+            hccl.all_reduce(buf, buf, 16, D.INT32, O.SUM, comm, s)
+            s.synchronize(timeout=20)
+            results[r] = (hccl.get_rank_id(comm), int(buf.numpy(np.int32)[0]))
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join(30)
+        print(sorted(results.values()))
+        def expect(code, fn):
+            try:
+                fn()
+            except hccl.HcclError as exc:
+                return exc.code == code
+            return False
+        info2 = hccl.get_root_info()
+        print(expect(R.E_PARA, lambda: hccl.comm_init_root_info(2, info2, 2)),
+              expect(R.E_PTR, lambda: hccl.comm_init_root_info(2, b"x", 0)),
+              expect(R.E_TIMEOUT, lambda: hccl.comm_init_root_info(2, info2, 0)))
+    ''', env={"HCCL_CONNECT_TIMEOUT": "0.3", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split("\n")[:3] == ["True", "[(0, 10), (1, 10), (2, 10), (3, 10)]", "True True True"]
+
+
+def test_a_collective_on_a_capturing_stream_is_refused_clearly():
+    out = run('''
+        comms = hccl.comm_init_all([0, 1])
+        s = art.Device(0).create_stream()
+        b = art.malloc(64, device=0)
+        s.begin_capture()
+        try:
+            hccl.all_reduce(b, b, 4, D.FP32, O.SUM, comms[0], s)
+        except hccl.HcclError as exc:
+            print(exc.code == R.E_NOT_SUPPORT, "captured" in str(exc))
+        s.end_capture()
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["True", "True"]
+
+
+@pytest.mark.cpu_only  # a kernel blocks on a host gate
+def test_peer_access_in_the_core_and_the_acl_facade_agree():
+    out = run('''
+        import ascentrt.acl as acl
+        d0, d1 = art.Device(0), art.Device(1)
+        print(d0.can_access_peer(d1), d0.peer_access_enabled(1))
+        try:
+            d0.enable_peer_access(d0)
+        except art.InvalidArgumentError as exc:
+            print(int(exc.code))
+        acl.rt.set_device(0)
+        print(acl.rt.device_enable_peer_access(1, 0), d0.peer_access_enabled(d1),
+              acl.rt.device_peer_access_status(0, 1))
+        d0.disable_peer_access(d1)
+        print(acl.rt.device_peer_access_status(0, 1), acl.rt.device_can_access_peer(0, 1))
+        # events cross devices: device 1's stream waits for device 0's record
+        gate = threading.Event()
+        s0, s1 = d0.create_stream(), d1.create_stream()
+        a, b = art.malloc(64, device=0), art.malloc(64, device=1)
+        art.memset(b, 0)
+        art.launch(lambda: gate.wait(20), stream=s0)
+        art.launch(art.kernels.fill, a.view(np.int32), 5, stream=s0)
+        ev = d0.create_event(); ev.record(s0)
+        s1.wait(ev)
+        d1.enable_peer_access(d0)
+        art.memcpy_async(b, a, stream=s1)
+        gate.set(); s1.synchronize(timeout=20)
+        print(int(b.numpy(np.int32)[0]))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split("\n")[:5] == ["True False", "100000", "0 True (1, 0)", "(0, 0) (1, 0)", "5"]
