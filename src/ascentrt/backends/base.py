@@ -54,8 +54,9 @@ class PlainOp(Op):
 class Cost:
     """What a kernel costs on a simulated device: a duration, or work for a roofline model.
 
-    seconds: the duration itself. Otherwise flops and bytes: the kernel takes the longer of
-    flops over the compute rate of the units it occupies and bytes over memory bandwidth.
+    seconds: the duration itself. Otherwise flops and bytes: the kernel takes the longest of
+    flops over the compute rate of the units it occupies, bytes over memory bandwidth, and
+    link_bytes (read from another device's memory) over the peer link.
     block_dim: compute units it occupies (None: all of them), as CANN's blockDim.
     """
 
@@ -63,6 +64,7 @@ class Cost:
     flops: float = 0.0
     bytes: float = 0.0
     block_dim: int | None = None
+    link_bytes: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -561,14 +561,16 @@ class SimBackend(CpuBackend):
         cost function, or the preset's default (and the kernel is listed as uncosted)."""
         p = self.preset
         cost = op.cost
-        if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes):
+        if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes
+                            and not cost.link_bytes):
             block_dim = None if cost is None else cost.block_dim  # launch(block_dim=) alone
             fn_cost = getattr(op.fn, "cost", None)
             if fn_cost is not None:
                 cost = fn_cost(*args)
                 if block_dim is not None:
                     cost = dataclasses.replace(cost, block_dim=block_dim)
-        if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes):
+        if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes
+                            and not cost.link_bytes):
             label = getattr(op, "label", None) or getattr(op.fn, "__name__", "kernel")
             self.uncosted[label] = self.uncosted.get(label, 0) + 1
             return p.default_kernel_ns
@@ -577,7 +579,9 @@ class SimBackend(CpuBackend):
         units = p.compute_units if cost.block_dim is None else min(cost.block_dim, p.compute_units)
         compute = cost.flops / (p.compute_flops_per_unit * units)
         memory = cost.bytes / p.memory_bandwidth
-        return max(compute, memory) * 1e9
+        link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
+            if cost.link_bytes else 0.0
+        return max(compute, memory, link) * 1e9
 
 
 def _always(t) -> bool:

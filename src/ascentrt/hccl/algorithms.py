@@ -1,10 +1,13 @@
 """The steps each collective queues on its ranks' lanes once every rank has called.
 
 All-reduce, reduce-scatter and all-gather use a ring: step by step each rank pulls one chunk
-from its predecessor (a peer copy on its copy engine) and reduces it into its own (a kernel),
-so every link carries 1/n of the data per step whatever the topology, and the time on `sim`
-follows the peer-link model (2(n-1)/n of the data crosses each link for an all-reduce, the
-bound NCCL's bus bandwidth is defined by). Broadcast, all-to-all and send/recv pull straight
+from its predecessor over the peer link, reducing it into its own as it arrives (an
+inline-reduce transfer on its copy engine, as HCCL's SDMA reduce on Atlas A2) or, in the
+all-gather steps, copying it (a peer copy). Every link carries 1/n of the data per step
+whatever the topology, so the time on `sim` follows the peer-link model: 2(n-1)/n of the
+data crosses each link for an all-reduce, the bound NCCL's bus bandwidth is defined by. The
+fused reduce also matters on the cpu backend, where one thread saturates memory bandwidth:
+a separate copy and reduce would move 5/3 the bytes per step. Broadcast, all-to-all and send/recv pull straight
 from the rank that holds the data. A barrier only joins the ranks' streams.
 
 Ordering comes from markers: a rank's step waits for the step of the rank it pulls from, and
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from ..backends.base import Cost
 from ..engine import ENGINE, Task
-from ..engine.task import COPY, EVENT_RECORD, EVENT_WAIT, KERNEL, Marker
+from ..engine.task import COPY, COPY_ENGINE, EVENT_RECORD, EVENT_WAIT, KERNEL, Marker
 from ..errors import AscentError
 from ..memory.buffer import BufferSlice, task_view
 from .constants import UFUNCS, HcclError, HcclResult
@@ -77,14 +80,16 @@ class Plan:
         t.resolve = self._copy_guard(dst, src)
         self._task(r, t)
 
-    def reduce(self, r: int, out: BufferSlice, a: BufferSlice, b: BufferSlice, dtype, op,
+    def reduce(self, r: int, out: BufferSlice, own: BufferSlice, peer: BufferSlice, dtype, op,
                what: str) -> None:
-        """Rank r's lane runs out = op(a, b) on its compute units."""
+        """Rank r's copy engine reads `peer` (another rank's memory, over the link) and writes
+        out = op(own, peer): an inline-reduce transfer, as HCCL's SDMA reduce on Atlas A2."""
         if not out.nbytes:
             return
-        t = Task(KERNEL, _reduce, (out, a, b, UFUNCS[op]), f"{self.meeting.name}: {what}")
+        t = Task(KERNEL, _reduce, (out, own, peer, UFUNCS[op]), f"{self.meeting.name}: {what}")
+        t.executor = COPY_ENGINE
         t.nbytes = out.nbytes
-        t.cost = Cost(bytes=3.0 * out.nbytes)
+        t.cost = Cost(bytes=3.0 * out.nbytes, link_bytes=float(out.nbytes))
         t.resolve = self._reduce_guard(dtype)
         self._task(r, t)
 
@@ -173,19 +178,16 @@ def all_reduce(plan: Plan) -> None:
         plan.finish(0)
         return
     steps = [plan.markers(r, 2 * (n - 1)) for r in range(n)]
-    biggest = max(k for _, k in parts)
-    temps = [plan.temp(r, biggest) for r in range(n)]
     for r in range(n):
-        prev, nxt = (r - 1) % n, (r + 1) % n
+        prev = (r - 1) % n
         plan.wait(r, m.arrive[ranks[r]], m.arrive[ranks[prev]])
         for s in range(n - 1):              # reduce-scatter: chunk c gathers one more rank
             c = (r - s - 1) % n
             if s:
                 plan.wait(r, steps[prev][s - 1])
             src = send[prev](c) if s == 0 else recv[prev](c)
-            tmp = temps[r][0:parts[c][1]]
-            plan.copy(r, tmp, src, f"rs{s} pull chunk {c} from rank {prev}")
-            plan.reduce(r, recv[r](c), send[r](c), tmp, c0.dtype, c0.reduce, f"rs{s} reduce")
+            plan.reduce(r, recv[r](c), send[r](c), src, c0.dtype, c0.reduce,
+                        f"rs{s} reduce chunk {c} from rank {prev}")
             plan.mark(r, steps[r][s])
     for r in range(n):
         prev, nxt = (r - 1) % n, (r + 1) % n
@@ -213,7 +215,6 @@ def reduce_scatter(plan: Plan) -> None:
         plan.finish(0)
         return
     work = [plan.temp(r, size * n) for r in range(n)]    # partial sums, chunk c at c * size
-    temps = [plan.temp(r, size) for r in range(n)]
     steps = [plan.markers(r, n - 1) for r in range(n)]
     for r in range(n):
         prev = (r - 1) % n
@@ -225,10 +226,9 @@ def reduce_scatter(plan: Plan) -> None:
                 src = work[prev][c * size:(c + 1) * size]
             else:
                 src = _at(calls[prev].send, c * size, size)
-            plan.copy(r, temps[r], src, f"rs{s} pull chunk {c} from rank {prev}")
             out = _at(calls[r].recv, 0, size) if s == n - 2 else work[r][c * size:(c + 1) * size]
-            plan.reduce(r, out, _at(calls[r].send, c * size, size), temps[r], c0.dtype, c0.reduce,
-                        f"rs{s} reduce")
+            plan.reduce(r, out, _at(calls[r].send, c * size, size), src, c0.dtype, c0.reduce,
+                        f"rs{s} reduce chunk {c} from rank {prev}")
             plan.mark(r, steps[r][s])
     for r in range(n):
         plan.finish(r, steps[(r + 1) % n][-1])
