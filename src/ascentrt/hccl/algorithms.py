@@ -1,14 +1,19 @@
 """The steps each collective queues on its ranks' lanes once every rank has called.
 
-All-reduce, reduce-scatter and all-gather use a ring: step by step each rank pulls one chunk
-from its predecessor over the peer link, reducing it into its own as it arrives (an
-inline-reduce transfer on its copy engine, as HCCL's SDMA reduce on Atlas A2) or, in the
-all-gather steps, copying it (a peer copy). Every link carries 1/n of the data per step
-whatever the topology, so the time on `sim` follows the peer-link model: 2(n-1)/n of the
-data crosses each link for an all-reduce, the bound NCCL's bus bandwidth is defined by. The
-fused reduce also matters on the cpu backend, where one thread saturates memory bandwidth:
-a separate copy and reduce would move 5/3 the bytes per step. Broadcast, all-to-all and send/recv pull straight
-from the rank that holds the data. A barrier only joins the ranks' streams.
+Reduce-scatter and all-gather use a ring: step by step each rank pulls one chunk from its
+predecessor over the peer link, reducing it into its own as it arrives (an inline-reduce
+transfer on its copy engine, as HCCL's SDMA reduce on Atlas A2) or, in the all-gather,
+copying it (a peer copy). Every link carries 1/n of the data per step, so the time on `sim`
+follows the peer-link model. All-reduce is that ring's reduce-scatter, then an all-gather by
+owner: at step k every rank pulls the chunk rank k finished. On a full mesh (HCCS between the
+NPUs of one server, NVSwitch) each pair has its own link, so each rank still receives 1/n of
+the data per step and 2(n-1)/n of it crosses each rank's links in all, the bound NCCL's bus
+bandwidth is defined by. The fused reduce and the owner order matter on the cpu backend,
+where one thread saturates memory bandwidth: a separate copy and reduce would move 5/3 the
+bytes per step, and the n-1 readers of one chunk at once share its cache lines.
+
+Broadcast, all-to-all and send/recv pull straight from the rank that holds the data. A
+barrier only joins the ranks' streams.
 
 Ordering comes from markers: a rank's step waits for the step of the rank it pulls from, and
 (all-reduce) a rank overwrites a chunk only after its successor has read it; a rank's part
@@ -163,7 +168,7 @@ def _at(loc, off: int, n: int) -> BufferSlice:
 
 
 def all_reduce(plan: Plan) -> None:
-    """Ring all-reduce: n-1 reduce-scatter steps, then n-1 all-gather steps."""
+    """n-1 ring reduce-scatter steps, then n-1 all-gather steps by owner."""
     m = plan.meeting
     ranks = m.ranks
     n = len(ranks)
@@ -177,7 +182,7 @@ def all_reduce(plan: Plan) -> None:
         plan.copy(0, _at(c0.recv, 0, c0.nbytes), _at(c0.send, 0, c0.nbytes), "copy")
         plan.finish(0)
         return
-    steps = [plan.markers(r, 2 * (n - 1)) for r in range(n)]
+    steps = [plan.markers(r, n - 1) for r in range(n)]
     for r in range(n):
         prev = (r - 1) % n
         plan.wait(r, m.arrive[ranks[r]], m.arrive[ranks[prev]])
@@ -189,16 +194,21 @@ def all_reduce(plan: Plan) -> None:
             plan.reduce(r, recv[r](c), send[r](c), src, c0.dtype, c0.reduce,
                         f"rs{s} reduce chunk {c} from rank {prev}")
             plan.mark(r, steps[r][s])
+    # All-gather: at step k every rank copies the chunk rank k finished (chunk k + 1), so the
+    # n - 1 readers of one chunk run together and share its cache lines.
+    gathered = [plan.markers(r, n) for r in range(n)]
     for r in range(n):
-        prev, nxt = (r - 1) % n, (r + 1) % n
-        for t in range(n - 1):              # all-gather: pass the finished chunks on
-            d = (r - t) % n
-            # the chunk's last writer is prev; nxt must have read ours (its step t) first
-            plan.wait(r, steps[prev][n - 2 + t], steps[nxt][t])
-            plan.copy(r, recv[r](d), recv[prev](d), f"ag{t} pull chunk {d} from rank {prev}")
-            plan.mark(r, steps[r][n - 1 + t])
+        nxt = (r + 1) % n
+        for k in range(n):
+            if k == r:
+                continue
+            d = (k + 1) % n
+            s_read = (r - k - 1) % n     # the rank-(r+1) RS step that read recv_r[d], if any
+            plan.wait(r, steps[k][n - 2], steps[nxt][s_read] if 1 <= s_read <= n - 2 else None)
+            plan.copy(r, recv[r](d), recv[k](d), f"ag pull chunk {d} from rank {k}")
+            plan.mark(r, gathered[r][k])
     for r in range(n):
-        plan.finish(r, steps[(r + 1) % n][-1])
+        plan.finish(r, *(gathered[q][r] for q in range(n) if q != r))
 
 
 def reduce_scatter(plan: Plan) -> None:

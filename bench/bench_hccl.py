@@ -1,0 +1,125 @@
+"""Collective figures: in-process AllReduce bandwidth on 4 devices against the memory-bound
+floor of this machine, the bus bandwidth AllReduce (ring reduce-scatter, all-gather by owner)
+reaches on `sim` against its preset's link, and (with the [mpi] extra) AllReduce over MPI against mpi4py's own Allreduce.
+
+Algorithm bandwidth is bytes per rank / time of one AllReduce (all ranks submitted, all
+synchronized). The floor is a numpy sum of the same four arrays in one thread (np.add into one
+output, three passes): on this machine one thread already saturates memory bandwidth, so it is
+what any in-process reduction of the four arrays is measured against. Bus bandwidth is
+algorithm bandwidth x 2(n-1)/n, the share of the data each link carries in a ring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("ASCENTRT_DEVICES", "4")  # before ascentrt makes its devices
+
+from _common import QUICK, emit, median, pick  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import ascentrt as art  # noqa: E402
+from ascentrt import hccl  # noqa: E402
+
+N = 4
+SIZES = pick([4 << 10, 1 << 20, 16 << 20, 64 << 20], [4 << 10, 1 << 20])
+ROUNDS = pick(7, 2)
+FP32, SUM = hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM
+
+
+def _timed(fn, rounds: int) -> float:
+    fn()  # warm-up: first touch of every page
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return median(times)
+
+
+def in_process() -> None:
+    """AllReduce on 4 cpu devices against the numpy floor, per size."""
+    comms = hccl.comm_init_all(list(range(N)))
+    streams = [art.Device(r).create_stream() for r in range(N)]
+    rows = []
+    for size in SIZES:
+        count = size // 4
+        sends = [art.malloc(size, device=r) for r in range(N)]
+        recvs = [art.malloc(size, device=r) for r in range(N)]
+        for r in range(N):
+            art.memcpy(sends[r], np.full(count, r, np.float32))
+        arrays = [np.full(count, r, np.float32) for r in range(N)]
+        out = np.empty(count, np.float32)
+
+        def floor():
+            np.add(arrays[0], arrays[1], out=out)
+            for a in arrays[2:]:
+                np.add(out, a, out=out)
+
+        def all_reduce():
+            for r in range(N):
+                hccl.all_reduce(sends[r], recvs[r], count, FP32, SUM, comms[r], streams[r])
+            for s in streams:
+                s.synchronize(60)
+
+        rounds = ROUNDS if size >= 16 << 20 else ROUNDS * 5
+        rows.append((size, size / _timed(all_reduce, rounds), size / _timed(floor, rounds)))
+        assert float(recvs[N - 1].numpy(np.float32)[0]) == sum(range(N))
+        for b in sends + recvs:
+            b.free()
+    size, algbw, floor_bw = rows[-1]
+    curve = ", ".join(f"{s >> 10} KiB: {a / 1e9:.2f} GB/s vs {f / 1e9:.2f}" for s, a, f in rows)
+    emit(f"hccl_allreduce_{size >> 20}MiB_4dev_cpu", algbw / 1e9, "GB/s",
+         "numpy sum of the 4 arrays, one thread", floor_bw / 1e9, ">=", 0.5,
+         f"in-process AllReduce algorithm bandwidth at {size >> 20} MiB, 4 cpu devices, median "
+         f"of {ROUNDS}", note=f"algbw vs floor by size: {curve}")
+
+
+SIM_CHILD = """
+import json, os
+import ascentrt as art
+from ascentrt import hccl
+n, size = 4, {size}
+comms = hccl.comm_init_all(list(range(n)))
+streams = [art.Device(r).create_stream() for r in range(n)]
+bufs = [art.malloc(size, device=r) for r in range(n)]
+for s in streams: s.synchronize()
+t0 = art.Device(0).now_ns()
+for r in range(n):
+    hccl.all_reduce(bufs[r], bufs[r], size // 4, 4, 0, comms[r], streams[r])
+for s in streams: s.synchronize()
+seconds = (art.Device(0).now_ns() - t0) / 1e9
+print(json.dumps({{"busbw": size / seconds * 2 * (n - 1) / n,
+                  "link": art.Device(0)._backend.preset.peer_link_bandwidth}}))
+"""
+
+
+def on_sim() -> None:
+    """AllReduce bus bandwidth on 4 simulated ascend910b devices against the HCCS link."""
+    size = pick(64 << 20, 1 << 20)
+    env = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_SIM_PRESET="ascend910b",
+               ASCENTRT_DEVICES="4", ASCENTRT_LEAK_CHECK="off")
+    proc = subprocess.run([sys.executable, "-c", SIM_CHILD.format(size=size)], env=env,
+                          capture_output=True, text=True, timeout=300, check=True)
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    emit(f"hccl_allreduce_busbw_sim_{size >> 20}MiB", got["busbw"] / 1e9, "GB/s",
+         "the preset's peer link (ascend910b HCCS)", got["link"] / 1e9, ">=", 0.8,
+         "AllReduce on 4 sim devices reaches the link bandwidth (bus bandwidth = "
+         "algbw x 2(n-1)/n), virtual time, deterministic")
+
+
+def main() -> None:
+    """Measure and print the collective figures as JSON lines."""
+    in_process()
+    on_sim()
+    if QUICK:
+        return
+
+
+if __name__ == "__main__":
+    main()
