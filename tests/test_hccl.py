@@ -3,6 +3,7 @@ deadlocks reported by name, bad input refused with HCCL's codes, peer access, st
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -369,3 +370,67 @@ def test_peer_access_in_the_core_and_the_acl_facade_agree():
         print(int(b.numpy(np.int32)[0]))
     ''', env={"ASCENTRT_LEAK_CHECK": "off"})
     assert out.split("\n")[:5] == ["True False", "100000", "0 True (1, 0)", "(0, 0) (1, 0)", "5"]
+
+
+def test_the_profiler_shows_each_ranks_part_with_its_bytes_and_a_forward_flow_between_ranks(tmp_path):
+    import json
+    from test_profiler_trace import validate_trace
+    run(f'''
+        from ascentrt import profiler
+        comms = hccl.comm_init_all([0, 1, 2])
+        s = [art.Device(r).create_stream() for r in range(3)]
+        b = [art.malloc(1 << 16, device=r) for r in range(3)]
+        with profiler.profile({str(tmp_path / "p")!r}):
+            for r in range(3):
+                art.launch(art.kernels.fill, b[r].view(np.float32), 1.0, stream=s[r])
+                hccl.all_reduce(b[r], b[r], 1 << 14, D.FP32, O.SUM, comms[r], s[r])
+            for x in s: x.synchronize()
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    data = json.loads((tmp_path / "p" / "profile.json").read_text())
+    (coll,) = [dict(zip(data["collectives"]["columns"], row)) for row in data["collectives"]["rows"]]
+    assert coll["op"] == "all_reduce" and coll["state"] == "done" and coll["nbytes"] == 1 << 16
+    assert sorted(p[0] for p in coll["parts"]) == [0, 1, 2] and len(coll["sites"]) == 3
+    tasks = [dict(zip(data["tasks"]["columns"], row)) for row in data["tasks"]["rows"]]
+    parts = {(p[1], p[2], p[3]) for p in coll["parts"]}
+    mine = [t for t in tasks if (t["device"], t["stream"], t["task_id"]) in parts]
+    assert len(mine) == 3 and all(t["nbytes"] == 1 << 16 and "all_reduce #0" in t["name"] for t in mine)
+    lane_steps = [t for t in tasks if "rs" in t["name"] or "ag pull" in t["name"]]
+    assert {t["device"] for t in lane_steps} == {0, 1, 2}    # the steps show, on each device
+    doc = json.loads((tmp_path / "p" / "trace.json").read_text())
+    validate_trace(doc)                                      # every flow forward in time
+    assert sum(e.get("cat") == "collective" and e["ph"] == "s" for e in doc["traceEvents"]) == 2
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    assert any("hccl lane: communicator" in n for n in names)
+
+
+@pytest.mark.skipif(os.environ.get("ASCENTRT_BACKEND") == "sim",
+                    reason="runs once, in the cpu session: it picks the sim backend itself")
+def test_on_sim_a_peer_copy_takes_the_link_time_and_all_reduce_reaches_the_link():
+    out = run('''
+        P = art.Device(0)._backend.preset
+        d0, d1 = art.Device(0), art.Device(1)
+        s = d1.create_stream()
+        a, b = art.malloc(8 << 20, device=0), art.malloc(8 << 20, device=1)
+        d1.enable_peer_access(d0)
+        s.synchronize()
+        e0, e1 = d1.create_event(timing=True), d1.create_event(timing=True)
+        e0.record(s); art.memcpy_async(b, a, stream=s); e1.record(s)
+        s.synchronize()
+        link = (P.peer_link_latency_ns + (8 << 20) / P.peer_link_bandwidth * 1e9) / 1e6
+        print(abs(art.elapsed_time(e0, e1) - link) / link < 0.05)
+        n, size = 4, 64 << 20
+        comms = hccl.comm_init_all(list(range(n)))
+        st = [art.Device(r).create_stream() for r in range(n)]
+        bufs = [art.malloc(size, device=r) for r in range(n)]
+        times = []
+        for _ in range(2):
+            for x in st: x.synchronize()
+            t0 = d0.now_ns()
+            for r in range(n):
+                hccl.all_reduce(bufs[r], bufs[r], size // 4, D.FP32, O.SUM, comms[r], st[r])
+            for x in st: x.synchronize()
+            times.append(d0.now_ns() - t0)
+        busbw = size / (times[0] / 1e9) * 2 * (n - 1) / n
+        print(0.8 < busbw / P.peer_link_bandwidth <= 1.0, times[0] == times[1])
+    ''', env={"ASCENTRT_LEAK_CHECK": "off", "ASCENTRT_BACKEND": "sim"})
+    assert out.split() == ["True", "True", "True"]

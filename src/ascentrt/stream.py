@@ -29,6 +29,8 @@ class FailureMode(enum.IntEnum):
 class Stream:
     """A queue of tasks that run one at a time, in submission order, on one device."""
 
+    role = ""  # what an internal stream is for (a communicator's lane): the profiler shows it
+
     def __init__(self, device=None, priority: int = 0, *, stop_on_failure: bool = False,
                  _internal: bool = False):
         device = resolve_device(device)

@@ -108,6 +108,7 @@ def _post(comm, call: Call, pair: tuple | None = None) -> None:
         wait.nbytes = call.nbytes
         wait.timeout = timeout
         wait.timeout_error = meeting.timed_out
+        call.task = wait
         finish = Task(KERNEL, meeting.finisher(call.rank), (), f"hccl_{call.op}")
         finish.nbytes = call.nbytes
         finish.cost = Cost(seconds=0.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+import weakref
 
 from .. import config
 from ..device import Device, current_device, device_count
@@ -22,6 +23,7 @@ ROOT_INFO_BYTES = 4108  # HCCL_ROOT_INFO_BYTES: the size of HCCL's opaque root i
 _ids = iter(range(1, 1 << 62))
 _forming: dict[bytes, "_Forming"] = {}   # root info -> the group its ranks are joining
 _forming_lock = threading.Lock()
+_groups: "weakref.WeakSet[Group]" = weakref.WeakSet()  # live communicators (for the profiler)
 
 
 class RootInfo:
@@ -65,12 +67,15 @@ class Group:
         self.size = len(devices)
         self.lock = threading.Lock()
         self.lanes = [Stream(d, 0, _internal=True) for d in devices]
+        for r, lane in enumerate(self.lanes):
+            lane.role = f"hccl lane: communicator {self.id} rank {r}"
         self.seq = [0] * self.size           # collectives each rank has called
         self.p2p: dict[tuple, int] = {}      # (src, dst, "send"/"recv") -> calls so far
         self.meetings: dict = {}             # key -> Meeting not yet complete on every rank
         self.last_done = [-1] * self.size    # the last collective each rank completed
         self.destroyed = [False] * self.size
-        self.flight = FlightRecorder()
+        self.flight = FlightRecorder(self.id)
+        _groups.add(self)
 
     def completed(self, rank: int, seq) -> None:
         """Rank `rank` finished collective `seq` (None: a send/recv)."""
@@ -81,6 +86,11 @@ class Group:
         """'rank 1: #4, rank 2: none' for the flight record and timeout messages."""
         return ", ".join(f"rank {r}: " + (f"#{self.last_done[r]}" if self.last_done[r] >= 0 else "none")
                          for r in ranks)
+
+
+def groups() -> list[Group]:
+    """The communicators alive in this process (what the profiler reads flight records from)."""
+    return list(_groups)
 
 
 class Communicator:

@@ -21,6 +21,7 @@ class FlightRecord:
     ranks: tuple          # ranks taking part
     calls: tuple          # (rank, call as text, call site, posted ns, done ns) of ranks that called
     error: str
+    parts: tuple = ()     # (rank, device, stream, task id) of each rank's part on its stream
 
     def line(self) -> str:
         """One line per collective, as dumped on a failure."""
@@ -35,12 +36,18 @@ class FlightRecord:
 class FlightRecorder:
     """The last RECORDS meetings of one communicator (read as FlightRecords)."""
 
-    def __init__(self):
+    def __init__(self, comm: int = 0):
+        self._comm = comm
         self._meetings = collections.deque(maxlen=RECORDS)
 
     def add(self, meeting) -> None:
         """Remember a new meeting (the oldest is forgotten past RECORDS)."""
         self._meetings.append(meeting)
+
+    @property
+    def communicator(self) -> int:
+        """The id of the communicator it records (set by its group)."""
+        return self._comm
 
     def records(self) -> list[FlightRecord]:
         """Snapshots of the remembered meetings, oldest first."""
@@ -52,7 +59,9 @@ class FlightRecorder:
                 seq=m.seq, op=first.op if first else "?", count=first.count if first else 0,
                 nbytes=first.nbytes if first else 0, state=m.state, ranks=tuple(m.ranks),
                 calls=tuple((c.rank, c.describe(), c.site, c.posted_ns, c.done_ns) for c in calls),
-                error=str(m.error) if m.error is not None else ""))
+                error=str(m.error) if m.error is not None else "",
+                parts=tuple((c.rank, c.stream.device.id, c.stream.id, c.task.id) for c in calls
+                            if c.task is not None and c.task.id)))
         return out
 
     def dump(self) -> str:

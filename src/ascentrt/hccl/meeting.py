@@ -25,7 +25,7 @@ class Call:
     """One rank's call: what it asked for and where, and its buffers (allocation, offset)."""
 
     __slots__ = ("rank", "op", "count", "dtype", "reduce", "root", "peer", "send", "recv",
-                 "nbytes", "stream", "site", "posted_ns", "done_ns")
+                 "nbytes", "stream", "site", "posted_ns", "done_ns", "task")
 
     def __init__(self, rank, op, count, dtype, reduce, root, peer, send, recv, nbytes, stream, site):
         self.rank, self.op, self.count, self.dtype, self.reduce = rank, op, count, dtype, reduce
@@ -33,6 +33,7 @@ class Call:
         self.stream, self.site = stream, site
         self.posted_ns = time.time_ns()
         self.done_ns = 0
+        self.task = None  # the wait on its stream that spans the rank's part (once queued)
 
     def signature(self) -> tuple:
         """What must agree between the ranks of one collective."""

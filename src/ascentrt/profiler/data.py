@@ -147,9 +147,24 @@ class RaceRecord:
     count: int
 
 
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One collective of a communicator (from its flight recorder): what was called, its
+    state, and each rank's part as a task on its stream."""
+
+    comm: int
+    seq: int
+    op: str
+    nbytes: int
+    state: str
+    parts: list          # [rank, device, stream, task id] per rank whose part ran in the profile
+    sites: list          # "rank r: call at file:line" per rank that called
+    error: str
+
+
 _RECORDS = {"tasks": TaskRecord, "api_calls": ApiCall, "ranges": RangeRecord, "marks": MarkRecord,
             "memory": MemorySample, "allocations": Allocation, "devices": DeviceInfo,
-            "streams": StreamInfo, "races": RaceRecord}
+            "streams": StreamInfo, "races": RaceRecord, "collectives": CollectiveRecord}
 
 
 @dataclass
@@ -168,6 +183,7 @@ class ProfileData:
     devices: list = field(default_factory=list)
     streams: list = field(default_factory=list)
     races: list = field(default_factory=list)
+    collectives: list = field(default_factory=list)
     threads: dict = field(default_factory=dict)  # host thread ident -> name
 
     def to_json(self) -> dict:

@@ -13,8 +13,9 @@ from ..engine.task import EVENT_WAIT, KIND_NAMES, NOTIFY_WAIT
 from ..errors import ErrorCode
 from ..memory.registry import REGISTRY
 from . import memstats
-from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample, RaceRecord,
-                   RangeRecord, StreamInfo, TaskRecord)
+from ..hccl.comm import groups as hccl_groups
+from .data import (Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord, MemorySample,
+                   RaceRecord, RangeRecord, StreamInfo, TaskRecord)
 from .hostapi import Instrumentation, outermost
 from .profile import Profile
 
@@ -197,6 +198,7 @@ class Recorder:
             prof.races = [RaceRecord(str(r), r.first.stream, r.first.task_id, r.second.stream,
                                      r.second.task_id, r.reused_from is not None, r.count)
                           for r in san.reports()[seen:]]
+        prof.collectives = _collectives({t.key for t in tasks})
         allocs = [(rec, True) for rec in self.done_allocations] + \
                  [(rec, False) for rec in self.allocations.values()]
         prof.allocations = sorted(
@@ -214,7 +216,7 @@ class Recorder:
                 if did != dev.id:
                     continue
                 role = "default" if s is default else "host functions (non-blocking)" \
-                    if s is detached else ""
+                    if s is detached else getattr(s, "role", "")
                 if role and not any(t.stream == sid and t.device == did for t in tasks):
                     continue  # internal streams appear only when they ran something
                 prof.streams.append(StreamInfo(did, sid, s.priority, role))
@@ -232,10 +234,26 @@ def _error_and_facts(call: tuple) -> tuple:
     return (call[4],) + (call[5] or ("", None, 0))
 
 
+def _collectives(keys: set) -> list:
+    """The collectives (from every communicator's flight recorder) whose parts ran in the
+    profile, ordered by communicator and sequence number."""
+    out = []
+    for group in hccl_groups():
+        for rec in group.flight.records():
+            parts = [list(p) for p in rec.parts if tuple(p[1:]) in keys]
+            if parts:
+                out.append(CollectiveRecord(group.id, rec.seq, rec.op, rec.nbytes, rec.state, parts,
+                                            [f"rank {c[0]}: {c[1]} at {c[2]}" for c in rec.calls],
+                                            rec.error))
+    return sorted(out, key=lambda c: (c.comm, c.seq, c.op))
+
+
 def _released_by(task):
     """(device, stream, task id) of the record that let a wait go on, or None."""
     if task.kind == EVENT_WAIT:
         m = task.marker
+        if m.stream is None:
+            return None  # released by the host (a collective that gave up)
         return (m.stream.device.id, m.stream.id, m.position)
     if task.kind == NOTIFY_WAIT and task.releaser is not None:
         r = task.releaser

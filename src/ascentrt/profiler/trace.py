@@ -169,6 +169,27 @@ def trace_events(profile: ProfileData) -> list[dict]:
         ev.append({"name": what, "cat": what, "ph": "f", "bp": "e", "id": flow_id,
                    "pid": pid, "tid": tid, "ts": _us(released)})
 
+    # Collectives: each rank's part waited for the rank that arrived last. An arrow goes from
+    # that part's start to a "collective" slice inside each other part, from then to its end.
+    for coll in profile.collectives:
+        parts = [by_key[k] for k in (tuple(p[1:]) for p in coll.parts) if k in by_key and k in placed]
+        if len(parts) < 2:
+            continue
+        last = max(parts, key=lambda t: t.start_ns)
+        lpid, ltid = placed[last.key]
+        for t in parts:
+            if t is last or t.end_ns < last.start_ns:
+                continue
+            flow_id += 1
+            pid, tid = placed[t.key]
+            ev.append(_slice(f"{coll.op} #{coll.seq}: every rank arrived", "collective", pid, tid,
+                             last.start_ns, t.end_ns,
+                             {"communicator": coll.comm, "last to arrive": f"stream {last.stream}"}))
+            ev.append({"name": "collective", "cat": "collective", "ph": "s", "id": flow_id,
+                       "pid": lpid, "tid": ltid, "ts": _us(last.start_ns)})
+            ev.append({"name": "collective", "cat": "collective", "ph": "f", "bp": "e",
+                       "id": flow_id, "pid": pid, "tid": tid, "ts": _us(last.start_ns)})
+
     # Races the sanitizer found: an instant on the task (or host thread) that completed each,
     # and an arrow from the access it raced with.
     for race in profile.races:
