@@ -434,3 +434,31 @@ def test_on_sim_a_peer_copy_takes_the_link_time_and_all_reduce_reaches_the_link(
         print(0.8 < busbw / P.peer_link_bandwidth <= 1.0, times[0] == times[1])
     ''', env={"ASCENTRT_LEAK_CHECK": "off", "ASCENTRT_BACKEND": "sim"})
     assert out.split() == ["True", "True", "True"]
+
+
+def test_the_sanitizer_orders_through_collectives_and_finds_the_missing_wait():
+    out = run('''
+        from ascentrt import sanitizer
+        comms = hccl.comm_init_all([0, 1])
+        s = [art.Device(r).create_stream() for r in range(2)]
+        other = art.Device(0).create_stream()
+        b = [art.malloc(4096, device=r) for r in range(2)]
+        out = art.malloc(4096, device=0)
+        def reduce_all():
+            for r in range(2):
+                art.launch(art.kernels.fill, b[r].view(np.float32), 1.0, stream=s[r])
+                hccl.all_reduce(b[r], b[r], 1024, D.FP32, O.SUM, comms[r], s[r])
+        with sanitizer.sanitize("log") as found:
+            reduce_all()
+            ev = s[0].record()                       # right: the reader waits for the collective
+            other.wait(ev)
+            art.launch(art.kernels.copy, out.view(np.float32), b[0].view(np.float32), stream=other)
+            other.synchronize(); s[1].synchronize()
+            print(len(sanitizer.reports()))
+            reduce_all()                             # wrong: no wait before reading rank 0's result
+            art.launch(art.kernels.copy, out.view(np.float32), b[0].view(np.float32), stream=other)
+            for x in s + [other]: x.synchronize()
+            found = sanitizer.reports()
+            print(len(found) >= 1, any("all_reduce #1" in str(r) for r in found))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["0", "True", "True"]

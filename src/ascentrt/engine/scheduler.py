@@ -46,7 +46,8 @@ class Hooks:
         thread's queued blocking callbacks), for the deadlock diagnosis of its host waits.
     sanitizer: the race sanitizer while it is on: submitted(stream, task) (before the engine
         lock) and submitted_all(work) (under it) see tasks before they are queued (it may raise
-        to refuse them), and the host synchronizations tell it what the host waited for.
+        to refuse them), the host synchronizations tell it what the host waited for, and
+        markers_released(markers) the records that will never come.
     """
 
     profiler = None
@@ -390,6 +391,8 @@ class Engine:
                     self._mark_done(m, released)
             for w in released:
                 self._advance(w, None)
+            if Hooks.sanitizer is not None:
+                Hooks.sanitizer.markers_released(markers)
 
     def submit_locked(self, stream, task: Task) -> None:
         """Submit while already holding the lock (used to hand off non-blocking host functions:

@@ -64,6 +64,6 @@ class FlightRecorder:
                             if c.task is not None and c.task.id)))
         return out
 
-    def dump(self) -> str:
-        """The records as text, one line each (what a failure writes to the log)."""
-        return "\n".join("  " + r.line() for r in self.records())
+    def dump(self, last: int = 8) -> str:
+        """The last records as text, one line each (what a failure writes to the log)."""
+        return "\n".join("  " + r.line() for r in self.records()[-last:])

@@ -176,6 +176,10 @@ class Sanitizer:
         self.latest: dict[int, int] = {}      # stream id -> its last time: the join of all clocks
         self.notify_waiters: dict[int, list] = {}  # id(notify) -> streams waiting for its record
         self.held: dict[int, list] = {}       # stream id -> tasks held behind such a wait
+        # A wait on an event record not submitted yet (a collective's part waits for its lane,
+        # which is queued when the last rank calls) holds its stream as a notify wait does:
+        self.record_waiters: dict[int, list] = {}  # id(marker) -> streams held until its record
+        self.held_records: set[int] = set()        # id(marker) of records sitting in a held list
 
     # ---- memory (as an observer of the address registry) -------------------------------------
 
@@ -355,6 +359,8 @@ class Sanitizer:
             held = self.held.get(sid)
             if held is not None:
                 held.append(item)
+                if kind == EVENT_RECORD:
+                    self.held_records.add(id(task.marker))
                 return
             reports = self._apply(item, raising=self.mode == "raise")
         for race, new in reports:
@@ -367,12 +373,23 @@ class Sanitizer:
         vc = self.streams[sid]
         kind = task.kind
         if kind == EVENT_RECORD:
-            task.marker.clock = (self, dict(vc))  # (tagged: an earlier session's means nothing)
-            return []
+            m = task.marker
+            m.clock = (self, dict(vc))  # (tagged: an earlier session's means nothing)
+            self.held_records.discard(id(m))
+            reports = []
+            for waiter in self.record_waiters.pop(id(m), ()):  # streams held for this record
+                _join(self.streams[waiter], vc)
+                reports += self._release(waiter)
+            return reports
         if kind == EVENT_WAIT:
-            clock = self._clock_of(task.marker)
+            m = task.marker
+            clock = self._clock_of(m)
             if clock is not None:
                 _join(vc, clock)
+            elif (m.position == 0 and not m.done) or id(m) in self.held_records:
+                # its record is not submitted (or not checked) yet: hold the stream until it is
+                self.record_waiters.setdefault(id(m), []).append(sid)
+                self.held[sid] = []
             return []
         if kind == NOTIFY_RECORD:
             key = id(task.notify)
@@ -433,6 +450,18 @@ class Sanitizer:
                 self.held[sid] += held[i + 1:]
                 break
         return reports
+
+    def markers_released(self, markers) -> None:
+        """Records that will never come (a collective gave up): what waits for them goes on,
+        after what the host has seen."""
+        reports = []
+        with self.lock:
+            for m in markers:
+                for waiter in self.record_waiters.pop(id(m), ()):
+                    _join(self.streams[waiter], self.host)
+                    reports += self._release(waiter)
+        for race, new in reports:
+            self.on_race(race, new)
 
     def submitted_all(self, work) -> None:
         """submitted() for a batch of (stream, task) queued at once (a graph launch), in an order
