@@ -19,6 +19,8 @@ KEY_LINES = {
     "sim/pool_saving.py": "the pool saves",
     "sim/sq_backpressure.py": "it waited for a slot",
     "sim/copy_engines.py": "ms of device time",
+    "hccl/data_parallel.py": "replicas identical after every AllReduce: True",
+    "hccl/mismatch.py": "rank(s) 2 differ from the other 3",
 }
 
 

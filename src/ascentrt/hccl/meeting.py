@@ -107,10 +107,18 @@ class Meeting:
         first = self.calls[self.ranks[0]].signature()
         if all(c.signature() == first for c in self.calls.values()):
             return None
+        groups: dict[tuple, list] = {}
+        for r in self.ranks:
+            groups.setdefault(self.calls[r].signature(), []).append(r)
+        usual = max(groups, key=lambda g: len(groups[g]))   # what most ranks called
+        odd = [r for r in self.ranks if self.calls[r].signature() != usual]
         lines = "; ".join(f"rank {r}: {self.calls[r].describe()} at {self.calls[r].site}"
                           for r in self.ranks)
+        blame = (f"rank(s) {', '.join(map(str, odd))} differ from the other "
+                 f"{len(self.ranks) - len(odd)}" if len(groups[usual]) > len(odd) else
+                 "no majority")
         return HcclError(f"mismatched calls at sequence number {self.seq} of communicator "
-                         f"{self.group.id}: {lines}", code=HcclResult.E_PARA)
+                         f"{self.group.id} ({blame}): {lines}", code=HcclResult.E_PARA)
 
     # ---- failure --------------------------------------------------------------------------
 
