@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[dev,cli]'
+	$(PY) -m pip install -q -e '.[dev,cli,mpi]'
 	touch $@
 
 demo: $(VENV)/.installed

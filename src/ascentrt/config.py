@@ -102,6 +102,14 @@ def _backend_kind(text: str) -> str:
     return value
 
 
+def _transport(text: str) -> str:
+    """auto, process or mpi."""
+    value = str(text).strip().lower()
+    if value not in ("auto", "process", "mpi"):
+        raise InvalidArgumentError(f"not a transport: {text!r} (use auto, process or mpi)")
+    return value
+
+
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its name, default, parser and meaning."""
@@ -170,6 +178,10 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "with E_TIMEOUT (virtual seconds on sim)"),
     Setting("HCCL_CONNECT_TIMEOUT", "120", _seconds,
             "HCCL's setting: seconds comm_init_root_info waits for every rank to join"),
+    Setting("ASCENTRT_HCCL_TRANSPORT", "auto", _transport,
+            "how hccl.comm_init_root_info's ranks meet: process (threads of this process), mpi "
+            "(processes, through mpi4py) or auto (mpi when an MPI launcher started several "
+            "processes or the root info comes from another process)"),
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off)"),
     Setting("ASCENTRT_PROFILE_PID", "", str.strip,

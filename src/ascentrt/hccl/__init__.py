@@ -15,11 +15,27 @@ from __future__ import annotations
 
 from .collectives import (all_gather, all_reduce, all_to_all, barrier, broadcast, group_end,
                           group_start, recv, reduce_scatter, send)
+from .. import config as _config
+from ..device import current_device as _current_device
+from . import comm as _comm
+from . import mpi as _mpi
 from .comm import (ROOT_INFO_BYTES, Communicator, RootInfo, comm_destroy, comm_init_all,
-                   comm_init_root_info, get_rank_id, get_rank_size, get_root_info)
+                   get_rank_id, get_rank_size, get_root_info)
 from .comm import check_comm as _check_comm
 from .constants import HcclDataType, HcclError, HcclReduceOp, HcclResult
 from .flight import FlightRecord
+
+
+def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communicator:
+    """Join, as `rank` of `nranks`, the communicator `root_info` names, on this thread's
+    current device (HcclCommInitRootInfo). The ranks are threads of this process, or, under
+    mpiexec (ASCENTRT_HCCL_TRANSPORT), processes meeting over MPI; returns once all joined."""
+    _comm.check_init_args(nranks, root_info, rank)
+    transport = _config.get("ASCENTRT_HCCL_TRANSPORT")
+    if transport == "mpi" or transport == "auto" and (
+            _mpi.launched_under_mpi() or not _comm.is_local(root_info)):
+        return _mpi.comm_init(nranks, root_info, rank, _current_device())
+    return _comm.comm_init_root_info(nranks, root_info, rank)
 
 
 def flight_record(comm) -> list[FlightRecord]:

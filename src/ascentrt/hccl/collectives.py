@@ -19,6 +19,7 @@ from ..errors import AscentError
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer
 from ..memory.registry import REGISTRY
 from ..stream import Stream
+from . import mpi
 from .algorithms import lane_plan
 from .comm import check_comm
 from .constants import HcclError, HcclResult, data_type, reduce_op
@@ -88,6 +89,9 @@ def _post(comm, call: Call, pair: tuple | None = None) -> None:
     """Post `call` to its meeting and queue the rank's part (or hold it for group_end).
     `pair` is (sender, receiver) for a send/recv, None for a collective of every rank."""
     group = comm.group
+    if group.transport == "mpi":
+        mpi.post(comm, call, pair, getattr(_group, "mpi_parts", None))
+        return
     timeout = config.get("HCCL_EXEC_TIMEOUT")
     with group.lock:
         if pair is None:
@@ -244,7 +248,7 @@ def group_start() -> None:
     """Open a group of calls on this thread (HcclGroupStart); groups nest."""
     _group.depth = getattr(_group, "depth", 0) + 1
     if _group.depth == 1:
-        _group.parts = []
+        _group.parts, _group.mpi_parts = [], []
 
 
 def group_end() -> None:
@@ -256,7 +260,10 @@ def group_end() -> None:
     if depth > 1:
         return
     parts, _group.parts = _group.parts, None
+    mpi_parts, _group.mpi_parts = _group.mpi_parts, None
     streams = list(dict.fromkeys(p[0] for p in parts))
     work = [(p[0], p[1]) for p in parts] + [(p[0], t) for p in parts for t in p[2:]]
     if work:
         ENGINE.submit_all(streams, work)
+    for stream, task in mpi.group_tasks(mpi_parts):  # over MPI: one host function per stream
+        stream._submit(task)

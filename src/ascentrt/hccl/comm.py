@@ -58,11 +58,23 @@ def is_local(root_info: RootInfo) -> bool:
     return root_info.internal.startswith(f"ascentrt-hccl pid={os.getpid()} ".encode())
 
 
+def next_id() -> int:
+    """A new communicator id (unique in this process)."""
+    return next(_ids)
+
+
+def register_group(group) -> None:
+    """Make a communicator's state visible to groups() (the profiler reads its flight record)."""
+    _groups.add(group)
+
+
 class Group:
     """The shared state of one communicator: ranks, devices, lanes, sequence numbers, meetings."""
 
+    transport = "process"  # its ranks are devices of this process
+
     def __init__(self, devices: list):
-        self.id = next(_ids)
+        self.id = next_id()
         self.devices = devices
         self.size = len(devices)
         self.lock = threading.Lock()
@@ -75,7 +87,7 @@ class Group:
         self.last_done = [-1] * self.size    # the last collective each rank completed
         self.destroyed = [False] * self.size
         self.flight = FlightRecorder(self.id)
-        _groups.add(self)
+        register_group(self)
 
     def completed(self, rank: int, seq) -> None:
         """Rank `rank` finished collective `seq` (None: a send/recv)."""
@@ -152,9 +164,8 @@ class _Forming:
         self.error: HcclError | None = None
 
 
-def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communicator:
-    """Join the group `root_info` names as `rank` of `nranks`, on this thread's current device
-    (HcclCommInitRootInfo); returns once every rank joined, E_TIMEOUT after HCCL_CONNECT_TIMEOUT."""
+def check_init_args(nranks, root_info, rank) -> None:
+    """What comm_init_root_info checks before joining (HcclError E_PTR / E_PARA)."""
     if not isinstance(root_info, RootInfo):
         raise HcclError("root_info must come from get_root_info()", code=HcclResult.E_PTR)
     for name, v in (("nranks", nranks), ("rank", rank)):
@@ -162,6 +173,13 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
             raise HcclError(f"{name} must be an int, got {v!r}", code=HcclResult.E_PARA)
     if nranks < 1 or not 0 <= rank < nranks:
         raise HcclError(f"rank {rank} is out of range for {nranks} ranks", code=HcclResult.E_PARA)
+
+
+def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communicator:
+    """Join the group `root_info` names as `rank` of `nranks`, on this thread's current device,
+    the ranks being threads of this process; returns once every rank joined, E_TIMEOUT after
+    HCCL_CONNECT_TIMEOUT."""
+    check_init_args(nranks, root_info, rank)
     if not is_local(root_info):
         raise HcclError("this root info was made by another process: its ranks meet over MPI "
                         "(install ascentrt[mpi] and run under mpiexec)", code=HcclResult.E_NOT_SUPPORT)
@@ -198,9 +216,9 @@ def comm_destroy(comm) -> None:
     group = comm.group
     with group.lock:
         group.destroyed[comm.rank] = True
-    lane = group.lanes[comm.rank]
+    lane = group.lanes[comm.rank] if group.transport == "process" else None
     with ENGINE.lock:  # its lane goes with it once drained (steps still queued keep it)
-        if not lane._tasks and lane._running is None:
+        if lane is not None and not lane._tasks and lane._running is None:
             lane._refuse = "destroyed"
             lane._dq.streams.pop(lane.id, None)
 

@@ -75,13 +75,14 @@ def _op_accesses(op, name: str) -> list:
     kind = op.kind
     what = KIND_NAMES[kind]
     out = []
-    if kind == KERNEL:
+    if kind in (KERNEL, HOST_FUNC):  # declared reads / writes first (a host function's too)
         reads, writes = getattr(op, "reads", None), getattr(op, "writes", None)
         if reads is not None or writes is not None:
             for group, write in ((reads or (), False), (writes or (), True)):
                 for buf in group:
                     out.append((*_span(buf), write, False, what, name))
             return out
+    if kind == KERNEL:
         letters = getattr(op.fn, "access", None)
         for i, arg in enumerate(op.args):
             if isinstance(arg, _BUFFERS):

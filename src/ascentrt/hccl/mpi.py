@@ -1,0 +1,356 @@
+"""Communicators across processes: one rank per process (`mpiexec -n N python prog.py`), the
+ranks meeting over MPI through mpi4py (the optional `[mpi]` extra).
+
+Each collective is a host function on the caller's stream (so it is stream-ordered like any
+task): it first exchanges the ranks' call descriptions, point to point, so that a mismatch
+fails every rank with E_PARA naming each call and a rank that never comes fails the others
+with E_TIMEOUT naming it, as in one process; then it moves the data with MPI's own collective
+on host-reachable views of the buffers. (On the cpu and sim backends device memory is host
+memory, so the views are the staging buffers; a device backend would stage through pinned
+ones here.) Over MPI, a communicator's collectives must be issued in the same order on every
+rank, as MPI requires.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pickle
+import threading
+import time
+
+import numpy as np
+
+from .. import config
+from ..engine.task import HOST_FUNC, Task
+from ..memory.buffer import BufferSlice
+from .comm import Communicator, RootInfo, register_group, next_id
+from .constants import HcclError, HcclReduceOp, HcclResult
+from .flight import FlightRecorder
+from .meeting import Meeting
+
+_log = logging.getLogger("ascentrt.hccl")
+_LAUNCHER_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
+_TAGS = 8192  # descriptor tags cycle through this many sequence numbers (x 4 kinds: < 32768)
+
+
+def launched_under_mpi() -> bool:
+    """Whether this process is one of several that an MPI launcher started."""
+    for name in _LAUNCHER_SIZES:
+        try:
+            if int(os.environ.get(name, "1")) > 1:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _mpi():
+    """mpi4py's MPI module, or E_NOT_SUPPORT saying how to get it."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise HcclError("communicators across processes need mpi4py and an MPI: pip install "
+                        "'ascentrt[mpi]' (mpi4py and the mpich wheel), then run under mpiexec",
+                        code=HcclResult.E_NOT_SUPPORT) from None
+    return MPI
+
+
+def _poll(requests, deadline: float, objects: bool = False) -> list:
+    """Test the requests until all completed or the deadline passed: per request whether it
+    completed, or (objects: requests of pickled messages) (completed, message)."""
+    done = [(False, None)] * len(requests)
+    pause = 0.0
+    while True:
+        for i, r in enumerate(requests):
+            if not done[i][0]:
+                done[i] = r.test() if objects else (r.Test(), None)
+        if all(d[0] for d in done) or time.monotonic() >= deadline:
+            return done if objects else [d[0] for d in done]
+        time.sleep(pause)
+        pause = min(0.001, pause + 0.00005)  # a busy start, then at most a millisecond
+
+
+class MpiGroup:
+    """The shared state of one communicator whose ranks are processes."""
+
+    transport = "mpi"
+
+    def __init__(self, comm, rank: int, device):
+        self.id = next_id()
+        self.size = comm.Get_size()
+        self.rank = rank
+        self.data = comm          # MPI's collectives on the buffers
+        self.ctl = comm.Dup()     # the call descriptions, point to point
+        self.devices = [device if r == rank else None for r in range(self.size)]
+        self.destroyed = [False] * self.size
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.p2p: dict[tuple, int] = {}
+        self.last_done = [-1] * self.size
+        self.flight = FlightRecorder(self.id)
+        register_group(self)
+
+    def completed(self, rank: int, seq) -> None:
+        """Rank `rank` finished collective `seq` (None: a send/recv)."""
+        if seq is not None and seq > self.last_done[rank]:
+            self.last_done[rank] = seq
+
+    def last_completed_text(self, ranks) -> str:
+        """'rank 1: #4, rank 2: none' (as far as this rank has heard)."""
+        return ", ".join(f"rank {r}: " + (f"#{self.last_done[r]}" if self.last_done[r] >= 0 else "none")
+                         for r in ranks)
+
+
+def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicator:
+    """Join, as `rank` of `nranks`, the communicator that every process passing the same root
+    info forms (every process of the MPI job calls this together)."""
+    MPI = _mpi()
+    world = MPI.COMM_WORLD
+    digest = int.from_bytes(hashlib.sha256(root_info.internal).digest()[:7], "little")
+    mine = np.array([digest, nranks, rank, device.id], dtype=np.int64)
+    table = np.empty((world.Get_size(), 4), dtype=np.int64)
+    request = world.Iallgather(mine, table)
+    timeout = config.get("HCCL_CONNECT_TIMEOUT")
+    if not _poll([request], time.monotonic() + timeout)[0]:
+        raise HcclError(f"comm_init_root_info: not every process of the MPI job joined within "
+                        f"{timeout:g} s (HCCL_CONNECT_TIMEOUT)", code=HcclResult.E_TIMEOUT)
+    members = table[table[:, 0] == digest]
+    if len(members) != nranks or set(members[:, 1]) != {nranks} \
+            or sorted(members[:, 2]) != list(range(nranks)):
+        found = ", ".join(f"rank {int(m[2])} of {int(m[1])}" for m in members)
+        raise HcclError(f"comm_init_root_info: the processes sharing this root info joined as "
+                        f"[{found}]; expected ranks 0..{nranks - 1} of {nranks}",
+                        code=HcclResult.E_PARA)
+    colors = sorted({int(d) for d in table[:, 0]})
+    sub = world.Split(colors.index(digest), rank)
+    return Communicator(MpiGroup(sub, rank, device), rank)
+
+
+class RemoteCall:
+    """Another rank's call, as its description told it (what the meeting checks and records)."""
+
+    __slots__ = ("rank", "op", "count", "nbytes", "sig", "text", "site", "posted_ns", "done_ns",
+                 "task", "stream")
+
+    def __init__(self, rank, op, count, nbytes, sig, text, site):
+        self.rank, self.op, self.count, self.nbytes = rank, op, count, nbytes
+        self.sig, self.text, self.site = sig, text, site
+        self.posted_ns, self.done_ns, self.task, self.stream = time.time_ns(), 0, None, None
+
+    def signature(self) -> tuple:
+        return self.sig
+
+    def describe(self) -> str:
+        return self.text
+
+
+def post(comm: Communicator, call, pair: tuple | None, parts) -> None:
+    """Queue the rank's part: a host function on its stream (held for group_end in a group)."""
+    group = comm.group
+    with group.lock:
+        if pair is None:
+            seq = group.seq
+            key, ranks = ("coll", seq), tuple(range(group.size))
+            group.seq += 1
+        else:
+            seq = group.p2p.get((*pair, call.op), 0)
+            key, ranks = ("p2p", *pair, seq), pair
+            group.p2p[(*pair, call.op)] = seq + 1
+        meeting = Meeting(group, key, seq, ranks)
+        meeting.calls[call.rank] = call
+        group.flight.add(meeting)
+    item = (group, meeting, call)
+    task = Task(HOST_FUNC, lambda: run([item]), (), f"hccl_{call.op}")
+    task.nbytes = call.nbytes
+    task.reads, task.writes = _accesses(call, group.size)  # (for the race sanitizer)
+    call.task = task
+    if parts is not None:
+        parts.append((call.stream, item))
+        return
+    call.stream._submit(task)
+
+
+def group_tasks(items) -> list:
+    """One host function per stream for the MPI parts of a group: (stream, task) pairs."""
+    per_stream: dict = {}
+    for stream, item in items:
+        per_stream.setdefault(stream, []).append(item)
+    out = []
+    for stream, its in per_stream.items():
+        task = Task(HOST_FUNC, lambda its=its: run(its), (), "hccl_group")
+        task.nbytes = sum(it[2].nbytes for it in its)
+        spans = [_accesses(it[2], it[0].size) for it in its]
+        task.reads = tuple(b for r, _ in spans for b in r)
+        task.writes = tuple(b for _, w in spans for b in w)
+        for it in its:
+            it[2].task = task
+        out.append((stream, task))
+    return out
+
+
+_SPANS = {"all_reduce": (1, 1), "reduce_scatter": (0, 1), "all_gather": (1, 0),
+          "all_to_all": (0, 0), "broadcast": (1, 1), "send": (1, None), "recv": (None, 1),
+          "barrier": (None, None)}  # per op, send and receive bytes: 1 = nbytes, 0 = nbytes x ranks
+
+
+def _accesses(call, size: int) -> tuple:
+    """(reads, writes): the bytes of its buffers a part reads and writes, as buffer slices."""
+    spans = _SPANS[call.op]
+    out = []
+    for loc, k in ((call.send, spans[0]), (call.recv, spans[1])):
+        out.append(() if k is None or loc is None else
+                   (BufferSlice(loc[0], loc[1], call.nbytes * (1 if k else size)),))
+    reads, writes = out
+    if call.op == "broadcast" and call.rank != call.root:
+        reads = ()
+    elif call.op == "broadcast":
+        writes = ()
+    return reads, writes
+
+
+def run(items) -> None:
+    """Run the parts (one, or a group's on one stream): exchange and check the calls, then
+    move the data. Raises the first failure (HcclError)."""
+    _exchange(items)
+    MPI = _mpi()
+    requests = []
+    for group, meeting, call in items:
+        requests += _move(MPI, group, meeting, call)
+    if requests:
+        MPI.Request.Waitall(requests)
+    for group, meeting, call in items:
+        call.done_ns = time.time_ns()
+        meeting.state = "done"
+        if meeting.key[0] == "coll":  # it completed here, so every rank took part in it
+            for q in meeting.ranks:
+                group.completed(q, meeting.seq)
+
+
+def _tag(meeting: Meeting) -> int:
+    """The descriptor tag of a meeting: its sequence number and kind (a collective, or a
+    send/recv in one direction: a pair of ranks may have both directions in flight)."""
+    key = meeting.key
+    kind = 0 if key[0] == "coll" else 1 if key[1] < key[2] else 2
+    return (meeting.seq % _TAGS) * 4 + kind
+
+
+def _exchange(items) -> None:
+    """Send each part's call description to its meeting's other ranks and hear theirs, all
+    parts at once (a group's sends and receives must not wait for each other); fail with
+    E_TIMEOUT naming the ranks not heard from, or E_PARA when the calls disagree."""
+    sends, recvs, whose = [], [], []
+    for group, meeting, call in items:
+        me = call.rank
+        desc = pickle.dumps((call.op, call.count, call.nbytes, call.signature(),
+                             call.describe(), call.site, group.last_done[me]))
+        for q in meeting.ranks:
+            if q != me:
+                sends.append(group.ctl.isend(desc, dest=q, tag=_tag(meeting)))
+                recvs.append(group.ctl.irecv(source=q, tag=_tag(meeting)))
+                whose.append((group, meeting, q))
+    heard = _poll(recvs, time.monotonic() + config.get("HCCL_EXEC_TIMEOUT"), objects=True)
+    for (group, meeting, q), (ok, message) in zip(whose, heard):
+        if ok:
+            op, count, nbytes, sig, text, site, last = pickle.loads(message)
+            meeting.calls[q] = RemoteCall(q, op, count, nbytes, sig, text, site)
+            group.last_done[q] = max(group.last_done[q], last)
+    for group, meeting, call in items:
+        missing = [q for (_, m, q), (ok, _) in zip(whose, heard) if m is meeting and not ok]
+        if missing:
+            for (ok, _), req in zip(heard, recvs):
+                if not ok:
+                    req.Cancel()
+            _fail(meeting, HcclError(
+                f"{meeting.name} timed out after {config.get('HCCL_EXEC_TIMEOUT'):g} s "
+                f"(HCCL_EXEC_TIMEOUT) on rank {call.rank}: rank(s) {', '.join(map(str, missing))} "
+                f"have not called it (last completed: {group.last_completed_text(missing)})",
+                code=HcclResult.E_TIMEOUT))
+    for r in sends:
+        r.wait()
+    for group, meeting, call in items:
+        error = meeting.mismatch()
+        if error is not None:
+            _fail(meeting, error)
+
+
+def _fail(meeting: Meeting, error: HcclError) -> None:
+    meeting.error = error
+    meeting.state = "failed"
+    _log.error("ascentrt.hccl: %s\n%s", error, meeting.group.flight.dump())
+    raise error
+
+
+_OPS = {HcclReduceOp.SUM: "SUM", HcclReduceOp.PROD: "PROD", HcclReduceOp.MAX: "MAX",
+        HcclReduceOp.MIN: "MIN"}
+_UFUNCS = {HcclReduceOp.SUM: np.add, HcclReduceOp.PROD: np.multiply,
+           HcclReduceOp.MAX: np.maximum, HcclReduceOp.MIN: np.minimum}
+
+
+def _view(loc, nbytes: int, dtype) -> np.ndarray:
+    alloc, off = loc
+    return alloc._bytes()[off:off + nbytes].view(dtype)
+
+
+def _move(MPI, group, meeting: Meeting, call) -> list:
+    """Move the data of one part; returns the requests still in flight (send/recv)."""
+    comm, op, dt, n = group.data, call.op, call.dtype, call.nbytes
+    size = group.size
+    if op == "barrier":
+        comm.Barrier()
+        return []
+    if op in ("send", "recv"):
+        tag = meeting.seq % (1 << 15)
+        buf = _view(call.send if op == "send" else call.recv, n, np.uint8)
+        if op == "send":
+            return [comm.Isend(buf, dest=call.peer, tag=tag)]
+        return [comm.Irecv(buf, source=call.peer, tag=tag)]
+    if op == "broadcast":
+        comm.Bcast(_view(call.recv, n, dt), root=call.root)
+        return []
+    if op == "all_gather":
+        send, recv = _view(call.send, n, dt), _view(call.recv, n * size, dt)
+        comm.Allgather(MPI.IN_PLACE if _same(call.send, call.recv, call.rank * n) else send, recv)
+        return []
+    if op == "all_to_all":
+        send = _view(call.send, n * size, dt)
+        comm.Alltoall(send.copy() if _overlap(call, n * size, n * size) else send, _view(call.recv, n * size, dt))
+        return []
+    total = n if op == "all_reduce" else n * size
+    send = _view(call.send, total, dt)
+    recv = _view(call.recv, n, dt)
+    native = dt != np.float16  # MPI has no half type: reduce those with numpy
+    if op == "all_reduce":
+        if native:
+            comm.Allreduce(MPI.IN_PLACE if _same(call.send, call.recv) else send, recv,
+                           op=getattr(MPI, _OPS[call.reduce]))
+        else:
+            recv[:] = _reduce_by_gather(comm, send, call.reduce)
+        return []
+    # reduce_scatter
+    if native:
+        comm.Reduce_scatter_block(send.copy() if _overlap(call, n * size, n) else send, recv,
+                                  op=getattr(MPI, _OPS[call.reduce]))
+    else:
+        full = _reduce_by_gather(comm, send, call.reduce)
+        recv[:] = full[call.rank * call.count:(call.rank + 1) * call.count]
+    return []
+
+
+def _overlap(call, send_bytes: int, recv_bytes: int) -> bool:
+    """Whether the send and receive buffers share bytes (MPI wants them apart)."""
+    (sa, so), (ra, ro) = call.send, call.recv
+    return sa is ra and so < ro + recv_bytes and ro < so + send_bytes
+
+
+def _same(a, b, offset: int = 0) -> bool:
+    """Whether location a is location b shifted by `offset` bytes (an in-place call)."""
+    return a[0] is b[0] and a[1] == b[1] + offset
+
+
+def _reduce_by_gather(comm, send: np.ndarray, op) -> np.ndarray:
+    """The reduction of every rank's `send` (gathered, then reduced here)."""
+    parts = np.empty((comm.Get_size(), send.size), dtype=send.dtype)
+    comm.Allgather(send, parts)
+    return _UFUNCS[op].reduce(parts, axis=0)

@@ -1,0 +1,33 @@
+"""Run under mpiexec -n N with HCCL_EXEC_TIMEOUT=1: the last rank never calls the second
+AllReduce; every other rank fails with E_TIMEOUT naming it. Rank 0 prints one summary line."""
+
+import logging
+
+from mpi4py import MPI
+
+import ascentrt as art
+from ascentrt import hccl
+
+logging.getLogger("ascentrt.hccl").setLevel(logging.CRITICAL)  # (the timeout is expected)
+world = MPI.COMM_WORLD
+rank, n = world.Get_rank(), world.Get_size()
+info = world.bcast(hccl.get_root_info() if rank == 0 else None, root=0)
+comm = hccl.comm_init_root_info(n, info, rank)
+stream = art.Device(0).create_stream()
+buf = art.malloc(4096)
+hccl.all_reduce(buf, buf, 16, hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM, comm, stream)
+stream.synchronize()
+result = "skipped"
+if rank != n - 1:
+    hccl.all_reduce(buf, buf, 16, hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM, comm, stream)
+    try:
+        stream.synchronize()
+        result = "no error"
+    except art.TaskError as exc:
+        text = str(exc.__cause__)
+        result = (exc.__cause__.code == hccl.HcclResult.E_TIMEOUT
+                  and f"rank(s) {n - 1} have not called it" in text and f"rank {n - 1}: #0" in text)
+buf.free()
+results = world.gather(result, root=0)
+if rank == 0:
+    print("timeouts", results[:-1] == [True] * (n - 1), results)

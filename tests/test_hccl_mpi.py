@@ -1,0 +1,47 @@
+"""ascentrt.hccl across processes: the programs in tests/mpi/ under mpiexec with 2 and 4 ranks
+(skipped when the [mpi] extra, mpi4py with an MPI, is not installed; `make test` installs it)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mpi4py")
+HERE = Path(__file__).resolve().parent / "mpi"
+MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+pytestmark = [pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on this machine"),
+              pytest.mark.skipif(os.environ.get("ASCENTRT_BACKEND") == "sim",
+                                 reason="runs once, in the cpu session")]
+
+
+def mpirun(ranks: int, program: str, env: dict | None = None, timeout: float = 120) -> str:
+    proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, str(HERE / program)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "ASCENTRT_LEAK_CHECK": "off", **(env or {})})
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_collective_dtype_and_op_matches_numpy_over_mpi(ranks):
+    out = mpirun(ranks, "collectives.py")
+    assert f"ranks {ranks} checks {264 * ranks} ok True" in out, out
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_rank_that_never_calls_times_the_others_out_over_mpi(ranks):
+    out = mpirun(ranks, "timeout.py", env={"HCCL_EXEC_TIMEOUT": "1"})
+    assert "timeouts True" in out, out
+
+
+def test_the_mpi_data_parallel_example_runs_under_mpiexec():
+    example = Path(__file__).resolve().parent.parent / "examples" / "hccl" / "mpi_data_parallel.py"
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(example)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "ASCENTRT_LEAK_CHECK": "off"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 ranks over MPI" in proc.stdout and "identical after every AllReduce: True" in proc.stdout
