@@ -19,7 +19,7 @@ import time
 
 os.environ.setdefault("ASCENTRT_DEVICES", "4")  # before ascentrt makes its devices
 
-from _common import QUICK, emit, median, pick  # noqa: E402
+from _common import emit, median, pick  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -113,12 +113,71 @@ def on_sim() -> None:
          "algbw x 2(n-1)/n), virtual time, deterministic")
 
 
+MPI_CHILD = """
+import json, statistics, time
+import numpy as np
+from mpi4py import MPI
+import ascentrt as art
+from ascentrt import hccl
+world = MPI.COMM_WORLD
+rank, n = world.Get_rank(), world.Get_size()
+info = world.bcast(hccl.get_root_info() if rank == 0 else None, root=0)
+comm = hccl.comm_init_root_info(n, info, rank)
+stream = art.Device(0).create_stream()
+out = {{}}
+for size in {sizes}:
+    send, recv = art.malloc(size), art.malloc(size)
+    art.memset(send, 1)
+    a, b = send.numpy(np.float32), recv.numpy(np.float32)
+    def ours():
+        hccl.all_reduce(send, recv, size // 4, 4, 0, comm, stream)
+        stream.synchronize()
+    def theirs():
+        world.Allreduce(a, b, op=MPI.SUM)
+    times = {{"ours": [], "theirs": []}}
+    ours(); theirs()
+    for _ in range({rounds}):
+        for name, fn in (("ours", ours), ("theirs", theirs)):
+            world.Barrier()
+            t0 = time.perf_counter(); fn(); times[name].append(time.perf_counter() - t0)
+    out[size] = [size / statistics.median(times["ours"]), size / statistics.median(times["theirs"])]
+    send.free(); recv.free()
+if rank == 0:
+    print(json.dumps(out))
+"""
+
+
+def over_mpi() -> None:
+    """AllReduce over MPI (2 processes) against mpi4py's own Allreduce on the same buffers."""
+    import importlib.util
+    import shutil
+    if importlib.util.find_spec("mpi4py") is None:
+        print("over MPI: skipped (the [mpi] extra, mpi4py, is not installed)")
+        return
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        print("over MPI: skipped (no mpiexec)")
+        return
+    sizes = pick([4 << 10, 1 << 20, 64 << 20], [4 << 10])
+    code = MPI_CHILD.format(sizes=sizes, rounds=pick(9, 2))
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=300, check=True,
+                          env=dict(os.environ, ASCENTRT_LEAK_CHECK="off", ASCENTRT_DEVICES="1"))
+    got = {int(k): v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+    size = max(got)
+    curve = ", ".join(f"{s >> 10} KiB: {a / 1e9:.3g} vs {b / 1e9:.3g} GB/s" for s, (a, b) in sorted(got.items()))
+    label = f"{size >> 20}MiB" if size >= 1 << 20 else f"{size >> 10}KiB"
+    emit(f"hccl_allreduce_mpi_{label}_2proc", got[size][0] / 1e9, "GB/s",
+         "mpi4py Allreduce of the same buffers", got[size][1] / 1e9, ">=", 0.8,
+         f"AllReduce over MPI (2 processes, mpich) at {label}, median of {pick(9, 2)}",
+         note=f"by size: {curve}")
+
+
 def main() -> None:
     """Measure and print the collective figures as JSON lines."""
     in_process()
     on_sim()
-    if QUICK:
-        return
+    over_mpi()
 
 
 if __name__ == "__main__":
