@@ -27,7 +27,7 @@ def mpirun(ranks: int, program: str, env: dict | None = None, timeout: float = 1
     return proc.stdout
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_every_collective_dtype_and_op_matches_numpy_over_mpi(ranks):
     out = mpirun(ranks, "collectives.py")
     assert f"ranks {ranks} checks {264 * ranks} ok True" in out, out

@@ -22,6 +22,8 @@ ends once every rank that reads its buffers has done so.
 
 from __future__ import annotations
 
+import functools
+
 from ..backends.base import Cost
 from ..engine import ENGINE, Task
 from ..engine.task import COPY, COPY_ENGINE, EVENT_RECORD, EVENT_WAIT, KERNEL, Marker
@@ -37,6 +39,13 @@ def _reduce(out, a, b, ufunc) -> None:
 
 
 _reduce.access = "wrr"  # for the race sanitizer: out written, a and b read
+
+
+@functools.lru_cache(maxsize=256)
+def _inline_reduce_cost(nbytes: int) -> Cost:
+    """What an inline-reduce transfer of nbytes costs: the bytes over the link, and three
+    passes over them in local memory (cached: a frozen dataclass is slow to build)."""
+    return Cost(bytes=3.0 * nbytes, link_bytes=float(nbytes))
 
 
 class Plan:
@@ -94,7 +103,7 @@ class Plan:
         t = Task(KERNEL, _reduce, (out, own, peer, UFUNCS[op]), f"{self.meeting.name}: {what}")
         t.executor = COPY_ENGINE
         t.nbytes = out.nbytes
-        t.cost = Cost(bytes=3.0 * out.nbytes, link_bytes=float(out.nbytes))
+        t.cost = _inline_reduce_cost(out.nbytes)
         t.resolve = self._reduce_guard(dtype)
         self._task(r, t)
 
@@ -175,8 +184,8 @@ def all_reduce(plan: Plan) -> None:
     calls = [m.calls[r] for r in ranks]
     c0 = calls[0]
     parts = chunks(c0.count, n, c0.dtype.itemsize)
-    send = [lambda i, r=r: _at(calls[r].send, *parts[i]) for r in range(n)]
-    recv = [lambda i, r=r: _at(calls[r].recv, *parts[i]) for r in range(n)]
+    send = [[_at(calls[r].send, *p) for p in parts] for r in range(n)]  # [rank][chunk]
+    recv = [[_at(calls[r].recv, *p) for p in parts] for r in range(n)]
     if n == 1:
         plan.wait(0, m.arrive[ranks[0]])
         plan.copy(0, _at(c0.recv, 0, c0.nbytes), _at(c0.send, 0, c0.nbytes), "copy")
@@ -190,8 +199,8 @@ def all_reduce(plan: Plan) -> None:
             c = (r - s - 1) % n
             if s:
                 plan.wait(r, steps[prev][s - 1])
-            src = send[prev](c) if s == 0 else recv[prev](c)
-            plan.reduce(r, recv[r](c), send[r](c), src, c0.dtype, c0.reduce,
+            src = send[prev][c] if s == 0 else recv[prev][c]
+            plan.reduce(r, recv[r][c], send[r][c], src, c0.dtype, c0.reduce,
                         f"rs{s} reduce chunk {c} from rank {prev}")
             plan.mark(r, steps[r][s])
     # All-gather: at step k every rank copies the chunk rank k finished (chunk k + 1), so the
@@ -205,7 +214,7 @@ def all_reduce(plan: Plan) -> None:
             d = (k + 1) % n
             s_read = (r - k - 1) % n     # the rank-(r+1) RS step that read recv_r[d], if any
             plan.wait(r, steps[k][n - 2], steps[nxt][s_read] if 1 <= s_read <= n - 2 else None)
-            plan.copy(r, recv[r](d), recv[k](d), f"ag pull chunk {d} from rank {k}")
+            plan.copy(r, recv[r][d], recv[k][d], f"ag pull chunk {d} from rank {k}")
             plan.mark(r, gathered[r][k])
     for r in range(n):
         plan.finish(r, *(gathered[q][r] for q in range(n) if q != r))

@@ -26,6 +26,7 @@ from .constants import HcclError, HcclResult, data_type, reduce_op
 from .meeting import Call, Meeting
 
 _group = threading.local()   # .depth, .parts: this thread's open group_start()
+_NO_TIME = Cost(seconds=0.0)  # the part's own task: it only reports the outcome
 
 
 def _location(x, nbytes: int, device, role: str) -> tuple:
@@ -115,7 +116,7 @@ def _post(comm, call: Call, pair: tuple | None = None) -> None:
         call.task = wait
         finish = Task(KERNEL, meeting.finisher(call.rank), (), f"hccl_{call.op}")
         finish.nbytes = call.nbytes
-        finish.cost = Cost(seconds=0.0)
+        finish.cost = _NO_TIME
         parts = getattr(_group, "parts", None)
         if parts is not None:
             parts.append((call.stream, rec, wait, finish))

@@ -67,6 +67,7 @@ class Meeting:
         self.error: HcclError | None = None
         self.reported: set[int] = set()       # ranks whose wait already failed with the error
         self.state = "waiting"                # waiting -> running -> done / failed
+        self._name = None
 
     def _pending_marker(self) -> Marker:
         m = Marker(None, 0, False)
@@ -76,8 +77,13 @@ class Meeting:
     @property
     def name(self) -> str:
         """'all_reduce #3 of communicator 1' (the op is the first caller's)."""
-        op = next(iter(self.calls.values())).op if self.calls else "collective"
-        return f"{op} #{self.seq} of communicator {self.group.id}"
+        name = self._name
+        if name is None:
+            if not self.calls:
+                return f"collective #{self.seq} of communicator {self.group.id}"
+            op = next(iter(self.calls.values())).op
+            name = self._name = f"{op} #{self.seq} of communicator {self.group.id}"
+        return name
 
     def waiting_for(self) -> str:
         """What the meeting still waits for, in words (for stall and deadlock reports)."""
