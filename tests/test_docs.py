@@ -28,3 +28,9 @@ def test_the_readme_layout_names_every_module():
                if p.stem != "__init__" and not p.parent.name == "acl"
                and not re.search(rf"\b{re.escape(p.stem)}\b", layout)]
     assert missing == []
+
+
+def test_the_license_is_an_spdx_string_so_installing_prints_no_deprecation_warning():
+    import tomllib
+    meta = tomllib.loads((pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert isinstance(meta["project"]["license"], str)  # a TOML table is deprecated (setuptools 77)
