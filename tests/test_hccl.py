@@ -462,3 +462,112 @@ def test_the_sanitizer_orders_through_collectives_and_finds_the_missing_wait():
             print(len(found) >= 1, any("all_reduce #1" in str(r) for r in found))
     ''', env={"ASCENTRT_LEAK_CHECK": "off"})
     assert out.split() == ["0", "True", "True"]
+
+
+def test_in_place_reduce_scatter_and_all_to_all_and_other_overlaps_refused():
+    out = run('''
+        n, count = 4, 257
+        comms = hccl.comm_init_all(list(range(n)))
+        streams = [art.Device(r).create_stream() for r in range(n)]
+        data = [np.arange(count * n, dtype=np.float64) + 1000 * r for r in range(n)]
+        bufs = [art.malloc(count * n * 8, device=r) for r in range(n)]
+        for r in range(n):
+            art.memcpy(bufs[r], data[r])   # reduce_scatter in place: recv is block r of send
+            hccl.reduce_scatter(bufs[r], bufs[r][r * count * 8:], count, D.FP64, O.SUM, comms[r],
+                                streams[r])
+        for s in streams: s.synchronize(timeout=30)
+        full = sum(data)
+        ok = all(np.array_equal(bufs[r].numpy(np.float64)[r * count:(r + 1) * count],
+                                full[r * count:(r + 1) * count]) for r in range(n))
+        for r in range(n):
+            art.memcpy(bufs[r], data[r])
+            hccl.all_to_all(bufs[r], bufs[r], count, D.FP64, comms[r], streams[r])
+        for s in streams: s.synchronize(timeout=30)
+        ok = ok and all(np.array_equal(bufs[r].numpy(np.float64), np.concatenate(
+            [data[q][r * count:(r + 1) * count] for q in range(n)])) for r in range(n))
+        print(ok)
+        try:   # recv overlaps send but is not block r of it
+            hccl.reduce_scatter(bufs[1], bufs[1][8:], count, D.FP64, O.SUM, comms[1], streams[1])
+        except hccl.HcclError as exc:
+            print(exc.code == R.E_PARA and "overlap" in str(exc), streams[1].pending)
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["True", "True", "0"]
+
+
+def test_sends_and_collectives_mixed_complete_in_each_ranks_call_order():
+    out = run('''
+        comms = hccl.comm_init_all([0, 1, 2])
+        s = [art.Device(r).create_stream() for r in range(3)]
+        b = [art.malloc(64, device=r) for r in range(3)]
+        p = [art.malloc(64, device=r) for r in range(3)]
+        art.memcpy(p[0], np.arange(16, dtype=np.float32))
+        art.memcpy(p[2], np.arange(16, dtype=np.float32) * 2)
+        for r in range(3): art.memset(b[r], 0)
+        # rank 0: all_reduce, send to 1; rank 1: all_reduce, recv from 0, recv from 2; rank 2:
+        # all_reduce, send to 1, called last: the send 0 -> 1 meets before the all_reduce does
+        hccl.all_reduce(b[0], b[0], 16, D.FP32, O.SUM, comms[0], s[0])
+        hccl.send(p[0], 16, D.FP32, 1, comms[0], s[0])
+        hccl.all_reduce(b[1], b[1], 16, D.FP32, O.SUM, comms[1], s[1])
+        got = [art.malloc(64, device=1) for _ in range(2)]
+        hccl.recv(got[0], 16, D.FP32, 0, comms[1], s[1])
+        hccl.recv(got[1], 16, D.FP32, 2, comms[1], s[1])
+        hccl.all_reduce(b[2], b[2], 16, D.FP32, O.SUM, comms[2], s[2])
+        hccl.send(p[2], 16, D.FP32, 1, comms[2], s[2])
+        print([sync_error(x) for x in s] == [None] * 3)
+        print(float(got[0].numpy(np.float32)[3]), float(got[1].numpy(np.float32)[3]))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_EXEC_TIMEOUT": "10"})
+    assert out.split() == ["True", "3.0", "6.0"]
+
+
+def test_a_refused_group_withdraws_every_part_and_the_communicator_goes_on():
+    out = run('''
+        comms = hccl.comm_init_all([0, 1])
+        s0, s1 = art.Device(0).create_stream(), art.Device(1).create_stream(stop_on_failure=True)
+        b = [art.malloc(4096, device=r) for r in range(2)]
+        def boom(): raise RuntimeError("stop")
+        art.launch(boom, stream=s1)
+        try: s1.synchronize()
+        except art.TaskError: pass
+        hccl.group_start()
+        hccl.all_reduce(b[0], b[0], 16, D.FP32, O.SUM, comms[0], s0)
+        hccl.all_reduce(b[1], b[1], 16, D.FP32, O.SUM, comms[1], s1)
+        try:
+            hccl.group_end()
+        except hccl.HcclError as exc:
+            print(exc.code == R.E_RUNTIME, s0.pending)
+        print(len(hccl.flight_record(comms[0])))            # the withdrawn calls never were
+        s1b = art.Device(1).create_stream()
+        for r, x in ((0, s0), (1, s1b)):
+            hccl.all_reduce(b[r], b[r], 16, D.FP32, O.SUM, comms[r], x)
+        print(sync_error(s0), sync_error(s1b))
+        # destroying a rank right after its call does not fail the collective
+        hccl.all_reduce(b[0], b[0], 16, D.FP32, O.SUM, comms[0], s0)
+        hccl.comm_destroy(comms[0])
+        hccl.all_reduce(b[1], b[1], 16, D.FP32, O.SUM, comms[1], s1b)
+        print(sync_error(s0), sync_error(s1b))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_EXEC_TIMEOUT": "10"})
+    assert out.split() == ["True", "0", "0", "None", "None", "None", "None"]
+
+
+def test_one_thread_per_rank_runs_clean_under_the_sanitizer():
+    out = run('''
+        import time
+        info = hccl.get_root_info()
+        results = {}
+        def rank(r):
+            art.set_device(r)
+            comm = hccl.comm_init_root_info(2, info, r)
+            s = art.Device(r).create_stream()
+            x = art.malloc(4096, device=r)
+            if r: time.sleep(0.3)                       # rank 1 calls later: rank 0's stream is held
+            for _ in range(3):
+                hccl.all_reduce(x, x, 1024, D.FP32, O.SUM, comm, s)
+                art.launch(art.kernels.fill, x.view(np.float32), 1.0, stream=s)
+                s.synchronize()
+                results[r] = float(x.numpy(np.float32)[0])  # after the synchronize: no race
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads: t.start()
+        for t in threads: t.join(30)
+        print(results == {0: 1.0, 1: 1.0}, len(art.sanitizer.reports()))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off", "ASCENTRT_SANITIZE": "raise"})
+    assert out.split() == ["True", "0"]

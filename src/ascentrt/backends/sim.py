@@ -107,6 +107,7 @@ class Timeline:
         self.returned = 0               # host functions that returned so far
         self.patience_spent = -1        # `returned` when the wait for running ones last expired
         self.pumping = False
+        self.attending = 0              # host threads inside host_wait: they move time themselves
         self.callers: dict = {}          # ident -> thread of host threads that used the runtime
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
         self.fire_deadlines = None
@@ -127,7 +128,9 @@ class Timeline:
         while True:
             time.sleep(IDLE_HOST_S / 4)
             with self.lock:
-                if self.generation != seen:
+                if self.generation != seen or self.attending:
+                    # (a host that waits moves time itself, at the real world's pace while other
+                    # threads may still act: jumping to a deadline would skip what they do)
                     seen, since = self.generation, time.monotonic()
                     continue
                 if time.monotonic() - since < IDLE_HOST_S or not self._pending():
@@ -357,30 +360,38 @@ class SimBackend(CpuBackend):
         tl = self.timeline
         with tl.lock:
             tl.generation += 1  # the host is attending: the pump leaves the device to it
-            until = math.inf if timeout_s is None else tl.now + math.ceil(timeout_s * 1e9)
-            while True:
-                if tl.run(until, signal):
-                    if not tl.frames():
-                        tl.advance_host(self.preset.host_sync_ns)
-                    return True
-                # Nothing left to simulate before `until`.
-                seen = tl.generation
-                if tl.others_may_act():
-                    # A host function still runs, or another host thread may record or launch:
-                    # time passes at the pace of the real world until it does.
-                    t0 = time.monotonic()
-                    tl.moved.wait(min(_REAL_PACE_S, (until - tl.now) / 1e9))
-                    if tl.generation != seen or signal.is_set():
-                        continue
-                    tl.now = min(until, tl.now + int((time.monotonic() - t0) * 1e9))
-                    if tl.now < until:
-                        continue
-                    return False
-                tl.moved.wait(_GRACE_S)  # (a thread starting now may still act)
-                if tl.generation != seen or signal.is_set() or until == math.inf:
+            tl.attending += 1
+            try:
+                return self._host_wait(tl, signal, timeout_s)
+            finally:
+                tl.attending -= 1
+
+    def _host_wait(self, tl, signal, timeout_s) -> bool:
+        """host_wait, under the timeline lock."""
+        until = math.inf if timeout_s is None else tl.now + math.ceil(timeout_s * 1e9)
+        while True:
+            if tl.run(until, signal):
+                if not tl.frames():
+                    tl.advance_host(self.preset.host_sync_ns)
+                return True
+            # Nothing left to simulate before `until`.
+            seen = tl.generation
+            if tl.others_may_act():
+                # A host function still runs, or another host thread may record or launch:
+                # time passes at the pace of the real world until it does.
+                t0 = time.monotonic()
+                tl.moved.wait(min(_REAL_PACE_S, (until - tl.now) / 1e9))
+                if tl.generation != seen or signal.is_set():
                     continue
-                tl.now = max(tl.now, until)  # only this thread can act: jump
+                tl.now = min(until, tl.now + int((time.monotonic() - t0) * 1e9))
+                if tl.now < until:
+                    continue
                 return False
+            tl.moved.wait(_GRACE_S)  # (a thread starting now may still act)
+            if tl.generation != seen or signal.is_set() or until == math.inf:
+                continue
+            tl.now = max(tl.now, until)  # only this thread can act: jump
+            return False
 
     def host_call(self, what: str) -> None:
         """Charge the modelled cost of host call `what`, running what the device does meanwhile

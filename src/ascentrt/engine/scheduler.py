@@ -385,30 +385,36 @@ class Engine:
         """Complete markers that no stream will record now (the parts of a collective that gave
         up): whatever waits on them goes on."""
         with self.lock:
+            if Hooks.sanitizer is not None:  # first: what the waiters do next comes after
+                Hooks.sanitizer.markers_released(markers)
             released: list = []
             for m in markers:
                 if not m.done:
                     self._mark_done(m, released)
             for w in released:
                 self._advance(w, None)
-            if Hooks.sanitizer is not None:
-                Hooks.sanitizer.markers_released(markers)
 
     def submit_locked(self, stream, task: Task) -> None:
         """Submit while already holding the lock (used to hand off non-blocking host functions:
         the observers saw the task when it was submitted to its own stream)."""
         self.submit_all_locked((stream,), ((stream, task),), observe=False)
 
-    def submit_all(self, streams, work) -> None:
+    def submit_all(self, streams, work, internal: bool = False) -> None:
         """Submit many tasks at once (a graph launch): `work` is (stream, task) pairs in order.
 
         Every task is queued under one lock hold before any stream starts, so an executor
         woken by the first task never races the queuing of the rest; raises the refusal of
-        the first stream in `streams` that refuses work, before queuing anything.
+        the first stream in `streams` that refuses work, before queuing anything. `internal`:
+        the runtime's own streams (a communicator's lanes), which never make the host wait for
+        room in their queues.
         """
         first = streams[0]
         if first._dq.virtual:
-            self._host_submits(first, KIND_NAMES[work[0][1].kind] if len(work) == 1 else "graph_launch")
+            what = KIND_NAMES[work[0][1].kind] if len(work) == 1 else "graph_launch"
+            if internal:
+                first._dq.backend.host_call(what)
+            else:
+                self._host_submits(first, what)
         with self.lock:
             for s in streams:
                 if s._refuse is not None:
@@ -893,6 +899,9 @@ def _describe_wait(s) -> str:
     named = f" ({t.name})" if t.name else ""
     if t.kind == EVENT_WAIT:
         m = t.marker
+        if m.stream is not None and not m.position:
+            return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{named} for a "
+                    f"record on stream {m.stream.id} not submitted yet{_time_left(s, t)}")
         if m.stream is None:
             return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{named} for "
                     f"{m.note() if m.note is not None else 'a record not submitted yet'}"

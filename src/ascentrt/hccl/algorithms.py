@@ -51,9 +51,9 @@ def _inline_reduce_cost(nbytes: int) -> Cost:
 class Plan:
     """The lane tasks of one meeting, built rank by rank, queued at once by submit()."""
 
-    def __init__(self, meeting):
+    def __init__(self, meeting, lanes):
         self.meeting = meeting
-        self.lanes = meeting.group.lanes
+        self.lanes = lanes          # rank -> the lane its steps go on
         self.work: list = []
         self.scratch: list = []     # buffers freed behind the lanes' steps
 
@@ -124,12 +124,18 @@ class Plan:
         self._task(r, t)
 
     def submit(self) -> None:
-        """Queue every lane task (one engine lock hold), then free the scratch behind them."""
+        """Queue every lane task (one engine lock hold; a full lane never makes the host wait:
+        what drains it may be the very thread submitting)."""
         lanes = list(dict.fromkeys(lane for lane, _ in self.work))
         if lanes:
-            ENGINE.submit_all(lanes, self.work)
+            ENGINE.submit_all(lanes, self.work, internal=True)
+
+    def release(self) -> None:
+        """Free the scratch buffers: reused only after every stream's queued work (the lanes
+        that read them included), or at once when nothing was queued."""
         for buf in self.scratch:
-            buf.free()  # reused only after every stream's queued work: other lanes read it too
+            buf.free()
+        self.scratch = []
 
     # ---- run-time guards: a failed meeting moves nothing -----------------------------------
 
@@ -299,18 +305,31 @@ def broadcast(plan: Plan) -> None:
 
 
 def all_to_all(plan: Plan) -> None:
-    """Rank r pulls block r of every rank's send buffer into block q of its receive buffer."""
+    """Rank r pulls block r of every rank's send buffer into block q of its receive buffer
+    (in place, every rank first stages its send buffer: it overwrites it while others read)."""
     m = plan.meeting
     ranks = m.ranks
     n = len(ranks)
     calls = [m.calls[r] for r in ranks]
     size = calls[0].nbytes  # per-rank block
+    sources, staged = [], []
+    for r in range(n):
+        c = calls[r]
+        if c.send[0] is c.recv[0] and c.send[1] == c.recv[1]:
+            stage = plan.temp(r, size * n)
+            plan.wait(r, m.arrive[ranks[r]])
+            plan.copy(r, stage, _at(c.send, 0, size * n), "stage the send buffer")
+            sources.append((stage.base, stage.offset))
+            staged.append(plan.mark(r))
+        else:
+            sources.append(c.send)
+            staged.append(None)
     pulled = []
     for r in range(n):
-        plan.wait(r, *(m.arrive[ranks[q]] for q in range(n)))
+        plan.wait(r, *(m.arrive[ranks[q]] for q in range(n)), *staged)
         for k in range(n):
             q = (r + k) % n  # start with its own block, then its successors: links spread out
-            plan.copy(r, _at(calls[r].recv, q * size, size), _at(calls[q].send, r * size, size),
+            plan.copy(r, _at(calls[r].recv, q * size, size), _at(sources[q], r * size, size),
                       f"pull block {r} from rank {q}")
         pulled.append(plan.mark(r))
     for r in range(n):
@@ -345,10 +364,21 @@ PLANS = {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter, "all_gather
 
 
 def lane_plan(meeting) -> Plan:
-    """The Plan of a complete meeting (scratch memory already taken from the lanes' devices)."""
-    plan = Plan(meeting)
+    """The Plan of a complete meeting (scratch memory already taken from the lanes' devices).
+    A send/recv goes on the receiver's lane for that sender, a collective on the ranks'
+    collective lanes: each lane gets its meetings in its ranks' call order."""
+    group = meeting.group
     op = meeting.calls[meeting.ranks[0]].op
-    PLANS[op](plan)
+    if meeting.key[0] == "p2p":
+        src, dst = meeting.ranks
+        plan = Plan(meeting, {dst: group.recv_lane(dst, src)})
+    else:
+        plan = Plan(meeting, group.lanes)
+    try:
+        PLANS[op](plan)
+    except BaseException:
+        plan.release()
+        raise
     return plan
 
 

@@ -86,57 +86,112 @@ def _rank(value, comm, what: str) -> int:
     return value
 
 
-def _post(comm, call: Call, pair: tuple | None = None) -> None:
-    """Post `call` to its meeting and queue the rank's part (or hold it for group_end).
-    `pair` is (sender, receiver) for a send/recv, None for a collective of every rank."""
+class _Posted:
+    """A call registered with its meeting, and the tasks it queues on its stream."""
+
+    __slots__ = ("group", "key", "meeting", "call", "work", "pair")
+
+    def __init__(self, group, key, meeting, call, work, pair):
+        self.group, self.key, self.meeting, self.call = group, key, meeting, call
+        self.work, self.pair = work, pair
+
+
+def _register(comm, call: Call, pair: tuple | None) -> _Posted:
+    """Give `call` its sequence number and meeting (under the group's lock) and make the tasks
+    of the rank's part: the arrival, the wait for the data, and the part's own task."""
     group = comm.group
-    if group.transport == "mpi":
-        mpi.post(comm, call, pair, getattr(_group, "mpi_parts", None))
-        return
     timeout = config.get("HCCL_EXEC_TIMEOUT")
     with group.lock:
         if pair is None:
             seq = group.seq[call.rank]
             key, ranks = ("coll", seq), tuple(range(group.size))
+            group.seq[call.rank] = seq + 1
         else:
             seq = group.p2p.get((*pair, call.op), 0)
             key, ranks = ("p2p", *pair, seq), pair
+            group.p2p[(*pair, call.op)] = seq + 1
         meeting = group.meetings.get(key)
         if meeting is None:
             meeting = group.meetings[key] = Meeting(group, key, seq, ranks)
             group.flight.add(meeting)
         arrive = meeting.post(call)
-        rec = Task(EVENT_RECORD, name=f"{meeting.name}: arrive")
-        rec.marker = arrive
-        wait = Task(EVENT_WAIT, name=meeting.name)
-        wait.marker = meeting.done[call.rank]
-        wait.nbytes = call.nbytes
-        wait.timeout = timeout
-        wait.timeout_error = meeting.timed_out
-        call.task = wait
-        finish = Task(KERNEL, meeting.finisher(call.rank), (), f"hccl_{call.op}")
-        finish.nbytes = call.nbytes
-        finish.cost = _NO_TIME
-        parts = getattr(_group, "parts", None)
-        if parts is not None:
-            parts.append((call.stream, rec, wait, finish))
-        else:
-            try:
-                ENGINE.submit_all([call.stream], [(call.stream, rec), (call.stream, wait),
-                                                  (call.stream, finish)])
-            except BaseException:
-                meeting.calls.pop(call.rank, None)  # refused by the stream: the call never was
-                meeting.arrive.pop(call.rank, None)
-                if not meeting.calls:
-                    del group.meetings[key]
-                raise
-        if pair is None:
-            group.seq[call.rank] += 1
-        else:
-            group.p2p[(*pair, call.op)] = seq + 1
-        if meeting.complete():
-            del group.meetings[key]
-            _start(meeting)
+    rec = Task(EVENT_RECORD, name=f"{meeting.name}: arrive")
+    rec.marker = arrive
+    wait = Task(EVENT_WAIT, name=meeting.name)
+    wait.marker = meeting.done[call.rank]
+    wait.nbytes = call.nbytes
+    wait.timeout = timeout
+    wait.timeout_error = meeting.timed_out
+    call.task = wait
+    finish = Task(KERNEL, meeting.finisher(call.rank), (), f"hccl_{call.op}")
+    finish.nbytes = call.nbytes
+    finish.cost = _NO_TIME
+    return _Posted(group, key, meeting, call, [rec, wait, finish], pair)
+
+
+def _withdraw(posted: _Posted, exc: BaseException) -> None:
+    """The stream refused the part: a meeting not started forgets the call (the communicator
+    goes on as if it was never made); a started one fails on every rank."""
+    group, meeting, call = posted.group, posted.meeting, posted.call
+    with group.lock:
+        if group.meetings.get(posted.key) is meeting and meeting.state == "waiting":
+            meeting.calls.pop(call.rank, None)
+            meeting.arrive.pop(call.rank, None)
+            if posted.pair is None:
+                group.seq[call.rank] -= 1
+            else:
+                group.p2p[(*posted.pair, call.op)] -= 1
+            if not meeting.calls:
+                del group.meetings[posted.key]
+                group.flight.forget(meeting)
+            return
+    meeting.fail(HcclError(f"{meeting.name}: rank {call.rank}'s stream {call.stream.id} refused "
+                           f"its part ({exc})", code=HcclResult.E_RUNTIME))
+
+
+def _start_if_complete(posted: _Posted) -> None:
+    """When every rank's part is queued, check the calls agree and queue the lanes' steps
+    (under the group's lock: the lanes then get the meetings in the order they complete)."""
+    group, meeting = posted.group, posted.meeting
+    with group.lock:
+        if group.meetings.get(posted.key) is not meeting or not meeting.complete() \
+                or any(c.task is None or not c.task.id for c in meeting.calls.values()):
+            return
+        del group.meetings[posted.key]
+        _start(meeting)
+
+
+def _queue(posts: list) -> None:
+    """Queue the parts on their streams (each stream: every arrival before any wait), then
+    start the meetings they complete. A refusal withdraws every part (HcclError E_RUNTIME)."""
+    streams = list(dict.fromkeys(p.call.stream for p in posts))
+    work = [(p.call.stream, p.work[0]) for p in posts] + \
+        [(p.call.stream, t) for p in posts for t in p.work[1:]]
+    try:
+        ENGINE.submit_all(streams, work)
+    except BaseException as exc:
+        for p in posts:
+            _withdraw(p, exc)
+        if isinstance(exc, HcclError) or not isinstance(exc, AscentError):
+            raise
+        raise HcclError(f"the stream refused the collective: {exc}",
+                        code=HcclResult.E_RUNTIME) from exc
+    for p in posts:
+        _start_if_complete(p)
+
+
+def _post(comm, call: Call, pair: tuple | None = None) -> None:
+    """Post `call` to its meeting and queue the rank's part (or hold it for group_end).
+    `pair` is (sender, receiver) for a send/recv, None for a collective of every rank."""
+    if comm.group.transport == "mpi":
+        mpi.post(comm, call, pair, getattr(_group, "mpi_parts", None))
+        return
+    posted = _register(comm, call, pair)
+    parts = getattr(_group, "parts", None)
+    if parts is not None:
+        parts.append(posted)
+    else:
+        _queue([posted])
 
 
 def _start(meeting: Meeting) -> None:
@@ -145,16 +200,39 @@ def _start(meeting: Meeting) -> None:
     if error is None and meeting.error is None:
         try:
             plan = lane_plan(meeting)
-            meeting.state = "running"
-            plan.submit()
-            return
         except AscentError as exc:
             error = HcclError(f"{meeting.name} could not start: {exc}", code=HcclResult.E_MEMORY
                               if "memory" in str(exc).lower() else HcclResult.E_INTERNAL)
+        else:
+            try:
+                meeting.state = "running"
+                plan.submit()
+                return
+            except AscentError as exc:
+                error = HcclError(f"{meeting.name} could not start: {exc}",
+                                  code=HcclResult.E_INTERNAL)
+            finally:
+                plan.release()
     meeting.fail(error or meeting.error)
 
 
 _NONE = object()  # a collective without buffers (barrier)
+
+
+def _check_overlap(op: str, send: int, send_bytes: int, recv: int, recv_bytes: int,
+                   rank: int) -> None:
+    """Send and receive bytes of one allocation may share only the in-place layouts: the same
+    buffer (all_reduce, all_to_all), send = block `rank` of recv (all_gather), recv = block
+    `rank` of send (reduce_scatter). Any other overlap is E_PARA."""
+    if send >= recv + recv_bytes or recv >= send + send_bytes:
+        return  # apart
+    in_place = {"all_reduce": send == recv, "all_to_all": send == recv,
+                "all_gather": send == recv + rank * send_bytes,
+                "reduce_scatter": recv == send + rank * recv_bytes}
+    if not in_place.get(op, False):
+        raise HcclError(f"{op}: the send and receive buffers overlap in a way that is not the "
+                        f"in-place layout (send offset {send}, {send_bytes} bytes; receive "
+                        f"offset {recv}, {recv_bytes} bytes)", code=HcclResult.E_PARA)
 
 
 def _collective(op, comm, stream, *, count, dtype=None, reduce=None, root=None, send=_NONE,
@@ -164,6 +242,8 @@ def _collective(op, comm, stream, *, count, dtype=None, reduce=None, root=None, 
     device = comm.device
     s = _location(send, send_bytes, device, "send buffer") if send is not _NONE else None
     r = _location(recv, recv_bytes, device, "receive buffer") if recv is not _NONE else None
+    if s is not None and r is not None and s[0] is r[0] and op != "broadcast":
+        _check_overlap(op, s[1], send_bytes, r[1], recv_bytes, comm.rank)
     nbytes = count * (dtype.itemsize if dtype is not None else 0)
     call = Call(comm.rank, op, count, dtype, reduce, root, None, s, r, nbytes, stream, user_site(3))
     _post(comm, call)
@@ -262,9 +342,6 @@ def group_end() -> None:
         return
     parts, _group.parts = _group.parts, None
     mpi_parts, _group.mpi_parts = _group.mpi_parts, None
-    streams = list(dict.fromkeys(p[0] for p in parts))
-    work = [(p[0], p[1]) for p in parts] + [(p[0], t) for p in parts for t in p[2:]]
-    if work:
-        ENGINE.submit_all(streams, work)
-    for stream, task in mpi.group_tasks(mpi_parts):  # over MPI: one host function per stream
-        stream._submit(task)
+    if parts:
+        _queue(parts)
+    mpi.queue_group(mpi_parts)  # over MPI: one host function per stream

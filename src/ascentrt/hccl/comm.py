@@ -78,9 +78,8 @@ class Group:
         self.devices = devices
         self.size = len(devices)
         self.lock = threading.Lock()
-        self.lanes = [Stream(d, 0, _internal=True) for d in devices]
-        for r, lane in enumerate(self.lanes):
-            lane.role = f"hccl lane: communicator {self.id} rank {r}"
+        self.lanes = [self._lane(r, "collectives") for r in range(self.size)]
+        self.recv_lanes: dict[tuple, Stream] = {}  # (receiver, sender) -> its lane
         self.seq = [0] * self.size           # collectives each rank has called
         self.p2p: dict[tuple, int] = {}      # (src, dst, "send"/"recv") -> calls so far
         self.meetings: dict = {}             # key -> Meeting not yet complete on every rank
@@ -88,6 +87,29 @@ class Group:
         self.destroyed = [False] * self.size
         self.flight = FlightRecorder(self.id)
         register_group(self)
+
+    def _lane(self, rank: int, what: str) -> Stream:
+        lane = Stream(self.devices[rank], 0, _internal=True)
+        lane.role = f"hccl lane: communicator {self.id} rank {rank}, {what}"
+        return lane
+
+    def recv_lane(self, rank: int, sender: int) -> Stream:
+        """The lane of `rank`'s receives from `sender` (made on first use; called under the
+        lock): each channel has its own, so that no lane holds a meeting behind one that
+        completes later in its rank's call order."""
+        lane = self.recv_lanes.get((rank, sender))
+        if lane is None:
+            lane = self.recv_lanes[(rank, sender)] = self._lane(rank, f"receives from {sender}")
+        return lane
+
+    def retire_lanes(self) -> None:
+        """Once every rank is destroyed: the lanes with nothing left to run go (the others
+        finish their steps first and stay until the device is reset)."""
+        with ENGINE.lock:
+            for lane in self.lanes + list(self.recv_lanes.values()):
+                if not lane._tasks and lane._running is None:
+                    lane._refuse = "destroyed"
+                    lane._dq.streams.pop(lane.id, None)
 
     def completed(self, rank: int, seq) -> None:
         """Rank `rank` finished collective `seq` (None: a send/recv)."""
@@ -216,11 +238,9 @@ def comm_destroy(comm) -> None:
     group = comm.group
     with group.lock:
         group.destroyed[comm.rank] = True
-    lane = group.lanes[comm.rank] if group.transport == "process" else None
-    with ENGINE.lock:  # its lane goes with it once drained (steps still queued keep it)
-        if lane is not None and not lane._tasks and lane._running is None:
-            lane._refuse = "destroyed"
-            lane._dq.streams.pop(lane.id, None)
+        last = all(group.destroyed) and not group.meetings
+    if last and group.transport == "process":
+        group.retire_lanes()
 
 
 def get_rank_size(comm) -> int:

@@ -11,7 +11,7 @@ RECORDS = 128  # collectives kept per communicator
 @dataclass(frozen=True)
 class FlightRecord:
     """One collective as the recorder saw it: op, sizes, sequence number, state, and per rank
-    its call site and times (ns since the epoch; 0 while not done)."""
+    its call site and times (ns on its device's clock, virtual on sim; 0 while not done)."""
 
     seq: int
     op: str
@@ -48,6 +48,13 @@ class FlightRecorder:
     def communicator(self) -> int:
         """The id of the communicator it records (set by its group)."""
         return self._comm
+
+    def forget(self, meeting) -> None:
+        """Drop a meeting whose only call was withdrawn (it never happened)."""
+        try:
+            self._meetings.remove(meeting)
+        except ValueError:
+            pass
 
     def records(self) -> list[FlightRecord]:
         """Snapshots of the remembered meetings, oldest first."""

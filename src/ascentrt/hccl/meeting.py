@@ -12,7 +12,6 @@ arrives, the algorithm's steps are queued on the lanes. A meeting that can never
 from __future__ import annotations
 
 import logging
-import time
 
 from ..engine import ENGINE
 from ..engine.task import Marker
@@ -31,8 +30,8 @@ class Call:
         self.rank, self.op, self.count, self.dtype, self.reduce = rank, op, count, dtype, reduce
         self.root, self.peer, self.send, self.recv, self.nbytes = root, peer, send, recv, nbytes
         self.stream, self.site = stream, site
-        self.posted_ns = time.time_ns()
-        self.done_ns = 0
+        self.posted_ns = stream.device.now_ns() if stream is not None else 0  # the device clock:
+        self.done_ns = 0                                                   # virtual on sim
         self.task = None  # the wait on its stream that spans the rank's part (once queued)
 
     def signature(self) -> tuple:
@@ -153,7 +152,7 @@ class Meeting:
         meeting's error on that stream unless its wait already failed with it."""
         def finish():
             call = self.calls[rank]
-            call.done_ns = time.time_ns()
+            call.done_ns = call.stream.device.now_ns()
             if self.error is not None:
                 if rank in self.reported:
                     return

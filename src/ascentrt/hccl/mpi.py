@@ -26,6 +26,7 @@ from .. import config
 from ..engine.task import HOST_FUNC, Task
 from ..memory.buffer import BufferSlice
 from .comm import Communicator, RootInfo, register_group, next_id
+from ..errors import AscentError
 from .constants import HcclError, HcclReduceOp, HcclResult
 from .flight import FlightRecorder
 from .meeting import Meeting
@@ -83,6 +84,7 @@ class MpiGroup:
         self.rank = rank
         self.data = comm          # MPI's collectives on the buffers
         self.ctl = comm.Dup()     # the call descriptions, point to point
+        self.vote = comm.Dup()    # each rank's go (or abort) once it heard the others
         self.devices = [device if r == rank else None for r in range(self.size)]
         self.destroyed = [False] * self.size
         self.lock = threading.Lock()
@@ -137,7 +139,7 @@ class RemoteCall:
     def __init__(self, rank, op, count, nbytes, sig, text, site):
         self.rank, self.op, self.count, self.nbytes = rank, op, count, nbytes
         self.sig, self.text, self.site = sig, text, site
-        self.posted_ns, self.done_ns, self.task, self.stream = time.time_ns(), 0, None, None
+        self.posted_ns, self.done_ns, self.task, self.stream = 0, 0, None, None
 
     def signature(self) -> tuple:
         return self.sig
@@ -147,7 +149,8 @@ class RemoteCall:
 
 
 def post(comm: Communicator, call, pair: tuple | None, parts) -> None:
-    """Queue the rank's part: a host function on its stream (held for group_end in a group)."""
+    """Queue the rank's part: a host function on its stream (held for group_end in a group).
+    A stream that refuses it leaves the communicator as if the call was never made."""
     group = comm.group
     with group.lock:
         if pair is None:
@@ -161,7 +164,7 @@ def post(comm: Communicator, call, pair: tuple | None, parts) -> None:
         meeting = Meeting(group, key, seq, ranks)
         meeting.calls[call.rank] = call
         group.flight.add(meeting)
-    item = (group, meeting, call)
+    item = (group, meeting, call, pair)
     task = Task(HOST_FUNC, lambda: run([item]), (), f"hccl_{call.op}")
     task.nbytes = call.nbytes
     task.reads, task.writes = _accesses(call, group.size)  # (for the race sanitizer)
@@ -169,13 +172,36 @@ def post(comm: Communicator, call, pair: tuple | None, parts) -> None:
     if parts is not None:
         parts.append((call.stream, item))
         return
-    call.stream._submit(task)
+    _submit(call.stream, task, [item])
 
 
-def group_tasks(items) -> list:
-    """One host function per stream for the MPI parts of a group: (stream, task) pairs."""
+def _submit(stream, task, items) -> None:
+    try:
+        stream._submit(task)
+    except BaseException as exc:
+        for group, meeting, call, pair in reversed(items):  # withdraw: the calls never were
+            with group.lock:
+                if pair is None:
+                    group.seq -= 1
+                else:
+                    group.p2p[(*pair, call.op)] -= 1
+                group.flight.forget(meeting)
+        if isinstance(exc, HcclError) or not isinstance(exc, AscentError):
+            raise
+        raise HcclError(f"the stream refused the collective: {exc}",
+                        code=HcclResult.E_RUNTIME) from exc
+
+
+def queue_group(parts) -> None:
+    """Queue a group's MPI parts: one host function per stream, running them together."""
+    for stream, task, items in group_tasks(parts or ()):
+        _submit(stream, task, items)
+
+
+def group_tasks(parts) -> list:
+    """(stream, task, items): one host function per stream for the MPI parts of a group."""
     per_stream: dict = {}
-    for stream, item in items:
+    for stream, item in parts:
         per_stream.setdefault(stream, []).append(item)
     out = []
     for stream, its in per_stream.items():
@@ -186,7 +212,7 @@ def group_tasks(items) -> list:
         task.writes = tuple(b for _, w in spans for b in w)
         for it in its:
             it[2].task = task
-        out.append((stream, task))
+        out.append((stream, task, its))
     return out
 
 
@@ -213,6 +239,7 @@ def _accesses(call, size: int) -> tuple:
 def run(items) -> None:
     """Run the parts (one, or a group's on one stream): exchange and check the calls, then
     move the data. Raises the first failure (HcclError)."""
+    items = [it[:3] for it in items]
     _exchange(items)
     MPI = _mpi()
     requests = []
@@ -221,7 +248,7 @@ def run(items) -> None:
     if requests:
         MPI.Request.Waitall(requests)
     for group, meeting, call in items:
-        call.done_ns = time.time_ns()
+        call.done_ns = call.stream.device.now_ns()
         meeting.state = "done"
         if meeting.key[0] == "coll":  # it completed here, so every rank took part in it
             for q in meeting.ranks:
@@ -256,19 +283,40 @@ def _exchange(items) -> None:
             op, count, nbytes, sig, text, site, last = pickle.loads(message)
             meeting.calls[q] = RemoteCall(q, op, count, nbytes, sig, text, site)
             group.last_done[q] = max(group.last_done[q], last)
+    timed_out = None
     for group, meeting, call in items:
         missing = [q for (_, m, q), (ok, _) in zip(whose, heard) if m is meeting and not ok]
-        if missing:
-            for (ok, _), req in zip(heard, recvs):
-                if not ok:
-                    req.Cancel()
-            _fail(meeting, HcclError(
+        if missing and timed_out is None:
+            timed_out = (meeting, HcclError(
                 f"{meeting.name} timed out after {config.get('HCCL_EXEC_TIMEOUT'):g} s "
                 f"(HCCL_EXEC_TIMEOUT) on rank {call.rank}: rank(s) {', '.join(map(str, missing))} "
                 f"have not called it (last completed: {group.last_completed_text(missing)})",
                 code=HcclResult.E_TIMEOUT))
+    for (ok, _), req in zip(heard, recvs):
+        if not ok:
+            req.Cancel()
     for r in sends:
         r.wait()
+    # Every rank votes: go once it heard all the others, abort when it gave up. A rank enters
+    # MPI's collective only on every go, so a late rank never waits in it for ranks that left.
+    vote = "abort" if timed_out is not None else "go"
+    votes, voters, cast = [], [], []
+    for group, meeting, call in items:
+        for q in meeting.ranks:
+            if q != call.rank:
+                cast.append(group.vote.isend(vote, dest=q, tag=_tag(meeting)))
+                if timed_out is None:
+                    votes.append(group.vote.irecv(source=q, tag=_tag(meeting)))
+                    voters.append((meeting, q))
+    for r in cast:
+        r.wait()  # (a few bytes: sent at once, whether or not the peer ever takes them)
+    if timed_out is not None:
+        _fail(*timed_out)
+    for (meeting, q), req in zip(voters, votes):
+        if req.wait() != "go":  # bounded: q has called, and votes within its own timeout
+            _fail(meeting, HcclError(
+                f"{meeting.name}: rank {q} gave up waiting for it (HCCL_EXEC_TIMEOUT) before "
+                f"every rank had called it", code=HcclResult.E_TIMEOUT))
     for group, meeting, call in items:
         error = meeting.mismatch()
         if error is not None:

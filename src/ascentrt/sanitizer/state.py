@@ -290,16 +290,19 @@ class Sanitizer:
     # ---- host synchronization ---------------------------------------------------------------
 
     def stream_clocks(self, streams) -> tuple:
-        """The clocks of `streams` now (what a synchronize that starts now waits for)."""
+        """The clocks of `streams` now (what a synchronize that starts now waits for); a held
+        stream's is its id: its held tasks are only taken in once its wait's record comes,
+        which the synchronize waits for, so its clock is read when the wait is over."""
         with self.lock:
-            return tuple(dict(self.streams[s.id]) for s in streams if s.id in self.streams)
+            return tuple(s.id if s.id in self.held else dict(self.streams[s.id])
+                         for s in streams if s.id in self.streams)
 
     def host_waited(self, clocks) -> None:
         """The calling host thread waited for the work these clocks cover."""
         with self.lock:
             host = self.host
             for c in clocks:
-                _join(host, c)
+                _join(host, self.streams.get(c, {}) if type(c) is int else c)
             self.host_version += 1
 
     def _clock_of(self, holder):
