@@ -176,6 +176,12 @@ def chunks(count: int, n: int, itemsize: int) -> list[tuple[int, int]]:
     return out
 
 
+def _calls(plan: Plan) -> tuple:
+    """(meeting, its ranks, how many, their calls in rank order) of a plan."""
+    m = plan.meeting
+    return m, m.ranks, len(m.ranks), [m.calls[r] for r in m.ranks]
+
+
 def _at(loc, off: int, n: int) -> BufferSlice:
     """Bytes [off, off + n) of a call's buffer location (allocation, offset)."""
     alloc, base = loc
@@ -184,10 +190,7 @@ def _at(loc, off: int, n: int) -> BufferSlice:
 
 def all_reduce(plan: Plan) -> None:
     """n-1 ring reduce-scatter steps, then n-1 all-gather steps by owner."""
-    m = plan.meeting
-    ranks = m.ranks
-    n = len(ranks)
-    calls = [m.calls[r] for r in ranks]
+    m, ranks, n, calls = _calls(plan)
     c0 = calls[0]
     parts = chunks(c0.count, n, c0.dtype.itemsize)
     send = [[_at(calls[r].send, *p) for p in parts] for r in range(n)]  # [rank][chunk]
@@ -228,10 +231,7 @@ def all_reduce(plan: Plan) -> None:
 
 def reduce_scatter(plan: Plan) -> None:
     """Ring reduce-scatter: after n-1 steps rank r holds the reduction of chunk r."""
-    m = plan.meeting
-    ranks = m.ranks
-    n = len(ranks)
-    calls = [m.calls[r] for r in ranks]
+    m, ranks, n, calls = _calls(plan)
     c0 = calls[0]
     size = c0.nbytes  # recv_count elements, in bytes: chunk i of send is [i*size, (i+1)*size)
     if n == 1:
@@ -261,10 +261,7 @@ def reduce_scatter(plan: Plan) -> None:
 
 def all_gather(plan: Plan) -> None:
     """Ring all-gather: rank r places its block, then pulls the others' one step at a time."""
-    m = plan.meeting
-    ranks = m.ranks
-    n = len(ranks)
-    calls = [m.calls[r] for r in ranks]
+    m, ranks, n, calls = _calls(plan)
     size = calls[0].nbytes  # send_count elements, in bytes
     placed = [plan.markers(r, 1)[0] for r in range(n)]
     steps = [plan.markers(r, n - 1) for r in range(n)]
@@ -307,10 +304,7 @@ def broadcast(plan: Plan) -> None:
 def all_to_all(plan: Plan) -> None:
     """Rank r pulls block r of every rank's send buffer into block q of its receive buffer
     (in place, every rank first stages its send buffer: it overwrites it while others read)."""
-    m = plan.meeting
-    ranks = m.ranks
-    n = len(ranks)
-    calls = [m.calls[r] for r in ranks]
+    m, ranks, n, calls = _calls(plan)
     size = calls[0].nbytes  # per-rank block
     sources, staged = [], []
     for r in range(n):

@@ -68,25 +68,46 @@ def register_group(group) -> None:
     _groups.add(group)
 
 
-class Group:
-    """The shared state of one communicator: ranks, devices, lanes, sequence numbers, meetings."""
+class GroupState:
+    """What every communicator keeps, whatever its transport: id, size, devices, lock,
+    send/recv counters, the last collective each rank completed, destroyed ranks, the flight
+    recorder."""
 
-    transport = "process"  # its ranks are devices of this process
+    transport = ""
 
     def __init__(self, devices: list):
         self.id = next_id()
-        self.devices = devices
+        self.devices = devices               # rank -> its device (None: another process's)
         self.size = len(devices)
         self.lock = threading.Lock()
-        self.lanes = [self._lane(r, "collectives") for r in range(self.size)]
-        self.recv_lanes: dict[tuple, Stream] = {}  # (receiver, sender) -> its lane
-        self.seq = [0] * self.size           # collectives each rank has called
         self.p2p: dict[tuple, int] = {}      # (src, dst, "send"/"recv") -> calls so far
-        self.meetings: dict = {}             # key -> Meeting not yet complete on every rank
         self.last_done = [-1] * self.size    # the last collective each rank completed
         self.destroyed = [False] * self.size
         self.flight = FlightRecorder(self.id)
         register_group(self)
+
+    def completed(self, rank: int, seq) -> None:
+        """Rank `rank` finished collective `seq` (None: a send/recv)."""
+        if seq is not None and seq > self.last_done[rank]:
+            self.last_done[rank] = seq
+
+    def last_completed_text(self, ranks) -> str:
+        """'rank 1: #4, rank 2: none' for the flight record and timeout messages."""
+        return ", ".join(f"rank {r}: " + (f"#{self.last_done[r]}" if self.last_done[r] >= 0 else "none")
+                         for r in ranks)
+
+
+class Group(GroupState):
+    """A communicator whose ranks are devices of this process: lanes, meetings."""
+
+    transport = "process"
+
+    def __init__(self, devices: list):
+        super().__init__(devices)
+        self.lanes = [self._lane(r, "collectives") for r in range(self.size)]
+        self.recv_lanes: dict[tuple, Stream] = {}  # (receiver, sender) -> its lane
+        self.seq = [0] * self.size           # collectives each rank has called
+        self.meetings: dict = {}             # key -> Meeting not yet started
 
     def _lane(self, rank: int, what: str) -> Stream:
         lane = Stream(self.devices[rank], 0, _internal=True)
@@ -110,16 +131,6 @@ class Group:
                 if not lane._tasks and lane._running is None:
                     lane._refuse = "destroyed"
                     lane._dq.streams.pop(lane.id, None)
-
-    def completed(self, rank: int, seq) -> None:
-        """Rank `rank` finished collective `seq` (None: a send/recv)."""
-        if seq is not None and seq > self.last_done[rank]:
-            self.last_done[rank] = seq
-
-    def last_completed_text(self, ranks) -> str:
-        """'rank 1: #4, rank 2: none' for the flight record and timeout messages."""
-        return ", ".join(f"rank {r}: " + (f"#{self.last_done[r]}" if self.last_done[r] >= 0 else "none")
-                         for r in ranks)
 
 
 def groups() -> list[Group]:
@@ -238,8 +249,8 @@ def comm_destroy(comm) -> None:
     group = comm.group
     with group.lock:
         group.destroyed[comm.rank] = True
-        last = all(group.destroyed) and not group.meetings
-    if last and group.transport == "process":
+        last = group.transport == "process" and all(group.destroyed) and not group.meetings
+    if last:
         group.retire_lanes()
 
 

@@ -17,7 +17,6 @@ import hashlib
 import logging
 import os
 import pickle
-import threading
 import time
 
 import numpy as np
@@ -25,10 +24,9 @@ import numpy as np
 from .. import config
 from ..engine.task import HOST_FUNC, Task
 from ..memory.buffer import BufferSlice
-from .comm import Communicator, RootInfo, register_group, next_id
+from .comm import Communicator, GroupState, RootInfo
 from ..errors import AscentError
 from .constants import HcclError, HcclReduceOp, HcclResult
-from .flight import FlightRecorder
 from .meeting import Meeting
 
 _log = logging.getLogger("ascentrt.hccl")
@@ -73,36 +71,18 @@ def _poll(requests, deadline: float, objects: bool = False) -> list:
         pause = min(0.001, pause + 0.00005)  # a busy start, then at most a millisecond
 
 
-class MpiGroup:
-    """The shared state of one communicator whose ranks are processes."""
+class MpiGroup(GroupState):
+    """A communicator whose ranks are processes: this rank, and MPI's communicators."""
 
     transport = "mpi"
 
     def __init__(self, comm, rank: int, device):
-        self.id = next_id()
-        self.size = comm.Get_size()
+        super().__init__([device if r == rank else None for r in range(comm.Get_size())])
         self.rank = rank
         self.data = comm          # MPI's collectives on the buffers
         self.ctl = comm.Dup()     # the call descriptions, point to point
         self.vote = comm.Dup()    # each rank's go (or abort) once it heard the others
-        self.devices = [device if r == rank else None for r in range(self.size)]
-        self.destroyed = [False] * self.size
-        self.lock = threading.Lock()
-        self.seq = 0
-        self.p2p: dict[tuple, int] = {}
-        self.last_done = [-1] * self.size
-        self.flight = FlightRecorder(self.id)
-        register_group(self)
-
-    def completed(self, rank: int, seq) -> None:
-        """Rank `rank` finished collective `seq` (None: a send/recv)."""
-        if seq is not None and seq > self.last_done[rank]:
-            self.last_done[rank] = seq
-
-    def last_completed_text(self, ranks) -> str:
-        """'rank 1: #4, rank 2: none' (as far as this rank has heard)."""
-        return ", ".join(f"rank {r}: " + (f"#{self.last_done[r]}" if self.last_done[r] >= 0 else "none")
-                         for r in ranks)
+        self.seq = 0              # collectives this rank has called
 
 
 def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicator:
