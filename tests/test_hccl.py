@@ -568,3 +568,27 @@ def test_one_thread_per_rank_runs_clean_under_the_sanitizer():
         print(results == {0: 1.0, 1: 1.0}, len(art.sanitizer.reports()))
     ''', env={"ASCENTRT_LEAK_CHECK": "off", "ASCENTRT_SANITIZE": "raise"})
     assert out.split() == ["True", "0"]
+
+
+@pytest.mark.parametrize("kind", ["collective", "send/recv"])
+def test_meetings_start_in_sequence_order_whatever_order_they_complete_in(kind):
+    out = run(f'''
+        comms = hccl.comm_init_all([0, 1])
+        b = [[art.malloc(64, device=r) for _ in range(2)] for r in range(2)]
+        s = [art.Device(r).create_stream() for r in range(2)]
+        def ar(r, k): hccl.all_reduce(b[r][k], b[r][k], 16, D.FP32, O.SUM, comms[r], s[r])
+        # rank 0's #0 alone, then one group with rank 0's #1 and rank 1's #0 and #1: #1 is
+        # complete before #0 is in the group's order
+        if {kind!r} == "collective":
+            ar(0, 0)
+            hccl.group_start(); ar(0, 1); ar(1, 0); ar(1, 1); hccl.group_end()
+        else:
+            hccl.send(b[0][0], 16, D.FP32, 1, comms[0], s[0])
+            hccl.group_start()
+            hccl.send(b[0][1], 16, D.FP32, 1, comms[0], s[0])
+            hccl.recv(b[1][0], 16, D.FP32, 0, comms[1], s[1])
+            hccl.recv(b[1][1], 16, D.FP32, 0, comms[1], s[1])
+            hccl.group_end()
+        print([sync_error(x) for x in s] == [None, None])
+    ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_EXEC_TIMEOUT": "10"})
+    assert out.split() == ["True"]

@@ -45,3 +45,8 @@ def test_the_mpi_data_parallel_example_runs_under_mpiexec():
                           text=True, timeout=120, env={**os.environ, "ASCENTRT_LEAK_CHECK": "off"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 ranks over MPI" in proc.stdout and "identical after every AllReduce: True" in proc.stdout
+
+
+def test_a_refused_group_is_withdrawn_whole_and_stale_messages_are_dropped_over_mpi():
+    out = mpirun(2, "failures.py", env={"HCCL_EXEC_TIMEOUT": "1"})
+    assert "failures True" in out, out

@@ -254,6 +254,7 @@ def _after_fork_in_child() -> None:
     TIMELINE.local = threading.local()
     TIMELINE.pumping = False
     TIMELINE.inflight = 0
+    TIMELINE.attending = 0  # (a parent thread inside host_wait does not exist here)
     for b in TIMELINE.backends:
         b._host_threads = []
     if TIMELINE.backends:

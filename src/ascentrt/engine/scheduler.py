@@ -506,6 +506,8 @@ class Engine:
         queued = len(tasks)
         while tasks:
             t = tasks.popleft()
+            if t.on_discard is not None:  # (first: what its record releases must know)
+                t.on_discard()
             if t.kind == EVENT_RECORD:
                 released = []  # nothing will run before it any more: release its waiters
                 self._mark_done(t.marker, released)

@@ -33,6 +33,7 @@ class Task(Op):
     marker = None
     notify = None
     timeout = None      # seconds a device-side wait may block (None: forever)
+    on_discard = None   # fn() called (under the engine lock) when it is dropped unrun
     timeout_error = None  # fn(stream, task) -> the error a timed-out wait fails with (under the
                           # engine lock); such a wait's timeout is a last resort: a deadlock
                           # through it is reported at once

@@ -117,6 +117,9 @@ def _register(comm, call: Call, pair: tuple | None) -> _Posted:
         arrive = meeting.post(call)
     rec = Task(EVENT_RECORD, name=f"{meeting.name}: arrive")
     rec.marker = arrive
+    rec.on_discard = lambda: meeting.fail(HcclError(
+        f"{meeting.name}: rank {call.rank}'s stream {call.stream.id} dropped its part before "
+        f"reaching it (a failed stream in STOP mode, or destroyed)", code=HcclResult.E_RUNTIME))
     wait = Task(EVENT_WAIT, name=meeting.name)
     wait.marker = meeting.done[call.rank]
     wait.nbytes = call.nbytes
@@ -129,18 +132,25 @@ def _register(comm, call: Call, pair: tuple | None) -> _Posted:
     return _Posted(group, key, meeting, call, [rec, wait, finish], pair)
 
 
+def _counter(group, posted: _Posted) -> tuple:
+    """(table, key) of the counter that gave the part its sequence number."""
+    if posted.pair is None:
+        return group.seq, posted.call.rank
+    return group.p2p, (*posted.pair, posted.call.op)
+
+
 def _withdraw(posted: _Posted, exc: BaseException) -> None:
-    """The stream refused the part: a meeting not started forgets the call (the communicator
-    goes on as if it was never made); a started one fails on every rank."""
+    """The stream refused the part. The rank's latest call on its channel, in a meeting not
+    started, is forgotten (the communicator goes on as if it was never made); any other is
+    failed on every rank (its number is taken: a later call of the rank has the next one)."""
     group, meeting, call = posted.group, posted.meeting, posted.call
+    table, key = _counter(group, posted)
     with group.lock:
-        if group.meetings.get(posted.key) is meeting and meeting.state == "waiting":
+        if group.meetings.get(posted.key) is meeting and meeting.state == "waiting" \
+                and table[key] == meeting.seq + 1:
             meeting.calls.pop(call.rank, None)
             meeting.arrive.pop(call.rank, None)
-            if posted.pair is None:
-                group.seq[call.rank] -= 1
-            else:
-                group.p2p[(*posted.pair, call.op)] -= 1
+            table[key] -= 1
             if not meeting.calls:
                 del group.meetings[posted.key]
                 group.flight.forget(meeting)
@@ -149,28 +159,54 @@ def _withdraw(posted: _Posted, exc: BaseException) -> None:
                            f"its part ({exc})", code=HcclResult.E_RUNTIME))
 
 
+def _start_ready(group, channel: tuple) -> None:
+    """Start the meetings of one channel (the collectives, or one sender-receiver pair) that
+    are next in sequence and have every part queued, in sequence order: each lane gets them
+    in its rank's call order. A failed meeting (timed out) holds no place in that order.
+    Called under the group's lock."""
+    meetings = group.meetings
+    while True:
+        seq = group.started.get(channel, 0)
+        key = (*channel, seq)
+        m = meetings.get(key)
+        if m is None:
+            return  # no rank has called it yet
+        if m.error is None:
+            if not m.ready():
+                return
+            group.started[channel] = seq + 1
+            del meetings[key]
+            _start(m)
+        else:
+            group.started[channel] = seq + 1
+            if m.ready():
+                del meetings[key]
+                m.fail(m.error)  # (releases the parts that came late)
+
+
 def _start_if_complete(posted: _Posted) -> None:
-    """When every rank's part is queued, check the calls agree and queue the lanes' steps
-    (under the group's lock: the lanes then get the meetings in the order they complete)."""
-    group, meeting = posted.group, posted.meeting
+    """After a part was queued: start what its channel now allows. A part that came to a
+    failed meeting is released at once (its task reports the meeting's error)."""
+    group, m, key = posted.group, posted.meeting, posted.key
     with group.lock:
-        if group.meetings.get(posted.key) is not meeting or not meeting.complete() \
-                or any(c.task is None or not c.task.id for c in meeting.calls.values()):
-            return
-        del group.meetings[posted.key]
-        _start(meeting)
+        if m.error is not None and group.meetings.get(key) is m:
+            m.fail(m.error)
+            if m.ready() and key[-1] < group.started.get(key[:-1], 0):
+                del group.meetings[key]
+        _start_ready(group, key[:-1])
 
 
 def _queue(posts: list) -> None:
     """Queue the parts on their streams (each stream: every arrival before any wait), then
-    start the meetings they complete. A refusal withdraws every part (HcclError E_RUNTIME)."""
+    start the meetings they complete. A refusal withdraws every part, latest first
+    (HcclError E_RUNTIME)."""
     streams = list(dict.fromkeys(p.call.stream for p in posts))
     work = [(p.call.stream, p.work[0]) for p in posts] + \
         [(p.call.stream, t) for p in posts for t in p.work[1:]]
     try:
         ENGINE.submit_all(streams, work)
     except BaseException as exc:
-        for p in posts:
+        for p in reversed(posts):
             _withdraw(p, exc)
         if isinstance(exc, HcclError) or not isinstance(exc, AscentError):
             raise
@@ -208,9 +244,9 @@ def _start(meeting: Meeting) -> None:
                 meeting.state = "running"
                 plan.submit()
                 return
-            except AscentError as exc:
+            except AscentError as exc:  # (a lane refused its steps: the sanitizer in raise mode)
                 error = HcclError(f"{meeting.name} could not start: {exc}",
-                                  code=HcclResult.E_INTERNAL)
+                                  code=HcclResult.E_RUNTIME)
             finally:
                 plan.release()
     meeting.fail(error or meeting.error)

@@ -108,6 +108,7 @@ class Group(GroupState):
         self.recv_lanes: dict[tuple, Stream] = {}  # (receiver, sender) -> its lane
         self.seq = [0] * self.size           # collectives each rank has called
         self.meetings: dict = {}             # key -> Meeting not yet started
+        self.started: dict[tuple, int] = {}  # channel -> the sequence number it starts next
 
     def _lane(self, rank: int, what: str) -> Stream:
         lane = Stream(self.devices[rank], 0, _internal=True)
@@ -249,7 +250,8 @@ def comm_destroy(comm) -> None:
     group = comm.group
     with group.lock:
         group.destroyed[comm.rank] = True
-        last = group.transport == "process" and all(group.destroyed) and not group.meetings
+        last = group.transport == "process" and all(group.destroyed) and \
+            all(m.error is not None for m in group.meetings.values())
     if last:
         group.retire_lanes()
 

@@ -107,6 +107,11 @@ class Meeting:
         """Whether every rank of the meeting has called."""
         return len(self.calls) == len(self.ranks)
 
+    def ready(self) -> bool:
+        """Whether every rank has called and its part is queued on its stream."""
+        return len(self.calls) == len(self.ranks) and \
+            all(c.task is not None and c.task.id for c in self.calls.values())
+
     def mismatch(self) -> HcclError | None:
         """E_PARA naming each rank's call and call site when the calls disagree."""
         first = self.calls[self.ranks[0]].signature()

@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import pickle
 import time
 
 import numpy as np
 
 from .. import config
+from ..engine import ENGINE
 from ..engine.task import HOST_FUNC, Task
 from ..memory.buffer import BufferSlice
 from .comm import Communicator, GroupState, RootInfo
@@ -31,7 +31,6 @@ from .meeting import Meeting
 
 _log = logging.getLogger("ascentrt.hccl")
 _LAUNCHER_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
-_TAGS = 8192  # descriptor tags cycle through this many sequence numbers (x 4 kinds: < 32768)
 
 
 def launched_under_mpi() -> bool:
@@ -83,6 +82,7 @@ class MpiGroup(GroupState):
         self.ctl = comm.Dup()     # the call descriptions, point to point
         self.vote = comm.Dup()    # each rank's go (or abort) once it heard the others
         self.seq = 0              # collectives this rank has called
+        self.tag_span = comm.Get_attr(_mpi().TAG_UB) // 4  # sequence numbers before tags repeat
 
 
 def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicator:
@@ -152,18 +152,20 @@ def post(comm: Communicator, call, pair: tuple | None, parts) -> None:
     if parts is not None:
         parts.append((call.stream, item))
         return
-    _submit(call.stream, task, [item])
+    _submit([call.stream], [(call.stream, task)], [item])
 
 
-def _submit(stream, task, items) -> None:
+def _submit(streams, work, items) -> None:
+    """Queue the host functions (all or none); a refusal withdraws the items, latest first."""
     try:
-        stream._submit(task)
+        ENGINE.submit_all(streams, work)
     except BaseException as exc:
-        for group, meeting, call, pair in reversed(items):  # withdraw: the calls never were
-            with group.lock:
+        for group, meeting, call, pair in reversed(items):  # the calls never were
+            with group.lock:  # (only the rank's latest call can be taken back)
                 if pair is None:
-                    group.seq -= 1
-                else:
+                    if group.seq == meeting.seq + 1:
+                        group.seq -= 1
+                elif group.p2p[(*pair, call.op)] == meeting.seq + 1:
                     group.p2p[(*pair, call.op)] -= 1
                 group.flight.forget(meeting)
         if isinstance(exc, HcclError) or not isinstance(exc, AscentError):
@@ -173,9 +175,12 @@ def _submit(stream, task, items) -> None:
 
 
 def queue_group(parts) -> None:
-    """Queue a group's MPI parts: one host function per stream, running them together."""
-    for stream, task, items in group_tasks(parts or ()):
-        _submit(stream, task, items)
+    """Queue a group's MPI parts: one host function per stream, running them together, all
+    queued at once (or, refused, none)."""
+    tasks = group_tasks(parts or ())
+    if tasks:
+        _submit([st for st, _, _ in tasks], [(st, t) for st, t, _ in tasks],
+                [it for _, _, its in tasks for it in its])
 
 
 def group_tasks(parts) -> list:
@@ -236,71 +241,109 @@ def run(items) -> None:
 
 
 def _tag(meeting: Meeting) -> int:
-    """The descriptor tag of a meeting: its sequence number and kind (a collective, or a
-    send/recv in one direction: a pair of ranks may have both directions in flight)."""
+    """The message tag of a meeting: its sequence number and kind (a collective, or a
+    send/recv in one direction: a pair of ranks may have both directions in flight), cycling
+    through the tags MPI allows (a stale message of a meeting that gave up is dropped by the
+    sequence number it carries)."""
     key = meeting.key
     kind = 0 if key[0] == "coll" else 1 if key[1] < key[2] else 2
-    return (meeting.seq % _TAGS) * 4 + kind
+    return (meeting.seq % meeting.group.tag_span) * 4 + kind
+
+
+def _hear(comm, wanted: list, deadline: float) -> list:
+    """Receive one message (a Python object) per (source, tag, key) in `wanted` whose first element is
+    `key` (others are stale: dropped), until the deadline; the payloads (None: not heard)."""
+    got = [None] * len(wanted)
+    reqs = {i: comm.irecv(source=src, tag=tag) for i, (src, tag, _) in enumerate(wanted)}
+    while reqs:
+        order = list(reqs)
+        heard = _poll([reqs[i] for i in order], deadline, objects=True)
+        for i, (ok, message) in zip(order, heard):
+            if not ok:
+                continue
+            payload = message  # (mpi4py unpickled it)
+            src, tag, key = wanted[i]
+            if payload[0] == key:
+                got[i] = payload
+                del reqs[i]
+            else:  # left by a meeting that gave up long ago: listen again
+                reqs[i] = comm.irecv(source=src, tag=tag)
+        if time.monotonic() >= deadline:
+            for req in reqs.values():
+                req.Cancel()
+            break
+    return got
 
 
 def _exchange(items) -> None:
     """Send each part's call description to its meeting's other ranks and hear theirs, all
     parts at once (a group's sends and receives must not wait for each other); fail with
     E_TIMEOUT naming the ranks not heard from, or E_PARA when the calls disagree."""
-    sends, recvs, whose = [], [], []
+    timeout = config.get("HCCL_EXEC_TIMEOUT")
+    sends, wanted, whose = [], [], []
     for group, meeting, call in items:
         me = call.rank
-        desc = pickle.dumps((call.op, call.count, call.nbytes, call.signature(),
-                             call.describe(), call.site, group.last_done[me]))
+        desc = (meeting.key, call.op, call.count, call.nbytes, call.signature(),
+                call.describe(), call.site, group.last_done[me])
         for q in meeting.ranks:
             if q != me:
                 sends.append(group.ctl.isend(desc, dest=q, tag=_tag(meeting)))
-                recvs.append(group.ctl.irecv(source=q, tag=_tag(meeting)))
+                wanted.append((group.ctl, q, _tag(meeting), meeting.key))
                 whose.append((group, meeting, q))
-    heard = _poll(recvs, time.monotonic() + config.get("HCCL_EXEC_TIMEOUT"), objects=True)
-    for (group, meeting, q), (ok, message) in zip(whose, heard):
-        if ok:
-            op, count, nbytes, sig, text, site, last = pickle.loads(message)
+    heard = _hear_all(wanted, time.monotonic() + timeout)
+    for (group, meeting, q), payload in zip(whose, heard):
+        if payload is not None:
+            _, op, count, nbytes, sig, text, site, last = payload
             meeting.calls[q] = RemoteCall(q, op, count, nbytes, sig, text, site)
             group.last_done[q] = max(group.last_done[q], last)
     timed_out = None
     for group, meeting, call in items:
-        missing = [q for (_, m, q), (ok, _) in zip(whose, heard) if m is meeting and not ok]
+        missing = [q for (_, m, q), p in zip(whose, heard) if m is meeting and p is None]
         if missing and timed_out is None:
             timed_out = (meeting, HcclError(
-                f"{meeting.name} timed out after {config.get('HCCL_EXEC_TIMEOUT'):g} s "
-                f"(HCCL_EXEC_TIMEOUT) on rank {call.rank}: rank(s) {', '.join(map(str, missing))} "
-                f"have not called it (last completed: {group.last_completed_text(missing)})",
-                code=HcclResult.E_TIMEOUT))
-    for (ok, _), req in zip(heard, recvs):
-        if not ok:
-            req.Cancel()
+                f"{meeting.name} timed out after {timeout:g} s (HCCL_EXEC_TIMEOUT) on rank "
+                f"{call.rank}: rank(s) {', '.join(map(str, missing))} have not called it (last "
+                f"completed: {group.last_completed_text(missing)})", code=HcclResult.E_TIMEOUT))
     for r in sends:
         r.wait()
     # Every rank votes: go once it heard all the others, abort when it gave up. A rank enters
     # MPI's collective only on every go, so a late rank never waits in it for ranks that left.
     vote = "abort" if timed_out is not None else "go"
-    votes, voters, cast = [], [], []
+    cast, ballots, voters = [], [], []
     for group, meeting, call in items:
         for q in meeting.ranks:
             if q != call.rank:
-                cast.append(group.vote.isend(vote, dest=q, tag=_tag(meeting)))
-                if timed_out is None:
-                    votes.append(group.vote.irecv(source=q, tag=_tag(meeting)))
-                    voters.append((meeting, q))
+                cast.append(group.vote.isend((meeting.key, vote), dest=q, tag=_tag(meeting)))
+                ballots.append((group.vote, q, _tag(meeting), meeting.key))
+                voters.append((meeting, q))
     for r in cast:
         r.wait()  # (a few bytes: sent at once, whether or not the peer ever takes them)
     if timed_out is not None:
         _fail(*timed_out)
-    for (meeting, q), req in zip(voters, votes):
-        if req.wait() != "go":  # bounded: q has called, and votes within its own timeout
-            _fail(meeting, HcclError(
-                f"{meeting.name}: rank {q} gave up waiting for it (HCCL_EXEC_TIMEOUT) before "
-                f"every rank had called it", code=HcclResult.E_TIMEOUT))
+    # Each rank that called votes within its own timeout of hearing the others: twice the
+    # timeout is only passed by a rank that died or stalled between the two.
+    votes = _hear_all(ballots, time.monotonic() + 2 * timeout)
+    for (meeting, q), got in zip(voters, votes):
+        if got is None or got[1] != "go":
+            why = "sent no vote (it stalled or died)" if got is None else \
+                "gave up waiting for it (HCCL_EXEC_TIMEOUT) before every rank had called it"
+            _fail(meeting, HcclError(f"{meeting.name}: rank {q} {why}", code=HcclResult.E_TIMEOUT))
     for group, meeting, call in items:
         error = meeting.mismatch()
         if error is not None:
             _fail(meeting, error)
+
+
+def _hear_all(wanted: list, deadline: float) -> list:
+    """_hear over several communicators: wanted is (comm, source, tag, key) per message."""
+    got = [None] * len(wanted)
+    by_comm: dict = {}
+    for i, (comm, src, tag, key) in enumerate(wanted):
+        by_comm.setdefault(id(comm), (comm, []))[1].append((i, (src, tag, key)))
+    for comm, entries in by_comm.values():
+        for (i, _), payload in zip(entries, _hear(comm, [e for _, e in entries], deadline)):
+            got[i] = payload
+    return got
 
 
 def _fail(meeting: Meeting, error: HcclError) -> None:

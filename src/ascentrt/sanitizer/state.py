@@ -181,6 +181,8 @@ class Sanitizer:
         # which is queued when the last rank calls) holds its stream as a notify wait does:
         self.record_waiters: dict[int, list] = {}  # id(marker) -> streams held until its record
         self.held_records: set[int] = set()        # id(marker) of records sitting in a held list
+        self.snapshots: dict[int, dict] = {}  # held stream id -> {tasks submitted: clock} that
+                                              # synchronizes begun while it was held wait for
 
     # ---- memory (as an observer of the address registry) -------------------------------------
 
@@ -290,19 +292,29 @@ class Sanitizer:
     # ---- host synchronization ---------------------------------------------------------------
 
     def stream_clocks(self, streams) -> tuple:
-        """The clocks of `streams` now (what a synchronize that starts now waits for); a held
-        stream's is its id: its held tasks are only taken in once its wait's record comes,
-        which the synchronize waits for, so its clock is read when the wait is over."""
+        """The clocks of `streams` now (what a synchronize that starts now waits for). A held
+        stream's tasks are only taken in once its wait's record comes, which the synchronize
+        waits for: its entry is (stream id, tasks submitted), and its clock is the one it has
+        once its held tasks up to that one are taken in."""
         with self.lock:
-            return tuple(s.id if s.id in self.held else dict(self.streams[s.id])
-                         for s in streams if s.id in self.streams)
+            out = []
+            for s in streams:
+                if s.id in self.held:
+                    self.snapshots.setdefault(s.id, {})[s._submitted] = None
+                    out.append((s.id, s._submitted))
+                elif s.id in self.streams:
+                    out.append(dict(self.streams[s.id]))
+            return tuple(out)
 
     def host_waited(self, clocks) -> None:
         """The calling host thread waited for the work these clocks cover."""
         with self.lock:
             host = self.host
             for c in clocks:
-                _join(host, self.streams.get(c, {}) if type(c) is int else c)
+                if type(c) is tuple:  # a held stream's: the snapshot its release took
+                    sid, upto = c
+                    c = self.snapshots.get(sid, {}).pop(upto, None) or self.streams.get(sid, {})
+                _join(host, c)
             self.host_version += 1
 
     def _clock_of(self, holder):
@@ -448,8 +460,13 @@ class Sanitizer:
         already, so a race is reported, not raised)."""
         reports = []
         held = self.held.pop(sid, [])
+        wanted = self.snapshots.get(sid)
         for i, item in enumerate(held):
             reports += self._apply(item, raising=False)
+            if wanted:  # a synchronize that began before this task waits for up to it
+                for upto, clock in wanted.items():
+                    if clock is None and item[4] >= upto:
+                        wanted[upto] = dict(self.streams[sid])
             if sid in self.held:  # held again, on a later notify wait
                 self.held[sid] += held[i + 1:]
                 break
