@@ -592,3 +592,25 @@ def test_meetings_start_in_sequence_order_whatever_order_they_complete_in(kind):
         print([sync_error(x) for x in s] == [None, None])
     ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_EXEC_TIMEOUT": "10"})
     assert out.split() == ["True"]
+
+
+@pytest.mark.cpu_only  # a kernel sleeps in real time before it fails
+def test_a_part_its_stream_drops_unrun_fails_the_collective_on_every_rank():
+    out = run('''
+        import time
+        comms = hccl.comm_init_all([0, 1])
+        s0, s1 = art.Device(0).create_stream(), art.Device(1).create_stream(stop_on_failure=True)
+        b = [art.malloc(64, device=r) for r in range(2)]
+        for r in range(2): art.memcpy(b[r], np.full(16, r + 1, np.float32))
+        def boom(): time.sleep(0.3); raise RuntimeError("stop")
+        art.launch(boom, stream=s1)         # rank 1's part is queued behind it, then dropped
+        hccl.all_reduce(b[1], b[1], 16, D.FP32, O.SUM, comms[1], s1)
+        hccl.all_reduce(b[0], b[0], 16, D.FP32, O.SUM, comms[0], s0)
+        e0 = sync_error(s0).__cause__
+        print(e0.code == R.E_RUNTIME, "dropped its part" in str(e0), float(b[1].numpy(np.float32)[0]))
+        s1b = art.Device(1).create_stream()
+        for r, x in ((0, s0), (1, s1b)):
+            hccl.all_reduce(b[r], b[r], 16, D.FP32, O.SUM, comms[r], x)
+        print(sync_error(s0), sync_error(s1b))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_EXEC_TIMEOUT": "10"})
+    assert out.split() == ["True", "True", "2.0", "None", "None"]
