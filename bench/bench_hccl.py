@@ -32,14 +32,18 @@ ROUNDS = pick(7, 2)
 FP32, SUM = hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM
 
 
-def _timed(fn, rounds: int) -> float:
-    fn()  # warm-up: first touch of every page
-    times = []
+def _timed(fns, rounds: int) -> list[float]:
+    """Median seconds of each function, run in alternation round by round (the machine's
+    noise then falls on all of them alike)."""
+    for fn in fns:
+        fn()  # warm-up: first touch of every page
+    times = [[] for _ in fns]
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return median(times)
+        for fn, out in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return [median(t) for t in times]
 
 
 def in_process() -> None:
@@ -68,7 +72,8 @@ def in_process() -> None:
                 s.synchronize(60)
 
         rounds = ROUNDS if size >= 16 << 20 else ROUNDS * 5
-        rows.append((size, size / _timed(all_reduce, rounds), size / _timed(floor, rounds)))
+        t_all_reduce, t_floor = _timed([all_reduce, floor], rounds)
+        rows.append((size, size / t_all_reduce, size / t_floor))
         assert float(recvs[N - 1].numpy(np.float32)[0]) == sum(range(N))
         for b in sends + recvs:
             b.free()
