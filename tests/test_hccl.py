@@ -318,8 +318,19 @@ def test_comm_init_root_info_joins_one_thread_per_rank():
         print(expect(R.E_PARA, lambda: hccl.comm_init_root_info(2, info2, 2)),
               expect(R.E_PTR, lambda: hccl.comm_init_root_info(2, b"x", 0)),
               expect(R.E_TIMEOUT, lambda: hccl.comm_init_root_info(2, info2, 0)))
+        # ranks that disagree on the communicator's size: the second is refused at once
+        info3, first = hccl.get_root_info(), []
+        t = threading.Thread(target=lambda: first.append(
+            expect(R.E_TIMEOUT, lambda: hccl.comm_init_root_info(2, info3, 0))))
+        t.start()
+        import time; time.sleep(0.05)
+        art.set_device(1)
+        print(expect(R.E_PARA, lambda: hccl.comm_init_root_info(3, info3, 1)))
+        t.join(10)
+        print(first == [True])
     ''', env={"HCCL_CONNECT_TIMEOUT": "0.3", "ASCENTRT_LEAK_CHECK": "off"})
-    assert out.split("\n")[:3] == ["True", "[(0, 10), (1, 10), (2, 10), (3, 10)]", "True True True"]
+    assert out.split("\n")[:5] == ["True", "[(0, 10), (1, 10), (2, 10), (3, 10)]", "True True True",
+                                   "True", "True"]
 
 
 def test_a_collective_on_a_capturing_stream_is_refused_clearly():
