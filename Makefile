@@ -22,7 +22,7 @@ demo: $(VENV)/.installed
 SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failures host_funcs \
 	graph_capture graph_replay memory mempool callback edge_cases reuse_safety taskgraph context \
 	acl_conformance acl_dropin threads model external_memory bad_input core_fuzz red_team sim \
-	memory_fast_paths sanitizer hccl))
+	memory_fast_paths sanitizer hccl interop))
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q

@@ -15,6 +15,7 @@ from .memory import BufferSlice, DeviceBuffer, HostBuffer, TypedView, free, mall
 from .memory import (MemPool, ReusePolicy, configure_pool, empty_cache, free_async,
                      malloc_async, memory_snapshot, memory_stats, memory_summary, record_stream,
                      record_trace, replay_trace, reset_peak_memory_stats)
+from .memory.external import from_dlpack
 from .notify import Notify, record_notify, wait_and_reset_notify
 from .stream import FailureMode, Stream
 from .graph import CaptureError, CaptureMode, CaptureStatus, Graph, Schedule, TaskGraph, TaskGroup
@@ -46,6 +47,8 @@ __all__ = [
     "profile", "profiler", "sanitize", "sanitizer",
     # contexts and report-thread callbacks (issue 3, pyACL's model)
     "callback", "context",
+    # interop (issue 14)
+    "from_dlpack",
 ]
 
 

@@ -17,6 +17,7 @@ from .engine.task import COPY, MEMSET
 from . import config
 from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_caller
 from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, check_size
+from .memory.external import from_dlpack
 from .memory.links import Links
 from .memory.registry import REGISTRY
 from .stream import resolve_stream
@@ -82,8 +83,10 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
         return _Operand(alloc._bytes()[off:off + nbytes], x, alloc.kind,
                         alloc.kind == "host" and alloc.pinned, alloc.device,
                         alloc if alloc.kind == "device" else None)
-    raise InvalidArgumentError(f"{role} must be a buffer, slice, numpy array or pointer, "
-                               f"got {type(x).__name__}")
+    if hasattr(x, "__dlpack__"):  # a torch CPU tensor and the like: its memory, zero-copy
+        return _operand(from_dlpack(x), nbytes, writable, role)
+    raise InvalidArgumentError(f"{role} must be a buffer, slice, numpy array, DLPack exporter "
+                               f"or pointer, got {type(x).__name__}")
 
 
 def _direction(dst: _Operand, src: _Operand) -> MemcpyKind:

@@ -275,6 +275,12 @@ class Stream:
         if self._refuse != "destroyed":
             self.destroy()
 
+    def __ascentrt_stream__(self) -> tuple[int, int, int]:
+        """The stream protocol, in the manner of cuda.core's __cuda_stream__: (version 0,
+        device id, stream id). A library that holds one orders its work against the stream
+        through ascentrt: Stream.record() after the stream's work, Stream.wait(event) before."""
+        return 0, self.device.id, self.id
+
     def __repr__(self) -> str:
         return f"Stream(id={self.id}, device={self.device.id}, priority={self.priority})"
 

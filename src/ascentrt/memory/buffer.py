@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 
 import numpy as np
 
@@ -11,6 +13,43 @@ from .links import Links
 from .registry import REGISTRY
 
 GRANULE = 32  # CANN rounds every device allocation up to 32 bytes
+KDL_CPU = 1   # DLPack's device type of memory the host reaches (cpu and sim backends)
+
+# DLPack exports alive: id(allocation) -> how many. A buffer with live exports refuses to be
+# freed: the arrays other libraries hold would point into a block the pool hands out again.
+_exports: dict[int, int] = {}
+_exports_lock = threading.Lock()
+
+
+def _export_done(key: int) -> None:
+    with _exports_lock:
+        left = _exports.get(key, 0) - 1
+        if left > 0:
+            _exports[key] = left
+        else:
+            _exports.pop(key, None)
+
+
+def _dlpack(base, array: np.ndarray, kwargs: dict):
+    """A DLPack capsule of `array` (memory of allocation `base`), counted until its consumer
+    lets it go (numpy's capsule holds the array: its end is the export's)."""
+    key = id(base)
+    with _exports_lock:
+        _exports[key] = _exports.get(key, 0) + 1
+    weakref.finalize(array, _export_done, key)
+    try:
+        return array.__dlpack__(**kwargs)
+    except (BufferError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"DLPack export refused: {exc}") from None
+
+
+def check_no_exports(buf) -> None:
+    """Raise when `buf` has live DLPack exports (InvalidArgumentError, 207002)."""
+    n = _exports.get(id(buf), 0)
+    if n:
+        raise InvalidArgumentError(
+            f"{buf!r} has {n} live DLPack export(s) (arrays of its memory another library "
+            f"holds): free it once they are gone", code=ErrorCode.RT_MEMORY_FREE)
 
 
 def check_size(nbytes, what: str = "nbytes", allow_zero: bool = False) -> int:
@@ -76,6 +115,15 @@ class _ByteRange:
             raise InvalidArgumentError(f"a {dtype} array of shape {shape} needs {need} bytes; "
                                        f"the buffer has {raw.nbytes}")
         return raw[:need].view(dtype).reshape(shape)
+
+    def __dlpack__(self, **kwargs):
+        """DLPack export of the bytes (uint8, 1-D): zero-copy for np.from_dlpack and
+        torch.from_dlpack; the buffer cannot be freed while the array lives."""
+        return _dlpack(self.base, self.numpy(), kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(kDLCPU, 0): the memory is this machine's on the cpu and sim backends."""
+        return KDL_CPU, 0
 
     def view(self, dtype=np.uint8, shape=None) -> "TypedView":
         """A typed view to pass to kernels: they receive it as a numpy array of dtype/shape."""
@@ -144,11 +192,14 @@ class DeviceBuffer(_ByteRange):
         """Return the memory to its device after `stream`'s queued work (None: after all of it).
 
         Tasks queued before the free still see the bytes; the host and later tasks do not.
-        Freeing twice raises InvalidHandleError (207002).
+        Freeing twice raises InvalidHandleError (207002); freeing with live DLPack exports
+        raises InvalidArgumentError (207002) and frees nothing.
         """
         if self._mem is None:
             raise InvalidHandleError(f"double free of device buffer at {self.addr:#x}",
                                      code=ErrorCode.RT_MEMORY_FREE)
+        if _exports:
+            check_no_exports(self)
         self._owner.release(self, stream)
 
     def __repr__(self) -> str:
@@ -185,6 +236,8 @@ class HostBuffer(_ByteRange):
         if self._mem is None:
             raise InvalidHandleError(f"double free of host buffer at {self.addr:#x}",
                                      code=ErrorCode.RT_MEMORY_FREE)
+        if _exports:
+            check_no_exports(self)
         if self._release(self) and REGISTRY.observers:
             REGISTRY.freed(self)
 
@@ -245,6 +298,14 @@ class TypedView:
     def numpy(self) -> np.ndarray:
         """The numpy array this view stands for."""
         return self.buffer.numpy(self.dtype, self.shape)
+
+    def __dlpack__(self, **kwargs):
+        """DLPack export with the view's dtype and shape (see _ByteRange.__dlpack__)."""
+        return _dlpack(self.buffer.base, self.numpy(), kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(kDLCPU, 0), as the buffer's."""
+        return KDL_CPU, 0
 
     def __repr__(self) -> str:
         return f"TypedView({self.buffer!r}, {self.dtype}, {self.shape})"

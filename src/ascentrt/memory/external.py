@@ -138,3 +138,20 @@ def registered_count() -> int:
     """How many caller-owned buffers are registered now."""
     _prune()
     return len(_external)
+
+
+def from_dlpack(obj) -> np.ndarray:
+    """The memory of a DLPack exporter (a torch CPU tensor, a numpy array, ...) as a
+    zero-copy numpy array, registered as pageable host memory: its address then passes every
+    range check, as numpy_to_ptr memory does. Raises InvalidArgumentError (100000) for memory
+    the host cannot reach, a dtype numpy cannot hold, or non-contiguous strides."""
+    try:
+        array = np.from_dlpack(obj)
+    except (BufferError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise InvalidArgumentError(f"from_dlpack: {type(obj).__name__} cannot be taken as host "
+                                   f"memory ({exc})") from None
+    if not array.flags.c_contiguous:
+        raise InvalidArgumentError(f"from_dlpack: the {type(obj).__name__}'s memory is not "
+                                   f"contiguous (strides {array.strides}); make it contiguous first")
+    register_host(array)
+    return array
