@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,11 @@ SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failu
 	acl_conformance acl_dropin threads model external_memory bad_input core_fuzz red_team sim \
 	memory_fast_paths sanitizer hccl interop))
 
-test: $(VENV)/.installed-dev
+# ruff with the rule set in pyproject.toml, on the package.
+lint: $(VENV)/.installed-dev
+	$(PY) -m ruff check src/ascentrt
+
+test: lint
 	$(PY) -m pytest -q
 	$(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_TESTS)
 

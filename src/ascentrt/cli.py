@@ -36,7 +36,8 @@ def _info(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = f"{'Device':<7}{'Name':<18}{'Backend':<9}{'Memory used / total (MiB)':<28}{'Compute':<9}{'Copy':<6}{'Streams'}"
+    header = (f"{'Device':<7}{'Name':<18}{'Backend':<9}{'Memory used / total (MiB)':<28}"
+              f"{'Compute':<9}{'Copy':<6}{'Streams'}")
     print(header)
     print("-" * len(header))
     for r in rows:

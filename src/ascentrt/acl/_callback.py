@@ -22,7 +22,8 @@ def unsubscribe_report(thread_id, stream):
 
 @api("OOik")
 def launch_callback(fn, user_data, block_type, stream):
-    """Queue fn(user_data) for the stream's report thread; block_type 1 holds the stream until it ran (aclrtLaunchCallback)."""
+    """Queue fn(user_data) for the stream's report thread; block_type 1 holds the stream until
+    it ran (aclrtLaunchCallback)."""
     if not callable(fn):
         raise AclTypeError("parameter must be callable")
     if block_type not in (C.ACL_CALLBACK_NO_BLOCK, C.ACL_CALLBACK_BLOCK):
@@ -32,7 +33,8 @@ def launch_callback(fn, user_data, block_type, stream):
 
 @api("i")
 def process_report(timeout):
-    """Run this thread's queued callbacks, waiting up to timeout ms (-1 forever); 507012 when none came (aclrtProcessReport)."""
+    """Run this thread's queued callbacks, waiting up to timeout ms (-1 forever); 507012 when
+    none came (aclrtProcessReport)."""
     if timeout == 0 or timeout < -1:
         raise fail(ErrorCode.INVALID_PARAM, f"timeout must be -1 or > 0 ms, got {timeout}")
     _cb.process_reports(None if timeout == -1 else timeout / 1000.0)

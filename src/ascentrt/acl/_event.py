@@ -59,7 +59,8 @@ def create_event_with_flag(flag):
 
 @api("I", out=(0,))
 def create_event_ex_with_flag(flag):
-    """(event, ret): as create_event_with_flag, reusable on re-record; complete before its first record (aclrtCreateEventExWithFlag)."""
+    """(event, ret): as create_event_with_flag, reusable on re-record; complete before its
+    first record (aclrtCreateEventExWithFlag)."""
     return _create(flag, True)
 
 

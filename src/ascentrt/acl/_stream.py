@@ -20,7 +20,8 @@ def create_stream():
 
 @api("II", out=(0,))
 def create_stream_with_config(priority, flag):
-    """(stream, ret): a stream of priority 0 (highest)..7, clamped; flags are accepted and ignored (aclrtCreateStreamWithConfig)."""
+    """(stream, ret): a stream of priority 0 (highest)..7, clamped; flags are accepted and
+    ignored (aclrtCreateStreamWithConfig)."""
     priority = min(max(priority, 0), PRIORITY_LEVELS - 1)
     return STREAMS.add(need_context().create_stream(priority))
 

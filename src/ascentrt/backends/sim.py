@@ -179,7 +179,7 @@ class Timeline:
                     and (nxt is None or nxt > self.now) and self.patience_spent != self.returned:
                 # Time may not move while a host function runs (its end is not known yet).
                 seen = self.returned
-                if self.moved.wait_for(lambda: self.returned != seen, HOST_FUNC_PATIENCE_S):
+                if self.moved.wait_for(lambda seen=seen: self.returned != seen, HOST_FUNC_PATIENCE_S):
                     continue
                 self.patience_spent = self.returned  # it blocks: let time go on without it
             heap = self.deadlines

@@ -328,7 +328,7 @@ def _exchange(items) -> None:
             why = "sent no vote (it stalled or died)" if got is None else \
                 "gave up waiting for it (HCCL_EXEC_TIMEOUT) before every rank had called it"
             _fail(meeting, HcclError(f"{meeting.name}: rank {q} {why}", code=HcclResult.E_TIMEOUT))
-    for group, meeting, call in items:
+    for _, meeting, _ in items:
         error = meeting.mismatch()
         if error is not None:
             _fail(meeting, error)

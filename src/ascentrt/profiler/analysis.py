@@ -272,7 +272,7 @@ def _host_bound(dev_id, work, syncs, profile) -> list[Finding]:
     starts = sorted(work, key=lambda t: t.start_ns)
     begins = [t.start_ns for t in starts]
     after = []
-    for a, b in sorted(idle, key=lambda g: g[0] - g[1])[:5]:
+    for _, b in sorted(idle, key=lambda g: g[0] - g[1])[:5]:
         i = bisect.bisect_left(begins, b)
         if i < len(starts):
             after.append(task_ref(starts[i]))
