@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failu
 # ruff with the rule set in pyproject.toml, on the package.
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check src/ascentrt
+
+# The API reference (pdoc) under docs/_build; fails on public names without a docstring.
+docs: $(VENV)/.installed-dev
+	$(PY) docs/build.py
 
 test: lint
 	$(PY) -m pytest -q

@@ -34,3 +34,22 @@ def test_the_license_is_an_spdx_string_so_installing_prints_no_deprecation_warni
     import tomllib
     meta = tomllib.loads((pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     assert isinstance(meta["project"]["license"], str)  # a TOML table is deprecated (setuptools 77)
+
+
+def test_the_api_reference_check_finds_missing_docstrings_and_broken_references(tmp_path, monkeypatch):
+    import importlib
+    import sys
+    import pytest
+    pdoc_doc = pytest.importorskip("pdoc.doc")
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "docs"))
+    try:
+        build = importlib.import_module("build")
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "sample_mod.py").write_text(
+        '"""A module; see `ascentrt.malloc` and `ascentrt.no_such_name`."""\n'
+        'def documented():\n    """Fine."""\n'
+        'def bare():\n    pass\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problems = build.check(pdoc_doc.Module(importlib.import_module("sample_mod")))
+    assert problems == ["sample_mod: `ascentrt.no_such_name` names nothing", "sample_mod.bare: no docstring"]

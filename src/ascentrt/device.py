@@ -277,6 +277,11 @@ def _report_leaks_at_exit() -> None:
     leaks.report(live, "exit")
 
 
+def _host_backend():
+    """The backend that allocates pinned host memory (device 0's)."""
+    return _table()[0]._backend
+
+
 atexit.register(_report_leaks_at_exit)
 links.register(resolve_device=resolve_device, current_device=current_device, current_task=current_task,
-               busy_streams=_busy_streams, host_backend=lambda: _table()[0]._backend)
+               busy_streams=_busy_streams, host_backend=_host_backend)

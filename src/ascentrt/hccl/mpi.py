@@ -122,9 +122,11 @@ class RemoteCall:
         self.posted_ns, self.done_ns, self.task, self.stream = 0, 0, None, None
 
     def signature(self) -> tuple:
+        """What must agree between the ranks (as the rank sent it)."""
         return self.sig
 
     def describe(self) -> str:
+        """The call as text (as the rank sent it)."""
         return self.text
 
 
