@@ -139,3 +139,17 @@ def test_torch_from_dlpack_shares_memory_and_tensors_work_as_host_memory(torch_m
     with pytest.raises(art.InvalidArgumentError):           # non-contiguous strides
         art.memcpy(dev, torch.arange(32, dtype=torch.float32)[::2])
     dev.free()
+
+
+def test_an_export_keeps_its_allocation_alive_after_the_buffer_object_is_dropped():
+    arr = np.from_dlpack(art.malloc(64))        # nothing else holds the buffer object
+    gc.collect()
+    others = [art.malloc(64) for _ in range(8)]  # new buffers: none is the exported one
+    for b in others:
+        b.free()                                # (and none is refused for its exports)
+    arr[:] = 5
+    live = [a for a in art.Device(0)._memory.live_buffers() if a.addr == arr.ctypes.data]
+    assert len(live) == 1 and (live[0].numpy() == 5).all()
+    del arr
+    gc.collect()
+    live[0].free()

@@ -21,7 +21,8 @@ _exports: dict[int, int] = {}
 _exports_lock = threading.Lock()
 
 
-def _export_done(key: int) -> None:
+def _export_done(key: int, base) -> None:
+    """An export died (`base` was held until now: the allocation lives as long as its exports)."""
     with _exports_lock:
         left = _exports.get(key, 0) - 1
         if left > 0:
@@ -36,7 +37,7 @@ def _dlpack(base, array: np.ndarray, kwargs: dict):
     key = id(base)
     with _exports_lock:
         _exports[key] = _exports.get(key, 0) + 1
-    weakref.finalize(array, _export_done, key)
+    weakref.finalize(array, _export_done, key, base)  # holds base: its id stays its own
     try:
         return array.__dlpack__(**kwargs)
     except (BufferError, TypeError, ValueError) as exc:
