@@ -153,3 +153,51 @@ def test_an_export_keeps_its_allocation_alive_after_the_buffer_object_is_dropped
     del arr
     gc.collect()
     live[0].free()
+
+
+def test_export_arguments_and_refusals_are_clear_and_leave_no_count():
+    buf = art.malloc(256)
+    for bad in (0, 1):                                    # host memory has no stream to order on
+        with pytest.raises(art.InvalidArgumentError):
+            buf.__dlpack__(stream=bad)
+    with pytest.raises(art.InvalidArgumentError):         # a device it is not on
+        buf.__dlpack__(dl_device=(2, 0))
+    np.from_dlpack(_Exporter(np.from_dlpack(buf)))         # positional/keyword use by consumers
+    buf.__dlpack__(None)                                   # (the capsule, never consumed, dies)
+    gc.collect()
+    assert _freed_ok(buf)                                  # nothing refused is counted
+
+    class Broken:
+        def __dlpack__(self, **kwargs):
+            raise KeyError("broken exporter")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    dev = art.malloc(64)
+    for call in (lambda: art.from_dlpack(Broken()), lambda: art.memcpy(dev, Broken(), 16)):
+        with pytest.raises(art.InvalidArgumentError) as exc:
+            call()
+        assert exc.value.code == E.INVALID_PARAM
+    dev.free()
+
+
+def test_typed_views_copy_as_their_bytes_and_free_in_stream_order():
+    s = art.Stream()
+    dev, host = art.malloc(4096), art.malloc_host(4096)
+    art.memset(dev, 3)
+    art.memcpy_async(host, dev.view(np.float32), stream=s)   # not a DLPack export: ours
+    dev.free(stream=s)                                       # stream-ordered free goes through
+    s.synchronize()
+    assert (host.numpy() == 3).all()
+    host.free()
+    s.destroy()
+
+
+def test_a_device_reset_says_when_it_frees_exported_memory():
+    dev = art.Device(0)
+    buf = art.malloc(256)
+    arr = np.from_dlpack(buf)
+    with pytest.warns(RuntimeWarning, match="live DLPack exports"):
+        dev.reset()
+    del arr

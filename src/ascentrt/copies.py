@@ -16,7 +16,7 @@ from .engine import Hooks, Task, check_sync_allowed
 from .engine.task import COPY, MEMSET
 from . import config
 from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_caller
-from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, check_size
+from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, check_size
 from .memory.external import from_dlpack
 from .memory.links import Links
 from .memory.registry import REGISTRY
@@ -83,6 +83,12 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
         return _Operand(alloc._bytes()[off:off + nbytes], x, alloc.kind,
                         alloc.kind == "host" and alloc.pinned, alloc.device,
                         alloc if alloc.kind == "device" else None)
+    if isinstance(x, TypedView):  # the bytes the view covers (not a DLPack export: ours)
+        buf = x.buffer
+        base = buf.base
+        data = buf._array(x.dtype, x.shape).reshape(-1).view(np.uint8)
+        return _Operand(data, buf.addr, base.kind, base.kind == "host" and base.pinned,
+                        base.device, base if base.kind == "device" else None)
     if hasattr(x, "__dlpack__"):  # a torch CPU tensor and the like: its memory, zero-copy
         return _operand(from_dlpack(x), nbytes, writable, role)
     raise InvalidArgumentError(f"{role} must be a buffer, slice, numpy array, DLPack exporter "

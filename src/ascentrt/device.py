@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from .errors import ErrorCode, InvalidArgumentError, InvalidDeviceError, OutOfMe
 from .memory import leaks, links
 from .memory.registry import REGISTRY
 from .memory.allocator import DeviceAllocator
+from .memory.buffer import exported_buffers
 from .validate import check_timeout
 
 
@@ -236,7 +238,13 @@ class Device:
         synchronize_streams(streams, timeout, f"device {self.id} synchronize")
 
     def reset(self) -> None:
-        """Discard all pending work, destroy every stream and free every buffer of this device."""
+        """Discard all pending work, destroy every stream and free every buffer of this device
+        (buffers with live DLPack exports too: a RuntimeWarning says how many)."""
+        exported = exported_buffers(self._memory.live_buffers())
+        if exported:
+            warnings.warn(f"ascentrt: device {self.id} reset frees {len(exported)} buffer(s) with "
+                          f"live DLPack exports: the arrays other libraries hold now point at "
+                          f"memory the device hands out again", RuntimeWarning, stacklevel=2)
         with ENGINE.lock:
             streams = [s for s in self._dq.streams.values() if not s._internal]
         for s in streams:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import ErrorCode
+from ..errors import ErrorCode, InvalidArgumentError
 from ..memory import REGISTRY, malloc_host as _malloc_host
 from ..copies import memcpy as _memcpy, memcpy2d as _memcpy2d
 from ..copies import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_async
@@ -51,12 +51,18 @@ def malloc_align32(size, policy):
 def _free(ptr: int, kind: str) -> None:
     if ptr == 0:
         raise fail(ErrorCode.INVALID_PARAM, "pointer is null")
-    alloc = _handed.pop(ptr, None)
+    handed = _handed.pop(ptr, None)
+    alloc = handed
     if alloc is None or alloc._mem is None:  # (not .alive: this is the hot path)
         alloc = REGISTRY.find(ptr)
     if alloc is None or alloc.addr != ptr or alloc.kind != kind:
         raise fail(ErrorCode.RT_MEMORY_FREE, f"{ptr:#x} is not the start of a live {kind} allocation")
-    alloc.free()
+    try:
+        alloc.free()
+    except BaseException:
+        if handed is not None:
+            _handed[ptr] = handed  # refused (live DLPack exports): still handed out
+        raise
 
 
 @api("k")
@@ -65,7 +71,11 @@ def free(dev_ptr):
     buf = _handed.get(dev_ptr)
     if buf is not None and buf.kind == "device" and buf._mem is not None \
             and _handed.pop(dev_ptr, None) is buf:  # (the hot path; a racing free loses here)
-        buf.free()
+        try:
+            buf.free()
+        except BaseException:
+            _handed[dev_ptr] = buf  # refused (live DLPack exports): still handed out
+            raise
         return
     _free(dev_ptr, "device")
 
@@ -96,7 +106,10 @@ def free_all_host() -> None:
     for ptr, buf in list(_handed.items()):
         if buf.kind == "host":
             if _handed.pop(ptr, None) is buf and buf.alive:
-                buf.free()
+                try:
+                    buf.free()
+                except InvalidArgumentError:
+                    pass  # live DLPack exports hold it: it stays (reported as a leak at exit)
 
 
 def _copy_args(dst: int, dest_max: int, src: int, count: int, kind: int) -> int | None:

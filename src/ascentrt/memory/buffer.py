@@ -31,17 +31,26 @@ def _export_done(key: int, base) -> None:
             _exports.pop(key, None)
 
 
-def _dlpack(base, array: np.ndarray, kwargs: dict):
+def _dlpack(base, array: np.ndarray, stream, kwargs: dict):
     """A DLPack capsule of `array` (memory of allocation `base`), counted until its consumer
     lets it go (numpy's capsule holds the array: its end is the export's)."""
+    if stream is not None and stream != -1:
+        raise InvalidArgumentError(f"DLPack export: host memory takes stream None (or -1), got "
+                                   f"{stream!r}")
+    try:
+        capsule = array.__dlpack__(**kwargs)
+    except Exception as exc:  # (numpy's refusals: BufferError, TypeError, ValueError, ...)
+        raise InvalidArgumentError(f"DLPack export refused: {exc}") from None
     key = id(base)
     with _exports_lock:
         _exports[key] = _exports.get(key, 0) + 1
     weakref.finalize(array, _export_done, key, base)  # holds base: its id stays its own
-    try:
-        return array.__dlpack__(**kwargs)
-    except (BufferError, TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"DLPack export refused: {exc}") from None
+    return capsule
+
+
+def exported_buffers(buffers) -> list:
+    """Those of `buffers` with live DLPack exports."""
+    return [b for b in buffers if _exports.get(id(b))] if _exports else []
 
 
 def check_no_exports(buf) -> None:
@@ -117,10 +126,10 @@ class _ByteRange:
                                        f"the buffer has {raw.nbytes}")
         return raw[:need].view(dtype).reshape(shape)
 
-    def __dlpack__(self, **kwargs):
+    def __dlpack__(self, stream=None, **kwargs):
         """DLPack export of the bytes (uint8, 1-D): zero-copy for np.from_dlpack and
         torch.from_dlpack; the buffer cannot be freed while the array lives."""
-        return _dlpack(self.base, self.numpy(), kwargs)
+        return _dlpack(self.base, self.numpy(), stream, kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(kDLCPU, 0): the memory is this machine's on the cpu and sim backends."""
@@ -300,9 +309,9 @@ class TypedView:
         """The numpy array this view stands for."""
         return self.buffer.numpy(self.dtype, self.shape)
 
-    def __dlpack__(self, **kwargs):
+    def __dlpack__(self, stream=None, **kwargs):
         """DLPack export with the view's dtype and shape (see _ByteRange.__dlpack__)."""
-        return _dlpack(self.buffer.base, self.numpy(), kwargs)
+        return _dlpack(self.buffer.base, self.numpy(), stream, kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(kDLCPU, 0), as the buffer's."""
