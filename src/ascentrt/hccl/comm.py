@@ -83,7 +83,7 @@ class GroupState:
         self.p2p: dict[tuple, int] = {}      # (src, dst, "send"/"recv") -> calls so far
         self.last_done = [-1] * self.size    # the last collective each rank completed
         self.destroyed = [False] * self.size
-        self.flight = FlightRecorder(self.id)
+        self.flight = FlightRecorder()
         register_group(self)
 
     def completed(self, rank: int, seq) -> None:

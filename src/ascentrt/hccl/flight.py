@@ -36,18 +36,12 @@ class FlightRecord:
 class FlightRecorder:
     """The last RECORDS meetings of one communicator (read as FlightRecords)."""
 
-    def __init__(self, comm: int = 0):
-        self._comm = comm
+    def __init__(self):
         self._meetings = collections.deque(maxlen=RECORDS)
 
     def add(self, meeting) -> None:
         """Remember a new meeting (the oldest is forgotten past RECORDS)."""
         self._meetings.append(meeting)
-
-    @property
-    def communicator(self) -> int:
-        """The id of the communicator it records (set by its group)."""
-        return self._comm
 
     def forget(self, meeting) -> None:
         """Drop a meeting whose only call was withdrawn (it never happened)."""

@@ -103,10 +103,6 @@ class Meeting:
         self.arrive[call.rank] = m
         return m
 
-    def complete(self) -> bool:
-        """Whether every rank of the meeting has called."""
-        return len(self.calls) == len(self.ranks)
-
     def ready(self) -> bool:
         """Whether every rank has called and its part is queued on its stream."""
         return len(self.calls) == len(self.ranks) and \
