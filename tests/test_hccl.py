@@ -16,6 +16,10 @@ PRELUDE = '''
 import numpy as np, ascentrt as art, threading
 from ascentrt import hccl
 D, O, R = hccl.HcclDataType, hccl.HcclReduceOp, hccl.HcclResult
+def ranks(n, nbytes):
+    """A communicator of devices 0..n-1, and a stream and a buffer of nbytes on each."""
+    return (hccl.comm_init_all(list(range(n))), [art.Device(r).create_stream() for r in range(n)],
+            [art.malloc(nbytes, device=r) for r in range(n)])
 def sync_error(stream):
     try:
         stream.synchronize(timeout=30)
@@ -155,9 +159,7 @@ def test_a_collective_is_ordered_with_the_work_around_it_on_each_stream():
 
 def test_mismatched_calls_fail_every_rank_with_e_para_naming_each_call_and_site():
     out = run('''
-        comms = hccl.comm_init_all([0, 1, 2])
-        s = [art.Device(r).create_stream() for r in range(3)]
-        b = [art.malloc(4096, device=r) for r in range(3)]
+        comms, s, b = ranks(3, 4096)
         hccl.all_reduce(b[0], b[0], 256, D.FP32, O.SUM, comms[0], s[0])
         hccl.all_reduce(b[1], b[1], 512, D.FP32, O.SUM, comms[1], s[1])     # the culprit
         hccl.all_reduce(b[2], b[2], 256, D.FP32, O.SUM, comms[2], s[2])
@@ -179,9 +181,7 @@ def test_mismatched_calls_fail_every_rank_with_e_para_naming_each_call_and_site(
 
 def test_a_rank_that_never_arrives_times_out_the_others_naming_it():
     out = run('''
-        comms = hccl.comm_init_all([0, 1, 2])
-        s = [art.Device(r).create_stream() for r in range(3)]
-        b = [art.malloc(4096, device=r) for r in range(3)]
+        comms, s, b = ranks(3, 4096)
         for r in range(3):
             hccl.all_reduce(b[r], b[r], 8, D.FP32, O.SUM, comms[r], s[r])   # #0 completes
         for r in (0, 2):                                                    # rank 1 never calls #1
@@ -220,9 +220,7 @@ def test_a_wait_cycle_through_a_collective_is_reported_as_a_deadlock():
 
 def test_sends_and_receives_outside_a_group_deadlock_and_say_so():
     out = run('''
-        comms = hccl.comm_init_all([0, 1])
-        s = [art.Device(r).create_stream() for r in range(2)]
-        b = [art.malloc(64, device=r) for r in range(2)]
+        comms, s, b = ranks(2, 64)
         for r in range(2):                     # each rank sends first, then receives: a cycle
             hccl.send(b[r], 4, D.INT32, 1 - r, comms[r], s[r])
             hccl.recv(b[r], 4, D.INT32, 1 - r, comms[r], s[r])
@@ -385,9 +383,7 @@ def test_the_profiler_shows_each_ranks_part_with_its_bytes_and_a_forward_flow_be
     from test_profiler_trace import validate_trace
     run(f'''
         from ascentrt import profiler
-        comms = hccl.comm_init_all([0, 1, 2])
-        s = [art.Device(r).create_stream() for r in range(3)]
-        b = [art.malloc(1 << 16, device=r) for r in range(3)]
+        comms, s, b = ranks(3, 1 << 16)
         with profiler.profile({str(tmp_path / "p")!r}):
             for r in range(3):
                 art.launch(art.kernels.fill, b[r].view(np.float32), 1.0, stream=s[r])
@@ -504,9 +500,7 @@ def test_in_place_reduce_scatter_and_all_to_all_and_other_overlaps_refused():
 
 def test_sends_and_collectives_mixed_complete_in_each_ranks_call_order():
     out = run('''
-        comms = hccl.comm_init_all([0, 1, 2])
-        s = [art.Device(r).create_stream() for r in range(3)]
-        b = [art.malloc(64, device=r) for r in range(3)]
+        comms, s, b = ranks(3, 64)
         p = [art.malloc(64, device=r) for r in range(3)]
         art.memcpy(p[0], np.arange(16, dtype=np.float32))
         art.memcpy(p[2], np.arange(16, dtype=np.float32) * 2)
