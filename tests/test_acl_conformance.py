@@ -563,6 +563,8 @@ def test_malloc_and_free_checks(rt):
     assert ret == 0 and ptr % 64 == 0
     host, _ = rt.malloc_host(100)
     assert rt.free(host) == C.ACL_ERROR_RT_MEMORY_FREE        # wrong kind
+    from ascentrt.acl import _memory
+    assert host in _memory._handed                            # still handed out: finalize frees it
     assert rt.free_host(ptr) == C.ACL_ERROR_RT_MEMORY_FREE
     assert rt.free(ptr + 64) == C.ACL_ERROR_RT_MEMORY_FREE    # not an allocation's start
     assert rt.free(ptr) == 0 and rt.free(ptr) == C.ACL_ERROR_RT_MEMORY_FREE

@@ -16,7 +16,7 @@ from .engine import Hooks, Task, check_sync_allowed
 from .engine.task import COPY, MEMSET
 from . import config
 from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_caller
-from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, check_size
+from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, check_size, task_view
 from .memory.external import from_dlpack
 from .memory.links import Links
 from .memory.registry import REGISTRY
@@ -86,7 +86,7 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
     if isinstance(x, TypedView):  # the bytes the view covers (not a DLPack export: ours)
         buf = x.buffer
         base = buf.base
-        data = buf._array(x.dtype, x.shape).reshape(-1).view(np.uint8)
+        data = task_view(x).reshape(-1).view(np.uint8)
         return _Operand(data, buf.addr, base.kind, base.kind == "host" and base.pinned,
                         base.device, base if base.kind == "device" else None)
     if hasattr(x, "__dlpack__"):  # a torch CPU tensor and the like: its memory, zero-copy
@@ -212,8 +212,9 @@ def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
             and (dst.device is src.device or dc is not sc):
         # Two live buffers and a byte count that fits both (the common call): the checks
         # _prepare makes, without building operands.
-        if REGISTRY.observers:
-            _host_touches((dst.addr, nbytes), (src.addr, nbytes))
+        if REGISTRY.observers:  # (whole buffers: they are the allocations)
+            REGISTRY.host_accessed(dst, 0, nbytes)
+            REGISTRY.host_accessed(src, 0, nbytes)
         device = dst.device if dc is DeviceBuffer else src.device
         backend = device._backend if device is not None else Links.host_backend()
         backend.execute(PlainOp(COPY, None, (dst.addr, nbytes, src.addr, nbytes, nbytes, 1),

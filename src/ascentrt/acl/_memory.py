@@ -49,34 +49,27 @@ def malloc_align32(size, policy):
 
 
 def _free(ptr: int, kind: str) -> None:
-    if ptr == 0:
-        raise fail(ErrorCode.INVALID_PARAM, "pointer is null")
-    handed = _handed.pop(ptr, None)
-    alloc = handed
+    """Free the `kind` allocation starting at ptr: what malloc handed out is found in
+    _handed (the hot path), anything else in the registry; checked before it is claimed."""
+    alloc = _handed.get(ptr)
     if alloc is None or alloc._mem is None:  # (not .alive: this is the hot path)
+        if ptr == 0:
+            raise fail(ErrorCode.INVALID_PARAM, "pointer is null")
         alloc = REGISTRY.find(ptr)
     if alloc is None or alloc.addr != ptr or alloc.kind != kind:
         raise fail(ErrorCode.RT_MEMORY_FREE, f"{ptr:#x} is not the start of a live {kind} allocation")
+    claimed = _handed.pop(ptr, None) is alloc  # (a racing free of the same pointer loses here)
     try:
         alloc.free()
     except BaseException:
-        if handed is not None:
-            _handed[ptr] = handed  # refused (live DLPack exports): still handed out
+        if claimed:
+            _handed[ptr] = alloc  # refused (live DLPack exports): still handed out
         raise
 
 
 @api("k")
 def free(dev_ptr):
     """Free memory from malloc, at once (aclrtFree)."""
-    buf = _handed.get(dev_ptr)
-    if buf is not None and buf.kind == "device" and buf._mem is not None \
-            and _handed.pop(dev_ptr, None) is buf:  # (the hot path; a racing free loses here)
-        try:
-            buf.free()
-        except BaseException:
-            _handed[dev_ptr] = buf  # refused (live DLPack exports): still handed out
-            raise
-        return
     _free(dev_ptr, "device")
 
 

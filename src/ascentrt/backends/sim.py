@@ -310,8 +310,7 @@ class SimBackend(CpuBackend):
         handle = super().alloc(nbytes, host, reserve=not host)
         tl = self.timeline
         with tl.lock:
-            bisect.insort(tl.memory, (handle.addr, handle.addr + max(nbytes, 1),
-                                      "pinned" if host else "device", None if host else self._name))
+            bisect.insort(tl.memory, self._memory_entry(handle))
             if not tl.frames():  # charged at the host's next call: the pool's lock is held now
                 tl.owed_ns += int(self.preset.host_malloc_driver_ns)
         return handle
@@ -321,12 +320,16 @@ class SimBackend(CpuBackend):
         if nbytes is None:
             tl = self.timeline
             with tl.lock:
-                entry = (handle.addr, handle.addr + max(handle.nbytes, 1),
-                         "pinned" if handle.host else "device", None if handle.host else self._name)
+                entry = self._memory_entry(handle)
                 i = bisect.bisect_left(tl.memory, entry)
                 if i < len(tl.memory) and tl.memory[i] == entry:
                     del tl.memory[i]
         super().free(handle, offset, nbytes)
+
+    def _memory_entry(self, handle: MemHandle) -> tuple:
+        """The timeline's (start, end, where, device) of a simulated allocation."""
+        return (handle.addr, handle.addr + max(handle.nbytes, 1),
+                "pinned" if handle.host else "device", None if handle.host else self._name)
 
     def start_queue(self, name: str, queue) -> None:
         """Keep the queue: the simulation steps it (no thread; several units share one queue)."""
