@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from ..callsite import user_frame, user_site
 from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
@@ -30,6 +31,7 @@ MAX_ROWS = 4096      # a pitched copy of more rows is checked as one span (may o
 MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
 MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
 MAX_FREES = 64       # frees not yet reused kept per chunk (then merged into one, more ordered)
+_SYNC_KINDS = frozenset((EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT))  # no accesses
 
 
 def _span(buf):
@@ -63,6 +65,9 @@ def _address_spans(addr: int, pitch: int, width: int, height: int):
 def task_accesses(task) -> list:
     """(allocation, lo, hi, write, assumed, kind name, name) for each memory access of a task
     (of each node, for a replayed graph's run of nodes)."""
+    if task.reads is not None or task.writes is not None:  # a launch that declared them: hot
+        # (the name is the kernel's function until a report needs it: Task.label costs here)
+        return _declared(task.reads, task.writes, KIND_NAMES[task.kind], task.name or task.fn)
     nodes = segment_nodes(task)
     if nodes is not None:
         return [access for node in nodes for access in _op_accesses(node, node.label)]
@@ -71,17 +76,26 @@ def task_accesses(task) -> list:
     return _op_accesses(task, task.label)
 
 
+def _declared(reads, writes, what: str, name) -> list:
+    """The accesses of declared reads and writes (a kernel's or a host function's)."""
+    out = []
+    for group, write in ((reads or (), False), (writes or (), True)):
+        for buf in group:
+            if type(buf) is DeviceBuffer:  # (_span inlined for the common case)
+                out.append((buf, 0, buf.nbytes, write, False, what, name))
+            else:
+                out.append((*_span(buf), write, False, what, name))
+    return out
+
+
 def _op_accesses(op, name: str) -> list:
     kind = op.kind
     what = KIND_NAMES[kind]
-    out = []
     if kind in (KERNEL, HOST_FUNC):  # declared reads / writes first (a host function's too)
         reads, writes = getattr(op, "reads", None), getattr(op, "writes", None)
         if reads is not None or writes is not None:
-            for group, write in ((reads or (), False), (writes or (), True)):
-                for buf in group:
-                    out.append((*_span(buf), write, False, what, name))
-            return out
+            return _declared(reads, writes, what, name)
+    out = []
     if kind == KERNEL:
         letters = getattr(op.fn, "access", None)
         for i, arg in enumerate(op.args):
@@ -109,28 +123,19 @@ def _op_accesses(op, name: str) -> list:
     return out
 
 
-class _Site:
-    """A launch's call site, formatted ('file.py:line') only when a report needs it."""
-
-    __slots__ = ("file", "line")
-
-    def __init__(self, frame):
-        self.file, self.line = (frame.f_code.co_filename, frame.f_lineno) if frame else ("?", 0)
-
-    def __str__(self) -> str:
-        return f"{os.path.basename(self.file)}:{self.line}" if self.line else "?"
-
-    def __eq__(self, other) -> bool:
-        return str(self) == str(other)
-
-    def __hash__(self) -> int:
-        return hash(str(self))
+def _site_text(site) -> str:
+    """'file.py:line' of a kept site: (file, line) of a launch, or a string made already."""
+    if type(site) is str:
+        return site
+    return f"{os.path.basename(site[0])}:{site[1]}"
 
 
 def _access(info: tuple) -> Access:
     """The report's Access for a kept access tuple (its site formatted now)."""
     write, kind, name, stream, task_id, site, assumed = info
-    return Access(write, kind, name, stream, task_id, str(site), assumed)
+    if type(name) is not str:  # a launch's kernel function, named only now (as Task.label does)
+        name = getattr(name, "__name__", None) or kind
+    return Access(write, kind, name, stream, task_id, _site_text(site), assumed)
 
 
 def _region(alloc):
@@ -176,7 +181,8 @@ class Sanitizer:
         self.races: dict[tuple, Race] = {}    # (site, site, allocation) -> the report
         self.latest: dict[int, int] = {}      # stream id -> its last time: the join of all clocks
         self.notify_waiters: dict[int, list] = {}  # id(notify) -> streams waiting for its record
-        self.held: dict[int, list] = {}       # stream id -> tasks held behind such a wait
+        # stream id -> tasks held behind such a wait: (sid, task, accesses, site, task id)
+        self.held: dict[int, list[tuple[int, Any, Any, Any, int]]] = {}
         # A wait on an event record not submitted yet (a collective's part waits for its lane,
         # which is queued when the last rank calls) holds its stream as a notify wait does:
         self.record_waiters: dict[int, list] = {}  # id(marker) -> streams held until its record
@@ -234,19 +240,13 @@ class Sanitizer:
         site = user_site(3)
         with self.lock:
             host = self.host
-            lo, hi = alloc.addr + lo, alloc.addr + hi
-            info = (True, "host", "host access", -1, tid, site, False)
-            found = [(alloc, rec, info, max(lo, rec[0]), min(hi, rec[1]))
-                     for rec in self.shadow.get(id(alloc), ())
-                     if rec[1] > lo and rec[0] < hi and rec[3] != actor and host.get(rec[3], 0) < rec[4]]
-            if found and self.mode == "raise":
-                race, _ = self._report(*found[0])
-                raise RaceError(f"host view refused: {race}", race)
+            access = (alloc, lo, hi, True, False, "host", "host access")
+            if self.mode == "raise":
+                self._refuse_races((access,), actor, tid, site, host, "host view")
             time = host.get(actor, 0) + 1
             host[actor] = self.latest[actor] = time
             self.host_version += 1
-            self._add(alloc, (lo, hi, True, actor, time, info, self._owner(alloc)), host)
-            reports = [self._report(*f) for f in found]
+            reports = self._take_accesses((access,), actor, time, tid, site, host)
         for race, new in reports:
             self.on_race(race, new)
 
@@ -297,7 +297,7 @@ class Sanitizer:
         waits for: its entry is (stream id, tasks submitted), and its clock is the one it has
         once its held tasks up to that one are taken in."""
         with self.lock:
-            out = []
+            out: list[tuple[int, int] | dict] = []
             for s in streams:
                 if s.id in self.held:
                     self.snapshots.setdefault(s.id, {})[s._submitted] = None
@@ -353,9 +353,11 @@ class Sanitizer:
         yet holds its later tasks back here: they are checked once that record comes, after it.
         """
         kind = task.kind
-        accesses = task_accesses(task) if kind not in (EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD,
-                                                       NOTIFY_WAIT) else ()
-        site = _Site(user_frame(2)) if accesses else ""  # (formatted only if it is reported)
+        accesses = task_accesses(task) if kind not in _SYNC_KINDS else ()
+        site: tuple[str, int] | str = ""
+        if accesses:  # (file, line) now, formatted only if it is reported
+            frame = user_frame(3)  # (past ENGINE.submit or submitted_all: never user code)
+            site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else "?"
         with self.lock:
             sid = stream.id
             vc = self.streams.get(sid)
@@ -364,28 +366,97 @@ class Sanitizer:
             if self.joined.get(sid) != self.host_version:  # (the host's clock moved since)
                 _join(vc, self.host)  # what the host waited for comes before what it submits
                 self.joined[sid] = self.host_version
-            running = getattr(_executing, "stream", None)  # (current_task(), inlined: hot)
+            # current_task(), inlined (hot); a missing attribute of a thread-local costs ten
+            # times what a look in its (per-thread) __dict__ does:
+            running = _executing.__dict__.get("stream")
             if running is not None:
                 running = running._running
             if running is not None:
                 clock = self._clock_of(running)
                 if clock is not None:
                     _join(vc, clock)  # submitted from a host function: after its stream's past
-            item = (sid, task, accesses, site, stream._submitted + 1)
             held = self.held.get(sid)
             if held is not None:
-                held.append(item)
+                held.append((sid, task, accesses, site, stream._submitted + 1))
                 if kind == EVENT_RECORD:
                     self.held_records.add(id(task.marker))
                 return
-            reports = self._apply(item, raising=self.mode == "raise")
+            reports = self._apply(sid, task, accesses, site, stream._submitted + 1, self.mode == "raise")
         for race, new in reports:
             self.on_race(race, new)
 
-    def _apply(self, item, raising: bool) -> list:
+    def _apply(self, sid: int, task, accesses, site, task_id: int, raising: bool) -> list:
         """Take one task into the clocks and the accesses (under our lock); returns the reports
         [(race, new)]; with `raising`, a race raises RaceError instead, changing nothing."""
-        sid, task, accesses, site, task_id = item
+        if not accesses:
+            return self._apply_order(sid, task)
+        vc = self.streams[sid]
+        if raising:
+            self._refuse_races(accesses, sid, task_id, site, vc, "launch")
+        vc[sid] = self.latest[sid] = time = vc[sid] + 1
+        kind = task.kind
+        if kind in (HOST_FUNC, DETACH):  # what the work it submits itself comes after
+            (task.fn if kind == DETACH else task).clock = (self, dict(vc))
+        return self._take_accesses(accesses, sid, time, task_id, site, vc)
+
+    def _refuse_races(self, accesses, actor: int, task_id: int, site, vc: dict, what: str) -> None:
+        """Raise RaceError (raise mode) if any of `accesses` by `actor` races a kept access."""
+        for alloc, lo, hi, write, assumed, kind_name, name in accesses:
+            base = alloc.addr
+            lo += base
+            hi += base
+            for r in self.shadow.get(id(alloc), ()):
+                if r[3] != actor and r[1] > lo and r[0] < hi and (write or r[2]) and vc.get(r[3], 0) < r[4]:
+                    info = (write, kind_name, name, actor, task_id, site, assumed)
+                    race, _ = self._report(alloc, r, info, max(lo, r[0]), min(hi, r[1]))
+                    raise RaceError(f"{what} refused: {race}", race)
+
+    def _take_accesses(self, accesses, actor: int, time: int, task_id: int, site, vc: dict) -> list:
+        """Check each access of `actor` (at `time` of its clock `vc`) against the kept ones, in
+        one pass per allocation that also keeps it and drops the kept accesses it covers and
+        makes redundant: its own actor's (a write covers both kinds, a read covers reads) and,
+        for a write, those ordered before it; past MAX_RECORDS the oldest go. Returns the
+        reports [(race, new)].
+
+        A later access of the task meets the earlier ones as its own actor's: never a race, and
+        what an earlier one dropped was ordered before the task, so it could race none of it."""
+        found = []
+        shadow, owners = self.shadow, self.owners
+        for alloc, lo, hi, write, assumed, kind_name, name in accesses:
+            key = id(alloc)
+            base = alloc.addr
+            lo += base
+            hi += base
+            info = (write, kind_name, name, actor, task_id, site, assumed)
+            rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc))
+            recs = shadow.get(key)
+            if recs is None:
+                shadow[key] = [rec]
+                self.allocs[key] = alloc
+                continue
+            i = 0
+            while i < len(recs):  # (in place, oldest first: most allocations keep one or two)
+                r = recs[i]
+                if r[3] == actor:
+                    redundant = lo <= r[0] and r[1] <= hi and (write or not r[2])
+                elif vc.get(r[3], 0) < r[4]:  # not ordered before this access
+                    if r[1] > lo and r[0] < hi and (write or r[2]):
+                        found.append((alloc, r, info, max(lo, r[0]), min(hi, r[1])))
+                    redundant = False
+                else:
+                    redundant = write and lo <= r[0] and r[1] <= hi
+                if redundant:
+                    del recs[i]
+                else:
+                    i += 1
+            recs.append(rec)
+            if len(recs) > MAX_RECORDS:
+                del recs[:len(recs) - MAX_RECORDS // 2]  # the oldest can race least
+        return [self._report(*f) for f in found] if found else found  # (no comprehension: hot)
+
+    def _apply_order(self, sid: int, task) -> list:
+        """_apply() for a task without accesses: records and waits (their edges), and host
+        functions (the clock what they submit comes after)."""
         vc = self.streams[sid]
         kind = task.kind
         if kind == EVENT_RECORD:
@@ -424,36 +495,9 @@ class Sanitizer:
                 self.notify_waiters.setdefault(id(task.notify), []).append(sid)
                 self.held[sid] = []
             return []
-        if not accesses:
-            if kind in (HOST_FUNC, DETACH):
-                (task.fn if kind == DETACH else task).clock = (self, dict(vc))
-            return []
-        time = vc[sid] + 1
-        found = []
-        adds = []
-        shadow = self.shadow
-        for alloc, lo, hi, write, assumed, kind_name, name in accesses:
-            base = alloc.addr
-            lo += base
-            hi += base
-            info = (write, kind_name, name, sid, task_id, site, assumed)
-            for rec in shadow.get(id(alloc), ()):
-                if rec[3] == sid or rec[1] <= lo or rec[0] >= hi or not (write or rec[2]):
-                    continue
-                if vc.get(rec[3], 0) >= rec[4]:
-                    continue  # ordered before this task
-                found.append((alloc, rec, info, max(lo, rec[0]), min(hi, rec[1])))
-            adds.append((alloc, lo, hi, write, info))
-        if found and raising:
-            race, _ = self._report(*found[0])
-            raise RaceError(f"launch refused: {race}", race)
-        vc[sid] = time
-        self.latest[sid] = time
-        if kind in (HOST_FUNC, DETACH):  # what the work it submits itself comes after
+        if kind in (HOST_FUNC, DETACH):
             (task.fn if kind == DETACH else task).clock = (self, dict(vc))
-        for alloc, lo, hi, write, info in adds:
-            self._add(alloc, (lo, hi, write, sid, time, info, self._owner(alloc)), vc)
-        return [self._report(*f) for f in found]
+        return []
 
     def _release(self, sid: int) -> list:
         """A held stream's notify record came: check its held tasks in order (they are queued
@@ -462,7 +506,7 @@ class Sanitizer:
         held = self.held.pop(sid, [])
         wanted = self.snapshots.get(sid)
         for i, item in enumerate(held):
-            reports += self._apply(item, raising=False)
+            reports += self._apply(*item, False)
             if wanted:  # a synchronize that began before this task waits for up to it
                 for upto, clock in wanted.items():
                     if clock is None and item[4] >= upto:
@@ -520,32 +564,6 @@ class Sanitizer:
                 heads[key] += 1
                 if heads[key] == len(lanes[key]):
                     del heads[key]
-
-    def _add(self, alloc, rec: tuple, vc: dict) -> None:
-        """Keep an access; drop the ones it makes redundant (same stream, covered, or covered by a
-        write ordered after them) and, past MAX_RECORDS, the oldest."""
-        key = id(alloc)
-        recs = self.shadow.get(key)
-        if recs is None:
-            self.shadow[key] = [rec]
-            self.allocs[key] = alloc
-            return
-        lo, hi, write, sid = rec[:4]  # (vc: the clock of the actor that made it)
-        if len(recs) == 1:  # the common case: one earlier access, replaced or kept
-            r = recs[0]
-            if lo <= r[0] and r[1] <= hi and (write or not r[2]) and \
-                    (r[3] == sid or write and vc.get(r[3], 0) >= r[4]):
-                recs[0] = rec
-            else:
-                recs.append(rec)
-            return
-        keep = [r for r in recs
-                if not (lo <= r[0] and r[1] <= hi and (write or not r[2])
-                        and (r[3] == sid or write and vc.get(r[3], 0) >= r[4]))]
-        keep.append(rec)
-        if len(keep) > MAX_RECORDS:
-            del keep[:len(keep) - MAX_RECORDS // 2]  # the oldest can race least
-        self.shadow[key] = keep
 
     def _report(self, alloc, rec, info, lo, hi) -> tuple[Race, bool]:
         """The (deduplicated) report of a race between a kept access and a new one."""
