@@ -24,9 +24,10 @@ SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failu
 	acl_conformance acl_dropin threads model external_memory bad_input core_fuzz red_team sim \
 	memory_fast_paths sanitizer hccl interop))
 
-# ruff with the rule set in pyproject.toml, on the package.
+# ruff and mypy with the settings in pyproject.toml, on the package.
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check src/ascentrt
+	$(PY) -m mypy
 
 # The API reference (pdoc) under docs/_build; fails on public names without a docstring.
 docs: $(VENV)/.installed-dev

@@ -15,7 +15,7 @@ import threading
 from .engine.scheduler import Hooks, act_for_stream, current_task, restore_stream_mark
 from .engine.task import HOST_FUNC, Task
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, StreamStateError
-from .stream import resolve_stream
+from .stream import Stream, resolve_stream
 from .validate import check_timeout
 
 _log = logging.getLogger("ascentrt.callback")
@@ -31,8 +31,8 @@ class _Reporter:
     def __init__(self, thread_id: int, device):
         self.thread_id = thread_id
         self.device = device
-        self.streams: dict[int, object] = {}
-        self.queue: collections.deque = collections.deque()
+        self.streams: dict[int, Stream] = {}
+        self.queue: collections.deque[tuple[int, _Report]] = collections.deque()  # (stream id, report)
         self.cond = threading.Condition(_lock)
 
 
@@ -45,7 +45,7 @@ class _Report:
         self.fn, self.user_data = fn, user_data
         self.done = threading.Event() if blocking else None
         self.cancelled = False
-        self.task = None  # the host task holding its stream (blocking callbacks)
+        self.task: Task | None = None  # the host task holding its stream (blocking callbacks)
 
 
 def _live_thread(thread_id: int) -> threading.Thread | None:
@@ -89,7 +89,7 @@ def unsubscribe(thread_id: int, stream=None) -> None:
                                        code=ErrorCode.RT_STREAM_NO_CB_REG)
         del _owner[stream.id]
         del rep.streams[stream.id]
-        keep = collections.deque()
+        keep: collections.deque[tuple[int, _Report]] = collections.deque()
         for sid, report in rep.queue:
             if sid == stream.id:
                 _cancel(report)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def user_frame(depth: int = 1):
+def user_frame(depth: int = 1) -> FrameType | None:
     """The innermost frame (from `depth` callers up) whose code lies outside the package, or None."""
-    frame = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(depth)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back
     return frame

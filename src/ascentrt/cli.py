@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 
 def _info_preset(name: str) -> int:
@@ -24,7 +25,7 @@ def _info(args) -> int:
         return _info_preset(args.preset)
     _use_backend(args)
     import ascentrt
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(ascentrt.device_count()):
         d = ascentrt.Device(i)
         free, total = d.mem_info()
@@ -65,7 +66,7 @@ def _demo(args) -> int:
     compare = None if args.backend == "sim" or args.no_compare else (args.preset or "ascend910b")
     with profiler.profile(args.out) as prof:
         code = demo_main(args.batches, compare_preset=compare)
-    findings = prof.profile.diagnose()
+    findings = prof.diagnose()  # the stopped session's profile
     print(f"profile written to {args.out}/ (report.html, trace.json, CSV summaries); "
           f"{len(findings)} finding(s){':' if findings else ''}")
     for f in findings:

@@ -8,6 +8,7 @@ asynchronous calls and on the calling thread for the synchronous ones.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,11 @@ from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, che
 from .memory.external import from_dlpack
 from .memory.links import Links
 from .memory.registry import REGISTRY
-from .stream import resolve_stream
+from .stream import Stream, resolve_stream
+
+# A copy operand: a device or host buffer, a slice, a typed view, a numpy array, bytes-like
+# memory, a DLPack exporter or an int pointer (told apart and checked at run time: _operand).
+_Memory = Any
 
 
 class MemcpyKind(enum.IntEnum):
@@ -47,7 +52,7 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
     """Resolve a buffer, slice, numpy array or int pointer, checking it is live and big enough."""
     if isinstance(x, (DeviceBuffer, HostBuffer, BufferSlice)):
         data = x._bytes()
-        base = x.base
+        base: Any = x.base  # a DeviceBuffer, or a HostBuffer (which has .pinned) when kind is "host"
         return _Operand(data, x.addr, base.kind, base.kind == "host" and base.pinned, base.device,
                         base if base.kind == "device" else None)
     if isinstance(x, np.ndarray):
@@ -201,7 +206,7 @@ def _host_touches(*spans) -> None:
             REGISTRY.host_accessed(alloc, off, min(off + n, alloc.nbytes))
 
 
-def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
+def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKind | int | None = None) -> None:
     """Copy now, on the calling thread; nbytes defaults to all of src. Raises before touching memory."""
     if Hooks.sync_guards:
         check_sync_allowed("a synchronous memcpy")
@@ -229,7 +234,8 @@ def memcpy(dst, src, nbytes: int | None = None, kind=None) -> None:
         _backend_of(d, s).execute(PlainOp(COPY, None, args, keep=keep, nbytes=n))
 
 
-def memcpy_async(dst, src, nbytes: int | None = None, *, stream=None, kind=None) -> None:
+def memcpy_async(dst: _Memory, src: _Memory, nbytes: int | None = None, *, stream: Stream | None = None,
+                 kind: MemcpyKind | int | None = None) -> None:
     """Copy after the stream's earlier work, on a copy engine.
 
     With pinned or device memory on both sides the call returns at once; with pageable host
@@ -281,7 +287,7 @@ def _fill_target(dst, value, nbytes) -> tuple[_Operand, int, int]:
     return op, value, n
 
 
-def memset(dst, value: int, nbytes: int | None = None) -> None:
+def memset(dst: _Memory, value: int, nbytes: int | None = None) -> None:
     """Set `nbytes` bytes (default: all) of dst to `value`, now."""
     check_sync_allowed("a synchronous memset")
     op, value, n = _fill_target(dst, value, nbytes)
@@ -291,7 +297,7 @@ def memset(dst, value: int, nbytes: int | None = None) -> None:
         _backend_of(op).execute(PlainOp(MEMSET, None, (op.addr, value, n), keep=op.data, nbytes=n))
 
 
-def memset_async(dst, value: int, nbytes: int | None = None, *, stream=None) -> None:
+def memset_async(dst: _Memory, value: int, nbytes: int | None = None, *, stream: Stream | None = None) -> None:
     """Set bytes of dst to `value` after the stream's earlier work."""
     stream = resolve_stream(stream)
     op, value, n = _fill_target(dst, value, nbytes)
@@ -327,7 +333,8 @@ def _prepare_2d(dst, dpitch, src, spitch, width, height, kind):
     return (d.addr, dpitch, s.addr, spitch, width, height), d, s
 
 
-def memcpy2d(dst, dpitch: int, src, spitch: int, width: int, height: int, kind=None) -> None:
+def memcpy2d(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: int, height: int,
+             kind: MemcpyKind | int | None = None) -> None:
     """Copy `height` rows of `width` bytes between pitched layouts, now."""
     check_sync_allowed("a synchronous memcpy2d")
     args, d, s = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
@@ -339,8 +346,8 @@ def memcpy2d(dst, dpitch: int, src, spitch: int, width: int, height: int, kind=N
                                           nbytes=width * height))
 
 
-def memcpy2d_async(dst, dpitch: int, src, spitch: int, width: int, height: int, *, stream=None,
-                   kind=None) -> None:
+def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: int, height: int, *,
+                   stream: Stream | None = None, kind: MemcpyKind | int | None = None) -> None:
     """Pitched copy after the stream's earlier work (returns at once unless memory is pageable)."""
     stream = resolve_stream(stream)
     args, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)

@@ -11,6 +11,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
+from typing import Any, Iterable, cast
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from .errors import ErrorCode, InvalidArgumentError, InvalidDeviceError, OutOfMe
 from .memory import leaks, links
 from .memory.registry import REGISTRY
 from .memory.allocator import DeviceAllocator
-from .memory.buffer import exported_buffers
+from .memory.buffer import DeviceBuffer, exported_buffers
 from .validate import check_timeout
 
 
@@ -47,6 +48,7 @@ _devices: list["Device"] | None = None
 _devices_lock = threading.Lock()
 _current = threading.local()
 _handle_types: dict[str, type] = {}  # "stream" / "event" / "notify" -> class, registered by their modules
+# Those classes live above this module (they import it), so the hints here name them Any.
 
 
 def register_handle_type(kind: str, cls: type) -> None:
@@ -74,7 +76,7 @@ def device_count() -> int:
     return len(_table())
 
 
-def _check_id(device_id) -> int:
+def _check_id(device_id: object) -> int:
     count = device_count()
     if type(device_id) is not int or not 0 <= device_id < count:
         raise InvalidDeviceError(f"device id must be an int in [0, {count}), got {device_id!r}")
@@ -94,7 +96,7 @@ def current_device() -> "Device":
     return dev if dev is not None else _table()[0]
 
 
-def resolve_device(device=None) -> "Device":
+def resolve_device(device: Device | int | None = None) -> "Device":
     """None: this thread's current device; an int: Device(i); a Device: itself. Raises on bad ids."""
     if device is None:
         return current_device()
@@ -123,6 +125,7 @@ class Device:
         sizes[COMPUTE] = config.get("ASCENTRT_COMPUTE_UNITS")
         sizes[COPY_ENGINE] = config.get("ASCENTRT_COPY_ENGINES")
         sizes[HOST_EXECUTOR] = config.get("ASCENTRT_HOST_FUNC_THREADS")
+        executors = cast("tuple[int, int, int]", tuple(sizes))  # one size per executor class
         kind = config.get("ASCENTRT_BACKEND")
         if kind == "sim":  # the preset gives memory and executors, unless memory is set
             try:
@@ -134,10 +137,10 @@ class Device:
                 raise InvalidArgumentError(f"ASCENTRT_SIM_PRESET / ASCENTRT_SIM_VARY: {exc}") from None
             capacity = capacity if config.is_set("ASCENTRT_DEVICE_MEMORY") else 0
             self._backend = backend = make_backend(kind, f"{preset.name}-sim{device_id}", capacity,
-                                                   tuple(sizes), preset)
+                                                   executors, preset)
         else:
             self._backend = backend = make_backend(kind, f"ascentrt-{kind}{device_id}", capacity,
-                                                   tuple(sizes))
+                                                   executors)
         props = backend.properties()
         capacity = props.memory_bytes
         try:
@@ -155,14 +158,14 @@ class Device:
             id=device_id, name=props.name, backend=props.backend, total_memory=props.memory_bytes,
             compute_units=compute, copy_engines=copy, host_func_threads=host,
             stream_priority_range=(PRIORITY_LEVELS - 1, 0), preset=props.preset)
-        self._default_stream = None
-        self._events = weakref.WeakSet()  # live events, counted where the model caps them
+        self._default_stream: Any = None  # a Stream
+        self._events: weakref.WeakSet[object] = weakref.WeakSet()  # live events, counted where the model caps them
         self._peers: set[int] = set()  # ids of the devices whose memory this one may access
         self._lock = threading.Lock()
         self._dq.detached = _handle_types["stream"](self, PRIORITY_LEVELS - 1, _internal=True)
 
     @property
-    def default_stream(self):
+    def default_stream(self) -> Any:
         """The device's default stream (created on first use)."""
         if self._default_stream is None:
             with self._lock:
@@ -175,19 +178,19 @@ class Device:
         host's time as of its latest call)."""
         return self._backend.now_ns()
 
-    def create_stream(self, priority: int = 0, *, stop_on_failure: bool = False):
+    def create_stream(self, priority: int = 0, *, stop_on_failure: bool = False) -> Any:
         """A new stream on this device; priority 0 (highest) .. 7 (lowest)."""
         return _handle_types["stream"](self, priority, stop_on_failure=stop_on_failure)
 
-    def create_event(self, timing: bool = False):
+    def create_event(self, timing: bool = False) -> Any:
         """A new event; `timing=True` lets elapsed_time measure between two records."""
         return _handle_types["event"](self, timing=timing)
 
-    def create_notify(self):
+    def create_notify(self) -> Any:
         """A new notify (a wait-until-recorded signal between streams)."""
         return _handle_types["notify"](self)
 
-    def malloc(self, nbytes: int, stream=None):
+    def malloc(self, nbytes: int, stream: Any = None) -> DeviceBuffer:
         """Allocate device memory on this device (see ascentrt.malloc)."""
         return self._memory.malloc(nbytes, stream)
 
@@ -195,36 +198,37 @@ class Device:
         """(free bytes, total bytes) of this device's memory."""
         return self._memory.capacity - self._memory.used_bytes(), self._memory.capacity
 
-    def _peer(self, other) -> "Device":
+    def _peer(self, other: Device | int) -> "Device":
         other = resolve_device(other)
         if other is self:
             raise InvalidArgumentError(f"device {self.id} is not its own peer",
                                        code=ErrorCode.INVALID_PARAM)
         return other
 
-    def can_access_peer(self, other) -> bool:
+    def can_access_peer(self, other: Device | int) -> bool:
         """Whether this device can reach `other`'s memory directly once peer access is enabled
         (every pair of this process's devices can: their memory is this machine's)."""
         self._peer(other)
         return True
 
-    def enable_peer_access(self, other) -> None:
+    def enable_peer_access(self, other: Device | int) -> None:
         """Let this device copy to and from `other`'s memory (one direction, as CANN's
         aclrtDeviceEnablePeerAccess; enabling twice is harmless)."""
         self._peers.add(self._peer(other).id)
 
-    def disable_peer_access(self, other) -> None:
+    def disable_peer_access(self, other: Device | int) -> None:
         """Undo enable_peer_access (copies already queued still run)."""
         self._peers.discard(self._peer(other).id)
 
-    def peer_access_enabled(self, other) -> bool:
+    def peer_access_enabled(self, other: Device | int) -> bool:
         """Whether enable_peer_access(other) is in force on this device."""
         return self._peer(other).id in self._peers
 
-    def streams(self) -> list:
+    def streams(self) -> list[Any]:
         """The live streams of this device (the default stream included once created)."""
         with ENGINE.lock:
-            return [s for s in self._dq.streams.values() if not s._internal or s is self._default_stream]
+            live: Iterable[Any] = self._dq.streams.values()
+            return [s for s in live if not s._internal or s is self._default_stream]
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for all work on this device; raise the first task error of any of its streams."""
@@ -246,7 +250,8 @@ class Device:
                           f"live DLPack exports: the arrays other libraries hold now point at "
                           f"memory the device hands out again", RuntimeWarning, stacklevel=2)
         with ENGINE.lock:
-            streams = [s for s in self._dq.streams.values() if not s._internal]
+            live: Iterable[Any] = self._dq.streams.values()
+            streams = [s for s in live if not s._internal]
         for s in streams:
             s.destroy(force=True)
         for s in (self._default_stream, self._dq.detached):
@@ -271,7 +276,7 @@ def synchronize(timeout: float | None = None) -> None:
     current_device().synchronize(timeout)
 
 
-def default_stream():
+def default_stream() -> Any:
     """The current device's default stream."""
     return current_device().default_stream
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import itertools
 import threading
 
-from .device import register_handle_type, resolve_device
+from .device import Device, register_handle_type, resolve_device
 from .engine import ENGINE, Hooks, Marker, Task
 from .engine.sync import raise_stream_errors
 from .engine.task import EVENT_RECORD
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError, StreamStateError
-from .stream import resolve_stream
+from .stream import Stream, resolve_stream
 from .validate import check_timeout
 
 _ids = itertools.count(1)
@@ -27,7 +27,7 @@ class Event:
 
     handle_kind = "event"
 
-    def __init__(self, device=None, timing: bool = False):
+    def __init__(self, device: Device | int | None = None, timing: bool = False) -> None:
         self.device = resolve_device(device)
         limit = self.device._backend.properties().max_events
         if limit:  # a modelled device holds a bounded number of events
@@ -46,7 +46,7 @@ class Event:
         if self._destroyed:
             raise InvalidHandleError(f"event {self.id} was destroyed")
 
-    def record(self, stream=None) -> None:
+    def record(self, stream: Stream | None = None) -> None:
         """Capture the work submitted to `stream` so far (None: the current device's default stream)."""
         self._check_alive()
         stream = resolve_stream(stream)
@@ -92,7 +92,7 @@ class Event:
             if not m.done:
                 m.host_waiters.append(ev)
         if not m.done:
-            def cancel():
+            def cancel() -> None:
                 if ev in m.host_waiters:
                     m.host_waiters.remove(ev)
             ENGINE.wait_host(ev, timeout, [m.stream], f"event {self.id} synchronize",
@@ -150,7 +150,7 @@ class Event:
     def __enter__(self) -> "Event":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if not self._destroyed:
             self.destroy()
 

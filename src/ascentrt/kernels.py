@@ -9,6 +9,9 @@ memory), so that the race sanitizer knows exactly what it touches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from .backends.base import Cost
@@ -18,7 +21,7 @@ def noop() -> None:
     """Do nothing (measures launch overhead)."""
 
 
-def fill(out: np.ndarray, value) -> None:
+def fill(out: np.ndarray, value: float) -> None:
     """out[...] = value."""
     out[...] = value
 
@@ -33,12 +36,12 @@ def add(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     np.add(a, b, out=out)
 
 
-def axpy(y: np.ndarray, alpha, x: np.ndarray) -> None:
+def axpy(y: np.ndarray, alpha: float, x: np.ndarray) -> None:
     """y = alpha * x + y."""
     y += alpha * x
 
 
-def scale(out: np.ndarray, x: np.ndarray, alpha) -> None:
+def scale(out: np.ndarray, x: np.ndarray, alpha: float) -> None:
     """out = alpha * x."""
     np.multiply(x, alpha, out=out)
 
@@ -53,28 +56,25 @@ def reduce_sum(out: np.ndarray, x: np.ndarray) -> None:
     out.reshape(-1)[0] = x.sum()
 
 
-def _nbytes(*arrays) -> int:
+def _nbytes(*arrays: object) -> int:
     return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
 
 
-_FREE = Cost(seconds=0.0)
-noop.cost = lambda: _FREE
-fill.cost = lambda out, value: Cost(flops=0, bytes=out.nbytes)
-copy.cost = lambda out, src: Cost(bytes=_nbytes(out, src))
-add.cost = lambda out, a, b: Cost(flops=out.size, bytes=_nbytes(out, a, b))
-axpy.cost = lambda y, alpha, x: Cost(flops=2 * y.size, bytes=_nbytes(y, y, x))
-scale.cost = lambda out, x, alpha: Cost(flops=out.size, bytes=_nbytes(out, x))
-matmul.cost = lambda out, a, b: Cost(flops=2 * a.shape[-2] * a.shape[-1] * b.shape[-1] if a.ndim >= 2
-                                     and b.ndim >= 2 else 2 * a.size, bytes=_nbytes(out, a, b))
-reduce_sum.cost = lambda out, x: Cost(flops=x.size, bytes=_nbytes(x))
+def _declare(kernel: Any, cost: Callable[..., Cost], access: tuple[str, ...]) -> None:
+    """Give a built-in kernel its .cost and .access."""
+    kernel.cost, kernel.access = cost, access
 
-noop.access = ()
-fill.access = ("w", "")
-copy.access = ("w", "r")
-add.access = ("w", "r", "r")
-axpy.access = ("rw", "", "r")
-scale.access = ("w", "r", "")
-matmul.access = ("w", "r", "r")
-reduce_sum.access = ("w", "r")
+
+_FREE = Cost(seconds=0.0)
+_declare(noop, lambda: _FREE, ())
+_declare(fill, lambda out, value: Cost(flops=0, bytes=out.nbytes), ("w", ""))
+_declare(copy, lambda out, src: Cost(bytes=_nbytes(out, src)), ("w", "r"))
+_declare(add, lambda out, a, b: Cost(flops=out.size, bytes=_nbytes(out, a, b)), ("w", "r", "r"))
+_declare(axpy, lambda y, alpha, x: Cost(flops=2 * y.size, bytes=_nbytes(y, y, x)), ("rw", "", "r"))
+_declare(scale, lambda out, x, alpha: Cost(flops=out.size, bytes=_nbytes(out, x)), ("w", "r", ""))
+_declare(matmul, lambda out, a, b: Cost(flops=2 * a.shape[-2] * a.shape[-1] * b.shape[-1] if a.ndim >= 2
+                                        and b.ndim >= 2 else 2 * a.size, bytes=_nbytes(out, a, b)),
+         ("w", "r", "r"))
+_declare(reduce_sum, lambda out, x: Cost(flops=x.size, bytes=_nbytes(x)), ("w", "r"))
 
 REGISTRY = {f.__name__: f for f in (noop, fill, copy, add, axpy, scale, matmul, reduce_sum)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from threading import get_ident
+from typing import Any, Callable, Sequence
 
 import math
 
@@ -16,6 +17,7 @@ from .stream import Stream, resolve_stream
 
 _BUFFER_TYPES = (DeviceBuffer, BufferSlice, TypedView, HostBuffer)
 _VIEWED = (DeviceBuffer, BufferSlice, TypedView)  # what a kernel receives as a numpy view
+_Buffers = Sequence[DeviceBuffer | BufferSlice | TypedView | HostBuffer]  # a launch's reads / writes
 
 
 def kernel_views(args: tuple) -> list:
@@ -82,8 +84,9 @@ def make_cost(cost, block_dim, device) -> Cost | None:
                 bytes=_number(fields.get("bytes", 0.0) or 0.0, "cost bytes"), block_dim=block_dim)
 
 
-def launch(kernel, *args, stream: Stream | None = None, reads=None, writes=None,
-           name: str | None = None, cost=None, block_dim: int | None = None) -> int:
+def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None = None,
+           reads: _Buffers | None = None, writes: _Buffers | None = None, name: str | None = None,
+           cost: float | Cost | dict[str, float] | None = None, block_dim: int | None = None) -> int:
     """Run `kernel(*args)` on a compute executor after the stream's earlier work; returns the task id.
 
     Buffer arguments (device buffers, slices, typed views from `buf.view(dtype, shape)`) reach
@@ -119,7 +122,8 @@ def launch(kernel, *args, stream: Stream | None = None, reads=None, writes=None,
     return ENGINE.submit(stream, task)  # inlined Stream._submit: this is the hottest path
 
 
-def launch_host_func(fn, *args, stream: Stream | None = None, blocking: bool = True) -> int:
+def launch_host_func(fn: Callable[..., Any], *args: Any, stream: Stream | None = None,
+                     blocking: bool = True) -> int:
     """Run `fn(*args)` on a host thread once the stream's earlier work is done.
 
     blocking=True holds back the stream's later tasks until fn returns; blocking=False lets

@@ -5,10 +5,10 @@ from __future__ import annotations
 import collections
 import itertools
 
-from .device import register_handle_type, resolve_device
+from .device import Device, register_handle_type, resolve_device
 from .engine import ENGINE
 from .errors import InvalidHandleError
-from .stream import resolve_stream
+from .stream import Stream, resolve_stream
 
 _ids = itertools.count(1)
 
@@ -18,22 +18,22 @@ class Notify:
 
     handle_kind = "notify"
 
-    def __init__(self, device=None):
+    def __init__(self, device: Device | int | None = None) -> None:
         self.device = resolve_device(device)
         self.id = next(_ids)
         self._set = False
-        self._waiters = collections.deque()   # streams blocked on it (engine-owned)
+        self._waiters: collections.deque[Stream] = collections.deque()  # streams blocked on it (engine-owned)
         self._destroyed = False
 
     def _check_alive(self) -> None:
         if self._destroyed:
             raise InvalidHandleError(f"notify {self.id} was destroyed")
 
-    def record(self, stream=None) -> None:
+    def record(self, stream: Stream | None = None) -> None:
         """Set the notify once `stream` reaches this point."""
         resolve_stream(stream).record_notify(self)
 
-    def wait_and_reset(self, stream=None, timeout: float | None = None) -> None:
+    def wait_and_reset(self, stream: Stream | None = None, timeout: float | None = None) -> None:
         """Block `stream` until the notify is set, then reset it; `timeout` seconds fails the wait."""
         resolve_stream(stream).wait_notify(self, timeout)
 
@@ -57,11 +57,11 @@ class Notify:
 register_handle_type("notify", Notify)
 
 
-def record_notify(notify: Notify, stream=None) -> None:
+def record_notify(notify: Notify, stream: Stream | None = None) -> None:
     """Set `notify` once `stream` reaches this point (CANN's aclrtRecordNotify)."""
     resolve_stream(stream).record_notify(notify)
 
 
-def wait_and_reset_notify(notify: Notify, stream=None, timeout: float | None = None) -> None:
+def wait_and_reset_notify(notify: Notify, stream: Stream | None = None, timeout: float | None = None) -> None:
     """Block `stream` until `notify` is set, then reset it (CANN's aclrtWaitAndResetNotify)."""
     resolve_stream(stream).wait_notify(notify, timeout)

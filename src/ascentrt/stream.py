@@ -6,17 +6,36 @@ import collections
 import enum
 import itertools
 import threading
+from typing import Any, Protocol, cast
 
-from .device import current_device, register_handle_type, resolve_device
-from .engine import ENGINE, PRIORITY_LEVELS, Hooks, Task
+from .backends.base import Signal
+from .device import Device, current_device, register_handle_type, resolve_device
+from .engine import ENGINE, PRIORITY_LEVELS, Hooks, Marker, Task
 from .engine.sync import synchronize_streams
 from .engine.task import EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
-from .errors import (ErrorCode, InvalidArgumentError, InvalidHandleError, NotSupportedError,
-                     StreamStateError, TaskError)
+from .errors import (ErrorCode, ExceptionInfo, InvalidArgumentError, InvalidHandleError,
+                     NotSupportedError, StreamStateError, TaskError)
 from .memory import links
 from .validate import check_timeout
 
 _ids = itertools.count(1)
+
+
+class _EventLike(Protocol):
+    """What a stream needs of an Event (event.py imports this module, so it is not named here)."""
+
+    def record(self, stream: Stream | None = None) -> None: ...
+    def _marker_for_wait(self) -> Marker: ...
+    def _wait_timeout(self) -> float | None: ...
+
+
+class _NotifyLike(Protocol):
+    """What a stream needs of a Notify (notify.py imports this module)."""
+
+    id: int
+    device: Device
+
+    def _check_alive(self) -> None: ...
 
 
 class FailureMode(enum.IntEnum):
@@ -31,39 +50,41 @@ class Stream:
 
     role = ""  # what an internal stream is for (a communicator's lane): the profiler shows it
 
-    def __init__(self, device=None, priority: int = 0, *, stop_on_failure: bool = False,
-                 _internal: bool = False):
+    def __init__(self, device: Device | int | None = None, priority: int = 0, *,
+                 stop_on_failure: bool = False, _internal: bool = False) -> None:
         device = resolve_device(device)
         if type(priority) is not int or not 0 <= priority < PRIORITY_LEVELS:
             raise InvalidArgumentError(f"priority must be an int in [0, {PRIORITY_LEVELS - 1}] "
                                        f"(0 is highest), got {priority!r}")
         limit = device._backend.properties().max_streams
-        if limit and not _internal and sum(not x._internal for x in list(device._dq.streams.values())) >= limit:
-            raise StreamStateError(f"device {device.id} already has {limit} streams, the most its "
-                                   f"{device.properties.backend} model allows: destroy one first",
-                                   code=ErrorCode.RT_NO_STREAM_RESOURCE)
+        if limit and not _internal:
+            live = cast("list[Stream]", list(device._dq.streams.values()))  # the engine holds them as objects
+            if sum(not x._internal for x in live) >= limit:
+                raise StreamStateError(f"device {device.id} already has {limit} streams, the most its "
+                                       f"{device.properties.backend} model allows: destroy one first",
+                                       code=ErrorCode.RT_NO_STREAM_RESOURCE)
         self.id = next(_ids)
         self.device = device
         self._priority = priority
-        self._internal = _internal
+        self._internal: bool = _internal
         self._dq = device._dq
         # Engine-owned state (read and written under ENGINE.lock).
-        self._tasks = collections.deque()
+        self._tasks: collections.deque[Task] = collections.deque()
         self._active = False
         self._submitted = 0
         self._completed = 0
-        self._running = None
-        self._blocked = None
+        self._running: Task | None = None
+        self._blocked: Task | None = None
         self._released_ns = 0          # virtual devices: when a blocked wait of it last ended
-        self._errors = []
-        self._sync_waiters = []
-        self._refuse = None            # None, "destroyed" or "failed"
-        self._cut = None               # set by a discard: later tasks of the running batch are dropped
-        self._failure = None
+        self._errors: list[ExceptionInfo] = []
+        self._sync_waiters: list[tuple[int, Signal]] = []
+        self._refuse: str | None = None  # None, "destroyed" or "failed"
+        self._cut: int | None = None   # set by a discard: later tasks of the running batch are dropped
+        self._failure: ExceptionInfo | None = None
         if not isinstance(stop_on_failure, bool):
             raise InvalidArgumentError(f"stop_on_failure must be True or False, got {stop_on_failure!r}")
         self._stop_on_failure = stop_on_failure
-        self._capture = None           # set while the stream is being captured into a graph
+        self._capture: Any = None      # set while the stream is being captured into a graph
         with ENGINE.lock:
             self._dq.streams[self.id] = self
 
@@ -95,7 +116,7 @@ class Stream:
         """CONTINUE (default) or STOP."""
         return FailureMode.STOP if self._stop_on_failure else FailureMode.CONTINUE
 
-    def set_failure_mode(self, mode) -> None:
+    def set_failure_mode(self, mode: FailureMode | int) -> None:
         """Choose CONTINUE or STOP for later task failures; raises InvalidArgumentError otherwise."""
         try:
             mode = FailureMode(mode)
@@ -131,14 +152,14 @@ class Stream:
 
     # ---- ordering between streams -----------------------------------------------------------
 
-    def record(self, event=None):
+    def record(self, event: _EventLike | None = None) -> Any:
         """Record `event` (a new one when None) after the work submitted so far; returns it."""
         if event is None:
             event = self.device.create_event()
         event.record(self)
         return event
 
-    def wait(self, event) -> None:
+    def wait(self, event: _EventLike) -> None:
         """Make later tasks of this stream wait for the work `event` captured at its last record."""
         if getattr(type(event), "handle_kind", None) != "event":
             raise InvalidArgumentError(f"wait() takes an Event, got {type(event).__name__}")
@@ -159,20 +180,20 @@ class Stream:
         task.timeout = event._wait_timeout()
         self._submit(task)
 
-    def _check_same_device(self, notify) -> None:
+    def _check_same_device(self, notify: _NotifyLike) -> None:
         """A notify lives on one device: as an event's record, it is refused on another's stream."""
         if notify.device is not self.device:
             raise InvalidArgumentError(f"notify {notify.id} belongs to device {notify.device.id}; "
                                        f"stream {self.id} to device {self.device.id}",
                                        code=ErrorCode.RT_STREAM_CONTEXT)
 
-    def _order_after(self, event) -> None:
+    def _order_after(self, event: _EventLike) -> None:
         """Queue a wait on `event`'s last record that never times out (the pool orders reuse with it)."""
         task = Task(EVENT_WAIT, name="event_wait")
         task.marker = event._marker_for_wait()
         self._submit(task)
 
-    def record_notify(self, notify) -> None:
+    def record_notify(self, notify: _NotifyLike) -> None:
         """Signal `notify` once this stream reaches this point."""
         if getattr(type(notify), "handle_kind", None) != "notify":
             raise InvalidArgumentError(f"record_notify() takes a Notify, got {type(notify).__name__}")
@@ -182,7 +203,7 @@ class Stream:
         task.notify = notify
         self._submit(task)
 
-    def wait_notify(self, notify, timeout: float | None = None) -> None:
+    def wait_notify(self, notify: _NotifyLike, timeout: float | None = None) -> None:
         """Block this stream until `notify` is recorded, then reset it; a timeout fails the wait."""
         if getattr(type(notify), "handle_kind", None) != "notify":
             raise InvalidArgumentError(f"wait_notify() takes a Notify, got {type(notify).__name__}")
@@ -196,18 +217,18 @@ class Stream:
 
     # ---- graph capture (the implementation registered in Hooks.capture by ascentrt.graph) ----
 
-    def begin_capture(self, mode=0) -> None:
+    def begin_capture(self, mode: int = 0) -> None:
         """Record this stream's later work (and that of streams it forks to) instead of running it.
 
         `mode`: CaptureMode GLOBAL (0), THREAD_LOCAL (1) or RELAXED (2), as CUDA and CANN define them.
         """
         _capture().begin_capture(self, mode)
 
-    def end_capture(self):
+    def end_capture(self) -> Any:
         """End the capture begun on this stream; returns the replayable Graph (see capture.end_capture)."""
         return _capture().end_capture(self)
 
-    def capture_status(self):
+    def capture_status(self) -> Any:
         """CaptureStatus NONE, ACTIVE or INVALIDATED."""
         return _capture().capture_status(self)
 
@@ -215,7 +236,7 @@ class Stream:
         """While capturing: mark the tasks submitted from now on as one updatable task group."""
         _capture().begin_task_group(self)
 
-    def end_task_group(self):
+    def end_task_group(self) -> Any:
         """End the task group; returns the TaskGroup handle for Graph.update."""
         return _capture().end_task_group(self)
 
@@ -271,7 +292,7 @@ class Stream:
     def __enter__(self) -> "Stream":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._refuse != "destroyed":
             self.destroy()
 
@@ -285,7 +306,7 @@ class Stream:
         return f"Stream(id={self.id}, device={self.device.id}, priority={self.priority})"
 
 
-def _capture():
+def _capture() -> Any:
     """The registered capture implementation; NotSupportedError when ascentrt.graph is absent."""
     impl = Hooks.capture
     if impl is None:
@@ -293,7 +314,7 @@ def _capture():
     return impl
 
 
-def resolve_stream(stream):
+def resolve_stream(stream: object) -> Stream:
     """The stream to use: None means the current device's default stream; raises on bad handles."""
     if stream is None:
         return current_device().default_stream

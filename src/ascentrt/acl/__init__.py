@@ -10,6 +10,7 @@ import json as _json
 import os as _os
 import sys as _sys
 import threading as _threading
+from typing import Any as _Any
 
 from .. import config as _config
 from . import constants, rt, util
@@ -22,7 +23,7 @@ _init_count = [0]
 
 
 @_api("s", module="acl", optional=1)
-def init(config_path=""):
+def init(config_path: str = "") -> None:
     """ret: initialise; config_path is a JSON file or "" (aclInit). A second init returns 100002 (counted)."""
     if config_path:
         try:
@@ -61,7 +62,7 @@ def _teardown() -> None:
 
 
 @_api("", module="acl")
-def finalize():
+def finalize() -> None:
     """ret: release every device, context, stream and event the program made (aclFinalize); twice is 100037."""
     with _init_lock:
         if _init_count[0] == 0:
@@ -71,7 +72,7 @@ def finalize():
 
 
 @_api("", out=(0,), module="acl")
-def finalize_reference():
+def finalize_reference() -> int:
     """(ref_count, ret): undo one init; the last one finalizes (aclFinalizeReference)."""
     with _init_lock:
         if _init_count[0] == 0:
@@ -84,17 +85,17 @@ def finalize_reference():
 
 
 @_api("", out=(0, 0, 0), module="acl")
-def get_version():
+def get_version() -> tuple[int, int, int]:
     """(major, minor, patch, ret): the pyACL interface version followed (aclrtGetVersion)."""
     return constants.ACL_MAJOR_VERSION, constants.ACL_MINOR_VERSION, constants.ACL_PATCH_VERSION
 
 
-def get_soc_name():
+def get_soc_name() -> str:
     """str: the device's name, "ascentrt-cpu" (aclrtGetSocName)."""
     return "ascentrt-cpu"
 
 
-def get_recent_err_msg():
+def get_recent_err_msg() -> str | None:
     """str or None: the text of this thread's last failed call, then cleared (aclGetRecentErrMsg)."""
     return _recent_error_message()
 
@@ -103,7 +104,7 @@ _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _log_lock = _threading.Lock()
 
 
-def app_log(*args):
+def app_log(*args: _Any) -> None:
     """None: log `message` at `log_level` (0 DEBUG .. 3 ERROR), as ACL_APP_LOG.
 
     Written when log_level >= ASCEND_GLOBAL_LOG_LEVEL (default 3, ERROR; 4 turns logging
@@ -137,7 +138,7 @@ def app_log(*args):
 
 
 @_api("O", out=(None,), module="acl")
-def get_cann_version(package):
+def get_cann_version(package: object) -> dict[str, str | int]:
     """(dict, ret): version fields of the runtime package, as aclsysGetCANNVersion."""
     from .. import __version__
     major, minor, patch = (__version__.split(".") + ["0", "0"])[:3]

@@ -3,29 +3,39 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import threading
+from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
 from ..context import current_context
 from ..errors import AscentError, ErrorCode, InvalidArgumentError, set_last_error
 
+if TYPE_CHECKING:
+    from ..context import Context
+    from ..event import Event
+    from ..notify import Notify
+    from ..stream import Stream
+
+T = TypeVar("T")
+
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _recent = threading.local()
 
 
-def _is_int(x) -> bool:
+def _is_int(x: Any) -> bool:
     return type(x) is int or isinstance(x, (int, np.integer))
 
 
-def _int_in(lo: int, hi: int):
+def _int_in(lo: int, hi: int) -> Callable[[Any], object]:
     return lambda x: (type(x) is int or isinstance(x, (int, np.integer))) and lo <= x <= hi
 
 
 # PyArg_ParseTuple format letters as pyACL uses them: i/l range-checked, k/K/I masked (any int).
-_CHECKS = {
+_CHECKS: dict[str, Callable[[Any], object]] = {
     "i": _int_in(*_INT32),
     "l": _int_in(*_INT64),
     "k": _is_int,
@@ -41,12 +51,24 @@ class AclTypeError(TypeError):
     """A TypeError pyACL itself raises (argument parsing, non-callable callbacks)."""
 
 
+class AclFunction(Protocol):
+    """What `api` makes: a pyACL-style call returning (values..., ret), tagged with its name and format."""
+
+    __acl_name__: str
+    __acl_fmt__: str
+    __wrapped__: Callable[..., Any]
+    __signature__: inspect.Signature
+
+    def __call__(self, *args: Any) -> Any: ...
+
+
 def fail(code: int, message: str) -> AscentError:
     """An error carrying a pyACL return code, for the facade's own checks."""
     return AscentError(message, code=code)
 
 
-def api(fmt: str, out: tuple = (), module: str = "acl.rt", optional: int = 0):
+def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt",
+        optional: int = 0) -> Callable[[Callable[..., Any]], AclFunction]:
     """Wrap a facade function: parse positional args by `fmt`, turn errors into return codes.
 
     `out` holds the value slots returned with a failing ret (pyACL returns them untouched);
@@ -65,7 +87,7 @@ def api(fmt: str, out: tuple = (), module: str = "acl.rt", optional: int = 0):
 
     checked = tuple((i, _CHECKS[c]) for i, c in enumerate(fmt) if c != "O")
 
-    def parse_slow(args: tuple, message: str) -> tuple:
+    def parse_slow(args: tuple[Any, ...], message: str) -> tuple[Any, ...]:
         convert = False
         for i, check in checked:
             if i >= len(args):
@@ -81,13 +103,13 @@ def api(fmt: str, out: tuple = (), module: str = "acl.rt", optional: int = 0):
             args = tuple(int(a) if isinstance(a, np.integer) else a for a in args)
         return args
 
-    def wrap(fn):
+    def wrap(fn: Callable[..., Any]) -> AclFunction:
         message = f"{module}.{fn.__name__} args parse failed"
         plain_ints, in_range, needs_slow = slots_by_count[most]  # all arguments given
         single = len(out) == 1
 
         @functools.wraps(fn)
-        def call(*args):
+        def call(*args: Any) -> Any:
             if len(args) == most:
                 ints, ranges, slow = plain_ints, in_range, needs_slow
             else:
@@ -122,11 +144,24 @@ def api(fmt: str, out: tuple = (), module: str = "acl.rt", optional: int = 0):
                 return 0
             return (*values, 0)
 
-        call.__acl_name__ = f"{module}.{fn.__name__}"
-        call.__acl_fmt__ = fmt
-        return call
+        tagged = cast(AclFunction, call)
+        sig = inspect.signature(fn)  # a call returns (values..., ret), not fn's values
+        tagged.__signature__ = sig.replace(return_annotation=_returned(sig.return_annotation, len(out)))
+        tagged.__acl_name__ = f"{module}.{fn.__name__}"
+        tagged.__acl_fmt__ = fmt
+        return tagged
 
     return wrap
+
+
+def _returned(values: Any, n: int) -> str:
+    """The return annotation of a wrapped call: the wrapped function's `n` values, then ret."""
+    if n == 0:
+        return "int"
+    text = values if isinstance(values, str) else getattr(values, "__name__", str(values))
+    if n > 1 and text.startswith("tuple["):
+        text = text[len("tuple["):-1]
+    return f"tuple[{text}, int]"
 
 
 class _Slow(Exception):
@@ -136,7 +171,7 @@ class _Slow(Exception):
 _RANGES = {"i": _INT32, "l": _INT64}
 
 
-def _failed(code: int, message: str, out: tuple):
+def _failed(code: int, message: str, out: tuple[Any, ...]) -> int | tuple[Any, ...]:
     set_last_error(code)
     _recent.message = message
     return (*out, code) if out else code
@@ -149,19 +184,19 @@ def recent_error_message() -> str | None:
     return msg
 
 
-class Handles:
+class Handles(Generic[T]):
     """Int handles for core objects: never reused, never confused between kinds."""
 
     _next = itertools.count(0x5C0000001000, 0x40)
 
-    def __init__(self, kind: type | tuple, what: str):
+    def __init__(self, kind: type[T], what: str) -> None:
         self.kind = kind
         self.what = what
-        self._by_handle: dict[int, object] = {}
+        self._by_handle: dict[int, T] = {}
         self._by_object: dict[int, int] = {}
         self._lock = threading.Lock()
 
-    def add(self, obj) -> int:
+    def add(self, obj: T) -> int:
         """The handle of `obj`, made on first use."""
         with self._lock:
             h = self._by_object.get(id(obj))
@@ -171,7 +206,7 @@ class Handles:
                 self._by_object[id(obj)] = h
             return h
 
-    def get(self, handle: int):
+    def get(self, handle: int) -> T:
         """The object behind `handle`; raises 100000 for 0 and 107017 for unknown handles."""
         if handle == 0:
             raise InvalidArgumentError(f"{self.what} handle is null")
@@ -188,7 +223,7 @@ class Handles:
             if obj is not None:
                 self._by_object.pop(id(obj), None)
 
-    def drop_dead(self, is_dead) -> None:
+    def drop_dead(self, is_dead: Callable[[T], bool]) -> None:
         """Forget every handle whose object `is_dead(obj)` says was destroyed elsewhere."""
         with self._lock:
             for h, obj in list(self._by_handle.items()):
@@ -196,13 +231,13 @@ class Handles:
                     del self._by_handle[h]
                     self._by_object.pop(id(obj), None)
 
-    def items(self) -> list:
+    def items(self) -> list[tuple[int, T]]:
         """(handle, object) pairs."""
         with self._lock:
             return list(self._by_handle.items())
 
 
-def need_context():
+def need_context() -> Context:
     """The calling thread's current context; raises 107002 when it has none."""
     ctx = current_context()
     if ctx is None:
@@ -220,7 +255,7 @@ def timeout_ms(value: int, zero_means_forever: bool = False) -> float | None:
     return value / 1000.0
 
 
-def _tables():
+def _tables() -> tuple[Handles[Context], Handles[Stream], Handles[Event], Handles[Notify]]:
     from ..context import Context
     from ..event import Event
     from ..notify import Notify
@@ -232,7 +267,7 @@ def _tables():
 CONTEXTS, STREAMS, EVENTS, NOTIFIES = _tables()
 
 
-def stream_of(handle: int):
+def stream_of(handle: int) -> Stream:
     """The stream behind a handle; 0 is the current context's default stream."""
     if handle == 0:
         return need_context().default_stream

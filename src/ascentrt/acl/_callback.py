@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from .. import callback as _cb
 from ..errors import ErrorCode
 from . import constants as C
@@ -9,19 +11,19 @@ from ._api import AclTypeError, api, fail, stream_of
 
 
 @api("kk")
-def subscribe_report(thread_id, stream):
+def subscribe_report(thread_id: int, stream: int) -> None:
     """Let a thread (its id, as threading.get_ident) run the stream's callbacks (aclrtSubscribeReport)."""
     _cb.subscribe(thread_id, stream_of(stream))
 
 
 @api("kk")
-def unsubscribe_report(thread_id, stream):
+def unsubscribe_report(thread_id: int, stream: int) -> None:
     """Undo subscribe_report; callbacks not yet run are cancelled (aclrtUnSubscribeReport)."""
     _cb.unsubscribe(thread_id, stream_of(stream))
 
 
 @api("OOik")
-def launch_callback(fn, user_data, block_type, stream):
+def launch_callback(fn: Callable[..., Any], user_data: object, block_type: int, stream: int) -> None:
     """Queue fn(user_data) for the stream's report thread; block_type 1 holds the stream until
     it ran (aclrtLaunchCallback)."""
     if not callable(fn):
@@ -32,7 +34,7 @@ def launch_callback(fn, user_data, block_type, stream):
 
 
 @api("i")
-def process_report(timeout):
+def process_report(timeout: int) -> None:
     """Run this thread's queued callbacks, waiting up to timeout ms (-1 forever); 507012 when
     none came (aclrtProcessReport)."""
     if timeout == 0 or timeout < -1:

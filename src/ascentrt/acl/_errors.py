@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
+from typing import Any, Callable
 
 from .. import errors as _errors
 from ..engine.scheduler import Hooks
@@ -16,23 +17,23 @@ _KEEP = 4096           # exception infos kept addressable (oldest forgotten firs
 _lock = threading.Lock()
 _infos: collections.OrderedDict[int, _errors.ExceptionInfo] = collections.OrderedDict()
 _handles = itertools.count(0x5E0000001000, 0x40)
-_user_callback = [None]
+_user_callback: list[Callable[[int], object] | None] = [None]
 
 
-def _level(name: str, args: tuple) -> int | None:
+def _level(name: str, args: tuple[Any, ...]) -> int | None:
     if len(args) != 1 or not isinstance(args[0], int) or isinstance(args[0], bool):
         raise AclTypeError(f"acl.rt.{name} args parse failed")
     return args[0]
 
 
-def get_last_error(*args):
+def get_last_error(*args: Any) -> int:
     """ret: this thread's last error code, then cleared; level must be ACL_RT_THREAD_LEVEL (aclrtGetLastError)."""
     if _level("get_last_error", args) != C.ACL_RT_THREAD_LEVEL:
         return C.ACL_ERROR_INVALID_PARAM
     return _errors.get_last_error()
 
 
-def peek_at_last_error(*args):
+def peek_at_last_error(*args: Any) -> int:
     """ret: this thread's last error code, not cleared (aclrtPeekAtLastError)."""
     if _level("peek_at_last_error", args) != C.ACL_RT_THREAD_LEVEL:
         return C.ACL_ERROR_INVALID_PARAM
@@ -52,7 +53,7 @@ def _dispatch(info: _errors.ExceptionInfo) -> None:
     fn(handle)
 
 
-def set_exception_info_callback(*args):
+def set_exception_info_callback(*args: Any) -> int:
     """ret: call fn(info) when a device task fails; no argument or None clears it (aclrtSetExceptionInfoCallback)."""
     if len(args) > 1:
         raise AclTypeError("acl.rt.set_exception_info_callback args parse failed")
@@ -68,8 +69,8 @@ def set_exception_info_callback(*args):
     return C.ACL_SUCCESS
 
 
-def _field(name: str, attr: str):
-    def read(*args):
+def _field(name: str, attr: str) -> Callable[..., int]:
+    def read(*args: Any) -> int:
         if len(args) != 1 or not isinstance(args[0], int):
             raise AclTypeError(f"acl.rt.{name} args parse failed")
         with _lock:

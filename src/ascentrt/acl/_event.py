@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from ..event import Event, elapsed_time, set_wait_timeout
 from ..errors import ErrorCode
 from . import constants as C
 from ._api import EVENTS, api, fail, need_context, stream_of, timeout_ms
 
+if TYPE_CHECKING:
+    from ..stream import Stream
+
 _KNOWN_FLAGS = (C.ACL_EVENT_SYNC | C.ACL_EVENT_CAPTURE_STREAM_PROGRESS | C.ACL_EVENT_TIME_LINE
                 | C.ACL_EVENT_DEVICE_USE_ONLY | C.ACL_EVENT_EXTERNAL | C.ACL_EVENT_IPC)
 _lock = threading.Lock()
 _flags: dict[int, tuple[int | None, bool]] = {}  # handle -> (flag or None for create_event, ex?)
-_waits: dict[int, list] = {}                      # handle -> markers after its stream waits
+_waits: dict[int, list[Event]] = {}               # handle -> markers after its stream waits
 
 
 def _create(flag: int | None, ex: bool) -> int:
@@ -35,7 +39,7 @@ def check_sync_flag(handle: int, what: str, ex_allowed: bool = True) -> None:
         raise fail(ErrorCode.RT_PARAM_INVALID, f"{what} needs an event created with ACL_EVENT_SYNC")
 
 
-def note_wait(handle: int, stream) -> None:
+def note_wait(handle: int, stream: Stream) -> None:
     """Remember where `stream` passes its wait on the event, for query_event_wait_status."""
     marker = Event(stream.device)
     marker.record(stream)
@@ -46,26 +50,26 @@ def note_wait(handle: int, stream) -> None:
 
 
 @api("", out=(0,))
-def create_event():
+def create_event() -> int:
     """(event, ret): an event usable for cross-stream waits and elapsed time (aclrtCreateEvent)."""
     return _create(None, False)
 
 
 @api("I", out=(0,))
-def create_event_with_flag(flag):
+def create_event_with_flag(flag: int) -> int:
     """(event, ret): an event with ACL_EVENT_* flags; TIME_LINE enables timestamps (aclrtCreateEventWithFlag)."""
     return _create(flag, False)
 
 
 @api("I", out=(0,))
-def create_event_ex_with_flag(flag):
+def create_event_ex_with_flag(flag: int) -> int:
     """(event, ret): as create_event_with_flag, reusable on re-record; complete before its
     first record (aclrtCreateEventExWithFlag)."""
     return _create(flag, True)
 
 
 @api("k")
-def destroy_event(event):
+def destroy_event(event: int) -> None:
     """Release the event; work already recorded still completes (aclrtDestroyEvent)."""
     EVENTS.get(event).destroy()
     EVENTS.remove(event)
@@ -75,13 +79,13 @@ def destroy_event(event):
 
 
 @api("kk")
-def record_event(event, stream):
+def record_event(event: int, stream: int) -> None:
     """Capture the work submitted to the stream so far, 0 = default stream (aclrtRecordEvent)."""
     EVENTS.get(event).record(stream_of(stream))
 
 
 @api("kk")
-def reset_event(event, stream):
+def reset_event(event: int, stream: int) -> None:
     """Forget the event's last record (ACL_EVENT_SYNC events; waits already queued keep it) (aclrtResetEvent)."""
     ev = EVENTS.get(event)
     stream_of(stream)
@@ -90,7 +94,7 @@ def reset_event(event, stream):
 
 
 @api("k", out=(C.ACL_EVENT_STATUS_COMPLETE,))
-def query_event(event):
+def query_event(event: int) -> int:
     """(status, ret): 0 complete (or never recorded), 1 not ready; deprecated in pyACL (aclrtQueryEvent)."""
     ev = EVENTS.get(event)
     if _flags[event][1]:
@@ -99,7 +103,7 @@ def query_event(event):
 
 
 @api("k", out=(C.ACL_EVENT_RECORDED_STATUS_NOT_READY,))
-def query_event_status(event):
+def query_event_status(event: int) -> int:
     """(status, ret): 1 when the recorded work completed, 0 when not yet or never recorded (aclrtQueryEventStatus)."""
     ev = EVENTS.get(event)
     if not ev.recorded and not _flags[event][1]:
@@ -108,7 +112,7 @@ def query_event_status(event):
 
 
 @api("k", out=(C.ACL_EVENT_WAIT_STATUS_COMPLETE,))
-def query_event_wait_status(event):
+def query_event_wait_status(event: int) -> int:
     """(status, ret): 0 when every stream_wait_event on it was passed, 1 otherwise (aclrtQueryEventWaitStatus)."""
     EVENTS.get(event)
     check_sync_flag(event, "query_event_wait_status", ex_allowed=False)
@@ -119,32 +123,32 @@ def query_event_wait_status(event):
 
 
 @api("k")
-def synchronize_event(event):
+def synchronize_event(event: int) -> None:
     """Block until the recorded work completes (aclrtSynchronizeEvent)."""
     EVENTS.get(event).synchronize()
 
 
 @api("ki")
-def synchronize_event_with_timeout(event, timeout):
+def synchronize_event_with_timeout(event: int, timeout: int) -> None:
     """As synchronize_event, at most timeout ms (-1 forever); expiry is 507047 (aclrtSynchronizeEventWithTimeout)."""
     ev = EVENTS.get(event)
     ev.synchronize(timeout_ms(timeout))
 
 
 @api("kk", out=(0.0,))
-def event_elapsed_time(start, end):
+def event_elapsed_time(start: int, end: int) -> float:
     """(ms, ret): time between two completed records of timing events (aclrtEventElapsedTime)."""
     return elapsed_time(EVENTS.get(start), EVENTS.get(end))
 
 
 @api("k", out=(0,))
-def event_get_timestamp(event):
+def event_get_timestamp(event: int) -> int:
     """(timestamp_us, ret): when the event's recorded work completed, in µs (aclrtEventGetTimestamp)."""
     return EVENTS.get(event).timestamp_ns // 1000
 
 
 @api("I")
-def set_op_wait_timeout(timeout):
+def set_op_wait_timeout(timeout: int) -> None:
     """Bound later device-side event waits to timeout seconds, 0 = never time out (aclrtSetOpWaitTimeout)."""
     if timeout < 0:
         raise fail(ErrorCode.RT_PARAM_INVALID, f"timeout must be >= 0 s, got {timeout}")
@@ -152,7 +156,7 @@ def set_op_wait_timeout(timeout):
 
 
 @api("k", out=(0,))
-def get_event_id(event):
+def get_event_id(event: int) -> int:
     """(id, ret): the event's id (aclrtGetEventId)."""
     return EVENTS.get(event).id
 

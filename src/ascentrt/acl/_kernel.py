@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from ..errors import ErrorCode
 from ..launch import launch
-from ..memory import REGISTRY
+from ..memory import REGISTRY, BufferSlice, TypedView
 from ._api import EVENTS, AclTypeError, api, fail, stream_of
 
 
@@ -25,7 +27,7 @@ def _device_ranges() -> list[tuple[int, int]]:
     return _ranges
 
 
-def _pointer_arg(ptr: int, dtype=None, shape=None):
+def _pointer_arg(ptr: int, dtype: np.dtype[Any] | None = None, shape: Any = None) -> BufferSlice | TypedView:
     """The device allocation range starting at ptr, as a BufferSlice or a TypedView of dtype/shape."""
     alloc = REGISTRY.find(ptr)
     if alloc is None:
@@ -38,7 +40,7 @@ def _pointer_arg(ptr: int, dtype=None, shape=None):
     return piece if dtype is None else piece.view(dtype, shape)
 
 
-def _translate(arg):
+def _translate(arg: Any) -> Any:
     if type(arg) is int:
         if any(lo <= arg < hi for lo, hi in _device_ranges()):
             return _pointer_arg(arg)
@@ -54,7 +56,8 @@ def _translate(arg):
 
 
 @api("OOkk", optional=1)
-def launch_kernel(kernel, args, stream, event=0):
+def launch_kernel(kernel: Callable[..., Any] | str, args: tuple[Any, ...] | list[Any], stream: int,
+                  event: int = 0) -> None:
     """Run kernel(*args) after the stream's earlier work (stand-in for aclrtLaunchKernel / pyACL operator launches).
 
     kernel: a callable or an ascentrt.kernels name. args: a tuple or list; a device pointer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import ErrorCode, InvalidArgumentError
-from ..memory import REGISTRY, malloc_host as _malloc_host
+from ..memory import REGISTRY, DeviceBuffer, HostBuffer, malloc_host as _malloc_host
 from ..copies import memcpy as _memcpy, memcpy2d as _memcpy2d
 from ..copies import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_async
 from ..copies import memset as _memset, memset_async as _memset_async
@@ -18,11 +18,11 @@ _MAX_2D_WIDTH, _MAX_2D_HEIGHT = 5_000_000, 5_242_880
 # Pointer -> the buffer acl.rt.malloc / malloc_host handed out, until freed through acl: a
 # free finds its buffer here at once (a pointer freed through the core meanwhile, or made
 # there, is looked up in the registry instead).
-_handed: dict[int, object] = {}
+_handed: dict[int, DeviceBuffer | HostBuffer] = {}
 
 
 @api("ki", out=(0,))
-def malloc(size, policy):
+def malloc(size: int, policy: int) -> int:
     """(dev_ptr, ret): device memory, 64-byte aligned, size rounded up to 32; any policy (aclrtMalloc)."""
     if size <= 0:
         raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
@@ -37,13 +37,13 @@ def malloc(size, policy):
 
 
 @api("ki", out=(0,))
-def malloc_cached(size, policy):
+def malloc_cached(size: int, policy: int) -> int:
     """(dev_ptr, ret): as malloc, the CPU device is cache-coherent (aclrtMallocCached)."""
     return malloc.__wrapped__(size, policy)
 
 
 @api("ki", out=(0,))
-def malloc_align32(size, policy):
+def malloc_align32(size: int, policy: int) -> int:
     """(dev_ptr, ret): as malloc (aclrtMallocAlign32)."""
     return malloc.__wrapped__(size, policy)
 
@@ -68,7 +68,7 @@ def _free(ptr: int, kind: str) -> None:
 
 
 @api("k")
-def free(dev_ptr):
+def free(dev_ptr: int) -> None:
     """Free memory from malloc, at once (aclrtFree)."""
     _free(dev_ptr, "device")
 
@@ -77,7 +77,7 @@ _PHYSICAL = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 @api("k", out=(0,))
-def malloc_host(size):
+def malloc_host(size: int) -> int:
     """(host_ptr, ret): page-locked host memory, page aligned (aclrtMallocHost)."""
     if size <= 0:
         raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
@@ -89,7 +89,7 @@ def malloc_host(size):
 
 
 @api("k")
-def free_host(host_ptr):
+def free_host(host_ptr: int) -> None:
     """Free memory from malloc_host (aclrtFreeHost)."""
     _free(host_ptr, "host")
 
@@ -119,7 +119,7 @@ def _copy_args(dst: int, dest_max: int, src: int, count: int, kind: int) -> int 
 
 
 @api("kkkki")
-def memcpy(dst, dest_max, src, count, kind):
+def memcpy(dst: int, dest_max: int, src: int, count: int, kind: int) -> None:
     """Copy count bytes now; both pointers must lie in live allocations (aclrtMemcpy)."""
     if count == 0:
         return
@@ -127,7 +127,7 @@ def memcpy(dst, dest_max, src, count, kind):
 
 
 @api("kkkkik")
-def memcpy_async(dst, dest_max, src, count, kind, stream):
+def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, stream: int) -> None:
     """Copy after the stream's earlier work; pageable host memory makes it synchronous (aclrtMemcpyAsync)."""
     if count == 0:
         return
@@ -143,7 +143,7 @@ def _fill_args(ptr: int, max_count: int, count: int) -> None:
 
 
 @api("kkik")
-def memset(dev_ptr, max_count, value, count):
+def memset(dev_ptr: int, max_count: int, value: int, count: int) -> None:
     """Set count bytes to value (as C memset, the low byte) now (aclrtMemset)."""
     if count == 0:
         return
@@ -152,7 +152,7 @@ def memset(dev_ptr, max_count, value, count):
 
 
 @api("kkikk")
-def memset_async(dev_ptr, max_count, value, count, stream):
+def memset_async(dev_ptr: int, max_count: int, value: int, count: int, stream: int) -> None:
     """Set count bytes to value after the stream's earlier work (aclrtMemsetAsync)."""
     if count == 0:
         return
@@ -160,7 +160,8 @@ def memset_async(dev_ptr, max_count, value, count, stream):
     _memset_async(dev_ptr, value & 0xFF, count, stream=stream_of(stream))
 
 
-def _copy2d_args(dst, dpitch, src, spitch, width, height, kind, kinds) -> None:
+def _copy2d_args(dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: int,
+                 kinds: tuple[int, ...]) -> None:
     if dst == 0 or src == 0:
         raise fail(ErrorCode.INVALID_PARAM, "null pointer")
     if kind not in kinds:
@@ -174,14 +175,15 @@ _2D_KINDS = (C.ACL_MEMCPY_HOST_TO_DEVICE, C.ACL_MEMCPY_DEVICE_TO_HOST)
 
 
 @api("kkkkkki")
-def memcpy2d(dst, dpitch, src, spitch, width, height, kind):
+def memcpy2d(dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: int) -> None:
     """Copy height rows of width bytes between pitched layouts now; H2D or D2H (aclrtMemcpy2d)."""
     _copy2d_args(dst, dpitch, src, spitch, width, height, kind, _2D_KINDS)
     _memcpy2d(dst, dpitch, src, spitch, width, height, kind)
 
 
 @api("kkkkkkik")
-def memcpy2d_async(dst, dpitch, src, spitch, width, height, kind, stream):
+def memcpy2d_async(dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: int,
+                   stream: int) -> None:
     """Pitched copy after the stream's earlier work; H2D, D2H or D2D (aclrtMemcpy2dAsync)."""
     _copy2d_args(dst, dpitch, src, spitch, width, height, kind,
                  _2D_KINDS + (C.ACL_MEMCPY_DEVICE_TO_DEVICE,))
@@ -189,7 +191,7 @@ def memcpy2d_async(dst, dpitch, src, spitch, width, height, kind, stream):
 
 
 @api("i", out=(0, 0))
-def get_mem_info(attr):
+def get_mem_info(attr: int) -> tuple[int, int]:
     """(free, total, ret): the current device's memory in bytes, whatever the attribute (aclrtGetMemInfo)."""
     if not C.ACL_DDR_MEM <= attr <= C.ACL_MEM_P2P_HUGE1G:
         raise fail(ErrorCode.INVALID_PARAM, f"unknown memory attribute {attr}")
@@ -203,13 +205,13 @@ def _check_range(ptr: int, size: int) -> None:
 
 
 @api("kk")
-def mem_flush(ptr, size):
+def mem_flush(ptr: int, size: int) -> None:
     """Checks the range; no-op, the CPU device is cache-coherent (aclrtMemFlush)."""
     _check_range(ptr, size)
 
 
 @api("kk")
-def mem_invalidate(ptr, size):
+def mem_invalidate(ptr: int, size: int) -> None:
     """Checks the range; no-op, the CPU device is cache-coherent (aclrtMemInvalidate)."""
     _check_range(ptr, size)
 

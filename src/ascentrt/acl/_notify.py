@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import ErrorCode
 from ..notify import Notify
 from . import constants as C
@@ -9,7 +11,7 @@ from ._api import NOTIFIES, AclTypeError, api, fail, need_context, stream_of
 
 
 @api("I", out=(0,))
-def create_notify(flag):
+def create_notify(flag: int) -> int:
     """(notify, ret): a wait-until-recorded signal; flag 0 or ACL_NOTIFY_DEVICE_USE_ONLY (aclrtCreateNotify)."""
     if flag not in (C.ACL_NOTIFY_DEFAULT, C.ACL_NOTIFY_DEVICE_USE_ONLY):
         raise fail(ErrorCode.INVALID_PARAM, f"notify flag must be 0 or 1, got {flag}")
@@ -17,20 +19,20 @@ def create_notify(flag):
 
 
 @api("k")
-def destroy_notify(notify):
+def destroy_notify(notify: int) -> None:
     """Release the notify (aclrtDestroyNotify)."""
     NOTIFIES.get(notify).destroy()
     NOTIFIES.remove(notify)
 
 
 @api("kk")
-def record_notify(notify, stream):
+def record_notify(notify: int, stream: int) -> None:
     """Set the notify once the stream reaches this point (aclrtRecordNotify)."""
     stream_of(stream).record_notify(NOTIFIES.get(notify))
 
 
 @api("kkO")
-def wait_and_reset_notify(notify, stream, timeout):
+def wait_and_reset_notify(notify: int, stream: int, timeout: int) -> None:
     """The stream waits until the notify is set, then resets it; timeout ms, 0 = forever (aclrtWaitAndResetNotify)."""
     if isinstance(timeout, bool) or not isinstance(timeout, int):
         raise AclTypeError("acl.rt.wait_and_reset_notify args parse failed")
@@ -42,12 +44,12 @@ def wait_and_reset_notify(notify, stream, timeout):
 
 
 @api("k", out=(0,))
-def get_notify_id(notify):
+def get_notify_id(notify: int) -> int:
     """(id, ret): the notify's id (aclrtGetNotifyId)."""
     return NOTIFIES.get(notify).id
 
 
-def notify_batch_reset(*args):
+def notify_batch_reset(*args: Any) -> int:
     """ret: clear every listed notify's pending record (aclrtNotifyBatchReset).
 
     As pyACL: a non-list raises ValueError, a non-int element TypeError.
@@ -63,7 +65,7 @@ def notify_batch_reset(*args):
 
 
 @api("O")
-def _batch_reset(handles):
+def _batch_reset(handles: list[int]) -> None:
     targets = [NOTIFIES.get(h) for h in handles]  # all valid before any is touched
     for n in targets:
         n.reset()

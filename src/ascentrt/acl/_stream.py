@@ -13,13 +13,13 @@ from ._event import check_sync_flag, note_wait
 
 
 @api("", out=(0,))
-def create_stream():
+def create_stream() -> int:
     """(stream, ret): a new stream, highest priority, in the current context (aclrtCreateStream)."""
     return STREAMS.add(need_context().create_stream(0))
 
 
 @api("II", out=(0,))
-def create_stream_with_config(priority, flag):
+def create_stream_with_config(priority: int, flag: int) -> int:
     """(stream, ret): a stream of priority 0 (highest)..7, clamped; flags are accepted and
     ignored (aclrtCreateStreamWithConfig)."""
     priority = min(max(priority, 0), PRIORITY_LEVELS - 1)
@@ -36,7 +36,7 @@ def _destroy(handle: int, force: bool) -> None:
 
 
 @api("k")
-def destroy_stream(stream):
+def destroy_stream(stream: int) -> None:
     """Wait for the stream's tasks, then destroy it (aclrtDestroyStream)."""
     if stream == 0:
         raise fail(ErrorCode.INVALID_PARAM, "stream handle is null")
@@ -44,7 +44,7 @@ def destroy_stream(stream):
 
 
 @api("k")
-def destroy_stream_force(stream):
+def destroy_stream_force(stream: int) -> None:
     """Destroy the stream, discarding its pending tasks (aclrtDestroyStreamForce)."""
     if stream == 0:
         raise fail(ErrorCode.INVALID_PARAM, "stream handle is null")
@@ -52,27 +52,27 @@ def destroy_stream_force(stream):
 
 
 @api("k")
-def synchronize_stream(stream):
+def synchronize_stream(stream: int) -> None:
     """Block until the stream's submitted tasks finish; a failed task's code comes back (aclrtSynchronizeStream)."""
     stream_of(stream).synchronize()
 
 
 @api("ki")
-def synchronize_stream_with_timeout(stream, timeout):
+def synchronize_stream_with_timeout(stream: int, timeout: int) -> None:
     """As synchronize_stream, at most timeout ms (-1 forever); expiry is 507046 (aclrtSynchronizeStreamWithTimeout)."""
     s = stream_of(stream)
     s.synchronize(timeout_ms(timeout))
 
 
 @api("k", out=(C.ACL_STREAM_STATUS_COMPLETE,))
-def stream_query(stream):
+def stream_query(stream: int) -> int:
     """(status, ret): 0 when every submitted task finished, 1 otherwise (aclrtStreamQuery)."""
     done = stream_of(stream).query()
     return C.ACL_STREAM_STATUS_COMPLETE if done else C.ACL_STREAM_STATUS_NOT_READY
 
 
 @api("kI")
-def set_stream_failure_mode(stream, mode):
+def set_stream_failure_mode(stream: int, mode: int) -> None:
     """0 continue on failure (default), 1 stop the stream at the first failed task (aclrtSetStreamFailureMode)."""
     s = stream_of(stream)
     if mode not in (C.ACL_CONTINUE_ON_FAILURE, C.ACL_STOP_ON_FAILURE):
@@ -81,7 +81,7 @@ def set_stream_failure_mode(stream, mode):
 
 
 @api("kk")
-def stream_wait_event(stream, event):
+def stream_wait_event(stream: int, event: int) -> None:
     """Later tasks of the stream wait for the work the event's last record captured (aclrtStreamWaitEvent)."""
     s = stream_of(stream)
     ev = EVENTS.get(event)
@@ -91,7 +91,7 @@ def stream_wait_event(stream, event):
 
 
 @api("k", out=(0,))
-def stream_get_id(stream):
+def stream_get_id(stream: int) -> int:
     """(id, ret): the stream's id, as exception infos report it (aclrtStreamGetId)."""
     return stream_of(stream).id
 

@@ -4,6 +4,7 @@ import sys as _sys
 import threading as _threading
 import traceback as _traceback
 import warnings as _warnings
+from typing import Any as _Any, Callable as _Callable
 
 import numpy as _np
 
@@ -12,17 +13,18 @@ from ..memory import REGISTRY as _REGISTRY
 from ..memory.external import register_host as _register_host
 from ._api import AclTypeError as _AclTypeError
 
-_DTYPE_OF_NUM = {_np.dtype(c).num: _np.dtype(c) for c in _np.typecodes["All"] if c not in "OMmVSUa"}
+_DTYPE_OF_NUM: dict[int, _np.dtype[_Any]] = {_np.dtype(c).num: _np.dtype(c) for c in _np.typecodes["All"]
+                                             if c not in "OMmVSUa"}
 _threads: dict[int, "_NativeThread"] = {}
 _threads_lock = _threading.Lock()
 
 
-def _parse(name: str, args: tuple, *checks) -> None:
+def _parse(name: str, args: tuple[_Any, ...], *checks: _Callable[[_Any], bool]) -> None:
     if len(args) != len(checks) or not all(c(a) for c, a in zip(checks, args)):
         raise _AclTypeError(f"acl.util.{name} args parse failed")
 
 
-def _int(x) -> bool:
+def _int(x: object) -> bool:
     return isinstance(x, (int, _np.integer))
 
 
@@ -36,7 +38,7 @@ def _range(ptr: int, nbytes: int) -> _np.ndarray | None:
         return None
 
 
-def bytes_to_ptr(*args) -> int:
+def bytes_to_ptr(*args: _Any) -> int:
     """int: the address of a bytes object's buffer, which copies may then read and write (keep it alive).
 
     As pyACL, copies may write into a bytes object the program owns (a fresh `bytes(n)` held
@@ -53,14 +55,14 @@ def bytes_to_ptr(*args) -> int:
     return _register_host(obj, writable=owned)
 
 
-def ptr_to_bytes(*args) -> bytes | None:
+def ptr_to_bytes(*args: _Any) -> bytes | None:
     """bytes: a copy of size bytes at ptr; None when the range is not inside one live allocation."""
     _parse("ptr_to_bytes", args, _int, _int)
     data = _range(*args)
     return None if data is None else data.tobytes()
 
 
-def numpy_to_ptr(*args) -> int:
+def numpy_to_ptr(*args: _Any) -> int:
     """int: the data address of an array, usable by copies; deprecated in pyACL (warns)."""
     _parse("numpy_to_ptr", args, lambda x: True)
     arr = args[0]
@@ -74,7 +76,7 @@ def numpy_to_ptr(*args) -> int:
     return _register_host(arr)
 
 
-def numpy_contiguous_to_ptr(*args) -> tuple[int, _np.ndarray]:
+def numpy_contiguous_to_ptr(*args: _Any) -> tuple[int, _np.ndarray]:
     """(int, ndarray): the address of a C-contiguous version of the array, and that array (keep it)."""
     _parse("numpy_contiguous_to_ptr", args, lambda x: True)
     if not isinstance(args[0], _np.ndarray):
@@ -84,7 +86,7 @@ def numpy_contiguous_to_ptr(*args) -> tuple[int, _np.ndarray]:
     return _register_host(arr), arr
 
 
-def ptr_to_numpy(*args) -> _np.ndarray | None:
+def ptr_to_numpy(*args: _Any) -> _np.ndarray | None:
     """ndarray: a zero-copy view of shape/npy_type at ptr; None when it is not inside one live allocation."""
     _parse("ptr_to_numpy", args, _int, lambda s: isinstance(s, tuple) and all(_int(d) for d in s), _int)
     ptr, shape, npy_type = args
@@ -109,9 +111,10 @@ def ptr_to_numpy(*args) -> _np.ndarray | None:
 class _NativeThread(_threading.Thread):
     """A thread that runs fn(args) (fn() when args is None) and keeps its exception for the join."""
 
-    def __init__(self, fn, args):
+    def __init__(self, fn: _Callable[..., object], args: object) -> None:
         super().__init__(daemon=True, name="acl-util-thread")
-        self.fn, self.fn_args, self.error = fn, args, None
+        self.fn, self.fn_args = fn, args
+        self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
@@ -122,27 +125,30 @@ class _NativeThread(_threading.Thread):
             _traceback.print_exception(exc, file=_sys.stderr)
 
 
-def start_thread(fn, args) -> tuple[int, int]:
+def start_thread(fn: _Callable[..., object], args: object) -> tuple[int, int]:
     """(thread_id, ret): start a thread running fn(args); its id works with subscribe_report."""
     if not callable(fn):
         raise TypeError("parameter must be callable")
     t = _NativeThread(fn, args)
     t.start()
+    ident = t.ident
+    assert ident is not None  # set by start()
     with _threads_lock:
-        _threads[t.ident] = t
-    return t.ident, 0
+        _threads[ident] = t
+    return ident, 0
 
 
-def stop_thread(*args) -> int:
+def stop_thread(*args: _Any) -> int:
     """ret: join a start_thread thread (it is not interrupted); RuntimeError when fn raised; 3 (ESRCH) when unknown."""
     _parse("stop_thread", args, _int)
+    ident = int(args[0])
     with _threads_lock:
-        t = _threads.pop(int(args[0]), None)
+        t = _threads.pop(ident, None)
     if t is None:
         return 3  # ESRCH, as pthread_join reports an unknown thread
     if t is _threading.current_thread():
         with _threads_lock:
-            _threads[t.ident] = t
+            _threads[ident] = t
         return 35  # EDEADLK: a thread cannot join itself
     t.join()
     if t.error is not None:

@@ -1,5 +1,7 @@
 """Backends: what differs between device kinds, behind the contract in base.py."""
 
+from typing import cast
+
 from .base import Backend, BackendProperties, Cost, MemHandle, Op, PlainOp, Signal
 from .cpu import CpuBackend
 from .presets import Preset, PresetError, load as load_preset
@@ -13,7 +15,7 @@ def make_backend(kind: str, name: str, memory_bytes: int, executors: tuple[int, 
     """A new backend of `kind` for one device (a sim one follows `preset`; memory_bytes 0:
     the preset's); raises KeyError for a kind not in KINDS."""
     if kind == "sim":
-        return SimBackend(name, memory_bytes, executors, preset)
+        return SimBackend(name, memory_bytes, executors, cast(Preset, preset))  # (callers give sim one)
     return KINDS[kind](name, memory_bytes, executors)
 
 

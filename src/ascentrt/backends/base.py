@@ -9,7 +9,9 @@ cuda-python) implement the same ten methods.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 # Operation kinds a backend executes (the engine's task kinds use the same numbers).
 KERNEL, COPY, FILL, HOST = 0, 1, 2, 3
@@ -32,11 +34,11 @@ class Op:
 
     __slots__ = ()  # the engine's Task adds the fields; a plain Op is made by make_op()
     kind: int
-    fn: object
+    fn: Callable[..., Any] | None
     args: tuple
-    resolve: object
+    resolve: Callable[[tuple], Sequence[Any]] | None
     keep: object
-    cost: object        # what it costs on a simulated device: a Cost, or None for the default
+    cost: Cost | None   # what it costs on a simulated device: a Cost, or None for the default
 
 
 class PlainOp(Op):
@@ -44,8 +46,9 @@ class PlainOp(Op):
 
     __slots__ = ("kind", "fn", "args", "resolve", "keep", "nbytes", "cost")
 
-    def __init__(self, kind: int, fn=None, args: tuple = (), resolve=None, keep=None,
-                 nbytes: int = 0, cost=None):
+    def __init__(self, kind: int, fn: Callable[..., Any] | None = None, args: tuple = (),
+                 resolve: Callable[[tuple], Sequence[Any]] | None = None, keep: object = None,
+                 nbytes: int = 0, cost: Cost | None = None):
         self.kind, self.fn, self.args, self.resolve, self.keep = kind, fn, args, resolve, keep
         self.nbytes, self.cost = nbytes, cost
 
@@ -75,7 +78,7 @@ class MemHandle:
     nbytes: int
     host: bool          # host memory (pinned when `pinned`), else device memory
     pinned: bool
-    token: object       # the backend's own record of it (opaque above)
+    token: Any          # the backend's own record of it (opaque above)
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,10 @@ class BackendProperties:
     max_events: int = 0           # events the device can have at once (0: no limit)
 
 
-class Signal(abc.ABC):
+class Signal(Protocol):
     """A flag the device sets and the host can wait on (one completion)."""
+
+    # A protocol: any object with these methods is one (a threading.Event is).
 
     @abc.abstractmethod
     def set(self) -> None:
@@ -125,7 +130,7 @@ class Backend(abc.ABC):
         """The bytes of host-reachable memory as a writable memoryview."""
 
     @abc.abstractmethod
-    def start_queue(self, name: str, queue) -> None:
+    def start_queue(self, name: str, queue: Any) -> None:
         """Start one executor over `queue` (an engine ExecutorQueue: a loop, or steps)."""
 
     @abc.abstractmethod

@@ -9,6 +9,7 @@ import mmap
 import sys
 import threading
 import time
+from typing import Any, cast
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class _Mapping:
 
     __slots__ = ("mm", "size", "pinned")
 
-    def __init__(self, mm, size, pinned):
+    def __init__(self, mm: mmap.mmap, size: int, pinned: bool):
         self.mm, self.size, self.pinned = mm, size, pinned
 
 
@@ -63,7 +64,8 @@ class CpuBackend(Backend):
 
     def __init__(self, name: str = "ascentrt-cpu", memory_bytes: int = 0,
                  executors: tuple[int, int, int] = (1, 1, 1)):
-        self._properties = BackendProperties("cpu", name, memory_bytes, tuple(executors))
+        self._properties = BackendProperties("cpu", name, memory_bytes,
+                                             cast("tuple[int, int, int]", tuple(executors)))
 
     def properties(self) -> BackendProperties:
         """Kind 'cpu', with the executor counts and memory the settings gave."""
@@ -101,7 +103,7 @@ class CpuBackend(Backend):
         """The mapping itself, cut to the size asked for."""
         return memoryview(handle.token.mm)[:handle.nbytes]
 
-    def start_queue(self, name: str, queue) -> None:
+    def start_queue(self, name: str, queue: Any) -> None:
         """One daemon thread per executor, running the engine's dispatch loop."""
         threading.Thread(target=queue, daemon=True, name=name).start()
 

@@ -27,6 +27,7 @@ import math
 import os
 import threading
 import time
+from typing import Any
 
 from .base import COPY, HOST, KERNEL, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
@@ -54,7 +55,7 @@ class _Frame:
 
     __slots__ = ("task", "start", "offset", "own")
 
-    def __init__(self, task, start: int):
+    def __init__(self, task: Any, start: int):
         self.task, self.start, self.offset, self.own = task, start, 0, 0
 
 
@@ -64,10 +65,10 @@ class _HostThread:
 
     def __init__(self, name: str):
         self.cv = threading.Condition()
-        self.job = None
+        self.job: Any = None  # (backend, queue, task, frame) handed to this thread to run
         threading.Thread(target=self._loop, daemon=True, name=name).start()
 
-    def start(self, job) -> None:
+    def start(self, job: tuple) -> None:
         """Run job = (backend, queue, task, frame) on this thread; its end is scheduled when it returns."""
         with self.cv:
             self.job = job
@@ -110,7 +111,7 @@ class Timeline:
         self.attending = 0              # host threads inside host_wait: they move time themselves
         self.callers: dict = {}          # ident -> thread of host threads that used the runtime
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
-        self.fire_deadlines = None
+        self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -179,7 +180,10 @@ class Timeline:
                     and (nxt is None or nxt > self.now) and self.patience_spent != self.returned:
                 # Time may not move while a host function runs (its end is not known yet).
                 seen = self.returned
-                if self.moved.wait_for(lambda seen=seen: self.returned != seen, HOST_FUNC_PATIENCE_S):
+
+                def returned_since(seen: int = seen) -> bool:
+                    return self.returned != seen
+                if self.moved.wait_for(returned_since, HOST_FUNC_PATIENCE_S):
                     continue
                 self.patience_spent = self.returned  # it blocks: let time go on without it
             heap = self.deadlines
@@ -240,7 +244,8 @@ class Timeline:
         if self.now < until:
             self.now = until
         self.generation += 1
-        if self.moved._waiters:  # (a host thread idles in host_wait: let it look again)
+        # (a host thread idles in host_wait: let it look again)
+        if self.moved._waiters:  # type: ignore[attr-defined]  # Condition's own list; typeshed omits it
             self.moved.notify_all()
 
 
@@ -278,7 +283,7 @@ class SimBackend(CpuBackend):
                                   + p.copy_engines_d2d, p.host_func_threads),
             preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
             max_events=p.max_events)
-        self.queues = [None, None, None]   # the engine's ExecutorQueue per class
+        self.queues: list[Any] = [None, None, None]   # the engine's ExecutorQueue per class
         self.free_units = p.compute_units
         self.free_copy = [p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d]
         self.free_host = p.host_func_threads
@@ -304,7 +309,7 @@ class SimBackend(CpuBackend):
         """Kind 'sim', with the preset's executors, memory and limits."""
         return self._properties
 
-    def alloc(self, nbytes: int, host: bool = False) -> MemHandle:
+    def alloc(self, nbytes: int, host: bool = False) -> MemHandle:  # type: ignore[override]  # sets cpu's `reserve` itself
         """As on cpu (device memory reserved without backing); a driver allocation costs the
         host the preset's host_malloc_driver_ns."""
         handle = super().alloc(nbytes, host, reserve=not host)
@@ -331,7 +336,7 @@ class SimBackend(CpuBackend):
         return (handle.addr, handle.addr + max(handle.nbytes, 1),
                 "pinned" if handle.host else "device", None if handle.host else self._name)
 
-    def start_queue(self, name: str, queue) -> None:
+    def start_queue(self, name: str, queue: Any) -> None:
         """Keep the queue: the simulation steps it (no thread; several units share one queue)."""
         self.queues[queue.executor] = queue
         self.timeline.attach(queue)
@@ -469,6 +474,7 @@ class SimBackend(CpuBackend):
 
     def _fits_copy(self, t) -> bool:
         """Whether an engine of the copy's direction is free (a graph segment: any engine)."""
+        lane: int | None
         if t.fn is None:
             lane = self.direction(t.args[0], t.args[2])
         else:
@@ -535,8 +541,8 @@ class SimBackend(CpuBackend):
         of each of its nodes as they run."""
         p = self.preset
         kind = op.kind
-        args = None
-        if kind == KERNEL and op.fn is not None:
+        kernel = op.fn if kind == KERNEL else None
+        if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
             ns = self._kernel_ns(op, args)
         elif kind == HOST:
@@ -553,8 +559,8 @@ class SimBackend(CpuBackend):
         ns = int(ns)
         if frame is not None:
             frame.own = ns
-        if args is not None:
-            op.fn(*args)
+        if kernel is not None:
+            kernel(*args)
         else:
             CpuBackend.execute(self, op)
         return ns
@@ -586,7 +592,7 @@ class SimBackend(CpuBackend):
                     cost = dataclasses.replace(cost, block_dim=block_dim)
         if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes
                             and not cost.link_bytes):
-            label = getattr(op, "label", None) or getattr(op.fn, "__name__", "kernel")
+            label = getattr(op, "label", "") or getattr(op.fn, "__name__", "kernel")
             self.uncosted[label] = self.uncosted.get(label, 0) + 1
             return p.default_kernel_ns
         if cost.seconds is not None:

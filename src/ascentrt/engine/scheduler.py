@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import warnings
+from typing import Any
 
 from .. import config
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
@@ -50,12 +51,12 @@ class Hooks:
         markers_released(markers) the records that will never come.
     """
 
-    profiler = None
+    profiler: Any = None
     exception_callbacks: list = []
-    capture = None
+    capture: Any = None
     sync_guards: list = []
     thread_holds: list = []
-    sanitizer = None
+    sanitizer: Any = None
 
 
 def check_sync_allowed(what: str) -> None:
@@ -70,7 +71,7 @@ class _ReadyQueue:
     __slots__ = ("levels", "count")
 
     def __init__(self):
-        self.levels = [collections.deque() for _ in range(PRIORITY_LEVELS)]
+        self.levels: list[collections.deque] = [collections.deque() for _ in range(PRIORITY_LEVELS)]
         self.count = 0
 
     def push(self, stream) -> None:
@@ -112,9 +113,9 @@ class DeviceQueues:
         self.running = [0 for _ in sizes]       # executors started so far, per class
         self.started = False
         self.closing = False                    # set at exit: parked executors end
-        self.streams: dict[int, object] = {}   # id -> live stream, for diagnosis
+        self.streams: dict[int, Any] = {}      # id -> live stream, for diagnosis
         self.active: set = set()                # streams with work queued, running or blocked
-        self.detached = None                    # hidden stream for non-blocking host functions
+        self.detached: Any = None               # hidden stream for non-blocking host functions
         engine.devices.append(self)
 
     def start(self) -> None:
@@ -250,7 +251,8 @@ class Engine:
             finally:
                 lock.release()
         except BaseException:
-            if lock._is_owned():  # interrupted between the acquire and the try
+            # Interrupted between the acquire and the try.
+            if lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
                 lock.release()
             raise
 
@@ -509,12 +511,12 @@ class Engine:
             if t.on_discard is not None:  # (first: what its record releases must know)
                 t.on_discard()
             if t.kind == EVENT_RECORD:
-                released = []  # nothing will run before it any more: release its waiters
+                released: list = []  # nothing will run before it any more: release its waiters
                 self._mark_done(t.marker, released)
                 for w in released:
                     self._advance(w, None)
             elif t.kind == NOTIFY_RECORD:
-                released: list = []  # as for an event record: its waiter must not be stranded
+                released = []  # as for an event record: its waiter must not be stranded
                 self._control(s, t, released)
                 for w in released:
                     self._advance(w, None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import TaskError
+from ..errors import ExceptionInfo, TaskError
 from .scheduler import ENGINE, Hooks
 
 
@@ -24,9 +24,9 @@ def synchronize_streams(streams: list, timeout: float | None, what: str) -> None
 def raise_stream_errors(streams: list, before: int | None = None) -> None:
     """Raise (and clear) the first recorded task error of `streams` (tasks before `before` only)."""
     with ENGINE.lock:
-        errors = []
+        errors: list[ExceptionInfo] = []
         for s in streams:
-            keep = []
+            keep: list[ExceptionInfo] = []
             for info in s._errors:
                 (errors if before is None or info.task_id < before else keep).append(info)
             s._errors = keep

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ..backends.base import COPY, FILL, HOST, KERNEL, Op
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..backends.base import COPY, FILL, HOST, KERNEL, Cost, Op
 
 # Task kinds: the backend's operation kinds, then the control kinds the engine runs itself.
 MEMSET, HOST_FUNC = FILL, HOST
@@ -27,33 +30,44 @@ class Task(Op):
     stores only the five that every task has.
     """
 
+    fn: Any             # fn(*args); a DETACH task's: the host-function Task it hands off
     id = 0
-    stream = None
+    stream: Any = None  # the Stream it was submitted to (a runtime object)
     thread = 0
-    marker = None
-    notify = None
-    timeout = None      # seconds a device-side wait may block (None: forever)
-    on_discard = None   # fn() called (under the engine lock) when it is dropped unrun
-    timeout_error = None  # fn(stream, task) -> the error a timed-out wait fails with (under the
+    if TYPE_CHECKING:   # set on the kinds that use it (event records and waits), the only readers
+        marker: Marker
+    else:
+        marker = None
+    notify: Any = None  # the Notify of a notify record or wait (a runtime object)
+    timeout: float | None = None  # seconds a device-side wait may block (None: forever)
+    on_discard: Callable[[], object] | None = None  # fn() called (under the engine lock) when it
+                                                    # is dropped unrun
+    timeout_error: Callable[[Any, Task], BaseException] | None = None
+                          # fn(stream, task) -> the error a timed-out wait fails with (under the
                           # engine lock); such a wait's timeout is a last resort: a deadlock
                           # through it is reported at once
-    origin = None       # (stream, task id) that launched a non-blocking host function
+    origin: tuple[Any, int] | None = None  # (stream, task id) that launched a non-blocking host function
     nbytes = 0
-    reads = None
-    writes = None
+    reads: tuple | None = None
+    writes: tuple | None = None
     t_enqueue = 0
     t_start = 0
     t_end = 0
-    error = None
-    resolve = None      # the Op's argument resolver (kernels with buffer arguments)
-    keep = None         # what the Op's addresses point into, kept alive until it ran
-    releaser = None     # a notify wait, when profiling: the record task that set it going
-    group = None
-    cost = None         # the Op's cost on a simulated device (None: the backend's default)
+    error: BaseException | None = None
+    resolve: Callable[[tuple], Sequence[Any]] | None = None  # the Op's argument resolver (kernels
+                                                             # with buffer arguments)
+    keep: object = None  # what the Op's addresses point into, kept alive until it ran
+    releaser: Task | None = None  # a notify wait, when profiling: the record task that set it going
+    group: Any = None
+    cost: Cost | None = None  # the Op's cost on a simulated device (None: the backend's default)
     released_ns = 0     # on a virtual device: when the wait before it let its stream go on
-    clock = None        # a host function's vector clock, kept by the race sanitizer
+    clock: tuple[Any, dict] | None = None  # a host function's vector clock, kept by the race sanitizer
+    # Set by ascentrt.graph on the tasks of a graph launch (annotations only: others have none).
+    graph_id: int
+    graph_node: int
+    graph_segment: bool
 
-    def __init__(self, kind: int, fn=None, args: tuple = (), name: str | None = None):
+    def __init__(self, kind: int, fn: Any = None, args: tuple = (), name: str | None = None):
         self.kind = kind
         self.executor = EXECUTOR_OF[kind]
         self.fn = fn
@@ -80,15 +94,15 @@ class Marker:
     __slots__ = ("stream", "position", "done", "ts_ns", "waiters", "host_waiters", "timing",
                  "capture", "clock", "note")
 
-    def __init__(self, stream, position: int, timing: bool):
-        self.stream = stream
+    def __init__(self, stream: Any, position: int, timing: bool):
+        self.stream: Any = stream     # the Stream that records it (None: not known yet)
         self.position = position
         self.done = False
         self.ts_ns = 0
         self.waiters: list = []       # streams blocked on this marker
         self.host_waiters: list = []  # threading.Event of host threads synchronizing on it
         self.timing = timing
-        self.capture = None           # the graph capture that recorded it (never completes then)
-        self.clock = None             # the race sanitizer's vector clock of the record
-        self.note = None              # fn() -> what will record it, while `stream` is None (a
-                                      # collective's part no rank has been given yet)
+        self.capture: Any = None      # the graph capture that recorded it (never completes then)
+        self.clock: tuple[Any, dict] | None = None  # the race sanitizer's vector clock of the record
+        self.note: Callable[[], str] | None = None  # fn() -> what will record it, while `stream` is
+                                      # None (a collective's part no rank has been given yet)

@@ -11,12 +11,18 @@ from __future__ import annotations
 import enum
 import sys
 import threading
+from typing import TYPE_CHECKING, Any
 
 from ..engine import Hooks
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
 from ..errors import CaptureError, ErrorCode, InvalidArgumentError, NotSupportedError
 from .graph import Graph
 from .update import TaskGroup
+
+if TYPE_CHECKING:
+    from ..engine import Marker, Task
+    from ..event import Event
+    from ..stream import Stream
 
 
 class CaptureMode(enum.IntEnum):
@@ -42,22 +48,22 @@ _active_lock = threading.Lock()
 class Capture:
     """What one capture recorded: per lane (stream) its ops, in the order they were submitted."""
 
-    def __init__(self, origin, mode: CaptureMode):
+    def __init__(self, origin: Stream, mode: CaptureMode):
         self.origin = origin
         self.mode = mode
         self.thread = threading.get_ident()
         self.lock = threading.Lock()
         self.lanes = {origin: 0}            # stream -> lane index (origin is lane 0)
-        self.ops: list[tuple] = []          # (lane, op, payload): "node" task / "record" / "wait" marker
+        self.ops: list[tuple[int, str, Any]] = []  # (lane, op, payload): "node" task / "record" / "wait" marker
         self.node_count = 0
-        self.invalid: tuple | None = None   # (code, reason) once invalidated
+        self.invalid: tuple[ErrorCode, str] | None = None  # (code, reason) once invalidated
         self.ended = False
-        self.groups: dict = {}              # stream -> TaskGroup being recorded
+        self.groups: dict[Stream, TaskGroup] = {}  # stream -> TaskGroup being recorded
         self.closed_groups: list[TaskGroup] = []
 
     # ---- recording (called from Stream._submit / launch when stream._capture is set) -------
 
-    def add(self, stream, task) -> int:
+    def add(self, stream: Stream, task: Task) -> int:
         """Record `task` (submitted to capturing `stream`); returns its node number."""
         with self.lock:
             self._check_valid()
@@ -88,7 +94,7 @@ class Capture:
                 group.nodes.append(self.node_count - 1)
             return self.node_count
 
-    def join(self, stream, marker) -> None:
+    def join(self, stream: Stream, marker: Marker) -> None:
         """`stream` (not capturing) waits on an event recorded in this capture: it joins (fork)."""
         with self.lock:
             if self.ended:
@@ -121,23 +127,23 @@ class Capture:
                                f"({reason}); end it and capture again",
                                code=ErrorCode.RT_STREAM_CAPTURE_INVALIDATED)
 
-    def _invalidate(self, code, reason: str) -> None:
+    def _invalidate(self, code: ErrorCode, reason: str) -> None:
         if self.invalid is None:
             self.invalid = (code, reason)
 
-    def invalidate(self, code, reason: str) -> None:
+    def invalidate(self, code: ErrorCode, reason: str) -> None:
         """Mark the capture invalid: it keeps its streams until end_capture, which then raises."""
         with self.lock:
             self._invalidate(code, reason)
 
-    def refuse(self, stream, what: str) -> None:
+    def refuse(self, stream: Stream, what: str) -> None:
         """Raise RT_STREAM_CAPTURED for `what` (synchronize, query) on a capturing stream; invalidates."""
         self.invalidate(ErrorCode.RT_STREAM_CAPTURED, f"{what} of captured stream {stream.id}")
         raise CaptureError(f"{what} of stream {stream.id} while it is being captured: captured work "
                            f"does not run until the graph is launched (capture invalidated)",
                            code=ErrorCode.RT_STREAM_CAPTURED)
 
-    def refuse_event(self, event, marker) -> None:
+    def refuse_event(self, event: Event, marker: Marker) -> None:
         """Raise RT_EVENT_CAPTURED: a host call on an event recorded inside this capture."""
         if not self.ended:
             self.invalidate(ErrorCode.RT_EVENT_CAPTURED, f"host call on captured event {event.id}")
@@ -148,7 +154,7 @@ class Capture:
 
     # ---- task groups ------------------------------------------------------------------------
 
-    def begin_group(self, stream) -> None:
+    def begin_group(self, stream: Stream) -> None:
         """Start marking the nodes `stream` records as one updatable task group."""
         with self.lock:
             self._check_valid()
@@ -157,7 +163,7 @@ class Capture:
                                    code=ErrorCode.RT_STREAM_CAPTURE_UNMATCHED)
             self.groups[stream] = TaskGroup(self, self.lanes[stream])
 
-    def end_group(self, stream) -> TaskGroup:
+    def end_group(self, stream: Stream) -> TaskGroup:
         """Stop marking; returns the group (its nodes can be updated after the capture ended)."""
         with self.lock:
             group = self.groups.pop(stream, None)
@@ -170,7 +176,7 @@ class Capture:
 
 # ---- beginning and ending ---------------------------------------------------------------------
 
-def begin_capture(stream, mode=CaptureMode.GLOBAL) -> None:
+def begin_capture(stream: Stream, mode: CaptureMode | int = CaptureMode.GLOBAL) -> None:
     """Start capturing `stream`: its later work is recorded into a graph instead of run."""
     try:
         mode = CaptureMode(mode)
@@ -191,7 +197,7 @@ def begin_capture(stream, mode=CaptureMode.GLOBAL) -> None:
             Hooks.sync_guards.append(check_unsafe)
 
 
-def end_capture(stream):
+def end_capture(stream: Stream) -> Graph:
     """End the capture begun on `stream`; returns the instantiated Graph.
 
     Raises RT_STREAM_NOT_CAPTURED (not capturing), RT_STREAM_CAPTURE_UNMATCHED (not the stream
@@ -228,7 +234,7 @@ def end_capture(stream):
     return Graph._from_capture(cap)
 
 
-def capture_status(stream) -> CaptureStatus:
+def capture_status(stream: Stream) -> CaptureStatus:
     """NONE, ACTIVE or INVALIDATED: where `stream` stands with respect to a capture."""
     cap = stream._capture
     if cap is None or not hasattr(cap, "invalid"):
@@ -260,7 +266,7 @@ def check_unsafe(what: str) -> None:
                        f"(capture invalidated)", code=ErrorCode.RT_STREAM_CAPTURED)
 
 
-def begin_task_group(stream) -> None:
+def begin_task_group(stream: Stream) -> None:
     """Mark the nodes `stream` records from now on as one task group (it must be capturing)."""
     cap = stream._capture
     if not isinstance(cap, Capture):
@@ -269,7 +275,7 @@ def begin_task_group(stream) -> None:
     cap.begin_group(stream)
 
 
-def end_task_group(stream) -> TaskGroup:
+def end_task_group(stream: Stream) -> TaskGroup:
     """End the task group begun on `stream`; returns it (pass it to Graph.update later)."""
     cap = stream._capture
     if not isinstance(cap, Capture):

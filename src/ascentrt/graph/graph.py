@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import threading
 import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from ..backends.base import Cost, PlainOp
 from ..engine import ENGINE, Marker, Task
@@ -26,10 +29,14 @@ from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from ..memory.registry import REGISTRY
 from ..stream import Stream, resolve_stream
 from ..validate import check_timeout
-from .update import GroupUpdate
+from .update import GroupUpdate, TaskGroup
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..device import Device
 
 _ids = itertools.count(1)
-_SEGMENT_KIND = {COMPUTE: KERNEL, COPY_ENGINE: COPY, HOST_EXECUTOR: HOST_FUNC}
+_SEGMENT_KIND: dict[int | None, int] = {COMPUTE: KERNEL, COPY_ENGINE: COPY, HOST_EXECUTOR: HOST_FUNC}
 # Most nodes one engine task runs: an executor switches streams only between tasks, so this
 # bounds how long a replay can hold back a higher-priority stream (the engine's batch size).
 SEGMENT_NODES = BATCH
@@ -48,7 +55,22 @@ class GraphNode:
     __slots__ = ("index", "kind", "fn", "args", "name", "lane", "deps", "group", "nbytes",
                  "keep", "op", "reads", "writes")
 
-    def __init__(self, index: int, task, lane: int, deps: list[int], group=None):
+    index: int
+    kind: int
+    fn: Any            # the task's function (for DETACH: the host-function task it hands on)
+    args: tuple
+    reads: Any
+    writes: Any
+    name: str | None
+    lane: int
+    deps: tuple[int, ...]
+    group: TaskGroup | None
+    nbytes: int
+    keep: Any
+    op: PlainOp
+
+    def __init__(self, index: int, task: Task, lane: int, deps: list[int],
+                 group: TaskGroup | None = None):
         init = object.__setattr__
         init(self, "index", index)
         init(self, "kind", task.kind)
@@ -68,11 +90,11 @@ class GraphNode:
         init(self, "op", PlainOp(task.kind, task.fn, args, keep=task.keep, nbytes=task.nbytes,
                                   cost=task.cost))
 
-    def __setattr__(self, name, value) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise ReadOnlyNodeError(f"graph node {self.index}: {name} is read-only (a replay runs what "
                                 f"was captured); change arguments with Graph.update(group, stream)")
 
-    def _join(self, group) -> None:
+    def _join(self, group: TaskGroup) -> None:
         """Mark the node as part of a task group (at instantiation)."""
         object.__setattr__(self, "group", group)
 
@@ -82,13 +104,13 @@ class GraphNode:
         fn = self.fn.fn if self.kind == DETACH else self.fn
         return self.name or getattr(fn, "__name__", None) or KIND_NAMES[self.kind]
 
-    def _replaced(self, task) -> "GraphNode":
+    def _replaced(self, task: Task) -> "GraphNode":
         return GraphNode(self.index, task, self.lane, list(self.deps), self.group)
 
 
-def _allocations(nodes) -> tuple:
+def _allocations(nodes: Iterable[GraphNode]) -> tuple:
     """The live allocations the nodes touch: a launch checks that none was freed since."""
-    found = {}
+    found: dict[int, Any] = {}
     for node in nodes:
         args = node.fn.args if node.kind == DETACH else node.args
         keep = node.keep if isinstance(node.keep, tuple) else (node.keep,)
@@ -97,7 +119,7 @@ def _allocations(nodes) -> tuple:
                 a = a.buffer
             if isinstance(a, (DeviceBuffer, HostBuffer, BufferSlice)):
                 found[id(a.base)] = a.base
-            elif hasattr(a, "ctypes") and getattr(a, "nbytes", 0):
+            elif hasattr(a, "ctypes") and getattr(a, "nbytes", None):
                 alloc = REGISTRY.find(a.ctypes.data)
                 if alloc is not None:
                     found[id(alloc)] = alloc
@@ -109,7 +131,8 @@ class Plan:
 
     __slots__ = ("steps", "slots", "unjoined", "segments", "waits", "records", "naive_waits")
 
-    def __init__(self, steps, slots, unjoined, waits, records, naive_waits):
+    def __init__(self, steps: tuple[tuple[int, str, Any], ...], slots: int, unjoined: list[int],
+                 waits: int, records: int, naive_waits: int):
         self.steps = steps        # (lane, "seg" | "record" | "wait" | "detach", what)
         self.slots = slots        # markers one launch creates (one per kept record)
         self.unjoined = unjoined  # lanes whose work the origin lane never waited for
@@ -119,7 +142,7 @@ class Plan:
         self.naive_waits = naive_waits
 
 
-def json_text(data: dict, path=None) -> str:
+def json_text(data: dict, path: str | os.PathLike[str] | None = None) -> str:
     """`data` as indented JSON text, also written to `path` when given."""
     text = json.dumps(data, indent=1)
     if path is not None:
@@ -128,7 +151,7 @@ def json_text(data: dict, path=None) -> str:
     return text
 
 
-_orphans: list = []  # streams of graphs collected without destroy(): released at a safe point
+_orphans: list[Stream] = []  # streams of graphs collected without destroy(): released at a safe point
 
 
 def _release_orphans() -> None:
@@ -151,11 +174,29 @@ def _release_orphans() -> None:
 class Graph:
     """An executable graph (CANN's model runtime instance, CUDA's graph exec) made by a capture."""
 
-    def __init__(self):
+    # Set by _from_capture (graphs are not made by calling the class).
+    id: int
+    device: Device
+    nodes: list[GraphNode]
+    groups: list[TaskGroup]
+    launches: int
+    _priority: int
+    _ops: list[tuple[int, str, int]]
+    _lane_count: int
+    _plan: Plan
+    _buffers: tuple
+    _lock: threading.Lock
+    _last_end: Marker | None
+    _destroyed: bool
+    _lanes: list[Stream]
+    _exec_stream: Stream | None
+    _owned: list[Stream]
+
+    def __init__(self) -> None:
         raise TypeError("graphs are made by stream.end_capture() or TaskGraph.capture()")
 
     @classmethod
-    def _from_capture(cls, cap) -> "Graph":
+    def _from_capture(cls, cap: Any) -> "Graph":
         self = object.__new__(cls)
         self.id = next(_ids)
         self.device = cap.origin.device
@@ -171,7 +212,7 @@ class Graph:
         self._check_joined()
         self._buffers = _allocations(self.nodes)
         self._lock = threading.Lock()      # one launch at a time
-        self._last_end: Marker | None = None
+        self._last_end = None
         self._destroyed = False
         _release_orphans()
         self._lanes = [Stream(self.device, p, _internal=True) for p in priorities[1:]]
@@ -191,7 +232,7 @@ class Graph:
 
     # ---- replay -------------------------------------------------------------------------------
 
-    def launch(self, stream=None) -> None:
+    def launch(self, stream: Stream | None = None) -> None:
         """Replay the graph on `stream` after its earlier work, in order with earlier launches.
 
         Raises InvalidHandleError when the graph was destroyed or a buffer it uses was freed,
@@ -215,9 +256,9 @@ class Graph:
             plan = self._plan
             lanes = self._lanes
             streams = [stream, *lanes] if lanes else [stream]
-            markers = [Marker(None, 0, False) for _ in range(plan.slots)] if plan.slots else None
-            errors = [] if lanes else None
-            work = []
+            markers: Sequence[Marker] = [Marker(None, 0, False) for _ in range(plan.slots)] if plan.slots else ()
+            errors: list[tuple[int, BaseException]] | None = [] if lanes else None
+            work: list[tuple[Stream, Task]] = []
             prev = self._last_end
             if prev is not None and not prev.done and prev.stream is not stream:
                 t = Task(EVENT_WAIT, name="graph_serialize")
@@ -233,8 +274,8 @@ class Graph:
                     t.cost = RUN_OF_NODES  # on sim each node takes its own time
                 elif op == "record":
                     t = Task(EVENT_RECORD, name="graph_record")
-                    t.marker = markers[what]
-                    t.marker.stream = streams[lane]
+                    t.marker = m = markers[what]
+                    m.stream = streams[lane]
                 elif op == "wait":
                     t = Task(EVENT_WAIT, name="graph_wait")
                     t.marker = markers[what]
@@ -276,7 +317,7 @@ class Graph:
                 if waiting:
                     m.host_waiters.append(ev)
 
-            def cancel():
+            def cancel() -> None:
                 if ev in m.host_waiters:
                     m.host_waiters.remove(ev)
             if waiting:
@@ -307,13 +348,13 @@ class Graph:
     def __enter__(self) -> "Graph":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if not self._destroyed:
             self.destroy()
 
     # ---- update without re-capture -------------------------------------------------------------
 
-    def update(self, group, stream):
+    def update(self, group: TaskGroup, stream: Stream | None) -> GroupUpdate:
         """Context manager: the tasks submitted to `stream` inside it replace `group`'s nodes.
 
         Same count, kinds and functions (arguments and buffers may change); anything else is a
@@ -322,7 +363,7 @@ class Graph:
         """
         return GroupUpdate(self, group, stream)
 
-    def _apply_update(self, group, tasks: list) -> None:
+    def _apply_update(self, group: TaskGroup, tasks: list[Task]) -> None:
         old = [self.nodes[i] for i in group.nodes]
         reason = _update_mismatch(old, tasks)
         if reason is not None:
@@ -357,7 +398,7 @@ class Graph:
                            "group": None if n.group is None else self.groups.index(n.group)}
                           for n in self.nodes]}
 
-    def to_json(self, path=None) -> str:
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """The graph as JSON text; also written to `path` when given."""
         return json_text(self.to_dict(), path)
 
@@ -390,13 +431,14 @@ def _escape(text: str) -> str:
 
 # ---- instantiation ------------------------------------------------------------------------------
 
-def _resolve(cap):
+def _resolve(cap: Any) -> tuple[list[tuple[int, str, int]], list[GraphNode], int]:
     """Turn the capture's ops into nodes with their dependencies (previous in lane + waits)."""
     lanes = len(cap.lanes)
     lane_nodes: list[list[int]] = [[] for _ in range(lanes)]
-    recorded = {}                      # id(marker) -> (lane, nodes of that lane before the record)
+    recorded: dict[int, tuple[int, int, int]] = {}  # id(marker) -> (lane, its nodes before, op)
     pending: list[list[int]] = [[] for _ in range(lanes)]
-    nodes, ops = [], []
+    nodes: list[GraphNode] = []
+    ops: list[tuple[int, str, int]] = []
     for lane, op, x in cap.ops:
         if op == "node":
             deps = lane_nodes[lane][-1:] + sorted(set(pending[lane]))
@@ -417,12 +459,14 @@ def _resolve(cap):
     return ops, nodes, lanes
 
 
-def _compile(ops, nodes, lanes: int, graph_id: int) -> Plan:
+def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int, graph_id: int) -> Plan:
     """Cut lanes into segments and keep only the waits no earlier wait already implies."""
     # Pass 1: vector clocks. clock[L][M] = nodes of lane M known complete at lane L's position.
     clock = [[0] * lanes for _ in range(lanes)]
     started = [lane == 0 for lane in range(lanes)]  # lanes >= 1 must first wait for the launch
-    snapshots, needed, kept = {}, set(), set()
+    snapshots: dict[int, tuple[int, list[int]]] = {}
+    needed: set[int] = set()
+    kept: set[int] = set()
     naive = 0
     for i, (lane, op, x) in enumerate(ops):
         if op == "node":
@@ -445,9 +489,10 @@ def _compile(ops, nodes, lanes: int, graph_id: int) -> Plan:
     unjoined = [lane for lane in range(1, lanes) if clock[0][lane] < counts[lane]]
     # Pass 2: segments between kept records and waits, one executor class each.
     slot_of = {rec: k for k, rec in enumerate(sorted(needed))}
-    steps, open_seg = [], [None] * lanes
+    steps: list[tuple[int, str, Any]] = []
+    open_seg: list[tuple[int | None, list[tuple[PlainOp, int]], int] | None] = [None] * lanes
 
-    def close(lane):
+    def close(lane: int) -> None:
         seg = open_seg[lane]
         if seg is not None:
             ex, entries, first = seg
@@ -482,7 +527,7 @@ def _compile(ops, nodes, lanes: int, graph_id: int) -> Plan:
     return Plan(tuple(steps), len(slot_of), unjoined, len(kept), len(needed), naive)
 
 
-def _update_mismatch(old: list, tasks: list) -> str | None:
+def _update_mismatch(old: list[GraphNode], tasks: list[Task]) -> str | None:
     """Why `tasks` cannot replace the nodes `old` (None when they can)."""
     if len(tasks) != len(old):
         return f"the group has {len(old)} tasks, the update submitted {len(tasks)} (topology change)"
@@ -500,8 +545,10 @@ def _update_mismatch(old: list, tasks: list) -> str | None:
 # ---- what the executors run ------------------------------------------------------------------
 
 RUN_OF_NODES = Cost(seconds=0.0)  # a segment costs nothing of its own: its nodes do
+# The task an executor runs: a segment always runs inside its engine task, so never None there.
+_running = cast("Callable[[], Task]", current_task)
 
-def segment_nodes(task) -> list | None:
+def segment_nodes(task: Task) -> list[GraphNode] | None:
     """The nodes (GraphNode) a replayed graph's task runs; None for other tasks."""
     if task.fn is not _run_segment:
         return None
@@ -509,31 +556,35 @@ def segment_nodes(task) -> list | None:
     return [graph.nodes[index] for _, index in entries]
 
 
-def _run_segment(entries: tuple, errors, graph, backend) -> None:
+def _run_segment(entries: tuple[tuple[PlainOp, int], ...], errors: list[tuple[int, BaseException]] | None,
+                 graph: Graph, backend: Backend) -> None:
     """Run a segment's nodes back to back through the backend (one engine task); a failure names its node."""
     if Hooks.profiler is not None:
         return _run_segment_profiled(entries, errors, graph, backend)
     execute = backend.execute
-    failed = None
+    failed: tuple[int, BaseException] | None = None
     for op, index in entries:
         try:
             execute(op)
         except BaseException as exc:  # later nodes still run (CONTINUE), as eager tasks would
             if failed is None:
                 failed = (index, exc)
-            if current_task().stream._stop_on_failure:
+            if _running().stream._stop_on_failure:
                 break
     if failed is not None:
         _report(failed, errors, graph)
 
 
-def _run_segment_profiled(entries: tuple, errors, graph, backend) -> None:
+def _run_segment_profiled(entries: tuple[tuple[PlainOp, int], ...],
+                          errors: list[tuple[int, BaseException]] | None, graph: Graph,
+                          backend: Backend) -> None:
     """As _run_segment, and hand the profiler one task per node (named, timed, graph-tagged).
 
     Node tasks carry the segment's stream and task id, plus graph_id and graph_node.
     """
-    seg = current_task()
-    done, failed = [], None
+    seg = _running()
+    done: list[Task] = []
+    failed: tuple[int, BaseException] | None = None
     now = backend.now_ns
     for op, index in entries:
         node = graph.nodes[index]
@@ -564,24 +615,25 @@ def _run_segment_profiled(entries: tuple, errors, graph, backend) -> None:
         _report(failed, errors, graph)
 
 
-def _report(failed, errors, graph) -> None:
+def _report(failed: tuple[int, BaseException], errors: list[tuple[int, BaseException]] | None,
+            graph: Graph) -> None:
     index, exc = failed
     if errors is not None:
         errors.append(failed)   # a forked lane: the launch stream raises it after the join
         return
-    _rename(current_task(), graph, index)
+    _rename(_running(), graph, index)
     raise exc
 
 
-def _rename(task, graph, index: int) -> None:
+def _rename(task: Task, graph: Graph, index: int) -> None:
     node = graph.nodes[index]
     task.name = f"{node.label} (graph {graph.id} node {index})"
     task.kind = node.kind
 
 
-def _raise_lane_errors(errors: list, graph) -> None:
+def _raise_lane_errors(errors: list[tuple[int, BaseException]], graph: Graph) -> None:
     """After the join: raise the first failure of a forked lane on the launch stream."""
     if errors:
         index, exc = errors[0]
-        _rename(current_task(), graph, index)
+        _rename(_running(), graph, index)
         raise exc

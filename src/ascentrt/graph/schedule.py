@@ -11,8 +11,15 @@ not already know (vector clocks over stream order and earlier waits) that the ta
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ..event import Event
+    from ..stream import Stream
+    from .graph import Graph
 
 POLICIES = ("critical_path", "round_robin")
 
@@ -20,12 +27,12 @@ POLICIES = ("critical_path", "round_robin")
 class Schedule:
     """A TaskGraph's tasks on streams: assignment, submission order, waits and records."""
 
-    def __init__(self, graph, num_streams: int, policy: str = "critical_path"):
+    def __init__(self, graph: Any, num_streams: int, policy: str = "critical_path"):
         if type(num_streams) is not int or num_streams < 1:
             raise InvalidArgumentError(f"num_streams must be an int >= 1, got {num_streams!r}")
         if policy not in POLICIES:
             raise InvalidArgumentError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-        self.graph = graph
+        self.graph = graph  # a TaskGraph (not named: taskgraph imports this module)
         self.num_streams = num_streams
         self.policy = policy
         cost, path = graph.critical_path()
@@ -90,10 +97,11 @@ class Schedule:
         clock = [[0] * streams for _ in range(streams)]  # clock[s][t]: tasks of t known done on s
         after: dict[int, list[int]] = {}                  # task -> clock of its stream right after it
         position: dict[int, int] = {}
-        waits, records = [], set()
+        waits: list[tuple[int, int]] = []
+        records: set[int] = set()
         for v in self.order:
             s = assign[v]
-            cross = sorted((p for p in nodes[v].deps if assign[p] != s), key=rank.get, reverse=True)
+            cross = sorted((p for p in nodes[v].deps if assign[p] != s), key=rank.__getitem__, reverse=True)
             for p in cross:  # latest first: a later wait can never be implied by an earlier one
                 if clock[s][assign[p]] >= position[p]:
                     continue
@@ -127,19 +135,19 @@ class Schedule:
 
     # ---- running --------------------------------------------------------------------------------
 
-    def make_streams(self) -> list:
+    def make_streams(self) -> list[Stream]:
         """Fresh streams for this schedule: stream 0 (critical path) at priority 0, the others at 1."""
         dev = self.graph.device
         return [dev.create_stream(priority=0 if i == 0 else 1) for i in range(self.num_streams)]
 
-    def submit(self, streams: list) -> None:
+    def submit(self, streams: Sequence[Stream]) -> None:
         """Submit every task to `streams` (one per scheduled stream) with the planned waits."""
         if len(streams) != self.num_streams:
             raise InvalidArgumentError(f"the schedule needs {self.num_streams} streams, got {len(streams)}")
         waits_of: dict[int, list[int]] = {}
         for v, p in self.waits:
             waits_of.setdefault(v, []).append(p)
-        events = {}
+        events: dict[int, Event] = {}
         try:
             for v in self.order:
                 s = streams[self.assignment[v]]
@@ -152,11 +160,11 @@ class Schedule:
             for ev in events.values():
                 ev.destroy()  # recorded work still completes; waits already hold their markers
 
-    def run(self, streams: list | None = None, timeout: float | None = None) -> None:
+    def run(self, streams: Sequence[Stream] | None = None, timeout: float | None = None) -> None:
         """Submit eagerly and wait for everything (on fresh streams unless `streams` is given)."""
         from ..engine.sync import synchronize_streams
         own = streams is None
-        streams = self.make_streams() if own else list(streams)
+        streams = self.make_streams() if streams is None else list(streams)
         try:
             self.submit(streams)
             synchronize_streams(streams, timeout, "task graph run")
@@ -165,13 +173,14 @@ class Schedule:
                 for s in streams:
                     s.destroy(force=True)
 
-    def capture(self, stream=None, mode=0):
+    def capture(self, stream: Stream | None = None, mode: int = 0) -> Graph:
         """Capture the schedule into a replayable Graph (fork from `stream`, join back at the end)."""
         dev = self.graph.device
         origin = dev.create_stream(priority=0) if stream is None else stream
         used = sorted(set(self.assignment) - {0})
         helpers = {i: dev.create_stream(priority=1) for i in used}
-        streams = [origin] + [helpers.get(i) for i in range(1, self.num_streams)]
+        # None for a stream no task uses: submit never reaches it
+        streams = cast("list[Stream]", [origin] + [helpers.get(i) for i in range(1, self.num_streams)])
         try:
             origin.begin_capture(mode)
             try:
@@ -195,7 +204,7 @@ class Schedule:
                 origin.destroy(force=True)
 
 
-def _submit_node(node, stream) -> None:
+def _submit_node(node: Any, stream: Stream) -> None:
     from ..launch import launch, launch_host_func
     from ..copies import memcpy_async, memset_async
     if node.kind == "kernel":

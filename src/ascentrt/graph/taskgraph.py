@@ -7,17 +7,26 @@ kept (an edge implied by others is dropped as it would be by a transitive reduct
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 
+if TYPE_CHECKING:
+    from ..device import Device
+    from .schedule import Schedule
+
 _BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
 KINDS = ("kernel", "copy", "memset", "host_func")
+# What reads/writes name: a buffer, slice, typed view or numpy array.
+Region = DeviceBuffer | HostBuffer | BufferSlice | TypedView | np.ndarray
 
 
-def byte_range(x) -> tuple[int, int]:
+def byte_range(x: object) -> tuple[int, int]:
     """[start, end) addresses of a buffer, slice, typed view or numpy array; raises otherwise."""
     if type(x) is TypedView:
         return x.buffer.addr, x.buffer.addr + task_view(x).nbytes
@@ -29,7 +38,7 @@ def byte_range(x) -> tuple[int, int]:
                                f"got {type(x).__name__}")
 
 
-def _overlap(a: list, b: list) -> bool:
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
     return any(s1 < e2 and s2 < e1 for s1, e1 in a for s2, e2 in b)
 
 
@@ -39,7 +48,9 @@ class TaskNode:
     __slots__ = ("graph", "index", "kind", "fn", "args", "kwargs", "name", "reads", "writes",
                  "deps", "cost")
 
-    def __init__(self, graph, index, kind, fn, args, kwargs, name, reads, writes, cost):
+    def __init__(self, graph: TaskGraph, index: int, kind: str, fn: Callable[..., Any] | None, args: tuple,
+                 kwargs: dict, name: str | None, reads: list[tuple[int, int]], writes: list[tuple[int, int]],
+                 cost: float):
         self.graph, self.index, self.kind = graph, index, kind
         self.fn, self.args, self.kwargs, self.name = fn, args, kwargs, name
         self.reads, self.writes = reads, writes
@@ -58,7 +69,7 @@ class TaskNode:
 class TaskGraph:
     """A DAG of device work; `schedule(num_streams)` places it on streams with minimal waits."""
 
-    def __init__(self, device=None):
+    def __init__(self, device: Device | int | None = None):
         from ..device import resolve_device
         self.device = resolve_device(device)
         self.nodes: list[TaskNode] = []
@@ -66,8 +77,9 @@ class TaskGraph:
 
     # ---- building -------------------------------------------------------------------------------
 
-    def add_kernel(self, kernel, *args, reads=None, writes=None, after=(), name=None,
-                   cost: float = 1.0) -> TaskNode:
+    def add_kernel(self, kernel: Callable[..., Any] | str, *args: Any, reads: Iterable[Region] | None = None,
+                   writes: Iterable[Region] | None = None, after: Iterable[TaskNode] = (),
+                   name: str | None = None, cost: float = 1.0) -> TaskNode:
         """A kernel; reads/writes default to every buffer argument (both). Returns its node."""
         from ..launch import _resolve_kernel
         kernel = kernel if callable(kernel) else _resolve_kernel(kernel)
@@ -75,8 +87,8 @@ class TaskGraph:
             reads = writes = [a for a in args if isinstance(a, _BUFFERS)]
         return self._add("kernel", kernel, args, {}, name, reads or (), writes or (), after, cost)
 
-    def add_copy(self, dst, src, nbytes: int | None = None, *, after=(), name=None,
-                 cost: float = 1.0) -> TaskNode:
+    def add_copy(self, dst: Region, src: Region, nbytes: int | None = None, *,
+                 after: Iterable[TaskNode] = (), name: str | None = None, cost: float = 1.0) -> TaskNode:
         """An asynchronous copy src -> dst (reads src's bytes, writes dst's)."""
         n = nbytes
         rd = _clip(byte_range(src), n)
@@ -84,14 +96,15 @@ class TaskGraph:
         return self._add("copy", None, (dst, src, nbytes), {}, name or "memcpy", [rd], [wr], after,
                          cost, ranges=True)
 
-    def add_memset(self, dst, value: int, nbytes: int | None = None, *, after=(), name=None,
-                   cost: float = 1.0) -> TaskNode:
+    def add_memset(self, dst: Region, value: int, nbytes: int | None = None, *,
+                   after: Iterable[TaskNode] = (), name: str | None = None, cost: float = 1.0) -> TaskNode:
         """An asynchronous byte fill of dst."""
         wr = _clip(byte_range(dst), nbytes)
         return self._add("memset", None, (dst, value, nbytes), {}, name or "memset", [], [wr], after,
                          cost, ranges=True)
 
-    def add_host_func(self, fn, *args, reads=(), writes=(), after=(), name=None,
+    def add_host_func(self, fn: Callable[..., Any], *args: Any, reads: Iterable[Region] = (),
+                      writes: Iterable[Region] = (), after: Iterable[TaskNode] = (), name: str | None = None,
                       cost: float = 1.0) -> TaskNode:
         """A host function (blocking) with the buffers it reads and writes."""
         if not callable(fn):
@@ -112,7 +125,7 @@ class TaskGraph:
             if node.index == a.index or self._ancestors[node.index] >> a.index & 1:
                 self._ancestors[node.index] |= gained
 
-    def _own(self, node) -> TaskNode:
+    def _own(self, node: object) -> TaskNode:
         if not isinstance(node, TaskNode) or node.graph is not self:
             raise InvalidArgumentError(f"{node!r} is not a task of this graph")
         return node
@@ -185,32 +198,32 @@ class TaskGraph:
         return bottom
 
     def _successors(self) -> list[list[int]]:
-        succs = [[] for _ in self.nodes]
+        succs: list[list[int]] = [[] for _ in self.nodes]
         for n in self.nodes:
             for p in n.deps:
                 succs[p].append(n.index)
         return succs
 
-    def schedule(self, num_streams: int = 1, policy: str = "critical_path"):
+    def schedule(self, num_streams: int = 1, policy: str = "critical_path") -> Schedule:
         """Assign tasks to `num_streams` streams and plan the waits (see schedule.Schedule)."""
         from .schedule import Schedule
         return Schedule(self, num_streams, policy)
 
     # ---- inspection -------------------------------------------------------------------------------
 
-    def to_dict(self, assignment=None) -> dict:
+    def to_dict(self, assignment: Sequence[int] | None = None) -> dict:
         """Nodes and edges as plain data (stream per node when an assignment is given)."""
         return {"nodes": [{"id": n.index, "kind": n.kind, "name": n.label, "cost": n.cost,
                            "deps": [{"task": p, "why": w} for p, w in n.deps.items()],
                            **({"stream": assignment[n.index]} if assignment else {})}
                           for n in self.nodes]}
 
-    def to_json(self, path=None) -> str:
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """JSON text of to_dict(); also written to `path` when given."""
         from .graph import json_text
         return json_text(self.to_dict(), path)
 
-    def to_dot(self, assignment=None) -> str:
+    def to_dot(self, assignment: Sequence[int] | None = None) -> str:
         """Graphviz dot; edges labelled RAW/WAR/WAW/explicit, nodes coloured by stream if assigned."""
         colours = ("lightblue", "lightgreen", "lightpink", "khaki", "lavender", "lightsalmon")
         lines = ["digraph taskgraph {", "  node [shape=box, style=filled, fontsize=10];"]
@@ -227,6 +240,6 @@ class TaskGraph:
         return len(self.nodes)
 
 
-def _clip(rng: tuple[int, int], nbytes) -> tuple[int, int]:
+def _clip(rng: tuple[int, int], nbytes: int | None) -> tuple[int, int]:
     start, end = rng
     return (start, min(end, start + nbytes)) if nbytes is not None else rng

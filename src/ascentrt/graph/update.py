@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
-from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
+from types import TracebackType
+from typing import Literal, Protocol
+
+from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, Task
 from ..errors import CaptureError, ErrorCode, InvalidArgumentError, InvalidHandleError
-from ..stream import resolve_stream
+from ..stream import Stream, resolve_stream
 
 _CONTROL = (EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT)
+
+
+class _Graph(Protocol):
+    """What an update needs of its graph (a graph.Graph, which imports this module)."""
+
+    id: int
+    _destroyed: bool
+
+    def _apply_update(self, group: TaskGroup, tasks: list[Task]) -> None: ...
 
 
 class TaskGroup:
     """Nodes recorded between begin_task_group and end_task_group: they can be updated later."""
 
-    def __init__(self, capture, lane: int):
-        self._capture = capture
+    def __init__(self, capture: object, lane: int):
+        self._capture = capture      # the capture.Capture that recorded it
         self.lane = lane
         self.nodes: list[int] = []   # node indices, in capture order
-        self.graph = None            # the graph it belongs to, once the capture ended
+        self.graph: _Graph | None = None  # the graph it belongs to, once the capture ended
 
     def __repr__(self) -> str:
         return f"TaskGroup(nodes={self.nodes})"
@@ -29,7 +41,7 @@ class GroupUpdate:
     on a clean exit the collected tasks replace the group's nodes or the update is refused.
     """
 
-    def __init__(self, graph, group, stream):
+    def __init__(self, graph: _Graph, group: TaskGroup, stream: Stream | None):
         if not isinstance(group, TaskGroup):
             raise InvalidArgumentError(f"update() takes a TaskGroup, got {type(group).__name__}")
         if group.graph is not graph:
@@ -37,10 +49,10 @@ class GroupUpdate:
                                        code=ErrorCode.RT_MODEL_UPDATE_FAILED)
         self.graph, self.group = graph, group
         self.stream = resolve_stream(stream)
-        self.tasks: list = []
+        self.tasks: list[Task] = []
         self.refused: str | None = None
 
-    def add(self, stream, task) -> int:
+    def add(self, stream: Stream, task: Task) -> int:
         """Collect a task submitted to the diverted stream (control tasks change topology)."""
         if task.kind in _CONTROL:
             self.refused = f"a {task.kind_name} was submitted during the update (topology change)"
@@ -49,10 +61,10 @@ class GroupUpdate:
         self.tasks.append(task)
         return len(self.tasks)
 
-    def refuse(self, stream, what: str) -> None:
+    def refuse(self, stream: Stream, what: str) -> None:
         """Host calls on the diverted stream (synchronize, query) go on: they see its earlier work."""
 
-    def __enter__(self):
+    def __enter__(self) -> Stream:
         s = self.stream
         if s._capture is not None:
             raise CaptureError(f"stream {s.id} is capturing or updating already",
@@ -62,7 +74,8 @@ class GroupUpdate:
         s._capture = self
         return s
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         self.stream._capture = None
         if exc_type is not None:
             return False  # the caller's error propagates; the graph is unchanged

@@ -38,7 +38,7 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
     return _comm.comm_init_root_info(nranks, root_info, rank)
 
 
-def flight_record(comm) -> list[FlightRecord]:
+def flight_record(comm: Communicator) -> list[FlightRecord]:
     """The last collectives of `comm`'s communicator, oldest first (the flight recorder)."""
     return _check_comm(comm).group.flight.records()
 

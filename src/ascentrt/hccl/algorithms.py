@@ -38,7 +38,7 @@ def _reduce(out, a, b, ufunc) -> None:
         ufunc(a, b, out=out)
 
 
-_reduce.access = "wrr"  # for the race sanitizer: out written, a and b read
+_reduce.access = "wrr"  # type: ignore[attr-defined]  # for the race sanitizer: out written, a and b read
 
 
 @functools.lru_cache(maxsize=256)
@@ -306,7 +306,8 @@ def all_to_all(plan: Plan) -> None:
     (in place, every rank first stages its send buffer: it overwrites it while others read)."""
     m, ranks, n, calls = _calls(plan)
     size = calls[0].nbytes  # per-rank block
-    sources, staged = [], []
+    sources: list[tuple] = []
+    staged: list[Marker | None] = []
     for r in range(n):
         c = calls[r]
         if c.send[0] is c.recv[0] and c.send[1] == c.recv[1]:

@@ -21,12 +21,13 @@ from ..memory.registry import REGISTRY
 from ..stream import Stream
 from . import mpi
 from .algorithms import lane_plan
-from .comm import check_comm
-from .constants import HcclError, HcclResult, data_type, reduce_op
+from .comm import Communicator, check_comm
+from .constants import HcclDataType, HcclError, HcclReduceOp, HcclResult, data_type, reduce_op
 from .meeting import Call, Meeting
 
 _group = threading.local()   # .depth, .parts: this thread's open group_start()
 _NO_TIME = Cost(seconds=0.0)  # the part's own task: it only reports the outcome
+Memory = DeviceBuffer | BufferSlice | int  # what holds a call's data: a device buffer, a slice, a pointer
 
 
 def _location(x, nbytes: int, device, role: str) -> tuple:
@@ -232,8 +233,8 @@ def _post(comm, call: Call, pair: tuple | None = None) -> None:
 
 def _start(meeting: Meeting) -> None:
     """Every rank has called: check the calls agree, then queue the steps on the lanes."""
-    error = meeting.mismatch()
-    if error is None and meeting.error is None:
+    error = meeting.mismatch() or meeting.error
+    if error is None:
         try:
             plan = lane_plan(meeting)
         except AscentError as exc:
@@ -249,7 +250,7 @@ def _start(meeting: Meeting) -> None:
                                   code=HcclResult.E_RUNTIME)
             finally:
                 plan.release()
-    meeting.fail(error or meeting.error)
+    meeting.fail(error)
 
 
 _NONE = object()  # a collective without buffers (barrier)
@@ -285,7 +286,8 @@ def _collective(op, comm, stream, *, count, dtype=None, reduce=None, root=None, 
     _post(comm, call)
 
 
-def all_reduce(send, recv, count, dtype, op, comm, stream) -> None:
+def all_reduce(send: Memory, recv: Memory, count: int, dtype: HcclDataType | int,
+               op: HcclReduceOp | int, comm: Communicator, stream: Stream) -> None:
     """recv = the reduction (op) of every rank's send, on every rank (HcclAllReduce)."""
     count, dt, op = _count(count), data_type(dtype), reduce_op(op)
     n = count * dt.itemsize
@@ -293,7 +295,8 @@ def all_reduce(send, recv, count, dtype, op, comm, stream) -> None:
                 send_bytes=n, recv_bytes=n)
 
 
-def broadcast(buf, count, dtype, root, comm, stream) -> None:
+def broadcast(buf: Memory, count: int, dtype: HcclDataType | int, root: int, comm: Communicator,
+              stream: Stream) -> None:
     """Every rank's buf = the root's buf (HcclBroadcast)."""
     count, dt = _count(count), data_type(dtype)
     comm = check_comm(comm)
@@ -303,7 +306,8 @@ def broadcast(buf, count, dtype, root, comm, stream) -> None:
                 send_bytes=n, recv_bytes=n)
 
 
-def all_gather(send, recv, send_count, dtype, comm, stream) -> None:
+def all_gather(send: Memory, recv: Memory, send_count: int, dtype: HcclDataType | int,
+               comm: Communicator, stream: Stream) -> None:
     """recv = every rank's send, in rank order (HcclAllGather)."""
     count, dt = _count(send_count, "send_count"), data_type(dtype)
     comm = check_comm(comm)
@@ -312,7 +316,8 @@ def all_gather(send, recv, send_count, dtype, comm, stream) -> None:
                 send_bytes=n, recv_bytes=n * comm.group.size)
 
 
-def reduce_scatter(send, recv, recv_count, dtype, op, comm, stream) -> None:
+def reduce_scatter(send: Memory, recv: Memory, recv_count: int, dtype: HcclDataType | int,
+                   op: HcclReduceOp | int, comm: Communicator, stream: Stream) -> None:
     """recv = block `rank` of the reduction of every rank's send (HcclReduceScatter)."""
     count, dt, op = _count(recv_count, "recv_count"), data_type(dtype), reduce_op(op)
     comm = check_comm(comm)
@@ -321,7 +326,8 @@ def reduce_scatter(send, recv, recv_count, dtype, op, comm, stream) -> None:
                 recv=recv, send_bytes=n * comm.group.size, recv_bytes=n)
 
 
-def all_to_all(send, recv, count, dtype, comm, stream) -> None:
+def all_to_all(send: Memory, recv: Memory, count: int, dtype: HcclDataType | int, comm: Communicator,
+               stream: Stream) -> None:
     """Block q of rank r's recv = block r of rank q's send, `count` elements each (HcclAlltoAll
     with equal counts)."""
     count, dt = _count(count), data_type(dtype)
@@ -331,7 +337,7 @@ def all_to_all(send, recv, count, dtype, comm, stream) -> None:
                 send_bytes=n, recv_bytes=n)
 
 
-def barrier(comm, stream) -> None:
+def barrier(comm: Communicator, stream: Stream) -> None:
     """The stream goes on once every rank's stream has reached the barrier (HcclBarrier)."""
     _collective("barrier", comm, stream, count=0)
 
@@ -351,12 +357,14 @@ def _p2p(op, buf, count, dtype, peer, comm, stream) -> None:
     _post(comm, call, pair)
 
 
-def send(buf, count, dtype, dest_rank, comm, stream) -> None:
+def send(buf: Memory, count: int, dtype: HcclDataType | int, dest_rank: int, comm: Communicator,
+         stream: Stream) -> None:
     """Send `count` elements of buf to `dest_rank`, which receives them with recv (HcclSend)."""
     _p2p("send", buf, count, dtype, dest_rank, comm, stream)
 
 
-def recv(buf, count, dtype, src_rank, comm, stream) -> None:
+def recv(buf: Memory, count: int, dtype: HcclDataType | int, src_rank: int, comm: Communicator,
+         stream: Stream) -> None:
     """Receive `count` elements from `src_rank` into buf (HcclRecv)."""
     _p2p("recv", buf, count, dtype, src_rank, comm, stream)
 

@@ -11,6 +11,8 @@ import os
 import threading
 import uuid
 import weakref
+from collections.abc import Sequence
+from typing import cast
 
 from .. import config
 from ..device import Device, current_device, device_count
@@ -23,7 +25,7 @@ ROOT_INFO_BYTES = 4108  # HCCL_ROOT_INFO_BYTES: the size of HCCL's opaque root i
 _ids = iter(range(1, 1 << 62))
 _forming: dict[bytes, "_Forming"] = {}   # root info -> the group its ranks are joining
 _forming_lock = threading.Lock()
-_groups: "weakref.WeakSet[Group]" = weakref.WeakSet()  # live communicators (for the profiler)
+_groups: "weakref.WeakSet[GroupState]" = weakref.WeakSet()  # live communicators (for the profiler)
 
 
 class RootInfo:
@@ -63,7 +65,7 @@ def next_id() -> int:
     return next(_ids)
 
 
-def register_group(group) -> None:
+def register_group(group: GroupState) -> None:
     """Make a communicator's state visible to groups() (the profiler reads its flight record)."""
     _groups.add(group)
 
@@ -134,7 +136,7 @@ class Group(GroupState):
                     lane._dq.streams.pop(lane.id, None)
 
 
-def groups() -> list[Group]:
+def groups() -> list[GroupState]:
     """The communicators alive in this process (what the profiler reads flight records from)."""
     return list(_groups)
 
@@ -144,8 +146,8 @@ class Communicator:
 
     __slots__ = ("group", "rank")
 
-    def __init__(self, group: Group, rank: int):
-        self.group, self.rank = group, rank
+    def __init__(self, group: GroupState, rank: int):
+        self.group, self.rank = group, rank  # the group: any transport's (Group, MpiGroup)
 
     @property
     def device(self) -> Device:
@@ -157,7 +159,7 @@ class Communicator:
         return f"Communicator(id={self.group.id}, rank={self.rank}/{self.group.size}{state})"
 
 
-def check_comm(comm) -> Communicator:
+def check_comm(comm: object) -> Communicator:
     """`comm` itself when it is a live communicator; HcclError E_PTR otherwise."""
     if not isinstance(comm, Communicator):
         raise HcclError(f"comm must be a communicator, got {type(comm).__name__}", code=HcclResult.E_PTR)
@@ -166,7 +168,7 @@ def check_comm(comm) -> Communicator:
     return comm
 
 
-def _check_devices(devices) -> list:
+def _check_devices(devices: object) -> list:
     if not isinstance(devices, (list, tuple)) or not devices:
         raise HcclError("devices must be a non-empty list of device ids", code=HcclResult.E_PARA)
     ids = []
@@ -181,7 +183,7 @@ def _check_devices(devices) -> list:
     return [Device(i) for i in ids]
 
 
-def comm_init_all(devices) -> list[Communicator]:
+def comm_init_all(devices: Sequence[int | Device]) -> list[Communicator]:
     """One communicator per device of this process, rank i on devices[i] (HcclCommInitAll)."""
     group = Group(_check_devices(devices))
     return [Communicator(group, r) for r in range(group.size)]
@@ -241,26 +243,27 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
             del forming.devices[rank]
             raise HcclError(f"comm_init_root_info: ranks {missing} did not join within "
                             f"{timeout:g} s (HCCL_CONNECT_TIMEOUT)", code=HcclResult.E_TIMEOUT)
+        assert forming.group is not None  # (formed here, or what the wait waited for)
         return Communicator(forming.group, rank)
 
 
-def comm_destroy(comm) -> None:
+def comm_destroy(comm: Communicator) -> None:
     """Release this rank of its communicator (HcclCommDestroy): later calls with it get E_PTR."""
     comm = check_comm(comm)
     group = comm.group
     with group.lock:
         group.destroyed[comm.rank] = True
         last = group.transport == "process" and all(group.destroyed) and \
-            all(m.error is not None for m in group.meetings.values())
+            all(m.error is not None for m in cast(Group, group).meetings.values())
     if last:
-        group.retire_lanes()
+        cast(Group, group).retire_lanes()
 
 
-def get_rank_size(comm) -> int:
+def get_rank_size(comm: Communicator) -> int:
     """How many ranks the communicator has (HcclGetRankSize)."""
     return check_comm(comm).group.size
 
 
-def get_rank_id(comm) -> int:
+def get_rank_id(comm: Communicator) -> int:
     """This communicator's rank (HcclGetRankId)."""
     return check_comm(comm).rank

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import numpy as np
 
-from ..errors import AscentError, ErrorCode
+from ..errors import AscentError, ErrorCode, ExceptionInfo
 
 
 class HcclResult(enum.IntEnum):
@@ -41,9 +42,10 @@ class HcclError(AscentError):
     """A collective-communication error; `.code` is an HcclResult (HCCL's numbers, not the
     runtime's), `.info` the ExceptionInfo when a stream task failed with it."""
 
-    default_code = HcclResult.E_INTERNAL
+    code: HcclResult  # type: ignore[assignment]  # HCCL's numbers, not the runtime's ErrorCode
+    default_code = HcclResult.E_INTERNAL  # type: ignore[assignment]  # (likewise)
 
-    def __init__(self, message: str, code: int | None = None, info=None):
+    def __init__(self, message: str, code: int | None = None, info: ExceptionInfo | None = None):
         self.code = HcclResult(code) if code is not None else self.default_code
         self.info = info
         self.text = message
@@ -103,7 +105,7 @@ UFUNCS = {HcclReduceOp.SUM: np.add, HcclReduceOp.PROD: np.multiply,
           HcclReduceOp.MAX: np.maximum, HcclReduceOp.MIN: np.minimum}
 
 
-def data_type(value) -> np.dtype:
+def data_type(value: Any) -> np.dtype:
     """The numpy dtype of an HcclDataType value; HcclError E_PARA / E_NOT_SUPPORT otherwise."""
     try:
         dt = HcclDataType(value) if type(value) is not bool else None
@@ -117,7 +119,7 @@ def data_type(value) -> np.dtype:
     return np.dtype(NUMPY_DTYPES[dt])
 
 
-def reduce_op(value) -> HcclReduceOp:
+def reduce_op(value: Any) -> HcclReduceOp:
     """The HcclReduceOp of `value`; HcclError E_PARA otherwise."""
     try:
         if type(value) is bool:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .meeting import Meeting
 
 RECORDS = 128  # collectives kept per communicator
 
@@ -36,14 +40,14 @@ class FlightRecord:
 class FlightRecorder:
     """The last RECORDS meetings of one communicator (read as FlightRecords)."""
 
-    def __init__(self):
-        self._meetings = collections.deque(maxlen=RECORDS)
+    def __init__(self) -> None:
+        self._meetings: collections.deque[Meeting] = collections.deque(maxlen=RECORDS)
 
-    def add(self, meeting) -> None:
+    def add(self, meeting: Meeting) -> None:
         """Remember a new meeting (the oldest is forgotten past RECORDS)."""
         self._meetings.append(meeting)
 
-    def forget(self, meeting) -> None:
+    def forget(self, meeting: Meeting) -> None:
         """Drop a meeting whose only call was withdrawn (it never happened)."""
         try:
             self._meetings.remove(meeting)

@@ -64,9 +64,9 @@ class Meeting:
         self.done = {r: self._pending_marker() for r in ranks}
         self.markers: list[Marker] = []       # every marker of the lanes' steps
         self.error: HcclError | None = None
-        self.reported: set[int] = set()       # ranks whose wait already failed with the error
+        self.reported: set[int | None] = set()  # ranks whose wait already failed with the error
         self.state = "waiting"                # waiting -> running -> done / failed
-        self._name = None
+        self._name: str | None = None
 
     def _pending_marker(self) -> Marker:
         m = Marker(None, 0, False)
@@ -144,6 +144,7 @@ class Meeting:
                           f"on rank {rank}: {self.waiting_for()}", code=HcclResult.E_TIMEOUT)
         self.reported.add(rank)
         self.fail(error)
+        assert self.error is not None  # (fail() keeps the first error)
         return self.error.again()
 
     # ---- the collective's own task on each rank's stream ------------------------------------

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import time
+from typing import cast
 
 import numpy as np
 
@@ -133,7 +134,7 @@ class RemoteCall:
 def post(comm: Communicator, call, pair: tuple | None, parts) -> None:
     """Queue the rank's part: a host function on its stream (held for group_end in a group).
     A stream that refuses it leaves the communicator as if the call was never made."""
-    group = comm.group
+    group = cast(MpiGroup, comm.group)
     with group.lock:
         if pair is None:
             seq = group.seq

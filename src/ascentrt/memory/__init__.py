@@ -1,5 +1,7 @@
 """Memory: chunks, the caching pool, device and pinned host buffers, all checked against live allocations."""
 
+from typing import Any
+
 from .buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from .chunks import ArenaChunks, HostChunks
 from .host import malloc_host
@@ -12,7 +14,7 @@ from .links import Links
 from .registry import REGISTRY
 
 
-def malloc(nbytes: int, device=None, stream=None) -> DeviceBuffer:
+def malloc(nbytes: int, device: Any = None, stream: Any = None) -> DeviceBuffer:
     """Allocate `nbytes` of device memory (64-byte aligned start, size rounded up to 32 bytes).
 
     `device` defaults to the current device. Raises InvalidArgumentError for a bad size and
@@ -26,7 +28,7 @@ def malloc(nbytes: int, device=None, stream=None) -> DeviceBuffer:
     return Links.resolve_device(device)._memory.malloc(nbytes, stream)
 
 
-def free(buffer) -> None:
+def free(buffer: DeviceBuffer | HostBuffer | int) -> None:
     """Free a device or host buffer, or the live allocation at an int address."""
     from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError
     if isinstance(buffer, (DeviceBuffer, HostBuffer)):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
 from .. import config
 from ..errors import ErrorCode, InvalidArgumentError
 from .arena import Arena, round_size
@@ -15,7 +20,7 @@ from .registry import REGISTRY
 _new_buffer = object.__new__
 
 
-def check_stream(stream, device) -> None:
+def check_stream(stream: Any, device: Any) -> None:
     """Raise InvalidArgumentError unless `stream` is None or a live stream of `device`."""
     if stream is None:
         return
@@ -26,7 +31,8 @@ def check_stream(stream, device) -> None:
                                    f"not device {device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
 
 
-def pool_from_config(upstream, name: str, all_streams, align: int = 64) -> BlockPool:
+def pool_from_config(upstream: Any, name: str, all_streams: Callable[[], list],
+                     align: int = 64) -> BlockPool:
     """A BlockPool with the ASCENTRT_MEM_POOL_* settings.
 
     `all_streams()` lists every stream with work in flight, on any device: a free without a
@@ -45,8 +51,8 @@ class DeviceAllocator:
     lock (the pool's) each.
     """
 
-    def __init__(self, device, mem, base: int, capacity: int, pool: BlockPool | None = None,
-                 decommit=None):
+    def __init__(self, device: Any, mem: np.ndarray, base: int, capacity: int,
+                 pool: BlockPool | None = None, decommit: Callable[[int, int], None] | None = None):
         self.device = device
         self.mem = mem
         self.base = base
@@ -58,7 +64,8 @@ class DeviceAllocator:
         self.record_sites = leaks.recording_sites()
         backend = device._backend
         # A simulated device charges each malloc and free its modelled host cost.
-        self.host_call = backend.host_call if backend.properties().virtual else None
+        self.host_call: Callable[[str], None] | None = \
+            backend.host_call if backend.properties().virtual else None
         if pool is not None:
             self.chunks = pool.upstream   # an explicit MemPool sharing the device's chunks
         elif config.get("ASCENTRT_MEM_POOL_ENABLE"):
@@ -71,7 +78,7 @@ class DeviceAllocator:
             self.chunks = ArenaChunks(capacity, base, mem, decommit)
             self.arena = self.chunks.arena  # plain mode: every buffer is carved from the arena
 
-    def malloc(self, nbytes, stream=None) -> DeviceBuffer:
+    def malloc(self, nbytes: int, stream: Any = None) -> DeviceBuffer:
         """Allocate `nbytes` (rounded up to 32, start 64-byte aligned); raises on bad size or OOM."""
         if type(nbytes) is not int or not 0 < nbytes <= self.capacity:  # one test on the hot path
             nbytes = check_size(nbytes)
@@ -98,11 +105,13 @@ class DeviceAllocator:
             leaks.note_site(buf)
         return buf
 
-    def _malloc_slow(self, nbytes: int, stream) -> DeviceBuffer:
+    def _malloc_slow(self, nbytes: int, stream: Any) -> DeviceBuffer:
         """malloc() on a simulated device (host costs charged) or from the plain arena."""
         pool = self.pool
         size = (nbytes + GRANULE - 1) & -GRANULE
         if pool is not None:
+            if TYPE_CHECKING:  # with the pool on, only a simulated device's malloc comes here
+                assert self.host_call is not None
             self.host_call("malloc")
             before = pool.reserved
             block = pool.allocate(nbytes, stream)
@@ -113,6 +122,8 @@ class DeviceAllocator:
         else:
             if self.host_call is not None:
                 self.host_call("malloc_driver")
+            if TYPE_CHECKING:  # the pool is off: the plain arena is set
+                assert self.arena is not None
             off = self.arena.alloc(round_size(size))
             buf = DeviceBuffer(self.device, self.base + off, size, nbytes,
                                self.mem[off:off + size], self)
@@ -124,7 +135,7 @@ class DeviceAllocator:
             leaks.note_site(buf)
         return buf
 
-    def release(self, buf: DeviceBuffer, stream=None) -> None:
+    def release(self, buf: DeviceBuffer, stream: Any = None) -> None:
         """Free a buffer after `stream`'s work (None: after all queued work of the device)."""
         if stream is not None and (stream.__class__ is not Links.stream_type
                                    or stream.device is not self.device):
@@ -137,27 +148,37 @@ class DeviceAllocator:
                 return  # freed meanwhile by another thread
             REGISTRY.remove(buf)
             buf._mem = None
+            if TYPE_CHECKING:  # a buffer with no block is the plain arena's
+                assert self.arena is not None
             self.arena.free(buf.addr - self.base)
         else:
+            if TYPE_CHECKING:  # a buffer with a block is the pool's
+                assert self.pool is not None
             if not self.pool.deallocate(block, stream, None, buf):
                 return  # freed meanwhile by another thread
         if REGISTRY.observers:
             REGISTRY.freed(buf, stream)
 
-    def record_stream(self, buf: DeviceBuffer, stream) -> None:
+    def record_stream(self, buf: DeviceBuffer, stream: Any) -> None:
         """Mark `buf` as used on `stream`: its free then waits for that stream's work too."""
         check_stream(stream, self.device)
         if stream is None:
             raise InvalidArgumentError("record_stream needs a stream")
         buf._bytes()  # raises if freed
         if buf._block is not None:
+            if TYPE_CHECKING:  # a buffer with a block is the pool's
+                assert self.pool is not None
             self.pool.record_stream(buf._block, stream)
         if REGISTRY.observers:
             REGISTRY.used_on(buf, stream)
 
     def used_bytes(self) -> int:
         """Bytes held by live buffers (block sizes)."""
-        return self.pool.allocated if self.pool is not None else self.arena.used_bytes
+        if self.pool is not None:
+            return self.pool.allocated
+        if TYPE_CHECKING:  # the pool is off: the plain arena is set
+            assert self.arena is not None
+        return self.arena.used_bytes
 
     def live_buffers(self) -> list[DeviceBuffer]:
         """Every live buffer of this allocator (a snapshot)."""

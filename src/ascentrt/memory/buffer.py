@@ -5,12 +5,20 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .links import Links
 from .registry import REGISTRY
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from ..backends.base import MemHandle
+    from .pool import Block
 
 GRANULE = 32  # CANN rounds every device allocation up to 32 bytes
 KDL_CPU = 1   # DLPack's device type of memory the host reaches (cpu and sim backends)
@@ -19,9 +27,11 @@ KDL_CPU = 1   # DLPack's device type of memory the host reaches (cpu and sim bac
 # freed: the arrays other libraries hold would point into a block the pool hands out again.
 _exports: dict[int, int] = {}
 _exports_lock = threading.Lock()
+_Alloc = TypeVar("_Alloc", bound="DeviceBuffer | HostBuffer")  # the methods the two share
+_Shape = int | Sequence[int] | None  # a view's shape: an int, ints, or None (1-D over all the bytes)
 
 
-def _export_done(key: int, base) -> None:
+def _export_done(key: int, base: object) -> None:
     """An export died (`base` was held until now: the allocation lives as long as its exports)."""
     with _exports_lock:
         left = _exports.get(key, 0) - 1
@@ -31,7 +41,7 @@ def _export_done(key: int, base) -> None:
             _exports.pop(key, None)
 
 
-def _dlpack(base, array: np.ndarray, stream, kwargs: dict):
+def _dlpack(base: object, array: np.ndarray, stream: Any, kwargs: dict) -> Any:
     """A DLPack capsule of `array` (memory of allocation `base`), counted until its consumer
     lets it go (numpy's capsule holds the array: its end is the export's)."""
     if stream is not None and stream != -1:
@@ -48,12 +58,12 @@ def _dlpack(base, array: np.ndarray, stream, kwargs: dict):
     return capsule
 
 
-def exported_buffers(buffers) -> list:
+def exported_buffers(buffers: Iterable[object]) -> list:
     """Those of `buffers` with live DLPack exports."""
     return [b for b in buffers if _exports.get(id(b))] if _exports else []
 
 
-def check_no_exports(buf) -> None:
+def check_no_exports(buf: object) -> None:
     """Raise when `buf` has live DLPack exports (InvalidArgumentError, 207002)."""
     n = _exports.get(id(buf), 0)
     if n:
@@ -62,7 +72,7 @@ def check_no_exports(buf) -> None:
             f"holds): free it once they are gone", code=ErrorCode.RT_MEMORY_FREE)
 
 
-def check_size(nbytes, what: str = "nbytes", allow_zero: bool = False) -> int:
+def check_size(nbytes: object, what: str = "nbytes", allow_zero: bool = False) -> int:
     """Validate a byte count (a real int, not negative or absurd); raises InvalidArgumentError."""
     if type(nbytes) is not int and not isinstance(nbytes, np.integer):
         raise InvalidArgumentError(f"{what} must be an int, got {type(nbytes).__name__}")
@@ -74,7 +84,7 @@ def check_size(nbytes, what: str = "nbytes", allow_zero: bool = False) -> int:
     return nbytes
 
 
-def _plain_dtype(dtype) -> np.dtype:
+def _plain_dtype(dtype: DTypeLike) -> np.dtype:
     """A numpy dtype of plain bytes (no Python objects inside); raises InvalidArgumentError."""
     try:
         dtype = np.dtype(dtype)
@@ -89,6 +99,21 @@ class _ByteRange:
     """Shared behaviour of anything that names bytes: pointer, length, numpy views, slicing."""
 
     __slots__ = ()
+    if TYPE_CHECKING:  # what every kind of range has (slots, class attributes or properties)
+        @property
+        def addr(self) -> int: ...
+        @property
+        def nbytes(self) -> int: ...
+        @property
+        def base(self) -> _ByteRange: ...
+        @property
+        def offset(self) -> int: ...
+        @property
+        def kind(self) -> str: ...
+        @property
+        def device(self) -> Any: ...
+        @property
+        def alive(self) -> bool: ...
 
     @property
     def ptr(self) -> int:
@@ -99,14 +124,14 @@ class _ByteRange:
         """The bytes as a uint8 numpy array (checks the allocation is still live)."""
         raise NotImplementedError
 
-    def numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
+    def numpy(self, dtype: DTypeLike = np.uint8, shape: _Shape = None) -> np.ndarray:
         """A zero-copy numpy view of the bytes as `dtype`, reshaped to `shape` (default 1-D)."""
         array = self._array(dtype, shape)
         if REGISTRY.observers and Links.current_task() is None:
             REGISTRY.host_accessed(self.base, self.offset, self.offset + array.nbytes)  # host view
         return array
 
-    def _array(self, dtype, shape) -> np.ndarray:
+    def _array(self, dtype: DTypeLike, shape: _Shape) -> np.ndarray:
         """numpy() without telling the observers (a check, or a task's own view)."""
         dtype = _plain_dtype(dtype)
         raw = self._bytes()
@@ -126,7 +151,7 @@ class _ByteRange:
                                        f"the buffer has {raw.nbytes}")
         return raw[:need].view(dtype).reshape(shape)
 
-    def __dlpack__(self, stream=None, **kwargs):
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         """DLPack export of the bytes (uint8, 1-D): zero-copy for np.from_dlpack and
         torch.from_dlpack; the buffer cannot be freed while the array lives."""
         return _dlpack(self.base, self.numpy(), stream, kwargs)
@@ -135,12 +160,12 @@ class _ByteRange:
         """(kDLCPU, 0): the memory is this machine's on the cpu and sim backends."""
         return KDL_CPU, 0
 
-    def view(self, dtype=np.uint8, shape=None) -> "TypedView":
+    def view(self, dtype: DTypeLike = np.uint8, shape: _Shape = None) -> "TypedView":
         """A typed view to pass to kernels: they receive it as a numpy array of dtype/shape."""
         self._array(dtype, shape)  # validate now, not when the kernel runs
         return TypedView(self, _plain_dtype(dtype), shape)
 
-    def __getitem__(self, key) -> "BufferSlice":
+    def __getitem__(self, key: slice) -> "BufferSlice":
         """buf[a:b] is the byte range [a, b) of the buffer, usable wherever a buffer is."""
         if not isinstance(key, slice) or key.step not in (None, 1):
             raise InvalidArgumentError("buffers slice by contiguous byte ranges: buf[start:stop]")
@@ -153,7 +178,7 @@ class _ByteRange:
         return self.nbytes
 
 
-def task_view(x) -> np.ndarray:
+def task_view(x: Any) -> np.ndarray:
     """The numpy array a task receives for a buffer, slice or typed view (not a host access)."""
     if type(x) is TypedView:
         return x.buffer._array(x.dtype, x.shape)
@@ -168,19 +193,27 @@ class DeviceBuffer(_ByteRange):
     __slots__ = ("device", "addr", "nbytes", "requested", "_mem", "_owner", "_block", "_late",
                  "__weakref__")
     kind = "device"
+    device: Any          # the Device it is on (a runtime object)
+    addr: int
+    nbytes: int
+    requested: int
+    _mem: np.ndarray | None
+    _owner: Any          # the DeviceAllocator that made it
+    _block: Block | None
+    _late: tuple[np.ndarray, tuple]
 
-    def __init__(self, device, addr: int, nbytes: int, requested: int, mem: np.ndarray, owner,
-                 block=None):
+    def __init__(self, device: Any, addr: int, nbytes: int, requested: int, mem: np.ndarray,
+                 owner: Any, block: Block | None = None):
         self.device, self.addr, self.nbytes, self.requested = device, addr, nbytes, requested
         self._mem, self._owner, self._block = mem, owner, block  # block: the pool's, or None
 
     @property
-    def alive(self) -> bool:
+    def alive(self: _Alloc) -> bool:
         """False once freed (or its device was reset)."""
         return self._mem is not None
 
     @property
-    def base(self) -> "DeviceBuffer":
+    def base(self: _Alloc) -> _Alloc:
         """The allocation itself (slices return their parent)."""
         return self
 
@@ -189,7 +222,7 @@ class DeviceBuffer(_ByteRange):
         """Offset inside the allocation (always 0 for the allocation itself)."""
         return 0
 
-    def _bytes(self) -> np.ndarray:
+    def _bytes(self: _Alloc) -> np.ndarray:
         mem = self._mem
         if mem is None:
             late = getattr(self, "_late", None)
@@ -198,7 +231,7 @@ class DeviceBuffer(_ByteRange):
             raise InvalidHandleError(f"{self.kind} buffer at {self.addr:#x} was freed")
         return mem
 
-    def free(self, stream=None) -> None:
+    def free(self, stream: Any = None) -> None:
         """Return the memory to its device after `stream`'s queued work (None: after all of it).
 
         Tasks queued before the free still see the bytes; the host and later tasks do not.
@@ -217,7 +250,7 @@ class DeviceBuffer(_ByteRange):
         return f"DeviceBuffer(ptr={self.addr:#x}, nbytes={self.nbytes}, device={self.device.id}{state})"
 
 
-def _queued_before_free(waits) -> bool:
+def _queued_before_free(waits: tuple) -> bool:
     """Whether the calling executor thread runs a task that was queued before the buffer's free."""
     task = Links.current_task()
     if task is None:
@@ -231,8 +264,16 @@ class HostBuffer(_ByteRange):
     __slots__ = ("addr", "nbytes", "pinned", "_mem", "_handle", "_release", "_late", "__weakref__")
     kind = "host"
     device = None
+    addr: int
+    nbytes: int
+    pinned: bool
+    _mem: np.ndarray | None
+    _handle: Any        # its own mapping's MemHandle, or its Block of the pinned pool (as `_release` takes it)
+    _release: Callable[[HostBuffer], bool]
+    _late: tuple[np.ndarray, tuple]
 
-    def __init__(self, addr: int, nbytes: int, pinned: bool, mem: np.ndarray, handle, release):
+    def __init__(self, addr: int, nbytes: int, pinned: bool, mem: np.ndarray, handle: MemHandle | Block,
+                 release: Callable[[HostBuffer], bool]):
         self.addr, self.nbytes, self.pinned = addr, nbytes, pinned
         self._mem, self._handle, self._release = mem, handle, release  # release(buf) -> bool
 
@@ -259,8 +300,11 @@ class BufferSlice(_ByteRange):
     """Bytes [offset, offset + nbytes) of a device or host buffer."""
 
     __slots__ = ("base", "offset", "nbytes")
+    base: _ByteRange    # the allocation it slices (a DeviceBuffer or HostBuffer)
+    offset: int
+    nbytes: int
 
-    def __init__(self, base, offset: int, nbytes: int):
+    def __init__(self, base: _ByteRange, offset: int, nbytes: int):
         if isinstance(base, BufferSlice):
             base, offset = base.base, base.offset + offset
         self.base, self.offset, self.nbytes = base, offset, nbytes
@@ -276,7 +320,7 @@ class BufferSlice(_ByteRange):
         return self.base.kind
 
     @property
-    def device(self):
+    def device(self) -> Any:
         """The device of the sliced buffer (None for host memory)."""
         return self.base.device
 
@@ -297,11 +341,11 @@ class TypedView:
 
     __slots__ = ("buffer", "dtype", "shape")
 
-    def __init__(self, buffer, dtype: np.dtype, shape):
+    def __init__(self, buffer: _ByteRange, dtype: np.dtype, shape: _Shape):
         self.buffer, self.dtype, self.shape = buffer, dtype, shape
 
     @property
-    def device(self):
+    def device(self) -> Any:
         """The device of the underlying buffer."""
         return self.buffer.device
 
@@ -309,7 +353,7 @@ class TypedView:
         """The numpy array this view stands for."""
         return self.buffer.numpy(self.dtype, self.shape)
 
-    def __dlpack__(self, stream=None, **kwargs):
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         """DLPack export with the view's dtype and shape (see _ByteRange.__dlpack__)."""
         return _dlpack(self.buffer.base, self.numpy(), stream, kwargs)
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .arena import Arena
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
 
 CHUNK = 2 << 20          # chunk granularity: 2 MiB (a transparent huge page)
 
@@ -28,19 +33,19 @@ class Chunk:
 
     __slots__ = ("addr", "size", "view", "handle", "first", "pinned", "starts", "blocks", "lock")
 
-    def __init__(self, addr: int, size: int, view, handle, pinned: bool = False):
+    def __init__(self, addr: int, size: int, view: np.ndarray | None, handle: Any, pinned: bool = False):
         self.addr, self.size, self.view, self.handle, self.pinned = addr, size, view, handle, pinned
-        self.first = None  # the block at the chunk's start address (set by the pool)
+        self.first: Any = None  # the block at the chunk's start address (set by the pool)
         self.starts: list[int] = []  # block start addresses, sorted (kept by the pool)
         self.blocks: list = []       # the blocks at those addresses
-        self.lock = None             # the holding pool's lock
+        self.lock: threading.RLock | None = None  # the holding pool's lock
 
     @property
     def nbytes(self) -> int:
         """The chunk's size (the address registry's name for it)."""
         return self.size
 
-    def find(self, addr: int, wait: bool = True):
+    def find(self, addr: int, wait: bool = True) -> Any:
         """The live buffer of this chunk that contains `addr`, or None (wait=False: without
         asking again under the pool's lock after a miss)."""
         buf = _buffer_at(self.starts, self.blocks, addr)  # first without the lock: a hit is
@@ -57,7 +62,7 @@ class Chunk:
             finally:
                 lock.release()
         except BaseException:
-            if lock._is_owned():  # the pool's RLock
+            if lock._is_owned():  # type: ignore[attr-defined]  # the pool's RLock (typeshed omits it)
                 lock.release()
             raise
 
@@ -70,7 +75,7 @@ class Chunk:
             return [b.buf for b in self.blocks if b.buf is not None]
 
 
-def _buffer_at(starts: list, blocks: list, addr: int):
+def _buffer_at(starts: list, blocks: list, addr: int) -> Any:
     """The live buffer of the block that contains `addr`, or None (also when the lists are
     changing meanwhile: the caller then asks again under the pool's lock)."""
     i = bisect.bisect_right(starts, addr) - 1
@@ -93,7 +98,7 @@ class ArenaChunks:
     """
 
     def __init__(self, capacity: int, base: int = 1 << 44, view: np.ndarray | None = None,
-                 decommit=None, registry=None):
+                 decommit: Callable[[int, int], None] | None = None, registry: Any = None):
         self.capacity = capacity
         self.base = base
         self.view = view
@@ -101,7 +106,7 @@ class ArenaChunks:
         self.registry = registry  # an AddressRegistry the chunks are entered in (real memory)
         self.arena = Arena(capacity)
 
-    def allocate(self, nbytes: int, stream=None) -> Chunk | None:
+    def allocate(self, nbytes: int, stream: Any = None) -> Chunk | None:
         """Reserve a chunk of round_chunk(nbytes) bytes, or None when the range has no room."""
         size = round_chunk(nbytes)
         if size > self.capacity:
@@ -115,7 +120,7 @@ class ArenaChunks:
             self.registry.add(chunk)
         return chunk
 
-    def deallocate(self, chunk: Chunk, stream=None) -> None:
+    def deallocate(self, chunk: Chunk, stream: Any = None) -> None:
         """Give a chunk back: its range returns to the arena and its pages to the OS."""
         if self.registry is not None:
             self.registry.remove(chunk)
@@ -135,7 +140,7 @@ class ArenaChunks:
 class HostChunks:
     """Pinned host chunks from a backend: one allocation each, locked once when the chunk is made."""
 
-    def __init__(self, backend, capacity: int = 1 << 62, registry=None):
+    def __init__(self, backend: Backend, capacity: int = 1 << 62, registry: Any = None):
         self.backend = backend
         self.registry = registry  # an AddressRegistry the chunks are entered in
         self.capacity = capacity
@@ -143,7 +148,7 @@ class HostChunks:
         self.reserved = 0
         self.mlock_calls = 0
 
-    def allocate(self, nbytes: int, stream=None) -> Chunk | None:
+    def allocate(self, nbytes: int, stream: Any = None) -> Chunk | None:
         """Map and lock a chunk of round_chunk(nbytes) bytes; None if the host cannot map it."""
         size = round_chunk(nbytes)
         with self._lock:
@@ -163,7 +168,7 @@ class HostChunks:
             self.registry.add(chunk)
         return chunk
 
-    def deallocate(self, chunk: Chunk, stream=None) -> None:
+    def deallocate(self, chunk: Chunk, stream: Any = None) -> None:
         """Unlock and unmap a chunk (stale user views keep the mapping, not its pages)."""
         if self.registry is not None:
             self.registry.remove(chunk)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ class ExternalHostBuffer:
     pinned = False
     device = None
 
-    def __init__(self, obj, addr: int, nbytes: int, writable: bool):
+    def __init__(self, obj: Any, addr: int, nbytes: int, writable: bool):
         self.obj, self.addr, self.nbytes, self.writable = obj, addr, nbytes, writable
         # An export pins a bytearray's buffer: it cannot be resized (moved) while registered.
         self.hold = memoryview(obj) if isinstance(obj, bytearray) else None
@@ -47,7 +48,7 @@ class ExternalHostBuffer:
             raise InvalidArgumentError(f"host memory at {self.addr:#x} is no longer registered")
         if isinstance(obj, bytes):
             # bytes export read-only buffers; pyACL's bytes_to_ptr lets copies write into them.
-            raw = (ctypes.c_uint8 * self.nbytes).from_address(self.addr)
+            raw: Any = (ctypes.c_uint8 * self.nbytes).from_address(self.addr)  # (takes attributes)
             raw._keep = obj
             return np.ctypeslib.as_array(raw)
         if isinstance(obj, np.ndarray):
@@ -62,7 +63,7 @@ class ExternalHostBuffer:
         return f"ExternalHostBuffer(ptr={self.addr:#x}, nbytes={self.nbytes}, {type(self.obj).__name__})"
 
 
-def _address(obj) -> tuple[int, int]:
+def _address(obj: object) -> tuple[int, int]:
     if isinstance(obj, bytes):
         return ctypes.cast(ctypes.c_char_p(obj), ctypes.c_void_p).value or 0, len(obj)
     if isinstance(obj, bytearray):
@@ -75,7 +76,7 @@ def _address(obj) -> tuple[int, int]:
                                f"got {type(obj).__name__}")
 
 
-def register_host(obj, writable: bool | None = None) -> int:
+def register_host(obj: object, writable: bool | None = None) -> int:
     """Register obj's buffer as pageable host memory; returns its address.
 
     Copies may write into it when `writable` (default: what the object allows; a bytes
@@ -140,7 +141,7 @@ def registered_count() -> int:
     return len(_external)
 
 
-def from_dlpack(obj) -> np.ndarray:
+def from_dlpack(obj: Any) -> np.ndarray:
     """The memory of a DLPack exporter (a torch CPU tensor, a numpy array, ...) as a
     zero-copy numpy array, registered as pageable host memory: its address then passes every
     range check, as numpy_to_ptr memory does. Raises InvalidArgumentError (100000) for memory

@@ -23,7 +23,7 @@ def recording_sites() -> bool:
     return config.get("ASCENTRT_LEAK_CHECK") == "sites"
 
 
-def note_site(buf) -> None:
+def note_site(buf: object) -> None:
     """Remember where the user's program allocated `buf` (only while recording sites)."""
     SITES[buf] = user_site(3)
 
@@ -37,7 +37,7 @@ def report(buffers: list, when: str) -> str | None:
                                 for b in buffers)
     text = (f"ascentrt: {len(buffers)} buffer(s), {format_bytes(total)}, never freed, reclaimed at "
             f"{when} ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})")
-    sites = collections.Counter()
+    sites: collections.Counter[str] = collections.Counter()
     for b in buffers:
         sites[SITES.get(b, "?")] += b.nbytes
     if set(sites) != {"?"}:

@@ -8,23 +8,30 @@ Streams reach the memory layer as objects with this protocol: `.device`, `._comp
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-def _unset(*args):
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+
+
+def _unset(*args: Any) -> Any:
     raise RuntimeError("ascentrt.memory used before the runtime registered with it")
 
 
 class Links:
     """The runtime's callbacks: each is replaced by register()."""
 
-    resolve_device = staticmethod(_unset)   # None | int | Device -> Device (raises on bad ids)
-    current_device = staticmethod(_unset)   # () -> this thread's current Device
-    stream_type: type = type(None)          # the Stream class (nothing is one until registered)
-    current_task = staticmethod(lambda: None)  # the task the calling executor thread runs
-    busy_streams = staticmethod(lambda: [])    # every stream with work in flight, any device
-    host_backend = staticmethod(_unset)     # the backend that allocates pinned host memory
+    # Devices, streams and tasks are objects of the layers above: Any here.
+    resolve_device: Callable[[Any], Any] = staticmethod(_unset)  # None | int | Device -> Device (raises on bad ids)
+    current_device: Callable[[], Any] = staticmethod(_unset)  # () -> this thread's current Device
+    stream_type: type[Any] = type(None)     # the Stream class (nothing is one until registered)
+    current_task: Callable[[], Any] = staticmethod(lambda: None)  # the task the calling executor thread runs
+    busy_streams: Callable[[], list] = staticmethod(lambda: [])  # every stream with work in flight, any device
+    host_backend: Callable[[], Backend] = staticmethod(_unset)  # the backend that allocates pinned host memory
 
 
-def register(**callbacks) -> None:
+def register(**callbacks: Any) -> None:
     """Set the runtime's callbacks and classes (names as the attributes of Links)."""
     for name, fn in callbacks.items():
         if not hasattr(Links, name):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import EllipsisType
+from typing import Any
+
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .allocator import DeviceAllocator, check_stream
 from .buffer import DeviceBuffer, check_size
@@ -10,7 +13,7 @@ from .pool import BlockPool, ReusePolicy
 from .stats import pool_stats
 
 
-def _device(device):
+def _device(device: Any) -> Any:
     return Links.resolve_device(device)
 
 
@@ -21,7 +24,7 @@ class MemPool:
     `free_async` order allocation and reuse on streams; `trim_to` returns cached memory.
     """
 
-    def __init__(self, device=None, *, release_threshold: int | None = None,
+    def __init__(self, device: Any = None, *, release_threshold: int | None = None,
                  split_limit: int | None = None, policy: ReusePolicy | None = None):
         dev = _device(device)
         for name, v in (("release_threshold", release_threshold), ("split_limit", split_limit)):
@@ -42,12 +45,12 @@ class MemPool:
         if self._destroyed:
             raise InvalidHandleError("memory pool was destroyed")
 
-    def malloc_async(self, nbytes: int, stream=None) -> DeviceBuffer:
+    def malloc_async(self, nbytes: int, stream: Any = None) -> DeviceBuffer:
         """A buffer usable on `stream` in stream order; raises InvalidArgumentError / OutOfMemoryError."""
         self._check_alive()
         return self._alloc.malloc(nbytes, stream)
 
-    def free_async(self, buf: DeviceBuffer, stream=None) -> None:
+    def free_async(self, buf: DeviceBuffer, stream: Any = None) -> None:
         """Free `buf` after `stream`'s work so far (same as buf.free(stream))."""
         free_async(buf, stream)
 
@@ -111,7 +114,7 @@ class MemPool:
     def __enter__(self) -> "MemPool":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if not self._destroyed:
             self.destroy()
 
@@ -120,7 +123,7 @@ class MemPool:
                 f"used={self.used_current})")
 
 
-def malloc_async(nbytes: int, stream=None, pool: MemPool | None = None) -> DeviceBuffer:
+def malloc_async(nbytes: int, stream: Any = None, pool: MemPool | None = None) -> DeviceBuffer:
     """Allocate in `stream`'s order from `pool` (default: the stream's device pool)."""
     if pool is not None:
         if not isinstance(pool, MemPool):
@@ -132,14 +135,14 @@ def malloc_async(nbytes: int, stream=None, pool: MemPool | None = None) -> Devic
     return _device(device)._memory.malloc(nbytes, stream)
 
 
-def free_async(buf, stream=None) -> None:
+def free_async(buf: DeviceBuffer, stream: Any = None) -> None:
     """Free a device buffer after `stream`'s work so far; reusable at once on that stream."""
     if not isinstance(buf, DeviceBuffer):
         raise InvalidArgumentError(f"free_async takes a DeviceBuffer, got {type(buf).__name__}")
     buf.free(stream)
 
 
-def record_stream(buf, stream) -> None:
+def record_stream(buf: DeviceBuffer, stream: Any) -> None:
     """Mark `buf` as used on `stream`: freeing it then also waits for that stream's work."""
     if not isinstance(buf, DeviceBuffer):
         raise InvalidArgumentError(f"record_stream takes a DeviceBuffer, got {type(buf).__name__}")
@@ -149,14 +152,15 @@ def record_stream(buf, stream) -> None:
     buf._owner.record_stream(buf, stream)
 
 
-def empty_cache(device=None) -> int:
+def empty_cache(device: Any = None) -> int:
     """Return the device pool's wholly free cached chunks to the device; returns bytes released."""
     alloc = _device(device)._memory
     return sum(p.empty_cache() for p in [alloc.pool, *alloc.pools] if p is not None)
 
 
-def configure_pool(device=None, *, split_limit=..., release_threshold=..., gc_threshold=...,
-                   policy: ReusePolicy | None = None) -> None:
+def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType = ...,
+                   release_threshold: int | None | EllipsisType = ...,
+                   gc_threshold: float | EllipsisType = ..., policy: ReusePolicy | None = None) -> None:
     """Change the device pool's settings at run time (the ASCENTRT_MEM_POOL_* settings)."""
     pool = _device(device)._memory.pool
     if pool is None:

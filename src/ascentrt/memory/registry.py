@@ -94,7 +94,8 @@ class AddressRegistry:
             finally:
                 lock.release()
         except BaseException:
-            if lock._is_owned():  # interrupted between the acquire and the try
+            # Interrupted between the acquire and the try.
+            if lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
                 lock.release()
             raise
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..units import format_bytes
+from .chunks import Chunk
 from .links import Links
 from .pool import ALLOCATED, PENDING, READY, BlockPool
 
 
-def _pools(device=None, pool=None) -> list[BlockPool]:
+def _pools(device: Any = None, pool: Any = None) -> list[BlockPool]:
     if pool is not None:
         return [getattr(pool, "_pool", pool)]
     alloc = Links.resolve_device(device)._memory
     return [p for p in [alloc.pool, *alloc.pools] if p is not None]
 
 
-def _chunk_figures(pool: BlockPool, chunk) -> dict:
+def _chunk_figures(pool: BlockPool, chunk: Chunk) -> dict:
     free = largest = 0
     for b in pool.blocks(chunk):
         if b.state is not ALLOCATED:
@@ -57,7 +60,7 @@ def pool_stats(pool: BlockPool) -> dict:
         }
 
 
-def memory_stats(device=None, pool=None) -> dict:
+def memory_stats(device: Any = None, pool: Any = None) -> dict:
     """Statistics of a device's pools (default: the current device), or of one pool.
 
     Byte figures are summed over the device's default pool and its MemPools; fragmentation
@@ -75,7 +78,7 @@ def memory_stats(device=None, pool=None) -> dict:
     return out
 
 
-def reset_peak_memory_stats(device=None) -> None:
+def reset_peak_memory_stats(device: Any = None) -> None:
     """Set every peak figure of the device's pools to its current value."""
     for p in _pools(device):
         with p._lock:
@@ -83,7 +86,7 @@ def reset_peak_memory_stats(device=None) -> None:
             p.peak_requested, p.peak_active = p.requested, p.allocated + p.pending_bytes
 
 
-def memory_snapshot(device=None, pool=None) -> list[dict]:
+def memory_snapshot(device: Any = None, pool: Any = None) -> list[dict]:
     """Every chunk of the pool(s) and every block in it: address, size, state, requested, stream."""
     out = []
     for p in _pools(device, pool):
@@ -104,7 +107,7 @@ def _mib(n: int) -> str:
     return f"{format_bytes(n):>10}"
 
 
-def memory_summary(device=None, pool=None) -> str:
+def memory_summary(device: Any = None, pool: Any = None) -> str:
     """A readable table of memory_stats() and the per-chunk fragmentation."""
     s = memory_stats(device, pool)
     if not s:

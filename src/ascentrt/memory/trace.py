@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ..errors import InvalidArgumentError, OutOfMemoryError
 from .chunks import ArenaChunks
@@ -19,14 +22,14 @@ class TraceRecorder:
     attribute is the upstream's, so a recorder can stand in for the pool it wraps.
     """
 
-    def __init__(self, upstream):
+    def __init__(self, upstream: Any):
         self.upstream = upstream
         self.events: list[tuple] = []
         self._ids: dict = {}
         self._next = 0
         self._lock = threading.Lock()
 
-    def allocate(self, nbytes: int, stream=None):
+    def allocate(self, nbytes: int, stream: Any = None) -> Any:
         """Allocate upstream and record it."""
         block = self.upstream.allocate(nbytes, stream)
         with self._lock:
@@ -35,7 +38,7 @@ class TraceRecorder:
             self.events.append(("alloc", self._next, nbytes, getattr(stream, "id", None)))
         return block
 
-    def deallocate(self, block, stream=None, *rest) -> None:
+    def deallocate(self, block: Any, stream: Any = None, *rest: Any) -> None:
         """Record the free, then free upstream."""
         with self._lock:
             ident = self._ids.pop(block, None)
@@ -43,17 +46,17 @@ class TraceRecorder:
                 self.events.append(("free", ident, getattr(stream, "id", None)))
         self.upstream.deallocate(block, stream, *rest)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.upstream, name)
 
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Write the events as JSON lines."""
         with open(path, "w") as f:
             for e in list(self.events):
                 f.write(json.dumps(e) + "\n")
 
 
-def load_trace(path) -> list[tuple]:
+def load_trace(path: str | os.PathLike[str]) -> list[tuple]:
     """Read a trace written by TraceRecorder.save; raises InvalidArgumentError on a bad line."""
     events = []
     with open(path) as f:
@@ -72,7 +75,7 @@ def load_trace(path) -> list[tuple]:
     return events
 
 
-def replay(events, pool: BlockPool | None = None, capacity: int = 1 << 40) -> dict:
+def replay(events: Iterable[tuple], pool: BlockPool | None = None, capacity: int = 1 << 40) -> dict:
     """Replay a trace against `pool` (default: a fresh pool over fake address space of `capacity`).
 
     Returns the peaks (reserved, allocated, requested), their ratio, OOM count and the final
@@ -103,7 +106,7 @@ def replay(events, pool: BlockPool | None = None, capacity: int = 1 << 40) -> di
 
 
 @contextlib.contextmanager
-def record_trace(device=None):
+def record_trace(device: Any = None) -> Iterator[TraceRecorder]:
     """Record the device pool's allocations while the block runs; yields the TraceRecorder."""
     alloc = Links.resolve_device(device)._memory
     if alloc.pool is None:

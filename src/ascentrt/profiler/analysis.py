@@ -196,7 +196,7 @@ def metrics(profile: ProfileData) -> dict:
     out["api"] = {name: {"count": len(d), "total_ns": sum(d), "mean_ns": sum(d) // len(d),
                          "max_ns": max(d)} for name, d in sorted(api.items())}
     out["api_total_ns"] = sum(v["total_ns"] for v in out["api"].values())
-    copies = defaultdict(lambda: [0, 0, 0])
+    copies: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for t in profile.tasks:
         if t.kind == "copy":
             c = copies[t.name]
@@ -206,7 +206,7 @@ def metrics(profile: ProfileData) -> dict:
     out["copy_bandwidth"] = {name: {"count": n, "bytes": b, "busy_ns": d,
                                     "gb_per_s": b / d if d else 0.0}
                              for name, (n, b, d) in sorted(copies.items())}
-    mem = {}
+    mem: dict[int, dict[str, int]] = {}
     for s in profile.memory:
         m = mem.setdefault(s.device, {"peak_allocated": 0, "peak_reserved": 0})
         m["peak_allocated"] = max(m["peak_allocated"], s.allocated)
@@ -325,7 +325,7 @@ def _small_tasks(dev_id, work, profile) -> list[Finding]:
 
 def _max_concurrent_streams(work) -> int:
     """The most streams that had work queued or running at one time."""
-    spans = defaultdict(lambda: [None, 0])
+    spans: defaultdict[int, list] = defaultdict(lambda: [None, 0])  # stream -> [first enqueue, last end]
     for t in work:
         span = spans[t.stream]
         span[0] = t.enqueue_ns if span[0] is None else min(span[0], t.enqueue_ns)
@@ -402,9 +402,9 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
     why = (f"copies and kernels are issued on the same stream ({', '.join(map(str, shared))}), "
            f"which runs them one after the other" if on_shared >= len(copies) / 2 else
            "the copies block the host until they finish, so nothing can be queued beside them")
-    evidence = {"copy time": _ms(c_ns), "compute time": _ms(k_ns), "overlapped": _ms(both),
-                "copy streams": c_streams, "compute streams": k_streams,
-                "could save up to": _ms(smaller - both)}
+    evidence: dict[str, object] = {"copy time": _ms(c_ns), "compute time": _ms(k_ns),
+                                   "overlapped": _ms(both), "copy streams": c_streams,
+                                   "compute streams": k_streams, "could save up to": _ms(smaller - both)}
     advice = ("put copies on their own stream(s) and order them with events, double-buffer so "
               "batch n+1 is copied while batch n computes")
     if sync_copies:
@@ -578,7 +578,7 @@ def _memory(profile, devices) -> list[Finding]:
 
 
 def _sites(allocs, top: int = 3) -> str:
-    by_site = defaultdict(int)
+    by_site: defaultdict[str, int] = defaultdict(int)
     for a in allocs:
         by_site[a.site] += a.nbytes
     ranked = sorted(by_site.items(), key=lambda kv: -kv[1])[:top]

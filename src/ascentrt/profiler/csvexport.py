@@ -15,8 +15,8 @@ def _us(ns: float) -> str:
 
 def task_rows(profile: ProfileData) -> list[list]:
     """task_time.csv: one row per task."""
-    rows = [["device", "stream", "task_id", "kind", "name", "enqueue_us", "start_us",
-             "duration_us", "wait_us", "bytes", "failed"]]
+    rows: list[list] = [["device", "stream", "task_id", "kind", "name", "enqueue_us", "start_us",
+                         "duration_us", "wait_us", "bytes", "failed"]]
     for t in profile.tasks:
         rows.append([t.device, t.stream, t.task_id, t.kind, t.name, _us(t.enqueue_ns),
                      _us(t.start_ns), _us(t.duration_ns), _us(t.wait_ns), t.nbytes, int(t.failed)])
@@ -25,7 +25,7 @@ def task_rows(profile: ProfileData) -> list[list]:
 
 def _stats_rows(groups: dict, header_name: str, extra=None) -> list[list]:
     grand = sum(sum(v) for v in groups.values()) or 1
-    rows = [[header_name, "count", "total_us", "avg_us", "min_us", "max_us", "ratio_pct"]]
+    rows: list[list] = [[header_name, "count", "total_us", "avg_us", "min_us", "max_us", "ratio_pct"]]
     for name, durations in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
         tot = sum(durations)
         rows.append([name, len(durations), _us(tot), _us(tot / len(durations)),
@@ -57,8 +57,8 @@ def api_rows(profile: ProfileData) -> list[list]:
 
 def memory_rows(profile: ProfileData) -> list[list]:
     """memory.csv: allocated / reserved bytes over time per device (-1: pinned host memory)."""
-    rows = [["time_us", "device", "allocated_bytes", "reserved_bytes", "free_bytes",
-             "largest_free_bytes"]]
+    rows: list[list] = [["time_us", "device", "allocated_bytes", "reserved_bytes", "free_bytes",
+                         "largest_free_bytes"]]
     for s in profile.memory:
         rows.append([_us(s.ts_ns), s.device, s.allocated, s.reserved, s.free, s.largest_free])
     return rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from typing import Self
 
 FORMAT = "ascentrt-profile/1"
 DATA_FILE = "profile.json"
@@ -198,7 +199,7 @@ class ProfileData:
         return out
 
     @classmethod
-    def from_json(cls, data: dict) -> "ProfileData":
+    def from_json(cls, data: dict) -> Self:
         """Rebuild a Profile from `to_json()` output; raises ValueError on another format."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"not an ascentrt profile (expected format {FORMAT!r})")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 import threading
 import types
+from collections.abc import Callable
+from typing import Any
 from . import clock
 
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
@@ -62,7 +64,8 @@ def _probe_event(args, kwargs):
 def _probe_device_sync(args, kwargs):
     from ..device import current_device
     dev = args[0] if args and isinstance(args[0], Device) else current_device()
-    idle = all(s._completed >= s._submitted for s in list(dev._dq.streams.values()))
+    live: list[Any] = list(dev._dq.streams.values())  # streams (the engine keeps them as object)
+    idle = all(s._completed >= s._submitted for s in live)
     return f"device {dev.id}", idle, 0
 
 
@@ -84,7 +87,8 @@ PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_strea
           "Stream.wait": _probe_stream_wait}
 
 
-def _wrap(fn, name: str, calls: list, on_error):
+def _wrap(fn: Callable[..., Any], name: str, calls: list,
+          on_error: Callable[[str, int], None]) -> Callable[..., Any]:
     """A wrapper that records each call of `fn` as (name, start, end, thread[, error, facts]).
 
     Calls the runtime makes inside another API call are recorded too and dropped when the
@@ -121,12 +125,13 @@ def _wrap(fn, name: str, calls: list, on_error):
             append((name, t0, now(), get_ident(), 0, facts))
             return result
 
-    api.__wrapped__ = fn
-    api.__name__ = getattr(fn, "__name__", name)
-    api.__qualname__ = getattr(fn, "__qualname__", name)
-    api.__doc__ = getattr(fn, "__doc__", None)
-    api._ascentrt_api = name
-    return api
+    wrapper: Any = api  # (a function with attributes of its own: the original, the API name)
+    wrapper.__wrapped__ = fn
+    wrapper.__name__ = getattr(fn, "__name__", name)
+    wrapper.__qualname__ = getattr(fn, "__qualname__", name)
+    wrapper.__doc__ = getattr(fn, "__doc__", None)
+    wrapper._ascentrt_api = name
+    return wrapper
 
 
 def _failed(append, on_error, name, t0, exc, facts) -> None:

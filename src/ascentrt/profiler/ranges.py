@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 from . import clock
 
 from . import session
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class range:  # noqa: N801 - named like the function users call: ascentrt.profiler.range("x")
@@ -16,7 +21,7 @@ class range:  # noqa: N801 - named like the function users call: ascentrt.profil
 
     __slots__ = ("name", "_t0", "_recorder")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:
             from ..errors import InvalidArgumentError
             raise InvalidArgumentError(f"a range needs a non-empty str name, got {name!r}")
@@ -36,11 +41,11 @@ class range:  # noqa: N801 - named like the function users call: ascentrt.profil
             rec.add_range(self.name, self._t0, clock.now_ns(), threading.get_ident())
             self._recorder = None
 
-    def __call__(self, fn):
+    def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
         import functools
 
         @functools.wraps(fn)
-        def ranged(*args, **kwargs):
+        def ranged(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             with range(self.name):
                 return fn(*args, **kwargs)
         return ranged

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import sys
 import threading
+from typing import TYPE_CHECKING, Any
 from . import clock
 
 from ..callsite import user_site
@@ -18,6 +19,9 @@ from .data import (Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord
                    RaceRecord, RangeRecord, StreamInfo, TaskRecord)
 from .hostapi import Instrumentation, outermost
 from .profile import Profile
+
+if TYPE_CHECKING:
+    from ..device import Device
 
 _FRAGMENTATION_EVERY_NS = 10_000_000  # measure free-range layout at most every 10 ms (it is O(n))
 _OOM_CODES = (int(ErrorCode.RT_MEMORY_ALLOCATION), int(ErrorCode.RT_DEVICE_OOM))
@@ -43,7 +47,7 @@ class Recorder:
         self.allocations: dict[int, list] = {}
         self.done_allocations: list[list] = []
         self.allocated: dict[int, int] = {}      # device id (-1 host) -> live bytes
-        self.devices: dict[int, object] = {}
+        self.devices: dict[int, Device] = {}
         self._last_layout_ns = 0
         self._instrumentation = Instrumentation(self.calls, self._api_error)
         self._sanitizer = None  # (the sanitizer, its reports before the start) when both are on
@@ -210,7 +214,8 @@ class Recorder:
                                            p.host_func_threads, p.total_memory, p.backend, p.preset,
                                            dict(getattr(dev._backend, "uncosted", {}))))
             default, detached = dev._default_stream, dev._dq.detached
-            for s in list(dev._dq.streams.values()):
+            live: list[Any] = list(dev._dq.streams.values())  # streams (the engine keeps them as object)
+            for s in live:
                 streams.setdefault((dev.id, s.id), s)
             for (did, sid), s in sorted(streams.items(), key=lambda kv: kv[0]):
                 if did != dev.id:

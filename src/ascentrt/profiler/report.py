@@ -19,12 +19,12 @@ _KINDS = ["kernel", "copy", "memset", "host_func", "event_record", "event_wait",
 
 def _timeline_data(profile: ProfileData) -> dict:
     names: dict[str, int] = {}
-    tracks = []
+    tracks: list[dict] = []
 
     def name_id(n: str) -> int:
         return names.setdefault(n, len(names))
 
-    per_thread = defaultdict(list)
+    per_thread: defaultdict[tuple, list[tuple]] = defaultdict(list)
     for c in profile.api_calls:
         per_thread[(c.thread, "api")].append((c.start_ns, c.end_ns, c.name, "api"))
     for r in profile.ranges:
@@ -34,7 +34,7 @@ def _timeline_data(profile: ProfileData) -> dict:
         tracks.append({"id": f"host-{th}-{what}", "group": "host", "label": label,
                        "items": items})
     info = profile.stream_info()
-    per_stream = defaultdict(list)
+    per_stream: defaultdict[tuple, list[tuple]] = defaultdict(list)
     for t in profile.tasks:
         per_stream[(t.device, t.stream)].append((t.start_ns, t.end_ns, t.name, t.kind,
                                                  t.task_id))

@@ -30,7 +30,7 @@ class Session:
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise InvalidArgumentError(f"profile path must be a folder path or None, got "
                                        f"{type(path).__name__}")
-        self.path = None if path is None else os.fspath(path)
+        self.path: str | None = None if path is None else os.fspath(path)
         self.profile: Profile | None = None
         self._recorder: Recorder | None = None
         self._progress_stop: threading.Event | None = None
@@ -78,6 +78,7 @@ class Session:
             _active = None
         if self._progress_stop is not None:
             self._progress_stop.set()
+            assert self.path is not None  # (only a session with a folder reports progress)
             try:
                 os.remove(os.path.join(self.path, PROGRESS_FILE))
             except OSError:
@@ -113,6 +114,7 @@ class Session:
 
     def _report_progress(self, every_s: float = 1.0) -> None:
         """Write PROGRESS_FILE into the folder every `every_s` seconds (for `ascentrt prof`)."""
+        assert self.path is not None  # (a session with a folder)
         stop = self._progress_stop = threading.Event()
         path = os.path.join(self.path, PROGRESS_FILE)
         started = time.monotonic()

@@ -135,16 +135,16 @@ def trace_events(profile: ProfileData) -> list[dict]:
         sl.sort()
         starts[th] = [s for s, _, _ in sl]
     for t in profile.tasks:
-        sl = api_slices.get(t.thread)
-        if not sl:
+        slices = api_slices.get(t.thread)
+        if not slices:
             continue
         i = bisect.bisect_right(starts[t.thread], t.enqueue_ns) - 1
-        if i < 0 or sl[i][1] < t.enqueue_ns or t.key not in placed:
+        if i < 0 or slices[i][1] < t.enqueue_ns or t.key not in placed:
             continue
         flow_id += 1
         pid, tid = placed[t.key]
         ev.append({"name": "submit", "cat": "launch", "ph": "s", "id": flow_id, "pid": HOST_PID,
-                   "tid": sl[i][2], "ts": _us(t.enqueue_ns)})
+                   "tid": slices[i][2], "ts": _us(t.enqueue_ns)})
         ev.append({"name": "submit", "cat": "launch", "ph": "f", "bp": "e", "id": flow_id,
                    "pid": pid, "tid": tid, "ts": _us(t.start_ns)})
     # A wait that really waited starts before the record that released it: an arrow bound to

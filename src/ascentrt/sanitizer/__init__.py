@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import json
 import threading
+from collections.abc import Iterator
 
 from ..config import sanitize_mode
 from ..engine import Hooks
@@ -29,7 +30,7 @@ _lock = threading.Lock()
 _found: list[Race] = []  # reports of earlier sessions (kept after the sanitizer is turned off)
 
 
-def parse_mode(text) -> str:
+def parse_mode(text: str) -> str:
     """warn, raise or log (1 / on mean warn), as ASCENTRT_SANITIZE reads them, but not off;
     raises InvalidArgumentError naming the allowed ones."""
     value = sanitize_mode(text)
@@ -97,7 +98,7 @@ def write_reports_at_exit(path: str) -> None:
 
 
 @contextlib.contextmanager
-def sanitize(mode: str = "warn"):
+def sanitize(mode: str = "warn") -> Iterator[list[Race]]:
     """Check the work submitted inside the block; yields the list of its reports (filled at exit)."""
     previous = Hooks.sanitizer.mode if Hooks.sanitizer is not None else None
     before = len(reports())

@@ -12,6 +12,7 @@ import math
 import os
 import tomllib
 from dataclasses import dataclass
+from typing import Any
 
 
 
@@ -66,7 +67,7 @@ class Preset:
     values: dict
     sources: dict
 
-    def __getattr__(self, field: str):
+    def __getattr__(self, field: str) -> Any:
         try:
             return self.__dict__["values"][field]
         except KeyError:
