@@ -11,7 +11,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -227,7 +227,7 @@ class Device:
     def streams(self) -> list[Any]:
         """The live streams of this device (the default stream included once created)."""
         with ENGINE.lock:
-            live: Iterable[Any] = self._dq.streams.values()
+            live = self._dq.streams.values()
             return [s for s in live if not s._internal or s is self._default_stream]
 
     def synchronize(self, timeout: float | None = None) -> None:
@@ -250,7 +250,7 @@ class Device:
                           f"live DLPack exports: the arrays other libraries hold now point at "
                           f"memory the device hands out again", RuntimeWarning, stacklevel=2)
         with ENGINE.lock:
-            live: Iterable[Any] = self._dq.streams.values()
+            live = self._dq.streams.values()
             streams = [s for s in live if not s._internal]
         for s in streams:
             s.destroy(force=True)

@@ -6,7 +6,7 @@ import collections
 import enum
 import itertools
 import threading
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from .backends.base import Signal
 from .device import Device, current_device, register_handle_type, resolve_device
@@ -58,8 +58,7 @@ class Stream:
                                        f"(0 is highest), got {priority!r}")
         limit = device._backend.properties().max_streams
         if limit and not _internal:
-            live = cast("list[Stream]", list(device._dq.streams.values()))  # the engine holds them as objects
-            if sum(not x._internal for x in live) >= limit:
+            if sum(not x._internal for x in device._dq.streams.values()) >= limit:
                 raise StreamStateError(f"device {device.id} already has {limit} streams, the most its "
                                        f"{device.properties.backend} model allows: destroy one first",
                                        code=ErrorCode.RT_NO_STREAM_RESOURCE)

@@ -5,6 +5,8 @@ module; int handles and pointers translate onto the core's objects. Constants, w
 does not export, live in ascentrt.acl.constants.
 """
 
+from __future__ import annotations
+
 import datetime as _datetime
 import json as _json
 import os as _os

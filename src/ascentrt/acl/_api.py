@@ -145,8 +145,7 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt",
             return (*values, 0)
 
         tagged = cast(AclFunction, call)
-        sig = inspect.signature(fn)  # a call returns (values..., ret), not fn's values
-        tagged.__signature__ = sig.replace(return_annotation=_returned(sig.return_annotation, len(out)))
+        tagged.__signature__ = _call_signature(fn, out)
         tagged.__acl_name__ = f"{module}.{fn.__name__}"
         tagged.__acl_fmt__ = fmt
         return tagged
@@ -154,14 +153,34 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt",
     return wrap
 
 
-def _returned(values: Any, n: int) -> str:
-    """The return annotation of a wrapped call: the wrapped function's `n` values, then ret."""
-    if n == 0:
-        return "int"
-    text = values if isinstance(values, str) else getattr(values, "__name__", str(values))
-    if n > 1 and text.startswith("tuple["):
-        text = text[len("tuple["):-1]
-    return f"tuple[{text}, int]"
+def _call_signature(fn: Callable[..., Any], out: tuple[Any, ...]) -> inspect.Signature:
+    """What a wrapped call takes and returns: fn's parameters, positional only (as pyACL's C
+    functions take them), and (values..., ret) where fn returns its values; a value slot whose
+    failure placeholder is None may be None."""
+    sig = inspect.signature(fn)
+    params = [p.replace(kind=inspect.Parameter.POSITIONAL_ONLY) for p in sig.parameters.values()]
+    if not out:
+        return sig.replace(parameters=params, return_annotation="int")
+    values = sig.return_annotation
+    text = values if isinstance(values, str) else inspect.formatannotation(values)
+    parts = [text]
+    if len(out) > 1 and text.startswith("tuple[") and text.endswith("]"):
+        parts = _top_level_items(text[len("tuple["):-1])
+    if len(parts) == len(out):
+        parts = [f"{p} | None" if slot is None else p for p, slot in zip(parts, out)]
+    return sig.replace(parameters=params, return_annotation=f"tuple[{', '.join(parts)}, int]")
+
+
+def _top_level_items(text: str) -> list[str]:
+    """'a, b[c, d], e' -> ['a', 'b[c, d]', 'e']: the comma-separated items outside brackets."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    items.append(text[start:].strip())
+    return items
 
 
 class _Slow(Exception):

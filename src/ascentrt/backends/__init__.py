@@ -1,5 +1,7 @@
 """Backends: what differs between device kinds, behind the contract in base.py."""
 
+from __future__ import annotations
+
 from typing import cast
 
 from .base import Backend, BackendProperties, Cost, MemHandle, Op, PlainOp, Signal

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 # Operation kinds a backend executes (the engine's task kinds use the same numbers).
 KERNEL, COPY, FILL, HOST = 0, 1, 2, 3
@@ -96,10 +96,10 @@ class BackendProperties:
     max_events: int = 0           # events the device can have at once (0: no limit)
 
 
+@runtime_checkable
 class Signal(Protocol):
-    """A flag the device sets and the host can wait on (one completion)."""
-
-    # A protocol: any object with these methods is one (a threading.Event is).
+    """A flag the device sets and the host can wait on (one completion): any object with these
+    methods is one (a threading.Event is)."""
 
     @abc.abstractmethod
     def set(self) -> None:

@@ -11,7 +11,6 @@ import os
 import threading
 import uuid
 import weakref
-from collections.abc import Sequence
 from typing import cast
 
 from .. import config
@@ -183,7 +182,7 @@ def _check_devices(devices: object) -> list:
     return [Device(i) for i in ids]
 
 
-def comm_init_all(devices: Sequence[int | Device]) -> list[Communicator]:
+def comm_init_all(devices: list[int | Device] | tuple[int | Device, ...]) -> list[Communicator]:
     """One communicator per device of this process, rank i on devices[i] (HcclCommInitAll)."""
     group = Group(_check_devices(devices))
     return [Communicator(group, r) for r in range(group.size)]

@@ -1,5 +1,7 @@
 """Memory: chunks, the caching pool, device and pinned host buffers, all checked against live allocations."""
 
+from __future__ import annotations
+
 from typing import Any
 
 from .buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -109,22 +109,19 @@ class DeviceAllocator:
         """malloc() on a simulated device (host costs charged) or from the plain arena."""
         pool = self.pool
         size = (nbytes + GRANULE - 1) & -GRANULE
-        if pool is not None:
-            if TYPE_CHECKING:  # with the pool on, only a simulated device's malloc comes here
-                assert self.host_call is not None
-            self.host_call("malloc")
+        if pool is not None:  # (with the pool on, only a simulated device's malloc comes here)
+            host_call: Callable[[str], None] = self.host_call  # type: ignore[assignment]
+            host_call("malloc")
             before = pool.reserved
             block = pool.allocate(nbytes, stream)
             if pool.reserved > before:
-                self.host_call("malloc_driver")  # the pool had to grow: a driver allocation
+                host_call("malloc_driver")  # the pool had to grow: a driver allocation
             buf = DeviceBuffer(self.device, block.addr, size, nbytes, block.bytes(size), self, block)
             block.buf = buf
         else:
             if self.host_call is not None:
                 self.host_call("malloc_driver")
-            if TYPE_CHECKING:  # the pool is off: the plain arena is set
-                assert self.arena is not None
-            off = self.arena.alloc(round_size(size))
+            off = self.arena.alloc(round_size(size))  # type: ignore[union-attr]  # no pool: the plain arena is set
             buf = DeviceBuffer(self.device, self.base + off, size, nbytes,
                                self.mem[off:off + size], self)
             self.live[buf.addr] = buf
@@ -148,13 +145,9 @@ class DeviceAllocator:
                 return  # freed meanwhile by another thread
             REGISTRY.remove(buf)
             buf._mem = None
-            if TYPE_CHECKING:  # a buffer with no block is the plain arena's
-                assert self.arena is not None
-            self.arena.free(buf.addr - self.base)
+            self.arena.free(buf.addr - self.base)  # type: ignore[union-attr]  # no block: the plain arena's
         else:
-            if TYPE_CHECKING:  # a buffer with a block is the pool's
-                assert self.pool is not None
-            if not self.pool.deallocate(block, stream, None, buf):
+            if not self.pool.deallocate(block, stream, None, buf):  # type: ignore[union-attr]  # a block: the pool's
                 return  # freed meanwhile by another thread
         if REGISTRY.observers:
             REGISTRY.freed(buf, stream)
@@ -166,9 +159,7 @@ class DeviceAllocator:
             raise InvalidArgumentError("record_stream needs a stream")
         buf._bytes()  # raises if freed
         if buf._block is not None:
-            if TYPE_CHECKING:  # a buffer with a block is the pool's
-                assert self.pool is not None
-            self.pool.record_stream(buf._block, stream)
+            self.pool.record_stream(buf._block, stream)  # type: ignore[union-attr]  # a block: the pool's
         if REGISTRY.observers:
             REGISTRY.used_on(buf, stream)
 
@@ -176,9 +167,7 @@ class DeviceAllocator:
         """Bytes held by live buffers (block sizes)."""
         if self.pool is not None:
             return self.pool.allocated
-        if TYPE_CHECKING:  # the pool is off: the plain arena is set
-            assert self.arena is not None
-        return self.arena.used_bytes
+        return self.arena.used_bytes  # type: ignore[union-attr]  # no pool: the plain arena is set
 
     def live_buffers(self) -> list[DeviceBuffer]:
         """Every live buffer of this allocator (a snapshot)."""

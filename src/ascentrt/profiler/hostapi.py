@@ -64,7 +64,7 @@ def _probe_event(args, kwargs):
 def _probe_device_sync(args, kwargs):
     from ..device import current_device
     dev = args[0] if args and isinstance(args[0], Device) else current_device()
-    live: list[Any] = list(dev._dq.streams.values())  # streams (the engine keeps them as object)
+    live = list(dev._dq.streams.values())
     idle = all(s._completed >= s._submitted for s in live)
     return f"device {dev.id}", idle, 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from . import clock
 
 from ..callsite import user_site
@@ -214,7 +214,7 @@ class Recorder:
                                            p.host_func_threads, p.total_memory, p.backend, p.preset,
                                            dict(getattr(dev._backend, "uncosted", {}))))
             default, detached = dev._default_stream, dev._dq.detached
-            live: list[Any] = list(dev._dq.streams.values())  # streams (the engine keeps them as object)
+            live = list(dev._dq.streams.values())
             for s in live:
                 streams.setdefault((dev.id, s.id), s)
             for (did, sid), s in sorted(streams.items(), key=lambda kv: kv[0]):
