@@ -38,7 +38,7 @@ class Chunk:
         self.first: Any = None  # the block at the chunk's start address (set by the pool)
         self.starts: list[int] = []  # block start addresses, sorted (kept by the pool)
         self.blocks: list = []       # the blocks at those addresses
-        self.lock: threading.RLock | None = None  # the holding pool's lock
+        self.lock: Any = None  # the holding pool's RLock (None until one holds it)
 
     @property
     def nbytes(self) -> int:
@@ -62,7 +62,7 @@ class Chunk:
             finally:
                 lock.release()
         except BaseException:
-            if lock._is_owned():  # type: ignore[attr-defined]  # the pool's RLock (typeshed omits it)
+            if lock._is_owned():  # (RLock has it; typeshed omits it)
                 lock.release()
             raise
 
