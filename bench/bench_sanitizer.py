@@ -12,6 +12,7 @@ allocations against after 10k: ordered accesses are dropped, so it must not grow
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -35,7 +36,9 @@ def launches_ns(streams, pairs, n: int, handoff: bool, gated: bool = True) -> fl
     alternating over two streams that hand the buffers on by events (record and wait counted).
 
     `gated`: the streams wait behind a kernel blocked on a gate while the loop is timed, so the
-    figure is the launching thread's own cost. Ungated, the executor runs the tasks meanwhile
+    figure is the launching thread's own cost. The cyclic garbage collector is off while it is
+    timed (as timeit does): with thousands of tasks queued, a full collection costs a run
+    milliseconds, and which run it lands in is chance. Ungated, the executor runs the tasks meanwhile
     and takes GIL time from the loop, but only as much as it keeps up: a fast loop leaves its
     backlog to the untimed synchronize, a slower one pays for it inside the timer, which would
     charge the executor's share to the sanitizer.
@@ -45,6 +48,8 @@ def launches_ns(streams, pairs, n: int, handoff: bool, gated: bool = True) -> fl
     gate = threading.Event()
     if gated:
         launch(gate.wait, TIMEOUT, stream=s1)  # (s2's tasks wait on s1's events: held too)
+    gc.collect()
+    gc.disable()  # as timeit does: a full collection lands in one run or another by chance
     t0 = time.perf_counter_ns()
     for i in range(n // 2):
         a, b = pairs[i % len(pairs)]
@@ -55,6 +60,7 @@ def launches_ns(streams, pairs, n: int, handoff: bool, gated: bool = True) -> fl
         if handoff:
             s1.wait(s2.record())
     t1 = time.perf_counter_ns()
+    gc.enable()
     gate.set()
     s1.synchronize(TIMEOUT)
     s2.synchronize(TIMEOUT)
