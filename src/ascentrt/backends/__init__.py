@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from .base import Backend, BackendProperties, Cost, MemHandle, Op, PlainOp, Signal
 from .cpu import CpuBackend
 from .presets import Preset, PresetError, load as load_preset
@@ -15,9 +13,11 @@ KINDS = {"cpu": CpuBackend, "sim": SimBackend}  # ASCENTRT_BACKEND names a key o
 def make_backend(kind: str, name: str, memory_bytes: int, executors: tuple[int, int, int],
                  preset: Preset | None = None) -> Backend:
     """A new backend of `kind` for one device (a sim one follows `preset`; memory_bytes 0:
-    the preset's); raises KeyError for a kind not in KINDS."""
+    the preset's); raises KeyError for a kind not in KINDS, ValueError for sim without a preset."""
     if kind == "sim":
-        return SimBackend(name, memory_bytes, executors, cast(Preset, preset))  # (callers give sim one)
+        if preset is None:
+            raise ValueError("a sim backend follows a preset: pass one (see ascentrt.backends.presets)")
+        return SimBackend(name, memory_bytes, executors, preset)
     return KINDS[kind](name, memory_bytes, executors)
 
 
