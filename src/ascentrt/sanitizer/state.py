@@ -130,9 +130,10 @@ def _site_text(site) -> str:
     return f"{os.path.basename(site[0])}:{site[1]}"
 
 
-def _access(info: tuple) -> Access:
-    """The report's Access for a kept access tuple (its site formatted now)."""
-    write, kind, name, stream, task_id, site, assumed = info
+def _access(rec: tuple) -> Access:
+    """The report's Access for an access record (its site formatted now)."""
+    kind, name, stream, task_id, site = rec[5]
+    write, assumed = rec[2], rec[7]
     if type(name) is not str:  # a launch's kernel function, named only now (as Task.label does)
         name = getattr(name, "__name__", None) or kind
     return Access(write, kind, name, stream, task_id, _site_text(site), assumed)
@@ -167,9 +168,10 @@ class Sanitizer:
         self.host_version = 0                 # bumped when the host's clock changes
         self.joined: dict[int, int] = {}      # stream id -> the host_version last joined into it
         self.notifies: dict[int, dict] = {}  # id(notify) -> clock of its last record
-        # id(allocation) -> [(lo, hi, write, actor, time, info, owner)]: accesses by absolute
-        # address; owner = (id, ptr, size, site) of the allocation they were made through (an
-        # earlier owner of the same bytes, for the records a reused block inherits).
+        # id(allocation) -> [(lo, hi, write, actor, time, info, owner, assumed)]: accesses by
+        # absolute address; info = (kind name, name, actor, task id, site) of the task (shared by
+        # its accesses); owner = (id, ptr, size, site) of the allocation they were made through
+        # (an earlier owner of the same bytes, for the records a reused block inherits).
         self.shadow: dict[int, list] = {}
         self.allocs: dict[int, object] = {}   # id(allocation) -> it (kept while tracked)
         self.dead: dict[int, list] = {}       # id(region) -> records of freed allocations
@@ -407,8 +409,8 @@ class Sanitizer:
             hi += base
             for r in self.shadow.get(id(alloc), ()):
                 if r[3] != actor and r[1] > lo and r[0] < hi and (write or r[2]) and vc.get(r[3], 0) < r[4]:
-                    info = (write, kind_name, name, actor, task_id, site, assumed)
-                    race, _ = self._report(alloc, r, info, max(lo, r[0]), min(hi, r[1]))
+                    new = (lo, hi, write, actor, 0, (kind_name, name, actor, task_id, site), None, assumed)
+                    race, _ = self._report(alloc, r, new, max(lo, r[0]), min(hi, r[1]))
                     raise RaceError(f"{what} refused: {race}", race)
 
     def _take_accesses(self, accesses, actor: int, time: int, task_id: int, site, vc: dict) -> list:
@@ -422,13 +424,16 @@ class Sanitizer:
         what an earlier one dropped was ordered before the task, so it could race none of it."""
         found = []
         shadow, owners = self.shadow, self.owners
+        info = last_name = last_kind = None  # (what a task's accesses share: made once for all)
         for alloc, lo, hi, write, assumed, kind_name, name in accesses:
             key = id(alloc)
             base = alloc.addr
             lo += base
             hi += base
-            info = (write, kind_name, name, actor, task_id, site, assumed)
-            rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc))
+            if name is not last_name or kind_name is not last_kind:
+                info = (kind_name, name, actor, task_id, site)
+                last_name, last_kind = name, kind_name
+            rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc), assumed)
             recs = shadow.get(key)
             if recs is None:
                 shadow[key] = [rec]
@@ -441,7 +446,7 @@ class Sanitizer:
                     redundant = lo <= r[0] and r[1] <= hi and (write or not r[2])
                 elif vc.get(r[3], 0) < r[4]:  # not ordered before this access
                     if r[1] > lo and r[0] < hi and (write or r[2]):
-                        found.append((alloc, r, info, max(lo, r[0]), min(hi, r[1])))
+                        found.append((alloc, r, rec, max(lo, r[0]), min(hi, r[1])))
                     redundant = False
                 else:
                     redundant = write and lo <= r[0] and r[1] <= hi
@@ -565,9 +570,9 @@ class Sanitizer:
                 if heads[key] == len(lanes[key]):
                     del heads[key]
 
-    def _report(self, alloc, rec, info, lo, hi) -> tuple[Race, bool]:
-        """The (deduplicated) report of a race between a kept access and a new one."""
-        first, second = _access(rec[5]), _access(info)
+    def _report(self, alloc, rec, new, lo, hi) -> tuple[Race, bool]:
+        """The (deduplicated) report of a race between a kept access and a new one (records)."""
+        first, second = _access(rec), _access(new)
         key = (first.site, second.site, id(alloc))
         race = self.races.get(key)
         if race is not None:
