@@ -815,3 +815,22 @@ def test_threads_share_the_device_and_the_last_reset_releases_it():
         t.join(30)
     assert errors == []
     assert context.primary_uses(0) == 0
+
+
+def test_destroy_stream_behind_an_unrecorded_notify_says_why_at_the_callers_line(rt, monkeypatch):
+    # aclrtDestroyStream waits for the stream's tasks and takes no timeout: behind a notify that
+    # only the host can still record it waits, and the stall warning names the wait and points
+    # at the program's own call (not a line inside ascentrt).
+    monkeypatch.setenv("ASCENTRT_DEADLOCK_CHECK_S", "0.05")
+    monkeypatch.setenv("ASCENTRT_STALL_WARN_S", "0.2")
+    stream, ret = rt.create_stream()
+    assert ret == 0
+    notify, ret = rt.create_notify(0)
+    assert rt.wait_and_reset_notify(notify, stream, 0) == 0
+    other, _ = rt.create_stream()
+    threading.Timer(1.0, rt.record_notify, (notify, other)).start()  # the host records it later
+    with pytest.warns(RuntimeWarning, match="only the host can record it") as caught:
+        assert rt.destroy_stream(stream) == 0
+    assert {w.filename for w in caught} == {__file__}
+    assert rt.destroy_stream(other) == 0
+    assert rt.destroy_notify(notify) == 0

@@ -16,12 +16,11 @@ import logging
 import os
 import sys
 import threading
-import warnings
 from typing import Any
 
 from .. import config
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
-                      TimeoutError_, note_async_error)
+                      TimeoutError_, note_async_error, warn_at_caller)
 from .task import (DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_EXECUTOR, KERNEL,
                    KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, Task)
 
@@ -818,8 +817,8 @@ class Engine:
                 raise DeadlockError(f"{what} can never finish: {text}")
             if kind == "stuck" and not warned and now - stalled_since >= warn_after:
                 warned = True
-                warnings.warn(f"ascentrt: {what} has made no progress for {now - stalled_since:.0f} s: "
-                              f"{text}", RuntimeWarning, stacklevel=4)
+                warn_at_caller(f"ascentrt: {what} has made no progress for {now - stalled_since:.0f} s: "
+                               f"{text}", RuntimeWarning)  # (at the user's call, whichever API it came through)
 
     def diagnose(self, streams, timed: bool = False):
         """Why `streams` cannot progress: ('cycle', text, streams in it), ('stuck', text, []) or None.
