@@ -358,7 +358,7 @@ class Sanitizer:
         accesses = task_accesses(task) if kind not in _SYNC_KINDS else ()
         site: tuple[str, int] | str = ""
         if accesses:  # (file, line) now, formatted only if it is reported
-            frame = user_frame(3)  # (past ENGINE.submit or submitted_all: never user code)
+            frame = user_frame(4)  # (frame 3 calls ENGINE.submit or submit_all: always ascentrt)
             site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else "?"
         with self.lock:
             sid = stream.id
