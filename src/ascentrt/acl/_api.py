@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar, cast
 
@@ -77,74 +78,69 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt",
     """
     most = len(fmt)
     least = most - optional
-    # Positions that must be exact ints on the fast path (numpy ints take the slow one).
-    int_slots = tuple(i for i, c in enumerate(fmt) if c in "kKI")
-    ranged = tuple((i, _RANGES[c]) for i, c in enumerate(fmt) if c in _RANGES)
-    other = tuple(i for i, c in enumerate(fmt) if c in "ds")
-    # Per accepted argument count (optional ones may be omitted): the slots to check.
-    slots_by_count = {n: (tuple(i for i in int_slots if i < n), tuple(r for r in ranged if r[0] < n),
-                          any(i < n for i in other)) for n in range(least, most + 1)}
-
     checked = tuple((i, _CHECKS[c]) for i, c in enumerate(fmt) if c != "O")
-
-    def parse_slow(args: tuple[Any, ...], message: str) -> tuple[Any, ...]:
-        convert = False
-        for i, check in checked:
-            if i >= len(args):
-                break
-            a = args[i]
-            if type(a) is not int:
-                if not check(a):
-                    raise AclTypeError(message)
-                convert = convert or isinstance(a, np.integer)
-            elif not check(a):
-                raise AclTypeError(message)
-        if convert:
-            args = tuple(int(a) if isinstance(a, np.integer) else a for a in args)
-        return args
+    # The hot path's test, per accepted argument count (optional ones may be omitted): exact
+    # ints (numpy ints take the slow path, which converts them), in range for i / l; a float
+    # or str slot among those given always takes the slow path.
+    tests = []
+    for i, c in enumerate(fmt):
+        if c in "kKI":
+            tests.append(f"type(args[{i}]) is int")
+        elif c in _RANGES:
+            lo, hi = _RANGES[c]
+            tests.append(f"type(args[{i}]) is int and {lo} <= args[{i}] <= {hi}")
+        elif c != "O":
+            tests.append("False")
+        else:
+            tests.append("")
+    clauses = [" and ".join([f"n == {n}"] + [t for t in tests[:n] if t]) for n in range(most, least - 1, -1)]
+    fast = " or ".join(f"({c})" for c in clauses if "False" not in c) or "False"
 
     def wrap(fn: Callable[..., Any]) -> AclFunction:
         message = f"{module}.{fn.__name__} args parse failed"
-        plain_ints, in_range, needs_slow = slots_by_count[most]  # all arguments given
-        single = len(out) == 1
 
-        @functools.wraps(fn)
-        def call(*args: Any) -> Any:
-            if len(args) == most:
-                ints, ranges, slow = plain_ints, in_range, needs_slow
-            else:
-                slots = slots_by_count.get(len(args))
-                if slots is None:
+        def parse_slow(args: tuple[Any, ...]) -> tuple[Any, ...]:
+            """Check every argument (and the count), converting numpy ints; AclTypeError if one fails."""
+            if not least <= len(args) <= most:
+                raise AclTypeError(message)
+            convert = False
+            for i, check in checked:
+                if i >= len(args):
+                    break
+                a = args[i]
+                if not check(a):
                     raise AclTypeError(message)
-                ints, ranges, slow = slots
-            # Hot path: exact ints in range need no conversion (launches, records, copies).
-            try:
-                for i in ints:
-                    if type(args[i]) is not int:
-                        raise _Slow
-                for i, (lo, hi) in ranges:
-                    a = args[i]
-                    if type(a) is not int or not lo <= a <= hi:
-                        raise _Slow
-                if slow:
-                    raise _Slow
-            except _Slow:
-                args = parse_slow(args, message)
-            try:
-                values = fn(*args)
-            except AclTypeError:
-                raise
-            except AscentError as exc:
-                return _failed(int(exc.code), str(exc), out)
-            except Exception as exc:  # a facade bug must still come back as a code, never a raise
-                return _failed(int(ErrorCode.RT_INTERNAL_ERROR), f"{type(exc).__name__}: {exc}", out)
-            if single:
-                return values, 0
-            if not out:
-                return 0
-            return (*values, 0)
+                convert = convert or (type(a) is not int and isinstance(a, np.integer))
+            if convert:
+                args = tuple(int(a) if isinstance(a, np.integer) else a for a in args)
+            return args
 
-        tagged = cast(AclFunction, call)
+        # The call is generated (as dataclasses generate __init__) so that the hot path's test
+        # is one inline expression instead of loops over the argument slots: a facade call is
+        # a few hundred ns, and this halves what the wrapper adds.
+        returned = "values, 0" if len(out) == 1 else "(*values, 0)" if out else "0"
+        source = f"""
+def call(*args):
+    n = len(args)
+    if not ({fast}):
+        args = parse_slow(args)
+    try:
+        values = fn(*args)
+    except AclTypeError:
+        raise
+    except AscentError as exc:
+        return _failed(int(exc.code), str(exc), out)
+    except Exception as exc:  # a facade bug must still come back as a code, never a raise
+        return _failed(int(ErrorCode.RT_INTERNAL_ERROR), f"{{type(exc).__name__}}: {{exc}}", out)
+    return {returned}
+"""
+        scope: dict[str, Any] = {"fn": fn, "parse_slow": parse_slow, "out": out, "_failed": _failed,
+                                 "AclTypeError": AclTypeError, "AscentError": AscentError,
+                                 "ErrorCode": ErrorCode}
+        # (its file name lies in the package, so call sites and warnings skip it like ours)
+        where = os.path.join(os.path.dirname(__file__), f"<wrapper of {module}.{fn.__name__}>")
+        exec(compile(source, where, "exec"), scope)
+        tagged = cast(AclFunction, functools.wraps(fn)(scope["call"]))
         tagged.__signature__ = _call_signature(fn, out)
         tagged.__acl_name__ = f"{module}.{fn.__name__}"
         tagged.__acl_fmt__ = fmt
@@ -181,10 +177,6 @@ def _top_level_items(text: str) -> list[str]:
             start = i + 1
     items.append(text[start:].strip())
     return items
-
-
-class _Slow(Exception):
-    """Internal: an argument needs the full check."""
 
 
 _RANGES = {"i": _INT32, "l": _INT64}
