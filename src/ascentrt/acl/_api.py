@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import os
+import linecache
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
+from ..callsite import GENERATED_PREFIX
 from ..context import current_context
 from ..errors import AscentError, ErrorCode, InvalidArgumentError, set_last_error
 
@@ -137,8 +138,10 @@ def call(*args):
         scope: dict[str, Any] = {"fn": fn, "parse_slow": parse_slow, "out": out, "_failed": _failed,
                                  "AclTypeError": AclTypeError, "AscentError": AscentError,
                                  "ErrorCode": ErrorCode}
-        # (its file name lies in the package, so call sites and warnings skip it like ours)
-        where = os.path.join(os.path.dirname(__file__), f"<wrapper of {module}.{fn.__name__}>")
+        # (named as generated code, which call sites and warnings skip like ascentrt's own; its
+        # lines in linecache, as attrs does, so that a traceback shows them)
+        where = f"{GENERATED_PREFIX}acl wrapper of {module}.{fn.__name__}>"
+        linecache.cache[where] = (len(source), None, source.splitlines(True), where)
         exec(compile(source, where, "exec"), scope)
         tagged = cast(AclFunction, functools.wraps(fn)(scope["call"]))
         tagged.__signature__ = _call_signature(fn, out)

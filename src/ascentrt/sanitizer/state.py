@@ -66,8 +66,9 @@ def task_accesses(task) -> list:
     """(allocation, lo, hi, write, assumed, kind name, name) for each memory access of a task
     (of each node, for a replayed graph's run of nodes)."""
     if task.reads is not None or task.writes is not None:  # a launch that declared them: hot
-        # (the name is the kernel's function until a report needs it: Task.label costs here)
-        return _declared(task.reads, task.writes, KIND_NAMES[task.kind], task.name or task.fn)
+        # (Task.label, inlined: the property costs here; the kind name stands in for None)
+        return _declared(task.reads, task.writes, KIND_NAMES[task.kind],
+                         task.name or getattr(task.fn, "__name__", None))
     nodes = segment_nodes(task)
     if nodes is not None:
         return [access for node in nodes for access in _op_accesses(node, node.label)]
@@ -134,8 +135,7 @@ def _access(rec: tuple) -> Access:
     """The report's Access for an access record (its site formatted now)."""
     kind, name, stream, task_id, site = rec[5]
     write, assumed = rec[2], rec[7]
-    if type(name) is not str:  # a launch's kernel function, named only now (as Task.label does)
-        name = getattr(name, "__name__", None) or kind
+    name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
     return Access(write, kind, name, stream, task_id, _site_text(site), assumed)
 
 
@@ -420,10 +420,14 @@ class Sanitizer:
         for a write, those ordered before it; past MAX_RECORDS the oldest go. Returns the
         reports [(race, new)].
 
-        A later access of the task meets the earlier ones as its own actor's: never a race, and
-        what an earlier one dropped was ordered before the task, so it could race none of it."""
+        A later access of the task meets the earlier ones as its own actor's: never a race; what
+        an earlier one dropped as redundant was ordered before the task, so it could race none of
+        it; and what the cap dropped meanwhile is still checked (`capped`), as if every access
+        were checked before any is kept."""
         found = []
         shadow, owners = self.shadow, self.owners
+        capped: dict[int, list] | None = None  # id(allocation) -> other actors' records the cap
+                                               # dropped during this call (oldest first)
         info = last_name = last_kind = None  # (what a task's accesses share: made once for all)
         for alloc, lo, hi, write, assumed, kind_name, name in accesses:
             key = id(alloc)
@@ -439,6 +443,10 @@ class Sanitizer:
                 shadow[key] = [rec]
                 self.allocs[key] = alloc
                 continue
+            if capped is not None:
+                for r in capped.get(key, ()):
+                    if vc.get(r[3], 0) < r[4] and r[1] > lo and r[0] < hi and (write or r[2]):
+                        found.append((alloc, r, rec, max(lo, r[0]), min(hi, r[1])))
             i = 0
             while i < len(recs):  # (in place, oldest first: most allocations keep one or two)
                 r = recs[i]
@@ -456,7 +464,11 @@ class Sanitizer:
                     i += 1
             recs.append(rec)
             if len(recs) > MAX_RECORDS:
-                del recs[:len(recs) - MAX_RECORDS // 2]  # the oldest can race least
+                cut = len(recs) - MAX_RECORDS // 2  # the oldest can race least
+                if capped is None:
+                    capped = {}
+                capped.setdefault(key, []).extend(r for r in recs[:cut] if r[3] != actor)
+                del recs[:cut]
         return [self._report(*f) for f in found] if found else found  # (no comprehension: hot)
 
     def _apply_order(self, sid: int, task) -> list:
