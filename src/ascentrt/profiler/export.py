@@ -9,8 +9,8 @@ from .analysis import diagnose
 from .csvexport import write_csvs
 from .data import DATA_FILE, ProfileData
 from .report import render_html
-from .summary import summary_text
-from .trace import trace_json
+from .summary import sections, summary_text
+from .trace import write_trace
 
 TRACE_FILE = "trace.json"
 REPORT_FILE = "report.html"
@@ -22,13 +22,17 @@ def write_folder(profile: ProfileData, path) -> str:
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     _write_json(os.path.join(path, DATA_FILE), profile.to_json())
-    _write_json(os.path.join(path, TRACE_FILE), trace_json(profile))
+    trace_path = os.path.join(path, TRACE_FILE)
+    with open(trace_path + ".tmp", "w", encoding="utf-8") as fh:
+        write_trace(profile, fh)  # (streamed: the trace is the largest output by far)
+    os.replace(trace_path + ".tmp", trace_path)
     write_csvs(profile, path)
     findings = diagnose(profile)
+    tables = sections(profile, findings)  # (once: the report and the summary show the same)
     with open(os.path.join(path, REPORT_FILE), "w", encoding="utf-8") as fh:
-        fh.write(render_html(profile, findings))
+        fh.write(render_html(profile, findings, tables))
     with open(os.path.join(path, SUMMARY_FILE), "w", encoding="utf-8") as fh:
-        fh.write(summary_text(profile, findings) + "\n")
+        fh.write(summary_text(profile, findings, tables) + "\n")
     return path
 
 

@@ -49,13 +49,14 @@ def _timeline_data(profile: ProfileData) -> dict:
         durations = sorted((it[1] - it[0] for t in tracks for it in t["items"]), reverse=True)
         cutoff = durations[MAX_SLICES - 1]
     out_tracks = []
+    kind_index = {k: i for i, k in enumerate(_KINDS)}
     for t in tracks:
         rows = []
         for it in t["items"]:
             if it[1] - it[0] < cutoff:
                 continue
-            row = [round(it[0] / 1e3, 3), round((it[1] - it[0]) / 1e3, 3), name_id(it[2]),
-                   _KINDS.index(it[3]) if it[3] in _KINDS else 0]
+            # (ns / 1e3 of an int is the double round(..., 3) would give: see trace._us)
+            row = [it[0] / 1e3, (it[1] - it[0]) / 1e3, name_id(it[2]), kind_index.get(it[3], 0)]
             if len(it) > 4:
                 row.append(it[4])
             rows.append(row)
@@ -99,12 +100,13 @@ def _races_html(profile: ProfileData) -> str:
     return f"<h2>Races ({len(profile.races)})</h2><ul class='races'>{items}</ul>"
 
 
-def render_html(profile: ProfileData, findings=None) -> str:
-    """The report as one HTML document (inline CSS and JavaScript, data embedded as JSON)."""
+def render_html(profile: ProfileData, findings=None, tables=None) -> str:
+    """The report as one HTML document (inline CSS and JavaScript, data embedded as JSON);
+    `tables`: sections(profile, findings), if made already."""
     if findings is None:
         findings = diagnose(profile)
     data = json.dumps(_timeline_data(profile), separators=(",", ":")).replace("</", "<\\/")
-    tables = "".join(_table_html(*s) for s in sections(profile, findings))
+    tables = "".join(_table_html(*s) for s in (tables if tables is not None else sections(profile, findings)))
     title = "ascentrt profile" + (f": {' '.join(profile.command)}" if profile.command else "")
     return _TEMPLATE.format(title=html.escape(title), headline=html.escape(headline(profile)),
                             started=html.escape(profile.started_at), data=data,

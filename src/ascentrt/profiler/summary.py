@@ -92,12 +92,12 @@ def findings_text(findings) -> str:
     return "\n".join(parts)
 
 
-def summary_text(profile: ProfileData, findings=None) -> str:
-    """The whole summary as plain text."""
+def summary_text(profile: ProfileData, findings=None, tables=None) -> str:
+    """The whole summary as plain text (`tables`: sections(profile, findings), if made already)."""
     if findings is None:
         findings = diagnose(profile)
     parts = [headline(profile)]
-    for title, headers, rows in sections(profile, findings):
+    for title, headers, rows in tables if tables is not None else sections(profile, findings):
         parts.append(f"\n{title}\n{format_table(headers, rows)}")
     parts.append("\n" + findings_text(findings))
     return "\n".join(parts)

@@ -9,9 +9,12 @@ it submitted and from each event record to the waits it released; memory counter
 from __future__ import annotations
 
 import bisect
+import json
 from collections import defaultdict
+from collections.abc import Iterator
+from typing import TextIO
 
-from .data import ProfileData
+from .data import ApiCall, ProfileData
 
 HOST_PID = 0
 OVERFLOW_TID = 1_000_000  # overflow tracks of a stream: stream id + k * OVERFLOW_TID
@@ -23,13 +26,26 @@ def device_pid(device: int) -> int:
 
 
 def _us(ns: int) -> float:
-    return round(ns / 1000, 3)
+    # ns / 1000 of an int is already the double nearest to its 3-decimal value, which is what
+    # round() would return; round() costs as much again as the rest of an event (50k tasks).
+    return ns / 1000 if type(ns) is int else round(ns / 1000, 3)
 
 
 def _slice(name, cat, pid, tid, start_ns, end_ns, args) -> dict:
-    ts = _us(start_ns)
-    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts,
-            "dur": max(0.0, round(_us(end_ns) - ts, 3)), "args": args}
+    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": _us(start_ns),
+            "dur": _us(max(0, end_ns - start_ns)), "args": args}
+
+
+def _api_args(c: ApiCall, profile: ProfileData) -> dict:
+    """An API call's slice arguments: its thread and, when they apply, target, state, error."""
+    args = {"thread": profile.threads.get(c.thread, str(c.thread))}
+    if c.target:
+        args["target"] = c.target
+    if c.already_done is not None:
+        args["already complete"] = c.already_done
+    if c.error:
+        args["error code"] = c.error
+    return args
 
 
 def _lanes(items):
@@ -52,49 +68,48 @@ def _lanes(items):
 
 def trace_events(profile: ProfileData) -> list[dict]:
     """The trace as a list of trace-event dicts."""
-    ev: list[dict] = []
-    meta = ev.append
-    meta({"name": "process_name", "ph": "M", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}})
-    meta({"name": "process_sort_index", "ph": "M", "pid": HOST_PID, "tid": 0,
-          "args": {"sort_index": 0}})
+    return list(iter_trace_events(profile))
+
+
+def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
+    """The trace-event dicts one by one (a writer need not hold them all: 50k tasks make
+    200k events)."""
+    yield {"name": "process_name", "ph": "M", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}}
+    yield {"name": "process_sort_index", "ph": "M", "pid": HOST_PID, "tid": 0,
+           "args": {"sort_index": 0}}
     threads = {th: i + 1 for i, th in enumerate(sorted(profile.threads))}
     for th, tid in threads.items():
-        meta({"name": "thread_name", "ph": "M", "pid": HOST_PID, "tid": tid,
-              "args": {"name": profile.threads[th]}})
-        meta({"name": "thread_sort_index", "ph": "M", "pid": HOST_PID, "tid": tid,
-              "args": {"sort_index": tid}})
+        yield {"name": "thread_name", "ph": "M", "pid": HOST_PID, "tid": tid,
+               "args": {"name": profile.threads[th]}}
+        yield {"name": "thread_sort_index", "ph": "M", "pid": HOST_PID, "tid": tid,
+               "args": {"sort_index": tid}}
     for d in profile.devices:
         pid = device_pid(d.id)
-        meta({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-              "args": {"name": f"device {d.id} ({d.name})"}})
-        meta({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
-              "args": {"sort_index": pid}})
+        yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+               "args": {"name": f"device {d.id} ({d.name})"}}
+        yield {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+               "args": {"sort_index": pid}}
     streams = profile.stream_info()
 
     # Host: API calls and user ranges per thread, marks as instants.
-    host_items = defaultdict(list)
+    host_items = defaultdict(list)  # (an API call's args are made as its slice is written)
     for c in profile.api_calls:
-        args = {"thread": profile.threads.get(c.thread, str(c.thread))}
-        if c.target:
-            args["target"] = c.target
-        if c.already_done is not None:
-            args["already complete"] = c.already_done
-        if c.error:
-            args["error code"] = c.error
-        host_items[c.thread].append((c.start_ns, c.end_ns, (c.name, "api", args)))
+        host_items[c.thread].append((c.start_ns, c.end_ns, c))
     for r in profile.ranges:
-        host_items[r.thread].append((r.start_ns, r.end_ns, (r.name, "range", {})))
+        host_items[r.thread].append((r.start_ns, r.end_ns, r))
     api_slices = defaultdict(list)  # thread -> [(start, end, tid)] of API slices, for flows
     for th, items in host_items.items():
         base = threads.get(th, 0)
-        for lane, start, end, (name, cat, args) in _lanes(items):
+        for lane, start, end, item in _lanes(items):
             tid = base + lane * OVERFLOW_TID
-            ev.append(_slice(name, cat, HOST_PID, tid, start, end, args))
-            if cat == "api":
+            if isinstance(item, ApiCall):
+                yield _slice(item.name, "api", HOST_PID, tid, start, end, _api_args(item, profile))
                 api_slices[th].append((start, end, tid))
+            else:
+                yield _slice(item.name, "range", HOST_PID, tid, start, end, {})
     for m in profile.marks:
-        ev.append({"name": m.name, "cat": "mark", "ph": "i", "s": "t", "pid": HOST_PID,
-                   "tid": threads.get(m.thread, 0), "ts": _us(m.ts_ns)})
+        yield {"name": m.name, "cat": "mark", "ph": "i", "s": "t", "pid": HOST_PID,
+               "tid": threads.get(m.thread, 0), "ts": _us(m.ts_ns)}
 
     # Devices: tasks per stream.
     per_stream = defaultdict(list)
@@ -112,7 +127,7 @@ def trace_events(profile: ProfileData) -> list[dict]:
             if t.failed:
                 args["failed"] = True
                 args["error"] = t.error
-            ev.append(_slice(t.name, t.kind, pid, tid, start, end, args))
+            yield _slice(t.name, t.kind, pid, tid, start, end, args)
             placed[t.key] = (pid, tid)
     for pid, tid in sorted({v for v in placed.values()}):
         sid, lane = tid % OVERFLOW_TID, tid // OVERFLOW_TID
@@ -124,9 +139,9 @@ def trace_events(profile: ProfileData) -> list[dict]:
             label += f" (priority {info.priority})"
         if lane:
             label += f" overflow {lane}"
-        meta({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}})
-        meta({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
-              "args": {"sort_index": tid}})
+        yield {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}}
+        yield {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+               "args": {"sort_index": tid}}
 
     # Flows: API call -> the task it submitted; event record -> the waits it released.
     flow_id = 0
@@ -143,10 +158,10 @@ def trace_events(profile: ProfileData) -> list[dict]:
             continue
         flow_id += 1
         pid, tid = placed[t.key]
-        ev.append({"name": "submit", "cat": "launch", "ph": "s", "id": flow_id, "pid": HOST_PID,
-                   "tid": slices[i][2], "ts": _us(t.enqueue_ns)})
-        ev.append({"name": "submit", "cat": "launch", "ph": "f", "bp": "e", "id": flow_id,
-                   "pid": pid, "tid": tid, "ts": _us(t.start_ns)})
+        yield {"name": "submit", "cat": "launch", "ph": "s", "id": flow_id, "pid": HOST_PID,
+               "tid": slices[i][2], "ts": _us(t.enqueue_ns)}
+        yield {"name": "submit", "cat": "launch", "ph": "f", "bp": "e", "id": flow_id,
+               "pid": pid, "tid": tid, "ts": _us(t.start_ns)}
     # A wait that really waited starts before the record that released it: an arrow bound to
     # the wait slice would point back in time. It binds instead to a "released" slice inside
     # the wait, from the record (or the last microsecond) to the wait's end.
@@ -162,12 +177,12 @@ def trace_events(profile: ProfileData) -> list[dict]:
         rpid, rtid = placed[rec.key]
         pid, tid = placed[t.key]
         released = min(t.end_ns, max(t.start_ns, rec.end_ns, t.end_ns - 1000))
-        ev.append(_slice(f"released by {what} record", what, pid, tid, released, t.end_ns,
-                         {"record": f"stream {rec.stream} task {rec.task_id}"}))
-        ev.append({"name": what, "cat": what, "ph": "s", "id": flow_id, "pid": rpid,
-                   "tid": rtid, "ts": _us(rec.end_ns)})
-        ev.append({"name": what, "cat": what, "ph": "f", "bp": "e", "id": flow_id,
-                   "pid": pid, "tid": tid, "ts": _us(released)})
+        yield _slice(f"released by {what} record", what, pid, tid, released, t.end_ns,
+                     {"record": f"stream {rec.stream} task {rec.task_id}"})
+        yield {"name": what, "cat": what, "ph": "s", "id": flow_id, "pid": rpid,
+               "tid": rtid, "ts": _us(rec.end_ns)}
+        yield {"name": what, "cat": what, "ph": "f", "bp": "e", "id": flow_id,
+               "pid": pid, "tid": tid, "ts": _us(released)}
 
     # Collectives: each rank's part waited for the rank that arrived last. An arrow goes from
     # that part's start to a "collective" slice inside each other part, from then to its end.
@@ -182,13 +197,13 @@ def trace_events(profile: ProfileData) -> list[dict]:
                 continue
             flow_id += 1
             pid, tid = placed[t.key]
-            ev.append(_slice(f"{coll.op} #{coll.seq}: every rank arrived", "collective", pid, tid,
-                             last.start_ns, t.end_ns,
-                             {"communicator": coll.comm, "last to arrive": f"stream {last.stream}"}))
-            ev.append({"name": "collective", "cat": "collective", "ph": "s", "id": flow_id,
-                       "pid": lpid, "tid": ltid, "ts": _us(last.start_ns)})
-            ev.append({"name": "collective", "cat": "collective", "ph": "f", "bp": "e",
-                       "id": flow_id, "pid": pid, "tid": tid, "ts": _us(last.start_ns)})
+            yield _slice(f"{coll.op} #{coll.seq}: every rank arrived", "collective", pid, tid,
+                         last.start_ns, t.end_ns,
+                         {"communicator": coll.comm, "last to arrive": f"stream {last.stream}"})
+            yield {"name": "collective", "cat": "collective", "ph": "s", "id": flow_id,
+                   "pid": lpid, "tid": ltid, "ts": _us(last.start_ns)}
+            yield {"name": "collective", "cat": "collective", "ph": "f", "bp": "e",
+                   "id": flow_id, "pid": pid, "tid": tid, "ts": _us(last.start_ns)}
 
     # Races the sanitizer found: an instant on the task (or host thread) that completed each,
     # and an arrow from the access it raced with.
@@ -200,30 +215,50 @@ def trace_events(profile: ProfileData) -> list[dict]:
             continue  # a host view, or a task that was refused (raise mode): no slice to mark
         pid, tid = placed[hit.key]
         args = {"report": race.text, "times": race.count}
-        ev.append({"name": "reuse without ordering" if race.reuse else "race", "cat": "sanitizer",
-                   "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": _us(hit.start_ns),
-                   "args": args})
+        yield {"name": "reuse without ordering" if race.reuse else "race", "cat": "sanitizer",
+               "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": _us(hit.start_ns),
+               "args": args}
         other = next((t for t in profile.tasks if (t.stream, t.task_id) == first), None)
         if other is not None and other.key in placed:
             flow_id += 1
             opid, otid = placed[other.key]
-            ev.append({"name": "race", "cat": "sanitizer", "ph": "s", "id": flow_id, "pid": opid,
-                       "tid": otid, "ts": _us(other.start_ns)})
-            ev.append({"name": "race", "cat": "sanitizer", "ph": "f", "bp": "e", "id": flow_id,
-                       "pid": pid, "tid": tid, "ts": _us(max(hit.start_ns, other.start_ns))})
+            yield {"name": "race", "cat": "sanitizer", "ph": "s", "id": flow_id, "pid": opid,
+                   "tid": otid, "ts": _us(other.start_ns)}
+            yield {"name": "race", "cat": "sanitizer", "ph": "f", "bp": "e", "id": flow_id,
+                   "pid": pid, "tid": tid, "ts": _us(max(hit.start_ns, other.start_ns))}
 
     # Memory counters.
     for s in profile.memory:
         pid = HOST_PID if s.device < 0 else device_pid(s.device)
         name = "pinned host memory" if s.device < 0 else "device memory"
-        ev.append({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": _us(s.ts_ns),
-                   "args": {"allocated MiB": round(s.allocated / (1 << 20), 3),
-                            "reserved MiB": round(s.reserved / (1 << 20), 3)}})
-    return ev
+        yield {"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": _us(s.ts_ns),
+               "args": {"allocated MiB": round(s.allocated / (1 << 20), 3),
+               "reserved MiB": round(s.reserved / (1 << 20), 3)}}
 
 
 def trace_json(profile: ProfileData) -> dict:
     """The whole trace document: {"traceEvents": [...], "displayTimeUnit": "ms", ...}."""
-    return {"traceEvents": trace_events(profile), "displayTimeUnit": "ms",
+    return {"traceEvents": trace_events(profile), **_document_fields(profile)}
+
+
+def _document_fields(profile: ProfileData) -> dict:
+    return {"displayTimeUnit": "ms",
             "otherData": {"producer": "ascentrt profiler", "started_at": profile.started_at,
                           "command": " ".join(profile.command)}}
+
+
+def write_trace(profile: ProfileData, fh: TextIO, chunk: int = 4096) -> None:
+    """Write trace_json(profile) to the open text file `fh`, encoding the events a chunk at a
+    time: the document is never held whole, as a list or as a string."""
+    fh.write('{"traceEvents":[')
+    batch: list[dict] = []
+    first = True
+    for event in iter_trace_events(profile):
+        batch.append(event)
+        if len(batch) == chunk:
+            fh.write(("" if first else ",") + json.dumps(batch, separators=(",", ":"))[1:-1])
+            batch.clear()
+            first = False
+    if batch:
+        fh.write(("" if first else ",") + json.dumps(batch, separators=(",", ":"))[1:-1])
+    fh.write("]," + json.dumps(_document_fields(profile), separators=(",", ":"))[1:])
