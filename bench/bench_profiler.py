@@ -1,4 +1,5 @@
-"""Profiler figures: launch cost with profiling off and on, against launches before any profile.
+"""Profiler figures: launch cost with profiling off and on, against launches before any profile;
+the time and peak memory of writing a 50k-task program's profile folder.
 
 Profiling off leaves no profiler code on the launch path (the recording wrappers exist only
 while a profile runs), so the off figure is the launch cost after profiles ran and stopped,
@@ -19,6 +20,8 @@ from _common import QUICK, emit, median, pick
 BURST = pick(1000, 200)    # launches per timed burst (a burst ends with an untimed sync)
 BURSTS = pick(9, 3)        # bursts per child process and mode
 ROUNDS = pick(7, 1)        # fresh processes (machine load varies: several)
+WRITE_TASKS = pick(50_000, 2_000)  # tasks of the program whose profile folder is written
+WRITE_ROUNDS = pick(3, 1)
 TIMEOUT = 120.0
 
 
@@ -53,8 +56,30 @@ def child() -> None:
     print(json.dumps({"baseline": baseline, "on": on, "off": off}))
 
 
-def run_child() -> dict:
-    args = [sys.executable, __file__, "--child"] + (["--quick"] if QUICK else [])
+def write_child() -> None:
+    """In a fresh process: a program of WRITE_TASKS no-op launches under a profile; prints the
+    seconds its folder takes to write and the process's peak RSS before and after the write."""
+    import resource
+    import tempfile
+    import ascentrt as art
+    from ascentrt.kernels import noop
+    stream = art.set_device(0).create_stream()
+    with tempfile.TemporaryDirectory() as folder:
+        session = art.profile(folder)
+        session.__enter__()
+        for _ in range(WRITE_TASKS):
+            art.launch(noop, stream=stream)
+        stream.synchronize(TIMEOUT)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        session.stop()  # records end, the folder is written
+        seconds = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"seconds": seconds, "rss_before_mib": before / 1024, "rss_peak_mib": after / 1024}))
+
+
+def run_child(mode: str = "--child") -> dict:
+    args = [sys.executable, __file__, mode] + (["--quick"] if QUICK else [])
     out = subprocess.run(args, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"benchmark child failed: {out.stderr.strip()[-500:]}")
@@ -74,10 +99,21 @@ def main() -> None:
     emit("profiler_on_launch_cost", median(samples["on"]), "ns/launch",
          "launch before any profile ran", base, "<=", 2.0,
          "profiling on: at most 2x the launch cost")
+    writes = [run_child("--write-child") for _ in range(WRITE_ROUNDS)]
+    emit(f"profile_write_{WRITE_TASKS // 1000}k_tasks", median(w["seconds"] for w in writes), "s",
+         "a budget of 3 s", 3.0, "<=", 1.0,
+         f"writing the profile folder of a {WRITE_TASKS}-task program; median of {WRITE_ROUNDS} processes")
+    emit(f"profile_write_{WRITE_TASKS // 1000}k_tasks_peak_rss", median(w["rss_peak_mib"] for w in writes),
+         "MiB", "a budget of 100 MiB", 100.0, "<=", 1.0,
+         "the process's peak RSS through the write",
+         note=f"peak RSS before the write (the program and its records): "
+              f"{median(w['rss_before_mib'] for w in writes):.0f} MiB")
 
 
 if __name__ == "__main__":
     if "--child" in sys.argv:
         child()
+    elif "--write-child" in sys.argv:
+        write_child()
     else:
         main()
