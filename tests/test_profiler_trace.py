@@ -202,3 +202,19 @@ def test_a_notify_record_has_a_forward_arrow_to_the_wait_it_released(dev, two_st
     groups = validate_trace(trace_json(prof.profile))      # checks the arrow's direction too
     (flow,) = [f for (cat, _), f in groups["flows"].items() if cat == "notify"]
     assert (flow["s"]["tid"], flow["f"]["tid"]) == (a.id, b.id)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4096])
+def test_the_streamed_writers_write_the_documents_whole(dev, two_streams, chunk):
+    # write_trace and write_json encode a chunk of events / rows at a time: what they write
+    # must be exactly the trace_json / to_json document, whatever the chunk size.
+    import io
+    from ascentrt.profiler.trace import write_trace
+    prof = run_two_stream_program(dev, *two_streams)
+    out = io.StringIO()
+    write_trace(prof, out, chunk=chunk)
+    assert json.loads(out.getvalue()) == json.loads(json.dumps(trace_json(prof)))
+    out = io.StringIO()
+    prof.write_json(out, chunk=chunk)
+    assert json.loads(out.getvalue()) == json.loads(json.dumps(prof.to_json()))
+    assert type(prof).from_json(json.loads(out.getvalue())).tasks == prof.tasks

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import operator
 from dataclasses import asdict, dataclass, field, fields
-from typing import Self
+from typing import Any, Callable, Self, TextIO
 
 FORMAT = "ascentrt-profile/1"
 DATA_FILE = "profile.json"
@@ -189,14 +191,32 @@ class ProfileData:
 
     def to_json(self) -> dict:
         """A JSON-ready dict (the content of profile.json)."""
-        out = {"format": FORMAT, "duration_ns": self.duration_ns, "started_at": self.started_at,
-               "command": list(self.command),
-               "threads": {str(k): v for k, v in self.threads.items()}}
+        out = self._json_header()
         for name, cls in _RECORDS.items():
             names = [f.name for f in fields(cls)]
-            out[name] = {"columns": names,
-                         "rows": [[getattr(r, n) for n in names] for r in getattr(self, name)]}
+            row = _row_of(names)
+            out[name] = {"columns": names, "rows": [list(row(r)) for r in getattr(self, name)]}
         return out
+
+    def write_json(self, fh: TextIO, chunk: int = 4096) -> None:
+        """Write json.dumps(to_json()) to the open text file `fh`, encoding the rows a chunk at
+        a time: the document is never held whole (50k tasks make tens of MB of it)."""
+        compact = (",", ":")
+        fh.write(json.dumps(self._json_header(), separators=compact)[:-1])
+        for name, cls in _RECORDS.items():
+            names = [f.name for f in fields(cls)]
+            row = _row_of(names)  # (a tuple per record: JSON writes it as a list)
+            fh.write(f',"{name}":{{"columns":{json.dumps(names, separators=compact)},"rows":[')
+            records = getattr(self, name)
+            for i in range(0, len(records), chunk):
+                part = json.dumps([row(r) for r in records[i:i + chunk]], separators=compact)
+                fh.write(("," if i else "") + part[1:-1])
+            fh.write("]}")
+        fh.write("}")
+
+    def _json_header(self) -> dict:
+        return {"format": FORMAT, "duration_ns": self.duration_ns, "started_at": self.started_at,
+                "command": list(self.command), "threads": {str(k): v for k, v in self.threads.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
@@ -221,6 +241,13 @@ class ProfileData:
     def stream_info(self) -> dict:
         """{(device, stream id): StreamInfo}."""
         return {(s.device, s.id): s for s in self.streams}
+
+
+def _row_of(names: list[str]) -> Callable[[Any], tuple]:
+    """A function giving a record's values for `names`, as a tuple."""
+    if len(names) == 1:
+        return lambda r: (getattr(r, names[0]),)
+    return operator.attrgetter(*names)
 
 
 def as_dict(record) -> dict:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 from .analysis import diagnose
@@ -21,11 +20,8 @@ def write_folder(profile: ProfileData, path) -> str:
     """Write every output of `profile` into folder `path` (created if missing); returns it."""
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
-    _write_json(os.path.join(path, DATA_FILE), profile.to_json())
-    trace_path = os.path.join(path, TRACE_FILE)
-    with open(trace_path + ".tmp", "w", encoding="utf-8") as fh:
-        write_trace(profile, fh)  # (streamed: the trace is the largest output by far)
-    os.replace(trace_path + ".tmp", trace_path)
+    _write_streamed(os.path.join(path, DATA_FILE), profile.write_json)
+    _write_streamed(os.path.join(path, TRACE_FILE), lambda fh: write_trace(profile, fh))
     write_csvs(profile, path)
     findings = diagnose(profile)
     tables = sections(profile, findings)  # (once: the report and the summary show the same)
@@ -36,9 +32,10 @@ def write_folder(profile: ProfileData, path) -> str:
     return path
 
 
-def _write_json(path: str, data) -> None:
+def _write_streamed(path: str, write) -> None:
+    """write(fh) into `path` through a temporary file (a reader never sees half a file); the
+    JSON writers encode a chunk of records at a time, so no output is held whole."""
     tmp = path + ".tmp"
-    text = json.dumps(data, separators=(",", ":"))  # dumps uses the C encoder; dump does not
     with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+        write(fh)
     os.replace(tmp, path)
