@@ -158,6 +158,23 @@ def test_a_pitched_copy_does_not_race_with_writes_into_its_pitch_gaps(streams, b
     host.free()
 
 
+def test_a_task_touching_more_rows_than_the_record_cap_still_meets_every_earlier_access(streams):
+    # The kept records of an allocation are capped (the oldest go); a copy of many rows is one
+    # task whose early rows fill the cap: its later rows must still be checked against what
+    # the cap dropped meanwhile (another stream's rows, unordered with this copy).
+    from ascentrt.sanitizer.state import MAX_RECORDS
+    s1, s2 = streams
+    pitch, rows = 64, 2 * MAX_RECORDS + 8
+    x, src = art.malloc(pitch * rows), art.malloc(pitch * rows)
+    with art.sanitize("log") as found:
+        art.memcpy2d_async(x[(rows - MAX_RECORDS) * pitch:], pitch, src, pitch, 16, MAX_RECORDS,
+                           stream=s1)                                  # the last rows, stream 1
+        art.memcpy2d_async(x, pitch, src, pitch, 16, rows, stream=s2)  # every row, stream 2
+    assert len(found) == 1 and found[0].count == MAX_RECORDS  # one report per pair of sites
+    art.synchronize(TIMEOUT)
+    x.free(), src.free()
+
+
 def test_built_in_kernels_declare_their_reads_and_writes(streams, bufs):
     s1, s2 = streams
     a, b, out = bufs
