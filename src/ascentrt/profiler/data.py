@@ -16,7 +16,8 @@ COMPUTE_KINDS = ("kernel", "memset")
 SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.synchronize")
 
 
-@dataclass(frozen=True)
+# The records are frozen and slotted: a 50k-task profile holds 100k of them.
+@dataclass(frozen=True, slots=True)
 class TaskRecord:
     """One task as the device ran it; times in ns since the profile started."""
 
@@ -50,7 +51,7 @@ class TaskRecord:
         return (self.device, self.stream, self.task_id)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ApiCall:
     """One outermost runtime API call on a host thread."""
 
@@ -69,7 +70,7 @@ class ApiCall:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RangeRecord:
     """A user range (`ascentrt.profiler.range`)."""
 
@@ -79,7 +80,7 @@ class RangeRecord:
     thread: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MarkRecord:
     """A user mark (`ascentrt.profiler.mark`): an instant."""
 
@@ -88,7 +89,7 @@ class MarkRecord:
     thread: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MemorySample:
     """Device memory right after an allocation or free (device -1: pinned host memory)."""
 
@@ -100,7 +101,7 @@ class MemorySample:
     largest_free: int = -1  # the largest contiguous free range (-1: not measured)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Allocation:
     """One buffer allocated while profiling."""
 
@@ -112,7 +113,7 @@ class Allocation:
     site: str          # file:line of the user code that allocated it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeviceInfo:
     """What the profiled device had: executors and memory."""
 
@@ -127,7 +128,7 @@ class DeviceInfo:
     uncosted: dict = field(default_factory=dict)  # sim: kernels that had no cost -> count
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StreamInfo:
     """A stream that ran tasks while profiling."""
 
@@ -137,7 +138,7 @@ class StreamInfo:
     role: str = ""     # "default", "host functions (non-blocking)" or ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RaceRecord:
     """A race the sanitizer found while profiling (both on): the tasks it names and its text."""
 
@@ -150,7 +151,7 @@ class RaceRecord:
     count: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CollectiveRecord:
     """One collective of a communicator (from its flight recorder): what was called, its
     state, and each rank's part as a task on its stream."""
