@@ -115,7 +115,15 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
     per_stream = defaultdict(list)
     for t in profile.tasks:
         per_stream[(t.device, t.stream)].append((t.start_ns, t.end_ns, t))
-    placed = {}
+    # Every task gets a slice on its stream's track, or an overflow track of it: only those
+    # are kept (a map of all 50k tasks would be the largest thing the trace holds).
+    overflow: dict[tuple, int] = {}  # task key -> its overflow track's tid
+    used = set()                     # (pid, tid) of the tracks that have slices
+
+    def where(t) -> tuple[int, int]:
+        """(pid, tid) of the track that task t's slice is on."""
+        return device_pid(t.device), overflow.get(t.key, t.stream) if overflow else t.stream
+
     for (dev, sid), items in sorted(per_stream.items()):
         pid = device_pid(dev)
         for lane, start, end, t in _lanes(items):
@@ -128,8 +136,10 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
                 args["failed"] = True
                 args["error"] = t.error
             yield _slice(t.name, t.kind, pid, tid, start, end, args)
-            placed[t.key] = (pid, tid)
-    for pid, tid in sorted({v for v in placed.values()}):
+            if lane:
+                overflow[t.key] = tid
+            used.add((pid, tid))
+    for pid, tid in sorted(used):
         sid, lane = tid % OVERFLOW_TID, tid // OVERFLOW_TID
         info = streams.get((pid - 1, sid))
         label = f"stream {sid}"
@@ -154,10 +164,10 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
         if not slices:
             continue
         i = bisect.bisect_right(starts[t.thread], t.enqueue_ns) - 1
-        if i < 0 or slices[i][1] < t.enqueue_ns or t.key not in placed:
+        if i < 0 or slices[i][1] < t.enqueue_ns:
             continue
         flow_id += 1
-        pid, tid = placed[t.key]
+        pid, tid = where(t)
         yield {"name": "submit", "cat": "launch", "ph": "s", "id": flow_id, "pid": HOST_PID,
                "tid": slices[i][2], "ts": _us(t.enqueue_ns)}
         yield {"name": "submit", "cat": "launch", "ph": "f", "bp": "e", "id": flow_id,
@@ -165,17 +175,19 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
     # A wait that really waited starts before the record that released it: an arrow bound to
     # the wait slice would point back in time. It binds instead to a "released" slice inside
     # the wait, from the record (or the last microsecond) to the wait's end.
-    by_key = {t.key: t for t in profile.tasks}
+    wanted = {tuple(t.released_by) for t in profile.tasks if t.released_by is not None}
+    wanted.update(tuple(p[1:]) for coll in profile.collectives for p in coll.parts)
+    by_key = {t.key: t for t in profile.tasks if t.key in wanted} if wanted else {}
     for t in profile.tasks:
-        if t.released_by is None or t.key not in placed:
+        if t.released_by is None:
             continue
         rec = by_key.get(tuple(t.released_by))
-        if rec is None or rec.key not in placed:
+        if rec is None:
             continue
         flow_id += 1
         what = "notify" if t.kind == "notify_wait" else "event"
-        rpid, rtid = placed[rec.key]
-        pid, tid = placed[t.key]
+        rpid, rtid = where(rec)
+        pid, tid = where(t)
         released = min(t.end_ns, max(t.start_ns, rec.end_ns, t.end_ns - 1000))
         yield _slice(f"released by {what} record", what, pid, tid, released, t.end_ns,
                      {"record": f"stream {rec.stream} task {rec.task_id}"})
@@ -187,16 +199,16 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
     # Collectives: each rank's part waited for the rank that arrived last. An arrow goes from
     # that part's start to a "collective" slice inside each other part, from then to its end.
     for coll in profile.collectives:
-        parts = [by_key[k] for k in (tuple(p[1:]) for p in coll.parts) if k in by_key and k in placed]
+        parts = [by_key[k] for k in (tuple(p[1:]) for p in coll.parts) if k in by_key]
         if len(parts) < 2:
             continue
         last = max(parts, key=lambda t: t.start_ns)
-        lpid, ltid = placed[last.key]
+        lpid, ltid = where(last)
         for t in parts:
             if t is last or t.end_ns < last.start_ns:
                 continue
             flow_id += 1
-            pid, tid = placed[t.key]
+            pid, tid = where(t)
             yield _slice(f"{coll.op} #{coll.seq}: every rank arrived", "collective", pid, tid,
                          last.start_ns, t.end_ns,
                          {"communicator": coll.comm, "last to arrive": f"stream {last.stream}"})
@@ -211,17 +223,17 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
         second = (race.second_stream, race.second_task)
         first = (race.first_stream, race.first_task)
         hit = next((t for t in profile.tasks if (t.stream, t.task_id) == second), None)
-        if hit is None or hit.key not in placed:
+        if hit is None:
             continue  # a host view, or a task that was refused (raise mode): no slice to mark
-        pid, tid = placed[hit.key]
+        pid, tid = where(hit)
         args = {"report": race.text, "times": race.count}
         yield {"name": "reuse without ordering" if race.reuse else "race", "cat": "sanitizer",
                "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": _us(hit.start_ns),
                "args": args}
         other = next((t for t in profile.tasks if (t.stream, t.task_id) == first), None)
-        if other is not None and other.key in placed:
+        if other is not None:
             flow_id += 1
-            opid, otid = placed[other.key]
+            opid, otid = where(other)
             yield {"name": "race", "cat": "sanitizer", "ph": "s", "id": flow_id, "pid": opid,
                    "tid": otid, "ts": _us(other.start_ns)}
             yield {"name": "race", "cat": "sanitizer", "ph": "f", "bp": "e", "id": flow_id,
