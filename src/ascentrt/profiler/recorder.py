@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 from . import clock
 
@@ -26,6 +27,12 @@ if TYPE_CHECKING:
 _FRAGMENTATION_EVERY_NS = 10_000_000  # measure free-range layout at most every 10 ms (it is O(n))
 _OOM_CODES = (int(ErrorCode.RT_MEMORY_ALLOCATION), int(ErrorCode.RT_DEVICE_OOM))
 
+
+
+def _drained(items: list) -> Iterator:
+    """The items of a list, last first, each removed as it is handed out."""
+    while items:
+        yield items.pop()
 
 class Recorder:
     """Collects raw records cheaply while running; `finish()` turns them into a Profile.
@@ -167,8 +174,10 @@ class Recorder:
 
     # ---- the result ------------------------------------------------------------------------
 
-    def finish(self, command=None) -> Profile:
-        """Convert the raw records into a Profile (times relative to the start)."""
+    def finish(self, command=None, consume: bool = False) -> Profile:
+        """Convert the raw records into a Profile (times relative to the start). `consume`: the
+        recorder has stopped and is not read again, so each raw task record is let go as it is
+        converted (at the end of a long run, both at once would be the peak of its memory)."""
         t0 = self.t0
         prof = Profile(duration_ns=getattr(self, "t_end", clock.now_ns()) - t0,
                        started_at=self.started_at, command=list(command or sys.argv))
@@ -179,7 +188,7 @@ class Recorder:
             self._note_device(dev)
             streams[(dev.id, s.id)] = s
             for (tid, kind, label, nbytes, t_enq, t_start, t_end, thread, error,
-                 released) in list(bucket):
+                 released) in (_drained(bucket) if consume else list(bucket)):
                 if not t_end or t_start < t0:
                     continue  # enqueued or started before profiling: no complete timing
                 kind_name = KIND_NAMES[kind]

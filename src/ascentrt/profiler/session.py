@@ -83,7 +83,7 @@ class Session:
                 os.remove(os.path.join(self.path, PROGRESS_FILE))
             except OSError:
                 pass  # never written: the run was shorter than one progress period
-        self.profile = rec.finish()
+        self.profile = rec.finish(consume=True)
         if write and self.path is not None:
             self.profile.save(self.path)
         return self.profile

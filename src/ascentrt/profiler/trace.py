@@ -12,6 +12,7 @@ import bisect
 import json
 from collections import defaultdict
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import TextIO
 
 from .data import ApiCall, ProfileData
@@ -48,22 +49,23 @@ def _api_args(c: ApiCall, profile: ProfileData) -> dict:
     return args
 
 
-def _lanes(items):
-    """Assign (start, end, payload) items to lanes so that slices in a lane nest properly."""
+def _lanes(items: list) -> Iterator[tuple]:
+    """(lane, start, end, payload) for (start, end, payload) items, so that slices in a lane
+    nest properly; sorts `items` in place (by start, the longer first)."""
     stacks: list[list[int]] = []  # per lane: end times of the open slices
-    out = []
-    for start, end, payload in sorted(items, key=lambda x: (x[0], -x[1])):
+    items.sort(key=lambda x: -x[1])  # (two stable sorts: no key tuple per item)
+    items.sort(key=itemgetter(0))
+    for start, end, payload in items:
         for lane, stack in enumerate(stacks):
             while stack and stack[-1] <= start:
                 stack.pop()
             if not stack or end <= stack[-1]:
                 stack.append(end)
-                out.append((lane, start, end, payload))
+                yield lane, start, end, payload
                 break
         else:
             stacks.append([end])
-            out.append((len(stacks) - 1, start, end, payload))
-    return out
+            yield len(stacks) - 1, start, end, payload
 
 
 def trace_events(profile: ProfileData) -> list[dict]:
