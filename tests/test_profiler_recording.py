@@ -223,3 +223,13 @@ def test_unwritable_profile_folder_is_a_clear_error(tmp_path):
     assert err.value.code == art.ErrorCode.INVALID_FILE
     with art.profile():  # nothing was left half-started
         pass
+
+
+def test_a_stopped_recorder_hands_its_records_out_in_order_and_lets_them_go():
+    # stop() converts each stream's raw records as it drops them; the order must stay the
+    # completion order, or tasks that tie on start and end (zero-length records on a
+    # simulated device) would come out swapped after the stable sort by time.
+    from ascentrt.profiler.recorder import _drained
+    raw = [("a", 1), ("b", 1), ("c", 2)]
+    assert list(_drained(raw)) == [("a", 1), ("b", 1), ("c", 2)]
+    assert raw == []

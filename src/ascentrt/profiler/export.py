@@ -36,6 +36,10 @@ def _write_streamed(path: str, write) -> None:
     """write(fh) into `path` through a temporary file (a reader never sees half a file); the
     JSON writers encode a chunk of records at a time, so no output is held whole."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        write(fh)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            write(fh)
+    except BaseException:
+        os.remove(tmp)  # (a failed write leaves nothing behind)
+        raise
     os.replace(tmp, path)

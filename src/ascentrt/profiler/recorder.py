@@ -30,7 +30,9 @@ _OOM_CODES = (int(ErrorCode.RT_MEMORY_ALLOCATION), int(ErrorCode.RT_DEVICE_OOM))
 
 
 def _drained(items: list) -> Iterator:
-    """The items of a list, last first, each removed as it is handed out."""
+    """The items of a list in order, each removed as it is handed out (the order matters: tasks
+    that tie on start and end keep their completion order through the stable sort after)."""
+    items.reverse()
     while items:
         yield items.pop()
 

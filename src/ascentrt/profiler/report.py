@@ -56,7 +56,11 @@ def _timeline_data(profile: ProfileData) -> dict:
             if it[1] - it[0] < cutoff:
                 continue
             # (ns / 1e3 of an int is the double round(..., 3) would give: see trace._us)
-            row = [it[0] / 1e3, (it[1] - it[0]) / 1e3, name_id(it[2]), kind_index.get(it[3], 0)]
+            if type(it[0]) is int and type(it[1]) is int:
+                start, dur = it[0] / 1e3, (it[1] - it[0]) / 1e3
+            else:
+                start, dur = round(it[0] / 1e3, 3), round((it[1] - it[0]) / 1e3, 3)
+            row = [start, dur, name_id(it[2]), kind_index.get(it[3], 0)]
             if len(it) > 4:
                 row.append(it[4])
             rows.append(row)

@@ -33,8 +33,13 @@ def _us(ns: int) -> float:
 
 
 def _slice(name, cat, pid, tid, start_ns, end_ns, args) -> dict:
-    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": _us(start_ns),
-            "dur": _us(max(0, end_ns - start_ns)), "args": args}
+    ts = _us(start_ns)
+    if type(start_ns) is int and type(end_ns) is int:
+        dur = _us(max(0, end_ns - start_ns))
+    else:  # (float times, from a hand-made profile: rounded as the ends are)
+        dur = max(0.0, round(_us(end_ns) - ts, 3))
+    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
 
 
 def _api_args(c: ApiCall, profile: ProfileData) -> dict:
