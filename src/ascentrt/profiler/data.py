@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterable
 from typing import Any, Callable, Self, TextIO
 
 FORMAT = "ascentrt-profile/1"
@@ -207,12 +208,9 @@ class ProfileData:
         for name, cls in _RECORDS.items():
             names = [f.name for f in fields(cls)]
             row = _row_of(names)  # (a tuple per record: JSON writes it as a list)
-            fh.write(f',"{name}":{{"columns":{json.dumps(names, separators=compact)},"rows":[')
-            records = getattr(self, name)
-            for i in range(0, len(records), chunk):
-                part = json.dumps([row(r) for r in records[i:i + chunk]], separators=compact)
-                fh.write(("," if i else "") + part[1:-1])
-            fh.write("]}")
+            fh.write(f',"{name}":{{"columns":{json.dumps(names, separators=compact)},"rows":')
+            write_json_array(fh, map(row, getattr(self, name)), chunk)
+            fh.write("}")
         fh.write("}")
 
     def _json_header(self) -> dict:
@@ -242,6 +240,30 @@ class ProfileData:
     def stream_info(self) -> dict:
         """{(device, stream id): StreamInfo}."""
         return {(s.device, s.id): s for s in self.streams}
+
+
+def us(ns: int | float) -> float:
+    """Nanoseconds as microseconds to 3 decimals. ns / 1000 of an int is already the double
+    nearest that value, which is what round() would return (and round() costs as much again
+    as the rest of a trace event); a float is rounded."""
+    return ns / 1000 if type(ns) is int else round(ns / 1000, 3)
+
+
+def write_json_array(fh: TextIO, items: Iterable[Any], chunk: int = 4096) -> None:
+    """Write the items as a JSON array to the open text file `fh`, encoding a chunk at a time
+    (the array is never held whole, as a list or as a string)."""
+    fh.write("[")
+    batch: list = []
+    first = True
+    for item in items:
+        batch.append(item)
+        if len(batch) == chunk:
+            fh.write(("" if first else ",") + json.dumps(batch, separators=(",", ":"))[1:-1])
+            batch.clear()
+            first = False
+    if batch:
+        fh.write(("" if first else ",") + json.dumps(batch, separators=(",", ":"))[1:-1])
+    fh.write("]")
 
 
 def _row_of(names: list[str]) -> Callable[[Any], tuple]:

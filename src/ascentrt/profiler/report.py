@@ -7,7 +7,7 @@ import html
 import json
 from collections import defaultdict
 
-from .data import ProfileData
+from .data import ProfileData, us
 from .analysis import diagnose
 from .summary import headline, sections
 
@@ -55,12 +55,7 @@ def _timeline_data(profile: ProfileData) -> dict:
         for it in t["items"]:
             if it[1] - it[0] < cutoff:
                 continue
-            # (ns / 1e3 of an int is the double round(..., 3) would give: see trace._us)
-            if type(it[0]) is int and type(it[1]) is int:
-                start, dur = it[0] / 1e3, (it[1] - it[0]) / 1e3
-            else:
-                start, dur = round(it[0] / 1e3, 3), round((it[1] - it[0]) / 1e3, 3)
-            row = [start, dur, name_id(it[2]), kind_index.get(it[3], 0)]
+            row = [us(it[0]), us(it[1] - it[0]), name_id(it[2]), kind_index.get(it[3], 0)]
             if len(it) > 4:
                 row.append(it[4])
             rows.append(row)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from operator import itemgetter
 from typing import TextIO
 
-from .data import ApiCall, ProfileData
+from .data import ApiCall, ProfileData, us, write_json_array
 
 HOST_PID = 0
 OVERFLOW_TID = 1_000_000  # overflow tracks of a stream: stream id + k * OVERFLOW_TID
@@ -26,18 +26,12 @@ def device_pid(device: int) -> int:
     return device + 1
 
 
-def _us(ns: int) -> float:
-    # ns / 1000 of an int is already the double nearest to its 3-decimal value, which is what
-    # round() would return; round() costs as much again as the rest of an event (50k tasks).
-    return ns / 1000 if type(ns) is int else round(ns / 1000, 3)
-
-
 def _slice(name, cat, pid, tid, start_ns, end_ns, args) -> dict:
-    ts = _us(start_ns)
+    ts = us(start_ns)
     if type(start_ns) is int and type(end_ns) is int:
-        dur = _us(max(0, end_ns - start_ns))
+        dur = us(max(0, end_ns - start_ns))
     else:  # (float times, from a hand-made profile: rounded as the ends are)
-        dur = max(0.0, round(_us(end_ns) - ts, 3))
+        dur = max(0.0, round(us(end_ns) - ts, 3))
     return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts, "dur": dur,
             "args": args}
 
@@ -116,7 +110,7 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
                 yield _slice(item.name, "range", HOST_PID, tid, start, end, {})
     for m in profile.marks:
         yield {"name": m.name, "cat": "mark", "ph": "i", "s": "t", "pid": HOST_PID,
-               "tid": threads.get(m.thread, 0), "ts": _us(m.ts_ns)}
+               "tid": threads.get(m.thread, 0), "ts": us(m.ts_ns)}
 
     # Devices: tasks per stream.
     per_stream = defaultdict(list)
@@ -135,8 +129,8 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
         pid = device_pid(dev)
         for lane, start, end, t in _lanes(items):
             tid = sid + lane * OVERFLOW_TID
-            args = {"task id": t.task_id, "kind": t.kind, "enqueue (us)": _us(t.enqueue_ns),
-                    "wait (us)": _us(t.wait_ns)}
+            args = {"task id": t.task_id, "kind": t.kind, "enqueue (us)": us(t.enqueue_ns),
+                    "wait (us)": us(t.wait_ns)}
             if t.nbytes:
                 args["bytes"] = t.nbytes
             if t.failed:
@@ -176,9 +170,9 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
         flow_id += 1
         pid, tid = where(t)
         yield {"name": "submit", "cat": "launch", "ph": "s", "id": flow_id, "pid": HOST_PID,
-               "tid": slices[i][2], "ts": _us(t.enqueue_ns)}
+               "tid": slices[i][2], "ts": us(t.enqueue_ns)}
         yield {"name": "submit", "cat": "launch", "ph": "f", "bp": "e", "id": flow_id,
-               "pid": pid, "tid": tid, "ts": _us(t.start_ns)}
+               "pid": pid, "tid": tid, "ts": us(t.start_ns)}
     # A wait that really waited starts before the record that released it: an arrow bound to
     # the wait slice would point back in time. It binds instead to a "released" slice inside
     # the wait, from the record (or the last microsecond) to the wait's end.
@@ -199,9 +193,9 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
         yield _slice(f"released by {what} record", what, pid, tid, released, t.end_ns,
                      {"record": f"stream {rec.stream} task {rec.task_id}"})
         yield {"name": what, "cat": what, "ph": "s", "id": flow_id, "pid": rpid,
-               "tid": rtid, "ts": _us(rec.end_ns)}
+               "tid": rtid, "ts": us(rec.end_ns)}
         yield {"name": what, "cat": what, "ph": "f", "bp": "e", "id": flow_id,
-               "pid": pid, "tid": tid, "ts": _us(released)}
+               "pid": pid, "tid": tid, "ts": us(released)}
 
     # Collectives: each rank's part waited for the rank that arrived last. An arrow goes from
     # that part's start to a "collective" slice inside each other part, from then to its end.
@@ -220,9 +214,9 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
                          last.start_ns, t.end_ns,
                          {"communicator": coll.comm, "last to arrive": f"stream {last.stream}"})
             yield {"name": "collective", "cat": "collective", "ph": "s", "id": flow_id,
-                   "pid": lpid, "tid": ltid, "ts": _us(last.start_ns)}
+                   "pid": lpid, "tid": ltid, "ts": us(last.start_ns)}
             yield {"name": "collective", "cat": "collective", "ph": "f", "bp": "e",
-                   "id": flow_id, "pid": pid, "tid": tid, "ts": _us(last.start_ns)}
+                   "id": flow_id, "pid": pid, "tid": tid, "ts": us(last.start_ns)}
 
     # Races the sanitizer found: an instant on the task (or host thread) that completed each,
     # and an arrow from the access it raced with.
@@ -235,22 +229,22 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
         pid, tid = where(hit)
         args = {"report": race.text, "times": race.count}
         yield {"name": "reuse without ordering" if race.reuse else "race", "cat": "sanitizer",
-               "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": _us(hit.start_ns),
+               "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": us(hit.start_ns),
                "args": args}
         other = next((t for t in profile.tasks if (t.stream, t.task_id) == first), None)
         if other is not None:
             flow_id += 1
             opid, otid = where(other)
             yield {"name": "race", "cat": "sanitizer", "ph": "s", "id": flow_id, "pid": opid,
-                   "tid": otid, "ts": _us(other.start_ns)}
+                   "tid": otid, "ts": us(other.start_ns)}
             yield {"name": "race", "cat": "sanitizer", "ph": "f", "bp": "e", "id": flow_id,
-                   "pid": pid, "tid": tid, "ts": _us(max(hit.start_ns, other.start_ns))}
+                   "pid": pid, "tid": tid, "ts": us(max(hit.start_ns, other.start_ns))}
 
     # Memory counters.
     for s in profile.memory:
         pid = HOST_PID if s.device < 0 else device_pid(s.device)
         name = "pinned host memory" if s.device < 0 else "device memory"
-        yield {"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": _us(s.ts_ns),
+        yield {"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": us(s.ts_ns),
                "args": {"allocated MiB": round(s.allocated / (1 << 20), 3),
                "reserved MiB": round(s.reserved / (1 << 20), 3)}}
 
@@ -269,15 +263,6 @@ def _document_fields(profile: ProfileData) -> dict:
 def write_trace(profile: ProfileData, fh: TextIO, chunk: int = 4096) -> None:
     """Write trace_json(profile) to the open text file `fh`, encoding the events a chunk at a
     time: the document is never held whole, as a list or as a string."""
-    fh.write('{"traceEvents":[')
-    batch: list[dict] = []
-    first = True
-    for event in iter_trace_events(profile):
-        batch.append(event)
-        if len(batch) == chunk:
-            fh.write(("" if first else ",") + json.dumps(batch, separators=(",", ":"))[1:-1])
-            batch.clear()
-            first = False
-    if batch:
-        fh.write(("" if first else ",") + json.dumps(batch, separators=(",", ":"))[1:-1])
-    fh.write("]," + json.dumps(_document_fields(profile), separators=(",", ":"))[1:])
+    fh.write('{"traceEvents":')
+    write_json_array(fh, iter_trace_events(profile), chunk)
+    fh.write("," + json.dumps(_document_fields(profile), separators=(",", ":"))[1:])
