@@ -98,3 +98,9 @@ def test_the_cpu_backend_says_what_it_is():
     props = CpuBackend("x", 1 << 20, (2, 1, 1)).properties()
     assert (props.backend, props.name, props.memory_bytes, props.executors) == ("cpu", "x", 1 << 20, (2, 1, 1))
     assert art.Device(0).properties.backend == "cpu" and KINDS["cpu"] is CpuBackend
+
+
+def test_a_sim_backend_without_a_preset_is_refused_by_name():
+    from ascentrt.backends import make_backend
+    with pytest.raises(ValueError, match="preset"):
+        make_backend("sim", "x", 0, (1, 1, 1))

@@ -233,3 +233,16 @@ def test_a_stopped_recorder_hands_its_records_out_in_order_and_lets_them_go():
     raw = [("a", 1), ("b", 1), ("c", 2)]
     assert list(_drained(raw)) == [("a", 1), ("b", 1), ("c", 2)]
     assert raw == []
+
+
+def test_a_write_that_fails_leaves_no_temporary_file_and_no_half_output(tmp_path, monkeypatch):
+    from ascentrt.profiler import export
+    prof = art.profiler.Profile()
+
+    def broken(fh):
+        fh.write("{")
+        raise RuntimeError("encoding failed")
+    monkeypatch.setattr(type(prof), "write_json", lambda self, fh: broken(fh))
+    with pytest.raises(RuntimeError, match="encoding failed"):
+        export.write_folder(prof, tmp_path)
+    assert os.listdir(tmp_path) == []
