@@ -505,3 +505,82 @@ def test_a_malformed_variant_is_one_clear_error():
     r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
                  "\n    print('ERR', int(e.code), e)", env_extra={"ASCENTRT_SIM_VARY": "{not json"})
     assert r.returncode == 0 and "ERR 100000" in r.stdout and "not JSON" in r.stdout
+
+
+# ---- sharing: memory bandwidth, and the processors of a cpu-backend model ----------------------
+
+@sim_only
+def test_a_d2d_copy_and_a_memory_bound_kernel_share_the_memory_bandwidth(dev):
+    # Each needs all of the memory bandwidth at its full rate: while both run, each gets half.
+    n = 64 << 20
+    a, b = art.malloc(n), art.malloc(n)
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    work = 2 * n / P.memory_bandwidth * 1e9  # the copy reads and writes n bytes; so does the kernel
+    with art.profile() as prof:
+        art.memcpy_async(b, a, stream=s1)
+        art.launch(lambda: None, stream=s2, cost={"bytes": 2 * n}, block_dim=1, name="k")
+        dev.synchronize()
+    (copy,), (kernel,) = _tasks(prof, "copy"), _tasks(prof, "kernel")
+    alone = kernel.start_ns - copy.start_ns   # the copy ran alone this long, at its full rate
+    assert 0 < alone < work / 4
+    # Then both at half rate until the copy is done; the kernel finishes its last part alone.
+    assert abs(copy.duration_ns - (alone + 2 * (work - alone) + P.dispatch_ns)) <= 3
+    assert abs(kernel.duration_ns - (2 * (work - alone) + alone + P.dispatch_ns)) <= 3
+    with art.profile() as prof:  # one at a time: each at its full rate
+        art.memcpy_async(b, a, stream=s1)
+        s1.synchronize()
+    (copy,) = _tasks(prof, "copy")
+    assert abs(copy.duration_ns - (work + P.dispatch_ns)) <= 2
+    s1.destroy(), s2.destroy(), a.free(), b.free()
+
+
+SHARED = textwrap.dedent("""
+    import ascentrt as art
+    dev = art.Device(0)
+    streams = [dev.create_stream() for _ in range(3)]
+    with art.profile() as prof:
+        for s in streams:
+            art.launch(lambda: None, stream=s, cost=1e-3)   # no block_dim: the preset's default
+        dev.synchronize()
+    ks = [t for t in prof.snapshot().tasks if t.kind == "kernel"]
+    print(min(t.start_ns for t in ks), max(t.start_ns for t in ks), max(t.end_ns for t in ks),
+          min(t.duration_ns for t in ks), dev._backend.preset.dispatch_ns)
+""")
+
+
+@pytest.mark.parametrize("procs", [1, 3])
+def test_kernels_share_the_processors_of_a_cpu_backend_model(procs):
+    # default_block_dim 1: the three kernels run at once; on 1 processor they share it (it
+    # never idles: the last ends 3 ms after the first started), on 3 each has its own.
+    r = _run_sim(SHARED, env_extra={"ASCENTRT_SIM_VARY":
+                                    json.dumps({"shared_processors": procs, "default_block_dim": 1})})
+    assert r.returncode == 0, r.stderr
+    first, last, end, shortest, dispatch = (float(v) for v in r.stdout.split())
+    if procs == 1:
+        assert abs(end - (first + 3e6 + dispatch)) <= 3
+        assert shortest > 1e6 + dispatch  # each ran slower than alone
+    else:
+        assert abs(end - (last + 1e6 + dispatch)) <= 3
+        assert abs(shortest - (1e6 + dispatch)) <= 2
+
+
+def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
+    path = _write_preset(tmp_path, shared_processors=None, default_block_dim=None,
+                         unified_memory=None)
+    p = presets.load(path)
+    assert (p.shared_processors, p.default_block_dim, p.unified_memory) == (0, 0, 0)
+    assert all(p.sources[f][0] == "documented" for f in presets.DEFAULTS)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"unified_memory": 2}, "'unified_memory' must be at most 1"),
+    ({"default_block_dim": 25}, "'default_block_dim' (25) must be at most compute_units"),
+    ({"shared_processors": -1}, "'shared_processors' must be at least"),
+])
+def test_bad_sharing_fields_name_the_field_and_the_file(tmp_path, change, words):
+    path = _write_preset(tmp_path, **change)
+    with pytest.raises(PresetError) as err:
+        presets.load(path)
+    assert words in str(err.value) and path in str(err.value)
+    with pytest.raises(PresetError, match="must be at most"):
+        presets.load("ascend910b").varied({"default_block_dim": 99})

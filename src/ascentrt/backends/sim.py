@@ -12,6 +12,10 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
   - A task is taken from the engine when a unit of its executor class is free (strict
     priority: a compute kernel that does not fit blocks the ones behind it; copies go to the
     first free engine of their direction), runs at once, and ends after its modelled cost.
+  - On a preset with shared_processors (a model of a cpu backend, whose engines are threads
+    on a few cores), the running tasks' work is served by that many processors: with n tasks
+    running on p < n processors each progresses at p / n of its rate (processor sharing, as
+    a fluid model), so a task's end moves whenever another one starts or ends.
 A program with one host thread therefore gives the same timeline on every run, however busy
 the machine is. With several host threads the semantics hold, but the interleaving of their
 calls (and so the timeline) follows the real threads.
@@ -53,10 +57,10 @@ class _Frame:
     """A task the simulation is running on this thread: when it started, and the time its
     nested operations (graph nodes) took so far."""
 
-    __slots__ = ("task", "start", "offset", "own")
+    __slots__ = ("task", "start", "offset", "own", "mem")
 
     def __init__(self, task: Any, start: int):
-        self.task, self.start, self.offset, self.own = task, start, 0, 0
+        self.task, self.start, self.offset, self.own, self.mem = task, start, 0, 0, 0.0
 
 
 class _HostThread:
@@ -110,6 +114,7 @@ class Timeline:
         self.pumping = False
         self.attending = 0              # host threads inside host_wait: they move time themselves
         self.callers: dict = {}          # ident -> thread of host threads that used the runtime
+        self.sharing = 0                # running tasks whose end moves with others' (see _share)
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
         self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
 
@@ -120,7 +125,7 @@ class Timeline:
             threading.Thread(target=self._pump, daemon=True, name="ascentrt-sim-pump").start()
 
     def _pending(self) -> bool:
-        return bool(self.ends or self.inflight or self.next_deadline() is not None
+        return bool(self.ends or self.next_end() is not None or self.inflight or self.next_deadline() is not None
                     or any(q is not None and q.ready.count for b in self.backends for q in b.queues))
 
     def _pump(self) -> None:
@@ -137,7 +142,9 @@ class Timeline:
                 if time.monotonic() - since < IDLE_HOST_S or not self._pending():
                     continue
                 # Unattended: run one instant of device time, as a waiting host would.
-                nxt = self.ends[0][0] if self.ends else self.next_deadline()
+                nxt = self.next_end()
+                if nxt is None:
+                    nxt = self.next_deadline()
                 self.run(self.now if nxt is None else max(nxt, self.now))
                 self.moved.notify_all()
 
@@ -167,6 +174,17 @@ class Timeline:
 
     # ---- running the simulation (callers hold self.lock) -------------------------------------
 
+    def next_end(self) -> int | None:
+        """When the next running task ends (None: none runs)."""
+        nxt = self.ends[0][0] if self.ends else None
+        if not self.sharing:
+            return nxt
+        for b in self.backends:
+            e = b.next_shared_end()
+            if e is not None and (nxt is None or e < nxt):
+                nxt = e
+        return nxt
+
     def run(self, until: float, signal=None) -> bool:
         """Run events up to time `until` (or until `signal` is set); True when it is set."""
         ends = self.ends
@@ -175,7 +193,7 @@ class Timeline:
                 b.dispatch()
             if signal is not None and signal.is_set():
                 return True
-            nxt = ends[0][0] if ends else None
+            nxt = self.next_end() if self.sharing else ends[0][0] if ends else None
             if self.inflight and self.inflight > self._own_host_tasks() \
                     and (nxt is None or nxt > self.now) and self.patience_spent != self.returned:
                 # Time may not move while a host function runs (its end is not known yet).
@@ -197,6 +215,9 @@ class Timeline:
             if nxt is None or nxt > until:
                 return False
             self.now = nxt
+            if self.sharing:
+                for b in self.backends:
+                    b.shared_work_done(nxt)  # (their ends join the heap)
             while ends and ends[0][0] == nxt:  # every end at this instant, then dispatch
                 _, _, backend, queue, task, units = heapq.heappop(ends)
                 backend.release(queue.executor, units)
@@ -289,6 +310,9 @@ class SimBackend(CpuBackend):
         self.free_host = p.host_func_threads
         self._host_threads: list[_HostThread] = []   # idle ones, started on first use
         self._name = name
+        self.processors = p.shared_processors  # 0: engines are hardware of their own
+        self.sharing: list[list] = []   # running tasks that share (see _share)
+        self.shared_since = 0           # when `sharing`'s work was last brought up to date
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
         self._host_cost = {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
@@ -353,7 +377,7 @@ class SimBackend(CpuBackend):
                 return
             # A graph segment's node, or a synchronous copy inside a host function: it takes
             # its own time, after what the task did so far.
-            frame.offset += int(self.preset.dispatch_ns) + self._perform(op, None)
+            frame.offset += int(self.preset.dispatch_ns) + self._perform(op, frame)
             return
         ns = self._perform(op, None)  # synchronous memcpy / memset from the host
         with tl.lock:
@@ -464,9 +488,12 @@ class SimBackend(CpuBackend):
         if t.kind != KERNEL:
             return 1  # a memset occupies one unit
         cost = t.cost
-        if cost is None or cost.block_dim is None:
-            return self.preset.compute_units
-        return min(cost.block_dim, self.preset.compute_units)
+        return self._block_dim(None if cost is None else cost.block_dim)
+
+    def _block_dim(self, declared: int | None) -> int:
+        """The compute units a kernel occupies: what it declared, else the preset's default."""
+        p = self.preset
+        return min(declared or p.default_block_dim or p.compute_units, p.compute_units)
 
     def _fits_compute(self, t) -> bool:
         self._last_units = units = self._units_of(t)
@@ -526,60 +553,148 @@ class SimBackend(CpuBackend):
         tl = self.timeline
         p = self.preset
         start = frame.start
-        own = frame.own  # (0 for a graph segment: its Cost is 0, its nodes add their time)
+        work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
         wait_latency = 0
         if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
             wait_latency = max(0, t.released_ns + int(p.event_latency_ns) - start)
-        end = max(tl.now, start) + frame.offset + own + wait_latency + int(p.dispatch_ns)
-        t.t_start, t.t_end = start, end
+        fixed = wait_latency + int(p.dispatch_ns)
+        t.t_start = start
+        if work and (frame.mem or self.processors and (t.kind == KERNEL or t.kind == HOST)):
+            # It shares memory bandwidth or processors: its end moves with the others'.
+            self._settle(tl.now)
+            self.sharing.append([float(work), fixed, queue, t, units, min(1.0, frame.mem / work),
+                                 1.0, t.kind == KERNEL or t.kind == HOST])
+            tl.sharing += 1
+            self._share()
+            return
+        t.t_end = end = max(tl.now, start) + work + fixed
         heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
+
+    # ---- sharing (the timeline lock is held) -------------------------------------------------
+    # A running task that moves memory needs `demand` of the memory bandwidth at its full rate
+    # (its bytes over the bandwidth, per ns of its duration); on a preset with shared_processors
+    # each running kernel or host function needs one processor at its full rate (copies and
+    # fills are DMA work: their time is the memory's). Rates are max-min fair (every task's
+    # rate rises alike until a resource it uses is full, as in a fluid network model);
+    # `sharing` holds [work ns left at full rate, fixed ns after it, queue, task, units,
+    # demand, rate, uses a processor] and is brought up to date (_settle) whenever it changes.
+
+    def _settle(self, now: int) -> None:
+        """Bring the sharing tasks' work left up to `now` at the rates they had since."""
+        elapsed = now - self.shared_since
+        if elapsed:
+            for entry in self.sharing:
+                entry[0] -= elapsed * entry[6]
+        self.shared_since = now
+
+    def _share(self) -> None:
+        """Give the sharing tasks their max-min fair rates (progressive filling)."""
+        entries = self.sharing
+        procs = self.processors
+        for entry in entries:
+            entry[6] = 0.0
+        rising = list(entries)
+        mem_left, procs_left = 1.0, float(procs)
+        while rising:
+            step = min(1.0 - e[6] for e in rising)
+            load = sum(e[5] for e in rising)
+            users = sum(e[7] for e in rising)
+            if load > 0:
+                step = min(step, mem_left / load)
+            if procs and users:
+                step = min(step, procs_left / users)
+            for e in rising:
+                e[6] += step
+            mem_left -= step * load
+            procs_left -= step * users
+            full_mem = mem_left <= 1e-12
+            full_procs = procs and procs_left <= 1e-12
+            rising = [e for e in rising if e[6] < 1.0 - 1e-12 and not (full_procs and e[7])
+                      and not (full_mem and e[5] > 0)]
+        for entry in entries:
+            entry[6] = max(entry[6], 1e-9)  # (never stalled for good: float dust)
+
+    def next_shared_end(self) -> int | None:
+        """When the first of the sharing tasks finishes its work at the present rates."""
+        if not self.sharing:
+            return None
+        return self.shared_since + max(0, min(math.ceil(e[0] / e[6]) for e in self.sharing))
+
+    def shared_work_done(self, now: int) -> None:
+        """At `now`: tasks whose work is done leave the sharing; each ends after its fixed part."""
+        if not self.sharing:
+            return
+        self._settle(now)
+        tl = self.timeline
+        left = []
+        for entry in self.sharing:
+            if entry[0] <= 1e-6:
+                _, fixed, queue, t, units, _, _, _ = entry
+                t.t_end = end = now + fixed
+                heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
+                tl.sharing -= 1
+            else:
+                left.append(entry)
+        if len(left) != len(self.sharing):
+            self.sharing = left
+            self._share()
 
     def _perform(self, op: Op, frame) -> int:
         """Do what `op` does (through the cpu backend) and return its modelled duration in ns.
-        The duration is found first and kept in `frame`: a kernel that fails still held its
-        units that long. A run of operations (a graph segment, whose Cost is 0) adds the time
-        of each of its nodes as they run."""
+        The duration is found first and kept in `frame` when `op` is its task (the ns its bytes
+        take at the device's memory bandwidth are added for nodes too): a kernel that fails
+        still held its units that long. A run of operations (a graph segment, whose Cost is 0)
+        adds the time of each of its nodes as they run."""
         p = self.preset
         kind = op.kind
         kernel = op.fn if kind == KERNEL else None
+        mem = 0.0
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
-            ns = self._kernel_ns(op, args)
+            ns, mem = self._kernel_ns(op, args)
         elif kind == HOST:
             ns = p.host_func_ns
         elif op.fn is not None:  # a run of copies or fills
             ns = 0
         elif kind == COPY:
             dst, dpitch, src, spitch, width, height = op.args
-            ns = self.copy_ns(self.direction(dst, src), width * height, dst, src)
+            ns, mem = self.copy_ns(self.direction(dst, src), width * height, dst, src)
         else:  # FILL
             dst, _, nbytes = op.args
-            bw = p.memory_bandwidth if self.timeline.where(dst) == "device" else p.pageable_bandwidth
-            ns = nbytes / bw * 1e9
+            on_device = self.timeline.where(dst) == "device"
+            ns = nbytes / (p.memory_bandwidth if on_device else p.pageable_bandwidth) * 1e9
+            if on_device or p.unified_memory:
+                mem = nbytes / p.memory_bandwidth * 1e9
         ns = int(ns)
         if frame is not None:
-            frame.own = ns
+            if frame.task is op:
+                frame.own = ns
+            frame.mem += mem  # (a node's memory time adds to its segment's)
         if kernel is not None:
             kernel(*args)
         else:
             CpuBackend.execute(self, op)
         return ns
 
-    def copy_ns(self, direction: int, nbytes: int, dst: int, src: int) -> float:
-        """Latency + bytes / bandwidth of the path a copy takes (pageable host memory is staged)."""
+    def copy_ns(self, direction: int, nbytes: int, dst: int, src: int) -> tuple[float, float]:
+        """(latency + bytes / bandwidth of the path a copy takes, the ns its bytes take at the
+        device memory's bandwidth). Pageable host memory is staged; with unified memory the
+        host side of a copy is in the device's memory too."""
         p = self.preset
+        mem = nbytes / p.memory_bandwidth * 1e9
         if direction == D2D:
             device_of = self.timeline.device_of
             if device_of(dst) != device_of(src):  # a peer copy: over the link between the two
-                return p.peer_link_latency_ns + nbytes / p.peer_link_bandwidth * 1e9
-            return nbytes / (p.memory_bandwidth / 2) * 1e9  # read and written once each
+                return p.peer_link_latency_ns + nbytes / p.peer_link_bandwidth * 1e9, mem
+            return 2 * mem, 2 * mem  # read and written once each
         host = src if direction == H2D else dst
         bw = p.host_link_bandwidth if self.timeline.where(host) == "pinned" else p.pageable_bandwidth
-        return p.host_link_latency_ns + nbytes / bw * 1e9
+        return p.host_link_latency_ns + nbytes / bw * 1e9, mem * (2 if p.unified_memory else 1)
 
-    def _kernel_ns(self, op, args) -> float:
-        """Declared duration, or roofline of declared flops and bytes, or the built-in kernel's
-        cost function, or the preset's default (and the kernel is listed as uncosted)."""
+    def _kernel_ns(self, op, args) -> tuple[float, float]:
+        """(Declared duration, or roofline of declared flops and bytes, or the built-in
+        kernel's cost function, or the preset's default (and the kernel is listed as uncosted);
+        the ns its declared bytes take at the memory bandwidth)."""
         p = self.preset
         cost = op.cost
         if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes
@@ -594,15 +709,15 @@ class SimBackend(CpuBackend):
                             and not cost.link_bytes):
             label = getattr(op, "label", "") or getattr(op.fn, "__name__", "kernel")
             self.uncosted[label] = self.uncosted.get(label, 0) + 1
-            return p.default_kernel_ns
-        if cost.seconds is not None:
-            return cost.seconds * 1e9
-        units = p.compute_units if cost.block_dim is None else min(cost.block_dim, p.compute_units)
-        compute = cost.flops / (p.compute_flops_per_unit * units)
+            return p.default_kernel_ns, 0.0
         memory = cost.bytes / p.memory_bandwidth
+        if cost.seconds is not None:
+            return cost.seconds * 1e9, min(memory, cost.seconds) * 1e9
+        units = self._block_dim(cost.block_dim)
+        compute = cost.flops / (p.compute_flops_per_unit * units)
         link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
             if cost.link_bytes else 0.0
-        return max(compute, memory, link) * 1e9
+        return max(compute, memory, link) * 1e9, memory * 1e9
 
 
 def _always(t) -> bool:

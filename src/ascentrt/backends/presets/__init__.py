@@ -2,7 +2,8 @@
 
 A preset is a TOML file with a name, a description and one table per field:
 `field = { value = 24, kind = "documented", source = "where the number comes from" }`,
-kind being "documented", "measured" or "estimated". Every field in FIELDS must be there.
+kind being "documented", "measured" or "estimated". Every field in FIELDS must be there, except
+those with a DEFAULTS entry (fields added later, whose default keeps the older model).
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "queue_depth": (int, 1, "tasks", "submission-queue depth per stream: a full one makes submit wait"),
     "max_streams": (int, 1, "", "streams a device can have at once"),
     "max_events": (int, 1, "", "events a device can have at once"),
+    "default_block_dim": (int, 0, "", "compute units a kernel occupies when it declares no "
+                          "block_dim (0: all of them)"),
+    "shared_processors": (float, 0, "", "processors that run every task's work (a cpu "
+                          "backend's cores, fractional where they are not all free): more "
+                          "concurrent tasks share them equally (0: each engine is hardware of its own)"),
+    "unified_memory": (int, 0, "", "1: host memory is the device's memory (a cpu backend): a "
+                       "host copy moves its bytes through that memory's bandwidth at both ends"),
+}
+
+# Fields a preset file may leave out: (value, why it keeps the model of older preset files).
+DEFAULTS: dict[str, tuple[float, str]] = {
+    "default_block_dim": (0, "not in the file: a kernel without block_dim occupies every compute unit"),
+    "shared_processors": (0.0, "not in the file: engines are independent hardware (no sharing)"),
+    "unified_memory": (0, "not in the file: host and device memory are apart"),
 }
 
 
@@ -80,6 +95,7 @@ class Preset:
         for field, raw in changes.items():
             values[field] = _check_value(field, raw, f"variant of {self.name}")
             sources[field] = ("varied", f"set for this run (preset value {self.values[field]})")
+        _check_together(values, f"variant of {self.name}")
         return Preset(self.name, self.path, self.description, values, sources)
 
 
@@ -117,7 +133,19 @@ def _check_value(field: str, raw, where: str):
         raw = int(raw)
     if raw < low:
         raise PresetError(f"{where}: field {field!r} must be at least {low:g}, got {raw!r}")
+    if field in _AT_MOST and raw > _AT_MOST[field]:
+        raise PresetError(f"{where}: field {field!r} must be at most {_AT_MOST[field]}, got {raw!r}")
     return typ(raw)
+
+
+_AT_MOST = {"unified_memory": 1}  # (a flag)
+
+
+def _check_together(values: dict, where: str) -> None:
+    """The checks that involve two fields."""
+    if values["default_block_dim"] > values["compute_units"]:
+        raise PresetError(f"{where}: field 'default_block_dim' ({values['default_block_dim']}) "
+                          f"must be at most compute_units ({values['compute_units']})")
 
 
 def load(name_or_path: str) -> Preset:
@@ -148,6 +176,10 @@ def load(name_or_path: str) -> Preset:
     values, sources = {}, {}
     for field in FIELDS:
         entry = doc.get(field)
+        if entry is None and field in DEFAULTS:
+            values[field], why = DEFAULTS[field]
+            sources[field] = ("documented", why)
+            continue
         if entry is None:
             raise PresetError(f"preset file {path}: field {field!r} is missing")
         if not isinstance(entry, dict) or "value" not in entry:
@@ -165,6 +197,7 @@ def load(name_or_path: str) -> Preset:
     unknown = sorted(k for k, v in doc.items() if isinstance(v, dict) and k not in FIELDS)
     if unknown:
         raise PresetError(f"preset file {path}: unknown field {unknown[0]!r}")
+    _check_together(values, f"preset file {path}")
     name = doc.get("name", os.path.basename(path)[:-5] if path.endswith(".toml") else path)
     return Preset(str(name), path, str(doc.get("description", "")), values, sources)
 
