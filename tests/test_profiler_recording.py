@@ -184,7 +184,7 @@ def test_folder_round_trips_through_load(stream, tmp_path):
     assert loaded == prof.profile
     assert [f.to_json() for f in loaded.diagnose()] == [f.to_json() for f in prof.diagnose()]
     rows = (tmp_path / "run" / "task_time.csv").read_text().splitlines()
-    assert rows[0].startswith("device,stream,task_id,kind,name,enqueue_us,start_us,duration_us,wait_us")
+    assert rows[0].startswith("device,stream,task_id,kind,name,enqueue_us,start_us,duration_us,queued_us,wait_us")
     assert len(rows) == 1 + len(loaded.tasks)
 
 

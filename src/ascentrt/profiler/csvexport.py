@@ -14,12 +14,21 @@ def _us(ns: float) -> str:
 
 
 def task_rows(profile: ProfileData) -> list[list]:
-    """task_time.csv: one row per task."""
+    """task_time.csv: one row per task. queued_us is enqueue to start; wait_us is msprof's
+    "waiting": the gap since the previous task of the same stream ended (0 for its first)."""
     rows: list[list] = [["device", "stream", "task_id", "kind", "name", "enqueue_us", "start_us",
-                         "duration_us", "wait_us", "bytes", "failed"]]
+                         "duration_us", "queued_us", "wait_us", "bytes", "failed"]]
+    previous_end: dict[tuple[int, int], int] = {}
+    gap: dict[tuple, int] = {}
+    for t in sorted(profile.tasks, key=lambda t: (t.device, t.stream, t.task_id)):
+        key = (t.device, t.stream)
+        end = previous_end.get(key)
+        gap[t.key] = 0 if end is None else max(0, t.start_ns - end)
+        previous_end[key] = max(t.end_ns, end or 0)
     for t in profile.tasks:
         rows.append([t.device, t.stream, t.task_id, t.kind, t.name, _us(t.enqueue_ns),
-                     _us(t.start_ns), _us(t.duration_ns), _us(t.wait_ns), t.nbytes, int(t.failed)])
+                     _us(t.start_ns), _us(t.duration_ns), _us(t.queued_ns), _us(gap[t.key]),
+                     t.nbytes, int(t.failed)])
     return rows
 
 

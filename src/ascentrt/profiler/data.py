@@ -42,8 +42,8 @@ class TaskRecord:
         return self.end_ns - self.start_ns
 
     @property
-    def wait_ns(self) -> int:
-        """Enqueue to start: queueing behind earlier work plus launch latency."""
+    def queued_ns(self) -> int:
+        """Enqueue to start: the time queued in the stream behind earlier work, plus dispatch."""
         return self.start_ns - self.enqueue_ns
 
     @property

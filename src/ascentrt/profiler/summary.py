@@ -38,12 +38,14 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
     rows = [[name, str(v["count"]), _ms(v["total_ns"]), f"{v['mean_ns'] / 1e3:.1f}"]
             for name, v in top_api]
     out.append(("Host API", ["api", "calls", "total ms", "avg us"], rows))
-    lat, disp = m["launch_latency_ns"], m["dispatch_latency_ns"]
+    queued, disp = m["queued_ns"], m["dispatch_latency_ns"]
     rows = [[label, str(v["count"]), f"{v['p50'] / 1e3:.1f}", f"{v['p90'] / 1e3:.1f}",
              f"{v['p99'] / 1e3:.1f}", f"{v['max'] / 1e3:.1f}"]
-            for label, v in (("enqueue -> start", lat), ("idle stream dispatch", disp))
+            for label, v in (("queued in stream (enqueue -> start)", queued),
+                             ("dispatch latency (idle stream)", disp))
             if v["count"]]
-    out.append(("Kernel launch latency (us)", ["", "count", "p50", "p90", "p99", "max"], rows))
+    out.append(("Device tasks: queueing and dispatch (us)" + _switch_note(profile, disp),
+                ["", "count", "p50", "p90", "p99", "max"], rows))
     rows = [[name, str(v["count"]), format_bytes(v["bytes"]), f"{v['gb_per_s']:.2f}"]
             for name, v in m["copy_bandwidth"].items()]
     out.append(("Copies", ["direction", "count", "bytes", "GB/s"], rows))
@@ -53,6 +55,18 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
             for d, v in sorted(m["memory"].items())]
     out.append(("Memory peak", ["device", "allocated", "reserved", "capacity"], rows))
     return [s for s in out if s[2]]
+
+
+def _switch_note(profile: ProfileData, disp: dict) -> str:
+    """On the cpu backend a woken executor thread waits for the GIL, which the interpreter
+    hands over only every switch interval: say so where the dispatch latency shows it."""
+    import sys
+    interval_ns = sys.getswitchinterval() * 1e9
+    if any(d.backend != "cpu" for d in profile.devices) or disp["p99"] < interval_ns / 2:
+        return ""
+    return (f"; dispatch p99 is near the interpreter's switch interval "
+            f"({interval_ns / 1e6:.1f} ms, sys.setswitchinterval): a woken executor waited for "
+            f"the GIL while the host thread ran Python, not for the runtime")
 
 
 def format_table(headers: list[str], rows: list[list[str]]) -> str:

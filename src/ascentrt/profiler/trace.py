@@ -130,7 +130,7 @@ def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
         for lane, start, end, t in _lanes(items):
             tid = sid + lane * OVERFLOW_TID
             args = {"task id": t.task_id, "kind": t.kind, "enqueue (us)": us(t.enqueue_ns),
-                    "wait (us)": us(t.wait_ns)}
+                    "queued (us)": us(t.queued_ns)}
             if t.nbytes:
                 args["bytes"] = t.nbytes
             if t.failed:

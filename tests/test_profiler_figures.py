@@ -1,0 +1,57 @@
+"""The profiler's figures are named for what they measure: time queued in a stream is not a
+dispatch latency, task_time.csv's wait_us is msprof's gap, and one dispatch median per report."""
+
+from ascentrt.profiler.analysis import diagnose, dispatch_latencies, metrics
+from ascentrt.profiler.csvexport import task_rows
+from ascentrt.profiler.data import DeviceInfo, ProfileData, TaskRecord
+from ascentrt.profiler.summary import sections
+
+
+def _task(tid, enqueue, start, end, stream=1, kind="kernel"):
+    return TaskRecord(0, stream, tid, kind, f"k{tid}", 0, enqueue, start, end, 1)
+
+
+def _profile(tasks, backend="cpu"):
+    return ProfileData(duration_ns=max(t.end_ns for t in tasks), tasks=tasks,
+                       devices=[DeviceInfo(0, "d", 2, 2, 1, 1 << 30, backend=backend)])
+
+
+def test_queued_and_msprof_wait_columns():
+    # Three tasks queued at once: the 2nd and 3rd wait behind the 1st (queued), yet each starts
+    # right as the one before ends (wait 0); a 4th queued later starts 5 us after the 3rd ended.
+    tasks = [_task(1, 0, 1000, 2000), _task(2, 0, 2000, 3000), _task(3, 0, 3000, 4000),
+             _task(4, 8000, 9000, 9500)]
+    rows = task_rows(_profile(tasks))
+    head = rows[0]
+    queued, wait = head.index("queued_us"), head.index("wait_us")
+    assert [r[queued] for r in rows[1:]] == ["1.000", "2.000", "3.000", "1.000"]
+    assert [r[wait] for r in rows[1:]] == ["0.000", "0.000", "0.000", "5.000"]
+
+
+def test_dispatch_latency_counts_only_tasks_of_an_idle_stream():
+    tasks = [_task(1, 0, 1000, 2000), _task(2, 0, 2000, 3000), _task(3, 5000, 5400, 6000),
+             _task(4, 7000, 7300, 8000, kind="copy")]
+    assert dispatch_latencies(_profile(tasks)) == [1000, 400, 300]
+    m = metrics(_profile(tasks))
+    assert m["dispatch_latency_ns"]["count"] == 3 and m["queued_ns"]["count"] == 4
+
+
+def test_one_dispatch_median_in_the_summary_and_the_diagnosis():
+    # Many tiny tasks: the small-tasks finding quotes the same median as the summary's table.
+    tasks = [_task(i, i * 100_000, i * 100_000 + 300 + i * 100, i * 100_000 + 500 + i * 100)
+             for i in range(1, 201)]  # (an even count: a median of two would differ)
+    profile = _profile(tasks)
+    p50 = metrics(profile)["dispatch_latency_ns"]["p50"]
+    small = [f for f in diagnose(profile) if f.kind == "small_tasks"]
+    assert small and small[0].evidence["median dispatch latency"] == f"{p50 / 1e3:.1f} us"
+    title = [t for t, _, _ in sections(profile) if t.startswith("Device tasks")][0]
+    assert "switch interval" not in title  # 0.4-20 us: nothing like the interpreter's 5 ms
+
+
+def test_a_dispatch_latency_near_the_switch_interval_is_explained_on_cpu():
+    tasks = [_task(i, i * 10_000_000, i * 10_000_000 + 4_900_000, i * 10_000_000 + 5_000_000)
+             for i in range(1, 50)]
+    title = [t for t, _, _ in sections(_profile(tasks)) if t.startswith("Device tasks")][0]
+    assert "switch interval (5.0 ms" in title and "GIL" in title
+    sim = [t for t, _, _ in sections(_profile(tasks, "sim")) if t.startswith("Device tasks")][0]
+    assert "switch interval" not in sim  # virtual time has no GIL in it
