@@ -86,9 +86,8 @@ def _prof(args) -> int:
     from .errors import ErrorCode, InvalidArgumentError
     from .profiler.data import DATA_FILE
     from .profiler.session import PROGRESS_FILE
-    from .profiler.summary import print_summary
     from .validate import program_command
-    command = program_command(args.command, "ascentrt prof [-o DIR] -- python prog.py [args]")
+    command = program_command(args.command, "ascentrt prof [-o DIR] [--range NAME] -- python prog.py [args]")
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     for stale in (DATA_FILE, PROGRESS_FILE):
@@ -136,10 +135,21 @@ def _prof(args) -> int:
     prof = profiler.load(out)
     if code:
         print(f"ascentrt prof: the program exited with code {code}", file=sys.stderr)
-    print_summary(prof)
+    _print_summary(prof, args.range)
     print(f"\noutputs in {out}: report.html, trace.json (Perfetto / chrome://tracing), "
           f"task_time.csv, kernel_statistic.csv, api_statistic.csv, memory.csv, profile.json")
     return code
+
+
+def _print_summary(prof, range_name: str | None) -> None:
+    """The summary of `prof`, its diagnosis limited to the user range `range_name` if given."""
+    from .profiler.scope import within
+    from .profiler.summary import print_summary
+    if range_name is None:
+        print_summary(prof)
+        return
+    scope = within(prof, range_name)  # (an unknown name: the error lists the known ones)
+    print_summary(prof, scope.diagnose(), scope=scope.label())
 
 
 def _latest_profile() -> str:
@@ -159,14 +169,13 @@ def _latest_profile() -> str:
 
 def _report(args) -> int:
     from . import profiler
-    from .profiler.summary import print_summary
     if args.folder is None:
         args.folder = _latest_profile()
         print(f"ascentrt report: {args.folder}/", file=sys.stderr)
     prof = profiler.load(args.folder)
     if args.rewrite:
         prof.save(args.folder)
-    print_summary(prof)
+    _print_summary(prof, args.range)
     return 0
 
 
@@ -245,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     p_prof.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p_prof.add_argument("--progress", type=float, metavar="SECONDS",
                         help="seconds between progress lines (default: 1 on a terminal, else 10)")
+    p_prof.add_argument("--range", metavar="NAME",
+                        help="limit the diagnosis to the user range NAME (ascentrt.profiler.range)")
     p_prof.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- the program and its arguments")
     p_prof.set_defaults(fn=_prof)
@@ -282,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                           help="profile folder (default: the newest one in this directory)")
     p_report.add_argument("--rewrite", action="store_true",
                           help="also write the folder's trace, CSVs and HTML report again")
+    p_report.add_argument("--range", metavar="NAME",
+                          help="limit the diagnosis to the user range NAME (ascentrt.profiler.range)")
     p_report.set_defaults(fn=_report)
     args = parser.parse_args(argv)
     try:

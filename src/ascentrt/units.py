@@ -1,4 +1,4 @@
-"""Sizes for people: each in the unit that shows it (1 KiB is not '0.0 MiB')."""
+"""Sizes and times for people: each in the unit that shows it (1 KiB is not '0.0 MiB')."""
 
 from __future__ import annotations
 
@@ -9,3 +9,8 @@ def format_bytes(n: float) -> str:
         if abs(n) >= 1 << shift:
             return f"{n / (1 << shift):.1f} {unit}"
     return f"{int(n)} B"
+
+
+def format_ms(ns: float) -> str:
+    """Nanoseconds as '12.34 ms' (the unit of the profiler's findings)."""
+    return f"{ns / 1e6:.2f} ms"

@@ -13,7 +13,7 @@ import subprocess
 from .backends.presets import FIELDS, PROGRAM_PREFIX, load
 from .errors import ErrorCode, InvalidArgumentError
 from .profiler import load as load_profile
-from .profiler.analysis import total, union
+from .profiler.intervals import total, union
 from .profiler.critical import critical_path, describe
 from .validate import program_command
 

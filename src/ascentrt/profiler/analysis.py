@@ -7,8 +7,10 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from ..units import format_bytes
-from .data import COMPUTE_KINDS, SYNC_APIS, WORK_KINDS, ProfileData
+from ..units import format_bytes, format_ms
+from .data import COMPUTE_KINDS, WORK_KINDS, ProfileData
+from .hosttime import attribute
+from .intervals import gaps, intersection, total, union
 
 # Thresholds of the diagnosis (named so that a finding can say what it compared against).
 MIN_WORK_TASKS = 20           # fewer device tasks than this: too little to judge utilization
@@ -60,53 +62,6 @@ class Finding:
                 "evidence": self.evidence, "task_ids": self.task_ids, "impact_ns": self.impact_ns}
 
 
-# ---- interval arithmetic -----------------------------------------------------------------
-
-def union(intervals) -> list[tuple[int, int]]:
-    """Merge (start, end) intervals into sorted, disjoint ones."""
-    merged: list[list[int]] = []
-    for a, b in sorted(intervals):
-        if b < a:
-            continue
-        if merged and a <= merged[-1][1]:
-            if b > merged[-1][1]:
-                merged[-1][1] = b
-        else:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
-
-
-def total(merged) -> int:
-    """Length covered by disjoint intervals."""
-    return sum(b - a for a, b in merged)
-
-
-def intersection(x, y) -> list[tuple[int, int]]:
-    """Intersection of two sorted disjoint interval lists."""
-    out, i, j = [], 0, 0
-    while i < len(x) and j < len(y):
-        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
-        if a < b:
-            out.append((a, b))
-        if x[i][1] < y[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def gaps(merged, start: int, end: int, min_len: int = 0) -> list[tuple[int, int]]:
-    """The stretches of [start, end) not covered by `merged`, at least `min_len` long."""
-    out, cursor = [], start
-    for a, b in merged:
-        if a - cursor >= max(min_len, 1):
-            out.append((cursor, a))
-        cursor = max(cursor, b)
-    if end - cursor >= max(min_len, 1):
-        out.append((cursor, end))
-    return out
-
-
 def _pct(values, q: float) -> int:
     if not values:
         return 0
@@ -114,13 +69,8 @@ def _pct(values, q: float) -> int:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms"
-
-
 def _us(ns: float) -> str:
     return f"{ns / 1e3:.1f} us"
-
 
 
 def task_ref(t) -> str:
@@ -227,21 +177,26 @@ def metrics(profile: ProfileData) -> dict:
 
 # ---- diagnosis -----------------------------------------------------------------------------
 
-def diagnose(profile: ProfileData) -> list[Finding]:
-    """Every problem the profile shows evidence of, the most costly first."""
+def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None) -> list[Finding]:
+    """Every problem the profile shows evidence of, the most costly first. With `windows`
+    (sorted, disjoint; see scope.within) idle device time counts only inside them."""
     findings: list[Finding] = []
-    syncs = union((c.start_ns, c.end_ns) for c in profile.api_calls if c.name in SYNC_APIS)
     devices = {d.id: d for d in profile.devices}
     for dev_id, work in sorted(_work_by_device(profile).items()):
-        findings += _host_bound(dev_id, work, syncs, profile)
+        findings += _host_bound(dev_id, work, windows, profile)
         findings += _small_tasks(dev_id, work, profile)
         findings += _too_many_streams(dev_id, work, devices.get(dev_id), profile)
         findings += _no_overlap(dev_id, work, profile)
-    findings += _device_sync_in_loop(profile)
+    findings += _device_sync_in_loop(profile, windows)
     findings += _needless_syncs(profile)
     findings += _memory(profile, devices)
     findings.sort(key=lambda f: -f.impact_ns)
     return _failed_tasks(profile) + findings  # a failure comes before any speed finding
+
+
+def _within(intervals, windows) -> list[tuple[int, int]]:
+    """Sorted disjoint `intervals` cut to the analysed windows (None: the whole profile)."""
+    return intervals if windows is None else intersection(intervals, windows)
 
 
 def _failed_tasks(profile: ProfileData) -> list[Finding]:
@@ -261,22 +216,21 @@ def _failed_tasks(profile: ProfileData) -> list[Finding]:
         [f"{t.device}/{t.stream}/{t.task_id}" for t in failed])]
 
 
-def _host_bound(dev_id, work, syncs, profile) -> list[Finding]:
+def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
     start, end = _window(work)
-    span = end - start
+    active = _within([(start, end)], windows)
+    span = total(active)
     if len(work) < MIN_WORK_TASKS or span < MIN_WINDOW_NS:
         return []
     busy = union((t.start_ns, t.end_ns) for t in work)
-    util = total(busy) / span
-    idle = gaps(busy, start, end, MIN_GAP_NS)
+    util = total(_within(busy, windows)) / span
+    idle = [(a, b) for a, b in _within(gaps(busy, start, end), windows) if b - a >= MIN_GAP_NS]
     idle_ns = total(idle)
     if util >= STARVED_UTILIZATION or idle_ns < 0.4 * span:
         return []
-    waiting = total(intersection(idle, syncs))
-    if waiting > 0.25 * idle_ns:
+    host = attribute(idle, profile.api_calls)
+    if host.largest == "waiting":
         return []  # the host was waiting on the device, not starving it
-    submitting = total(intersection(idle, union(
-        (c.start_ns, c.end_ns) for c in profile.api_calls if c.name not in SYNC_APIS)))
     starts = sorted(work, key=lambda t: t.start_ns)
     begins = [t.start_ns for t in starts]
     after = []
@@ -284,18 +238,22 @@ def _host_bound(dev_id, work, syncs, profile) -> list[Finding]:
         i = bisect.bisect_left(begins, b)
         if i < len(starts):
             after.append(task_ref(starts[i]))
+    if host.largest == "own":
+        title = f"Device {dev_id} is starved by the host's own code between runtime calls (host-bound)"
+        slower = "the program's own code between calls took longer than the device needed"
+    else:
+        title = (f"Device {dev_id} is starved by the host's runtime calls, "
+                 f"{next(iter(host.calls))} first (host-bound)")
+        slower = "the runtime calls took longer than the device needed"
     return [Finding(
-        "host_bound", f"Device {dev_id} is starved by the host (host-bound)",
-        f"device {dev_id} was busy {util:.0%} of the {_ms(span)} it had work; in {len(idle)} idle "
-        f"stretches ({_ms(idle_ns)}) the host was not waiting on the device but preparing and "
-        f"submitting the next work, slower than the device ran it",
-        "queue work ahead (several iterations in flight), do more per task (larger or fused "
-        "kernels), move host-side preparation out of the submit loop or onto another thread, "
-        "and capture repeated task sequences into a graph so one call submits them all",
-        {"device utilization": f"{util:.0%}", "window": _ms(span), "idle stretches": len(idle),
-         "idle time": _ms(idle_ns), "longest idle": _ms(max(b - a for a, b in idle)),
-         "host in runtime API calls while idle": _ms(submitting),
-         "host waiting on the device while idle": _ms(waiting), "device tasks": len(work)},
+        "host_bound", title,
+        f"device {dev_id} was busy {util:.0%} of the {format_ms(span)} it had work; in its "
+        f"{len(idle)} idle stretches ({format_ms(idle_ns)}) the host's time went to {host.breakdown()}: "
+        f"{slower} to run the work it was given",
+        host.advice(),
+        {"device utilization": f"{util:.0%}", "window": format_ms(span), "idle stretches": len(idle),
+         "idle time": format_ms(idle_ns), "longest idle": format_ms(max(b - a for a, b in idle)),
+         **host.evidence("while idle"), "device tasks": len(work)},
         after, idle_ns)]
 
 
@@ -325,8 +283,8 @@ def _small_tasks(dev_id, work, profile) -> list[Finding]:
         "do more work per task: fuse small kernels, process a whole batch per launch, merge "
         "small copies into one; replay repeated sequences as a graph",
         {"tasks": len(small), "median task": _us(d50), "median submit call": _us(launch50),
-         "median dispatch latency": _us(disp50), "work in these tasks": _ms(work_ns),
-         "host time submitting": _ms(sum(submits))},
+         "median dispatch latency": _us(disp50), "work in these tasks": format_ms(work_ns),
+         "host time submitting": format_ms(sum(submits))},
         examples, max(0, int(len(small) * overhead - work_ns)))]
 
 
@@ -364,7 +322,7 @@ def _too_many_streams(dev_id, work, info, profile) -> list[Finding]:
                  f"scheduling and synchronization cost without adding concurrency")
     else:
         cause = (f"{len(per_stream)} streams were created and destroyed for {len(work)} tasks: "
-                 f"managing them took {_ms(manage_ns)}, against {_ms(work_ns)} of device work")
+                 f"managing them took {format_ms(manage_ns)}, against {format_ms(work_ns)} of device work")
     return [Finding(
         "too_many_streams", f"Too many streams on device {dev_id} for the work they carry", cause,
         f"use about as many streams as the device has executors ({executors}) and reuse them "
@@ -372,7 +330,7 @@ def _too_many_streams(dev_id, work, info, profile) -> list[Finding]:
         {"streams with work": len(per_stream), "most at once": concurrent,
          "executors": executors, "median tasks per stream": per,
          "stream create/destroy calls": len(manage),
-         "time creating/destroying streams": _ms(manage_ns), "device work": _ms(work_ns)},
+         "time creating/destroying streams": format_ms(manage_ns), "device work": format_ms(work_ns)},
         [task_ref(t) for t in work[:5]], manage_ns)]
 
 
@@ -409,9 +367,9 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
     why = (f"copies and kernels are issued on the same stream ({', '.join(map(str, shared))}), "
            f"which runs them one after the other" if on_shared >= len(copies) / 2 else
            "the copies block the host until they finish, so nothing can be queued beside them")
-    evidence: dict[str, object] = {"copy time": _ms(c_ns), "compute time": _ms(k_ns),
-                                   "overlapped": _ms(both), "copy streams": c_streams,
-                                   "compute streams": k_streams, "could save up to": _ms(smaller - both)}
+    evidence: dict[str, object] = {"copy time": format_ms(c_ns), "compute time": format_ms(k_ns),
+                                   "overlapped": format_ms(both), "copy streams": c_streams,
+                                   "compute streams": k_streams, "could save up to": format_ms(smaller - both)}
     advice = ("put copies on their own stream(s) and order them with events, double-buffer so "
               "batch n+1 is copied while batch n computes")
     if sync_copies:
@@ -420,8 +378,8 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
     examples = [task_ref(t) for t in copies[:3] + compute[:3]]
     return [Finding(
         "no_overlap", f"Copies and compute do not overlap on device {dev_id}",
-        f"{len(copies)} copies ({_ms(c_ns)}) and {len(compute)} kernels ({_ms(k_ns)}) overlapped "
-        f"for only {_ms(both)}: {why}", advice + ".", evidence, examples, smaller - both)]
+        f"{len(copies)} copies ({format_ms(c_ns)}) and {len(compute)} kernels ({format_ms(k_ns)}) overlapped "
+        f"for only {format_ms(both)}: {why}", advice + ".", evidence, examples, smaller - both)]
 
 
 def _synchronous_copies(copies, profile) -> int:
@@ -438,7 +396,7 @@ def _synchronous_copies(copies, profile) -> int:
     return count
 
 
-def _device_sync_in_loop(profile) -> list[Finding]:
+def _device_sync_in_loop(profile, windows) -> list[Finding]:
     device_syncs = [c for c in profile.api_calls if c.name in ("synchronize", "Device.synchronize")]
     if len(device_syncs) < MIN_DEVICE_SYNCS:
         return []
@@ -450,11 +408,13 @@ def _device_sync_in_loop(profile) -> list[Finding]:
     if between < 0.8 * (len(device_syncs) - 1):
         return []
     starts = sorted(t.start_ns for t in profile.tasks if t.kind in WORK_KINDS)
-    idle_after = 0
+    after = []  # from each synchronization's return to the next task's start
     for c in device_syncs:
         i = bisect.bisect_left(starts, c.end_ns)
         if i < len(starts):
-            idle_after += starts[i] - c.end_ns
+            after.append((c.end_ns, starts[i]))
+    after = _within(union(after), windows)
+    idle_after = total(after)
     blocked = sum(c.duration_ns for c in device_syncs)
     return [Finding(
         "device_sync_in_loop", "Device-wide synchronization inside the loop",
@@ -463,7 +423,8 @@ def _device_sync_in_loop(profile) -> list[Finding]:
         "synchronize only the stream or event whose results the host needs, and only where it "
         "reads them; let several iterations queue up before waiting",
         {"device synchronizations": len(device_syncs), "with submissions in between": between,
-         "host blocked in them": _ms(blocked), "device idle after them": _ms(idle_after)},
+         "host blocked in them": format_ms(blocked), "device idle after them": format_ms(idle_after),
+         **attribute(after, profile.api_calls).evidence("after them")},
         [], idle_after)]
 
 
@@ -499,13 +460,13 @@ def _needless_syncs(profile) -> list[Finding]:
         out.append(Finding(
             "needless_sync", "Synchronizations on work that had long completed",
             f"{len(done)} stream/event synchronizations waited for work that had completed a "
-            f"median {_ms(statistics.median(a for _, a in done))} earlier: they ordered nothing "
+            f"median {format_ms(statistics.median(a for _, a in done))} earlier: they ordered nothing "
             f"and cost host time; either the host runs far behind the device or the waits are "
             f"redundant",
             "drop synchronizations whose results are known to be ready, keep one where the host "
             "actually reads the results, or poll with query() when the host has other work",
             {"needless synchronizations": len(done), "on": dict(targets),
-             "host time in them": _ms(cost),
+             "host time in them": format_ms(cost),
              "examples": ", ".join(c.target for c, _ in done[:5])}, [], cost))
     own = [c for c in profile.api_calls if c.name == "Stream.wait" and "its own" in c.target]
     if own:
@@ -536,7 +497,7 @@ def _memory(profile, devices) -> list[Finding]:
             out.append(Finding(
                 "memory_peak",
                 f"Device {dev_id} memory peaked at {peak.allocated / cap:.0%} of capacity",
-                f"at {_ms(peak.ts_ns)} live buffers held {format_bytes(peak.allocated)} of {format_bytes(cap)}"
+                f"at {format_ms(peak.ts_ns)} live buffers held {format_bytes(peak.allocated)} of {format_bytes(cap)}"
                 + (f"; {len(ooms)} allocations failed for lack of memory" if ooms else ""),
                 "free buffers as soon as their last task is queued (stream-ordered free), reuse "
                 "buffers across iterations, process smaller batches, or raise "
@@ -550,7 +511,7 @@ def _memory(profile, devices) -> list[Finding]:
             worst = min(frag, key=lambda s: s.largest_free / s.free)
             out.append(Finding(
                 "fragmentation", f"Device {dev_id} memory is fragmented",
-                f"at {_ms(worst.ts_ns)} {format_bytes(worst.free)} were free but the largest contiguous "
+                f"at {format_ms(worst.ts_ns)} {format_bytes(worst.free)} were free but the largest contiguous "
                 f"range was only {format_bytes(worst.largest_free)}: buffers of mixed sizes and lifetimes "
                 f"left holes that a large request cannot use",
                 "allocate long-lived buffers first and together, use a few fixed buffer sizes and "
@@ -562,7 +523,7 @@ def _memory(profile, devices) -> list[Finding]:
         if cached.reserved - cached.allocated >= CACHED_SHARE * cap:
             out.append(Finding(
                 "pool_cache", f"Device {dev_id}'s pool caches much more memory than is in use",
-                f"at {_ms(cached.ts_ns)} the allocator reserved {format_bytes(cached.reserved)} for "
+                f"at {format_ms(cached.ts_ns)} the allocator reserved {format_bytes(cached.reserved)} for "
                 f"{format_bytes(cached.allocated)} of live buffers: cached blocks that do not fit new "
                 f"requests",
                 "trim the pool when the working set shrinks (ascentrt.empty_cache(), a release "

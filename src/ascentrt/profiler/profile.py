@@ -9,14 +9,17 @@ from ..errors import ErrorCode, InvalidArgumentError
 from .analysis import diagnose, metrics
 from .data import DATA_FILE, ProfileData
 from .export import write_folder
+from .scope import within
 
 
 class Profile(ProfileData):
     """Everything one profiling run recorded; `diagnose()` names what slowed it down."""
 
-    def diagnose(self) -> list:
-        """The findings of the analysis (see ascentrt.profiler.analysis), most costly first."""
-        return diagnose(self)
+    def diagnose(self, range: str | None = None) -> list:
+        """The findings of the analysis (see ascentrt.profiler.analysis), most costly first;
+        with `range`, of what happened inside the user ranges of that name only (raises
+        InvalidArgumentError naming the known ranges when there is none)."""
+        return diagnose(self) if range is None else within(self, range).diagnose()
 
     def metrics(self) -> dict:
         """Utilization, latency, API time and bandwidth figures (see analysis.metrics)."""

@@ -97,9 +97,10 @@ class Session:
             raise AscentError("this profile session never ran", code=ErrorCode.UNINITIALIZE)
         return self.profile
 
-    def diagnose(self) -> list:
-        """The diagnosis of what was recorded (so far, while running)."""
-        return self.snapshot().diagnose()
+    def diagnose(self, range: str | None = None) -> list:
+        """The diagnosis of what was recorded (so far, while running); with `range`, of what
+        happened inside the user ranges of that name (see Profile.diagnose)."""
+        return self.snapshot().diagnose(range)
 
     def metrics(self) -> dict:
         """Utilization, latency, API time and bandwidth figures of what was recorded."""

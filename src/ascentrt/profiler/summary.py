@@ -96,29 +96,33 @@ def timing_source(profile: ProfileData) -> str:
     return ", ".join(parts)
 
 
-def findings_text(findings) -> str:
-    """The diagnosis as text ('no problems found' when empty)."""
+def findings_text(findings, scope: str = "") -> str:
+    """The diagnosis as text ('no problems found' when empty); `scope` says what it covers
+    when that is not the whole profile (scope.Scope.label())."""
+    title = f"Diagnosis of {scope}" if scope else "Diagnosis"
     if not findings:
-        return "Diagnosis: no problems found."
-    parts = [f"Diagnosis: {len(findings)} finding(s)"]
+        return f"{title}: no problems found."
+    parts = [f"{title}: {len(findings)} finding(s)"]
     for i, f in enumerate(findings, 1):
         parts.append(f"{i}. {f}")
     return "\n".join(parts)
 
 
-def summary_text(profile: ProfileData, findings=None, tables=None) -> str:
-    """The whole summary as plain text (`tables`: sections(profile, findings), if made already)."""
+def summary_text(profile: ProfileData, findings=None, tables=None, scope: str = "") -> str:
+    """The whole summary as plain text (`tables`: sections(profile, findings), if made already;
+    `scope`: what the findings cover, see findings_text)."""
     if findings is None:
         findings = diagnose(profile)
     parts = [headline(profile)]
     for title, headers, rows in tables if tables is not None else sections(profile, findings):
         parts.append(f"\n{title}\n{format_table(headers, rows)}")
-    parts.append("\n" + findings_text(findings))
+    parts.append("\n" + findings_text(findings, scope))
     return "\n".join(parts)
 
 
-def print_summary(profile: ProfileData, findings=None, file=None) -> None:
-    """Print the summary: with rich tables when rich is installed and the output is a terminal."""
+def print_summary(profile: ProfileData, findings=None, file=None, scope: str = "") -> None:
+    """Print the summary: with rich tables when rich is installed and the output is a terminal
+    (`scope`: what the findings cover, see findings_text)."""
     import sys
     file = file or sys.stdout
     if findings is None:
@@ -129,7 +133,7 @@ def print_summary(profile: ProfileData, findings=None, file=None) -> None:
         from rich.console import Console
         from rich.table import Table
     except (ImportError, AttributeError, ValueError):
-        print(summary_text(profile, findings), file=file)
+        print(summary_text(profile, findings, scope=scope), file=file)
         return
     console = Console(file=file)
     console.print(headline(profile))
@@ -140,4 +144,4 @@ def print_summary(profile: ProfileData, findings=None, file=None) -> None:
         for r in rows:
             table.add_row(*[str(x) for x in r])
         console.print(table)
-    console.print(findings_text(findings), markup=False, highlight=False)
+    console.print(findings_text(findings, scope), markup=False, highlight=False)

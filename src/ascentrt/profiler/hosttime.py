@@ -1,0 +1,151 @@
+"""Where the host's time went while a device sat idle: its own code, runtime calls, or waiting."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from ..units import format_ms
+from .data import SYNC_APIS
+from .intervals import gaps, intersection, total, union
+
+ADVISED_SHARE = 0.2   # a runtime call taking a fifth of the time gets advice of its own
+LISTED_CALLS = 5      # runtime calls named in a finding's text
+
+_REUSE_PINNED = ("pinning host memory (mlock) is slow: allocate the pinned buffers once before "
+                 "the loop and reuse them")
+_REUSE_DEVICE = ("allocate the buffers once before the loop and reuse them, or take them from "
+                 "the stream-ordered pool (malloc_async / free_async)")
+_SUBMIT = ("submitting is the cost: do more per task (fuse kernels, merge small copies) and "
+           "capture the repeated sequence into a graph so that one call submits it")
+_BLOCKING_COPY = ("a synchronous copy or fill holds the host: use the _async form from pinned "
+                  "memory (malloc_host, allocated once) so the host queues it and goes on")
+_CREATE = "create streams, events and notifies once before the loop and reuse them"
+# What to do about a runtime call that keeps the device waiting, by API name.
+CALL_ADVICE = {
+    "malloc_host": _REUSE_PINNED, "HostBuffer.free": _REUSE_PINNED,
+    "malloc": _REUSE_DEVICE, "Device.malloc": _REUSE_DEVICE, "free": _REUSE_DEVICE,
+    "DeviceBuffer.free": _REUSE_DEVICE,
+    **{name: _SUBMIT for name in ("launch", "launch_host_func", "memcpy_async", "memcpy2d_async",
+                                  "memset_async", "Stream.record", "Stream.wait", "Event.record")},
+    **{name: _BLOCKING_COPY for name in ("memcpy", "memcpy2d", "memset")},
+    **{name: _CREATE for name in ("Device.create_stream", "Stream.destroy", "Device.create_event",
+                                  "Event.destroy", "Device.create_notify", "Notify.destroy")},
+    "set_device": "call set_device once per thread, before the loop",
+    "empty_cache": "do not empty the pool's cache inside the loop: every allocation after it is "
+                   "a fresh (slow) one",
+}
+OWN_CODE_ADVICE = ("move host-side preparation out of the loop (precompute, vectorize) or onto "
+                   "another thread, and queue work ahead (several iterations in flight) so the "
+                   "device has work while the host prepares the next")
+
+
+@dataclass
+class HostTime:
+    """The host's time over some stretches, in three parts that add up to their length."""
+
+    stretch_ns: int           # the stretches' total length
+    waiting_ns: int           # blocked in a synchronization: waiting on the device
+    calls: dict = field(default_factory=dict)  # other runtime call -> (ns, calls), costliest first
+
+    @property
+    def runtime_ns(self) -> int:
+        """In runtime calls other than synchronizations."""
+        return sum(ns for ns, _ in self.calls.values())
+
+    @property
+    def own_ns(self) -> int:
+        """In the program's own code between runtime calls."""
+        return self.stretch_ns - self.waiting_ns - self.runtime_ns
+
+    @property
+    def largest(self) -> str:
+        """The part that took the most time: 'own', 'runtime' or 'waiting'."""
+        parts = {"own": self.own_ns, "runtime": self.runtime_ns, "waiting": self.waiting_ns}
+        return max(parts, key=lambda k: parts[k])
+
+    def calls_text(self, top: int = LISTED_CALLS) -> str:
+        """'malloc_host 456.00 ms in 36 calls, launch ...' (the costliest `top`)."""
+        if not self.calls:
+            return "none"
+        listed = [f"{name} {_spent(ns, n)}" for name, (ns, n) in list(self.calls.items())[:top]]
+        more = len(self.calls) - top
+        return ", ".join(listed) + (f", and {more} more" if more > 0 else "")
+
+    def breakdown(self) -> str:
+        """The three parts in one sentence, with their shares."""
+        return (f"the program's own code between runtime calls {self._part(self.own_ns)}, "
+                f"runtime calls {self._part(self.runtime_ns, self.calls_text())}, waiting on the "
+                f"device {self._part(self.waiting_ns)}")
+
+    def evidence(self, when: str) -> dict:
+        """The split as evidence entries ('host's own code <when>': '2636.00 ms (97%)', ...)."""
+        return {f"host's own code {when}": self._part(self.own_ns),
+                f"host in runtime calls {when}": self._part(self.runtime_ns),
+                f"host waiting on the device {when}": self._part(self.waiting_ns),
+                f"runtime calls {when}": self.calls_text()}
+
+    def advice(self) -> str:
+        """What to try, led by the largest part: the own code, or the costliest runtime call
+        (named); any other part taking a fifth of the time gets its advice after it."""
+        costly = ADVISED_SHARE * self.stretch_ns
+        tips = [f"{name} ({_spent(ns, n)}): {call_advice(name)}"
+                for i, (name, (ns, n)) in enumerate(self.calls.items())
+                if ns >= costly or (i == 0 and self.largest == "runtime")]
+        if self.largest == "own":
+            tips.insert(0, f"the program's own code: {OWN_CODE_ADVICE}")
+        elif self.own_ns >= costly:
+            tips.append(f"the program's own code: {OWN_CODE_ADVICE}")
+        return "; ".join(tips)
+
+    def _part(self, ns: int, detail: str = "") -> str:
+        share = f"{ns / max(self.stretch_ns, 1):.0%}"
+        return f"{format_ms(ns)} ({share}: {detail})" if detail else f"{format_ms(ns)} ({share})"
+
+
+def call_advice(name: str) -> str:
+    """What to do about runtime call `name` on the host's path between device tasks."""
+    return CALL_ADVICE.get(name, f"call {name} less often, or outside the loop: the device "
+                                 f"waits while it runs")
+
+
+def attribute(stretches: list[tuple[int, int]], calls) -> HostTime:
+    """Split the host's time over `stretches` (sorted, disjoint) using the API `calls`.
+
+    A moment inside a synchronization (on any thread) is waiting; the rest of a moment inside
+    runtime calls goes to the call that started first (calls of several threads at once, and
+    calls nested in another, count once); whatever no call covers is the program's own code.
+    """
+    if not stretches:
+        return HostTime(0, 0)
+    sync = union((c.start_ns, c.end_ns) for c in calls if c.name in SYNC_APIS)
+    waiting = total(intersection(stretches, sync))
+    free = intersection(stretches, gaps(sync, stretches[0][0], stretches[-1][1]))
+    starts = [a for a, _ in free]
+    per: dict[str, list[int]] = {}
+    covered = stretches[0][0]  # host time up to here is attributed already
+    for c in sorted((c for c in calls if c.name not in SYNC_APIS),
+                    key=lambda c: (c.start_ns, -c.end_ns)):
+        ns = _overlap(free, starts, max(c.start_ns, covered), c.end_ns)
+        covered = max(covered, c.end_ns)
+        if ns > 0:
+            entry = per.setdefault(c.name, [0, 0])
+            entry[0] += ns
+            entry[1] += 1
+    ranked = sorted(per.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    return HostTime(total(stretches), waiting, {name: (ns, n) for name, (ns, n) in ranked})
+
+
+def _spent(ns: int, calls: int) -> str:
+    return f"{format_ms(ns)} in {calls} call{'s' if calls > 1 else ''}"
+
+
+def _overlap(merged, starts, a: int, b: int) -> int:
+    """Length of [a, b) inside the sorted disjoint intervals `merged` (their starts: `starts`)."""
+    out = 0
+    for i in range(max(bisect.bisect_right(starts, a) - 1, 0), len(merged)):
+        lo, hi = merged[i]
+        if lo >= b:
+            break
+        out += max(0, min(b, hi) - max(a, lo))
+    return out
