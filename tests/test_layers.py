@@ -21,7 +21,7 @@ LAYERS = [
     ("runtime", {"ascentrt.device", "ascentrt.stream", "ascentrt.event", "ascentrt.notify",
                  "ascentrt.launch", "ascentrt.copies", "ascentrt.callback", "ascentrt.context",
                  "ascentrt.hccl"}),
-    ("observers", {"ascentrt.graph", "ascentrt.profiler", "ascentrt.sanitizer"}),
+    ("observers", {"ascentrt.graph", "ascentrt.profiler", "ascentrt.sanitizer", "ascentrt.usage"}),
     ("facades", {"ascentrt.acl", "ascentrt.cli", "ascentrt.demo", "ascentrt.sim", "ascentrt.whatif", "ascentrt.calibrate",
                  "ascentrt"}),
 ]

@@ -24,6 +24,7 @@ from .profiler import profile
 from . import sanitizer
 from .sanitizer import sanitize
 from . import callback, context  # report-thread callbacks; contexts (pyACL's model, used by ascentrt.acl)
+from . import usage  # this process's device usage, published for `ascentrt info` elsewhere
 
 __version__ = "0.1.0"
 
@@ -45,8 +46,8 @@ __all__ = [
     "replay_trace", "reset_peak_memory_stats",
     # profiler (issue 5), race sanitizer (issue 12)
     "profile", "profiler", "sanitize", "sanitizer",
-    # contexts and report-thread callbacks (issue 3, pyACL's model)
-    "callback", "context",
+    # contexts and report-thread callbacks (issue 3, pyACL's model); published device usage
+    "callback", "context", "usage",
     # interop (issue 14)
     "from_dlpack",
 ]

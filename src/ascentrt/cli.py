@@ -25,26 +25,45 @@ def _info(args) -> int:
         return _info_preset(args.preset)
     _use_backend(args)
     import ascentrt
-    rows: list[dict[str, Any]] = []
+    from .usage import processes
+    rows: dict[int, dict[str, Any]] = {}
     for i in range(ascentrt.device_count()):
         d = ascentrt.Device(i)
         free, total = d.mem_info()
         p = d.properties
-        rows.append({"device": i, "name": p.name, "backend": p.backend, "preset": p.preset,
-                     "memory_used": total - free,
-                     "memory_total": total, "compute_units": p.compute_units,
-                     "copy_engines": p.copy_engines, "streams": len(d.streams())})
+        rows[i] = {"device": i, "name": p.name, "backend": p.backend, "preset": p.preset,
+                   "memory_used": total - free,
+                   "memory_total": total, "compute_units": p.compute_units,
+                   "copy_engines": p.copy_engines, "streams": len(d.streams()), "processes": []}
+    for proc in processes():
+        for u in proc.devices:
+            if u.memory_reserved or u.memory_used or u.streams:  # holds something there
+                row = rows.setdefault(u.device, {"device": u.device, "processes": []})
+                row["processes"].append({"pid": proc.pid, "program": proc.program,
+                                         "memory_used": u.memory_used,
+                                         "memory_reserved": u.memory_reserved,
+                                         "streams": u.streams})
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([rows[i] for i in sorted(rows)], indent=2))
         return 0
     header = (f"{'Device':<7}{'Name':<18}{'Backend':<9}{'Memory used / total (MiB)':<28}"
               f"{'Compute':<9}{'Copy':<6}{'Streams'}")
     print(header)
     print("-" * len(header))
-    for r in rows:
-        mem = f"{r['memory_used'] >> 20} / {r['memory_total'] >> 20}"
-        print(f"{r['device']:<7}{r['name']:<18}{r['backend']:<9}{mem:<28}{r['compute_units']:<9}"
-              f"{r['copy_engines']:<6}{r['streams']}")
+    for r in rows.values():
+        if "name" in r:
+            mem = f"{r['memory_used'] >> 20} / {r['memory_total'] >> 20}"
+            print(f"{r['device']:<7}{r['name']:<18}{r['backend']:<9}{mem:<28}"
+                  f"{r['compute_units']:<9}{r['copy_engines']:<6}{r['streams']}")
+    users = [(i, p) for i in sorted(rows) for p in rows[i]["processes"]]
+    if not users:
+        print("\nNo other process uses these devices.")
+        return 0
+    header = f"{'Device':<7}{'PID':<9}{'Memory used / reserved (MiB)':<31}{'Streams':<9}Program"
+    print(f"\n{header}\n{'-' * len(header)}")
+    for i, p in users:
+        mem = f"{p['memory_used'] >> 20} / {p['memory_reserved'] >> 20}"
+        print(f"{i:<7}{p['pid']:<9}{mem:<31}{p['streams']:<9}{p['program']}")
     return 0
 
 

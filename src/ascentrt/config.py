@@ -182,6 +182,12 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "how hccl.comm_init_root_info's ranks meet: process (threads of this process), mpi "
             "(processes, through mpi4py) or auto (mpi when an MPI launcher started several "
             "processes or the root info comes from another process)"),
+    Setting("ASCENTRT_USAGE_PUBLISH", "1", _switch,
+            "publish this process's device usage (memory, streams) for `ascentrt info` in other "
+            "processes: a small file rewritten at most once a second (0: off)"),
+    Setting("ASCENTRT_USAGE_DIR", "", str.strip,
+            "the folder of those usage files, one per process (empty: ascentrt-usage-<uid> in "
+            "the temp dir)"),
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off)"),
     Setting("ASCENTRT_PROFILE_PID", "", str.strip,

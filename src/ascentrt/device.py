@@ -11,7 +11,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -49,6 +49,7 @@ _devices_lock = threading.Lock()
 _current = threading.local()
 _handle_types: dict[str, type] = {}  # "stream" / "event" / "notify" -> class, registered by their modules
 # Those classes live above this module (they import it), so the hints here name them Any.
+_table_observers: list[Callable[[list["Device"]], None]] = []  # told once the devices exist
 
 
 def register_handle_type(kind: str, cls: type) -> None:
@@ -56,18 +57,28 @@ def register_handle_type(kind: str, cls: type) -> None:
     _handle_types[kind] = cls
 
 
+def when_devices_exist(callback: Callable[[list["Device"]], None]) -> None:
+    """Call `callback(devices)` once this process's devices exist (at once if they do already)."""
+    _table_observers.append(callback)
+    if _devices is not None:
+        callback(_devices)
+
+
 def _table() -> list["Device"]:
     global _devices
     if _devices is None:
         with _devices_lock:
-            if _devices is None:
-                count = config.get("ASCENTRT_DEVICES")
-                table = []
-                for i in range(count):
-                    dev = object.__new__(Device)
-                    dev._init(i)
-                    table.append(dev)
-                _devices = table
+            if _devices is not None:
+                return _devices
+            count = config.get("ASCENTRT_DEVICES")
+            table = []
+            for i in range(count):
+                dev = object.__new__(Device)
+                dev._init(i)
+                table.append(dev)
+            _devices = table
+        for callback in _table_observers:
+            callback(table)
     return _devices
 
 
