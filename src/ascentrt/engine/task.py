@@ -62,10 +62,11 @@ class Task(Op):
     cost: Cost | None = None  # the Op's cost on a simulated device (None: the backend's default)
     released_ns = 0     # on a virtual device: when the wait before it let its stream go on
     clock: tuple[Any, dict] | None = None  # a host function's vector clock, kept by the race sanitizer
-    # Set by ascentrt.graph on the tasks of a graph launch (annotations only: others have none).
+    # Set by ascentrt.graph on the tasks of a graph launch (annotations only: others have none),
+    # and graph_segment on the task running a segment of nodes (which reach the profiler too).
     graph_id: int
     graph_node: int
-    graph_segment: bool
+    graph_segment = False
 
     def __init__(self, kind: int, fn: Any = None, args: tuple = (), name: str | None = None):
         self.kind = kind

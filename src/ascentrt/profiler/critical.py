@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .data import ProfileData
+from .data import GRAPH_SEGMENT, ProfileData
 
 WORK = ("kernel", "copy", "memset", "host_func")
 
@@ -17,7 +17,7 @@ def critical_path(profile: ProfileData) -> dict:
     Walks back from the task that ended last; each step goes to whichever of its predecessors
     (the stream's previous task, the record that released a wait) ended latest.
     """
-    tasks = [t for t in profile.tasks if not getattr(t, "graph_segment", False)]
+    tasks = [t for t in profile.tasks if t.kind != GRAPH_SEGMENT]
     if not tasks:
         return {"length_ns": 0, "by_kind": {}, "tasks": 0, "top": []}
     by_key = {t.key: t for t in tasks}

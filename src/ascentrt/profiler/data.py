@@ -13,6 +13,9 @@ DATA_FILE = "profile.json"
 
 # Task kinds that occupy an executor (the rest are control tasks that complete inline).
 WORK_KINDS = ("kernel", "copy", "memset", "host_func")
+# The kind of a task that ran a segment of a replayed graph: a span around its nodes' tasks
+# (which count as the work), so analyses that take WORK_KINDS do not count its time twice.
+GRAPH_SEGMENT = "graph"
 COMPUTE_KINDS = ("kernel", "memset")
 SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.synchronize")
 
@@ -25,7 +28,8 @@ class TaskRecord:
     device: int
     stream: int
     task_id: int
-    kind: str          # kernel, copy, memset, host_func, event_record, event_wait, notify_...
+    kind: str          # kernel, copy, memset, host_func, event_record, event_wait, notify_...,
+                       # or graph: a replayed graph's segment (its nodes are tasks of their own)
     name: str
     nbytes: int
     enqueue_ns: int

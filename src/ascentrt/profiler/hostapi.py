@@ -87,9 +87,10 @@ PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_strea
           "Stream.wait": _probe_stream_wait}
 
 
-def _wrap(fn: Callable[..., Any], name: str, calls: list,
+def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str],
           on_error: Callable[[str, int], None]) -> Callable[..., Any]:
-    """A wrapper that records each call of `fn` as (name, start, end, thread[, error, facts]).
+    """A wrapper that records each call of `fn` as (name, start, end, thread[, error, facts]),
+    and the name of a thread it sees first in `threads` (ident -> name).
 
     Calls the runtime makes inside another API call are recorded too and dropped when the
     profile is assembled (they nest inside the outer call on the same thread): no per-thread
@@ -97,6 +98,7 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list,
     """
     probe = PROBES.get(name)
     get_ident = threading.get_ident
+    current_thread = threading.current_thread
     append = calls.append
     now = clock.now_ns  # bound once: the clock of this profile (virtual on sim)
 
@@ -106,9 +108,12 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list,
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
-                _failed(append, on_error, name, t0, exc, None)
+                _failed(append, threads, on_error, name, t0, exc, None)
                 raise
-            append((name, t0, now(), get_ident()))  # plain values: cheap to keep
+            thread = get_ident()
+            if thread not in threads:  # one lookup per call; the name only once per thread
+                threads[thread] = current_thread().name
+            append((name, t0, now(), thread))  # plain values: cheap to keep
             return result
     else:
         def api(*args, **kwargs):
@@ -120,9 +125,12 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list,
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
-                _failed(append, on_error, name, t0, exc, facts)
+                _failed(append, threads, on_error, name, t0, exc, facts)
                 raise
-            append((name, t0, now(), get_ident(), 0, facts))
+            thread = get_ident()
+            if thread not in threads:
+                threads[thread] = current_thread().name
+            append((name, t0, now(), thread, 0, facts))
             return result
 
     wrapper: Any = api  # (a function with attributes of its own: the original, the API name)
@@ -134,9 +142,11 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list,
     return wrapper
 
 
-def _failed(append, on_error, name, t0, exc, facts) -> None:
+def _failed(append, threads, on_error, name, t0, exc, facts) -> None:
     code = int(getattr(exc, "code", 0) or -1)
-    append((name, t0, clock.now_ns(), threading.get_ident(), code, facts))
+    thread = threading.get_ident()
+    threads.setdefault(thread, threading.current_thread().name)
+    append((name, t0, clock.now_ns(), thread, code, facts))
     on_error(name, code)
 
 
@@ -156,8 +166,9 @@ def outermost(calls: list[tuple]) -> list[tuple]:
 class Instrumentation:
     """The swapped-in wrappers of one profiling run, and how to put the originals back."""
 
-    def __init__(self, calls: list, on_error):
+    def __init__(self, calls: list, threads: dict[int, str], on_error):
         self.calls = calls
+        self.threads = threads  # ident -> name of every thread that made a recorded call
         self.on_error = on_error
         self.methods: list[tuple[type, str, object]] = []  # (class, attribute, original)
         self.functions: dict[int, tuple[object, object]] = {}  # id(original) -> (original, wrapper)
@@ -176,11 +187,11 @@ class Instrumentation:
                         hasattr(original, "_ascentrt_api"):
                     continue
                 label = f"{cls.__name__}.{_ALIASES.get(attr, attr)}"
-                setattr(cls, attr, _wrap(original, label, self.calls, self.on_error))
+                setattr(cls, attr, _wrap(original, label, self.calls, self.threads, self.on_error))
                 self.methods.append((cls, attr, original))
         for name, original in FUNCTIONS.items():
             self.functions[id(original)] = (original, _wrap(original, name, self.calls,
-                                                            self.on_error))
+                                                            self.threads, self.on_error))
         _rebind(self.functions)
 
     def uninstall(self) -> None:

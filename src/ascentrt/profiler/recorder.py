@@ -16,8 +16,8 @@ from ..errors import ErrorCode
 from ..memory.registry import REGISTRY
 from . import memstats
 from ..hccl.comm import groups as hccl_groups
-from .data import (Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord, MemorySample,
-                   RaceRecord, RangeRecord, StreamInfo, TaskRecord)
+from .data import (GRAPH_SEGMENT, Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord,
+                   MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
 from .hostapi import Instrumentation, outermost
 from .profile import Profile
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 _FRAGMENTATION_EVERY_NS = 10_000_000  # measure free-range layout at most every 10 ms (it is O(n))
 _OOM_CODES = (int(ErrorCode.RT_MEMORY_ALLOCATION), int(ErrorCode.RT_DEVICE_OOM))
+SEGMENT = None  # the kind filed for a graph segment's task (an engine kind is an int)
 
 
 
@@ -57,8 +58,10 @@ class Recorder:
         self.done_allocations: list[list] = []
         self.allocated: dict[int, int] = {}      # device id (-1 host) -> live bytes
         self.devices: dict[int, Device] = {}
+        # thread ident -> name, noted when a thread is first seen: it may have ended by finish()
+        self.thread_names: dict[int, str] = {}
         self._last_layout_ns = 0
-        self._instrumentation = Instrumentation(self.calls, self._api_error)
+        self._instrumentation = Instrumentation(self.calls, self.thread_names, self._api_error)
         self._sanitizer = None  # (the sanitizer, its reports before the start) when both are on
 
     # ---- engine hook ---------------------------------------------------------------------
@@ -72,9 +75,10 @@ class Recorder:
         bucket = self.per_stream.get(stream)
         if bucket is None:  # setdefault is atomic: a racing first task of the stream shares it
             bucket = self.per_stream.setdefault(stream, [])
-        bucket.append((task.id, task.kind, task.name or getattr(task.fn, "__name__", None),
-                       task.nbytes, task.t_enqueue, task.t_start, task.t_end, task.thread,
-                       _error_text(task), released))
+        kind = SEGMENT if task.graph_segment else task.kind
+        bucket.append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
+                       task.t_enqueue, task.t_start, task.t_end, task.thread, _error_text(task),
+                       released))
 
     def tasks_done(self, stream, tasks) -> None:
         """A batch of finished tasks of one stream (one call per executor batch, not per task)."""
@@ -83,8 +87,9 @@ class Recorder:
             bucket = self.per_stream.setdefault(stream, [])
         append = bucket.append
         for task in tasks:  # executor tasks: no waits among them, rarely an error
-            append((task.id, task.kind, task.name or getattr(task.fn, "__name__", None),
-                    task.nbytes, task.t_enqueue, task.t_start, task.t_end, task.thread,
+            kind = SEGMENT if task.graph_segment else task.kind
+            append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
+                    task.t_enqueue, task.t_start, task.t_end, task.thread,
                     "" if task.error is None else _error_text(task), None))
 
     # ---- start / stop --------------------------------------------------------------------
@@ -116,12 +121,18 @@ class Recorder:
     # ---- user ranges and marks ---------------------------------------------------------------
 
     def add_range(self, name: str, t0: int, t1: int, thread: int) -> None:
-        """Record a finished user range."""
+        """Record a finished user range (called on its thread)."""
+        self._note_thread(thread)
         self.ranges.append((name, t0, t1, thread))
 
     def add_mark(self, name: str, ts: int, thread: int) -> None:
-        """Record a user mark."""
+        """Record a user mark (called on its thread)."""
+        self._note_thread(thread)
         self.marks.append((name, ts, thread))
+
+    def _note_thread(self, ident: int) -> None:
+        if ident not in self.thread_names:
+            self.thread_names[ident] = threading.current_thread().name
 
     # ---- memory ----------------------------------------------------------------------------
 
@@ -193,7 +204,7 @@ class Recorder:
                  released) in (_drained(bucket) if consume else list(bucket)):
                 if not t_end or t_start < t0:
                     continue  # enqueued or started before profiling: no complete timing
-                kind_name = KIND_NAMES[kind]
+                kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
                 enqueue = max(t_enq, t0) if t_enq else t_start
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
                                         enqueue - t0, t_start - t0, t_end - t0, thread,
@@ -237,7 +248,8 @@ class Recorder:
                     continue  # internal streams appear only when they ran something
                 prof.streams.append(StreamInfo(did, sid, s.priority, role))
         prof.devices.sort(key=lambda d: d.id)
-        names = {t.ident: t.name for t in threading.enumerate()}
+        names = dict(self.thread_names)  # threads that ended keep the name they had
+        names.update({t.ident: t.name for t in threading.enumerate() if t.ident is not None})
         seen = {c.thread for c in prof.api_calls} | {r.thread for r in prof.ranges} | \
                {m.thread for m in prof.marks} | {t.thread for t in tasks}
         prof.threads = {th: names.get(th, f"thread {th}") for th in sorted(seen) if th}
