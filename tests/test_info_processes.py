@@ -139,6 +139,22 @@ def test_an_unwritable_folder_stops_publishing_quietly(tmp_path):
     assert pub.stopped.is_set() and pub.written is None
 
 
+def test_a_folder_others_can_write_is_neither_written_nor_read(tmp_path):
+    # In a shared temp dir another user could make the folder first and plant a link at the
+    # name the writer would use: such a folder is not trusted, on either side.
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    for name in (f"{os.getpid()}.json", f"{os.getpid()}.json.tmp", f"{os.getpid() + 1}.json"):
+        os.symlink(victim, shared / name)
+    pub = usage._Publisher([art.Device(0)], str(shared))
+    pub.publish()
+    assert pub.stopped.is_set() and victim.read_text() == "keep"
+    assert usage.processes(str(shared)) == [] and (shared / f"{os.getpid() + 1}.json").is_symlink()
+
+
 def test_a_forked_child_does_not_publish_or_remove_its_parents_file(tmp_path, monkeypatch):
     pub = usage._Publisher([art.Device(0)], str(tmp_path))
     monkeypatch.setattr(usage, "_publisher", pub)

@@ -55,3 +55,13 @@ def test_a_dispatch_latency_near_the_switch_interval_is_explained_on_cpu():
     assert "switch interval (5.0 ms" in title and "GIL" in title
     sim = [t for t, _, _ in sections(_profile(tasks, "sim")) if t.startswith("Device tasks")][0]
     assert "switch interval" not in sim  # virtual time has no GIL in it
+
+
+def test_wait_us_of_a_replayed_graph_shows_the_idle_gap_before_it():
+    # A graph's segment and its nodes share one task id: the gap before it is kept per row.
+    seg = TaskRecord(0, 1, 2, "graph", "g", 0, 5000, 6000, 9000, 1)
+    tasks = [_task(1, 0, 0, 1000), seg, _task(2, 5000, 6000, 7000), _task(2, 5000, 7000, 9000),
+             _task(3, 9000, 9000, 9500)]
+    rows = task_rows(_profile(tasks))
+    wait = rows[0].index("wait_us")
+    assert [r[wait] for r in rows[1:]] == ["0.000", "5.000", "0.000", "0.000", "0.000"]

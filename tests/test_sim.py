@@ -584,3 +584,28 @@ def test_bad_sharing_fields_name_the_field_and_the_file(tmp_path, change, words)
     assert words in str(err.value) and path in str(err.value)
     with pytest.raises(PresetError, match="must be at most"):
         presets.load("ascend910b").varied({"default_block_dim": 99})
+
+
+@sim_only
+def test_a_replayed_graph_beside_a_copy_keeps_its_nodes_inside_its_span(dev):
+    # A segment's nodes take their times as they run: the segment runs at its full rate and
+    # so ends when its last node does (sharing would stretch the span but not the nodes).
+    n = 16 << 20
+    a, b, c, d = (art.malloc(n) for _ in range(4))
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    s1.begin_capture()
+    art.memcpy_async(b, a, stream=s1)
+    art.memcpy_async(a, b, stream=s1)
+    graph = s1.end_capture()
+    with art.profile() as prof:
+        graph.launch(s1)
+        art.memcpy_async(d, c, stream=s2)
+        dev.synchronize()
+    tasks = _tasks(prof)
+    (segment,) = [t for t in tasks if t.kind == "graph"]
+    nodes = [t for t in tasks if t.kind == "copy" and t.stream == s1.id]
+    assert len(nodes) == 2 and segment.start_ns <= min(t.start_ns for t in nodes)
+    assert 0 <= segment.end_ns - max(t.end_ns for t in nodes) <= P.dispatch_ns + 2
+    graph.destroy(), s1.destroy(), s2.destroy()
+    for buf in (a, b, c, d):
+        buf.free()

@@ -16,6 +16,7 @@ import atexit
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 import threading
@@ -25,11 +26,11 @@ from typing import Any
 
 from . import config
 from .device import when_devices_exist
-from .memory.stats import memory_stats
+from .memory.stats import reserved_bytes
 
 PUBLISH_EVERY_S = 1.0  # how stale another process's figures in `ascentrt info` may be
 FORMAT = 1
-_FILE = re.compile(r"(\d+)\.json(\.tmp)?")
+_FILE = re.compile(r"(\d+)\.json|\.(\d+)-\w+\.tmp")  # a usage file, or a writer's temporary one
 _PROGRAM_CHARS = 200  # a long command line is cut to this in the file
 
 
@@ -55,8 +56,19 @@ class ProcessUsage:
 
 def folder() -> str:
     """The folder of the usage files (ASCENTRT_USAGE_DIR, else one per user in the temp dir)."""
-    return config.get("ASCENTRT_USAGE_DIR") or os.path.join(
-        tempfile.gettempdir(), f"ascentrt-usage-{os.getuid()}")
+    user = os.getuid() if hasattr(os, "getuid") else os.getlogin()
+    return config.get("ASCENTRT_USAGE_DIR") or os.path.join(tempfile.gettempdir(),
+                                                              f"ascentrt-usage-{user}")
+
+
+def _own_folder(where: str, make: bool = True) -> bool:
+    """Whether `where` (made 0700 if need be) is this user's and closed to others: in a shared
+    temp dir another user could make the folder first and plant links in it."""
+    if make:
+        os.makedirs(where, mode=0o700, exist_ok=True)
+    st = os.stat(where, follow_symlinks=False)
+    mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    return mine and stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o077
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -95,7 +107,7 @@ def _program() -> str:
 def _device_usage(dev: Any) -> dict:
     free, total = dev.mem_info()
     used = total - free
-    reserved = memory_stats(dev).get("reserved_bytes.current", used)  # (pool off: what is used)
+    reserved = reserved_bytes(dev) or used  # (pool off: what is used)
     return {"device": dev.id, "memory_used": used, "memory_reserved": reserved,
             "streams": len(dev.streams())}
 
@@ -121,15 +133,19 @@ class _Publisher:
             text = json.dumps({**self.header, "devices": [_device_usage(d) for d in self.devices]})
             if text == self.written:
                 return
-            tmp = self.path + ".tmp"
+            tmp = None
             try:
-                os.makedirs(self.folder, mode=0o700, exist_ok=True)
-                with open(tmp, "w") as fh:
+                if not _own_folder(self.folder):
+                    raise PermissionError(f"{self.folder} is not this user's alone")
+                # A fresh name, made exclusively: never a file (or link) someone else put there.
+                fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{os.getpid()}-", suffix=".tmp")
+                with os.fdopen(fd, "w") as fh:
                     fh.write(text)
                 os.replace(tmp, self.path)  # readers see the old file or the new one, never half
             except OSError:
                 self.stopped.set()  # an unwritable folder: stop publishing, never fail the program
-                _remove(tmp)
+                if tmp is not None:
+                    _remove(tmp)
                 return
             self.written = text
 
@@ -213,6 +229,8 @@ def processes(where: str | None = None) -> list[ProcessUsage]:
     Files of dead processes are deleted; unreadable or malformed files are skipped."""
     where = where or folder()
     try:
+        if not _own_folder(where, make=False):
+            return []  # not ours alone: nothing in it is to be trusted (or deleted)
         names = os.listdir(where)
     except OSError:
         return []  # no process has published yet
@@ -221,7 +239,7 @@ def processes(where: str | None = None) -> list[ProcessUsage]:
         match = _FILE.fullmatch(name)
         if match is None:
             continue
-        pid = int(match[1])
+        pid = int(match[1] or match[2])
         path = os.path.join(where, name)
         if pid == os.getpid() or pid == 0:
             continue  # this process shows its own figures directly
@@ -245,4 +263,5 @@ def processes(where: str | None = None) -> list[ProcessUsage]:
 
 when_devices_exist(_start)
 atexit.register(_stop_at_exit)
-os.register_at_fork(after_in_child=_forget_in_child)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)

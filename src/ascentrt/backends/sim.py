@@ -12,10 +12,13 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
   - A task is taken from the engine when a unit of its executor class is free (strict
     priority: a compute kernel that does not fit blocks the ones behind it; copies go to the
     first free engine of their direction), runs at once, and ends after its modelled cost.
-  - On a preset with shared_processors (a model of a cpu backend, whose engines are threads
-    on a few cores), the running tasks' work is served by that many processors: with n tasks
-    running on p < n processors each progresses at p / n of its rate (processor sharing, as
-    a fluid model), so a task's end moves whenever another one starts or ends.
+  - Running tasks share what they use, with max-min fair rates (a fluid model): a task that
+    moves memory needs its share of the memory bandwidth at its full rate, and on a preset
+    with shared_processors (a model of a cpu backend, whose engines are threads on a few
+    cores) each running kernel or host function needs one of that many processors. So a
+    task's end moves whenever another one starts or ends. Its fixed latencies (dispatch, an
+    event's release) come after its shared work; a replayed graph's segment runs at its full
+    rate (its nodes' times are fixed as they run).
 A program with one host thread therefore gives the same timeline on every run, however busy
 the machine is. With several host threads the semantics hold, but the interleaving of their
 calls (and so the timeline) follows the real threads.
@@ -416,7 +419,10 @@ class SimBackend(CpuBackend):
                 tl.moved.wait(min(_REAL_PACE_S, (until - tl.now) / 1e9))
                 if tl.generation != seen or signal.is_set():
                     continue
-                tl.now = min(until, tl.now + int((time.monotonic() - t0) * 1e9))
+                # (never past an end: a host function that returned meanwhile scheduled one)
+                nxt = tl.next_end()
+                tl.now = min(until, tl.now + int((time.monotonic() - t0) * 1e9),
+                             math.inf if nxt is None else max(tl.now, nxt))
                 if tl.now < until:
                     continue
                 return False
@@ -559,8 +565,11 @@ class SimBackend(CpuBackend):
             wait_latency = max(0, t.released_ns + int(p.event_latency_ns) - start)
         fixed = wait_latency + int(p.dispatch_ns)
         t.t_start = start
-        if work and (frame.mem or self.processors and (t.kind == KERNEL or t.kind == HOST)):
-            # It shares memory bandwidth or processors: its end moves with the others'.
+        if work and not frame.offset and (frame.mem or self.processors
+                                           and (t.kind == KERNEL or t.kind == HOST)):
+            # It shares memory bandwidth or processors: its end moves with the others'. (Not a
+            # graph segment or a host function whose nested operations took time: their nodes'
+            # times were fixed at full rate as they ran.)
             self._settle(tl.now)
             self.sharing.append([float(work), fixed, queue, t, units, min(1.0, frame.mem / work),
                                  1.0, t.kind == KERNEL or t.kind == HOST])
@@ -628,7 +637,7 @@ class SimBackend(CpuBackend):
         tl = self.timeline
         left = []
         for entry in self.sharing:
-            if entry[0] <= 1e-6:
+            if entry[0] <= 0.5 * entry[6] or entry[0] <= 1e-6:  # (within half a ns of done)
                 _, fixed, queue, t, units, _, _, _ = entry
                 t.t_end = end = now + fixed
                 heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))

@@ -17,6 +17,12 @@ def _pools(device: Any = None, pool: Any = None) -> list[BlockPool]:
     return [p for p in [alloc.pool, *alloc.pools] if p is not None]
 
 
+def reserved_bytes(device: Any = None) -> int:
+    """Bytes a device's pools hold from the device (read without walking blocks or locking:
+    cheap enough for a reader that asks often)."""
+    return sum(p.reserved for p in _pools(device))
+
+
 def _chunk_figures(pool: BlockPool, chunk: Chunk) -> dict:
     free = largest = 0
     for b in pool.blocks(chunk):

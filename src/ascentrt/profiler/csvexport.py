@@ -19,15 +19,19 @@ def task_rows(profile: ProfileData) -> list[list]:
     rows: list[list] = [["device", "stream", "task_id", "kind", "name", "enqueue_us", "start_us",
                          "duration_us", "queued_us", "wait_us", "bytes", "failed"]]
     previous_end: dict[tuple[int, int], int] = {}
-    gap: dict[tuple, int] = {}
-    for t in sorted(profile.tasks, key=lambda t: (t.device, t.stream, t.task_id)):
+    gap = [0] * len(profile.tasks)  # per row: a replayed graph's nodes share their task id
+    order = sorted(range(len(profile.tasks)), key=lambda i: (
+        profile.tasks[i].device, profile.tasks[i].stream, profile.tasks[i].task_id,
+        profile.tasks[i].start_ns))
+    for i in order:
+        t = profile.tasks[i]
         key = (t.device, t.stream)
         end = previous_end.get(key)
-        gap[t.key] = 0 if end is None else max(0, t.start_ns - end)
+        gap[i] = 0 if end is None else max(0, t.start_ns - end)
         previous_end[key] = max(t.end_ns, end or 0)
-    for t in profile.tasks:
+    for t, waited in zip(profile.tasks, gap):
         rows.append([t.device, t.stream, t.task_id, t.kind, t.name, _us(t.enqueue_ns),
-                     _us(t.start_ns), _us(t.duration_ns), _us(t.queued_ns), _us(gap[t.key]),
+                     _us(t.start_ns), _us(t.duration_ns), _us(t.queued_ns), _us(waited),
                      t.nbytes, int(t.failed)])
     return rows
 

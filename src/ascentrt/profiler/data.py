@@ -52,7 +52,8 @@ class TaskRecord:
 
     @property
     def key(self) -> tuple:
-        """(device, stream, task_id): unique within a profile."""
+        """(device, stream, task_id): one task of a stream (a replayed graph's nodes share the
+        id of the task that ran them)."""
         return (self.device, self.stream, self.task_id)
 
 
