@@ -27,7 +27,7 @@ def validate_trace(doc: dict) -> dict:
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
         if ph == "M":
             assert e["name"] in {"process_name", "thread_name", "process_sort_index",
-                                 "thread_sort_index"}, e
+                                 "thread_sort_index", "process_labels"}, e
             if e["name"] == "process_name":
                 named_processes.add(e["pid"])
             if e["name"] == "thread_name":
