@@ -186,4 +186,10 @@ def test_prof_and_report_print_the_diagnosis_of_a_range(tmp_path, capsys):
     assert main(["prof", "-q", "-o", out, "--range", "step", "--", sys.executable, str(prog)]) == 0
     assert "Diagnosis of range 'step' (3 instances," in capsys.readouterr().out
     assert main(["report", out, "--range", "eval"]) == 1
-    assert capsys.readouterr().err.strip().endswith("no range 'eval'; its ranges: 'step'")
+    assert "no range 'eval'; its ranges: 'step'" in capsys.readouterr().err
+    # A mistyped range after a run: the whole profile's summary, the error, and exit code 1.
+    assert main(["prof", "-q", "--force", "-o", out, "--range", "stpe", "--", sys.executable,
+                 str(prog)]) == 1
+    printed = capsys.readouterr()
+    assert "Diagnosis" in printed.out and "outputs in" in printed.out
+    assert "no range 'stpe'; its ranges: 'step'" in printed.err

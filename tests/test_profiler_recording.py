@@ -140,10 +140,11 @@ def test_ranges_and_marks_cost_nothing_and_record_nothing_when_off():
         art.profiler.mark(3)
 
 
-def test_a_second_profile_while_one_runs_is_refused():
-    with art.profile():
+def test_a_session_starts_once_and_stop_needs_one_running():
+    # (a second session while one runs nests: tests/test_profile_folders.py)
+    with art.profile() as prof:
         with pytest.raises(art.AscentError) as err:
-            art.profile().start()
+            prof.start()
         assert err.value.code == art.ErrorCode.REPEAT_INITIALIZE
     with pytest.raises(art.AscentError) as err:
         art.profiler.stop()

@@ -27,7 +27,7 @@ def validate_trace(doc: dict) -> dict:
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
         if ph == "M":
             assert e["name"] in {"process_name", "thread_name", "process_sort_index",
-                                 "thread_sort_index"}, e
+                                 "thread_sort_index", "process_labels"}, e
             if e["name"] == "process_name":
                 named_processes.add(e["pid"])
             if e["name"] == "thread_name":
@@ -92,12 +92,14 @@ def two_streams(dev):
 def run_two_stream_program(dev, a, b):
     """Stream A: k1, record; stream B: k2 (concurrent with k1), wait(record), k3 (after k1)."""
     x, y = art.malloc(1 << 18), art.malloc(1 << 18)
-    gate = threading.Event()  # k1 holds its record back until everything is submitted
+    # k1 holds its record back until everything is submitted; k2 waits for the same gate, so
+    # the two start together however slowly the host submits (else k2 may be over before k1).
+    gate = threading.Event()
     with art.profile() as prof:
         with art.profiler.range("submit"):
             art.launch(_spin_kernel, x.view(np.float64), gate, stream=a, name="k1")
             ev = a.record()
-            art.launch(_spin_kernel, y.view(np.float64), stream=b, name="k2")
+            art.launch(_spin_kernel, y.view(np.float64), gate, stream=b, name="k2")
             b.wait(ev)
             art.launch(_spin_kernel, y.view(np.float64), stream=b, name="k3")
             art.profiler.mark("submitted")

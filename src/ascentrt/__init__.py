@@ -74,7 +74,10 @@ def _profile_from_env() -> None:
     folder = config.get("ASCENTRT_PROFILE")
     if folder:
         from .profiler.session import start_from_env
-        start_from_env(folder)
+        try:
+            start_from_env(folder)
+        except InvalidArgumentError as exc:  # a folder that is taken: one line, not a traceback
+            raise SystemExit(f"ascentrt: ASCENTRT_PROFILE={folder}: {exc}") from None
 
 
 _sanitize_from_env()

@@ -83,7 +83,7 @@ def _demo(args) -> int:
     from . import profiler
     from .demo import main as demo_main
     compare = None if args.backend == "sim" or args.no_compare else (args.preset or "ascend910b")
-    with profiler.profile(args.out) as prof:
+    with profiler.profile(args.out, overwrite=args.force) as prof:
         code = demo_main(args.batches, compare_preset=compare)
     findings = prof.diagnose()  # the stopped session's profile
     print(f"profile written to {args.out}/ (report.html, trace.json, CSV summaries); "
@@ -101,24 +101,17 @@ def _prof(args) -> int:
     import subprocess
     import time
 
-    from . import profiler
     from .errors import ErrorCode, InvalidArgumentError
-    from .profiler.data import DATA_FILE
-    from .profiler.session import PROGRESS_FILE
-    from .validate import program_command
-    command = program_command(args.command, "ascentrt prof [-o DIR] [--range NAME] -- python prog.py [args]")
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
-    for stale in (DATA_FILE, PROGRESS_FILE):
-        if os.path.exists(os.path.join(out, stale)):
-            os.remove(os.path.join(out, stale))
-    env = dict(os.environ, ASCENTRT_PROFILE=out)
-    env.pop("ASCENTRT_PROFILE_PID", None)  # the program claims the folder, not an outer run
-    try:
-        child = subprocess.Popen(command, env=env)
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot run {command[0]!r}: {exc.strerror or exc}",
-                                   code=ErrorCode.INVALID_PARAM) from None
+    from .profiler.data import part_path
+    from .profiler.folders import PROGRESS_FILE, assemble, claim
+    from .profiler.summary import print_summary
+    from .validate import program_command, start_program
+    command = program_command(args.command, "ascentrt prof [-o DIR] [--force] [--range NAME] -- python prog.py [args]")
+    out = claim(os.path.abspath(args.out), args.force)  # (before the run, not after it)
+    # This process holds the folder: the program and every process it starts that imports
+    # ascentrt write a part (child-<pid>/), assembled into one profile when the program exits.
+    env = dict(os.environ, ASCENTRT_PROFILE=out, ASCENTRT_PROFILE_PID=str(os.getpid()))
+    child = start_program(command, env)
     started = time.monotonic()
     tty = sys.stderr.isatty()
     every = args.progress if args.progress is not None else 1.0 if tty else PROGRESS_EVERY_S
@@ -134,7 +127,7 @@ def _prof(args) -> int:
             last_line = now
             line = f"ascentrt prof: running for {now - started:.0f} s"
             try:
-                with open(os.path.join(out, PROGRESS_FILE)) as fh:
+                with open(os.path.join(part_path(out, child.pid), PROGRESS_FILE)) as fh:
                     state = json.load(fh)
                 line += f", {state['tasks']} tasks, {state['api_calls']} API calls recorded"
             except (OSError, ValueError, KeyError):
@@ -146,15 +139,24 @@ def _prof(args) -> int:
             break
     if tty and not args.quiet and time.monotonic() - started >= 1.0:
         print(file=sys.stderr)
-    if not os.path.exists(os.path.join(out, DATA_FILE)):
-        raise InvalidArgumentError(
+    prof = assemble(out, child.pid, command)
+    if prof is None:
+        error = InvalidArgumentError(
             f"no profile was written (the program exited with {code}): it must import ascentrt "
             f"and exit normally (os._exit and kill signals skip the profile)",
             code=ErrorCode.INVALID_FILE)
-    prof = profiler.load(out)
+        if not code:
+            raise error
+        print(f"ascentrt: error: {_in_words(error)}", file=sys.stderr)
+        return code  # (the program's own failure is the one to pass on)
     if code:
         print(f"ascentrt prof: the program exited with code {code}", file=sys.stderr)
-    _print_summary(prof, args.range)
+    try:
+        _print_summary(prof, args.range)
+    except InvalidArgumentError as exc:  # a mistyped --range: the run and its profile still count
+        print_summary(prof)
+        print(f"ascentrt: error: {_in_words(exc)}", file=sys.stderr)
+        code = code or 1
     print(f"\noutputs in {out}: report.html, trace.json (Perfetto / chrome://tracing), "
           f"task_time.csv, kernel_statistic.csv, api_statistic.csv, memory.csv, profile.json")
     return code
@@ -209,22 +211,16 @@ RACES_EXIT_CODE = 66  # as ThreadSanitizer: the program ran, and races were foun
 def _sanitize(args) -> int:
     import json
     import os
-    import subprocess
     import tempfile
 
-    from .errors import ErrorCode, InvalidArgumentError
     from .sanitizer import parse_mode
-    from .validate import program_command
+    from .validate import program_command, start_program
     command = program_command(args.command, "ascentrt sanitize [--mode M] -- python prog.py")
     mode = parse_mode(args.mode)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "races.json")
         env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=out)
-        try:
-            code = subprocess.call(command, env=env)
-        except OSError as exc:
-            raise InvalidArgumentError(f"cannot run {command[0]!r}: {exc.strerror or exc}",
-                                       code=ErrorCode.INVALID_PARAM) from None
+        code = start_program(command, env).wait()
         races = []
         if os.path.exists(out):
             with open(out) as fh:
@@ -246,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks on errors")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="subcommand", required=True)
     p_demo = sub.add_parser("demo", parents=[common],
                             help="run the multi-stream pipeline demo and write its profile report")
     p_demo.add_argument("--batches", type=int, default=12)
@@ -257,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     p_demo.add_argument("--preset", help="the sim backend's hardware model (name or .toml path)")
     p_demo.add_argument("--no-compare", action="store_true",
                         help="on cpu, skip the side-by-side run on the sim backend")
+    p_demo.add_argument("--force", action="store_true",
+                        help="replace a profile already in the output folder")
     p_demo.set_defaults(fn=_demo)
     p_info = sub.add_parser("info", parents=[common], help="devices, memory, executors and streams")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
@@ -269,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         description="Run a program with ASCENTRT_PROFILE set, then print the summary and the "
                     "diagnosis. 'python' / 'python3' as the command means this interpreter.")
     p_prof.add_argument("-o", "--out", default="ascentrt-profile",
-                        help="output folder (default: ascentrt-profile)")
+                        help="output folder (default: ascentrt-profile); one that holds a "
+                             "profile is refused without --force")
+    p_prof.add_argument("--force", action="store_true",
+                        help="replace a profile already in the output folder")
     p_prof.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p_prof.add_argument("--progress", type=float, metavar="SECONDS",
                         help="seconds between progress lines (default: 1 on a terminal, else 10)")
@@ -315,14 +316,26 @@ def main(argv: list[str] | None = None) -> int:
     p_report.add_argument("--range", metavar="NAME",
                           help="limit the diagnosis to the user range NAME (ascentrt.profiler.range)")
     p_report.set_defaults(fn=_report)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # (said with the subcommand's usage, not the top-level one)
+        sub.choices[args.subcommand].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.fn(args)
     except Exception as exc:  # one clear line for users; --debug for the traceback
         if args.debug:
             raise
-        print(f"ascentrt: error: {exc}", file=sys.stderr)
+        print(f"ascentrt: error: {_in_words(exc)}", file=sys.stderr)
         return 1
+
+
+def _in_words(exc: Exception) -> str:
+    """An error as a user reads it: the cause first, a runtime code after it."""
+    from .errors import AscentError, os_cause
+    if isinstance(exc, AscentError):
+        return f"{exc.message} ({int(exc.code)} {exc.code.name})"
+    if isinstance(exc, OSError):
+        return f"{exc.filename}: {os_cause(exc)}" if exc.filename else os_cause(exc)
+    return str(exc) or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -189,10 +189,11 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "the folder of those usage files, one per process (empty: ascentrt-usage-<uid> in "
             "the temp dir)"),
     Setting("ASCENTRT_PROFILE", "", str.strip,
-            "profile the whole program into this folder (trace, CSV, HTML report; empty: off)"),
+            "profile the whole program into this folder (trace, CSV, HTML report; empty: off); "
+            "one that holds an earlier profile is refused"),
     Setting("ASCENTRT_PROFILE_PID", "", str.strip,
-            "set by ascentrt: the process writing ASCENTRT_PROFILE (its child processes write to "
-            "child-<pid>/ inside it)"),
+            "set by ascentrt: the process writing ASCENTRT_PROFILE (processes it starts or forks "
+            "write to child-<pid>/ inside it, and its profile merges them)"),
 ]}
 
 

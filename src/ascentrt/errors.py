@@ -108,6 +108,7 @@ class AscentError(Exception):
     def __init__(self, message: str, code: int | None = None, info: ExceptionInfo | None = None):
         self.code = ErrorCode(code) if code is not None else self.default_code
         self.info = info
+        self.message = message  # (the cause in words, without the code)
         super().__init__(f"[{int(self.code)} {self.code.name}] {message}")
         _last.code = int(self.code)  # every error raised in a host thread becomes its last error
 
@@ -225,3 +226,8 @@ def warn_at_caller(message: str, category: type[Warning]) -> None:
     registry = frame.f_globals.setdefault("__warningregistry__", {})
     warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
                            frame.f_globals.get("__name__"), registry)
+
+
+def os_cause(exc: OSError) -> str:
+    """An OSError's cause in words ("no such file or directory"), without its errno."""
+    return (exc.strerror or str(exc)).lower()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import threading
 
-from .errors import ErrorCode, InvalidArgumentError
+from .errors import ErrorCode, InvalidArgumentError, os_cause
 
 
 def check_timeout(timeout) -> float | None:
@@ -32,5 +34,41 @@ def program_command(command: list, usage: str) -> list:
         raise InvalidArgumentError(f"nothing to run: {usage}")
     if command[0] in ("python", "python3"):
         command[0] = sys.executable  # the interpreter ascentrt is installed in
+    if os.path.basename(command[0]).startswith("python"):
+        script = _python_script(command[1:])
+        if script is not None and not os.path.isfile(script):
+            raise InvalidArgumentError(f"no such file: {script!r} (the script to run)",
+                                       code=ErrorCode.INVALID_FILE)
     return command
+
+
+def _python_script(args: list) -> str | None:
+    """The script a python command line runs, or None (-c, -m, - or standard input)."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-" or not arg.startswith("-"):
+            return None if arg == "-" else arg
+        if arg in ("--check-hash-based-pycs",):
+            i += 1  # (its value is the next argument)
+        elif not arg.startswith("--"):  # short options, maybe several in one: -uc CODE, -Wignore
+            for k, flag in enumerate(arg[1:], 1):
+                if flag in "cm":
+                    return None
+                if flag in "WX":
+                    if k == len(arg) - 1:
+                        i += 1  # (its value is the next argument, else the rest of this one)
+                    break
+        i += 1
+    return None
+
+
+def start_program(command: list, env: dict) -> subprocess.Popen:
+    """Start `command` with environment `env`; raises InvalidArgumentError (100000) saying why
+    it cannot start ("no such file or directory", "permission denied")."""
+    try:
+        return subprocess.Popen(command, env=env)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot run {command[0]!r}: {os_cause(exc)}",
+                                   code=ErrorCode.INVALID_PARAM) from None
 

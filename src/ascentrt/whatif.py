@@ -15,6 +15,7 @@ from .errors import ErrorCode, InvalidArgumentError
 from .profiler import load as load_profile
 from .profiler.intervals import total, union
 from .profiler.critical import critical_path, describe
+from .profiler.folders import claim
 from .validate import program_command
 
 CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_func",)}
@@ -77,7 +78,7 @@ def run(preset_name: str, specs: list[str], command: list[str], out: str) -> lis
     rows = []
     combos = variants(parse_vary(specs, preset))
     for i, combo in enumerate(combos):
-        folder = os.path.join(out, f"variant-{i}")
+        folder = claim(os.path.join(out, f"variant-{i}"), overwrite=True)  # (whatif's own)
         env = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_SIM_PRESET=preset.path,
                    ASCENTRT_SIM_VARY=json.dumps(combo), ASCENTRT_PROFILE=os.path.abspath(folder))
         env.pop("ASCENTRT_PROFILE_PID", None)

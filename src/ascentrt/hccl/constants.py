@@ -48,7 +48,7 @@ class HcclError(AscentError):
     def __init__(self, message: str, code: int | None = None, info: ExceptionInfo | None = None):
         self.code = HcclResult(code) if code is not None else self.default_code
         self.info = info
-        self.text = message
+        self.text = self.message = message  # (message: the name every AscentError has)
         Exception.__init__(self, f"[HCCL {int(self.code)} {self.code.name}] {message}")
 
     @property

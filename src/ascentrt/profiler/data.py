@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 from dataclasses import asdict, dataclass, field, fields
 from collections.abc import Iterable
 from typing import Any, Callable, Self, TextIO
 
 FORMAT = "ascentrt-profile/1"
 DATA_FILE = "profile.json"
+PART_DIR = "child-{pid}"  # the folder of a child process's part, inside its parent's profile
 
 # Task kinds that occupy an executor (the rest are control tasks that complete inline).
 WORK_KINDS = ("kernel", "copy", "memset", "host_func")
@@ -195,6 +197,9 @@ class ProfileData:
     races: list = field(default_factory=list)
     collectives: list = field(default_factory=list)
     threads: dict = field(default_factory=dict)  # host thread ident -> name
+    pid: int = 0          # the process that recorded it
+    origin_ns: int = 0    # its start on perf_counter_ns, which every process here shares
+    parts: list = field(default_factory=list)  # the profiles of its child processes
 
     def to_json(self) -> dict:
         """A JSON-ready dict (the content of profile.json)."""
@@ -219,8 +224,10 @@ class ProfileData:
         fh.write("}")
 
     def _json_header(self) -> dict:
+        # (the parts are folders of their own: the header names their pids, read() loads them)
         return {"format": FORMAT, "duration_ns": self.duration_ns, "started_at": self.started_at,
-                "command": list(self.command), "threads": {str(k): v for k, v in self.threads.items()}}
+                "command": list(self.command), "threads": {str(k): v for k, v in self.threads.items()},
+                "pid": self.pid, "origin_ns": self.origin_ns, "parts": [p.pid for p in self.parts]}
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
@@ -229,7 +236,8 @@ class ProfileData:
             raise ValueError(f"not an ascentrt profile (expected format {FORMAT!r})")
         prof = cls(duration_ns=data["duration_ns"], started_at=data.get("started_at", ""),
                    command=data.get("command", []),
-                   threads={int(k): v for k, v in data.get("threads", {}).items()})
+                   threads={int(k): v for k, v in data.get("threads", {}).items()},
+                   pid=data.get("pid", 0), origin_ns=data.get("origin_ns", 0))
         for name, rec in _RECORDS.items():
             table = data.get(name, {"columns": [], "rows": []})
             cols = table["columns"]
@@ -245,6 +253,11 @@ class ProfileData:
     def stream_info(self) -> dict:
         """{(device, stream id): StreamInfo}."""
         return {(s.device, s.id): s for s in self.streams}
+
+
+def part_path(root: str, pid: int) -> str:
+    """The folder that child process `pid` writes its part of profile folder `root` to."""
+    return os.path.join(root, PART_DIR.format(pid=pid))
 
 
 def us(ns: int | float) -> float:

@@ -7,7 +7,7 @@ import os
 
 from ..errors import ErrorCode, InvalidArgumentError
 from .analysis import diagnose, metrics
-from .data import DATA_FILE, ProfileData
+from .data import DATA_FILE, ProfileData, part_path
 from .export import write_folder
 from .scope import within
 
@@ -31,16 +31,21 @@ class Profile(ProfileData):
 
 
 def read(path: str | os.PathLike) -> Profile:
-    """Load a profile folder (or its profile.json) written by a profiling run."""
+    """Load a profile folder (or its profile.json) written by a profiling run, with the parts
+    of its child processes (a part whose folder is gone is left out)."""
     path = os.fspath(path)
     file = os.path.join(path, DATA_FILE) if os.path.isdir(path) else path
     try:
         with open(file, encoding="utf-8") as fh:
             data = json.load(fh)
-        return Profile.from_json(data)
+        prof = Profile.from_json(data)
     except FileNotFoundError:
         raise InvalidArgumentError(f"no profile at {path!r} (expected a folder with {DATA_FILE})",
                                    code=ErrorCode.INVALID_FILE) from None
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidArgumentError(f"{file!r} is not a readable ascentrt profile: {exc}",
                                    code=ErrorCode.INVALID_FILE) from None
+    folder = os.path.dirname(file)
+    prof.parts = [read(part) for part in (part_path(folder, pid) for pid in data.get("parts", []))
+                  if os.path.exists(os.path.join(part, DATA_FILE))]
+    return prof

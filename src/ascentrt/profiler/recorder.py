@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from . import clock
 
 from ..callsite import user_site
@@ -27,7 +30,20 @@ if TYPE_CHECKING:
 _FRAGMENTATION_EVERY_NS = 10_000_000  # measure free-range layout at most every 10 ms (it is O(n))
 _OOM_CODES = (int(ErrorCode.RT_MEMORY_ALLOCATION), int(ErrorCode.RT_DEVICE_OOM))
 SEGMENT = None  # the kind filed for a graph segment's task (an engine kind is an int)
+_OPEN = float("inf")  # the end of a window that is still open
 
+
+class Checkpoint(NamedTuple):
+    """A point in a recording: where a session's window on it begins or ends."""
+
+    ns: int          # the profiler's clock (virtual time on sim)
+    host_ns: int     # perf_counter_ns, which every process on the machine shares
+    races: int       # sanitizer reports so far
+    wall: str        # the wall clock (ISO 8601, seconds)
+
+
+def _wall_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _drained(items: list) -> Iterator:
@@ -47,7 +63,6 @@ class Recorder:
     def __init__(self):
         clock.choose()
         self.t0 = clock.now_ns()
-        self.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.per_stream: dict = {}  # stream -> [task tuples]
         self.calls: list[tuple] = []
         self.ranges: list[tuple] = []
@@ -62,7 +77,8 @@ class Recorder:
         self.thread_names: dict[int, str] = {}
         self._last_layout_ns = 0
         self._instrumentation = Instrumentation(self.calls, self.thread_names, self._api_error)
-        self._sanitizer = None  # (the sanitizer, its reports before the start) when both are on
+        self._sanitizer = None  # the sanitizer, when it is on too
+        self.origin = Checkpoint(self.t0, time.perf_counter_ns(), 0, _wall_now())
 
     # ---- engine hook ---------------------------------------------------------------------
 
@@ -104,19 +120,39 @@ class Recorder:
         self.allocated.setdefault(-1, 0)
         self._instrumentation.install()
         REGISTRY.observe(self)
-        san = Hooks.sanitizer  # races found from now on go into the profile too
-        self._sanitizer = (san, len(san.reports())) if san is not None else None
+        self._sanitizer = Hooks.sanitizer  # races found from now on go into the profile too
+        self.origin = self.origin._replace(races=self._races())
         Hooks.profiler = self
 
     def stop(self) -> None:
         """Detach everything; the recorded data stays."""
+        self.detach()
+        self.t_end = clock.now_ns()
+        self._sample_devices()
+
+    def detach(self) -> None:
+        """Stop being told anything (the engine, the API, the registry); touches no device."""
         if Hooks.profiler is self:
             Hooks.profiler = None
         REGISTRY.unobserve(self)
         self._instrumentation.uninstall()
-        self.t_end = clock.now_ns()
+
+    def edge(self, closing: bool = False) -> Checkpoint:
+        """Now, as an edge of a session's window; each device's memory is sampled inside the
+        window (after an opening edge, before a closing one)."""
+        if closing:
+            self._sample_devices()
+        point = Checkpoint(clock.now_ns(), time.perf_counter_ns(), self._races(), _wall_now())
+        if not closing:
+            self._sample_devices()
+        return point
+
+    def _sample_devices(self) -> None:
         for dev in list(self.devices.values()):
             self._sample(dev, measure_layout=True)
+
+    def _races(self) -> int:
+        return len(self._sanitizer.reports()) if self._sanitizer is not None else 0
 
     # ---- user ranges and marks ---------------------------------------------------------------
 
@@ -187,13 +223,21 @@ class Recorder:
 
     # ---- the result ------------------------------------------------------------------------
 
-    def finish(self, command=None, consume: bool = False) -> Profile:
+    def finish(self, command=None, consume: bool = False,
+               window: tuple[Checkpoint, Checkpoint | None] | None = None) -> Profile:
         """Convert the raw records into a Profile (times relative to the start). `consume`: the
         recorder has stopped and is not read again, so each raw task record is let go as it is
-        converted (at the end of a long run, both at once would be the peak of its memory)."""
-        t0 = self.t0
-        prof = Profile(duration_ns=getattr(self, "t_end", clock.now_ns()) - t0,
-                       started_at=self.started_at, command=list(command or sys.argv))
+        converted (at the end of a long run, both at once would be the peak of its memory).
+        `window` (since, until): only what began in it (until None: up to the end or now)."""
+        since, until = window or (self.origin, None)
+        t0 = since.ns
+        end = until.ns if until is not None else getattr(self, "t_end", clock.now_ns())
+        # A record is of the window it began in; both ends count (in virtual time a host call
+        # and the edge after it can share a timestamp).
+        last = until.ns if until is not None else _OPEN
+        prof = Profile(duration_ns=end - t0, started_at=since.wall,
+                       command=list(command or sys.argv), pid=os.getpid(),
+                       origin_ns=since.host_ns)
         streams = {}
         tasks = []
         for s, bucket in list(self.per_stream.items()):
@@ -202,8 +246,8 @@ class Recorder:
             streams[(dev.id, s.id)] = s
             for (tid, kind, label, nbytes, t_enq, t_start, t_end, thread, error,
                  released) in (_drained(bucket) if consume else list(bucket)):
-                if not t_end or t_start < t0:
-                    continue  # enqueued or started before profiling: no complete timing
+                if not t_end or t_start < t0 or t_start > last:
+                    continue  # started before profiling (no complete timing) or after it
                 kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
                 enqueue = max(t_enq, t0) if t_enq else t_start
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
@@ -213,23 +257,26 @@ class Recorder:
         prof.tasks = tasks
         prof.api_calls = sorted(
             (ApiCall(c[0], c[1] - t0, c[2] - t0, c[3], *_error_and_facts(c))
-             for c in outermost(list(self.calls))),
+             for c in outermost(list(self.calls)) if t0 <= c[1] <= last),
             key=lambda c: c.start_ns)
-        prof.ranges = sorted((RangeRecord(n, a - t0, b - t0, th) for n, a, b, th in self.ranges),
-                             key=lambda r: (r.start_ns, -r.end_ns))
-        prof.marks = [MarkRecord(n, ts - t0, th) for n, ts, th in self.marks]
-        prof.memory = list(self.memory)
+        prof.ranges = sorted((RangeRecord(n, a - t0, b - t0, th) for n, a, b, th in self.ranges
+                              if t0 <= a <= last), key=lambda r: (r.start_ns, -r.end_ns))
+        prof.marks = [MarkRecord(n, ts - t0, th) for n, ts, th in self.marks if t0 <= ts <= last]
+        shift = self.t0 - t0  # (samples are stamped relative to the recording's start)
+        prof.memory = [m if not shift else dataclasses.replace(m, ts_ns=m.ts_ns + shift)
+                       for m in self.memory if t0 <= m.ts_ns + self.t0 <= last]
         if self._sanitizer is not None:
-            san, seen = self._sanitizer
             prof.races = [RaceRecord(str(r), r.first.stream, r.first.task_id, r.second.stream,
                                      r.second.task_id, r.reused_from is not None, r.count)
-                          for r in san.reports()[seen:]]
+                          for r in self._sanitizer.reports()[since.races:
+                                                             None if until is None else until.races]]
         prof.collectives = _collectives({t.key for t in tasks})
         allocs = [(rec, True) for rec in self.done_allocations] + \
                  [(rec, False) for rec in self.allocations.values()]
         prof.allocations = sorted(
-            (Allocation(d, addr, n, ta - t0, tf - t0 if freed else None, site)
-             for (d, addr, n, ta, tf, site), freed in allocs), key=lambda a: a.alloc_ns)
+            (Allocation(d, addr, n, ta - t0, tf - t0 if freed and tf <= last else None, site)
+             for (d, addr, n, ta, tf, site), freed in allocs if t0 <= ta <= last),
+            key=lambda a: a.alloc_ns)
         for dev in self.devices.values():
             p = dev.properties
             prof.devices.append(DeviceInfo(dev.id, p.name, p.compute_units, p.copy_engines,

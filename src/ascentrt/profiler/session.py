@@ -5,34 +5,42 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import sys
 import threading
 import time
 
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
+from . import folders
+from .data import part_path
 from .profile import Profile
-from .recorder import Recorder
+from .recorder import Checkpoint, Recorder
 
 _lock = threading.Lock()
-_active: "Session | None" = None
-PROGRESS_FILE = "progress.json"
+_running: "list[Session]" = []     # started and not yet stopped, oldest first
+_recorder: Recorder | None = None  # the one recording every running session shares
+_from_env: "Session | None" = None  # the session ASCENTRT_PROFILE started in this process
 
 
 def active_recorder():
-    """The recorder of the running session, or None (the cheap check ranges and marks make)."""
-    s = _active
-    return s._recorder if s is not None else None
+    """The recorder of the running sessions, or None (the cheap check ranges and marks make)."""
+    return _recorder
 
 
 class Session:
-    """One profiling run; `with` starts and stops it, and the folder is written at the stop."""
+    """One profiling run; `with` starts and stops it, and the folder is written at the stop.
 
-    def __init__(self, path: str | os.PathLike | None = None):
+    Sessions nest: one started while another runs shares its recording, and gets what was
+    recorded between its own start and stop; the other keeps recording throughout."""
+
+    def __init__(self, path: str | os.PathLike | None = None, overwrite: bool = False):
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise InvalidArgumentError(f"profile path must be a folder path or None, got "
                                        f"{type(path).__name__}")
         self.path: str | None = None if path is None else os.fspath(path)
+        self.overwrite = bool(overwrite)
         self.profile: Profile | None = None
         self._recorder: Recorder | None = None
+        self._since: Checkpoint | None = None
         self._progress_stop: threading.Event | None = None
 
     @property
@@ -41,31 +49,36 @@ class Session:
         return self._recorder is not None
 
     def start(self) -> "Session":
-        """Start recording; raises AscentError (100002) if a profile is already running."""
-        global _active
+        """Start recording (sharing the recording of sessions already running); raises
+        AscentError (100002) if this session already ran, InvalidArgumentError (100003) if its
+        folder holds an earlier profile (see `overwrite`) or a running session's."""
+        global _recorder
         with _lock:
-            if _active is not None:
-                raise AscentError("a profile is already running; stop it before starting another",
-                                  code=ErrorCode.REPEAT_INITIALIZE)
-            if self.profile is not None:
-                raise AscentError("this profile session already ran; create a new one",
+            if self._recorder is not None or self.profile is not None:
+                raise AscentError("this profile session was started already; create a new one",
                                   code=ErrorCode.REPEAT_INITIALIZE)
             if self.path is not None:
-                try:
-                    os.makedirs(self.path, exist_ok=True)
-                except OSError as exc:
-                    raise InvalidArgumentError(f"cannot create the profile folder {self.path!r}: "
-                                               f"{exc.strerror or exc}",
-                                               code=ErrorCode.INVALID_FILE) from None
-            rec = Recorder()
-            rec.start()
-            self._recorder = rec
-            _active = self
+                taken = [s.path for s in _running if s.path is not None
+                         and os.path.abspath(s.path) == os.path.abspath(self.path)]
+                if taken:
+                    raise InvalidArgumentError(f"{self.path!r} is the folder of a profile that "
+                                               f"is running: give this one another folder",
+                                               code=ErrorCode.INVALID_FILE)
+                folders.claim(self.path, self.overwrite)
+            if _recorder is None:
+                _recorder = Recorder()
+                _recorder.start()
+                self._since = _recorder.origin
+            else:
+                self._since = _recorder.edge()
+            self._recorder = _recorder
+            _running.append(self)
         return self
 
     def stop(self, write: bool = True) -> Profile:
-        """Stop recording, write the folder (when a path was given) and return the Profile."""
-        global _active
+        """Stop recording, write the folder (when a path was given) and return the Profile.
+        The folder's profile includes the parts child processes wrote into it."""
+        global _recorder
         with _lock:
             rec = self._recorder
             if rec is None:
@@ -73,26 +86,32 @@ class Session:
                     return self.profile
                 raise AscentError("this profile session is not running",
                                   code=ErrorCode.UNINITIALIZE)
-            rec.stop()
+            _running.remove(self)
             self._recorder = None
-            _active = None
+            last = not _running
+            if last:
+                rec.stop()
+                _recorder = None
+            until = None if last else rec.edge(closing=True)
         if self._progress_stop is not None:
             self._progress_stop.set()
             assert self.path is not None  # (only a session with a folder reports progress)
             try:
-                os.remove(os.path.join(self.path, PROGRESS_FILE))
+                os.remove(os.path.join(self.path, folders.PROGRESS_FILE))
             except OSError:
                 pass  # never written: the run was shorter than one progress period
-        self.profile = rec.finish(consume=True)
+        assert self._since is not None  # (set by start)
+        self.profile = rec.finish(consume=last, window=(self._since, until))
         if write and self.path is not None:
+            self.profile.parts = folders.parts(self.path)
             self.profile.save(self.path)
         return self.profile
 
     def snapshot(self) -> Profile:
         """The profile so far (the session keeps running), or the final one after stop()."""
-        rec = self._recorder
-        if rec is not None:
-            return rec.finish()
+        rec, since = self._recorder, self._since
+        if rec is not None and since is not None:
+            return rec.finish(window=(since, None))
         if self.profile is None:
             raise AscentError("this profile session never ran", code=ErrorCode.UNINITIALIZE)
         return self.profile
@@ -113,11 +132,20 @@ class Session:
         if self._recorder is not None:
             self.stop()
 
+    def _stop_at_exit(self) -> None:
+        """Stop and write, as the process exits; a failure is one line on stderr."""
+        if self.running:
+            try:
+                self.stop()
+            except Exception as exc:  # exiting: say what went wrong, in one line
+                print(f"ascentrt: could not write the profile to {self.path}: {exc}",
+                      file=sys.stderr)
+
     def _report_progress(self, every_s: float = 1.0) -> None:
         """Write PROGRESS_FILE into the folder every `every_s` seconds (for `ascentrt prof`)."""
         assert self.path is not None  # (a session with a folder)
         stop = self._progress_stop = threading.Event()
-        path = os.path.join(self.path, PROGRESS_FILE)
+        path = os.path.join(self.path, folders.PROGRESS_FILE)
         started = time.monotonic()
 
         def loop():
@@ -138,23 +166,26 @@ class Session:
         threading.Thread(target=loop, name="ascentrt-profile-progress", daemon=True).start()
 
 
-def profile(path: str | os.PathLike | None = None) -> Session:
+def profile(path: str | os.PathLike | None = None, overwrite: bool = False) -> Session:
     """`with ascentrt.profile("out") as prof:` records everything; `prof.diagnose()` after.
 
     The folder `path` gets trace.json (Perfetto / chrome://tracing), CSV summaries,
     report.html and profile.json (read back with ascentrt.profiler.load). None: nothing written.
+    A folder that holds an earlier profile is refused unless `overwrite`. Inside another
+    running profile (`ascentrt prof`, say), this one gets what ran in its own block.
     """
-    return Session(path)
+    return Session(path, overwrite)
 
 
-def start(path: str | os.PathLike | None = None) -> Session:
+def start(path: str | os.PathLike | None = None, overwrite: bool = False) -> Session:
     """Start a profiling session without `with`; stop it with `stop()`."""
-    return Session(path).start()
+    return Session(path, overwrite).start()
 
 
 def stop() -> Profile:
-    """Stop the running session (and write its folder); raises AscentError (100001) if none."""
-    s = _active
+    """Stop the newest running session (and write its folder); raises AscentError (100001) if
+    none runs."""
+    s = _running[-1] if _running else None
     if s is None:
         raise AscentError("no profile is running", code=ErrorCode.UNINITIALIZE)
     return s.stop()
@@ -163,25 +194,60 @@ def stop() -> Profile:
 def start_from_env(path: str) -> Session:
     """Profile the whole program into `path` (ASCENTRT_PROFILE); written when it exits.
 
-    The first process claims the folder (ASCENTRT_PROFILE_PID); processes it starts that
-    import ascentrt too write into child-<pid>/ inside it instead of over its profile.
+    The first process claims the folder (ASCENTRT_PROFILE_PID; one that holds an earlier
+    profile is refused). Processes it starts that import ascentrt, and processes forked from
+    it, record their own parts into child-<pid>/ inside it; the first one's profile lists them
+    and its trace.json shows them all on one timeline, a process per pid. (`ascentrt prof`
+    claims the folder itself: every process of the program writes a part, and it assembles
+    them once the program has exited.)
     """
+    global _from_env
     from .. import config
     owner = config.get("ASCENTRT_PROFILE_PID")
-    if owner and owner != str(os.getpid()):
-        path = os.path.join(path, f"child-{os.getpid()}")
-    else:
+    child = bool(owner) and owner != str(os.getpid())
+    if child:
+        path = part_path(path, os.getpid())
+    else:  # (absolute: a child that changes directory still writes here)
+        os.environ["ASCENTRT_PROFILE"] = path = os.path.abspath(path)
         os.environ["ASCENTRT_PROFILE_PID"] = str(os.getpid())
-    s = Session(path).start()
+    # A part in a child-<pid>/ already there is from an earlier process of this run that had
+    # the same pid: it is replaced, not refused (the run's folder was claimed empty).
+    s = _from_env = Session(path, overwrite=child).start()
     s._report_progress()
-
-    def at_exit():
-        if s.running:
-            try:
-                s.stop()
-            except Exception as exc:  # exiting: say what went wrong, in one line
-                import sys
-                print(f"ascentrt: could not write the profile to {path}: {exc}", file=sys.stderr)
-
-    atexit.register(at_exit)
+    atexit.register(s._stop_at_exit)
+    mp_util = sys.modules.get("multiprocessing.util")
+    if child and mp_util is not None:  # a multiprocessing child ends with os._exit, no atexit
+        mp_util.register_after_fork(s, _stop_at_multiprocessing_exit)
     return s
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits the parent's sessions, which are not its to write: it drops
+    them, and under ASCENTRT_PROFILE records its own part, as a process started anew does."""
+    global _lock, _recorder, _from_env
+    _lock = threading.Lock()  # (another thread of the parent may have held it)
+    profiled = _from_env is not None and _from_env.running
+    for s in _running:
+        s._recorder = None
+    _running.clear()
+    rec, _recorder, _from_env = _recorder, None, None
+    if rec is not None:
+        rec.detach()
+    if not profiled:
+        return
+    from .. import config
+    try:
+        start_from_env(config.get("ASCENTRT_PROFILE"))
+    except AscentError as exc:
+        print(f"ascentrt: process {os.getpid()} is not profiled: {exc}", file=sys.stderr)
+
+
+def _stop_at_multiprocessing_exit(s: Session) -> None:
+    """Write `s` when this multiprocessing child exits: its finalizers run then. (Registered
+    from its after-fork hooks, which run once it has cleared the finalizers it started with.)"""
+    from multiprocessing import util
+    util.Finalize(s, s._stop_at_exit, exitpriority=-100)  # (after its own children are joined)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from ..units import format_bytes
 from .analysis import diagnose, metrics
-from .data import ProfileData
+from .data import PART_DIR, ProfileData
 
 
 def _ms(ns) -> str:
@@ -17,6 +17,13 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
     """The summary as (title, headers, rows) tables."""
     m = metrics(profile)
     out = []
+    if profile.parts:
+        rows = [[str(p.pid), _ms(p.origin_ns - profile.origin_ns), _ms(p.duration_ns),
+                 str(len(p.tasks)), str(len(p.api_calls)), " ".join(p.command)]
+                for p in [profile, *profile.parts]]
+        out.append((f"Processes (one timeline in trace.json; the tables below are pid "
+                    f"{profile.pid}'s, each child's own are in {PART_DIR.format(pid='<pid>')}/)",
+                    ["pid", "start ms", "duration ms", "tasks", "API calls", "command"], rows))
     rows = [[f"{d}", str(v["tasks"]), _ms(v["window_ns"]), _ms(v["busy_ns"]),
              f"{v['utilization']:.0%}"] for d, v in m["devices"].items()]
     out.append(("Devices", ["device", "tasks", "window ms", "busy ms", "utilization"], rows))

@@ -3,7 +3,8 @@
 A process for the host and one per device; a track per host thread and per stream; complete
 ("X") slices that nest per track (a slice that would overlap its neighbour goes to an overflow
 track of the same stream rather than being dropped); flow arrows from each API call to the task
-it submitted and from each event record to the waits it released; memory counters.
+it submitted and from each event record to the waits it released; memory counters. With the
+parts of child processes, one timeline of them all: each process's host and devices by its pid.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .data import ApiCall, ProfileData, us, write_json_array
 
 HOST_PID = 0
 OVERFLOW_TID = 1_000_000  # overflow tracks of a stream: stream id + k * OVERFLOW_TID
+PID_STRIDE = 1 << 22      # Linux's largest pid + 1
 
 
 def device_pid(device: int) -> int:
@@ -74,7 +76,43 @@ def trace_events(profile: ProfileData) -> list[dict]:
 
 def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
     """The trace-event dicts one by one (a writer need not hold them all: 50k tasks make
-    200k events)."""
+    200k events). A profile with parts from child processes is one timeline of them all,
+    each process's host the trace process of its pid (see merged_pid)."""
+    if not profile.parts:
+        yield from _events(profile)
+        return
+    for index, part in enumerate([profile, *profile.parts]):
+        yield from _moved(part, index, us(part.origin_ns - profile.origin_ns))
+
+
+def merged_pid(pid: int, local_pid: int) -> int:
+    """The trace process id, in a merged trace, of process `pid`'s host (local_pid 0: the pid
+    itself) or of its device local_pid - 1 (above every pid Linux gives)."""
+    return pid + local_pid * PID_STRIDE
+
+
+def _moved(part: ProfileData, index: int, shift_us: float) -> Iterator[dict]:
+    """The events of `part` on the merged timeline: its processes renamed by pid, its times
+    shifted by when it started, its flow ids apart from the other parts'."""
+    yield {"name": "process_labels", "ph": "M", "pid": part.pid, "tid": 0,
+           "args": {"labels": " ".join(part.command)}}
+    flows = index << 32
+    for e in _events(part):
+        local = e["pid"]
+        e["pid"] = merged_pid(part.pid, local)
+        if "ts" in e:
+            e["ts"] = round(e["ts"] + shift_us, 3)
+        if "id" in e:
+            e["id"] += flows
+        if e["name"] == "process_name" and e["ph"] == "M":
+            e["args"] = {"name": f"{e['args']['name']} (pid {part.pid})"}
+        elif e["name"] == "process_sort_index" and e["ph"] == "M":
+            e["args"] = {"sort_index": index * PID_STRIDE + local}
+        yield e
+
+
+def _events(profile: ProfileData) -> Iterator[dict]:
+    """The events of one process's profile (its host is trace process 0, device d is d + 1)."""
     yield {"name": "process_name", "ph": "M", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}}
     yield {"name": "process_sort_index", "ph": "M", "pid": HOST_PID, "tid": 0,
            "args": {"sort_index": 0}}

@@ -1,0 +1,78 @@
+"""Profile output folders: a run never writes over an earlier one unless told to, and the
+parts the processes of a run write inside it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+from ..errors import ErrorCode, InvalidArgumentError, os_cause
+from .csvexport import FILES as CSV_FILES
+from .data import DATA_FILE, PART_DIR, part_path
+from .export import REPORT_FILE, SUMMARY_FILE, TRACE_FILE
+from .profile import Profile, read
+
+PROGRESS_FILE = "progress.json"
+OUTPUTS = (DATA_FILE, TRACE_FILE, REPORT_FILE, SUMMARY_FILE, *CSV_FILES, PROGRESS_FILE)
+_PART = re.compile(re.escape(PART_DIR).replace(r"\{pid\}", r"([0-9]+)") + "$")
+
+
+def claim(path: str, overwrite: bool = False) -> str:
+    """Make folder `path` ready for one run's outputs and return it. A folder that holds an
+    earlier run's outputs is refused (InvalidArgumentError 100003) unless `overwrite`, which
+    removes them first; other files in it are left alone."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        earlier = sorted(n for n in os.listdir(path) if n in OUTPUTS or _PART.match(n))
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot create the profile folder {path!r}: {os_cause(exc)}",
+                                   code=ErrorCode.INVALID_FILE) from None
+    if earlier and not overwrite:
+        raise InvalidArgumentError(
+            f"{path!r} already holds a profile ({', '.join(earlier[:3])}"
+            f"{', ...' if len(earlier) > 3 else ''}): choose another folder, or replace it "
+            f"with --force (overwrite=True in ascentrt.profile)", code=ErrorCode.INVALID_FILE)
+    for name in earlier:
+        target = os.path.join(path, name)
+        if os.path.isdir(target):
+            shutil.rmtree(target)
+        else:
+            os.remove(target)
+    return path
+
+
+def parts(root: str) -> list[Profile]:
+    """The parts child processes have written into profile folder `root`, by pid."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    pids = sorted(int(m.group(1)) for m in map(_PART.match, names) if m)
+    return [read(part_path(root, pid)) for pid in pids
+            if os.path.exists(os.path.join(part_path(root, pid), DATA_FILE))]
+
+
+def assemble(root: str, pid: int, command: list) -> Profile | None:
+    """Make the parts the processes of an `ascentrt prof` run wrote into `root` its profile:
+    the part of process `pid` (the program; else the only part) becomes the folder's own, with
+    the others as its parts (then the folder is written again: its trace shows them all).
+    None when no process wrote a part."""
+    found = parts(root)
+    if not found:
+        return None
+    main = next((p for p in found if p.pid == pid), found[0] if len(found) == 1 else None)
+    others = [p for p in found if p is not main]
+    if main is not None and not others:  # one process: its outputs move up as they are
+        part = part_path(root, main.pid)
+        for name in os.listdir(part):
+            os.replace(os.path.join(part, name), os.path.join(root, name))
+        os.rmdir(part)
+        return main
+    if main is None:  # the program itself recorded nothing: a profile that only has the parts
+        main = Profile(command=list(command), pid=pid, origin_ns=min(p.origin_ns for p in found))
+    main.parts = others
+    main.save(root)
+    if main in found:
+        shutil.rmtree(part_path(root, main.pid))
+    return main
