@@ -24,6 +24,8 @@ def _info(args) -> int:
     if args.preset:
         return _info_preset(args.preset)
     _use_backend(args)
+    import os
+    os.environ["ASCENTRT_USAGE_PUBLISH"] = "0"  # (looking is not using: no file of its own)
     import ascentrt
     from .usage import processes
     rows: dict[int, dict[str, Any]] = {}
@@ -38,7 +40,12 @@ def _info(args) -> int:
     for proc in processes():
         for u in proc.devices:
             if u.memory_reserved or u.memory_used or u.streams:  # holds something there
-                row = rows.setdefault(u.device, {"device": u.device, "processes": []})
+                # (a device this process does not have: the same fields, unknown ones None)
+                row = rows.setdefault(u.device, {"device": u.device, "name": None,
+                                                 "backend": None, "preset": None,
+                                                 "memory_used": None, "memory_total": None,
+                                                 "compute_units": None, "copy_engines": None,
+                                                 "streams": None, "processes": []})
                 row["processes"].append({"pid": proc.pid, "program": proc.program,
                                          "memory_used": u.memory_used,
                                          "memory_reserved": u.memory_reserved,
@@ -51,7 +58,7 @@ def _info(args) -> int:
     print(header)
     print("-" * len(header))
     for r in rows.values():
-        if "name" in r:
+        if r["name"] is not None:
             mem = f"{r['memory_used'] >> 20} / {r['memory_total'] >> 20}"
             print(f"{r['device']:<7}{r['name']:<18}{r['backend']:<9}{mem:<28}"
                   f"{r['compute_units']:<9}{r['copy_engines']:<6}{r['streams']}")
