@@ -191,8 +191,9 @@ class Timeline:
     def run(self, until: float, signal=None) -> bool:
         """Run events up to time `until` (or until `signal` is set); True when it is set."""
         ends = self.ends
+        backends = self.backends
         while True:
-            for b in self.backends:
+            for b in backends:
                 b.dispatch()
             if signal is not None and signal.is_set():
                 return True
@@ -223,14 +224,13 @@ class Timeline:
                     b.shared_work_done(nxt)  # (their ends join the heap)
             while ends and ends[0][0] == nxt:  # every end at this instant, then dispatch
                 _, _, backend, queue, task, units = heapq.heappop(ends)
-                backend.release(queue.executor, units)
-                queue.finish(task)
+                backend.ended(queue, task, units)
 
     def note_caller(self) -> None:
-        """Remember the calling host thread (one that uses the runtime)."""
+        """Remember the calling host thread (one that uses the runtime); once per thread."""
         me = threading.current_thread()
-        if self.callers.get(me.ident) is not me:
-            self.callers[me.ident] = me
+        self.callers[me.ident] = me
+        self.local.noted = True
 
     def others_may_act(self) -> bool:
         """Whether someone else may move things on: a running host function, another live host
@@ -262,8 +262,10 @@ class Timeline:
 
     def advance_host(self, cost_ns: float) -> None:
         """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""
-        until = self.now + int(cost_ns) + self.owed_ns
-        self.owed_ns = 0
+        until = self.now + int(cost_ns)
+        if self.owed_ns:
+            until += self.owed_ns
+            self.owed_ns = 0
         self.run(until)
         if self.now < until:
             self.now = until
@@ -314,6 +316,10 @@ class SimBackend(CpuBackend):
         self._host_threads: list[_HostThread] = []   # idle ones, started on first use
         self._name = name
         self.processors = p.shared_processors  # 0: engines are hardware of their own
+        self._units = p.compute_units
+        self._default_units = p.default_block_dim or p.compute_units
+        self._dispatch_ns = int(p.dispatch_ns)
+        self._event_latency_ns = int(p.event_latency_ns)
         self.sharing: list[list] = []   # running tasks that share (see _share)
         self.shared_since = 0           # when `sharing`'s work was last brought up to date
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
@@ -437,9 +443,11 @@ class SimBackend(CpuBackend):
         (nothing when called from inside a task: a host function acts at its device time)."""
         tl = self.timeline
         with tl.lock:
-            if not getattr(tl.local, "frames", None):
-                tl.note_caller()
-                tl.advance_host(self._host_cost.get(what, 0.0))
+            local = tl.local
+            if not getattr(local, "frames", None):
+                if not getattr(local, "noted", False):
+                    tl.note_caller()
+                tl.advance_host(self._host_cost.get(what, 0))
 
     def now_ns(self) -> int:
         """The virtual time (inside a task: its start plus the time of its nodes so far)."""
@@ -451,58 +459,60 @@ class SimBackend(CpuBackend):
 
     # ---- the model ---------------------------------------------------------------------------
 
-    def release(self, executor: int, units) -> None:
-        """A task ended: its executor units are free again."""
+    def ended(self, queue, task, units) -> None:
+        """A task ended: its executor units are free again, and the engine completes it."""
+        executor = queue.executor
         if executor == _COMPUTE:
             self.free_units += units
         elif executor == _COPY:
             self.free_copy[units] += 1
         else:
             self.free_host += 1
+        queue.finish(task)
 
     def dispatch(self) -> None:
         """Start every ready task that a free unit can take now (called under the timeline lock)."""
-        qc, qm, qh = self.queues
-        if not ((qc is not None and qc.ready.count) or (qm is not None and qm.ready.count)
-                or (qh is not None and qh.ready.count)):
-            return
-        q = qc
-        while q is not None and self.free_units and q.ready.count:
-            t = q.take(self._fits_compute, True)
-            if t is None:
-                break
-            units = self._last_units  # what _fits_compute found for the task it accepted
-            self.free_units -= units
-            self._start(q, t, units)
+        q = self.queues[_COMPUTE]
+        if q is not None and q.ready.count and self.free_units:
+            while True:
+                t = q.take(self._fits_compute, True)
+                if t is None:
+                    break
+                units = self._last_units  # what _fits_compute found for the task it accepted
+                self.free_units -= units
+                self._start(q, t, units)
+                if not (self.free_units and q.ready.count):
+                    break
         q = self.queues[_COPY]
-        while q is not None and any(self.free_copy) and q.ready.count:
-            t = q.take(self._fits_copy, False)
-            if t is None:
-                break
-            lane = self._last_lane  # what _fits_copy found for the task it accepted
-            self.free_copy[lane] -= 1
-            self._start(q, t, lane)
+        if q is not None and q.ready.count:
+            while any(self.free_copy) and q.ready.count:
+                t = q.take(self._fits_copy, False)
+                if t is None:
+                    break
+                lane = self._last_lane  # what _fits_copy found for the task it accepted
+                self.free_copy[lane] -= 1
+                self._start(q, t, lane)
         q = self.queues[_HOST]
-        while q is not None and self.free_host and q.ready.count:
-            t = q.take(_always, True)
-            if t is None:
-                break
-            self.free_host -= 1
-            self._start(q, t, 1)
-
-    def _units_of(self, t) -> int:
-        if t.kind != KERNEL:
-            return 1  # a memset occupies one unit
-        cost = t.cost
-        return self._block_dim(None if cost is None else cost.block_dim)
+        if q is not None and q.ready.count:
+            while self.free_host and q.ready.count:
+                t = q.take(_always, True)
+                if t is None:
+                    break
+                self.free_host -= 1
+                self._start(q, t, 1)
 
     def _block_dim(self, declared: int | None) -> int:
         """The compute units a kernel occupies: what it declared, else the preset's default."""
-        p = self.preset
-        return min(declared or p.default_block_dim or p.compute_units, p.compute_units)
+        return min(declared, self._units) if declared else self._default_units
 
     def _fits_compute(self, t) -> bool:
-        self._last_units = units = self._units_of(t)
+        """Whether the compute units `t` occupies are free (a memset occupies one)."""
+        if t.kind == KERNEL:
+            cost = t.cost
+            units = self._default_units if cost is None else self._block_dim(cost.block_dim)
+        else:
+            units = 1
+        self._last_units = units
         return units <= self.free_units
 
     def _fits_copy(self, t) -> bool:
@@ -526,12 +536,10 @@ class SimBackend(CpuBackend):
     def _start(self, queue, t, units) -> None:
         """Run a taken task now and schedule its end (the timeline lock is held)."""
         tl = self.timeline
-        p = self.preset
-        start = tl.now
-        frame = _Frame(t, start)
+        frame = _Frame(t, tl.now)
         if queue.executor == _HOST:  # on a host thread of its own; ends when it returns
             worker = self._host_threads.pop() if self._host_threads else _HostThread(
-                f"{self._name}-host{p.host_func_threads - self.free_host - 1}")
+                f"{self._name}-host{self.preset.host_func_threads - self.free_host - 1}")
             tl.inflight += 1
             worker.start((self, queue, t, frame))
             return
@@ -557,13 +565,11 @@ class SimBackend(CpuBackend):
     def _schedule_end(self, queue, t, frame: _Frame, units) -> None:
         """Push the end of a task that ran (the timeline lock is held)."""
         tl = self.timeline
-        p = self.preset
         start = frame.start
         work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
-        wait_latency = 0
+        fixed = self._dispatch_ns
         if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
-            wait_latency = max(0, t.released_ns + int(p.event_latency_ns) - start)
-        fixed = wait_latency + int(p.dispatch_ns)
+            fixed += max(0, t.released_ns + self._event_latency_ns - start)
         t.t_start = start
         if work and not frame.offset and (frame.mem or self.processors
                                            and (t.kind == KERNEL or t.kind == HOST)):
@@ -576,7 +582,8 @@ class SimBackend(CpuBackend):
             tl.sharing += 1
             self._share()
             return
-        t.t_end = end = max(tl.now, start) + work + fixed
+        now = tl.now
+        t.t_end = end = (now if now > start else start) + work + fixed
         heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
 
     # ---- sharing (the timeline lock is held) -------------------------------------------------

@@ -13,7 +13,7 @@ import math
 import os
 import tomllib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 
@@ -82,11 +82,14 @@ class Preset:
     values: dict
     sources: dict
 
-    def __getattr__(self, field: str) -> Any:
-        try:
-            return self.__dict__["values"][field]
-        except KeyError:
-            raise AttributeError(field) from None
+    def __post_init__(self) -> None:
+        # Each field is a plain attribute too: the simulator reads them per task, and a lookup
+        # through __getattr__ (after a failed normal one) costs several times as much.
+        for field, value in self.values.items():
+            object.__setattr__(self, field, value)
+
+    if TYPE_CHECKING:
+        def __getattr__(self, field: str) -> Any: ...  # the fields, set by __post_init__
 
     def varied(self, changes: dict) -> "Preset":
         """A copy with some fields set to new values (checked as a file's would be)."""
