@@ -129,7 +129,7 @@ class Timeline:
 
     def _pending(self) -> bool:
         return bool(self.ends or self.next_end() is not None or self.inflight or self.next_deadline() is not None
-                    or any(q is not None and q.ready.count for b in self.backends for q in b.queues))
+                    or any(r.count for b in self.backends for r in b.ready))
 
     def _pump(self) -> None:
         import time
@@ -260,9 +260,9 @@ class Timeline:
             self.deadlines = queue.engine._deadlines   # a heap of (deadline ns, ...)
             self.fire_deadlines = queue.fire_deadlines
 
-    def advance_host(self, cost_ns: float) -> None:
+    def advance_host(self, cost_ns: int) -> None:
         """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""
-        until = self.now + int(cost_ns)
+        until = self.now + cost_ns
         if self.owed_ns:
             until += self.owed_ns
             self.owed_ns = 0
@@ -310,6 +310,7 @@ class SimBackend(CpuBackend):
             preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
             max_events=p.max_events)
         self.queues: list[Any] = [None, None, None]   # the engine's ExecutorQueue per class
+        self.ready: list[Any] = [_NONE_READY] * 3   # their ready streams (.count), per class
         self.free_units = p.compute_units
         self.free_copy = [p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d]
         self.free_host = p.host_func_threads
@@ -323,7 +324,7 @@ class SimBackend(CpuBackend):
         self.sharing: list[list] = []   # running tasks that share (see _share)
         self.shared_since = 0           # when `sharing`'s work was last brought up to date
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
-        self._host_cost = {
+        self._host_cost = {what: int(ns) for what, ns in {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
             "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
             "event_record": p.host_record_ns, "event_wait": p.host_record_ns,
@@ -331,7 +332,7 @@ class SimBackend(CpuBackend):
             "graph_launch": p.host_graph_launch_ns, "synchronize": p.host_sync_ns,
             "malloc": p.host_malloc_pool_ns, "malloc_driver": p.host_malloc_driver_ns,
             "free": p.host_free_ns, "query": p.host_query_ns,
-        }
+        }.items()}
         with TIMELINE.lock:
             TIMELINE.backends.append(self)
             TIMELINE.start_pump()
@@ -372,25 +373,57 @@ class SimBackend(CpuBackend):
     def start_queue(self, name: str, queue: Any) -> None:
         """Keep the queue: the simulation steps it (no thread; several units share one queue)."""
         self.queues[queue.executor] = queue
+        self.ready[queue.executor] = queue.ready
         self.timeline.attach(queue)
 
     def execute(self, op: Op) -> None:
-        """Compute the operation's result now and account its modelled time: a task of the
-        simulation ends after it; a synchronous operation of the host moves the host clock."""
+        """Do what `op` does (through the cpu backend) and account its modelled time: a task of
+        the simulation ends after it; a graph segment's node or a synchronous copy inside a
+        host function takes its own time after what its task did so far; a synchronous
+        operation of the host moves the host clock. The duration is found first, so a kernel
+        that fails still held its units that long; the running task's frame also gathers the
+        ns its bytes take at the device's memory bandwidth (a node's add to its segment's). A
+        run of operations (a graph segment, whose Cost is 0) adds the time of each of its nodes
+        as they run."""
         tl = self.timeline
-        frames = tl.frames()
-        if frames:
-            frame = frames[-1]
-            if frame.task is op:
-                self._perform(op, frame)
-                return
-            # A graph segment's node, or a synchronous copy inside a host function: it takes
-            # its own time, after what the task did so far.
-            frame.offset += int(self.preset.dispatch_ns) + self._perform(op, frame)
+        p = self.preset
+        kind = op.kind
+        kernel = op.fn if kind == KERNEL else None
+        mem = 0.0
+        if kernel is not None:
+            args = op.args if op.resolve is None else op.resolve(op.args)
+            ns, mem = self._kernel_ns(op, args)
+        elif kind == HOST:
+            ns = p.host_func_ns
+        elif op.fn is not None:  # a run of copies or fills
+            ns = 0
+        elif kind == COPY:
+            dst, dpitch, src, spitch, width, height = op.args
+            ns, mem = self.copy_ns(self.direction(dst, src), width * height, dst, src)
+        else:  # FILL
+            dst, _, nbytes = op.args
+            on_device = tl.where(dst) == "device"
+            ns = nbytes / (p.memory_bandwidth if on_device else p.pageable_bandwidth) * 1e9
+            if on_device or p.unified_memory:
+                mem = nbytes / p.memory_bandwidth * 1e9
+        ns = int(ns)
+        frames = getattr(tl.local, "frames", None)
+        if not frames:  # synchronous memcpy / memset from the host
+            CpuBackend.execute(self, op)
+            with tl.lock:
+                tl.advance_host(ns)
             return
-        ns = self._perform(op, None)  # synchronous memcpy / memset from the host
-        with tl.lock:
-            tl.advance_host(ns)
+        frame = frames[-1]
+        frame.mem += mem
+        own = frame.task is op
+        if own:
+            frame.own = ns
+        if kernel is not None:
+            kernel(*args)
+        else:
+            CpuBackend.execute(self, op)
+        if not own:
+            frame.offset += self._dispatch_ns + ns
 
     def new_signal(self) -> threading.Event:
         """A threading.Event (it has the Signal methods)."""
@@ -414,7 +447,7 @@ class SimBackend(CpuBackend):
         while True:
             if tl.run(until, signal):
                 if not tl.frames():
-                    tl.advance_host(self.preset.host_sync_ns)
+                    tl.advance_host(self._host_cost["synchronize"])
                 return True
             # Nothing left to simulate before `until`.
             seen = tl.generation
@@ -472,8 +505,9 @@ class SimBackend(CpuBackend):
 
     def dispatch(self) -> None:
         """Start every ready task that a free unit can take now (called under the timeline lock)."""
-        q = self.queues[_COMPUTE]
-        if q is not None and q.ready.count and self.free_units:
+        compute, copy, host = self.ready
+        if compute.count and self.free_units:
+            q = self.queues[_COMPUTE]
             while True:
                 t = q.take(self._fits_compute, True)
                 if t is None:
@@ -481,20 +515,20 @@ class SimBackend(CpuBackend):
                 units = self._last_units  # what _fits_compute found for the task it accepted
                 self.free_units -= units
                 self._start(q, t, units)
-                if not (self.free_units and q.ready.count):
+                if not (self.free_units and compute.count):
                     break
-        q = self.queues[_COPY]
-        if q is not None and q.ready.count:
-            while any(self.free_copy) and q.ready.count:
+        if copy.count:
+            q = self.queues[_COPY]
+            while any(self.free_copy) and copy.count:
                 t = q.take(self._fits_copy, False)
                 if t is None:
                     break
                 lane = self._last_lane  # what _fits_copy found for the task it accepted
                 self.free_copy[lane] -= 1
                 self._start(q, t, lane)
-        q = self.queues[_HOST]
-        if q is not None and q.ready.count:
-            while self.free_host and q.ready.count:
+        if host.count:
+            q = self.queues[_HOST]
+            while self.free_host and host.count:
                 t = q.take(_always, True)
                 if t is None:
                     break
@@ -543,7 +577,10 @@ class SimBackend(CpuBackend):
             tl.inflight += 1
             worker.start((self, queue, t, frame))
             return
-        frames = tl.frames()
+        try:
+            frames = tl.local.frames
+        except AttributeError:
+            frames = tl.frames()
         frames.append(frame)
         try:
             queue.run(t)
@@ -655,43 +692,6 @@ class SimBackend(CpuBackend):
             self.sharing = left
             self._share()
 
-    def _perform(self, op: Op, frame) -> int:
-        """Do what `op` does (through the cpu backend) and return its modelled duration in ns.
-        The duration is found first and kept in `frame` when `op` is its task (the ns its bytes
-        take at the device's memory bandwidth are added for nodes too): a kernel that fails
-        still held its units that long. A run of operations (a graph segment, whose Cost is 0)
-        adds the time of each of its nodes as they run."""
-        p = self.preset
-        kind = op.kind
-        kernel = op.fn if kind == KERNEL else None
-        mem = 0.0
-        if kernel is not None:
-            args = op.args if op.resolve is None else op.resolve(op.args)
-            ns, mem = self._kernel_ns(op, args)
-        elif kind == HOST:
-            ns = p.host_func_ns
-        elif op.fn is not None:  # a run of copies or fills
-            ns = 0
-        elif kind == COPY:
-            dst, dpitch, src, spitch, width, height = op.args
-            ns, mem = self.copy_ns(self.direction(dst, src), width * height, dst, src)
-        else:  # FILL
-            dst, _, nbytes = op.args
-            on_device = self.timeline.where(dst) == "device"
-            ns = nbytes / (p.memory_bandwidth if on_device else p.pageable_bandwidth) * 1e9
-            if on_device or p.unified_memory:
-                mem = nbytes / p.memory_bandwidth * 1e9
-        ns = int(ns)
-        if frame is not None:
-            if frame.task is op:
-                frame.own = ns
-            frame.mem += mem  # (a node's memory time adds to its segment's)
-        if kernel is not None:
-            kernel(*args)
-        else:
-            CpuBackend.execute(self, op)
-        return ns
-
     def copy_ns(self, direction: int, nbytes: int, dst: int, src: int) -> tuple[float, float]:
         """(latency + bytes / bandwidth of the path a copy takes, the ns its bytes take at the
         device memory's bandwidth). Pageable host memory is staged; with unified memory the
@@ -713,22 +713,23 @@ class SimBackend(CpuBackend):
         the ns its declared bytes take at the memory bandwidth)."""
         p = self.preset
         cost = op.cost
-        if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes
-                            and not cost.link_bytes):
+        if cost is None or (cost.seconds is None and not (cost.flops or cost.bytes
+                                                          or cost.link_bytes)):
             block_dim = None if cost is None else cost.block_dim  # launch(block_dim=) alone
             fn_cost = getattr(op.fn, "cost", None)
             if fn_cost is not None:
                 cost = fn_cost(*args)
                 if block_dim is not None:
                     cost = dataclasses.replace(cost, block_dim=block_dim)
-        if cost is None or (cost.seconds is None and not cost.flops and not cost.bytes
-                            and not cost.link_bytes):
-            label = getattr(op, "label", "") or getattr(op.fn, "__name__", "kernel")
-            self.uncosted[label] = self.uncosted.get(label, 0) + 1
-            return p.default_kernel_ns, 0.0
+            if cost is None or (cost.seconds is None and not (cost.flops or cost.bytes
+                                                              or cost.link_bytes)):
+                label = getattr(op, "label", "") or getattr(op.fn, "__name__", "kernel")
+                self.uncosted[label] = self.uncosted.get(label, 0) + 1
+                return p.default_kernel_ns, 0.0
+        seconds = cost.seconds
         memory = cost.bytes / p.memory_bandwidth
-        if cost.seconds is not None:
-            return cost.seconds * 1e9, min(memory, cost.seconds) * 1e9
+        if seconds is not None:
+            return seconds * 1e9, (memory if memory < seconds else seconds) * 1e9
         units = self._block_dim(cost.block_dim)
         compute = cost.flops / (p.compute_flops_per_unit * units)
         link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
@@ -738,6 +739,15 @@ class SimBackend(CpuBackend):
 
 def _always(t) -> bool:
     return True
+
+
+class _NoneReady:
+    """The ready streams of an executor class not started yet: none."""
+
+    count = 0
+
+
+_NONE_READY = _NoneReady()
 
 
 __all__ = ["D2D", "D2H", "H2D", "HOST_FUNC_PATIENCE_S", "IDLE_HOST_S", "SimBackend", "TIMELINE",

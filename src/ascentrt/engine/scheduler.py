@@ -159,7 +159,30 @@ class ExecutorQueue:
     def take(self, fits, first_only: bool):
         """The head task of the first ready stream (priority, then FIFO) for which fits(task)
         holds, now running; None when none fits (first_only: when the first does not)."""
-        return self.engine._take(self.dq, self.executor, fits, first_only)
+        lock = self.engine.lock
+        lock.acquire()  # (not `with`: a simulator calls this per task)
+        try:
+            ready = self.ready
+            for level in ready.levels:
+                for s in level:
+                    t = s._tasks[0]
+                    if fits(t):
+                        if level[0] is s:
+                            level.popleft()
+                        else:
+                            level.remove(s)
+                        ready.count -= 1
+                        s._tasks.popleft()
+                        s._running = t
+                        self.dq.busy[self.executor] += 1
+                        if s._released_ns:
+                            t.released_ns, s._released_ns = s._released_ns, 0
+                        return t
+                    if first_only:
+                        return None
+            return None
+        finally:
+            lock.release()
 
     def run(self, task: Task) -> None:
         """Execute a taken task on the calling thread as its executor (errors kept in task.error)."""
@@ -174,7 +197,18 @@ class ExecutorQueue:
 
     def finish(self, task: Task) -> None:
         """A taken task ended: complete it and move its stream (and what it releases) on."""
-        self.engine._finish(self.dq, self.executor, task)
+        engine = self.engine
+        lock = engine.lock
+        lock.acquire()
+        try:
+            s = task.stream
+            if s._cut is not None and task.id > s._cut:  # discarded before it ran: not counted twice
+                engine._batch_ended(self.dq, self.executor, s, [task], 0, ())
+            else:
+                engine._batch_ended(self.dq, self.executor, s, [task], 1,
+                                    () if task.error is None else [task])
+        finally:
+            lock.release()
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of a timed device-side wait (backend clock ns), or None."""
@@ -614,7 +648,8 @@ class Engine:
             lock.acquire()
             self._batch_ended(dq, ex, s, batch, done, failed)
 
-    def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int, failed: list) -> None:
+    def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int,
+                     failed: list | tuple) -> None:
         """Complete the first `done` tasks of a batch run outside the lock, put back the rest,
         move the stream on; then report to the profiler and exception callbacks (briefly
         releasing the lock, which the caller holds)."""
@@ -651,34 +686,6 @@ class Engine:
                     except BaseException:  # SystemExit included: executors must live on
                         _log.exception("ascentrt: exception-info callback %r raised", cb)
             lock.acquire()
-
-    # ---- stepping by a simulator (see ExecutorQueue) ----------------------------------------
-
-    def _take(self, dq: DeviceQueues, ex: int, fits, first_only: bool):
-        with self.lock:
-            ready = dq.ready[ex]
-            for level in ready.levels:
-                for s in level:
-                    t = s._tasks[0]
-                    if fits(t):
-                        level.remove(s)
-                        ready.count -= 1
-                        s._tasks.popleft()
-                        s._running = t
-                        dq.busy[ex] += 1
-                        if s._released_ns:
-                            t.released_ns, s._released_ns = s._released_ns, 0
-                        return t
-                    if first_only:
-                        return None
-            return None
-
-    def _finish(self, dq: DeviceQueues, ex: int, t: Task) -> None:
-        with self.lock:
-            s = t.stream
-            cut = s._cut is not None and t.id > s._cut  # discarded before it ran: not counted twice
-            self._batch_ended(dq, ex, s, [t], 0 if cut else 1,
-                              [t] if t.error is not None and not cut else [])
 
     # ---- timed device-side waits -----------------------------------------------------------
 
