@@ -408,21 +408,19 @@ class SimBackend(CpuBackend):
                 mem = nbytes / p.memory_bandwidth * 1e9
         ns = int(ns)
         frames = getattr(tl.local, "frames", None)
-        if not frames:  # synchronous memcpy / memset from the host
-            CpuBackend.execute(self, op)
-            with tl.lock:
-                tl.advance_host(ns)
-            return
-        frame = frames[-1]
-        frame.mem += mem
-        own = frame.task is op
-        if own:
-            frame.own = ns
+        frame = frames[-1] if frames else None
+        if frame is not None:
+            frame.mem += mem
+            if frame.task is op:
+                frame.own = ns
         if kernel is not None:
             kernel(*args)
         else:
             CpuBackend.execute(self, op)
-        if not own:
+        if frame is None:  # synchronous memcpy / memset from the host
+            with tl.lock:
+                tl.advance_host(ns)
+        elif frame.task is not op:
             frame.offset += self._dispatch_ns + ns
 
     def new_signal(self) -> threading.Event:
