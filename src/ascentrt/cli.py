@@ -25,11 +25,21 @@ def _info(args) -> int:
         return _info_preset(args.preset)
     _use_backend(args)
     import os
-    os.environ["ASCENTRT_USAGE_PUBLISH"] = "0"  # (looking is not using: no file of its own)
     import ascentrt
     from .usage import processes
+    # Looking is not using: the devices made here publish no file. (The setting is read once,
+    # when they are made; it is put back after, for whatever this process starts next.)
+    previous = os.environ.get("ASCENTRT_USAGE_PUBLISH")
+    os.environ["ASCENTRT_USAGE_PUBLISH"] = "0"
+    try:
+        count = ascentrt.device_count()
+    finally:
+        if previous is None:
+            del os.environ["ASCENTRT_USAGE_PUBLISH"]
+        else:
+            os.environ["ASCENTRT_USAGE_PUBLISH"] = previous
     rows: dict[int, dict[str, Any]] = {}
-    for i in range(ascentrt.device_count()):
+    for i in range(count):
         d = ascentrt.Device(i)
         free, total = d.mem_info()
         p = d.properties

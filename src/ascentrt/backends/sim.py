@@ -606,14 +606,14 @@ class SimBackend(CpuBackend):
         if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
             fixed += max(0, t.released_ns + self._event_latency_ns - start)
         t.t_start = start
-        if work and not frame.offset and (frame.mem or self.processors
-                                           and (t.kind == KERNEL or t.kind == HOST)):
+        computes = t.kind == KERNEL or t.kind == HOST  # (a copy or fill is DMA: no processor)
+        if work and not frame.offset and (frame.mem or self.processors and computes):
             # It shares memory bandwidth or processors: its end moves with the others'. (Not a
             # graph segment or a host function whose nested operations took time: their nodes'
             # times were fixed at full rate as they ran.)
             self._settle(tl.now)
             self.sharing.append([float(work), fixed, queue, t, units, min(1.0, frame.mem / work),
-                                 1.0, t.kind == KERNEL or t.kind == HOST])
+                                 1.0, computes])
             tl.sharing += 1
             self._share()
             return
