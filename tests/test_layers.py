@@ -14,7 +14,7 @@ PKG = Path(ascentrt.__file__).parent
 # Layers, lowest first: a module may import its own layer and the layers below it.
 LAYERS = [
     ("backends", {"ascentrt.backends"}),
-    ("base", {"ascentrt.errors", "ascentrt.config", "ascentrt.validate", "ascentrt.kernels", "ascentrt.units",
+    ("base", {"ascentrt.errors", "ascentrt.config", "ascentrt.accel", "ascentrt.validate", "ascentrt.kernels", "ascentrt.units",
               "ascentrt.callsite"}),
     ("memory", {"ascentrt.memory"}),
     ("engine", {"ascentrt.engine"}),
@@ -152,4 +152,14 @@ def test_task_paths_take_time_and_move_bytes_only_through_the_backend():
             for i, line in enumerate(path.read_text().splitlines(), 1):
                 if pattern.search(line.split("#")[0]):
                     offenders.append(f"{path.relative_to(PKG)}:{i}: {line.strip()}")
+    assert offenders == []
+
+
+def test_thread_local_state_declares_its_defaults():
+    # Reading an unset attribute of a bare threading.local raises and catches AttributeError
+    # (~0.5 us: it was most of a malloc's cost). A subclass with class defaults reads in ~40 ns.
+    offenders = [f"{path.relative_to(PKG)}:{i}: {line.strip()}"
+                 for path in MODULES.values()
+                 for i, line in enumerate(path.read_text().splitlines(), 1)
+                 if "threading.local()" in line.split("#")[0]]
     assert offenders == []

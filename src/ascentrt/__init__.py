@@ -1,5 +1,9 @@
 """ascentrt: an accelerator runtime in the mould of the Ascend CANN Runtime, running for real on the CPU."""
 
+from . import accel
+
+accel.keep_to_source_if_asked()  # before any module that accel may replace is imported
+
 from . import kernels
 from .device import (Device, DeviceProperties, current_device, default_stream, device_count,
                      set_device, synchronize)

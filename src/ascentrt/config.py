@@ -182,6 +182,9 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "how hccl.comm_init_root_info's ranks meet: process (threads of this process), mpi "
             "(processes, through mpi4py) or auto (mpi when an MPI launcher started several "
             "processes or the root info comes from another process)"),
+    Setting("ASCENTRT_PURE_PYTHON", "0", _switch,
+            "run the Python source of the modules `make accel` compiles, even where their "
+            "compiled build exists (1: the reference path; read once, at import)"),
     Setting("ASCENTRT_USAGE_PUBLISH", "1", _switch,
             "publish this process's device usage (memory, streams) for `ascentrt info` in other "
             "processes: a small file rewritten at most once a second (0: off)"),

@@ -15,7 +15,15 @@ from .engine.sync import synchronize_streams
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 
 _ids = itertools.count(1)
-_current = threading.local()
+
+
+class _ThreadContext(threading.local):
+    """This host thread's current context (a class default: reading it unset raises nothing)."""
+
+    context: "Context | None" = None
+
+
+_current = _ThreadContext()
 _lock = threading.Lock()
 _primary: dict[int, "Context"] = {}     # device id -> its live primary context
 _uses: dict[int, int] = {}              # device id -> primary context use count
@@ -88,7 +96,7 @@ class Context:
                 s.destroy(force=True)
             except InvalidHandleError:
                 pass  # destroyed concurrently
-        if getattr(_current, "context", None) is self:
+        if _current.context is self:
             _current.context = None
 
     def _owned_streams(self) -> list:
@@ -103,7 +111,7 @@ class Context:
 
 def current_context() -> Context | None:
     """This host thread's current context, or None (new threads have none)."""
-    ctx = getattr(_current, "context", None)
+    ctx = _current.context
     if ctx is not None and ctx.destroyed:
         _current.context = ctx = None
     return ctx

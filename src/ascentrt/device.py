@@ -46,7 +46,15 @@ class DeviceProperties:
 
 _devices: list["Device"] | None = None
 _devices_lock = threading.Lock()
-_current = threading.local()
+
+
+class _ThreadDevice(threading.local):
+    """This host thread's current device (a class default: reading it unset raises nothing)."""
+
+    device: "Device | None" = None
+
+
+_current = _ThreadDevice()
 _handle_types: dict[str, type] = {}  # "stream" / "event" / "notify" -> class, registered by their modules
 # Those classes live above this module (they import it), so the hints here name them Any.
 _table_observers: list[Callable[[list["Device"]], None]] = []  # told once the devices exist
@@ -103,7 +111,7 @@ def set_device(device_id: int) -> "Device":
 
 def current_device() -> "Device":
     """This host thread's current device (device 0 until set_device is called)."""
-    dev = getattr(_current, "device", None)
+    dev = _current.device
     return dev if dev is not None else _table()[0]
 
 
@@ -308,4 +316,5 @@ def _host_backend():
 
 atexit.register(_report_leaks_at_exit)
 links.register(resolve_device=resolve_device, current_device=current_device, current_task=current_task,
-               busy_streams=_busy_streams, host_backend=_host_backend)
+               busy_streams=_busy_streams, host_backend=_host_backend,
+               active_sets=ENGINE.active_sets, thread=_current)

@@ -179,7 +179,15 @@ class NotSupportedError(AscentError):
     default_code = ErrorCode.RT_FEATURE_NOT_SUPPORT
 
 
-_last = threading.local()
+
+
+class _ThreadError(threading.local):
+    """This host thread's last error code (0: none)."""
+
+    code = 0
+
+
+_last = _ThreadError()
 _async_errors: dict[int, int] = {}  # host thread id -> code of a task it submitted that failed
 
 
@@ -198,7 +206,7 @@ def set_last_error(code: int) -> None:
 
 def get_last_error() -> int:
     """Return this thread's last error code and clear it (0 when none)."""
-    code = getattr(_last, "code", 0) or _async_errors.pop(threading.get_ident(), 0)
+    code = _last.code or _async_errors.pop(threading.get_ident(), 0)
     _last.code = 0
     _async_errors.pop(threading.get_ident(), None)
     return code
@@ -206,7 +214,7 @@ def get_last_error() -> int:
 
 def peek_at_last_error() -> int:
     """Return this thread's last error code without clearing it (0 when none)."""
-    return getattr(_last, "code", 0) or _async_errors.get(threading.get_ident(), 0)
+    return _last.code or _async_errors.get(threading.get_ident(), 0)
 
 
 class MemcpyKindWarning(UserWarning):

@@ -25,7 +25,15 @@ T = TypeVar("T")
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-_recent = threading.local()
+
+
+class _ThreadMessage(threading.local):
+    """This host thread's most recent error message (None: none)."""
+
+    message: str | None = None
+
+
+_recent = _ThreadMessage()
 
 
 def _is_int(x: Any) -> bool:
@@ -193,7 +201,7 @@ def _failed(code: int, message: str, out: tuple[Any, ...]) -> int | tuple[Any, .
 
 def recent_error_message() -> str | None:
     """Return and clear this thread's last facade error text."""
-    msg = getattr(_recent, "message", None)
+    msg = _recent.message
     _recent.message = None
     return msg
 

@@ -96,6 +96,14 @@ class _HostThread:
                 backend.host_task_returned(self, job)
 
 
+class _ThreadFrames(threading.local):
+    """Per host thread: the tasks it runs for the simulation (innermost last), and whether it
+    was noted as a caller. Class defaults: reading them unset raises nothing."""
+
+    frames: list | None = None
+    noted = False
+
+
 class Timeline:
     """The virtual clock, the pending task ends, and who runs the simulation (one per process)."""
 
@@ -106,7 +114,7 @@ class Timeline:
         self.ends: list = []            # heap of (end ns, seq, backend, queue, task, units)
         self.seq = itertools.count()
         self.backends: list[SimBackend] = []
-        self.local = threading.local()  # .frames: tasks this thread is running, innermost last
+        self.local = _ThreadFrames()
         self.generation = 0             # bumps whenever a host call acts (wakes idle waiters)
         self.memory: list = []          # sorted (start, end, where, device) of simulated allocations
         self.owed_ns = 0                # host cost incurred where the simulation cannot run
@@ -153,11 +161,11 @@ class Timeline:
 
     def frames(self) -> list:
         """The tasks the calling thread is running for the simulation, innermost last."""
-        try:
-            return self.local.frames
-        except AttributeError:
-            f = self.local.frames = []
-            return f
+        local = self.local
+        f = local.frames
+        if f is None:
+            f = local.frames = []
+        return f
 
     def where(self, addr: int) -> str:
         """'device', 'pinned' or 'pageable': what memory `addr` is in."""
@@ -282,7 +290,7 @@ def _after_fork_in_child() -> None:
     """A forked child has no pump thread and may have inherited a held timeline lock."""
     TIMELINE.lock = threading.RLock()
     TIMELINE.moved = threading.Condition(TIMELINE.lock)
-    TIMELINE.local = threading.local()
+    TIMELINE.local = _ThreadFrames()
     TIMELINE.pumping = False
     TIMELINE.inflight = 0
     TIMELINE.attending = 0  # (a parent thread inside host_wait does not exist here)
@@ -407,7 +415,7 @@ class SimBackend(CpuBackend):
             if on_device or p.unified_memory:
                 mem = nbytes / p.memory_bandwidth * 1e9
         ns = int(ns)
-        frames = getattr(tl.local, "frames", None)
+        frames = tl.local.frames
         frame = frames[-1] if frames else None
         if frame is not None:
             frame.mem += mem
@@ -475,15 +483,15 @@ class SimBackend(CpuBackend):
         tl = self.timeline
         with tl.lock:
             local = tl.local
-            if not getattr(local, "frames", None):
-                if not getattr(local, "noted", False):
+            if not local.frames:
+                if not local.noted:
                     tl.note_caller()
                 tl.advance_host(self._host_cost.get(what, 0))
 
     def now_ns(self) -> int:
         """The virtual time (inside a task: its start plus the time of its nodes so far)."""
         tl = self.timeline
-        frames = getattr(tl.local, "frames", None)
+        frames = tl.local.frames
         if frames:
             return tl.now + frames[-1].offset
         return tl.now
@@ -575,9 +583,8 @@ class SimBackend(CpuBackend):
             tl.inflight += 1
             worker.start((self, queue, t, frame))
             return
-        try:
-            frames = tl.local.frames
-        except AttributeError:
+        frames = tl.local.frames
+        if frames is None:
             frames = tl.frames()
         frames.append(frame)
         try:

@@ -30,7 +30,15 @@ PRIORITY_LEVELS = 8  # 0 (highest) .. 7 (lowest), as CANN's create_stream_with_c
 
 _ERROR_OF_KIND = {KERNEL: ErrorCode.RT_AICORE_EXCEPTION}
 _log = logging.getLogger("ascentrt")
-_local = threading.local()  # .stream: the stream whose batch this executor thread is running
+
+
+class _ThreadStream(threading.local):
+    """The stream whose batch this executor thread is running (None on host threads)."""
+
+    stream: Any = None
+
+
+_local = _ThreadStream()
 
 
 class Hooks:
@@ -116,6 +124,7 @@ class DeviceQueues:
         self.active: set = set()                # streams with work queued, running or blocked
         self.detached: Any = None               # hidden stream for non-blocking host functions
         engine.devices.append(self)
+        engine.active_sets.append(self.active)
 
     def start(self) -> None:
         """Start the executors through the backend (under the engine lock, before the first task
@@ -186,7 +195,7 @@ class ExecutorQueue:
 
     def run(self, task: Task) -> None:
         """Execute a taken task on the calling thread as its executor (errors kept in task.error)."""
-        prev = getattr(_local, "stream", None)
+        prev = _local.stream
         _local.stream = task.stream
         try:
             self.dq.backend.execute(task)
@@ -228,6 +237,7 @@ class Engine:
         # Reentrant only so that submit() can tell it still holds the lock after an interrupt.
         self.lock = threading.RLock()
         self.devices: list[DeviceQueues] = []  # every device's queues, in device order
+        self.active_sets: list[set] = []       # their `active` sets, for a cheap "anything busy?"
         self.progress = 0          # tasks completed so far: a stalled device stops moving it
         self._deadlines: list = []  # heap of (deadline, seq, stream, task) for timed waits
         self._seq = itertools.count()
@@ -986,14 +996,14 @@ if hasattr(os, "register_at_fork"):
 
 def current_task() -> Task | None:
     """The task the calling executor thread is running (None on user threads)."""
-    s = getattr(_local, "stream", None)
+    s = _local.stream
     return None if s is None else s._running
 
 
 def act_for_stream(stream) -> object:
     """Mark the calling thread as running `stream`'s current task (a report thread running a
     blocking callback on its behalf); returns the previous mark for restore_stream_mark()."""
-    prev = getattr(_local, "stream", None)
+    prev = _local.stream
     _local.stream = stream
     return prev
 

@@ -25,7 +25,17 @@ from .comm import Communicator, check_comm
 from .constants import HcclDataType, HcclError, HcclReduceOp, HcclResult, data_type, reduce_op
 from .meeting import Call, Meeting
 
-_group = threading.local()   # .depth, .parts: this thread's open group_start()
+
+
+class _ThreadGroup(threading.local):
+    """This host thread's open group_start(): its depth and the parts it collected."""
+
+    depth = 0
+    parts: list | None = None
+    mpi_parts: list | None = None
+
+
+_group = _ThreadGroup()
 _NO_TIME = Cost(seconds=0.0)  # the part's own task: it only reports the outcome
 Memory = DeviceBuffer | BufferSlice | int  # what holds a call's data: a device buffer, a slice, a pointer
 
@@ -221,10 +231,10 @@ def _post(comm, call: Call, pair: tuple | None = None) -> None:
     """Post `call` to its meeting and queue the rank's part (or hold it for group_end).
     `pair` is (sender, receiver) for a send/recv, None for a collective of every rank."""
     if comm.group.transport == "mpi":
-        mpi.post(comm, call, pair, getattr(_group, "mpi_parts", None))
+        mpi.post(comm, call, pair, _group.mpi_parts)
         return
     posted = _register(comm, call, pair)
-    parts = getattr(_group, "parts", None)
+    parts = _group.parts
     if parts is not None:
         parts.append(posted)
     else:
@@ -371,14 +381,14 @@ def recv(buf: Memory, count: int, dtype: HcclDataType | int, src_rank: int, comm
 
 def group_start() -> None:
     """Open a group of calls on this thread (HcclGroupStart); groups nest."""
-    _group.depth = getattr(_group, "depth", 0) + 1
+    _group.depth = _group.depth + 1
     if _group.depth == 1:
         _group.parts, _group.mpi_parts = [], []
 
 
 def group_end() -> None:
     """Close the group: queue its parts, per stream every arrival before any wait (HcclGroupEnd)."""
-    depth = getattr(_group, "depth", 0)
+    depth = _group.depth
     if depth == 0:
         raise HcclError("group_end without group_start", code=HcclResult.E_PARA)
     _group.depth = depth - 1

@@ -9,7 +9,8 @@ from .chunks import ArenaChunks, HostChunks
 from .host import malloc_host
 from .mempool import (MemPool, configure_pool, empty_cache, free_async, malloc_async,
                       record_stream)
-from .pool import BlockPool, ReusePolicy
+from .pool import BlockPool
+from .policy import ReusePolicy
 from .stats import memory_snapshot, memory_stats, memory_summary, reset_peak_memory_stats
 from .trace import TraceRecorder, load_trace, record_trace, replay as replay_trace
 from .links import Links
@@ -24,7 +25,10 @@ def malloc(nbytes: int, device: Any = None, stream: Any = None) -> DeviceBuffer:
     """
     if device is None:
         if stream is None:
-            return Links.current_device()._memory.malloc(nbytes)
+            dev = Links.thread.device  # (inline: a call to current_device() costs more)
+            if dev is None:
+                dev = Links.current_device()
+            return dev._memory.malloc(nbytes)
         if hasattr(stream, "device"):
             return stream.device._memory.malloc(nbytes, stream)  # on the stream's device
     return Links.resolve_device(device)._memory.malloc(nbytes, stream)

@@ -36,8 +36,10 @@ def pool_from_config(upstream: Any, name: str, all_streams: Callable[[], list],
     """A BlockPool with the ASCENTRT_MEM_POOL_* settings.
 
     `all_streams()` lists every stream with work in flight, on any device: a free without a
-    stream waits for them all, since another device's peer copy may write into the memory."""
+    stream waits for them all, since another device's peer copy may write into the memory.
+    They are the engine's streams: kept in `Links.active_sets` while they have work."""
     return BlockPool(upstream, align=align, name=name, all_streams=all_streams,
+                     busy_sets=Links.active_sets,
                      split_limit=config.get("ASCENTRT_MEM_POOL_SPLIT_LIMIT"),
                      release_threshold=config.get("ASCENTRT_MEM_POOL_RELEASE_THRESHOLD"),
                      gc_threshold=config.get("ASCENTRT_MEM_POOL_GC_THRESHOLD"))
@@ -58,7 +60,8 @@ class DeviceAllocator:
         self.base = base
         self.capacity = capacity
         self.live: dict[int, DeviceBuffer] = {}  # buffers of the plain arena (pool off) only
-        self.pool: BlockPool | None = pool
+        # A BlockPool, or what stands in for one (record_trace's TraceRecorder): typed loosely.
+        self.pool: Any = pool
         self.arena: Arena | None = None
         self.pools: list[BlockPool] = []  # explicit MemPools of this device (for device-wide stats)
         self.record_sites = leaks.recording_sites()
@@ -78,7 +81,7 @@ class DeviceAllocator:
             self.chunks = ArenaChunks(capacity, base, mem, decommit)
             self.arena = self.chunks.arena  # plain mode: every buffer is carved from the arena
 
-    def malloc(self, nbytes: int, stream: Any = None) -> DeviceBuffer:
+    def malloc(self, nbytes: Any, stream: Any = None) -> DeviceBuffer:
         """Allocate `nbytes` (rounded up to 32, start 64-byte aligned); raises on bad size or OOM."""
         if type(nbytes) is not int or not 0 < nbytes <= self.capacity:  # one test on the hot path
             nbytes = check_size(nbytes)
@@ -147,7 +150,7 @@ class DeviceAllocator:
             buf._mem = None
             self.arena.free(buf.addr - self.base)  # type: ignore[union-attr]  # no block: the plain arena's
         else:
-            if not self.pool.deallocate(block, stream, None, buf):  # type: ignore[union-attr]  # a block: the pool's
+            if not self.pool.deallocate(block, stream, None, buf):  # (a block: the pool's)
                 return  # freed meanwhile by another thread
         if REGISTRY.observers:
             REGISTRY.freed(buf, stream)
@@ -159,7 +162,7 @@ class DeviceAllocator:
             raise InvalidArgumentError("record_stream needs a stream")
         buf._bytes()  # raises if freed
         if buf._block is not None:
-            self.pool.record_stream(buf._block, stream)  # type: ignore[union-attr]  # a block: the pool's
+            self.pool.record_stream(buf._block, stream)  # (a block: the pool's)
         if REGISTRY.observers:
             REGISTRY.used_on(buf, stream)
 

@@ -29,11 +29,15 @@ class Links:
     current_task: Callable[[], Any] = staticmethod(lambda: None)  # the task the calling executor thread runs
     busy_streams: Callable[[], list] = staticmethod(lambda: [])  # every stream with work in flight, any device
     host_backend: Callable[[], Backend] = staticmethod(_unset)  # the backend that allocates pinned host memory
+    # Each device's set of streams with work in flight (the engine's own sets, in one list that
+    # grows as devices are made): a stream-less free whose sets are all empty waits for nothing.
+    active_sets: list[set] = []
+    thread: Any = None  # the runtime's thread-local holder of `.device` (None until set_device)
 
 
 def register(**callbacks: Any) -> None:
-    """Set the runtime's callbacks and classes (names as the attributes of Links)."""
+    """Set the runtime's callbacks, classes and shared objects (names as the attributes of Links)."""
     for name, fn in callbacks.items():
         if not hasattr(Links, name):
             raise AttributeError(f"memory.links has no slot {name!r}")
-        setattr(Links, name, fn if isinstance(fn, type) else staticmethod(fn))
+        setattr(Links, name, staticmethod(fn) if callable(fn) and not isinstance(fn, type) else fn)

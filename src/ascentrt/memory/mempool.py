@@ -9,7 +9,8 @@ from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .allocator import DeviceAllocator, check_stream
 from .buffer import DeviceBuffer, check_size
 from .links import Links
-from .pool import BlockPool, ReusePolicy
+from .pool import BlockPool
+from .policy import ReusePolicy
 from .stats import pool_stats
 
 
@@ -36,7 +37,8 @@ class MemPool:
         self.device = dev
         self._pool = BlockPool(base.chunks, split_limit=split_limit,
                                release_threshold=release_threshold, policy=policy,
-                               all_streams=Links.busy_streams, name=f"MemPool on device {dev.id}")
+                               all_streams=Links.busy_streams, busy_sets=Links.active_sets,
+                               name=f"MemPool on device {dev.id}")
         self._alloc = DeviceAllocator(dev, base.mem, base.base, base.capacity, pool=self._pool)
         self._destroyed = False
         base.pools.append(self._pool)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import bisect
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ErrorCode, OutOfMemoryError
 from .chunks import CHUNK
+from .policy import ReusePolicy
 
 ALLOCATED, READY, PENDING, CACHED = "allocated", "free", "pending", "cached"
 CACHE_PER_SIZE = 8           # freed blocks kept unmerged per size, for exact-size reuse
@@ -49,30 +49,27 @@ def chunk_size_for(size: int) -> int:
     return -(-size // CHUNK) * CHUNK
 
 
-@dataclass
-class ReusePolicy:
-    """Which streams may reuse a block freed on another stream whose work is still pending."""
-
-    follow_event_dependencies: bool = True  # the allocating stream already waits on that work
-    opportunistic: bool = True              # that work has completed by now
-    allow_internal_dependencies: bool = True  # the pool inserts the wait itself
-
-
 class Block:
     """A range of a chunk: allocated, free (ready for anyone) or pending (free, streams still busy)."""
 
     __slots__ = ("addr", "size", "chunk", "prev", "next", "state", "stream", "waits", "uses",
                  "requested", "view", "view_n", "buf")
 
-    def __init__(self, addr: int, size: int, chunk, prev=None, next=None):
-        self.addr, self.size, self.chunk, self.prev, self.next = addr, size, chunk, prev, next
-        self.state = READY
+    # Typed precisely: a compiled build (accel.py) keeps these as native fields.
+    def __init__(self, addr: int, size: int, chunk: Any, prev: Block | None = None,
+                 next: Block | None = None):
+        self.addr: int = addr
+        self.size: int = size
+        self.chunk: Any = chunk
+        self.prev: Block | None = prev
+        self.next: Block | None = next
+        self.state: str = READY
         self.stream: Any = None  # allocating stream, then the stream that may reuse it at once
         self.waits: tuple = ()   # ((stream, position), ...) work that must finish before others reuse
         self.uses: list | None = None  # extra streams marked with record_stream
-        self.requested = 0
+        self.requested: int = 0
         self.view: Any = None    # cached uint8 view of the first view_n bytes
-        self.view_n = 0
+        self.view_n: int = 0
         self.buf: Any = None     # the live buffer the block backs (set and cleared by its allocator)
 
     def bytes(self, nbytes: int):
@@ -114,7 +111,8 @@ class BlockPool:
 
     def __init__(self, upstream, *, align: int = 64, split_limit: int | None = None,
                  release_threshold: int | None = None, gc_threshold: float = 0.0,
-                 policy: ReusePolicy | None = None, all_streams=None, name: str = "pool"):
+                 policy: ReusePolicy | None = None, all_streams: Any = None,
+                 busy_sets: list[set] | None = None, name: str = "pool"):
         self.upstream = upstream
         self.align = align
         self.split_limit = split_limit
@@ -122,20 +120,31 @@ class BlockPool:
         self.gc_threshold = gc_threshold
         self.policy = policy or ReusePolicy()
         self.all_streams = all_streams or (lambda: ())  # streams a stream-less free waits for
+        # Sets that hold every stream all_streams() may return while it has work in flight: when
+        # all are empty, a stream-less free waits for nothing without calling all_streams().
+        self.busy_sets: list[set] | None = busy_sets
         self.name = name
-        self._lock = threading.RLock()  # reentrant only so an interrupted acquire can be undone
+        self._lock: Any = threading.RLock()  # reentrant only so an interrupted acquire can be undone
         self._chunks: dict[int, Any] = {}
-        self._bins: dict[int, dict] = {}     # ready free blocks by size
+        self._bins: dict[int, dict[Block, None]] = {}  # ready free blocks by size
         self._sizes: list[int] = []          # sorted sizes with a non-empty bin
-        self._stream_bins: dict = {}         # stream -> size -> pending blocks only it may take at once
-        self._pending: dict = {}             # every pending block, in free order
-        self._pending_streams: dict = {}     # stream -> pending blocks waiting for it
+        # stream -> size -> pending blocks only it may take at once
+        self._stream_bins: dict[Any, dict[int, dict[Block, None]]] = {}
+        self._pending: dict[Block, None] = {}  # every pending block, in free order
+        self._pending_streams: dict[Any, int] = {}  # stream -> pending blocks waiting for it
         self._collect_key: Any = None        # those streams' progress at the last collect
-        self._cache: dict[int, list] = {}    # size -> freed blocks kept unmerged (CACHED)
-        self._cached_bytes = 0
-        self.allocated = self.requested = self.reserved = self.pending_bytes = 0
-        self.peak_allocated = self.peak_requested = self.peak_reserved = self.peak_active = 0
-        self.n_allocs = self.n_frees = 0
+        self._cache: dict[int, list[Block]] = {}  # size -> freed blocks kept unmerged (CACHED)
+        self._cached_bytes: int = 0
+        self.allocated: int = 0
+        self.requested: int = 0
+        self.reserved: int = 0
+        self.pending_bytes: int = 0
+        self.peak_allocated: int = 0
+        self.peak_requested: int = 0
+        self.peak_reserved: int = 0
+        self.peak_active: int = 0
+        self.n_allocs: int = 0
+        self.n_frees: int = 0
         self._counts = dict.fromkeys(("reserves", "releases", "retries", "ooms", "reused_pending",
                                       "inserted_waits"), 0)
         self._classes: dict[int, int] = {}   # request -> size class, memoised for the hot path
@@ -193,7 +202,7 @@ class BlockPool:
             finally:
                 lock.release()
         except BaseException:
-            if lock._is_owned():  # type: ignore[attr-defined]  # interrupted between acquire and try
+            if lock._is_owned():  # interrupted between acquire and try
                 lock.release()
             raise
 
@@ -378,8 +387,18 @@ class BlockPool:
         """
         if waits is None:
             if stream is None:
-                busy = self.all_streams()
-                waits = _busy_positions(busy) if busy else ()  # (an idle device: no call)
+                waits = ()
+                sets = self.busy_sets
+                idle = sets is not None
+                if sets is not None:
+                    for active in sets:  # (all idle, the common case: no call)
+                        if active:
+                            idle = False
+                            break
+                if not idle:
+                    busy = self.all_streams()
+                    if busy:
+                        waits = _busy_positions(busy)
             else:
                 waits = self.waits_for(block, stream)
         lock = self._lock
@@ -419,7 +438,7 @@ class BlockPool:
             finally:
                 lock.release()
         except BaseException:
-            if lock._is_owned():  # type: ignore[attr-defined]  # interrupted between acquire and try
+            if lock._is_owned():  # interrupted between acquire and try
                 lock.release()
             raise
 

@@ -1,0 +1,93 @@
+"""Compiled builds of the hottest modules: which ones are in use, and the switch that keeps to
+their Python source.
+
+`make accel` (`accel.build()`) compiles the modules in MODULES with mypyc, from the
+same source, into extension modules beside it; Python then imports the extension first. The
+source stays the reference and runs wherever no build exists: ASCENTRT_PURE_PYTHON=1 ignores
+the builds (the test suite runs both), and a build older than its source is ignored with a
+warning, so an edit never runs stale compiled code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import warnings
+from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
+from pathlib import Path
+from typing import Any
+
+from . import config
+
+MODULES = ("ascentrt.memory.pool", "ascentrt.memory.allocator")  # what `make accel` compiles
+_PACKAGE = Path(__file__).parent
+_from_source: set[str] = set()       # modules that load from source in this process
+
+
+def _source_of(name: str) -> Path:
+    return _PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py")
+
+
+def _build_of(name: str) -> Path | None:
+    source = _source_of(name)
+    for suffix in EXTENSION_SUFFIXES:
+        path = source.with_name(source.stem + suffix)
+        if path.exists():
+            return path
+    return None
+
+
+class _SourceFirst:
+    """A finder that loads the chosen compiled-module candidates from their .py source."""
+
+    @staticmethod
+    def find_spec(name: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
+        """The source spec of a module kept to source; None (the usual finders) for any other."""
+        if name not in _from_source:
+            return None
+        return importlib.util.spec_from_file_location(name, _source_of(name))
+
+
+def keep_to_source_if_asked() -> None:
+    """Make the modules of MODULES load from source under ASCENTRT_PURE_PYTHON=1, and those
+    whose build is older than their source (call before they are imported)."""
+    pure = config.get("ASCENTRT_PURE_PYTHON")
+    for name in MODULES:
+        build = _build_of(name)
+        if build is None:
+            continue
+        if not pure and build.stat().st_mtime < _source_of(name).stat().st_mtime:
+            warnings.warn(f"ascentrt: the compiled build of {name} is older than its source, "
+                          "which runs instead: run `make accel` to rebuild it", stacklevel=3)
+            pure_here = True
+        else:
+            pure_here = pure
+        if pure_here:
+            _from_source.add(name)
+    if _from_source and _SourceFirst not in sys.meta_path:
+        sys.meta_path.insert(0, _SourceFirst)
+
+
+def built() -> list[str]:
+    """The modules of MODULES that have a compiled build beside their source."""
+    return [name for name in MODULES if _build_of(name) is not None]
+
+
+def compiled() -> list[str]:
+    """The modules of MODULES running from a compiled build in this process."""
+    return [name for name in MODULES
+            if name in sys.modules and not str(getattr(sys.modules[name], "__file__", "")).endswith(".py")]
+
+
+def build() -> int:
+    """Compile MODULES with mypyc (it comes with mypy, in the dev extra); returns its exit code."""
+    paths = [str(_source_of(name).relative_to(_PACKAGE.parent)) for name in MODULES]
+    code = subprocess.call([sys.executable, "-m", "mypyc", *paths], cwd=_PACKAGE.parent)
+    if code == 0:
+        for name in MODULES:  # the copies keep the times of an earlier build: date them now
+            source = _source_of(name)
+            for path in source.parent.glob(source.stem + "*"):
+                if path.suffix != ".py":
+                    path.touch()
+    return code

@@ -1,0 +1,82 @@
+"""The compiled build of the hot modules (make accel) and their Python source do the same thing;
+ASCENTRT_PURE_PYTHON=1 keeps to the source, and a build older than its source never runs."""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from importlib.machinery import EXTENSION_SUFFIXES
+
+import pytest
+
+from ascentrt import accel
+
+# A deterministic pool workload: each step frees one live buffer (on a stream or not) and
+# allocates another size; prints what a user can observe (addresses, stats, counts).
+WORKLOAD = r"""
+import json, random, sys
+import ascentrt as art, ascentrt.accel as accel
+rng = random.Random(7)
+dev = art.set_device(0)
+streams = [dev.create_stream() for _ in range(3)]
+live, seen = [], []
+for i in range(3000):
+    if live and (len(live) > 40 or rng.random() < 0.45):
+        buf, s = live.pop(rng.randrange(len(live)))
+        buf.free(s)
+    s = rng.choice(streams + [None])
+    buf = art.malloc(int(2 ** rng.uniform(6, 23)), stream=s)
+    live.append((buf, s))
+    seen.append(buf.ptr - dev._memory.base)
+stats = art.memory_stats()
+print(json.dumps({"compiled": accel.compiled(), "seen": seen,
+                  "stats": {k: v for k, v in stats.items() if isinstance(v, int)}}))
+for buf, s in live:
+    buf.free(s)
+"""
+
+
+def _run(pure: bool) -> dict:
+    env = dict(os.environ, ASCENTRT_PURE_PYTHON="1" if pure else "0", ASCENTRT_USAGE_PUBLISH="0")
+    out = subprocess.run([sys.executable, "-c", WORKLOAD], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_compiled_build_and_the_source_hand_out_the_same_memory():
+    pure = _run(pure=True)
+    assert pure["compiled"] == []
+    if not accel.built():
+        pytest.skip("no compiled build here (make accel): only the source ran")
+    fast = _run(pure=False)
+    assert fast["compiled"] == list(accel.MODULES)
+    assert fast["seen"] == pure["seen"]
+    assert fast["stats"] == pure["stats"]
+
+
+def test_this_process_runs_the_build_unless_told_to_keep_to_the_source():
+    wanted = [] if os.environ.get("ASCENTRT_PURE_PYTHON", "0") not in ("", "0") else accel.built()
+    assert accel.compiled() == wanted
+
+
+def test_a_build_older_than_its_source_is_ignored_with_a_warning(tmp_path, monkeypatch):
+    source = tmp_path / "memory" / "fake.py"
+    source.parent.mkdir()
+    source.write_text("VALUE = 'source'\n")
+    build = source.with_name("fake" + EXTENSION_SUFFIXES[0])
+    build.write_bytes(b"not loaded")
+    os.utime(build, (1, 1))  # older than the source: an edit since the last build
+    monkeypatch.setattr(accel, "_PACKAGE", tmp_path)
+    monkeypatch.setattr(accel, "MODULES", ("ascentrt.memory.fake",))
+    monkeypatch.setattr(accel, "_from_source", set())
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delenv("ASCENTRT_PURE_PYTHON", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        accel.keep_to_source_if_asked()
+    assert any("older than its source" in str(w.message) for w in caught)
+    spec = accel._SourceFirst.find_spec("ascentrt.memory.fake")
+    assert spec is not None and spec.origin == str(source)
+    assert accel._SourceFirst.find_spec("ascentrt.memory.other") is None
