@@ -115,8 +115,8 @@ class Plan:
 
     def mesh_reduce(self, r: int, outs: list[BufferSlice], ins: list[BufferSlice], dtype, op,
                     what: str) -> None:
-        """Rank r's copy engine reads ins (one per rank, most of them over the links), folds
-        them with op in rank order and writes the result to each of outs (the device's
+        """Rank r's copy engine reads ins (at least two: its own and its peers' memory), folds
+        them with op in their order and writes the result to each of outs (the device's
         out-of-memory error when no scratch tile can be had)."""
         nbytes = outs[0].nbytes
         if not nbytes:
