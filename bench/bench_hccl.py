@@ -1,6 +1,7 @@
 """Collective figures: in-process AllReduce bandwidth on 4 devices against the memory-bound
-floor of this machine, the bus bandwidth AllReduce (ring reduce-scatter, all-gather by owner)
-reaches on `sim` against its preset's link, and (with the [mpi] extra) AllReduce over MPI against mpi4py's own Allreduce.
+floor of this machine (a full mesh on the cpu backend, ascentrt/hccl/mesh.py), the bus
+bandwidth AllReduce (ring reduce-scatter, all-gather by owner) reaches on `sim` against its
+preset's link, and (with the [mpi] extra) AllReduce over MPI against mpi4py's own Allreduce.
 
 Algorithm bandwidth is bytes per rank / time of one AllReduce (all ranks submitted, all
 synchronized). The floor is a numpy sum of the same four arrays in one thread (np.add into one

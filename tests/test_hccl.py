@@ -398,7 +398,7 @@ def test_the_profiler_shows_each_ranks_part_with_its_bytes_and_a_forward_flow_be
     parts = {(p[1], p[2], p[3]) for p in coll["parts"]}
     mine = [t for t in tasks if (t["device"], t["stream"], t["task_id"]) in parts]
     assert len(mine) == 3 and all(t["nbytes"] == 1 << 16 and "all_reduce #0" in t["name"] for t in mine)
-    lane_steps = [t for t in tasks if "rs" in t["name"] or "ag pull" in t["name"]]
+    lane_steps = [t for t in tasks if any(w in t["name"] for w in ("rs", "ag pull", "mesh reduce"))]
     assert {t["device"] for t in lane_steps} == {0, 1, 2}    # the steps show, on each device
     doc = json.loads((tmp_path / "p" / "trace.json").read_text())
     validate_trace(doc)                                      # every flow forward in time

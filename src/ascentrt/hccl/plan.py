@@ -1,0 +1,233 @@
+"""The lane tasks of one collective: a Plan builds them rank by rank (waits on other ranks'
+markers, peer copies, reduce kernels on the copy engines, step markers) and queues them at
+once; its run-time guards make a failed meeting move nothing. The algorithms (ring, mesh) are
+written on it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ..backends.base import Cost
+from ..engine import ENGINE, Task
+from ..engine.task import COPY, COPY_ENGINE, EVENT_RECORD, EVENT_WAIT, KERNEL, Marker
+from ..errors import AscentError
+from ..memory.buffer import BufferSlice, task_view
+from .constants import UFUNCS, HcclError, HcclResult
+
+# The tile a mesh reduce folds its inputs through: small enough to stay in a core's L2 cache
+# from the first input read to the last output written, large enough that the Python work
+# per tile (a few numpy calls) is a small part of moving it.
+MESH_TILE = 512 << 10
+
+
+def _reduce(out, a, b, ufunc) -> None:
+    """out = ufunc(a, b), elementwise (views resolved at run time; None: the meeting failed)."""
+    if out is not None:
+        ufunc(a, b, out=out)
+
+
+_reduce.access = "wrr"  # type: ignore[attr-defined]  # for the race sanitizer: out written, a and b read
+
+
+def _mesh_reduce(outs, ins, ufunc, acc) -> None:
+    """Every array of outs = ufunc folded over ins in their order (ins[0] op ins[1], then op
+    ins[2], ...), tile by tile through acc, so that each tile is read from memory once and
+    written to each output from the cache (views resolved at run time; None: the meeting failed)."""
+    if acc is None:
+        return
+    step, size = len(acc), len(outs[0])
+    for lo in range(0, size, step):
+        hi = lo + step
+        tile = acc if hi <= size else acc[:size - lo]
+        ufunc(ins[0][lo:hi], ins[1][lo:hi], out=tile)
+        for x in ins[2:]:
+            ufunc(tile, x[lo:hi], out=tile)
+        for out in outs:
+            out[lo:hi] = tile
+
+
+@functools.lru_cache(maxsize=256)
+def _inline_reduce_cost(nbytes: int) -> Cost:
+    """What an inline-reduce transfer of nbytes costs: the bytes over the link, and three
+    passes over them in local memory (cached: a frozen dataclass is slow to build)."""
+    return Cost(bytes=3.0 * nbytes, link_bytes=float(nbytes))
+
+
+class Plan:
+    """The lane tasks of one meeting, built rank by rank, queued at once by submit()."""
+
+    def __init__(self, meeting, lanes):
+        self.meeting = meeting
+        self.lanes = lanes          # rank -> the lane its steps go on
+        self.work: list = []
+        self.scratch: list = []     # buffers freed behind the lanes' steps
+
+    def _task(self, r: int, task: Task) -> None:
+        self.work.append((self.lanes[r], task))
+
+    def wait(self, r: int, *markers) -> None:
+        """Rank r's lane waits for each marker."""
+        for m in markers:
+            if m is not None:
+                t = Task(EVENT_WAIT, name=f"{self.meeting.name}: wait")
+                t.marker = m
+                self._task(r, t)
+
+    def markers(self, r: int, count: int) -> list[Marker]:
+        """`count` markers that rank r's lane will record, one per step (made up front: other
+        ranks' steps wait on them before rank r's steps are built)."""
+        made = [Marker(self.lanes[r], 0, False) for _ in range(count)]
+        self.meeting.markers.extend(made)
+        return made
+
+    def mark(self, r: int, m: Marker | None = None) -> Marker:
+        """Rank r's lane records marker m (a new one when None) here: the end of a step."""
+        if m is None:
+            m = self.markers(r, 1)[0]
+        t = Task(EVENT_RECORD, name=f"{self.meeting.name}: step")
+        t.marker = m
+        self._task(r, t)
+        return m
+
+    def copy(self, r: int, dst: BufferSlice, src: BufferSlice, what: str) -> None:
+        """Rank r's lane copies src to dst (a peer copy when src is another device's)."""
+        n = dst.nbytes
+        if not n or dst.addr == src.addr:
+            return
+        t = Task(COPY, None, (dst.addr, n, src.addr, n, n, 1), f"{self.meeting.name}: {what}")
+        t.nbytes = n
+        t.resolve = self._copy_guard(dst, src)
+        self._task(r, t)
+
+    def reduce(self, r: int, out: BufferSlice, own: BufferSlice, peer: BufferSlice, dtype, op,
+               what: str) -> None:
+        """Rank r's copy engine reads `peer` (another rank's memory, over the link) and writes
+        out = op(own, peer): an inline-reduce transfer, as HCCL's SDMA reduce on Atlas A2."""
+        if not out.nbytes:
+            return
+        t = Task(KERNEL, _reduce, (out, own, peer, UFUNCS[op]), f"{self.meeting.name}: {what}")
+        t.executor = COPY_ENGINE
+        t.nbytes = out.nbytes
+        t.cost = _inline_reduce_cost(out.nbytes)
+        t.resolve = self._reduce_guard(dtype)
+        self._task(r, t)
+
+    def mesh_reduce(self, r: int, outs: list[BufferSlice], ins: list[BufferSlice], dtype, op,
+                    what: str) -> None:
+        """Rank r's copy engine reads ins (at least two: its own and its peers' memory), folds
+        them with op in their order and writes the result to each of outs (the device's
+        out-of-memory error when no scratch tile can be had)."""
+        nbytes = outs[0].nbytes
+        if not nbytes:
+            return
+        acc = self.temp(r, min(nbytes, MESH_TILE))
+        t = Task(KERNEL, _mesh_reduce, (tuple(outs), tuple(ins), UFUNCS[op], acc),
+                 f"{self.meeting.name}: {what}")
+        t.executor = COPY_ENGINE
+        t.nbytes = nbytes * len(ins)
+        t.reads, t.writes = (*ins, acc), (*outs, acc)  # for the race sanitizer
+        t.resolve = self._mesh_guard(dtype)
+        self._task(r, t)
+
+    def temp(self, r: int, nbytes: int) -> BufferSlice:
+        """A scratch buffer on rank r's device, ordered on its lane."""
+        lane = self.lanes[r]
+        buf = lane.device.malloc(max(nbytes, 1), lane)
+        self.scratch.append(buf)
+        return buf[0:nbytes]
+
+    def finish(self, r: int, *after) -> None:
+        """Rank r's part ends once `after` are reached: its done marker is recorded."""
+        self.wait(r, *after)
+        m = self.meeting.done[r]
+        m.stream = self.lanes[r]
+        t = Task(EVENT_RECORD, name=f"{self.meeting.name}: done")
+        t.marker = m
+        self._task(r, t)
+
+    def submit(self) -> None:
+        """Queue every lane task (one engine lock hold; a full lane never makes the host wait:
+        what drains it may be the very thread submitting)."""
+        lanes = list(dict.fromkeys(lane for lane, _ in self.work))
+        if lanes:
+            ENGINE.submit_all(lanes, self.work, internal=True)
+
+    def release(self) -> None:
+        """Free the scratch buffers: reused only after every stream's queued work (the lanes
+        that read them included), or at once when nothing was queued."""
+        for buf in self.scratch:
+            buf.free()
+        self.scratch = []
+
+    # ---- run-time guards: a failed meeting moves nothing -----------------------------------
+
+    def _alive(self, *slices) -> bool:
+        meeting = self.meeting
+        if meeting.error is None:
+            try:
+                for s in slices:
+                    s.base._bytes()
+            except AscentError as exc:
+                meeting.fail(HcclError(f"{meeting.name}: a buffer was freed while the collective "
+                                       f"used it ({exc})", code=HcclResult.E_PTR))
+        return meeting.error is None
+
+    def _copy_guard(self, dst, src):
+        def resolve(args):
+            return args if self._alive(dst, src) else (args[0], 0, args[2], 0, 0, 1)
+        return resolve
+
+    def _reduce_guard(self, dtype):
+        def resolve(args):
+            out, a, b, ufunc = args
+            if not self._alive(out, a, b):
+                return None, None, None, None
+            return (task_view(out).view(dtype), task_view(a).view(dtype), task_view(b).view(dtype),
+                    ufunc)
+        return resolve
+
+    def _mesh_guard(self, dtype):
+        def resolve(args):
+            outs, ins, ufunc, acc = args
+            if not self._alive(*outs, *ins, acc):
+                return None, None, None, None
+            return ([task_view(x).view(dtype) for x in outs], [task_view(x).view(dtype) for x in ins],
+                    ufunc, task_view(acc).view(dtype))
+        return resolve
+
+
+def chunks(count: int, n: int, itemsize: int) -> list[tuple[int, int]]:
+    """(byte offset, byte length) of n near-equal chunks of `count` elements."""
+    base, extra = divmod(count, n)
+    out, off = [], 0
+    for i in range(n):
+        k = (base + (i < extra)) * itemsize
+        out.append((off, k))
+        off += k
+    return out
+
+
+def meeting_calls(plan: Plan) -> tuple:
+    """(meeting, its ranks, how many, their calls in rank order) of a plan."""
+    m = plan.meeting
+    return m, m.ranks, len(m.ranks), [m.calls[r] for r in m.ranks]
+
+
+def at(loc, off: int, n: int) -> BufferSlice:
+    """Bytes [off, off + n) of a call's buffer location (allocation, offset)."""
+    alloc, base = loc
+    return BufferSlice(alloc, base + off, n)
+
+
+def alone(plan: Plan, nbytes: int) -> None:
+    """A group of one rank: its part copies `nbytes` from its send buffer to its receive buffer."""
+    m = plan.meeting
+    (r,) = m.ranks
+    c = m.calls[r]
+    plan.wait(0, m.arrive[r])
+    plan.copy(0, at(c.recv, 0, nbytes), at(c.send, 0, nbytes), "copy")
+    plan.finish(0)
+
+
+__all__ = ["MESH_TILE", "Plan", "alone", "at", "chunks", "meeting_calls"]
