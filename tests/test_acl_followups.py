@@ -2,6 +2,8 @@
 write into, teardown that never waits forever, leaks reported at finalize, the fuzzed
 top-level namespace, sizes printed in their unit, and pool reuse behind timed waits."""
 
+import threading
+import time
 import types
 
 import pytest
@@ -81,3 +83,40 @@ def test_the_core_refuses_a_writable_registration_of_a_shared_bytes():
     with pytest.raises(art.InvalidArgumentError, match="the interpreter shares"):
         register_host(_constant(), writable=True)
     assert register_host(bytes(40), writable=True)     # a run-time object: as before
+
+
+# ---- destroy_stream: waits for work that can finish, never for ever behind a stuck wait ------
+
+@pytest.fixture
+def short_drain(monkeypatch):
+    monkeypatch.setattr(context, "DRAIN_S", 0.2)
+    assert acl.rt.set_device(0) == 0
+    yield
+    acl.rt.reset_device_force(0)
+    context.set_current_context(None)
+
+
+@pytest.mark.cpu_only
+def test_destroy_stream_behind_an_unrecorded_notify_fails_and_keeps_the_handle(short_drain):
+    s, _ = acl.rt.create_stream()
+    n, _ = acl.rt.create_notify(0)
+    assert acl.rt.wait_and_reset_notify(n, s, 0) == 0          # 0: waits for ever
+    start = time.monotonic()
+    assert acl.rt.destroy_stream(s) == C.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    assert time.monotonic() - start < 5
+    msg = acl.get_recent_err_msg()
+    assert "notify" in msg and "destroy_stream_force" in msg
+    assert acl.rt.stream_query(s)[1] == 0                      # still a live handle
+    assert acl.rt.destroy_stream_force(s) == 0
+    assert acl.rt.destroy_stream(s) == C.ACL_ERROR_RT_INVALID_HANDLE
+
+
+@pytest.mark.cpu_only
+def test_destroy_stream_waits_past_the_grace_for_work_that_runs(short_drain):
+    s, _ = acl.rt.create_stream()
+    gate = threading.Event()
+    assert acl.rt.launch_kernel(lambda: gate.wait(10), (), s) == 0
+    threading.Timer(0.6, gate.set).start()                    # three graces later
+    start = time.monotonic()
+    assert acl.rt.destroy_stream(s) == 0
+    assert time.monotonic() - start >= 0.5
