@@ -2,9 +2,14 @@
 write into, teardown that never waits forever, leaks reported at finalize, the fuzzed
 top-level namespace, sizes printed in their unit, and pool reuse behind timed waits."""
 
+import linecache
+import os
+import subprocess
+import sys
 import threading
 import time
 import types
+import warnings
 
 import pytest
 
@@ -13,6 +18,7 @@ import ascentrt.acl as acl
 from ascentrt import context
 from ascentrt.acl import constants as C
 from ascentrt.memory.external import register_host
+from ascentrt.memory.leaks import LeakWarning
 from ascentrt.memory.shared_bytes import interpreter_shares
 
 D2H = C.ACL_MEMCPY_DEVICE_TO_HOST
@@ -120,3 +126,48 @@ def test_destroy_stream_waits_past_the_grace_for_work_that_runs(short_drain):
     start = time.monotonic()
     assert acl.rt.destroy_stream(s) == 0
     assert time.monotonic() - start >= 0.5
+
+
+# ---- leaks: what finalize reclaims is reported once, at the program's call ------------------
+
+def _finalize_leaking():
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0
+    acl.rt.malloc(1 << 20, 0)
+    acl.rt.malloc_host(4096)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert acl.finalize() == 0
+    context.set_current_context(None)
+    return [w for w in caught if issubclass(w.category, LeakWarning)]
+
+
+def test_finalize_reports_device_and_pinned_memory_it_reclaims_in_one_warning():
+    (leak,) = _finalize_leaking()
+    text = str(leak.message)
+    assert "2 buffer(s), 1.0 MiB, never freed, reclaimed at acl.finalize (1 device 0, 1 pinned host)" in text
+    assert leak.filename == __file__                           # the program's call, not ours
+    assert "acl.finalize()" in linecache.getline(leak.filename, leak.lineno)
+
+
+def test_finalize_is_silent_with_the_leak_check_off(monkeypatch):
+    monkeypatch.setenv("ASCENTRT_LEAK_CHECK", "off")
+    assert _finalize_leaking() == []
+
+
+SITES_PROGRAM = """
+import ascentrt.acl as acl
+acl.init(); acl.rt.set_device(0)
+dev, _ = acl.rt.malloc(1 << 20, 0)
+host, _ = acl.rt.malloc_host(4096)
+acl.finalize()
+"""
+
+
+def test_finalize_names_the_sites_and_leaves_nothing_for_exit():
+    out = subprocess.run([sys.executable, "-c", SITES_PROGRAM], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "ASCENTRT_LEAK_CHECK": "sites"})
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("LeakWarning") == 1, out.stderr
+    assert "<string>:6: LeakWarning" in out.stderr
+    assert "allocated at <string>:4 (1.0 MiB), <string>:5 (4.0 KiB)" in out.stderr
