@@ -2,6 +2,7 @@
 write into, teardown that never waits forever, leaks reported at finalize, the fuzzed
 top-level namespace, sizes printed in their unit, and pool reuse behind timed waits."""
 
+import json
 import linecache
 import os
 import subprocess
@@ -20,6 +21,7 @@ from ascentrt.acl import constants as C
 from ascentrt.memory.external import register_host
 from ascentrt.memory.leaks import LeakWarning
 from ascentrt.memory.shared_bytes import interpreter_shares
+from ascentrt.units import format_bytes
 
 D2H = C.ACL_MEMCPY_DEVICE_TO_HOST
 PARAM_INVALID = C.ACL_ERROR_RT_PARAM_INVALID
@@ -171,3 +173,19 @@ def test_finalize_names_the_sites_and_leaves_nothing_for_exit():
     assert out.stderr.count("LeakWarning") == 1, out.stderr
     assert "<string>:6: LeakWarning" in out.stderr
     assert "allocated at <string>:4 (1.0 MiB), <string>:5 (4.0 KiB)" in out.stderr
+
+
+# ---- ascentrt info: sizes in the unit that shows them ---------------------------------------
+
+def test_info_prints_each_size_in_the_unit_that_shows_it(tmp_path, monkeypatch, capsys):
+    from ascentrt import cli
+    live = os.getppid()                                 # a live process other than this one
+    (tmp_path / f"{live}.json").write_text(json.dumps(
+        {"format": 1, "pid": live, "program": "python small.py", "since": 0.0, "start_ticks": None,
+         "devices": [{"device": 0, "memory_used": 1024, "memory_reserved": 3 << 19, "streams": 1}]}))
+    monkeypatch.setenv("ASCENTRT_USAGE_DIR", str(tmp_path))
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert f"{live:<9}1.0 KiB / 1.5 MiB " in out         # not '0 / 1'
+    total = art.Device(0).mem_info()[1]
+    assert f"/ {format_bytes(total)}" in out and "(MiB)" not in out
