@@ -12,6 +12,7 @@ import time
 import types
 import warnings
 
+import numpy as np
 import pytest
 
 import ascentrt as art
@@ -189,3 +190,36 @@ def test_info_prints_each_size_in_the_unit_that_shows_it(tmp_path, monkeypatch, 
     assert f"{live:<9}1.0 KiB / 1.5 MiB " in out         # not '0 / 1'
     total = art.Device(0).mem_info()[1]
     assert f"/ {format_bytes(total)}" in out and "(MiB)" not in out
+
+
+# ---- pool reuse through a wait the pool inserts, with device-side waits bounded -------------
+
+@pytest.mark.cpu_only
+def test_reuse_through_an_inserted_wait_is_safe_when_device_waits_time_out(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    only_inserted = art.ReusePolicy(follow_event_dependencies=False, opportunistic=False,
+                                    allow_internal_dependencies=True)
+    pool = art.MemPool(dev, policy=only_inserted)
+    gate, seen = threading.Event(), []
+    try:
+        buf = pool.malloc_async(2 << 20, a)
+        art.memset(buf, 7)
+        art.launch(lambda x: (gate.wait(10), seen.append(int(x.max()))), buf.view(np.uint8), stream=a)
+        buf.free(stream=a)
+        art.set_wait_timeout(0.05)                # every device-side wait gives up after 50 ms
+        new = pool.malloc_async(2 << 20, b)
+        assert new.ptr == buf.ptr and pool.stats()["num_inserted_waits"] == 1   # the path under test
+        art.memset_async(new, 0xFF, stream=b)
+        time.sleep(0.3)                           # (not a synchronization: six wait timeouts pass)
+        gate.set()
+        a.synchronize(timeout=10)
+        b.synchronize(timeout=10)                 # the pool's own wait did not time out: no error
+        assert seen == [7], "the block's new owner wrote before its old owner's kernel read it"
+        assert (new.numpy() == 0xFF).all()
+        new.free()
+    finally:
+        art.set_wait_timeout(None)
+        gate.set()
+        a.destroy(force=True)
+        b.destroy(force=True)
+        pool.destroy()
