@@ -2,6 +2,7 @@
 write into, teardown that never waits forever, leaks reported at finalize, the fuzzed
 top-level namespace, sizes printed in their unit, and pool reuse behind timed waits."""
 
+import gc
 import json
 import linecache
 import os
@@ -11,6 +12,7 @@ import threading
 import time
 import types
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from ascentrt import context
 from ascentrt.acl import constants as C
 from ascentrt.memory.external import register_host
 from ascentrt.memory.leaks import LeakWarning
+from ascentrt.memory import shared_bytes
 from ascentrt.memory.shared_bytes import interpreter_shares
 from ascentrt.units import format_bytes
 
@@ -88,6 +91,23 @@ def test_a_constant_of_the_running_module_code_is_not_written(acl_device):
     assert scope["ret"] == PARAM_INVALID and scope["out"] == bytes(48)
 
 
+def test_looking_for_code_keeps_no_caller_frame_alive():
+    class Sentinel:
+        pass
+
+    def caller():
+        sentinel = Sentinel()
+        shared_bytes._state["stale"] = True           # the next check scans the frames
+        assert not interpreter_shares(bytes(8))
+        return weakref.ref(sentinel)
+
+    gc.disable()
+    try:
+        assert caller()() is None                     # freed on return, not left to the collector
+    finally:
+        gc.enable()
+
+
 def test_the_core_refuses_a_writable_registration_of_a_shared_bytes():
     with pytest.raises(art.InvalidArgumentError, match="the interpreter shares"):
         register_host(_constant(), writable=True)
@@ -134,6 +154,10 @@ def test_destroy_stream_waits_past_the_grace_for_work_that_runs(short_drain):
 # ---- leaks: what finalize reclaims is reported once, at the program's call ------------------
 
 def _finalize_leaking():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        acl._teardown()                               # what earlier tests left is not ours
+    acl._init_count[0] = 0
     assert acl.init() == 0
     assert acl.rt.set_device(0) == 0
     acl.rt.malloc(1 << 20, 0)

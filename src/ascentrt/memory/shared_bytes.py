@@ -57,11 +57,12 @@ def _code_bytes() -> list[bytes]:
     coroutine or running frame: constants at any depth and the line and exception tables
     (not co_code, which is a copy made on access)."""
     codes = [getattr(obj, _CODE_OF[type(obj)]) for obj in gc.get_objects() if type(obj) in _CODE_OF]
-    for frame in sys._current_frames().values():
-        f: types.FrameType | None = frame
+    for top in sys._current_frames().values():
+        f: types.FrameType | None = top
         while f is not None:
             codes.append(f.f_code)
             f = f.f_back
+    del top  # (this frame is among them: held in a local, it would keep every caller's locals)
     seen: set[int] = set()
     found: list[bytes] = []
     stack: list[object] = list(codes)
