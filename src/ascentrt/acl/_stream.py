@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..callback import forget_destroyed_streams
 from .. import context
+from ..callback import forget_destroyed_streams
 from ..context import is_default_stream
 from ..engine import ENGINE, PRIORITY_LEVELS
 from ..errors import AscentTimeoutError, ErrorCode
@@ -40,9 +40,9 @@ def _destroy(handle: int, force: bool) -> None:
 
 
 def _destroy_when_done(stream: Stream) -> None:
-    """Wait for the stream's work as long as it can finish; once it is stuck (waiting for a
-    record that nothing queued will make, or in a cycle) context.DRAIN_S seconds into a wait, fail
-    with the synchronize timeout (507046) and leave the stream alive."""
+    """Wait for the stream's work as long as it can finish, looking every context.DRAIN_S
+    seconds; once it is stuck (waiting for a record that nothing queued will make, or in a
+    cycle), fail with the synchronize timeout (507046) and leave the stream alive."""
     while True:
         try:
             stream.destroy(timeout=context.DRAIN_S)
