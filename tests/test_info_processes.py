@@ -63,7 +63,7 @@ def test_info_lists_another_process_with_its_memory_and_streams_then_ignores_it_
             [(child.pid, 3 * MiB, 2)]
         assert cli.main(["info"]) == 0
         table = capsys.readouterr().out
-        assert f"0      {child.pid:<9}3 / " in table
+        assert f"0      {child.pid:<9}3.0 MiB / " in table
     finally:
         child.send_signal(signal.SIGKILL)  # no exit handler runs: its file stays behind
         child.wait(timeout=30)

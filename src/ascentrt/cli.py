@@ -26,6 +26,7 @@ def _info(args) -> int:
     _use_backend(args)
     import os
     import ascentrt
+    from .units import format_bytes
     from .usage import processes
     # Looking is not using: the devices made here publish no file. (The setting is read once,
     # when they are made; it is put back after, for whatever this process starts next.)
@@ -63,23 +64,23 @@ def _info(args) -> int:
     if args.json:
         print(json.dumps([rows[i] for i in sorted(rows)], indent=2))
         return 0
-    header = (f"{'Device':<7}{'Name':<18}{'Backend':<9}{'Memory used / total (MiB)':<28}"
+    header = (f"{'Device':<7}{'Name':<18}{'Backend':<9}{'Memory used / total':<28}"
               f"{'Compute':<9}{'Copy':<6}{'Streams'}")
     print(header)
     print("-" * len(header))
     for r in rows.values():
         if r["name"] is not None:
-            mem = f"{r['memory_used'] >> 20} / {r['memory_total'] >> 20}"
+            mem = f"{format_bytes(r['memory_used'])} / {format_bytes(r['memory_total'])}"
             print(f"{r['device']:<7}{r['name']:<18}{r['backend']:<9}{mem:<28}"
                   f"{r['compute_units']:<9}{r['copy_engines']:<6}{r['streams']}")
     users = [(i, p) for i in sorted(rows) for p in rows[i]["processes"]]
     if not users:
         print("\nNo other process uses these devices.")
         return 0
-    header = f"{'Device':<7}{'PID':<9}{'Memory used / reserved (MiB)':<31}{'Streams':<9}Program"
+    header = f"{'Device':<7}{'PID':<9}{'Memory used / reserved':<31}{'Streams':<9}Program"
     print(f"\n{header}\n{'-' * len(header)}")
     for i, p in users:
-        mem = f"{p['memory_used'] >> 20} / {p['memory_reserved'] >> 20}"
+        mem = f"{format_bytes(p['memory_used'])} / {format_bytes(p['memory_reserved'])}"
         print(f"{i:<7}{p['pid']:<9}{mem:<31}{p['streams']:<9}{p['program']}")
     return 0
 

@@ -165,7 +165,7 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCEND_PROCESS_LOG_PATH", "", str.strip,
             "CANN's log folder: acl.app_log appends to plog-<pid>.log in it (empty: stderr)"),
     Setting("ASCENTRT_LEAK_CHECK", "warn", _leak_mode,
-            "memory never freed but reclaimed at a device reset or at exit: warn (a LeakWarning "
+            "memory never freed but reclaimed at a device reset, acl.finalize or exit: warn (a LeakWarning "
             "with sizes), sites (also where each was allocated; costs ~1 us per malloc) or off"),
     Setting("ASCENTRT_SANITIZE", "off", sanitize_mode,
             "the stream race sanitizer for the whole program: off, warn (1: a RaceWarning per new "

@@ -28,7 +28,7 @@ _lock = threading.Lock()
 _primary: dict[int, "Context"] = {}     # device id -> its live primary context
 _uses: dict[int, int] = {}              # device id -> primary context use count
 _contexts: dict[int, list] = {}         # device id -> every live context of the device
-_DRAIN_S = 2.0                          # how long a device release waits for pending work
+DRAIN_S = 2.0   # how long a teardown (a device release, a context or stream destroy) waits for stuck work
 
 
 class Context:
@@ -176,7 +176,7 @@ def release_primary(device, *, force: bool = False) -> int:
         _primary.pop(dev.id, None)
         doomed = list(_contexts.get(dev.id, []))
     try:
-        dev.synchronize(_DRAIN_S)
+        dev.synchronize(DRAIN_S)
     except Exception:
         pass  # failed or stuck work is discarded by the reset below
     for ctx in doomed:
@@ -186,13 +186,13 @@ def release_primary(device, *, force: bool = False) -> int:
 
 
 def drain(contexts) -> None:
-    """Give the pending work of these contexts' streams _DRAIN_S seconds in all (not per stream:
+    """Give the pending work of these contexts' streams DRAIN_S seconds in all (not per stream:
     stuck streams are then discarded together, not one after the other)."""
     streams = [s for ctx in contexts for s in ctx._owned_streams()]
     if not streams:
         return
     clock = streams[0]._dq.backend.now_ns
-    deadline = clock() + int(_DRAIN_S * 1e9)
+    deadline = clock() + int(DRAIN_S * 1e9)
     for s in streams:
         left = (deadline - clock()) / 1e9
         if left <= 0:

@@ -81,9 +81,10 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
             raise InvalidArgumentError(f"{role} is a raw pointer: give nbytes")
         alloc, off = REGISTRY.resolve(x, nbytes)
         if writable and not getattr(alloc, "writable", True):
-            raise InvalidArgumentError(f"{role} {x:#x} is read-only host memory (a bytes object the "
-                                       f"interpreter or other objects share): copy into a "
-                                       f"bytes(n) of your own, or a bytearray",
+            raise InvalidArgumentError(f"{role} {x:#x} is read-only host memory (a bytes object "
+                                       f"registered read-only, or one the interpreter shares: a "
+                                       f"constant of the code, a cached 0/1-byte object): copy "
+                                       f"into a bytes(n) made at run time, or a bytearray",
                                        code=ErrorCode.RT_PARAM_INVALID)
         return _Operand(alloc._bytes()[off:off + nbytes], x, alloc.kind,
                         alloc.kind == "host" and alloc.pinned, alloc.device,

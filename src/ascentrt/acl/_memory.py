@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import ErrorCode, InvalidArgumentError
-from ..memory import REGISTRY, DeviceBuffer, HostBuffer, malloc_host as _malloc_host
+from ..memory import REGISTRY, DeviceBuffer, HostBuffer, leaks, malloc_host as _malloc_host
 from ..copies import memcpy as _memcpy, memcpy2d as _memcpy2d
 from ..copies import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_async
 from ..copies import memset as _memset, memset_async as _memset_async
@@ -95,14 +95,17 @@ def free_host(host_ptr: int) -> None:
 
 
 def free_all_host() -> None:
-    """Free what malloc_host handed out and nobody freed (acl.finalize)."""
+    """Free what malloc_host handed out and nobody freed (acl.finalize), reported as leaks."""
+    freed = []
     for ptr, buf in list(_handed.items()):
         if buf.kind == "host":
             if _handed.pop(ptr, None) is buf and buf.alive:
                 try:
                     buf.free()
+                    freed.append(buf)
                 except InvalidArgumentError:
                     pass  # live DLPack exports hold it: it stays (reported as a leak at exit)
+    leaks.report(freed, "acl.finalize")
 
 
 def _copy_args(dst: int, dest_max: int, src: int, count: int, kind: int) -> int | None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from .. import context
 from ..callback import forget_destroyed_streams
 from ..context import is_default_stream
-from ..engine import PRIORITY_LEVELS
-from ..errors import ErrorCode
-from ..stream import FailureMode
+from ..engine import ENGINE, PRIORITY_LEVELS
+from ..errors import AscentTimeoutError, ErrorCode
+from ..stream import FailureMode, Stream
 from . import constants as C
 from ._api import EVENTS, STREAMS, api, fail, need_context, stream_of, timeout_ms
 from ._event import check_sync_flag, note_wait
@@ -30,14 +31,33 @@ def _destroy(handle: int, force: bool) -> None:
     stream = stream_of(handle)
     if handle == 0 or is_default_stream(stream):
         raise fail(ErrorCode.INVALID_PARAM, "a default stream cannot be destroyed")
-    STREAMS.remove(handle)
-    stream.destroy(force=force)
+    if force:
+        stream.destroy(force=True)
+    else:
+        _destroy_when_done(stream)
+    STREAMS.remove(handle)  # only now: a destroy cut short leaves it for destroy_stream_force
     forget_destroyed_streams()  # its report subscription goes with it
+
+
+def _destroy_when_done(stream: Stream) -> None:
+    """Wait for the stream's work as long as it can finish, looking every context.DRAIN_S
+    seconds; once it is stuck (waiting for a record that nothing queued will make, or in a
+    cycle), fail with the synchronize timeout (507046) and leave the stream alive."""
+    while True:
+        try:
+            stream.destroy(timeout=context.DRAIN_S)
+            return
+        except AscentTimeoutError as exc:
+            with ENGINE.lock:
+                stuck = ENGINE.diagnose([stream])
+            if stuck is not None:
+                raise fail(exc.code, f"{exc.message}; the stream is left alive: destroy_stream_force "
+                                     f"discards its work") from exc
 
 
 @api("k")
 def destroy_stream(stream: int) -> None:
-    """Wait for the stream's tasks, then destroy it (aclrtDestroyStream)."""
+    """Wait for the stream's tasks, then destroy it; 507046 when it is stuck (aclrtDestroyStream)."""
     if stream == 0:
         raise fail(ErrorCode.INVALID_PARAM, "stream handle is null")
     _destroy(stream, force=False)

@@ -13,6 +13,7 @@ import numpy as _np
 from ..errors import ErrorCode as _ErrorCode, set_last_error as _set_last_error
 from ..memory import REGISTRY as _REGISTRY
 from ..memory.external import register_host as _register_host
+from ..memory.shared_bytes import interpreter_shares as _interpreter_shares
 from ._api import AclTypeError as _AclTypeError
 
 _DTYPE_OF_NUM: dict[int, _np.dtype[_Any]] = {_np.dtype(c).num: _np.dtype(c) for c in _np.typecodes["All"]
@@ -43,18 +44,17 @@ def _range(ptr: int, nbytes: int) -> _np.ndarray | None:
 def bytes_to_ptr(*args: _Any) -> int:
     """int: the address of a bytes object's buffer, which copies may then read and write (keep it alive).
 
-    As pyACL, copies may write into a bytes object the program owns (a fresh `bytes(n)` held
-    by one name). One the interpreter or other objects share as well (a 0- or 1-byte cached
-    object, a constant of the code, a second reference) is registered read-only: a copy into
-    it is refused (107000) instead of rewriting memory the interpreter relies on.
+    As pyACL, copies may write into a bytes object the program made at run time (a
+    `bytes(n)`, however many names, lists or calls hold it). One the interpreter shares (a
+    0- or 1-byte cached object, a constant or table of the code, a static object) is
+    registered read-only: a copy into it is refused (107000) instead of rewriting memory the
+    interpreter relies on.
     """
     _parse("bytes_to_ptr", args, lambda x: True)
     obj = args[0]
     if not isinstance(obj, bytes):
         raise ValueError("needs an byte as argument")
-    # Seen here exactly 3 times when the caller owns it alone: its name, args and this call.
-    owned = len(obj) > 1 and _sys.getrefcount(obj) <= 4  # 4: `obj` above is one more
-    return _register_host(obj, writable=owned)
+    return _register_host(obj, writable=not _interpreter_shares(obj))
 
 
 def ptr_to_bytes(*args: _Any) -> bytes | None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ErrorCode, InvalidArgumentError
 from .registry import REGISTRY
+from .shared_bytes import interpreter_shares
 
 _lock = threading.Lock()
 _external: dict[int, "ExternalHostBuffer"] = {}   # start address -> registration
@@ -80,10 +81,15 @@ def register_host(obj: object, writable: bool | None = None) -> int:
     """Register obj's buffer as pageable host memory; returns its address.
 
     Copies may write into it when `writable` (default: what the object allows; a bytes
-    object only when the caller says so). Memory that already lies inside a live allocation
-    (e.g. a view of device memory) is not registered again. Raises InvalidArgumentError for
-    other types or non-contiguous arrays.
+    object only when the caller says so, and never one the interpreter shares: see
+    shared_bytes). Memory that already lies inside a live allocation (e.g. a view of device
+    memory) is not registered again. Raises InvalidArgumentError for other types,
+    non-contiguous arrays, or a writable registration of a shared bytes object.
     """
+    if writable and isinstance(obj, bytes) and interpreter_shares(obj):
+        raise InvalidArgumentError(f"a {len(obj)}-byte bytes object the interpreter shares (a "
+                                   f"constant of the code, or a cached or static object) cannot "
+                                   f"be written into: use bytes(n) made at run time, or a bytearray")
     addr, nbytes = _address(obj)
     _prune()
     if nbytes == 0:

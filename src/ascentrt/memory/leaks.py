@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import collections
+import threading
 import warnings
 import weakref
 
 from .. import config
-from ..callsite import user_site
+from ..callsite import user_frame, user_site
+from ..errors import warn_at_caller
 from ..units import format_bytes
 
 SITES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # buffer -> 'file.py:line'
+_gathering = threading.local()  # .buffers: what reports inside reclaiming() hold back
 
 
 class LeakWarning(UserWarning):
@@ -28,9 +31,34 @@ def note_site(buf: object) -> None:
     SITES[buf] = user_site(3)
 
 
+class reclaiming:
+    """Within it, this thread's reports gather into one, said as reclaimed at `occasion`
+    (acl.finalize: its device resets and its pinned memory together); nested, the outer one
+    says it. (A class, not a generator: the warning then points past it, at the user's call.)"""
+
+    def __init__(self, occasion: str) -> None:
+        self.occasion = occasion
+        self.outer = False
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_gathering, "buffers", None) is None
+        if self.outer:
+            _gathering.buffers = []
+
+    def __exit__(self, *exc: object) -> None:
+        if self.outer:
+            buffers, _gathering.buffers = _gathering.buffers, None
+            report(buffers, self.occasion)
+
+
 def report(buffers: list, when: str) -> str | None:
-    """Warn (LeakWarning) about `buffers` still allocated `when` they are reclaimed; returns the text."""
+    """Warn (LeakWarning) about `buffers` still allocated `when` they are reclaimed; returns the
+    text (None when off, or held back for the reclaiming() around it)."""
     if not buffers or config.get("ASCENTRT_LEAK_CHECK") == "off":
+        return None
+    gathered = getattr(_gathering, "buffers", None)
+    if gathered is not None:
+        gathered.extend(buffers)
         return None
     total = sum(b.nbytes for b in buffers)
     kinds = collections.Counter("pinned host" if b.kind == "host" else f"device {b.device.id}"
@@ -44,5 +72,8 @@ def report(buffers: list, when: str) -> str | None:
         text += "; allocated at " + ", ".join(f"{site} ({format_bytes(n)})" for site, n in sites.most_common(5))
     else:
         text += "; set ASCENTRT_LEAK_CHECK=sites to see where they were allocated (off: silence)"
-    warnings.warn(text, LeakWarning, stacklevel=3)
+    if user_frame(1) is None:  # at exit: no call of the program to point at
+        warnings.warn_explicit(text, LeakWarning, "sys", 1)
+    else:
+        warn_at_caller(text, LeakWarning)  # at the call that reclaimed them (reset, finalize)
     return text
