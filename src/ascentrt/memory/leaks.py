@@ -14,7 +14,15 @@ from ..errors import warn_at_caller
 from ..units import format_bytes
 
 SITES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # buffer -> 'file.py:line'
-_gathering = threading.local()  # .buffers: what reports inside reclaiming() hold back
+
+
+class _ThreadGathering(threading.local):
+    """What the reports inside this thread's reclaiming() hold back (None: not gathering)."""
+
+    buffers: list | None = None
+
+
+_gathering = _ThreadGathering()
 
 
 class LeakWarning(UserWarning):
@@ -41,14 +49,14 @@ class reclaiming:
         self.outer = False
 
     def __enter__(self) -> None:
-        self.outer = getattr(_gathering, "buffers", None) is None
+        self.outer = _gathering.buffers is None
         if self.outer:
             _gathering.buffers = []
 
     def __exit__(self, *exc: object) -> None:
         if self.outer:
             buffers, _gathering.buffers = _gathering.buffers, None
-            report(buffers, self.occasion)
+            report(buffers or [], self.occasion)
 
 
 def report(buffers: list, when: str) -> str | None:
@@ -56,7 +64,7 @@ def report(buffers: list, when: str) -> str | None:
     text (None when off, or held back for the reclaiming() around it)."""
     if not buffers or config.get("ASCENTRT_LEAK_CHECK") == "off":
         return None
-    gathered = getattr(_gathering, "buffers", None)
+    gathered = _gathering.buffers
     if gathered is not None:
         gathered.extend(buffers)
         return None
