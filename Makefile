@@ -39,7 +39,7 @@ lint: $(VENV)/.installed-dev
 
 # The API reference (pdoc) under docs/_build; fails on public names without a docstring.
 docs: $(VENV)/.installed-dev
-	$(PY) docs/build.py
+	ASCENTRT_PURE_PYTHON=1 $(PY) docs/build.py  # (from the source: compiled builds drop docstrings)
 
 # The cpu session runs the compiled build (made here when a compiler is there), the sim session
 # the Python source: both paths are tested.

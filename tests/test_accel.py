@@ -80,3 +80,11 @@ def test_a_build_older_than_its_source_is_ignored_with_a_warning(tmp_path, monke
     spec = accel._SourceFirst.find_spec("ascentrt.memory.fake")
     assert spec is not None and spec.origin == str(source)
     assert accel._SourceFirst.find_spec("ascentrt.memory.other") is None
+
+
+def test_info_says_whether_the_hot_paths_run_compiled(capsys):
+    from ascentrt import cli
+    assert cli.main(["info"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Hot paths:"))
+    compiled = accel.compiled()
+    assert (all(name in line for name in compiled) if compiled else "Python source" in line)
