@@ -7,7 +7,7 @@ import os
 from .analysis import diagnose
 from .csvexport import write_csvs
 from .data import DATA_FILE, ProfileData
-from .report import render_html
+from .report import write_html
 from .summary import sections, summary_text
 from .trace import write_trace
 
@@ -25,8 +25,7 @@ def write_folder(profile: ProfileData, path) -> str:
     write_csvs(profile, path)
     findings = diagnose(profile)
     tables = sections(profile, findings)  # (once: the report and the summary show the same)
-    with open(os.path.join(path, REPORT_FILE), "w", encoding="utf-8") as fh:
-        fh.write(render_html(profile, findings, tables))
+    _write_streamed(os.path.join(path, REPORT_FILE), lambda fh: write_html(profile, fh, findings, tables))
     with open(os.path.join(path, SUMMARY_FILE), "w", encoding="utf-8") as fh:
         fh.write(summary_text(profile, findings, tables) + "\n")
     return path
@@ -34,7 +33,7 @@ def write_folder(profile: ProfileData, path) -> str:
 
 def _write_streamed(path: str, write) -> None:
     """write(fh) into `path` through a temporary file (a reader never sees half a file); the
-    JSON writers encode a chunk of records at a time, so no output is held whole."""
+    writers encode a chunk of records at a time, so no output is held whole."""
     tmp = path + ".tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:

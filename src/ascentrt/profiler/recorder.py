@@ -244,7 +244,7 @@ class Recorder:
         # Every record of a thread holds the ident the engine or a wrapper got from
         # get_ident(): a new int each time. One object per thread instead (50k tasks: 1.6 MB).
         idents: dict[int, int] = {}
-        tasks = []
+        tasks: list[TaskRecord] = []
         for s, bucket in list(self.per_stream.items()):
             dev = s.device
             self._note_device(dev)
