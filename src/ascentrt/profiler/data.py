@@ -211,7 +211,7 @@ class ProfileData:
             out[name] = {"columns": names, "rows": [list(row(r)) for r in getattr(self, name)]}
         return out
 
-    def write_json(self, fh: TextIO, chunk: int = 4096) -> None:
+    def write_json(self, fh: TextIO, chunk: int = 1024) -> None:
         """Write json.dumps(to_json()) to the open text file `fh`, encoding the rows a chunk at
         a time: the document is never held whole (50k tasks make tens of MB of it)."""
         fh.write(compact_json(self._json_header())[:-1])
@@ -272,7 +272,7 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def write_json_array(fh: TextIO, items: Iterable[Any], chunk: int = 4096) -> None:
+def write_json_array(fh: TextIO, items: Iterable[Any], chunk: int = 1024) -> None:
     """Write the items as a JSON array to the open text file `fh`, encoding a chunk at a time
     (the array is never held whole, as a list or as a string)."""
     fh.write("[")
@@ -289,7 +289,7 @@ def write_json_array(fh: TextIO, items: Iterable[Any], chunk: int = 4096) -> Non
     fh.write("]")
 
 
-def joined(texts: Iterable[str], chunk: int = 4096) -> Iterator[str]:
+def joined(texts: Iterable[str], chunk: int = 1024) -> Iterator[str]:
     """The texts (JSON values already) comma-separated, a chunk of them per piece: the
     elements of a JSON array that is written a chunk at a time."""
     texts = iter(texts)

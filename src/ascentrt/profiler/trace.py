@@ -349,7 +349,7 @@ def _document_fields(profile: ProfileData) -> dict:
                           "command": " ".join(profile.command)}}
 
 
-def write_trace(profile: ProfileData, fh: TextIO, chunk: int = 4096) -> None:
+def write_trace(profile: ProfileData, fh: TextIO, chunk: int = 1024) -> None:
     """Write trace_json(profile) to the open text file `fh`, a chunk of events at a time: the
     document is never held whole, as a list or as a string."""
     fh.write('{"traceEvents":[')
