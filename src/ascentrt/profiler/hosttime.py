@@ -9,6 +9,7 @@ from ..units import format_ms
 from .data import SYNC_APIS
 from .intervals import gaps, intersection, total, union
 
+_START, _END = attrgetter("start_ns"), attrgetter("end_ns")
 ADVISED_SHARE = 0.2   # a runtime call taking a fifth of the time gets advice of its own
 LISTED_CALLS = 5      # runtime calls named in a finding's text
 
@@ -35,7 +36,6 @@ CALL_ADVICE = {
     "empty_cache": "do not empty the pool's cache inside the loop: every allocation after it is "
                    "a fresh (slow) one",
 }
-_START, _END = attrgetter("start_ns"), attrgetter("end_ns")
 OWN_CODE_ADVICE = ("move host-side preparation out of the loop (precompute, vectorize) or onto "
                    "another thread, and queue work ahead (several iterations in flight) so the "
                    "device has work while the host prepares the next")

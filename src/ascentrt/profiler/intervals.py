@@ -31,8 +31,8 @@ def intersection(x, y) -> list[tuple[int, int]]:
     out, i, j = [], 0, 0
     while i < len(x) and j < len(y):
         a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
-        if a < b:  # (an interval of x inside one of y is kept as it is)
-            out.append(x[i] if (a, b) == x[i] else (a, b))
+        if a < b:
+            out.append((a, b))
         if x[i][1] < y[j][1]:
             i += 1
         else:
