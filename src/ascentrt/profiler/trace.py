@@ -58,10 +58,10 @@ class _Frame(NamedTuple):
 # formatting: the text json.dumps would give their dicts, at a fraction of the cost.
 
 def _dur(start_ns: int | float, end_ns: int | float) -> float:
+    """A slice's duration in us (float times, from a hand-made profile: rounded as its ends)."""
     if type(start_ns) is int and type(end_ns) is int:
         return us(max(0, end_ns - start_ns))
-    return max(0.0, round(us(end_ns) - us(start_ns), 3))  # (float times, from a hand-made
-    # profile: rounded as the ends are)
+    return max(0.0, round(us(end_ns) - us(start_ns), 3))
 
 
 def _slice(name: str, cat: str, pid: int, tid: int, start_ns, end_ns, args: str,
