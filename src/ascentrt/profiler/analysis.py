@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ..units import format_bytes, format_ms
 from .data import COMPUTE_KINDS, WORK_KINDS, ProfileData
@@ -93,6 +95,8 @@ def _window(tasks) -> tuple[int, int]:
 
 
 DISPATCHED_KINDS = ("kernel", "copy", "memset")  # what "dispatch latency" is measured on
+_DEVICE, _STREAM, _TASK_ID = attrgetter("device"), attrgetter("stream"), attrgetter("task_id")
+_DURATION = attrgetter("duration_ns")
 
 
 def dispatch_latencies(profile: ProfileData) -> list[int]:
@@ -100,7 +104,10 @@ def dispatch_latencies(profile: ProfileData) -> list[int]:
     else to run: the dispatch latency alone, with no queueing behind earlier work."""
     last_end: dict = {}
     out = []
-    for t in sorted(profile.tasks, key=lambda t: (t.device, t.stream, t.task_id)):
+    ordered = sorted(profile.tasks, key=_TASK_ID)  # by (device, stream, task id): three stable
+    ordered.sort(key=_STREAM)                      # sorts, no key tuple per task
+    ordered.sort(key=_DEVICE)
+    for t in ordered:
         key = (t.device, t.stream)
         if t.kind in DISPATCHED_KINDS and last_end.get(key, -1) <= t.enqueue_ns:
             out.append(t.queued_ns)
@@ -224,7 +231,7 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
         return []
     busy = union((t.start_ns, t.end_ns) for t in work)
     util = total(_within(busy, windows)) / span
-    idle = [(a, b) for a, b in _within(gaps(busy, start, end), windows) if b - a >= MIN_GAP_NS]
+    idle = [g for g in _within(gaps(busy, start, end), windows) if g[1] - g[0] >= MIN_GAP_NS]
     idle_ns = total(idle)
     if util >= STARVED_UTILIZATION or idle_ns < 0.4 * span:
         return []
@@ -275,7 +282,7 @@ def _small_tasks(dev_id, work, profile) -> list[Finding]:
     if overhead < d50:
         return []
     work_ns = sum(t.duration_ns for t in small)
-    examples = [task_ref(t) for t in sorted(small, key=lambda t: t.duration_ns)[:5]]
+    examples = [task_ref(t) for t in heapq.nsmallest(5, small, key=_DURATION)]
     return [Finding(
         "small_tasks", f"Tasks on device {dev_id} are too small: overhead dominates the work",
         f"the median task ran {_us(d50)}, while submitting one costs {_us(launch50)} on the host "

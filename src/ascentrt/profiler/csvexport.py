@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 
 from .data import ProfileData
 
@@ -14,26 +15,40 @@ def _us(ns: float) -> str:
 
 
 def task_rows(profile: ProfileData) -> list[list]:
+    """task_time.csv's rows, the header first (see iter_task_rows)."""
+    return list(iter_task_rows(profile))
+
+
+def iter_task_rows(profile: ProfileData) -> Iterator[list]:
     """task_time.csv: one row per task. queued_us is enqueue to start; wait_us is msprof's
-    "waiting": the gap since the previous task of the same stream ended (0 for its first)."""
-    rows: list[list] = [["device", "stream", "task_id", "kind", "name", "enqueue_us", "start_us",
-                         "duration_us", "queued_us", "wait_us", "bytes", "failed"]]
-    previous_end: dict[tuple[int, int], int] = {}
-    gap = [0] * len(profile.tasks)  # per row: a replayed graph's nodes share their task id
-    order = sorted(range(len(profile.tasks)), key=lambda i: (
-        profile.tasks[i].device, profile.tasks[i].stream, profile.tasks[i].task_id,
-        profile.tasks[i].start_ns))
-    for i in order:
-        t = profile.tasks[i]
-        key = (t.device, t.stream)
-        end = previous_end.get(key)
-        gap[i] = 0 if end is None else max(0, t.start_ns - end)
-        previous_end[key] = max(t.end_ns, end or 0)
-    for t, waited in zip(profile.tasks, gap):
-        rows.append([t.device, t.stream, t.task_id, t.kind, t.name, _us(t.enqueue_ns),
-                     _us(t.start_ns), _us(t.duration_ns), _us(t.queued_ns), _us(waited),
-                     t.nbytes, int(t.failed)])
-    return rows
+    "waiting": the gap since the previous task of the same stream ended (0 for its first).
+    The rows are made one by one (50k tasks: tens of MB as a list)."""
+    yield ["device", "stream", "task_id", "kind", "name", "enqueue_us", "start_us",
+           "duration_us", "queued_us", "wait_us", "bytes", "failed"]
+    for t, waited in zip(profile.tasks, _waits(profile.tasks)):
+        start = t.start_ns
+        yield [t.device, t.stream, t.task_id, t.kind, t.name, f"{t.enqueue_ns / 1000:.3f}",
+               f"{start / 1000:.3f}", f"{(t.end_ns - start) / 1000:.3f}",
+               f"{(start - t.enqueue_ns) / 1000:.3f}", f"{waited / 1000:.3f}", t.nbytes,
+               int(t.failed)]
+
+
+def _waits(tasks: list) -> list:
+    """Per task, in the order of `tasks`: the gap since the previous task of its stream (by
+    task id, then start: a replayed graph's nodes share their task id) ended, 0 for its first."""
+    per_stream: defaultdict[tuple, list[int]] = defaultdict(list)  # (device, stream) -> indexes
+    for i, t in enumerate(tasks):
+        per_stream[(t.device, t.stream)].append(i)
+    gap = [0] * len(tasks)
+    for order in per_stream.values():
+        order.sort(key=lambda i: tasks[i].start_ns)  # (two stable sorts: no key tuples)
+        order.sort(key=lambda i: tasks[i].task_id)
+        end = None
+        for i in order:
+            t = tasks[i]
+            gap[i] = 0 if end is None else max(0, t.start_ns - end)
+            end = max(t.end_ns, end or 0)
+    return gap
 
 
 def _stats_rows(groups: dict, header_name: str, extra=None) -> list[list]:
@@ -77,7 +92,7 @@ def memory_rows(profile: ProfileData) -> list[list]:
     return rows
 
 
-FILES = {"task_time.csv": task_rows, "kernel_statistic.csv": kernel_rows,
+FILES = {"task_time.csv": iter_task_rows, "kernel_statistic.csv": kernel_rows,
          "api_statistic.csv": api_rows, "memory.csv": memory_rows}
 
 

@@ -6,7 +6,8 @@ import json
 import operator
 import os
 from dataclasses import asdict, dataclass, field, fields
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any, Callable, Self, TextIO
 
 FORMAT = "ascentrt-profile/1"
@@ -210,15 +211,14 @@ class ProfileData:
             out[name] = {"columns": names, "rows": [list(row(r)) for r in getattr(self, name)]}
         return out
 
-    def write_json(self, fh: TextIO, chunk: int = 4096) -> None:
+    def write_json(self, fh: TextIO, chunk: int = 1024) -> None:
         """Write json.dumps(to_json()) to the open text file `fh`, encoding the rows a chunk at
         a time: the document is never held whole (50k tasks make tens of MB of it)."""
-        compact = (",", ":")
-        fh.write(json.dumps(self._json_header(), separators=compact)[:-1])
+        fh.write(compact_json(self._json_header())[:-1])
         for name, cls in _RECORDS.items():
             names = [f.name for f in fields(cls)]
             row = _row_of(names)  # (a tuple per record: JSON writes it as a list)
-            fh.write(f',"{name}":{{"columns":{json.dumps(names, separators=compact)},"rows":')
+            fh.write(f',"{name}":{{"columns":{compact_json(names)},"rows":')
             write_json_array(fh, map(row, getattr(self, name)), chunk)
             fh.write("}")
         fh.write("}")
@@ -267,7 +267,12 @@ def us(ns: int | float) -> float:
     return ns / 1000 if type(ns) is int else round(ns / 1000, 3)
 
 
-def write_json_array(fh: TextIO, items: Iterable[Any], chunk: int = 4096) -> None:
+def compact_json(value: Any) -> str:
+    """`value` as JSON text without spaces (json.dumps with the compact separators)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def write_json_array(fh: TextIO, items: Iterable[Any], chunk: int = 1024) -> None:
     """Write the items as a JSON array to the open text file `fh`, encoding a chunk at a time
     (the array is never held whole, as a list or as a string)."""
     fh.write("[")
@@ -276,12 +281,22 @@ def write_json_array(fh: TextIO, items: Iterable[Any], chunk: int = 4096) -> Non
     for item in items:
         batch.append(item)
         if len(batch) == chunk:
-            fh.write(("" if first else ",") + json.dumps(batch, separators=(",", ":"))[1:-1])
+            fh.write(("" if first else ",") + compact_json(batch)[1:-1])
             batch.clear()
             first = False
     if batch:
-        fh.write(("" if first else ",") + json.dumps(batch, separators=(",", ":"))[1:-1])
+        fh.write(("" if first else ",") + compact_json(batch)[1:-1])
     fh.write("]")
+
+
+def joined(texts: Iterable[str], chunk: int = 1024) -> Iterator[str]:
+    """The texts (JSON values already) comma-separated, a chunk of them per piece: the
+    elements of a JSON array that is written a chunk at a time."""
+    texts = iter(texts)
+    sep = ""
+    while batch := list(islice(texts, chunk)):
+        yield sep + ",".join(batch)
+        sep = ","
 
 
 def _row_of(names: list[str]) -> Callable[[Any], tuple]:

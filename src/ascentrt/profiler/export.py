@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+from collections.abc import Iterator
 
 from .analysis import diagnose
 from .csvexport import write_csvs
 from .data import DATA_FILE, ProfileData
-from .report import render_html
+from .report import write_html
 from .summary import sections, summary_text
 from .trace import write_trace
 
@@ -16,25 +19,41 @@ REPORT_FILE = "report.html"
 SUMMARY_FILE = "summary.txt"
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector off while a profile is made or written: that makes
+    hundreds of thousands of short-lived containers and no cycles, and every collection the
+    allocations set off would walk all the profile's records again (50k tasks: a quarter of
+    the time of the write)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def write_folder(profile: ProfileData, path) -> str:
     """Write every output of `profile` into folder `path` (created if missing); returns it."""
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
-    _write_streamed(os.path.join(path, DATA_FILE), profile.write_json)
-    _write_streamed(os.path.join(path, TRACE_FILE), lambda fh: write_trace(profile, fh))
-    write_csvs(profile, path)
-    findings = diagnose(profile)
-    tables = sections(profile, findings)  # (once: the report and the summary show the same)
-    with open(os.path.join(path, REPORT_FILE), "w", encoding="utf-8") as fh:
-        fh.write(render_html(profile, findings, tables))
-    with open(os.path.join(path, SUMMARY_FILE), "w", encoding="utf-8") as fh:
-        fh.write(summary_text(profile, findings, tables) + "\n")
+    with collector_paused():
+        _write_streamed(os.path.join(path, DATA_FILE), profile.write_json)
+        _write_streamed(os.path.join(path, TRACE_FILE), lambda fh: write_trace(profile, fh))
+        write_csvs(profile, path)
+        findings = diagnose(profile)
+        tables = sections(profile, findings)  # (once: the report and the summary show the same)
+        _write_streamed(os.path.join(path, REPORT_FILE),
+                        lambda fh: write_html(profile, fh, findings, tables))
+        with open(os.path.join(path, SUMMARY_FILE), "w", encoding="utf-8") as fh:
+            fh.write(summary_text(profile, findings, tables) + "\n")
     return path
 
 
 def _write_streamed(path: str, write) -> None:
     """write(fh) into `path` through a temporary file (a reader never sees half a file); the
-    JSON writers encode a chunk of records at a time, so no output is held whole."""
+    writers encode a chunk of records at a time, so no output is held whole."""
     tmp = path + ".tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:

@@ -12,6 +12,7 @@ import sys
 import threading
 import types
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 from . import clock
 
@@ -151,10 +152,14 @@ def _failed(append, threads, on_error, name, t0, exc, facts) -> None:
 
 
 def outermost(calls: list[tuple]) -> list[tuple]:
-    """Drop the calls that ran inside another recorded call of the same thread."""
+    """The calls by start, less those that ran inside another recorded call of the same
+    thread."""
     out = []
     open_until: dict[int, int] = {}  # thread -> end of its current outermost call
-    for call in sorted(calls, key=lambda c: (c[1], -c[2])):
+    # By start, the longer first: two stable sorts, no key tuple per call (50k of them).
+    ordered = sorted(calls, key=itemgetter(2), reverse=True)
+    ordered.sort(key=itemgetter(1))
+    for call in ordered:
         _, t0, t1, thread = call[:4]
         if t1 <= open_until.get(thread, -1):
             continue

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ..units import format_ms
 from .data import SYNC_APIS
 from .intervals import gaps, intersection, total, union
 
+_START, _END = attrgetter("start_ns"), attrgetter("end_ns")
 ADVISED_SHARE = 0.2   # a runtime call taking a fifth of the time gets advice of its own
 LISTED_CALLS = 5      # runtime calls named in a finding's text
 
@@ -121,13 +122,21 @@ def attribute(stretches: list[tuple[int, int]], calls) -> HostTime:
     sync = union((c.start_ns, c.end_ns) for c in calls if c.name in SYNC_APIS)
     waiting = total(intersection(stretches, sync))
     free = intersection(stretches, gaps(sync, stretches[0][0], stretches[-1][1]))
-    starts = [a for a, _ in free]
     per: dict[str, list[int]] = {}
     covered = stretches[0][0]  # host time up to here is attributed already
-    for c in sorted((c for c in calls if c.name not in SYNC_APIS),
-                    key=lambda c: (c.start_ns, -c.end_ns)):
-        ns = _overlap(free, starts, max(c.start_ns, covered), c.end_ns)
-        covered = max(covered, c.end_ns)
+    first = 0  # free[:first] end before the part of any call still to come
+    ordered = sorted((c for c in calls if c.name not in SYNC_APIS), key=_END, reverse=True)
+    ordered.sort(key=_START)  # by start, the longer first (two stable sorts: no key tuples)
+    for c in ordered:
+        a, b = max(c.start_ns, covered), c.end_ns  # (a never decreases from call to call)
+        covered = max(covered, b)
+        while first < len(free) and free[first][1] <= a:
+            first += 1
+        ns, i = 0, first
+        while i < len(free) and free[i][0] < b:
+            lo, hi = free[i]
+            ns += max(0, min(b, hi) - max(a, lo))
+            i += 1
         if ns > 0:
             entry = per.setdefault(c.name, [0, 0])
             entry[0] += ns
@@ -138,14 +147,3 @@ def attribute(stretches: list[tuple[int, int]], calls) -> HostTime:
 
 def _spent(ns: int, calls: int) -> str:
     return f"{format_ms(ns)} in {calls} call{'s' if calls > 1 else ''}"
-
-
-def _overlap(merged, starts, a: int, b: int) -> int:
-    """Length of [a, b) inside the sorted disjoint intervals `merged` (their starts: `starts`)."""
-    out = 0
-    for i in range(max(bisect.bisect_right(starts, a) - 1, 0), len(merged)):
-        lo, hi = merged[i]
-        if lo >= b:
-            break
-        out += max(0, min(b, hi) - max(a, lo))
-    return out

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 from . import clock
 
@@ -239,11 +240,16 @@ class Recorder:
                        command=list(command or sys.argv), pid=os.getpid(),
                        origin_ns=since.host_ns)
         streams = {}
-        tasks = []
+        ran = set()  # (device, stream) of the streams with tasks in the window
+        # Every record of a thread holds the ident the engine or a wrapper got from
+        # get_ident(): a new int each time. One object per thread instead (50k tasks: 1.6 MB).
+        idents: dict[int, int] = {}
+        tasks: list[TaskRecord] = []
         for s, bucket in list(self.per_stream.items()):
             dev = s.device
             self._note_device(dev)
             streams[(dev.id, s.id)] = s
+            count = len(tasks)
             for (tid, kind, label, nbytes, t_enq, t_start, t_end, thread, error,
                  released) in (_drained(bucket) if consume else list(bucket)):
                 if not t_end or t_start < t0 or t_start > last:
@@ -251,14 +257,21 @@ class Recorder:
                 kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
                 enqueue = max(t_enq, t0) if t_enq else t_start
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
-                                        enqueue - t0, t_start - t0, t_end - t0, thread,
-                                        bool(error), released, error))
-        tasks.sort(key=lambda t: (t.start_ns, t.end_ns))
+                                        enqueue - t0, t_start - t0, t_end - t0,
+                                        idents.setdefault(thread, thread), bool(error), released,
+                                        error))
+            if len(tasks) > count:
+                ran.add((dev.id, s.id))
+        # By (start, end), ties in completion order: two stable sorts need no key tuples.
+        tasks.sort(key=attrgetter("end_ns"))
+        tasks.sort(key=attrgetter("start_ns"))
         prof.tasks = tasks
-        prof.api_calls = sorted(
-            (ApiCall(c[0], c[1] - t0, c[2] - t0, c[3], *_error_and_facts(c))
-             for c in outermost(list(self.calls)) if t0 <= c[1] <= last),
-            key=lambda c: c.start_ns)
+        calls = outermost(self.calls)  # (in start order)
+        if consume:
+            self.calls.clear()
+        prof.api_calls = [ApiCall(c[0], c[1] - t0, c[2] - t0, idents.setdefault(c[3], c[3]),
+                                  *_error_and_facts(c))
+                          for c in (_drained(calls) if consume else calls) if t0 <= c[1] <= last]
         prof.ranges = sorted((RangeRecord(n, a - t0, b - t0, th) for n, a, b, th in self.ranges
                               if t0 <= a <= last), key=lambda r: (r.start_ns, -r.end_ns))
         prof.marks = [MarkRecord(n, ts - t0, th) for n, ts, th in self.marks if t0 <= ts <= last]
@@ -270,7 +283,7 @@ class Recorder:
                                      r.second.task_id, r.reused_from is not None, r.count)
                           for r in self._sanitizer.reports()[since.races:
                                                              None if until is None else until.races]]
-        prof.collectives = _collectives({t.key for t in tasks})
+        prof.collectives = _collectives(tasks)
         allocs = [(rec, True) for rec in self.done_allocations] + \
                  [(rec, False) for rec in self.allocations.values()]
         prof.allocations = sorted(
@@ -291,7 +304,7 @@ class Recorder:
                     continue
                 role = "default" if s is default else "host functions (non-blocking)" \
                     if s is detached else getattr(s, "role", "")
-                if role and not any(t.stream == sid and t.device == did for t in tasks):
+                if role and (did, sid) not in ran:
                     continue  # internal streams appear only when they ran something
                 prof.streams.append(StreamInfo(did, sid, s.priority, role))
         prof.devices.sort(key=lambda d: d.id)
@@ -309,11 +322,15 @@ def _error_and_facts(call: tuple) -> tuple:
     return (call[4],) + (call[5] or ("", None, 0))
 
 
-def _collectives(keys: set) -> list:
+def _collectives(tasks: list) -> list:
     """The collectives (from every communicator's flight recorder) whose parts ran in the
-    profile, ordered by communicator and sequence number."""
-    out = []
-    for group in hccl_groups():
+    profile (among `tasks`), ordered by communicator and sequence number."""
+    out: list = []
+    groups = hccl_groups()
+    if not groups:
+        return out
+    keys = {t.key for t in tasks}
+    for group in groups:
         for rec in group.flight.records():
             parts = [list(p) for p in rec.parts if tuple(p[1:]) in keys]
             if parts:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 import html
-import json
+import io
 import os
+from typing import TextIO
 
 from .data import ProfileData
 from .analysis import diagnose
 from .summary import headline, sections
-from .views import program_name, view_data
+from .views import program_name, write_view_data
 
 def _table_html(title: str, headers, rows) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
@@ -46,19 +47,29 @@ def _races_html(profile: ProfileData) -> str:
 def render_html(profile: ProfileData, findings=None, tables=None) -> str:
     """The report as one HTML document (inline CSS and JavaScript, data embedded as JSON);
     `tables`: sections(profile, findings), if made already."""
+    out = io.StringIO()
+    write_html(profile, out, findings, tables)
+    return out.getvalue()
+
+
+def write_html(profile: ProfileData, fh: TextIO, findings=None, tables=None) -> None:
+    """Write render_html(profile, findings, tables) to the open text file `fh`, its data a
+    piece at a time (the page is never held whole)."""
     if findings is None:
         findings = diagnose(profile)
-    data = json.dumps(view_data(profile), separators=(",", ":")).replace("</", "<\\/")
     tables = "".join(_table_html(*s) for s in (tables if tables is not None else sections(profile, findings)))
     program = program_name(profile.command)
     title = f"{program} \u2014 ascentrt profile" if program else "ascentrt profile"
     command = f"{' '.join(map(str, profile.command))}; " if profile.command else ""
-    return _TEMPLATE.format(title=html.escape(title), command=html.escape(command),
-                            headline=html.escape(headline(profile)),
-                            started=html.escape(profile.started_at), data=data,
-                            findings=_findings_html(findings), count=len(findings),
-                            races=_races_html(profile), tables=tables, css=_asset("report.css"),
-                            js=_asset("report.js"))
+    fields = dict(title=html.escape(title), command=html.escape(command),
+                  headline=html.escape(headline(profile)), started=html.escape(profile.started_at),
+                  findings=_findings_html(findings), count=len(findings),
+                  races=_races_html(profile), tables=tables, css=_asset("report.css"),
+                  js=_asset("report.js"))
+    before, after = _TEMPLATE.split("{data}")
+    fh.write(before.format(**fields))
+    write_view_data(profile, fh)
+    fh.write(after.format(**fields))
 
 
 @functools.cache

@@ -12,6 +12,7 @@ import time
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
 from . import folders
 from .data import part_path
+from .export import collector_paused
 from .profile import Profile
 from .recorder import Checkpoint, Recorder
 
@@ -101,10 +102,11 @@ class Session:
             except OSError:
                 pass  # never written: the run was shorter than one progress period
         assert self._since is not None  # (set by start)
-        self.profile = rec.finish(consume=last, window=(self._since, until))
-        if write and self.path is not None:
-            self.profile.parts = folders.parts(self.path)
-            self.profile.save(self.path)
+        with collector_paused():
+            self.profile = rec.finish(consume=last, window=(self._since, until))
+            if write and self.path is not None:
+                self.profile.parts = folders.parts(self.path)
+                self.profile.save(self.path)
         return self.profile
 
     def snapshot(self) -> Profile:

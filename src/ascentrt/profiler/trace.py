@@ -12,77 +12,22 @@ from __future__ import annotations
 import bisect
 import json
 from collections import defaultdict
-from collections.abc import Iterator
-from operator import itemgetter
-from typing import TextIO
+from collections.abc import Callable, Iterator
+from json.encoder import encode_basestring_ascii as _str  # a str as json.dumps writes it
+from operator import attrgetter
+from typing import NamedTuple, TextIO
 
-from .data import ApiCall, ProfileData, us, write_json_array
+from .data import ApiCall, ProfileData, compact_json, joined, us
 
 HOST_PID = 0
 OVERFLOW_TID = 1_000_000  # overflow tracks of a stream: stream id + k * OVERFLOW_TID
 PID_STRIDE = 1 << 22      # Linux's largest pid + 1
+_START, _END = attrgetter("start_ns"), attrgetter("end_ns")
 
 
 def device_pid(device: int) -> int:
     """The trace process id of a device (the host is 0)."""
     return device + 1
-
-
-def _slice(name, cat, pid, tid, start_ns, end_ns, args) -> dict:
-    ts = us(start_ns)
-    if type(start_ns) is int and type(end_ns) is int:
-        dur = us(max(0, end_ns - start_ns))
-    else:  # (float times, from a hand-made profile: rounded as the ends are)
-        dur = max(0.0, round(us(end_ns) - ts, 3))
-    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts, "dur": dur,
-            "args": args}
-
-
-def _api_args(c: ApiCall, profile: ProfileData) -> dict:
-    """An API call's slice arguments: its thread and, when they apply, target, state, error."""
-    args = {"thread": profile.threads.get(c.thread, str(c.thread))}
-    if c.target:
-        args["target"] = c.target
-    if c.already_done is not None:
-        args["already complete"] = c.already_done
-    if c.error:
-        args["error code"] = c.error
-    return args
-
-
-def _lanes(items: list) -> Iterator[tuple]:
-    """(lane, start, end, payload) for (start, end, payload) items, so that slices in a lane
-    nest properly; sorts `items` in place (by start, the longer first)."""
-    stacks: list[list[int]] = []  # per lane: end times of the open slices
-    items.sort(key=lambda x: -x[1])  # (two stable sorts: no key tuple per item)
-    items.sort(key=itemgetter(0))
-    for start, end, payload in items:
-        for lane, stack in enumerate(stacks):
-            while stack and stack[-1] <= start:
-                stack.pop()
-            if not stack or end <= stack[-1]:
-                stack.append(end)
-                yield lane, start, end, payload
-                break
-        else:
-            stacks.append([end])
-            yield len(stacks) - 1, start, end, payload
-
-
-def trace_events(profile: ProfileData) -> list[dict]:
-    """The trace as a list of trace-event dicts."""
-    return list(iter_trace_events(profile))
-
-
-def iter_trace_events(profile: ProfileData) -> Iterator[dict]:
-    """The trace-event dicts one by one (a writer need not hold them all: 50k tasks make
-    200k events). A profile with parts from child processes is one timeline of them all,
-    each process's host the trace process of its pid (see merged_pid)."""
-    if not profile.parts:
-        yield from _events(profile)
-        return
-    for index, part in enumerate([profile, *profile.parts]):
-        yield from _moved(part, index, us(part.origin_ns - profile.origin_ns))
 
 
 def merged_pid(pid: int, local_pid: int) -> int:
@@ -91,96 +36,207 @@ def merged_pid(pid: int, local_pid: int) -> int:
     return pid + local_pid * PID_STRIDE
 
 
-def _moved(part: ProfileData, index: int, shift_us: float) -> Iterator[dict]:
-    """The events of `part` on the merged timeline: its processes renamed by pid, its times
-    shifted by when it started, its flow ids apart from the other parts'."""
-    yield {"name": "process_labels", "ph": "M", "pid": part.pid, "tid": 0,
-           "args": {"labels": " ".join(part.command)}}
-    flows = index << 32
-    for e in _events(part):
-        local = e["pid"]
-        e["pid"] = merged_pid(part.pid, local)
-        if "ts" in e:
-            e["ts"] = round(e["ts"] + shift_us, 3)
-        if "id" in e:
-            e["id"] += flows
-        if e["name"] == "process_name" and e["ph"] == "M":
-            e["args"] = {"name": f"{e['args']['name']} (pid {part.pid})"}
-        elif e["name"] == "process_sort_index" and e["ph"] == "M":
-            e["args"] = {"sort_index": index * PID_STRIDE + local}
-        yield e
+class _Frame(NamedTuple):
+    """Where one process's events go in the trace: as recorded when the trace is its alone;
+    merged with the parts of child processes, its trace processes named by its pid, its
+    times shifted by when it started, its flow ids apart from the other parts'."""
+
+    pid: int | None = None  # None: the trace is this process's alone
+    place: int = 0          # its place among the merged parts
+    shift_us: float = 0.0
+
+    def proc(self, local: int) -> int:
+        """The trace process id of the process's host (0) or device d (d + 1)."""
+        return local if self.pid is None else merged_pid(self.pid, local)
+
+    def ts(self, ns: int | float) -> float:
+        """A timestamp of the process's profile on the trace's timeline (us)."""
+        return us(ns) if self.pid is None else round(us(ns) + self.shift_us, 3)
 
 
-def _events(profile: ProfileData) -> Iterator[dict]:
-    """The events of one process's profile (its host is trace process 0, device d is d + 1)."""
-    yield {"name": "process_name", "ph": "M", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}}
-    yield {"name": "process_sort_index", "ph": "M", "pid": HOST_PID, "tid": 0,
-           "args": {"sort_index": 0}}
+# The events of which a profile has one or more per task or API call are written by string
+# formatting: the text json.dumps would give their dicts, at a fraction of the cost.
+
+def _dur(start_ns: int | float, end_ns: int | float) -> float:
+    """A slice's duration in us (float times, from a hand-made profile: rounded as its ends)."""
+    if type(start_ns) is int and type(end_ns) is int:
+        return us(max(0, end_ns - start_ns))
+    return max(0.0, round(us(end_ns) - us(start_ns), 3))
+
+
+def _slice(name: str, cat: str, pid: int, tid: int, start_ns, end_ns, args: str,
+           ts: Callable) -> str:
+    """A complete ("X") slice; `args` is JSON text already."""
+    return (f'{{"name":{_str(name)},"cat":{_str(cat)},"ph":"X","pid":{pid},"tid":{tid},'
+            f'"ts":{ts(start_ns)!r},"dur":{_dur(start_ns, end_ns)!r},"args":{args}}}')
+
+
+def _task_slice(t, pid: int, tid: int, ts: Callable) -> str:
+    """A task's slice, with its id, kind, times queued and, when it has them, bytes and error."""
+    extra = f',"bytes":{t.nbytes}' if t.nbytes else ""
+    if t.failed:
+        extra += f',"failed":true,"error":{_str(t.error)}'
+    kind = _str(t.kind)
+    start, enqueue = t.start_ns, t.enqueue_ns
+    return (f'{{"name":{_str(t.name)},"cat":{kind},"ph":"X","pid":{pid},"tid":{tid},'
+            f'"ts":{ts(start)!r},"dur":{_dur(start, t.end_ns)!r},"args":{{"task id":'
+            f'{t.task_id},"kind":{kind},"enqueue (us)":{us(enqueue)!r},'
+            f'"queued (us)":{us(start - enqueue)!r}{extra}}}}}')
+
+
+def _flow(name: str, cat: str, end: bool, flow_id: int, pid: int, tid: int, ts: float) -> str:
+    """The start ("s") or end ("f", bound to the enclosing slice) of a flow arrow."""
+    ph = '"ph":"f","bp":"e"' if end else '"ph":"s"'
+    return (f'{{"name":{_str(name)},"cat":{_str(cat)},{ph},"id":{flow_id},"pid":{pid},'
+            f'"tid":{tid},"ts":{ts!r}}}')
+
+
+def _api_args(c: ApiCall, profile: ProfileData, plain: dict[int, str]) -> str:
+    """An API call's slice arguments: its thread and, when they apply, target, state, error
+    (`plain`: thread -> the text of those of a call with only the thread, made once each)."""
+    if not c.target and c.already_done is None and not c.error:
+        text = plain.get(c.thread)
+        if text is None:
+            text = plain[c.thread] = compact_json({"thread": _thread(c, profile)})
+        return text
+    args: dict = {"thread": _thread(c, profile)}
+    if c.target:
+        args["target"] = c.target
+    if c.already_done is not None:
+        args["already complete"] = c.already_done
+    if c.error:
+        args["error code"] = c.error
+    return compact_json(args)
+
+
+def _thread(c: ApiCall, profile: ProfileData) -> str:
+    return profile.threads.get(c.thread, str(c.thread))
+
+
+def _lanes(items: list) -> Iterator[tuple]:
+    """(lane, record) for records with start_ns and end_ns, so that slices in a lane nest
+    properly; sorts `items` in place (by start, the longer first)."""
+    stacks: list[list[int]] = []  # per lane: end times of the open slices
+    items.sort(key=_END, reverse=True)  # (two stable sorts: no key tuple per item)
+    items.sort(key=_START)
+    for item in items:
+        start, end = item.start_ns, item.end_ns
+        for lane, stack in enumerate(stacks):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            if not stack or end <= stack[-1]:
+                stack.append(end)
+                yield lane, item
+                break
+        else:
+            stacks.append([end])
+            yield len(stacks) - 1, item
+
+
+def trace_events(profile: ProfileData) -> list[dict]:
+    """The trace as a list of trace-event dicts."""
+    return [json.loads(text) for text in _event_texts(profile)]
+
+
+def _event_texts(profile: ProfileData) -> Iterator[str]:
+    """The trace events one by one, as JSON text (a writer need not hold them all: 50k tasks
+    make 200k events). A profile with parts from child processes is one timeline of them
+    all, each process's host the trace process of its pid (see merged_pid)."""
+    if not profile.parts:
+        yield from _events(profile, _Frame())
+        return
+    for index, part in enumerate([profile, *profile.parts]):
+        yield compact_json({"name": "process_labels", "ph": "M", "pid": part.pid, "tid": 0,
+                            "args": {"labels": " ".join(part.command)}})
+        yield from _events(part, _Frame(part.pid, index, us(part.origin_ns - profile.origin_ns)))
+
+
+def _process(frame: _Frame, local: int, name: str) -> Iterator[str]:
+    """The name and order of one trace process (merged: named and ordered by its pid too)."""
+    order = local
+    if frame.pid is not None:
+        name, order = f"{name} (pid {frame.pid})", frame.place * PID_STRIDE + local
+    pid = frame.proc(local)
+    yield compact_json({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                        "args": {"name": name}})
+    yield compact_json({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+                        "args": {"sort_index": order}})
+
+
+def _track(pid: int, tid: int, name: str) -> Iterator[str]:
+    """The name and order of one track (a thread of a trace process)."""
+    yield compact_json({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                        "args": {"name": name}})
+    yield compact_json({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                        "args": {"sort_index": tid}})
+
+
+def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
+    """The events of one process's profile (its host is trace process 0, device d is d + 1,
+    before `frame` places them)."""
+    proc, flows = frame.proc, frame.place << 32
+    ts = us if frame.pid is None else frame.ts  # (alone: the times as recorded)
+    host = proc(HOST_PID)
+    yield from _process(frame, HOST_PID, "host")
     threads = {th: i + 1 for i, th in enumerate(sorted(profile.threads))}
     for th, tid in threads.items():
-        yield {"name": "thread_name", "ph": "M", "pid": HOST_PID, "tid": tid,
-               "args": {"name": profile.threads[th]}}
-        yield {"name": "thread_sort_index", "ph": "M", "pid": HOST_PID, "tid": tid,
-               "args": {"sort_index": tid}}
+        yield from _track(host, tid, profile.threads[th])
     for d in profile.devices:
-        pid = device_pid(d.id)
-        yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-               "args": {"name": f"device {d.id} ({d.name})"}}
-        yield {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
-               "args": {"sort_index": pid}}
+        yield from _process(frame, device_pid(d.id), f"device {d.id} ({d.name})")
     streams = profile.stream_info()
 
     # Host: API calls and user ranges per thread, marks as instants.
-    host_items = defaultdict(list)  # (an API call's args are made as its slice is written)
+    host_items = defaultdict(list)
     for c in profile.api_calls:
-        host_items[c.thread].append((c.start_ns, c.end_ns, c))
+        host_items[c.thread].append(c)
     for r in profile.ranges:
-        host_items[r.thread].append((r.start_ns, r.end_ns, r))
-    api_slices = defaultdict(list)  # thread -> [(start, end, tid)] of API slices, for flows
+        host_items[r.thread].append(r)
+    # thread -> (starts, ends, tids) of its API slices in lane order, for the flows (three
+    # lists of what exists already, not a tuple per call)
+    api_slices: dict[int, tuple[list, list, list]] = {}
+    plain_args: dict[int, str] = {}
     for th, items in host_items.items():
         base = threads.get(th, 0)
-        for lane, start, end, item in _lanes(items):
+        starts, ends, tids = api_slices[th] = ([], [], [])
+        for lane, item in _lanes(items):
             tid = base + lane * OVERFLOW_TID
             if isinstance(item, ApiCall):
-                yield _slice(item.name, "api", HOST_PID, tid, start, end, _api_args(item, profile))
-                api_slices[th].append((start, end, tid))
+                yield _slice(item.name, "api", host, tid, item.start_ns, item.end_ns,
+                             _api_args(item, profile, plain_args), ts)
+                starts.append(item.start_ns)
+                ends.append(item.end_ns)
+                tids.append(tid)
             else:
-                yield _slice(item.name, "range", HOST_PID, tid, start, end, {})
+                yield _slice(item.name, "range", host, tid, item.start_ns, item.end_ns, "{}", ts)
     for m in profile.marks:
-        yield {"name": m.name, "cat": "mark", "ph": "i", "s": "t", "pid": HOST_PID,
-               "tid": threads.get(m.thread, 0), "ts": us(m.ts_ns)}
+        yield compact_json({"name": m.name, "cat": "mark", "ph": "i", "s": "t", "pid": host,
+                            "tid": threads.get(m.thread, 0), "ts": ts(m.ts_ns)})
 
     # Devices: tasks per stream.
     per_stream = defaultdict(list)
     for t in profile.tasks:
-        per_stream[(t.device, t.stream)].append((t.start_ns, t.end_ns, t))
+        per_stream[(t.device, t.stream)].append(t)
     # Every task gets a slice on its stream's track, or an overflow track of it: only those
     # are kept (a map of all 50k tasks would be the largest thing the trace holds).
     overflow: dict[tuple, int] = {}  # task key -> its overflow track's tid
-    used = set()                     # (pid, tid) of the tracks that have slices
+    used = set()                     # (device pid, tid) of the tracks that have slices
 
     def where(t) -> tuple[int, int]:
         """(pid, tid) of the track that task t's slice is on."""
-        return device_pid(t.device), overflow.get(t.key, t.stream) if overflow else t.stream
+        return proc(device_pid(t.device)), overflow.get(t.key, t.stream) if overflow else t.stream
 
-    for (dev, sid), items in sorted(per_stream.items()):
-        pid = device_pid(dev)
-        for lane, start, end, t in _lanes(items):
+    for (dev, sid), items in sorted(per_stream.items(), key=lambda kv: kv[0]):
+        local = device_pid(dev)
+        pid = proc(local)
+        for lane, t in _lanes(items):
             tid = sid + lane * OVERFLOW_TID
-            args = {"task id": t.task_id, "kind": t.kind, "enqueue (us)": us(t.enqueue_ns),
-                    "queued (us)": us(t.queued_ns)}
-            if t.nbytes:
-                args["bytes"] = t.nbytes
-            if t.failed:
-                args["failed"] = True
-                args["error"] = t.error
-            yield _slice(t.name, t.kind, pid, tid, start, end, args)
+            yield _task_slice(t, pid, tid, ts)
             if lane:
                 overflow[t.key] = tid
-            used.add((pid, tid))
-    for pid, tid in sorted(used):
+            used.add((local, tid))
+    for local, tid in sorted(used):
         sid, lane = tid % OVERFLOW_TID, tid // OVERFLOW_TID
-        info = streams.get((pid - 1, sid))
+        info = streams.get((local - 1, sid))
         label = f"stream {sid}"
         if info is not None and info.role:
             label += f" ({info.role})"
@@ -188,29 +244,25 @@ def _events(profile: ProfileData) -> Iterator[dict]:
             label += f" (priority {info.priority})"
         if lane:
             label += f" overflow {lane}"
-        yield {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}}
-        yield {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
-               "args": {"sort_index": tid}}
+        yield from _track(proc(local), tid, label)
 
     # Flows: API call -> the task it submitted; event record -> the waits it released.
     flow_id = 0
-    starts = {}
-    for th, sl in api_slices.items():
-        sl.sort()
-        starts[th] = [s for s, _, _ in sl]
     for t in profile.tasks:
-        slices = api_slices.get(t.thread)
-        if not slices:
+        found = api_slices.get(t.thread)
+        if not found or not found[0]:
             continue
-        i = bisect.bisect_right(starts[t.thread], t.enqueue_ns) - 1
-        if i < 0 or slices[i][1] < t.enqueue_ns:
+        starts, ends, tids = found
+        i = bisect.bisect_right(starts, t.enqueue_ns) - 1
+        if i < 0:
+            continue
+        i = bisect.bisect_left(starts, starts[i])  # of the calls starting then, the longest
+        if ends[i] < t.enqueue_ns:
             continue
         flow_id += 1
         pid, tid = where(t)
-        yield {"name": "submit", "cat": "launch", "ph": "s", "id": flow_id, "pid": HOST_PID,
-               "tid": slices[i][2], "ts": us(t.enqueue_ns)}
-        yield {"name": "submit", "cat": "launch", "ph": "f", "bp": "e", "id": flow_id,
-               "pid": pid, "tid": tid, "ts": us(t.start_ns)}
+        yield _flow("submit", "launch", False, flow_id + flows, host, tids[i], ts(t.enqueue_ns))
+        yield _flow("submit", "launch", True, flow_id + flows, pid, tid, ts(t.start_ns))
     # A wait that really waited starts before the record that released it: an arrow bound to
     # the wait slice would point back in time. It binds instead to a "released" slice inside
     # the wait, from the record (or the last microsecond) to the wait's end.
@@ -229,11 +281,9 @@ def _events(profile: ProfileData) -> Iterator[dict]:
         pid, tid = where(t)
         released = min(t.end_ns, max(t.start_ns, rec.end_ns, t.end_ns - 1000))
         yield _slice(f"released by {what} record", what, pid, tid, released, t.end_ns,
-                     {"record": f"stream {rec.stream} task {rec.task_id}"})
-        yield {"name": what, "cat": what, "ph": "s", "id": flow_id, "pid": rpid,
-               "tid": rtid, "ts": us(rec.end_ns)}
-        yield {"name": what, "cat": what, "ph": "f", "bp": "e", "id": flow_id,
-               "pid": pid, "tid": tid, "ts": us(released)}
+                     compact_json({"record": f"stream {rec.stream} task {rec.task_id}"}), ts)
+        yield _flow(what, what, False, flow_id + flows, rpid, rtid, ts(rec.end_ns))
+        yield _flow(what, what, True, flow_id + flows, pid, tid, ts(released))
 
     # Collectives: each rank's part waited for the rank that arrived last. An arrow goes from
     # that part's start to a "collective" slice inside each other part, from then to its end.
@@ -250,11 +300,12 @@ def _events(profile: ProfileData) -> Iterator[dict]:
             pid, tid = where(t)
             yield _slice(f"{coll.op} #{coll.seq}: every rank arrived", "collective", pid, tid,
                          last.start_ns, t.end_ns,
-                         {"communicator": coll.comm, "last to arrive": f"stream {last.stream}"})
-            yield {"name": "collective", "cat": "collective", "ph": "s", "id": flow_id,
-                   "pid": lpid, "tid": ltid, "ts": us(last.start_ns)}
-            yield {"name": "collective", "cat": "collective", "ph": "f", "bp": "e",
-                   "id": flow_id, "pid": pid, "tid": tid, "ts": us(last.start_ns)}
+                         compact_json({"communicator": coll.comm,
+                                       "last to arrive": f"stream {last.stream}"}), ts)
+            yield _flow("collective", "collective", False, flow_id + flows, lpid, ltid,
+                        ts(last.start_ns))
+            yield _flow("collective", "collective", True, flow_id + flows, pid, tid,
+                        ts(last.start_ns))
 
     # Races the sanitizer found: an instant on the task (or host thread) that completed each,
     # and an arrow from the access it raced with.
@@ -266,25 +317,25 @@ def _events(profile: ProfileData) -> Iterator[dict]:
             continue  # a host view, or a task that was refused (raise mode): no slice to mark
         pid, tid = where(hit)
         args = {"report": race.text, "times": race.count}
-        yield {"name": "reuse without ordering" if race.reuse else "race", "cat": "sanitizer",
-               "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": us(hit.start_ns),
-               "args": args}
+        yield compact_json({"name": "reuse without ordering" if race.reuse else "race",
+                            "cat": "sanitizer", "ph": "i", "s": "t", "pid": pid, "tid": tid,
+                            "ts": ts(hit.start_ns), "args": args})
         other = next((t for t in profile.tasks if (t.stream, t.task_id) == first), None)
         if other is not None:
             flow_id += 1
             opid, otid = where(other)
-            yield {"name": "race", "cat": "sanitizer", "ph": "s", "id": flow_id, "pid": opid,
-                   "tid": otid, "ts": us(other.start_ns)}
-            yield {"name": "race", "cat": "sanitizer", "ph": "f", "bp": "e", "id": flow_id,
-                   "pid": pid, "tid": tid, "ts": us(max(hit.start_ns, other.start_ns))}
+            yield _flow("race", "sanitizer", False, flow_id + flows, opid, otid,
+                        ts(other.start_ns))
+            yield _flow("race", "sanitizer", True, flow_id + flows, pid, tid,
+                        ts(max(hit.start_ns, other.start_ns)))
 
     # Memory counters.
     for s in profile.memory:
-        pid = HOST_PID if s.device < 0 else device_pid(s.device)
+        pid = proc(HOST_PID if s.device < 0 else device_pid(s.device))
         name = "pinned host memory" if s.device < 0 else "device memory"
-        yield {"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": us(s.ts_ns),
-               "args": {"allocated MiB": round(s.allocated / (1 << 20), 3),
-               "reserved MiB": round(s.reserved / (1 << 20), 3)}}
+        yield compact_json({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": ts(s.ts_ns),
+                            "args": {"allocated MiB": round(s.allocated / (1 << 20), 3),
+                                     "reserved MiB": round(s.reserved / (1 << 20), 3)}})
 
 
 def trace_json(profile: ProfileData) -> dict:
@@ -298,9 +349,9 @@ def _document_fields(profile: ProfileData) -> dict:
                           "command": " ".join(profile.command)}}
 
 
-def write_trace(profile: ProfileData, fh: TextIO, chunk: int = 4096) -> None:
-    """Write trace_json(profile) to the open text file `fh`, encoding the events a chunk at a
-    time: the document is never held whole, as a list or as a string."""
-    fh.write('{"traceEvents":')
-    write_json_array(fh, iter_trace_events(profile), chunk)
-    fh.write("," + json.dumps(_document_fields(profile), separators=(",", ":"))[1:])
+def write_trace(profile: ProfileData, fh: TextIO, chunk: int = 1024) -> None:
+    """Write trace_json(profile) to the open text file `fh`, a chunk of events at a time: the
+    document is never held whole, as a list or as a string."""
+    fh.write('{"traceEvents":[')
+    fh.writelines(joined(_event_texts(profile), chunk))
+    fh.write("]," + compact_json(_document_fields(profile))[1:])

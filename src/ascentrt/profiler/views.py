@@ -3,10 +3,13 @@ streams, graph segments), memory over time, and each allocation with its call si
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
+from collections.abc import Iterator
+from typing import NamedTuple, TextIO
 
-from .data import GRAPH_SEGMENT, ProfileData, us
+from .data import GRAPH_SEGMENT, ProfileData, compact_json, joined, us
 
 MAX_SLICES = 200_000     # beyond this the timeline keeps the longest slices (the tables keep all)
 MAX_ALLOCATIONS = 2_000  # per device: the largest are drawn one by one, the rest as one area
@@ -33,31 +36,38 @@ def program_name(command: list) -> str:
     return base
 
 
-def _tracks(profile: ProfileData) -> list[dict]:
+class _Track(NamedTuple):
+    """One timeline track: its records (API calls, ranges or tasks) and what they are."""
+
+    id: str
+    group: str
+    label: str
+    items: list     # records with name, start_ns and end_ns
+    kind: str       # what its slices are: "api", "range" or "" (tasks: each its own kind)
+
+
+def _tracks(profile: ProfileData) -> list[_Track]:
     """Host threads (API calls, ranges), then each device's streams, a stream's graph segments
     on a track of their own under it (its nodes' tasks stay on the stream's track)."""
-    tracks: list[dict] = []
-    per_thread: defaultdict[tuple, list[tuple]] = defaultdict(list)
+    tracks: list[_Track] = []
+    per_thread: defaultdict[tuple, list] = defaultdict(list)
     for c in profile.api_calls:
-        per_thread[(c.thread, "api")].append((c.start_ns, c.end_ns, c.name, "api"))
+        per_thread[(c.thread, "api")].append(c)
     for r in profile.ranges:
-        per_thread[(r.thread, "range")].append((r.start_ns, r.end_ns, r.name, "range"))
-    for (th, what), items in sorted(per_thread.items()):
+        per_thread[(r.thread, "range")].append(r)
+    for (th, what), items in sorted(per_thread.items(), key=lambda kv: kv[0]):
         name = profile.threads.get(th, f"thread {th}")
-        tracks.append({"id": f"host-{th}-{what}", "group": "host",
-                       "label": f"{name} " + ("ranges" if what == "range" else "API"),
-                       "items": items})
+        tracks.append(_Track(f"host-{th}-{what}", "host",
+                             f"{name} " + ("ranges" if what == "range" else "API"), items, what))
     info = profile.stream_info()
-    per_stream: defaultdict[tuple, list[tuple]] = defaultdict(list)
+    per_stream: defaultdict[tuple, list] = defaultdict(list)
     for t in profile.tasks:
-        per_stream[(t.device, t.stream, t.kind == GRAPH_SEGMENT)].append(
-            (t.start_ns, t.end_ns, t.name, t.kind, t.task_id))
-    for (dev, sid, segments), items in sorted(per_stream.items()):
+        per_stream[(t.device, t.stream, t.kind == GRAPH_SEGMENT)].append(t)
+    for (dev, sid, segments), items in sorted(per_stream.items(), key=lambda kv: kv[0]):
         role = info.get((dev, sid))
         label = f"stream {sid}" + (f" ({role.role})" if role is not None and role.role else "")
-        tracks.append({"id": f"d{dev}-s{sid}" + ("-graph" if segments else ""),
-                       "group": f"device {dev}",
-                       "label": label + (" graph segments" if segments else ""), "items": items})
+        tracks.append(_Track(f"d{dev}-s{sid}" + ("-graph" if segments else ""), f"device {dev}",
+                             label + (" graph segments" if segments else ""), items, ""))
     return tracks
 
 
@@ -79,34 +89,56 @@ def _allocations(profile: ProfileData, site_id) -> dict:
 
 def view_data(profile: ProfileData) -> dict:
     """Everything the report's script draws (times in us, strings in `names`)."""
-    names: dict[str, int] = {}
+    return json.loads("".join(view_json(profile)))
 
-    def name_id(n: str) -> int:
-        return names.setdefault(n, len(names))
 
+def write_view_data(profile: ProfileData, fh: TextIO) -> None:
+    """Write view_data(profile) as JSON into a <script> element of the open file `fh`, a
+    piece at a time ("</" escaped: the text cannot end the element)."""
+    for piece in view_json(profile):
+        fh.write(piece.replace("</", "<\\/"))
+
+
+def view_json(profile: ProfileData) -> Iterator[str]:
+    """view_data(profile) as compact JSON text, piece by piece (50k tasks make tens of MB of
+    rows as lists: each track's rows are made as they are written, a chunk at a time)."""
     tracks = _tracks(profile)
-    total = sum(len(t["items"]) for t in tracks)
+    total = sum(len(t.items) for t in tracks)
     cutoff = 0
     if total > MAX_SLICES:  # keep the longest slices: they are the ones that show at any zoom
-        durations = sorted((it[1] - it[0] for t in tracks for it in t["items"]), reverse=True)
+        durations = sorted((r.end_ns - r.start_ns for t in tracks for r in t.items), reverse=True)
         cutoff = durations[MAX_SLICES - 1]
-    kind_index = {k: i for i, k in enumerate(_KINDS)}
-    out_tracks = []
+    # The names are listed before the tracks: ids in the order the rows first use them (the
+    # rows kept), then the allocations' sites.
+    names: dict[str, int] = {}
+    kept = 0
     for t in tracks:
-        rows = []
-        for it in t["items"]:
-            if it[1] - it[0] < cutoff:
-                continue
-            row = [us(it[0]), us(it[1] - it[0]), name_id(it[2]), kind_index.get(it[3], 0)]
-            if len(it) > 4:
-                row.append(it[4])
-            rows.append(row)
-        out_tracks.append({"id": t["id"], "group": t["group"], "label": t["label"], "s": rows})
+        for r in t.items:
+            if r.end_ns - r.start_ns >= cutoff:
+                names.setdefault(r.name, len(names))
+                kept += 1
+    allocations = _allocations(profile, lambda n: names.setdefault(n, len(names)))
     memory = defaultdict(list)
     for s in profile.memory:
         memory[str(s.device)].append([us(s.ts_ns), s.allocated, s.reserved])
-    allocations = _allocations(profile, name_id)  # (before `names` is read: it adds the sites)
-    return {"duration_us": us(profile.duration_ns), "names": list(names), "kinds": _KINDS,
-            "colors": [KIND_COLORS[k] for k in _KINDS], "tracks": out_tracks, "memory": memory,
-            "capacity": {str(d.id): d.capacity for d in profile.devices},
-            "allocations": allocations, "dropped": total - sum(len(t["s"]) for t in out_tracks)}
+    yield (f'{{"duration_us":{compact_json(us(profile.duration_ns))},"names":'
+           f'{compact_json(list(names))},"kinds":{compact_json(_KINDS)},"colors":'
+           f'{compact_json([KIND_COLORS[k] for k in _KINDS])},"tracks":[')
+    kind_index = {k: i for i, k in enumerate(_KINDS)}
+    for i, t in enumerate(tracks):
+        head = compact_json({"id": t.id, "group": t.group, "label": t.label})
+        yield f'{"," if i else ""}{head[:-1]},"s":['
+        if t.kind:
+            k = kind_index.get(t.kind, 0)
+            rows = (f"[{us(r.start_ns)!r},{us(r.end_ns - r.start_ns)!r},{names[r.name]},{k}]"
+                    for r in t.items if r.end_ns - r.start_ns >= cutoff)
+        else:  # tasks: each of its own kind, and its task id
+            rows = (f"[{us(r.start_ns)!r},{us(r.end_ns - r.start_ns)!r},{names[r.name]},"
+                    f"{kind_index.get(r.kind, 0)},{r.task_id}]"
+                    for r in t.items if r.end_ns - r.start_ns >= cutoff)
+        yield from joined(rows)
+        yield "]}"
+    yield (f'],"memory":{compact_json(memory)},"capacity":'
+           f'{compact_json({str(d.id): d.capacity for d in profile.devices})},"allocations":'
+           f'{compact_json(allocations)},"dropped":{total - kept}}}')
+
