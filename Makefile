@@ -48,7 +48,9 @@ test: lint
 	$(PY) -m pytest -q
 	ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_TESTS)
 
+# The figures of the compiled build where one can be made (RESULTS.md says which ran).
 bench: $(VENV)/.installed
+	$(MAKE) accel || echo "no compiled build: the benchmarks run the Python source"
 	$(PY) bench/run_all.py
 
 clean:

@@ -92,6 +92,9 @@ def machine() -> dict[str, str]:
     except ImportError:
         numpy_version = "not installed"
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    from ascentrt import accel  # (the scripts' processes find the same builds)
+    pure = os.environ.get("ASCENTRT_PURE_PYTHON", "0").strip() not in ("", "0")
+    built = [] if pure else accel.built()
     return {
         "CPU": cpu,
         "cores": str(os.cpu_count()),
@@ -100,6 +103,7 @@ def machine() -> dict[str, str]:
         "numpy": numpy_version,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "load average at start": "n/a" if load is None else " / ".join(f"{x:.2f}" for x in load),
+        "hot paths": f"compiled ({', '.join(built)}; make accel)" if built else "Python source",
     }
 
 
