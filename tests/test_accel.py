@@ -16,6 +16,7 @@ from ascentrt import accel
 # allocates another size; prints what a user can observe (addresses, stats, counts).
 WORKLOAD = r"""
 import json, random, sys
+import numpy as np
 import ascentrt as art, ascentrt.accel as accel
 rng = random.Random(7)
 dev = art.set_device(0)
@@ -29,6 +30,15 @@ for i in range(3000):
     buf = art.malloc(int(2 ** rng.uniform(6, 23)), stream=s)
     live.append((buf, s))
     seen.append(buf.ptr - dev._memory.base)
+# numpy integers where sizes go: both paths take them as the ints they are
+pool = art.MemPool(release_threshold=np.int64(1 << 22), split_limit=np.uint32(1 << 26))
+pool.release_threshold = np.int64(1 << 23)
+kept = [pool.malloc_async(np.int64(4096 * (i + 1))) for i in range(8)]
+for buf in kept:
+    buf.free()
+seen.append(pool.trim_to(np.int64(0)))
+art.configure_pool(split_limit=np.int64(1 << 27))
+art.configure_pool(split_limit=None)
 stats = art.memory_stats()
 print(json.dumps({"compiled": accel.compiled(), "seen": seen,
                   "stats": {k: v for k, v in stats.items() if isinstance(v, int)}}))
@@ -61,24 +71,28 @@ def test_this_process_runs_the_build_unless_told_to_keep_to_the_source():
     assert accel.compiled() == wanted
 
 
-def test_a_build_older_than_its_source_is_ignored_with_a_warning(tmp_path, monkeypatch):
-    source = tmp_path / "memory" / "fake.py"
-    source.parent.mkdir()
-    source.write_text("VALUE = 'source'\n")
-    build = source.with_name("fake" + EXTENSION_SUFFIXES[0])
-    build.write_bytes(b"not loaded")
-    os.utime(build, (1, 1))  # older than the source: an edit since the last build
+def test_one_build_older_than_its_source_keeps_every_compiled_module_to_source(tmp_path, monkeypatch):
+    # The modules are built together and call each other natively: an edit of one must not
+    # leave the others' compiled code (which holds the old one inside) running.
+    names = ("ascentrt.memory.fresh", "ascentrt.memory.edited")
+    (tmp_path / "memory").mkdir()
+    for name in names:
+        source = tmp_path / "memory" / (name.rsplit(".", 1)[1] + ".py")
+        source.write_text("VALUE = 'source'\n")
+        source.with_name(source.stem + EXTENSION_SUFFIXES[0]).write_bytes(b"not loaded")
+    os.utime(tmp_path / "memory" / ("edited" + EXTENSION_SUFFIXES[0]), (1, 1))  # edited since
     monkeypatch.setattr(accel, "_PACKAGE", tmp_path)
-    monkeypatch.setattr(accel, "MODULES", ("ascentrt.memory.fake",))
+    monkeypatch.setattr(accel, "MODULES", names)
     monkeypatch.setattr(accel, "_from_source", set())
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.delenv("ASCENTRT_PURE_PYTHON", raising=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         accel.keep_to_source_if_asked()
-    assert any("older than its source" in str(w.message) for w in caught)
-    spec = accel._SourceFirst.find_spec("ascentrt.memory.fake")
-    assert spec is not None and spec.origin == str(source)
+    assert any("edited is older than its source" in str(w.message) for w in caught)
+    for name in names:
+        spec = accel._SourceFirst.find_spec(name)
+        assert spec is not None and spec.origin.endswith(name.rsplit(".", 1)[1] + ".py")
     assert accel._SourceFirst.find_spec("ascentrt.memory.other") is None
 
 

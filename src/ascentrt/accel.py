@@ -50,23 +50,24 @@ class _SourceFirst:
 
 
 def keep_to_source_if_asked() -> None:
-    """Make the modules of MODULES load from source under ASCENTRT_PURE_PYTHON=1, and those
-    whose build is older than their source (call before they are imported)."""
-    pure = config.get("ASCENTRT_PURE_PYTHON")
-    for name in MODULES:
-        build = _build_of(name)
-        if build is None:
-            continue
-        if not pure and build.stat().st_mtime < _source_of(name).stat().st_mtime:
-            warnings.warn(f"ascentrt: the compiled build of {name} is older than its source, "
-                          "which runs instead: run `make accel` to rebuild it", stacklevel=3)
-            pure_here = True
-        else:
-            pure_here = pure
-        if pure_here:
-            _from_source.add(name)
-    if _from_source and _SourceFirst not in sys.meta_path:
-        sys.meta_path.insert(0, _SourceFirst)
+    """Make the modules of MODULES load from source under ASCENTRT_PURE_PYTHON=1, or when any
+    build is older than its source (call before they are imported).
+
+    They go together: one build of them all calls across them natively, so a compiled module
+    beside a module kept to source would still run the other's compiled code."""
+    builds = {name: _build_of(name) for name in MODULES}
+    if not any(builds.values()):
+        return
+    stale = [name for name, build in builds.items()
+             if build is not None and build.stat().st_mtime < _source_of(name).stat().st_mtime]
+    if stale and not config.get("ASCENTRT_PURE_PYTHON"):
+        warnings.warn(f"ascentrt: the compiled build of {', '.join(stale)} is older than its "
+                      "source: the source of every compiled module runs instead; run `make accel` "
+                      "to rebuild", stacklevel=3)
+    if stale or config.get("ASCENTRT_PURE_PYTHON"):
+        _from_source.update(MODULES)
+        if _SourceFirst not in sys.meta_path:
+            sys.meta_path.insert(0, _SourceFirst)
 
 
 def built() -> list[str]:

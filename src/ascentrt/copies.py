@@ -320,8 +320,9 @@ def _check_pitched(data: np.ndarray, pitch: int, width: int, height: int, role: 
 
 
 def _prepare_2d(dst, dpitch, src, spitch, width, height, kind):
-    for name, v in (("dpitch", dpitch), ("spitch", spitch), ("width", width), ("height", height)):
+    dpitch, spitch, width, height = (  # (as plain ints: numpy integers are accepted too)
         check_size(v, name, allow_zero=True)
+        for name, v in (("dpitch", dpitch), ("spitch", spitch), ("width", width), ("height", height)))
     if width > dpitch or width > spitch:
         raise InvalidArgumentError(f"width {width} exceeds a pitch (dpitch {dpitch}, spitch {spitch})")
     d = _operand(dst, None if type(dst) is not int else (height - 1) * dpitch + width if height else 0,

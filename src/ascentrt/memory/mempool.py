@@ -18,6 +18,11 @@ def _device(device: Any) -> Any:
     return Links.resolve_device(device)
 
 
+def _size_or_none(value: Any, what: str) -> int | None:
+    """None, or `value` checked as a byte count and made a plain int."""
+    return None if value is None else check_size(value, what, allow_zero=True)
+
+
 class MemPool:
     """An explicit pool on one device: its own cached blocks, settings and statistics.
 
@@ -28,9 +33,9 @@ class MemPool:
     def __init__(self, device: Any = None, *, release_threshold: int | None = None,
                  split_limit: int | None = None, policy: ReusePolicy | None = None):
         dev = _device(device)
-        for name, v in (("release_threshold", release_threshold), ("split_limit", split_limit)):
-            if v is not None:
-                check_size(v, name, allow_zero=True)
+        # (Kept as the plain ints check_size returns: numpy integers are accepted too.)
+        release_threshold = _size_or_none(release_threshold, "release_threshold")
+        split_limit = _size_or_none(split_limit, "split_limit")
         if policy is not None and not isinstance(policy, ReusePolicy):
             raise InvalidArgumentError("policy must be a ReusePolicy")
         base = dev._memory
@@ -58,8 +63,7 @@ class MemPool:
 
     def trim_to(self, nbytes: int) -> int:
         """Return cached chunks until at most `nbytes` stay reserved; returns bytes released."""
-        check_size(nbytes, "nbytes", allow_zero=True)
-        return self._pool.trim_to(nbytes)
+        return self._pool.trim_to(check_size(nbytes, "nbytes", allow_zero=True))
 
     @property
     def release_threshold(self) -> int | None:
@@ -68,9 +72,7 @@ class MemPool:
 
     @release_threshold.setter
     def release_threshold(self, value: int | None) -> None:
-        if value is not None:
-            check_size(value, "release_threshold", allow_zero=True)
-        self._pool.release_threshold = value
+        self._pool.release_threshold = _size_or_none(value, "release_threshold")
 
     @property
     def reserved_current(self) -> int:
@@ -167,9 +169,10 @@ def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType
     pool = _device(device)._memory.pool
     if pool is None:
         raise InvalidArgumentError("the memory pool is off (ASCENTRT_MEM_POOL_ENABLE=0)")
-    for name, v in (("split_limit", split_limit), ("release_threshold", release_threshold)):
-        if v is not ... and v is not None:
-            check_size(v, name, allow_zero=True)
+    if split_limit is not ...:
+        split_limit = _size_or_none(split_limit, "split_limit")
+    if release_threshold is not ...:
+        release_threshold = _size_or_none(release_threshold, "release_threshold")
     if gc_threshold is not ... and (not isinstance(gc_threshold, (int, float)) or not 0 <= gc_threshold <= 1):
         raise InvalidArgumentError(f"gc_threshold must be a fraction in [0, 1], got {gc_threshold!r}")
     if policy is not None and not isinstance(policy, ReusePolicy):

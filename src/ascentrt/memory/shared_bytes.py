@@ -8,7 +8,7 @@ Any other bytes object was made at run time and is the program's, however many n
 lists or frames refer to it: pyACL programs copy device results into such a `bytes(n)`.
 
 The code objects are found through the live functions, generators and frames; what they
-hold is cached until the interpreter reports new code (an audit hook on compile, exec,
+hold is cached until the interpreter reports new code (an audit hook on compile,
 marshal loads and code construction), so a check costs a set lookup.
 """
 
@@ -24,7 +24,8 @@ import types
 _STATIC_REFS = 1 << 29
 _CODE_OF = {types.FunctionType: "__code__", types.GeneratorType: "gi_code",
             types.CoroutineType: "cr_code", types.AsyncGeneratorType: "ag_code"}
-_NEW_CODE = frozenset({"compile", "exec", "marshal.load", "marshal.loads", "code.__new__"})
+# (Not "exec": running code makes none; exec of a string compiles it first.)
+_NEW_CODE = frozenset({"compile", "marshal.load", "marshal.loads", "code.__new__"})
 
 _lock = threading.Lock()
 _held: dict[int, bytes] = {}   # id -> bytes a live code object holds (kept: ids stay unique)

@@ -26,8 +26,8 @@ def collector_paused() -> Iterator[None]:
     allocations set off would walk all the profile's records again (50k tasks: a quarter of
     the time of the write)."""
     enabled = gc.isenabled()
-    gc.disable()
     try:
+        gc.disable()  # (inside the try: an interrupt right here still puts it back)
         yield
     finally:
         if enabled:
