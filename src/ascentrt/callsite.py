@@ -10,13 +10,13 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Code ascentrt generates (the acl facade's wrappers) has a file name of this form: not a path,
 # so that tools which read sources (tracebacks, coverage) take it for generated code.
 GENERATED_PREFIX = "<ascentrt "
-_OURS = (_PACKAGE_DIR, GENERATED_PREFIX)
+OURS = (_PACKAGE_DIR, GENERATED_PREFIX)  # what the file name of ascentrt's own code starts with
 
 
 def user_frame(depth: int = 1) -> FrameType | None:
     """The innermost frame (from `depth` callers up) whose code lies outside the package, or None."""
     frame: FrameType | None = sys._getframe(depth)
-    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
+    while frame is not None and frame.f_code.co_filename.startswith(OURS):
         frame = frame.f_back
     return frame
 

@@ -13,10 +13,11 @@ row by row for pitched copies), memsets and host functions' buffer arguments.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any
 
-from ..callsite import user_frame, user_site
+from ..callsite import OURS, user_frame, user_site
 from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
 from ..engine.task import COPY, DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
     MEMSET, NOTIFY_RECORD, NOTIFY_WAIT
@@ -358,7 +359,11 @@ class Sanitizer:
         accesses = task_accesses(task) if kind not in _SYNC_KINDS else ()
         site: tuple[str, int] | str = ""
         if accesses:  # (file, line) now, formatted only if it is reported
-            frame = user_frame(4)  # (frame 3 calls ENGINE.submit or submit_all: always ascentrt)
+            # The caller of the API that submits (frame 1 is ENGINE.submit or submit_all, 2 that
+            # API): the user's code, unless a wrapper of ours lies between (then walk out).
+            frame: Any = sys._getframe(3)
+            if frame.f_code.co_filename.startswith(OURS):
+                frame = user_frame(4)
             site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else "?"
         with self.lock:
             sid = stream.id
