@@ -254,6 +254,21 @@ def test_a_stuck_wait_is_reported_as_a_warning_before_its_timeout(dev, monkeypat
     a.destroy()
 
 
+def test_a_wait_on_a_destroyed_notify_is_reported_as_unreleasable(dev, monkeypatch):
+    # Not "only the host can record it": a destroyed notify cannot be recorded by anyone.
+    monkeypatch.setenv("ASCENTRT_DEADLOCK_CHECK_S", "0.05")
+    monkeypatch.setenv("ASCENTRT_STALL_WARN_S", "0.2")
+    a = dev.create_stream()
+    notify = dev.create_notify()
+    notify.wait_and_reset(a)
+    notify.destroy()
+    with pytest.warns(RuntimeWarning, match=f"notify {notify.id}; it was destroyed: nothing can record it"):
+        with pytest.raises(art.AscentTimeoutError) as caught:
+            a.synchronize(timeout=1.0)
+    assert "host can record" not in str(caught.value)
+    a.destroy(force=True)
+
+
 @pytest.mark.cpu_only
 @pytest.mark.parametrize("how", ["destroy", "stop"])
 def test_a_discarded_notify_record_releases_its_waiter(dev, how):

@@ -878,8 +878,10 @@ class Engine:
                 producers = [p for p in self._all_streams()
                              if any(x.kind == NOTIFY_RECORD and x.notify is t.notify for x in p._tasks)]
                 if not producers:
+                    who = ("it was destroyed: nothing can record it now"  # (not even the host)
+                           if getattr(t.notify, "_destroyed", False) else "only the host can record it now")
                     return "stuck", (f"{_describe_wait(s)}, and no stream has a pending record of "
-                                     f"notify {t.notify.id}; only the host can record it now"), []
+                                     f"notify {t.notify.id}; {who}"), []
         results = [self._why_stuck(p, path + [s], timed) for p in producers]
         if any(r is None for r in results):
             return None
