@@ -239,13 +239,20 @@ def test_a_host_function_waiting_for_another_stream_is_not_a_deadlock(dev):
     a.destroy(), b.destroy()
 
 
-def test_a_stuck_wait_is_reported_as_a_warning_before_its_timeout(dev, monkeypatch):
-    # No cycle, but nothing on the device can release the stream: the waiting call says why.
+@pytest.fixture
+def stuck_on_a_notify(dev, monkeypatch):
+    """A stream waiting on a notify nothing queued will record; stall checks made quick."""
     monkeypatch.setenv("ASCENTRT_DEADLOCK_CHECK_S", "0.05")
     monkeypatch.setenv("ASCENTRT_STALL_WARN_S", "0.2")
     a = dev.create_stream()
     notify = dev.create_notify()
     notify.wait_and_reset(a)
+    return a, notify
+
+
+def test_a_stuck_wait_is_reported_as_a_warning_before_its_timeout(dev, stuck_on_a_notify):
+    # No cycle, but nothing on the device can release the stream: the waiting call says why.
+    a, notify = stuck_on_a_notify
     with pytest.warns(RuntimeWarning, match=f"notify {notify.id}.*only the host can record it"):
         with pytest.raises(art.AscentTimeoutError):
             a.synchronize(timeout=1.0)
@@ -254,13 +261,9 @@ def test_a_stuck_wait_is_reported_as_a_warning_before_its_timeout(dev, monkeypat
     a.destroy()
 
 
-def test_a_wait_on_a_destroyed_notify_is_reported_as_unreleasable(dev, monkeypatch):
+def test_a_wait_on_a_destroyed_notify_is_reported_as_unreleasable(stuck_on_a_notify):
     # Not "only the host can record it": a destroyed notify cannot be recorded by anyone.
-    monkeypatch.setenv("ASCENTRT_DEADLOCK_CHECK_S", "0.05")
-    monkeypatch.setenv("ASCENTRT_STALL_WARN_S", "0.2")
-    a = dev.create_stream()
-    notify = dev.create_notify()
-    notify.wait_and_reset(a)
+    a, notify = stuck_on_a_notify
     notify.destroy()
     with pytest.warns(RuntimeWarning, match=f"notify {notify.id}; it was destroyed: nothing can record it"):
         with pytest.raises(art.AscentTimeoutError) as caught:

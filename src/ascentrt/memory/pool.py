@@ -368,6 +368,13 @@ class BlockPool:
     def waits_for(self, block: Block, stream=None) -> tuple:
         """(stream, last queued task id) of each busy stream a free of `block` on `stream` waits for."""
         if stream is None:
+            sets = self.busy_sets
+            if sets is not None:
+                for active in sets:  # (a loop, not any(): the common answer, all idle, is cheapest)
+                    if active:
+                        break
+                else:
+                    return ()  # no stream of any device has work in flight: no call
             return _busy_positions(self.all_streams())
         if block.stream is stream and not block.uses:  # the common case: freed where it was used
             return ((stream, stream._submitted),) if stream._completed < stream._submitted else ()
@@ -386,21 +393,7 @@ class BlockPool:
         returns False then, and when the block was not allocated.
         """
         if waits is None:
-            if stream is None:
-                waits = ()
-                sets = self.busy_sets
-                idle = sets is not None
-                if sets is not None:
-                    for active in sets:  # (all idle, the common case: no call)
-                        if active:
-                            idle = False
-                            break
-                if not idle:
-                    busy = self.all_streams()
-                    if busy:
-                        waits = _busy_positions(busy)
-            else:
-                waits = self.waits_for(block, stream)
+            waits = self.waits_for(block, stream)
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             lock.acquire()

@@ -373,9 +373,7 @@ class Sanitizer:
             if self.joined.get(sid) != self.host_version:  # (the host's clock moved since)
                 _join(vc, self.host)  # what the host waited for comes before what it submits
                 self.joined[sid] = self.host_version
-            # current_task(), inlined (hot); a missing attribute of a thread-local costs ten
-            # times what a look in its (per-thread) __dict__ does:
-            running = _executing.__dict__.get("stream")
+            running = _executing.stream  # current_task(), inlined (hot)
             if running is not None:
                 running = running._running
             if running is not None:
