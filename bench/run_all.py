@@ -92,9 +92,8 @@ def machine() -> dict[str, str]:
     except ImportError:
         numpy_version = "not installed"
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    from ascentrt import accel  # (the scripts' processes find the same builds)
-    pure = os.environ.get("ASCENTRT_PURE_PYTHON", "0").strip() not in ("", "0")
-    built = [] if pure else accel.built()
+    import ascentrt  # (the scripts' processes find the same builds, under the same settings)
+    built = ascentrt.accel.compiled()
     return {
         "CPU": cpu,
         "cores": str(os.cpu_count()),
