@@ -102,3 +102,11 @@ def test_info_says_whether_the_hot_paths_run_compiled(capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Hot paths:"))
     compiled = accel.compiled()
     assert (all(name in line for name in compiled) if compiled else "Python source" in line)
+
+
+def test_a_bad_pure_python_switch_is_refused_with_its_code_at_import():
+    env = dict(os.environ, ASCENTRT_PURE_PYTHON="maybe")
+    out = subprocess.run([sys.executable, "-c", "import ascentrt"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode != 0
+    assert "ASCENTRT_PURE_PYTHON='maybe'" in out.stderr and "100000" in out.stderr
