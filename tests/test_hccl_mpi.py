@@ -33,9 +33,8 @@ def test_every_collective_dtype_and_op_matches_numpy_over_mpi(ranks):
     assert f"ranks {ranks} checks {264 * ranks} ok True" in out, out
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_a_rank_that_never_calls_times_the_others_out_over_mpi(ranks):
-    out = mpirun(ranks, "timeout.py", env={"HCCL_EXEC_TIMEOUT": "1"})
+def test_a_rank_that_never_calls_times_the_others_out_over_mpi():
+    out = mpirun(4, "timeout.py", env={"HCCL_EXEC_TIMEOUT": "1"})  # (three ranks wait for one)
     assert "timeouts True" in out, out
 
 

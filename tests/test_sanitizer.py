@@ -391,16 +391,25 @@ def test_the_graph_pool_and_stream_tests_and_the_demo_run_clean_under_the_saniti
     files = [f"tests/test_{n}.py" for n in ("graph_capture", "graph_replay", "taskgraph", "mempool",
                                              "memory", "streams", "events", "notify", "host_funcs",
                                              "memory_fast_paths")]
-    # (One test looks at a buffer a queued copy will write, on purpose: to show the copy has
-    # not run yet. The sanitizer reports that host view, rightly.)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", "no:randomly", "-k", "not pinned_memory_is_asynchronous", *files],
-                          capture_output=True, text=True, env=env, timeout=240, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "demo", "--no-compare", "--batches",
-                           "4", "-o", str(tmp_path / "p")], capture_output=True, text=True, env=env,
-                          timeout=240, cwd=ROOT)
-    assert proc.returncode == 0 and "results: correct" in proc.stdout, proc.stderr[-2000:]
+    # Left out as well: one test looks at a buffer a queued copy will write, on purpose (to show
+    # the copy has not run yet; the sanitizer reports that host view, rightly); the stuck-wait
+    # diagnoses wait out real timeouts and the pool's 100k-step model and its off switch
+    # submit no work: under the sanitizer they would only add seconds.
+    skip = ("pinned_memory_is_asynchronous", "stuck", "unreleasable", "only_the_host_can_release",
+            "reference_model", "switched_off")
+    tests = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "-p", "no:randomly", "-k", " and ".join(f"not {k}" for k in skip),
+                              *files], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env, cwd=ROOT)
+    try:  # (the demo runs meanwhile, on the other core)
+        demo = subprocess.run([sys.executable, "-m", "ascentrt.cli", "demo", "--no-compare",
+                               "--batches", "4", "-o", str(tmp_path / "p")], capture_output=True,
+                              text=True, env=env, timeout=240, cwd=ROOT)
+        out, _ = tests.communicate(timeout=240)
+    finally:
+        tests.kill()
+    assert demo.returncode == 0 and "results: correct" in demo.stdout, demo.stderr[-2000:]
+    assert tests.returncode == 0 and " passed" in out, out[-3000:]
 
 
 def test_a_host_view_of_a_buffer_an_async_copy_still_writes_is_reported(streams, bufs):
