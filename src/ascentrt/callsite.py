@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Code ascentrt generates (the acl facade's wrappers) has a file name of this form: not a path,
@@ -23,7 +24,26 @@ def user_frame(depth: int = 1) -> FrameType | None:
 
 def user_site(depth: int = 2) -> str:
     """'file.py:line' of that frame ('?' when the call came from ascentrt itself)."""
-    frame = user_frame(depth)
-    if frame is None:
-        return "?"
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return site_text(user_code_site(depth + 1))
+
+
+Site = tuple[CodeType, int] | str  # (code, instruction offset) of a call, or its text made already
+
+
+def user_code_site(depth: int = 2) -> Site:
+    """Where that frame is, as (code, offset of its instruction) ('?' when the call came from
+    ascentrt itself): cheap to take, for sites kept in bulk; site_text() says it when shown.
+    (A frame's f_lineno decodes the code's line table from its start on every read: most of the
+    cost of noting a site.)"""
+    frame = user_frame(depth + 1)
+    return "?" if frame is None else (frame.f_code, frame.f_lasti)
+
+
+@functools.lru_cache(maxsize=4096)
+def site_text(site: Site) -> str:
+    """'file.py:line' of a site from user_code_site() (a text one as it is)."""
+    if type(site) is str:
+        return site
+    code, offset = site
+    line = next((n for start, end, n in code.co_lines() if start <= offset < end), None)
+    return f"{os.path.basename(code.co_filename)}:{line or code.co_firstlineno}"

@@ -9,11 +9,11 @@ import warnings
 import weakref
 
 from .. import config
-from ..callsite import user_frame, user_site
+from ..callsite import site_text, user_code_site, user_frame
 from ..errors import warn_at_caller
 from ..units import format_bytes
 
-SITES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # buffer -> 'file.py:line'
+SITES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # buffer -> its Site
 
 
 class _ThreadGathering(threading.local):
@@ -36,7 +36,7 @@ def recording_sites() -> bool:
 
 def note_site(buf: object) -> None:
     """Remember where the user's program allocated `buf` (only while recording sites)."""
-    SITES[buf] = user_site(3)
+    SITES[buf] = user_code_site(3)
 
 
 class reclaiming:
@@ -75,7 +75,7 @@ def report(buffers: list, when: str) -> str | None:
             f"{when} ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})")
     sites: collections.Counter[str] = collections.Counter()
     for b in buffers:
-        sites[SITES.get(b, "?")] += b.nbytes
+        sites[site_text(SITES.get(b, "?"))] += b.nbytes
     if set(sites) != {"?"}:
         text += "; allocated at " + ", ".join(f"{site} ({format_bytes(n)})" for site, n in sites.most_common(5))
     else:

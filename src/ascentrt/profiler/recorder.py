@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 from . import clock
 
-from ..callsite import user_site
+from ..callsite import site_text, user_code_site
 from ..engine import Hooks
 from ..engine.task import EVENT_WAIT, KIND_NAMES, NOTIFY_WAIT
 from ..errors import ErrorCode
@@ -184,7 +184,7 @@ class Recorder:
         dev = alloc.device
         key = -1 if dev is None else dev.id
         self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, clock.now_ns(), None,
-                                       user_site(3)]
+                                       user_code_site(3)]
         self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
         self._sample(dev)
 
@@ -287,7 +287,8 @@ class Recorder:
         allocs = [(rec, True) for rec in self.done_allocations] + \
                  [(rec, False) for rec in self.allocations.values()]
         prof.allocations = sorted(
-            (Allocation(d, addr, n, ta - t0, tf - t0 if freed and tf <= last else None, site)
+            (Allocation(d, addr, n, ta - t0, tf - t0 if freed and tf <= last else None,
+                        site_text(site))
              for (d, addr, n, ta, tf, site), freed in allocs if t0 <= ta <= last),
             key=lambda a: a.alloc_ns)
         for dev in self.devices.values():

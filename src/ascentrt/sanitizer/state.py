@@ -12,12 +12,11 @@ row by row for pitched copies), memsets and host functions' buffer arguments.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from typing import Any
 
-from ..callsite import OURS, user_frame, user_site
+from ..callsite import OURS, Site, site_text, user_code_site, user_frame
 from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
 from ..engine.task import COPY, DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
     MEMSET, NOTIFY_RECORD, NOTIFY_WAIT
@@ -125,19 +124,12 @@ def _op_accesses(op, name: str) -> list:
     return out
 
 
-def _site_text(site) -> str:
-    """'file.py:line' of a kept site: (file, line) of a launch, or a string made already."""
-    if type(site) is str:
-        return site
-    return f"{os.path.basename(site[0])}:{site[1]}"
-
-
 def _access(rec: tuple) -> Access:
     """The report's Access for an access record (its site formatted now)."""
     kind, name, stream, task_id, site = rec[5]
     write, assumed = rec[2], rec[7]
     name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
-    return Access(write, kind, name, stream, task_id, _site_text(site), assumed)
+    return Access(write, kind, name, stream, task_id, site_text(site), assumed)
 
 
 def _region(alloc):
@@ -204,7 +196,7 @@ class Sanitizer:
     def buffer_allocated(self, alloc) -> None:
         """Note where `alloc` was made; a block reused after a free comes after what that free
         was ordered after (for the stream it was allocated for, or else the host thread)."""
-        site = user_site(3)
+        site = user_code_site(3)
         block = getattr(alloc, "_block", None)
         stream = block.stream if block is not None else None
         with self.lock:
@@ -240,7 +232,7 @@ class Sanitizer:
         thread, ordered after what it synchronized with."""
         tid = threading.get_ident()
         actor = HOST  # (stream ids are positive)
-        site = user_site(3)
+        site = user_code_site(3)
         with self.lock:
             host = self.host
             access = (alloc, lo, hi, True, False, "host", "host access")
@@ -357,14 +349,14 @@ class Sanitizer:
         """
         kind = task.kind
         accesses = task_accesses(task) if kind not in _SYNC_KINDS else ()
-        site: tuple[str, int] | str = ""
-        if accesses:  # (file, line) now, formatted only if it is reported
+        site: Site = ""
+        if accesses:  # (code, offset) now, made a line only if it is reported
             # The caller of the API that submits (frame 1 is ENGINE.submit or submit_all, 2 that
             # API): the user's code, unless a wrapper of ours lies between (then walk out).
             frame: Any = sys._getframe(3)
             if frame.f_code.co_filename.startswith(OURS):
                 frame = user_frame(4)
-            site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else "?"
+            site = (frame.f_code, frame.f_lasti) if frame is not None else "?"
         with self.lock:
             sid = stream.id
             vc = self.streams.get(sid)
@@ -597,9 +589,10 @@ class Sanitizer:
         old = rec[6]
         reused_from = None
         if old[0] != owner[0]:
-            reused_from = f"the {old[2]}-byte allocation at {old[1]:#x} (allocated at {old[3]}), freed"
-        race = self.races[key] = Race(owner[1], owner[2], owner[3], lo - owner[1], hi - owner[1],
-                                      first, second, reused_from=reused_from)
+            reused_from = (f"the {old[2]}-byte allocation at {old[1]:#x} (allocated at "
+                           f"{site_text(old[3])}), freed")
+        race = self.races[key] = Race(owner[1], owner[2], site_text(owner[3]), lo - owner[1],
+                                      hi - owner[1], first, second, reused_from=reused_from)
         return race, True
 
     def reports(self) -> list[Race]:

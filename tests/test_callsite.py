@@ -1,0 +1,36 @@
+"""Call sites taken cheaply (code and instruction offset) say the same line as the frame."""
+
+import os
+import sys
+
+from ascentrt.callsite import site_text, user_code_site, user_site
+
+
+def _both():
+    """(the lazy site's text, the frame's own file:line) of the caller."""
+    frame = sys._getframe(1)
+    return site_text(user_code_site(2)), f"{os.path.basename(__file__)}:{frame.f_lineno}"
+
+
+def test_a_lazy_site_names_the_line_the_frame_names_on_every_kind_of_line():
+    seen = []
+    for i in range(3):              # a loop: the same code offset over and over
+        seen.append(_both())
+        if i:
+            seen.append(_both(
+            ))                      # a call over two lines
+    try:
+        raise ValueError
+    except ValueError:
+        seen.append(_both())         # in a handler
+    seen += [_both() for _ in range(2)]            # in a comprehension
+    seen.append((lambda: _both())())               # in a lambda
+    assert len(seen) == 9
+    for lazy, eager in seen:
+        assert lazy == eager
+
+
+def test_a_site_taken_from_inside_the_package_or_given_as_text_reads_as_it_is():
+    assert site_text("?") == "?" and site_text("prog.py:3") == "prog.py:3"
+    line = sys._getframe().f_lineno + 1
+    assert user_site(1) == f"{os.path.basename(__file__)}:{line}"
