@@ -64,11 +64,11 @@ def _address_spans(addr: int, pitch: int, width: int, height: int):
 
 def task_accesses(task) -> list:
     """(allocation, lo, hi, write, assumed, kind name, name) for each memory access of a task
-    (of each node, for a replayed graph's run of nodes)."""
-    if task.reads is not None or task.writes is not None:  # a launch that declared them: hot
-        # (Task.label, inlined: the property costs here; the kind name stands in for None)
-        return _declared(task.reads, task.writes, KIND_NAMES[task.kind],
-                         task.name or getattr(task.fn, "__name__", None))
+    (of each node, for a replayed graph's run of nodes). The name of a launch may be its
+    function still: _access() names it (Task.label's rule) only if it is reported."""
+    reads, writes = task.reads, task.writes
+    if reads is not None or writes is not None:  # a launch that declared them: hot
+        return _declared(reads, writes, KIND_NAMES[task.kind], task.name or task.fn)
     nodes = segment_nodes(task)
     if nodes is not None:
         return [access for node in nodes for access in _op_accesses(node, node.label)]
@@ -80,12 +80,14 @@ def task_accesses(task) -> list:
 def _declared(reads, writes, what: str, name) -> list:
     """The accesses of declared reads and writes (a kernel's or a host function's)."""
     out = []
-    for group, write in ((reads or (), False), (writes or (), True)):
-        for buf in group:
-            if type(buf) is DeviceBuffer:  # (_span inlined for the common case)
-                out.append((buf, 0, buf.nbytes, write, False, what, name))
-            else:
-                out.append((*_span(buf), write, False, what, name))
+    if reads:
+        for buf in reads:  # (_span inlined for the common case)
+            out.append((buf, 0, buf.nbytes, False, False, what, name) if type(buf) is DeviceBuffer
+                       else (*_span(buf), False, False, what, name))
+    if writes:
+        for buf in writes:
+            out.append((buf, 0, buf.nbytes, True, False, what, name) if type(buf) is DeviceBuffer
+                       else (*_span(buf), True, False, what, name))
     return out
 
 
@@ -128,6 +130,8 @@ def _access(rec: tuple) -> Access:
     """The report's Access for an access record (its site formatted now)."""
     kind, name, stream, task_id, site = rec[5]
     write, assumed = rec[2], rec[7]
+    if type(name) is not str:  # a launch's function (see task_accesses)
+        name = getattr(name, "__name__", None)
     name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
     return Access(write, kind, name, stream, task_id, site_text(site), assumed)
 
