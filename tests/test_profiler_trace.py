@@ -73,10 +73,14 @@ def validate_trace(doc: dict) -> dict:
     return {"tracks": tracks, "flows": flows}
 
 
-def _spin_kernel(out, gate=None):
-    """A kernel long enough (a few ms) to see overlap; with a gate, it starts spinning once set."""
+def _spin_kernel(out, gate=None, together=None):
+    """A kernel long enough (a few ms) to see overlap; with a gate, it starts spinning once set;
+    with a barrier, once the other kernel at it has started too (so that the two overlap even
+    on a loaded machine, where one worker may not be scheduled while the other spins)."""
     if gate is not None:
         assert gate.wait(30)
+    if together is not None:
+        together.wait(30)
     for _ in range(20):
         np.sin(out, out=out)
 
@@ -95,11 +99,13 @@ def run_two_stream_program(dev, a, b):
     # k1 holds its record back until everything is submitted; k2 waits for the same gate, so
     # the two start together however slowly the host submits (else k2 may be over before k1).
     gate = threading.Event()
+    real_threads = dev.properties.backend == "cpu" and dev.properties.compute_units >= 2
+    together = threading.Barrier(2) if real_threads else None  # (sim: in virtual time)
     with art.profile() as prof:
         with art.profiler.range("submit"):
-            art.launch(_spin_kernel, x.view(np.float64), gate, stream=a, name="k1")
+            art.launch(_spin_kernel, x.view(np.float64), gate, together, stream=a, name="k1")
             ev = a.record()
-            art.launch(_spin_kernel, y.view(np.float64), gate, stream=b, name="k2")
+            art.launch(_spin_kernel, y.view(np.float64), gate, together, stream=b, name="k2")
             b.wait(ev)
             art.launch(_spin_kernel, y.view(np.float64), stream=b, name="k3")
             art.profiler.mark("submitted")
