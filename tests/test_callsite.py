@@ -34,3 +34,16 @@ def test_a_site_taken_from_inside_the_package_or_given_as_text_reads_as_it_is():
     assert site_text("?") == "?" and site_text("prog.py:3") == "prog.py:3"
     line = sys._getframe().f_lineno + 1
     assert user_site(1) == f"{os.path.basename(__file__)}:{line}"
+
+
+def test_equal_code_from_two_files_keeps_each_file_s_name():
+    source = "import sys\ndef where():\n    return sys._getframe(0)\n"
+    frames = []
+    for name in ("/tmp/plugin_a.py", "/tmp/plugin_b.py"):
+        scope: dict = {}
+        exec(compile(source, name, "exec"), scope)
+        frames.append(scope["where"]())
+    codes = [f.f_code for f in frames]
+    assert codes[0] == codes[1]  # (code compares by content, not by file)
+    texts = [site_text((f.f_code, f.f_lasti)) for f in frames]
+    assert texts == ["plugin_a.py:3", "plugin_b.py:3"]

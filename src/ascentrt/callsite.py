@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from types import CodeType, FrameType
@@ -39,11 +38,22 @@ def user_code_site(depth: int = 2) -> Site:
     return "?" if frame is None else (frame.f_code, frame.f_lasti)
 
 
-@functools.lru_cache(maxsize=4096)
+_TEXTS: dict[tuple[int, int], tuple[CodeType, str]] = {}  # (id(code), offset) -> (code, text)
+
+
 def site_text(site: Site) -> str:
     """'file.py:line' of a site from user_code_site() (a text one as it is)."""
     if type(site) is str:
         return site
     code, offset = site
+    # Cached by identity: equal code objects may come from different files (code compares
+    # by content), and the code kept beside the text tells a reused id from its first owner.
+    known = _TEXTS.get((id(code), offset))
+    if known is not None and known[0] is code:
+        return known[1]
     line = next((n for start, end, n in code.co_lines() if start <= offset < end), None)
-    return f"{os.path.basename(code.co_filename)}:{line or code.co_firstlineno}"
+    text = f"{os.path.basename(code.co_filename)}:{line or code.co_firstlineno}"
+    if len(_TEXTS) >= 4096:
+        _TEXTS.clear()  # (a bound; texts are made again on demand)
+    _TEXTS[(id(code), offset)] = (code, text)
+    return text
