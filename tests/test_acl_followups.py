@@ -91,6 +91,34 @@ def test_a_constant_of_the_running_module_code_is_not_written(acl_device):
     assert scope["ret"] == PARAM_INVALID and scope["out"] == bytes(48)
 
 
+def test_the_bytecode_and_constants_of_code_held_in_a_variable_only_are_never_written(
+        acl_device):
+    code = compile("data = b'q' * 40\n", "<made>", "exec")  # only this variable holds it
+    scope: dict = {}
+    exec(code, scope)
+    bytecode = _constant.__code__.co_code              # (3.11 keeps it on the code object)
+    for obj in (scope["data"], bytecode):
+        before = bytes(bytearray(obj))
+        assert _read_back(acl_device, obj) == PARAM_INVALID
+        assert bytes(bytearray(obj)) == before
+    again: dict = {}
+    exec(code, again)
+    assert again["data"] == b"q" * 40 and _constant() == b"z" * 64
+
+
+def test_a_numpy_view_of_a_read_only_registration_is_read_only(acl_device):
+    shared = _constant()
+    view = acl.util.ptr_to_numpy(acl.util.bytes_to_ptr(shared), (64,), C.NPY_UBYTE)
+    assert not view.flags.writeable
+    with pytest.raises(ValueError):
+        view[:] = 0
+    assert _constant() == b"z" * 64
+    mine = bytes(64)                                   # the program's own: writable
+    view = acl.util.ptr_to_numpy(acl.util.bytes_to_ptr(mine), (64,), C.NPY_UBYTE)
+    view[:] = 7
+    assert mine == bytes([7]) * 64
+
+
 def test_looking_for_code_keeps_no_caller_frame_alive():
     class Sentinel:
         pass

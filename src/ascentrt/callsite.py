@@ -43,7 +43,7 @@ _TEXTS: dict[tuple[int, int], tuple[CodeType, str]] = {}  # (id(code), offset) -
 
 def site_text(site: Site) -> str:
     """'file.py:line' of a site from user_code_site() (a text one as it is)."""
-    if type(site) is str:
+    if isinstance(site, str):
         return site
     code, offset = site
     # Cached by identity: equal code objects may come from different files (code compares

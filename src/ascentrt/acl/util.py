@@ -14,12 +14,16 @@ from ..errors import ErrorCode as _ErrorCode, set_last_error as _set_last_error
 from ..memory import REGISTRY as _REGISTRY
 from ..memory.external import register_host as _register_host
 from ..memory.shared_bytes import interpreter_shares as _interpreter_shares
+from ..memory.shared_bytes import watch as _watch_code
 from ._api import AclTypeError as _AclTypeError
 
 _DTYPE_OF_NUM: dict[int, _np.dtype[_Any]] = {_np.dtype(c).num: _np.dtype(c) for c in _np.typecodes["All"]
                                              if c not in "OMmVSUa"}
 _threads: dict[int, "_NativeThread"] = {}
 _threads_lock = _threading.Lock()
+# A program may exec code it compiled and keep only the code (or what it bound): note what runs
+# from now on, so that bytes_to_ptr knows the constants of that code for the interpreter's.
+_watch_code()
 
 
 def _parse(name: str, args: tuple[_Any, ...], *checks: _Callable[[_Any], bool]) -> None:

@@ -43,7 +43,9 @@ class ExternalHostBuffer:
         return self.obj is not None
 
     def _bytes(self) -> np.ndarray:
-        """A writable uint8 view of the object's memory (the view keeps the object alive)."""
+        """A uint8 view of the object's memory (the view keeps the object alive), writable only
+        if the registration is: every path to the bytes (copies, kernels given the pointer,
+        acl.util.ptr_to_numpy) goes through here, so none writes into read-only memory."""
         obj = self.obj
         if obj is None:
             raise InvalidArgumentError(f"host memory at {self.addr:#x} is no longer registered")
@@ -51,10 +53,15 @@ class ExternalHostBuffer:
             # bytes export read-only buffers; pyACL's bytes_to_ptr lets copies write into them.
             raw: Any = (ctypes.c_uint8 * self.nbytes).from_address(self.addr)  # (takes attributes)
             raw._keep = obj
-            return np.ctypeslib.as_array(raw)
-        if isinstance(obj, np.ndarray):
-            return obj.reshape(-1).view(np.uint8)
-        return np.frombuffer(obj, dtype=np.uint8)
+            view = np.ctypeslib.as_array(raw)
+        elif isinstance(obj, np.ndarray):
+            view = obj.reshape(-1).view(np.uint8)
+        else:
+            view = np.frombuffer(obj, dtype=np.uint8)
+        if not self.writable and view.flags.writeable:
+            view = view.view()
+            view.flags.writeable = False
+        return view
 
     def free(self) -> None:
         """Drop the registration (the object itself belongs to the caller)."""

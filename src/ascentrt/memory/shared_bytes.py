@@ -7,29 +7,45 @@ A copy written into one of those rewrites every use of it, or the interpreter's 
 Any other bytes object was made at run time and is the program's, however many names,
 lists or frames refer to it: pyACL programs copy device results into such a `bytes(n)`.
 
-The code objects are found through the live functions, generators and frames; what they
-hold is cached until the interpreter reports new code (an audit hook on compile,
-marshal loads and code construction), so a check costs a set lookup.
+The code objects are found through the live functions, generators and frames, and (from
+the first check on, or once watch() is called) through the code that exec and eval run, which
+the program may hold in a variable only; what they hold is cached until the interpreter
+reports new code (an audit hook on compile, marshal loads and code construction), so a check
+costs a set lookup.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import threading
 import types
+import weakref
 
 # No program holds this many references: objects counted so are static (immortal on 3.12+,
 # deep-frozen on 3.11).
 _STATIC_REFS = 1 << 29
 _CODE_OF = {types.FunctionType: "__code__", types.GeneratorType: "gi_code",
             types.CoroutineType: "cr_code", types.AsyncGeneratorType: "ag_code"}
-# (Not "exec": running code makes none; exec of a string compiles it first.)
+# (exec makes no code: exec of a string compiles it first. It hands over the code it runs.)
 _NEW_CODE = frozenset({"compile", "marshal.load", "marshal.loads", "code.__new__"})
+_PRUNE_AT = 4096  # run code noted but not yet taken in, past which dead entries are dropped
 
 _lock = threading.Lock()
 _held: dict[int, bytes] = {}   # id -> bytes a live code object holds (kept: ids stay unique)
 _state = {"stale": True, "hooked": False}
+_ran: list[weakref.ref] = []   # code exec / eval ran since the last check (the hook appends)
+_run: dict[int, weakref.ref] = {}  # id -> code exec / eval ran, while it lives
+
+
+def watch() -> None:
+    """Start noting the code that exec and eval run (a check starts it too; code run before
+    goes unseen unless a function, generator or frame holds it)."""
+    with _lock:
+        if not _state["hooked"]:
+            sys.addaudithook(_on_audit)
+            _state["hooked"] = True
 
 
 def interpreter_shares(obj: bytes) -> bool:
@@ -37,10 +53,18 @@ def interpreter_shares(obj: bytes) -> bool:
     writing into it would change more than the program's own value."""
     if len(obj) <= 1 or sys.getrefcount(obj) >= _STATIC_REFS:
         return True
+    watch()
     with _lock:
-        if not _state["hooked"]:
-            sys.addaudithook(_on_audit)
-            _state["hooked"] = True
+        if _ran:
+            n = len(_ran)  # (the hook may append meanwhile: those wait for the next check)
+            codes = [c for c in (r() for r in _ran[:n]) if c is not None]
+            del _ran[:n]
+            for code in codes:
+                key = id(code)
+                if key not in _run:
+                    _run[key] = weakref.ref(code, functools.partial(_forget, key))
+            if not _state["stale"]:
+                _held.update((id(b), b) for b in _held_by(codes))
         if _state["stale"]:
             _state["stale"] = False  # (before the scan: code made during it marks it stale again)
             _held.clear()
@@ -48,15 +72,23 @@ def interpreter_shares(obj: bytes) -> bool:
         return id(obj) in _held
 
 
+def _forget(key: int, _: weakref.ref) -> None:
+    """A code exec / eval ran is gone."""
+    _run.pop(key, None)
+
+
 def _on_audit(event: str, args: tuple) -> None:
     if event in _NEW_CODE:
         _state["stale"] = True
+    elif event == "exec" and type(args[0]) is types.CodeType:
+        _ran.append(weakref.ref(args[0]))  # (taken in at the next check, under its lock)
+        if len(_ran) > _PRUNE_AT:
+            _ran[:] = [r for r in _ran if r() is not None]
 
 
 def _code_bytes() -> list[bytes]:
     """Every bytes object held by a code object reachable from a function, generator,
-    coroutine or running frame: constants at any depth and the line and exception tables
-    (not co_code, which is a copy made on access)."""
+    coroutine or running frame, or run by exec / eval since watch()."""
     codes = [getattr(obj, _CODE_OF[type(obj)]) for obj in gc.get_objects() if type(obj) in _CODE_OF]
     for top in sys._current_frames().values():
         f: types.FrameType | None = top
@@ -64,6 +96,14 @@ def _code_bytes() -> list[bytes]:
             codes.append(f.f_code)
             f = f.f_back
     del top  # (this frame is among them: held in a local, it would keep every caller's locals)
+    codes += [c for c in (r() for r in list(_run.values())) if c is not None]
+    return _held_by(codes)
+
+
+def _held_by(codes: list) -> list[bytes]:
+    """The bytes objects these code objects hold: constants at any depth, the bytecode (3.11
+    caches co_code on the code object, and code.replace() builds from it) and the line and
+    exception tables."""
     seen: set[int] = set()
     found: list[bytes] = []
     stack: list[object] = list(codes)
@@ -76,7 +116,7 @@ def _code_bytes() -> list[bytes]:
             found.append(item)
         elif isinstance(item, types.CodeType):
             stack.extend(item.co_consts)
-            stack.extend((item.co_linetable, item.co_exceptiontable))
+            stack.extend((item.co_code, item.co_linetable, item.co_exceptiontable))
         elif isinstance(item, (tuple, frozenset)):
             stack.extend(item)
     return found
