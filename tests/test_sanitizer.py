@@ -70,6 +70,19 @@ def test_a_missing_wait_is_reported_with_both_launches_and_the_fix(streams, bufs
     assert f"make stream {s2.id} wait on it before `consumer`" in race.fix
 
 
+def test_declared_buffers_count_from_any_iterable_or_a_single_buffer(streams, bufs):
+    s1, s2 = streams
+    buf, out, _ = bufs
+    with art.sanitize("log") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=(b for b in [buf]))  # a generator
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=buf, writes=[out])
+    assert len(found) == 1 and found[0].first.name == "producer"
+    for bad in (5, [buf, 5]):
+        with pytest.raises(art.InvalidArgumentError, match="reads/writes take"):
+            art.launch(producer, buf.view(), stream=s1, writes=bad)
+    art.synchronize()
+
+
 def test_an_event_wait_or_a_host_synchronize_orders_the_pair(streams, bufs):
     s1, s2 = streams
     buf, out, _ = bufs

@@ -110,16 +110,29 @@ def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None =
                 _check_buffer_arg(a, device)
                 task.resolve = kernel_views
     if reads is not None or writes is not None:  # checked even for a kernel without arguments
-        for group in (reads or (), writes or ()):
-            for b in group:
-                if not isinstance(b, _BUFFER_TYPES):
-                    raise InvalidArgumentError(f"reads/writes take buffers, got {type(b).__name__}")
-        task.reads = tuple(reads or ())
-        task.writes = tuple(writes or ())
+        task.reads, task.writes = _declared(reads), _declared(writes)
     if stream._capture is not None:
         return stream._capture.add(stream, task)
     task.thread = get_ident()
     return ENGINE.submit(stream, task)  # inlined Stream._submit: this is the hottest path
+
+
+def _declared(group: Any) -> tuple:
+    """The buffers a launch declares it reads or writes, as a tuple (taken once: a generator
+    is read only once); a single buffer counts as one."""
+    if group is None:
+        return ()
+    if isinstance(group, _BUFFER_TYPES):
+        return (group,)
+    try:
+        buffers = tuple(group)
+    except TypeError:
+        raise InvalidArgumentError(f"reads/writes take a list of buffers, got "
+                                   f"{type(group).__name__}") from None
+    for b in buffers:
+        if not isinstance(b, _BUFFER_TYPES):
+            raise InvalidArgumentError(f"reads/writes take buffers, got {type(b).__name__}")
+    return buffers
 
 
 def launch_host_func(fn: Callable[..., Any], *args: Any, stream: Stream | None = None,
