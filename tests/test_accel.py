@@ -104,9 +104,15 @@ def test_info_says_whether_the_hot_paths_run_compiled(capsys):
     assert (all(name in line for name in compiled) if compiled else "Python source" in line)
 
 
-def test_a_bad_pure_python_switch_is_refused_with_its_code_at_import():
+def test_a_bad_pure_python_switch_runs_the_source_and_is_refused_with_its_code_at_first_use():
     env = dict(os.environ, ASCENTRT_PURE_PYTHON="maybe")
-    out = subprocess.run([sys.executable, "-c", "import ascentrt"], capture_output=True,
-                         text=True, env=env, timeout=60)
-    assert out.returncode != 0
+    code = ("import ascentrt, ascentrt.accel as a; print('compiled', a.compiled()); "
+            "ascentrt.malloc(64)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode != 0 and "compiled []" in out.stdout
     assert "ASCENTRT_PURE_PYTHON='maybe'" in out.stderr and "100000" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "ascentrt", "info"], capture_output=True,
+                         text=True, env=env, timeout=60)  # the command: one line, no traceback
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.count("\n") == 1 and "ASCENTRT_PURE_PYTHON" in out.stderr

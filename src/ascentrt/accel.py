@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config
+from .errors import AscentError
 
 MODULES = ("ascentrt.memory.pool", "ascentrt.memory.allocator")  # what `make accel` compiles
 _PACKAGE = Path(__file__).parent
@@ -55,16 +56,23 @@ def keep_to_source_if_asked() -> None:
 
     They go together: one build of them all calls across them natively, so a compiled module
     beside a module kept to source would still run the other's compiled code."""
+    try:
+        pure = config.get("ASCENTRT_PURE_PYTHON")
+    except AscentError:
+        # A bad value: the source (the safe side) until the first use of the runtime refuses
+        # it with its code, as every setting's (an error here would be a traceback from the
+        # `ascentrt` command, which cannot catch what importing the package raises).
+        pure = True
     builds = {name: _build_of(name) for name in MODULES}
     if not any(builds.values()):
         return
     stale = [name for name, build in builds.items()
              if build is not None and build.stat().st_mtime < _source_of(name).stat().st_mtime]
-    if stale and not config.get("ASCENTRT_PURE_PYTHON"):
+    if stale and not pure:
         warnings.warn(f"ascentrt: the compiled build of {', '.join(stale)} is older than its "
                       "source: the source of every compiled module runs instead; run `make accel` "
                       "to rebuild", stacklevel=3)
-    if stale or config.get("ASCENTRT_PURE_PYTHON"):
+    if stale or pure:
         _from_source.update(MODULES)
         if _SourceFirst not in sys.meta_path:
             sys.meta_path.insert(0, _SourceFirst)

@@ -78,6 +78,7 @@ def _table() -> list["Device"]:
         with _devices_lock:
             if _devices is not None:
                 return _devices
+            config.get("ASCENTRT_PURE_PYTHON")  # (read at import, where a bad value is not refused)
             count = config.get("ASCENTRT_DEVICES")
             table = []
             for i in range(count):
