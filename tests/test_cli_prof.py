@@ -79,6 +79,13 @@ def test_prof_passes_on_the_exit_code_and_still_writes_the_profile(tmp_path):
     assert (tmp_path / "p" / "profile.json").exists()
 
 
+def test_prof_and_sanitize_pass_on_a_signal_as_a_shell_does(tmp_path, capsys):
+    killed = ["python", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+    assert main(["prof", "-q", "-o", str(tmp_path / "p"), "--", *killed]) == 128 + 15
+    assert "exited with 143" in capsys.readouterr().err
+    assert main(["sanitize", "--", *killed]) == 128 + 15
+
+
 def test_prof_errors_are_one_line_without_debug(tmp_path, capsys):
     from ascentrt.cli import main
     assert main(["prof", "-o", str(tmp_path / "p")]) == 1

@@ -126,7 +126,7 @@ def _prof(args) -> int:
     from .profiler.data import part_path
     from .profiler.folders import PROGRESS_FILE, assemble, claim
     from .profiler.summary import print_summary
-    from .validate import program_command, start_program
+    from .validate import program_command, start_program, wait_exit_status
     command = program_command(args.command, "ascentrt prof [-o DIR] [--force] [--range NAME] -- python prog.py [args]")
     out = claim(os.path.abspath(args.out), args.force)  # (before the run, not after it)
     # This process holds the folder: the program and every process it starts that imports
@@ -139,7 +139,7 @@ def _prof(args) -> int:
     last_line = started
     while True:
         try:
-            code = child.wait(timeout=min(1.0, every))
+            code = wait_exit_status(child, timeout=min(1.0, every))
             break
         except subprocess.TimeoutExpired:
             now = time.monotonic()
@@ -156,7 +156,7 @@ def _prof(args) -> int:
             print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr,
                   flush=True)
         except KeyboardInterrupt:  # the child got the interrupt too: let it write its profile
-            code = child.wait()
+            code = wait_exit_status(child)
             break
     if tty and not args.quiet and time.monotonic() - started >= 1.0:
         print(file=sys.stderr)
@@ -235,13 +235,13 @@ def _sanitize(args) -> int:
     import tempfile
 
     from .sanitizer import parse_mode
-    from .validate import program_command, start_program
+    from .validate import program_command, start_program, wait_exit_status
     command = program_command(args.command, "ascentrt sanitize [--mode M] -- python prog.py")
     mode = parse_mode(args.mode)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "races.json")
         env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=out)
-        code = start_program(command, env).wait()
+        code = wait_exit_status(start_program(command, env))
         races = []
         if os.path.exists(out):
             with open(out) as fh:

@@ -72,3 +72,10 @@ def start_program(command: list, env: dict) -> subprocess.Popen:
         raise InvalidArgumentError(f"cannot run {command[0]!r}: {os_cause(exc)}",
                                    code=ErrorCode.INVALID_PARAM) from None
 
+
+def wait_exit_status(child: subprocess.Popen, timeout: float | None = None) -> int:
+    """Wait for `child` and return its exit status as a shell gives it: 128 + n when signal n
+    ended it (Popen says -n, which as the command's own exit status would read as 256 - n)."""
+    code = child.wait(timeout)
+    return 128 - code if code < 0 else code
+
