@@ -141,7 +141,7 @@ class Meeting:
         """The error a rank's timed-out wait fails with (called by the engine, under its lock)."""
         rank = next((r for r, c in self.calls.items() if c.stream is stream), None)
         error = HcclError(f"{self.name} timed out after {task.timeout:g} s (HCCL_EXEC_TIMEOUT) "
-                          f"on rank {rank}: {self.waiting_for()}", code=HcclResult.E_TIMEOUT)
+                          f"(first on rank {rank}): {self.waiting_for()}", code=HcclResult.E_TIMEOUT)
         self.reported.add(rank)
         self.fail(error)
         assert self.error is not None  # (fail() keeps the first error)
