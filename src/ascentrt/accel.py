@@ -20,7 +20,7 @@ from typing import Any
 
 from . import config
 
-MODULES = ("ascentrt.memory.pool", "ascentrt.memory.allocator", "ascentrt.backends.sim")  # what `make accel` compiles
+MODULES = ("ascentrt.memory.pool", "ascentrt.memory.allocator")  # what `make accel` compiles
 _PACKAGE = Path(__file__).parent
 _from_source: set[str] = set()       # modules that load from source in this process
 

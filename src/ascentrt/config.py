@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
+from .backends import KINDS
 from .errors import InvalidArgumentError
 
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -95,7 +96,6 @@ def _fraction(text: str) -> float:
 
 def _backend_kind(text: str) -> str:
     """A backend name from backends.KINDS."""
-    from .backends import KINDS  # (here: accel reads settings before the sim module may load)
     value = str(text).strip().lower()
     if value not in KINDS:
         raise InvalidArgumentError(f"unknown backend {text!r} (known: {', '.join(sorted(KINDS))})")
