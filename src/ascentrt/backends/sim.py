@@ -96,12 +96,10 @@ class _HostThread:
                 backend.host_task_returned(self, job)
 
 
-class _ThreadFrames(threading.local):
-    """Per host thread: the tasks it runs for the simulation (innermost last), and whether it
-    was noted as a caller. Class defaults: reading them unset raises nothing."""
-
-    frames: list | None = None
-    noted = False
+# Per host thread: the tasks it runs for the simulation (innermost last), and whether it was
+# noted as a caller. Class defaults: reading them unset raises nothing. (Made with type(): a
+# class statement compiled by mypyc would keep the attributes per object, not per thread.)
+_ThreadFrames: Any = type("_ThreadFrames", (threading.local,), {"frames": None, "noted": False})
 
 
 class Timeline:
@@ -144,20 +142,18 @@ class Timeline:
         seen, since = -1, time.monotonic()
         while True:
             time.sleep(IDLE_HOST_S / 4)
-            with self.lock:
+            with self.lock:  # (no `continue` in here: mypyc cannot compile one inside `with`)
                 if self.generation != seen or self.attending:
                     # (a host that waits moves time itself, at the real world's pace while other
                     # threads may still act: jumping to a deadline would skip what they do)
                     seen, since = self.generation, time.monotonic()
-                    continue
-                if time.monotonic() - since < IDLE_HOST_S or not self._pending():
-                    continue
-                # Unattended: run one instant of device time, as a waiting host would.
-                nxt = self.next_end()
-                if nxt is None:
-                    nxt = self.next_deadline()
-                self.run(self.now if nxt is None else max(nxt, self.now))
-                self.moved.notify_all()
+                elif time.monotonic() - since >= IDLE_HOST_S and self._pending():
+                    # Unattended: run one instant of device time, as a waiting host would.
+                    nxt = self.next_end()
+                    if nxt is None:
+                        nxt = self.next_deadline()
+                    self.run(self.now if nxt is None else max(nxt, self.now))
+                    self.moved.notify_all()
 
     def frames(self) -> list:
         """The tasks the calling thread is running for the simulation, innermost last."""
@@ -202,7 +198,9 @@ class Timeline:
         backends = self.backends
         while True:
             for b in backends:
-                b.dispatch()
+                compute, copy, host = b.ready
+                if compute.count or copy.count or host.count:
+                    b.dispatch()
             if signal is not None and signal.is_set():
                 return True
             nxt = self.next_end() if self.sharing else ends[0][0] if ends else None
@@ -233,6 +231,14 @@ class Timeline:
             while ends and ends[0][0] == nxt:  # every end at this instant, then dispatch
                 _, _, backend, queue, task, units = heapq.heappop(ends)
                 backend.ended(queue, task, units)
+
+    def _any_ready(self) -> bool:
+        """Whether a stream of any simulated device waits for an executor."""
+        for b in self.backends:
+            compute, copy, host = b.ready
+            if compute.count or copy.count or host.count:
+                return True
+        return False
 
     def note_caller(self) -> None:
         """Remember the calling host thread (one that uses the runtime); once per thread."""
@@ -274,7 +280,15 @@ class Timeline:
         if self.owed_ns:
             until += self.owed_ns
             self.owed_ns = 0
-        self.run(until)
+        if self.ends or self.sharing or self.inflight or self.deadlines:
+            self.run(until)
+        else:
+            for b in self.backends:
+                compute, copy, host = b.ready
+                if compute.count or copy.count or host.count:
+                    if not (len(self.backends) == 1 and b.run_alone(until)):
+                        self.run(until)
+                    break
         if self.now < until:
             self.now = until
         self.generation += 1
@@ -398,13 +412,14 @@ class SimBackend(CpuBackend):
         kind = op.kind
         kernel = op.fn if kind == KERNEL else None
         mem = 0.0
+        ns: float  # (declared: mypyc keeps ints and floats apart)
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
             ns, mem = self._kernel_ns(op, args)
         elif kind == HOST:
             ns = p.host_func_ns
         elif op.fn is not None:  # a run of copies or fills
-            ns = 0
+            ns = 0.0
         elif kind == COPY:
             dst, dpitch, src, spitch, width, height = op.args
             ns, mem = self.copy_ns(self.direction(dst, src), width * height, dst, src)
@@ -414,22 +429,22 @@ class SimBackend(CpuBackend):
             ns = nbytes / (p.memory_bandwidth if on_device else p.pageable_bandwidth) * 1e9
             if on_device or p.unified_memory:
                 mem = nbytes / p.memory_bandwidth * 1e9
-        ns = int(ns)
+        took = int(ns)
         frames = tl.local.frames
         frame = frames[-1] if frames else None
         if frame is not None:
             frame.mem += mem
             if frame.task is op:
-                frame.own = ns
+                frame.own = took
         if kernel is not None:
             kernel(*args)
         else:
             CpuBackend.execute(self, op)
         if frame is None:  # synchronous memcpy / memset from the host
             with tl.lock:
-                tl.advance_host(ns)
+                tl.advance_host(took)
         elif frame.task is not op:
-            frame.offset += self._dispatch_ns + ns
+            frame.offset += self._dispatch_ns + took
 
     def new_signal(self) -> threading.Event:
         """A threading.Event (it has the Signal methods)."""
@@ -481,12 +496,16 @@ class SimBackend(CpuBackend):
         """Charge the modelled cost of host call `what`, running what the device does meanwhile
         (nothing when called from inside a task: a host function acts at its device time)."""
         tl = self.timeline
-        with tl.lock:
+        lock = tl.lock
+        lock.acquire()  # (not `with`: every API call of the host comes here)
+        try:
             local = tl.local
             if not local.frames:
                 if not local.noted:
                     tl.note_caller()
                 tl.advance_host(self._host_cost.get(what, 0))
+        finally:
+            lock.release()
 
     def now_ns(self) -> int:
         """The virtual time (inside a task: its start plus the time of its nodes so far)."""
@@ -509,16 +528,61 @@ class SimBackend(CpuBackend):
             self.free_host += 1
         queue.finish(task)
 
+    def run_alone(self, until: int) -> bool:
+        """The common step of a device that keeps up with its host, without the generic loop:
+        nothing runs anywhere and only this device's compute class has ready work, so its
+        first ready task starts now on the idle units; when nothing else becomes ready
+        meanwhile and it ends by `until`, it also ends here, with the heap untouched. False
+        when the step did not finish the work before `until` (Timeline.run goes on from where
+        it left things: the same events, in the same order)."""
+        compute, copy, host = self.ready
+        if copy.count or host.count or self.free_units != self._units:
+            return False
+        q = self.queues[_COMPUTE]
+        t = q.take(None, True)  # (all units free: the first ready task fits)
+        if t is None:
+            return False
+        units = self._units_of(t)
+        self.free_units -= units
+        if self.free_units and compute.count:  # more start at this instant: the generic way
+            self._start(q, t, units)
+            return False
+        tl = self.timeline
+        frame = _Frame(t, tl.now)
+        frames = tl.local.frames
+        if frames is None:
+            frames = tl.frames()
+        frames.append(frame)
+        try:
+            q.run(t)
+        finally:
+            frames.pop()
+        end = self._end(q, t, frame, units)
+        if end is None:
+            return False
+        if end > until or tl.ends or tl.sharing or tl.deadlines or tl.inflight or tl._any_ready():
+            # (what it did moved the simulation on itself, or made work ready: the generic way)
+            heapq.heappush(tl.ends, (end, next(tl.seq), self, q, t, units))
+            return False
+        tl.now = end
+        self.free_units += units
+        q.finish(t)
+        return not tl._any_ready()
+
     def dispatch(self) -> None:
         """Start every ready task that a free unit can take now (called under the timeline lock)."""
         compute, copy, host = self.ready
         if compute.count and self.free_units:
             q = self.queues[_COMPUTE]
             while True:
-                t = q.take(self._fits_compute, True)
+                if self.free_units == self._units:  # all free: any task fits (no test per task)
+                    t = q.take(None, True)
+                    units = self._units_of(t)
+                else:
+                    t = q.take(self._fits_compute, True)
+                    units = self._last_units  # what _fits_compute found for the task it accepted
                 if t is None:
                     break
-                units = self._last_units  # what _fits_compute found for the task it accepted
                 self.free_units -= units
                 self._start(q, t, units)
                 if not (self.free_units and compute.count):
@@ -545,14 +609,18 @@ class SimBackend(CpuBackend):
         """The compute units a kernel occupies: what it declared, else the preset's default."""
         return min(declared, self._units) if declared else self._default_units
 
-    def _fits_compute(self, t) -> bool:
-        """Whether the compute units `t` occupies are free (a memset occupies one)."""
+    def _units_of(self, t) -> int:
+        """The compute units `t` occupies (a memset occupies one; None: no task, none)."""
+        if t is None:
+            return 0
         if t.kind == KERNEL:
             cost = t.cost
-            units = self._default_units if cost is None else self._block_dim(cost.block_dim)
-        else:
-            units = 1
-        self._last_units = units
+            return self._default_units if cost is None else self._block_dim(cost.block_dim)
+        return 1
+
+    def _fits_compute(self, t) -> bool:
+        """Whether the compute units `t` occupies are free."""
+        units = self._last_units = self._units_of(t)
         return units <= self.free_units
 
     def _fits_copy(self, t) -> bool:
@@ -606,6 +674,14 @@ class SimBackend(CpuBackend):
 
     def _schedule_end(self, queue, t, frame: _Frame, units) -> None:
         """Push the end of a task that ran (the timeline lock is held)."""
+        end = self._end(queue, t, frame, units)
+        if end is not None:
+            tl = self.timeline
+            heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
+
+    def _end(self, queue, t, frame: _Frame, units) -> int | None:
+        """When a task that ran ends; None when it joined the sharing tasks instead (its end
+        moves with theirs)."""
         tl = self.timeline
         start = frame.start
         work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
@@ -623,10 +699,10 @@ class SimBackend(CpuBackend):
                                  1.0, computes])
             tl.sharing += 1
             self._share()
-            return
+            return None
         now = tl.now
         t.t_end = end = (now if now > start else start) + work + fixed
-        heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
+        return end
 
     # ---- sharing (the timeline lock is held) -------------------------------------------------
     # A running task that moves memory needs `demand` of the memory bandwidth at its full rate

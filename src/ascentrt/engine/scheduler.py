@@ -167,7 +167,8 @@ class ExecutorQueue:
 
     def take(self, fits, first_only: bool):
         """The head task of the first ready stream (priority, then FIFO) for which fits(task)
-        holds, now running; None when none fits (first_only: when the first does not)."""
+        holds (fits None: any task fits), now running; None when none fits (first_only: when
+        the first does not)."""
         lock = self.engine.lock
         lock.acquire()  # (not `with`: a simulator calls this per task)
         try:
@@ -175,7 +176,7 @@ class ExecutorQueue:
             for level in ready.levels:
                 for s in level:
                     t = s._tasks[0]
-                    if fits(t):
+                    if fits is None or fits(t):
                         if level[0] is s:
                             level.popleft()
                         else:
@@ -211,7 +212,21 @@ class ExecutorQueue:
         lock.acquire()
         try:
             s = task.stream
-            if s._cut is not None and task.id > s._cut:  # discarded before it ran: not counted twice
+            if s._cut is None and task.error is None and Hooks.profiler is None:
+                # What _batch_ended does for one task that succeeded, in one call (a simulator
+                # finishes every task alone).
+                self.dq.busy[self.executor] -= 1
+                s._running = None
+                s._completed += 1  # (_completed, inlined)
+                engine.progress += 1
+                if s._sync_waiters:
+                    engine._wake_synchronizers(s)
+                if s._tasks:
+                    engine._advance(s, self.executor)
+                else:
+                    s._active = False
+                    self.dq.active.discard(s)
+            elif s._cut is not None and task.id > s._cut:  # discarded before it ran: not counted twice
                 engine._batch_ended(self.dq, self.executor, s, [task], 0, ())
             else:
                 engine._batch_ended(self.dq, self.executor, s, [task], 1,
@@ -257,8 +272,10 @@ class Engine:
         submit_all(), which sets the position their marker captures.
         """
         dq = stream._dq
-        if dq.virtual:
-            self._host_submits(stream, KIND_NAMES[task.kind])
+        if dq.virtual:  # (_host_submits, inlined: a simulated launch pays every call)
+            dq.backend.host_call(KIND_NAMES[task.kind])
+            if dq.queue_depth and stream._submitted - stream._completed >= dq.queue_depth:
+                self._wait_for_room(stream)
         if Hooks.sanitizer is not None and stream._refuse is None:
             # Before the engine lock (its work would hold the executors up); it may refuse the
             # task, and nothing is queued yet.
@@ -304,9 +321,13 @@ class Engine:
         queue is full (as a full SQ makes the host's next submit wait)."""
         dq = stream._dq
         dq.backend.host_call(what)
-        depth = dq.queue_depth
-        if depth and stream._submitted - stream._completed >= depth:
-            self.wait_completed(stream, None, f"a submit to full stream {stream.id} ({depth} tasks "
+        if dq.queue_depth and stream._submitted - stream._completed >= dq.queue_depth:
+            self._wait_for_room(stream)
+
+    def _wait_for_room(self, stream) -> None:
+        """Wait until the full submission queue of `stream` has room for one more task."""
+        depth = stream._dq.queue_depth
+        self.wait_completed(stream, None, f"a submit to full stream {stream.id} ({depth} tasks "
                                 f"queued)", behind=depth - 1)
 
     def wait_completed(self, stream, timeout: float | None, what: str, behind: int = 0) -> None:
@@ -502,14 +523,19 @@ class Engine:
         s._completed += count
         self.progress += count
         if s._sync_waiters:
-            done = s._completed
-            keep = []
-            for target, ev in s._sync_waiters:
-                if done >= target:
-                    ev.set()
-                else:
-                    keep.append((target, ev))
-            s._sync_waiters = keep
+            self._wake_synchronizers(s)
+
+    @staticmethod
+    def _wake_synchronizers(s) -> None:
+        """Wake the host threads whose wait on `s` its completed count now satisfies."""
+        done = s._completed
+        keep = []
+        for target, ev in s._sync_waiters:
+            if done >= target:
+                ev.set()
+            else:
+                keep.append((target, ev))
+        s._sync_waiters = keep
 
     def _fail(self, s, t: Task, exc: BaseException) -> ExceptionInfo:
         """Record a task failure on its stream; in STOP mode discard the rest of the stream."""
