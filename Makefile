@@ -30,7 +30,7 @@ src/build/.accel: $(VENV)/.installed-dev $(ACCEL_SOURCES)
 SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failures host_funcs \
 	graph_capture graph_replay memory mempool callback edge_cases reuse_safety taskgraph context \
 	acl_conformance acl_dropin threads model external_memory bad_input core_fuzz red_team sim \
-	memory_fast_paths sanitizer hccl interop))
+	memory_fast_paths sanitizer hccl interop sim_speed))
 
 # ruff and mypy with the settings in pyproject.toml, on the package.
 lint: $(VENV)/.installed-dev

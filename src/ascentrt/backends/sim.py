@@ -96,10 +96,12 @@ class _HostThread:
                 backend.host_task_returned(self, job)
 
 
-# Per host thread: the tasks it runs for the simulation (innermost last), and whether it was
-# noted as a caller. Class defaults: reading them unset raises nothing. (Made with type(): a
-# class statement compiled by mypyc would keep the attributes per object, not per thread.)
-_ThreadFrames: Any = type("_ThreadFrames", (threading.local,), {"frames": None, "noted": False})
+class _ThreadFrames(threading.local):
+    """Per host thread: the tasks it runs for the simulation (innermost last), and whether it
+    was noted as a caller. Class defaults: reading them unset raises nothing."""
+
+    frames: list | None = None
+    noted = False
 
 
 class Timeline:
