@@ -110,29 +110,32 @@ def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None =
                 _check_buffer_arg(a, device)
                 task.resolve = kernel_views
     if reads is not None or writes is not None:  # checked even for a kernel without arguments
-        task.reads, task.writes = _declared(reads), _declared(writes)
+        if type(reads) is not list or type(writes) is not list:  # (lists: the hot path's form)
+            reads, writes = _as_list(reads), _as_list(writes)
+        for group in (reads, writes):
+            for b in group:
+                if not isinstance(b, _BUFFER_TYPES):
+                    raise InvalidArgumentError(f"reads/writes take buffers, got {type(b).__name__}")
+        task.reads = tuple(reads)
+        task.writes = tuple(writes)
     if stream._capture is not None:
         return stream._capture.add(stream, task)
     task.thread = get_ident()
     return ENGINE.submit(stream, task)  # inlined Stream._submit: this is the hottest path
 
 
-def _declared(group: Any) -> tuple:
-    """The buffers a launch declares it reads or writes, as a tuple (taken once: a generator
-    is read only once); a single buffer counts as one."""
-    if group is None:
-        return ()
+def _as_list(group: Any) -> Any:
+    """What a launch declares it reads or writes, as a list or tuple taken once (a generator
+    is read only once); a single buffer counts as one, None as none."""
+    if group is None or type(group) is list or type(group) is tuple:
+        return group or ()
     if isinstance(group, _BUFFER_TYPES):
         return (group,)
     try:
-        buffers = tuple(group)
+        return tuple(group)
     except TypeError:
         raise InvalidArgumentError(f"reads/writes take a list of buffers, got "
                                    f"{type(group).__name__}") from None
-    for b in buffers:
-        if not isinstance(b, _BUFFER_TYPES):
-            raise InvalidArgumentError(f"reads/writes take buffers, got {type(b).__name__}")
-    return buffers
 
 
 def launch_host_func(fn: Callable[..., Any], *args: Any, stream: Stream | None = None,
