@@ -184,7 +184,8 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "processes or the root info comes from another process)"),
     Setting("ASCENTRT_PURE_PYTHON", "0", _switch,
             "run the Python source of the modules `make accel` compiles, even where their "
-            "compiled build exists (1: the reference path; read once, at import)"),
+            "compiled build exists (1: the reference path; read once, at import: a bad value "
+            "runs the source, and the runtime's first use refuses it)"),
     Setting("ASCENTRT_USAGE_PUBLISH", "1", _switch,
             "publish this process's device usage (memory, streams) for `ascentrt info` in other "
             "processes: a small file rewritten at most once a second (0: off)"),
