@@ -56,9 +56,11 @@ def interpreter_shares(obj: bytes) -> bool:
     watch()
     with _lock:
         if _ran:
-            n = len(_ran)  # (the hook may append meanwhile: those wait for the next check)
-            codes = [c for c in (r() for r in _ran[:n]) if c is not None]
-            del _ran[:n]
+            codes = []
+            while _ran:  # (one pop at a time: the hook may append or prune meanwhile)
+                code = _ran.pop()()
+                if code is not None:
+                    codes.append(code)
             for code in codes:
                 key = id(code)
                 if key not in _run:
