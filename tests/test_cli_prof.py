@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -192,3 +193,14 @@ def test_report_without_a_folder_reads_the_newest_profile_here(tmp_path, capsys,
     os.utime(tmp_path / "older" / "profile.json", (1, 1))     # make the order certain
     assert main(["report"]) == 0
     assert "ascentrt report: newer/" in capsys.readouterr().err
+
+
+def test_every_command_error_ends_with_its_code(tmp_path, capsys):
+    bad = tmp_path / "neg.toml"
+    bad.write_text("name = 'x'\n")  # (fields missing)
+    for argv in (["info", "--preset", str(bad)], ["calibrate", "-o", "/proc/nope/cal.toml"],
+                 ["info", "--preset", "no_such_preset"]):
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("ascentrt: error:") and err.count("\n") == 0, err
+        assert re.search(r"\(\d{6} [A-Z_]+\)$", err), err

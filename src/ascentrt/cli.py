@@ -351,11 +351,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _in_words(exc: Exception) -> str:
     """An error as a user reads it: the cause first, a runtime code after it."""
-    from .errors import AscentError, os_cause
+    from .backends.presets import PresetError
+    from .errors import AscentError, ErrorCode, os_cause
     if isinstance(exc, AscentError):
         return f"{exc.message} ({int(exc.code)} {exc.code.name})"
-    if isinstance(exc, OSError):
-        return f"{exc.filename}: {os_cause(exc)}" if exc.filename else os_cause(exc)
+    if isinstance(exc, PresetError):  # (the backends know no runtime codes: a bad argument's)
+        return f"{exc} ({int(ErrorCode.INVALID_PARAM)} INVALID_PARAM)"
+    if isinstance(exc, OSError):  # (a file the command was given: INVALID_FILE's code)
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{os_cause(exc)} ({int(ErrorCode.INVALID_FILE)} INVALID_FILE)"
     return str(exc) or type(exc).__name__
 
 

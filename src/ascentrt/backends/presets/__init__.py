@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 
-
 class PresetError(ValueError):
     """A preset that cannot be used: unknown, unreadable, or a field missing or out of range
-    (the runtime layer turns it into an InvalidArgumentError with a code)."""
+    (the runtime layer and the command say it as an InvalidArgumentError's code, 100000)."""
 
 KINDS_OF_SOURCE = ("documented", "measured", "estimated")
 _HERE = os.path.dirname(os.path.abspath(__file__))
