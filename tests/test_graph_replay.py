@@ -364,3 +364,39 @@ def test_non_blocking_host_functions_and_memsets_replay(streams, buffers):
     s.synchronize(T)
     assert done.wait(T) and seen == ["detached"]
     assert np.all(buffers[0].numpy() == 3)
+
+
+@pytest.mark.cpu_only
+def test_a_destroy_racing_launches_from_another_thread_runs_every_launch_it_accepted(dev):
+    s, lane, st = dev.create_stream(), dev.create_stream(), dev.create_stream()
+    runs = []
+    s.begin_capture(art.CaptureMode.GLOBAL)
+    fork = art.Event(dev)
+    fork.record(s)
+    lane.wait(fork)
+    art.launch_host_func(runs.append, 1, stream=lane)  # a node on a forked lane
+    join = art.Event(dev)
+    join.record(lane)
+    s.wait(join)
+    g = s.end_capture()
+    accepted = [g.launch(st) for _ in range(50)]
+    stop = threading.Event()
+
+    def launcher():
+        while not stop.is_set():
+            try:
+                g.launch(st)
+            except art.InvalidHandleError:
+                return
+            accepted.append(None)
+    t = threading.Thread(target=launcher)
+    t.start()
+    g.destroy(timeout=30)
+    stop.set()
+    t.join(30)
+    st.synchronize(30)
+    assert len(runs) == len(accepted)
+    with pytest.raises(art.InvalidHandleError):
+        g.launch(st)
+    for x in (s, lane, st):
+        x.destroy()

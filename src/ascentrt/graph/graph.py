@@ -253,6 +253,8 @@ class Graph:
             if not alloc.alive:  # device, pinned or registered host memory alike
                 raise InvalidHandleError(f"graph {self.id} uses {alloc!r}, which was freed")
         with self._lock:
+            if self._destroyed:  # (again: a destroy may have begun since the check above)
+                raise InvalidHandleError(f"graph {self.id} was destroyed")
             plan = self._plan
             lanes = self._lanes
             streams = [stream, *lanes] if lanes else [stream]
@@ -330,12 +332,19 @@ class Graph:
     def destroy(self, timeout: float | None = None) -> None:
         """Wait for launched work, then release the graph's streams; twice raises InvalidHandleError.
 
-        A wait past `timeout` seconds raises the synchronize timeout and leaves the graph alive.
+        Launches from other threads are refused from its start (InvalidHandleError), so every
+        launch that was accepted runs. A wait past `timeout` seconds raises the synchronize
+        timeout and leaves the graph alive.
         """
-        if self._destroyed:
-            raise InvalidHandleError(f"graph {self.id} was destroyed")
-        self.synchronize(timeout)
-        self._destroyed = True
+        with self._lock:  # (launches take it: one in progress finishes submitting first)
+            if self._destroyed:
+                raise InvalidHandleError(f"graph {self.id} was destroyed")
+            self._destroyed = True
+        try:
+            self.synchronize(timeout)
+        except BaseException:
+            self._destroyed = False  # (still alive: it may be launched or destroyed again)
+            raise
         with ENGINE.lock:
             for s in self._owned:
                 ENGINE._discard(s)
