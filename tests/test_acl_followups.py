@@ -179,6 +179,33 @@ def test_destroy_stream_waits_past_the_grace_for_work_that_runs(short_drain):
     assert time.monotonic() - start >= 0.5
 
 
+@pytest.mark.cpu_only
+def test_destroy_stream_behind_a_timed_wait_on_a_destroyed_notify_fails_without_waiting_it_out(
+        short_drain):
+    s, _ = acl.rt.create_stream()
+    n, _ = acl.rt.create_notify(0)
+    assert acl.rt.wait_and_reset_notify(n, s, 60_000) == 0     # a minute: it can only time out
+    assert acl.rt.destroy_notify(n) == 0
+    start = time.monotonic()
+    assert acl.rt.destroy_stream(s) == C.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    assert time.monotonic() - start < 5
+    assert acl.rt.destroy_stream_force(s) == 0
+
+
+@pytest.mark.cpu_only
+def test_destroy_context_waits_past_the_grace_for_work_that_runs(short_drain):
+    ctx, _ = acl.rt.create_context(0)
+    s, _ = acl.rt.create_stream()
+    host, _ = acl.rt.malloc_host(8)
+    gate = threading.Event()
+    assert acl.rt.launch_kernel(lambda: gate.wait(10), (), s) == 0
+    assert acl.rt.memset_async(host, 8, 5, 8, s) == 0          # queued behind the slow kernel
+    threading.Timer(0.6, gate.set).start()                    # three graces later
+    assert acl.rt.destroy_context(ctx) == 0
+    assert acl.util.ptr_to_bytes(host, 8) == bytes([5]) * 8    # nothing was thrown away
+    assert acl.rt.free_host(host) == 0
+
+
 # ---- leaks: what finalize reclaims is reported once, at the program's call ------------------
 
 def _finalize_leaking():

@@ -11,8 +11,9 @@ from __future__ import annotations
 import itertools
 import threading
 
+from .engine import ENGINE
 from .engine.sync import synchronize_streams
-from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, InvalidHandleError
 
 _ids = itertools.count(1)
 
@@ -73,7 +74,8 @@ class Context:
         self.device.synchronize(timeout)
 
     def destroy(self) -> None:
-        """Destroy the context's streams (waiting for their work); the primary one cannot be."""
+        """Destroy the context's streams, waiting for their work as long as it can finish (stuck
+        work is discarded); the primary one cannot be."""
         if self.primary:
             raise InvalidArgumentError("a primary context is released with release_primary(), "
                                        "not destroyed")
@@ -90,7 +92,7 @@ class Context:
                 peers.remove(self)
         owned = self._owned_streams()
         if wait:
-            drain([self])
+            settle(owned)
         for s in owned:
             try:
                 s.destroy(force=True)
@@ -183,6 +185,23 @@ def release_primary(device, *, force: bool = False) -> int:
         ctx._teardown(wait=False)
     dev.reset()
     return 0
+
+
+def settle(streams) -> None:
+    """Wait for the work of `streams` as long as it can finish, looking every DRAIN_S seconds
+    (a destroy loses nothing that would still run); a stream that is stuck (waiting, timed or
+    not, for a record that nothing queued will make, or in a cycle) is left to be discarded."""
+    for s in streams:
+        while True:
+            try:
+                synchronize_streams([s], DRAIN_S, "context destroy")
+                break
+            except AscentTimeoutError:
+                with ENGINE.lock:
+                    if ENGINE.diagnose([s], timed=True) is not None:
+                        break
+            except Exception:
+                break  # a destroy is not where task errors are reported
 
 
 def drain(contexts) -> None:

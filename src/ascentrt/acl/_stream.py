@@ -49,7 +49,8 @@ def _destroy_when_done(stream: Stream) -> None:
             return
         except AscentTimeoutError as exc:
             with ENGINE.lock:
-                stuck = ENGINE.diagnose([stream])
+                stuck = ENGINE.diagnose([stream], timed=True)  # (a timed wait for a record
+                # nothing queued will make only ends by failing: no reason to wait it out)
             if stuck is not None:
                 raise fail(exc.code, f"{exc.message}; the stream is left alive: destroy_stream_force "
                                      f"discards its work") from exc
