@@ -609,3 +609,22 @@ def test_a_replayed_graph_beside_a_copy_keeps_its_nodes_inside_its_span(dev):
     graph.destroy(), s1.destroy(), s2.destroy()
     for buf in (a, b, c, d):
         buf.free()
+
+
+@sim_only
+def test_ctrl_c_inside_a_simulation_step_is_raised_once_the_step_is_whole(stream):
+    import signal
+    ran = []
+
+    def interrupted_kernel():  # runs on the host thread, inside the step that starts it
+        os.kill(os.getpid(), signal.SIGINT)
+        ran.append("whole")
+    buf = art.malloc(64)
+    with pytest.raises(KeyboardInterrupt):  # (from the host call whose step ran the kernel)
+        art.launch(interrupted_kernel, stream=stream)
+        art.memset_async(buf, 1, stream=stream)
+        stream.synchronize(timeout=5)
+    assert ran == ["whole"]  # the kernel ran to its end: the interrupt did not fail it
+    stream.synchronize(timeout=5)  # and nothing was left half started
+    assert stream.query()
+    buf.free()

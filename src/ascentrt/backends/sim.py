@@ -32,6 +32,7 @@ import heapq
 import itertools
 import math
 import os
+import signal as os_signal  # (`signal` names the awaited Signal here)
 import threading
 import time
 from typing import Any
@@ -128,6 +129,7 @@ class Timeline:
         self.sharing = 0                # running tasks whose end moves with others' (see _share)
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
         self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
+        self.interrupted = False        # a Ctrl-C came while the main thread ran a step (below)
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -297,9 +299,38 @@ class Timeline:
         # (a host thread idles in host_wait: let it look again)
         if self.moved._waiters:  # type: ignore[attr-defined]  # Condition's own list; typeshed omits it
             self.moved.notify_all()
+        if self.interrupted:
+            self.raise_interrupt()
+
+    def raise_interrupt(self) -> None:
+        """Raise the KeyboardInterrupt held back while a step ran (the step is whole now)."""
+        self.interrupted = False
+        raise KeyboardInterrupt
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """Ctrl-C: as Python's own handler, except while the main thread runs a step of the
+    simulation (it has taken a task, or started one), which an exception would leave half
+    done: the device would then wait for ever for a task nobody runs, or a kernel would fail
+    with the interrupt. The step ends, then the interrupt is raised."""
+    f = frame
+    while f is not None:
+        if f.f_code in _STEP_CODES:
+            TIMELINE.interrupted = True
+            return
+        f = f.f_back
+    os_signal.default_int_handler(signum, frame)
+
+
+def _defer_interrupts_in_steps() -> None:
+    """Take over SIGINT (once, from the main thread, only while Python's own handler has it)."""
+    if threading.current_thread() is threading.main_thread() \
+            and os_signal.getsignal(os_signal.SIGINT) is os_signal.default_int_handler:
+        os_signal.signal(os_signal.SIGINT, _on_sigint)
 
 
 TIMELINE = Timeline()
+_STEP_CODES = frozenset({Timeline.advance_host.__code__, Timeline.run.__code__})
 
 
 def _after_fork_in_child() -> None:
@@ -359,6 +390,7 @@ class SimBackend(CpuBackend):
         }.items()}
         with TIMELINE.lock:
             TIMELINE.backends.append(self)
+            _defer_interrupts_in_steps()
             TIMELINE.start_pump()
 
     # ---- the contract ------------------------------------------------------------------------
@@ -468,7 +500,10 @@ class SimBackend(CpuBackend):
         """host_wait, under the timeline lock."""
         until = math.inf if timeout_s is None else tl.now + math.ceil(timeout_s * 1e9)
         while True:
-            if tl.run(until, signal):
+            done = tl.run(until, signal)
+            if tl.interrupted:
+                tl.raise_interrupt()
+            if done:
                 if not tl.frames():
                     tl.advance_host(self._host_cost["synchronize"])
                 return True
