@@ -586,14 +586,7 @@ class SimBackend(CpuBackend):
             return False
         tl = self.timeline
         frame = _Frame(t, tl.now)
-        frames = tl.local.frames
-        if frames is None:
-            frames = tl.frames()
-        frames.append(frame)
-        try:
-            q.run(t)
-        finally:
-            frames.pop()
+        self._run_in_frame(q, t, frame)
         end = self._end(q, t, frame, units)
         if end is None:
             return False
@@ -688,15 +681,20 @@ class SimBackend(CpuBackend):
             tl.inflight += 1
             worker.start((self, queue, t, frame))
             return
-        frames = tl.local.frames
+        self._run_in_frame(queue, t, frame)
+        self._schedule_end(queue, t, frame, units)
+
+    def _run_in_frame(self, queue, t, frame: _Frame) -> None:
+        """Run taken task `t` on the calling thread, as the innermost task it runs for the
+        simulation (its nested operations and now_ns() read the frame)."""
+        frames = self.timeline.local.frames
         if frames is None:
-            frames = tl.frames()
+            frames = self.timeline.frames()
         frames.append(frame)
         try:
             queue.run(t)
         finally:
             frames.pop()
-        self._schedule_end(queue, t, frame, units)
 
     def host_task_returned(self, worker: _HostThread, job) -> None:
         """A host function returned on `worker`: schedule its end and free the thread."""
