@@ -302,3 +302,11 @@ def test_reuse_through_an_inserted_wait_is_safe_when_device_waits_time_out(dev):
         a.destroy(force=True)
         b.destroy(force=True)
         pool.destroy()
+
+
+def test_code_exec_runs_over_and_over_is_noted_once():
+    code = compile("x = 1", "<loop>", "exec")
+    scope: dict = {}
+    for _ in range(5000):
+        exec(code, scope)
+    assert len(shared_bytes._ran) < 100  # (each exec of the same code: two lookups, no entry)

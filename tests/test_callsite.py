@@ -9,7 +9,7 @@ from ascentrt.callsite import site_text, user_code_site, user_site
 def _both():
     """(the lazy site's text, the frame's own file:line) of the caller."""
     frame = sys._getframe(1)
-    return site_text(user_code_site(2)), f"{os.path.basename(__file__)}:{frame.f_lineno}"
+    return site_text(user_code_site(3)), f"{os.path.basename(__file__)}:{frame.f_lineno}"
 
 
 def test_a_lazy_site_names_the_line_the_frame_names_on_every_kind_of_line():
@@ -33,7 +33,8 @@ def test_a_lazy_site_names_the_line_the_frame_names_on_every_kind_of_line():
 def test_a_site_taken_from_inside_the_package_or_given_as_text_reads_as_it_is():
     assert site_text("?") == "?" and site_text("prog.py:3") == "prog.py:3"
     line = sys._getframe().f_lineno + 1
-    assert user_site(1) == f"{os.path.basename(__file__)}:{line}"
+    assert user_site(1) == f"{os.path.basename(__file__)}:{line}"  # (1: the caller itself)
+    assert site_text(user_code_site(1)) == f"{os.path.basename(__file__)}:{line + 1}"
 
 
 def test_equal_code_from_two_files_keeps_each_file_s_name():

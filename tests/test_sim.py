@@ -628,3 +628,20 @@ def test_ctrl_c_inside_a_simulation_step_is_raised_once_the_step_is_whole(stream
     stream.synchronize(timeout=5)  # and nothing was left half started
     assert stream.query()
     buf.free()
+
+
+def test_a_held_back_ctrl_c_is_raised_on_the_main_thread_only():
+    from ascentrt.backends.sim import TIMELINE
+    import threading
+    TIMELINE.interrupted = True
+    try:
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(TIMELINE.raise_interrupt()))
+        t.start()
+        t.join(10)
+        assert seen == [None] and TIMELINE.interrupted  # another thread's call goes on
+        with pytest.raises(KeyboardInterrupt):
+            TIMELINE.raise_interrupt()
+        assert not TIMELINE.interrupted
+    finally:
+        TIMELINE.interrupted = False

@@ -34,7 +34,7 @@ def user_code_site(depth: int = 2) -> Site:
     ascentrt itself): cheap to take, for sites kept in bulk; site_text() says it when shown.
     (A frame's f_lineno decodes the code's line table from its start on every read: most of the
     cost of noting a site.)"""
-    frame = user_frame(depth + 1)
+    frame = user_frame(depth)  # (depth as user_site counts it: 2 is the function calling it)
     return "?" if frame is None else (frame.f_code, frame.f_lasti)
 
 

@@ -358,8 +358,9 @@ def _in_words(exc: Exception) -> str:
     if isinstance(exc, PresetError):  # (the backends know no runtime codes: a bad argument's)
         return f"{exc} ({int(ErrorCode.INVALID_PARAM)} INVALID_PARAM)"
     if isinstance(exc, OSError):  # (a file the command was given: INVALID_FILE's code)
-        where = f"{exc.filename}: " if exc.filename else ""
-        return f"{where}{os_cause(exc)} ({int(ErrorCode.INVALID_FILE)} INVALID_FILE)"
+        if exc.filename:
+            return f"{exc.filename}: {os_cause(exc)} ({int(ErrorCode.INVALID_FILE)} INVALID_FILE)"
+        return os_cause(exc)
     return str(exc) or type(exc).__name__
 
 

@@ -91,13 +91,15 @@ class Context:
             if self in peers:
                 peers.remove(self)
         owned = self._owned_streams()
-        if wait:
-            settle(owned)
-        for s in owned:
-            try:
-                s.destroy(force=True)
-            except InvalidHandleError:
-                pass  # destroyed concurrently
+        try:
+            if wait:
+                settle(owned)
+        finally:  # (a Ctrl-C while it waits: the context is gone, so are its streams)
+            for s in owned:
+                try:
+                    s.destroy(force=True)
+                except InvalidHandleError:
+                    pass  # destroyed concurrently
         if _current.context is self:
             _current.context = None
 

@@ -110,8 +110,10 @@ def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None =
                 _check_buffer_arg(a, device)
                 task.resolve = kernel_views
     if reads is not None or writes is not None:  # checked even for a kernel without arguments
-        if type(reads) is not list or type(writes) is not list:  # (lists: the hot path's form)
-            reads, writes = _as_list(reads), _as_list(writes)
+        if type(reads) is not list:  # (lists, or None beside a list: the hot path's forms)
+            reads = () if reads is None else _as_list(reads)
+        if type(writes) is not list:
+            writes = () if writes is None else _as_list(writes)
         for group in (reads, writes):
             for b in group:
                 if not isinstance(b, _BUFFER_TYPES):
@@ -125,10 +127,10 @@ def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None =
 
 
 def _as_list(group: Any) -> Any:
-    """What a launch declares it reads or writes, as a list or tuple taken once (a generator
-    is read only once); a single buffer counts as one, None as none."""
-    if group is None or type(group) is list or type(group) is tuple:
-        return group or ()
+    """What a launch declares it reads or writes, as a tuple taken once (a generator is read
+    only once); a single buffer counts as one."""
+    if type(group) is tuple:
+        return group
     if isinstance(group, _BUFFER_TYPES):
         return (group,)
     try:

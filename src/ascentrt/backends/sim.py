@@ -201,6 +201,8 @@ class Timeline:
         ends = self.ends
         backends = self.backends
         while True:
+            if self.interrupted:  # (between events: a Ctrl-C held back is raised here)
+                self.raise_interrupt()
             for b in backends:
                 compute, copy, host = b.ready
                 if compute.count or copy.count or host.count:
@@ -303,22 +305,26 @@ class Timeline:
             self.raise_interrupt()
 
     def raise_interrupt(self) -> None:
-        """Raise the KeyboardInterrupt held back while a step ran (the step is whole now)."""
-        self.interrupted = False
-        raise KeyboardInterrupt
+        """Raise the KeyboardInterrupt held back while a step ran (the step is whole now), on
+        the main thread only: the one a Ctrl-C is for."""
+        if threading.current_thread() is threading.main_thread():
+            self.interrupted = False
+            raise KeyboardInterrupt
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
     """Ctrl-C: as Python's own handler, except while the main thread runs a step of the
     simulation (it has taken a task, or started one), which an exception would leave half
     done: the device would then wait for ever for a task nobody runs, or a kernel would fail
-    with the interrupt. The step ends, then the interrupt is raised."""
+    with the interrupt. The step ends (the next event boundary), then the interrupt is raised;
+    a second Ctrl-C before that is raised at once (a kernel that never returns)."""
     f = frame
-    while f is not None:
+    while f is not None and not TIMELINE.interrupted:  # (a second Ctrl-C: at once, as asked)
         if f.f_code in _STEP_CODES:
             TIMELINE.interrupted = True
             return
         f = f.f_back
+    TIMELINE.interrupted = False
     os_signal.default_int_handler(signum, frame)
 
 

@@ -30,13 +30,14 @@ _CODE_OF = {types.FunctionType: "__code__", types.GeneratorType: "gi_code",
             types.CoroutineType: "cr_code", types.AsyncGeneratorType: "ag_code"}
 # (exec makes no code: exec of a string compiles it first. It hands over the code it runs.)
 _NEW_CODE = frozenset({"compile", "marshal.load", "marshal.loads", "code.__new__"})
-_PRUNE_AT = 4096  # run code noted but not yet taken in, past which dead entries are dropped
+_PRUNE_AT = 4096  # code noted but not yet taken in, past which the dead entries are dropped
 
 _lock = threading.Lock()
 _held: dict[int, bytes] = {}   # id -> bytes a live code object holds (kept: ids stay unique)
 _state = {"stale": True, "hooked": False}
-_ran: list[weakref.ref] = []   # code exec / eval ran since the last check (the hook appends)
-_run: dict[int, weakref.ref] = {}  # id -> code exec / eval ran, while it lives
+_ran: dict[int, weakref.ref] = {}  # id -> code exec / eval ran since the last check (the hook
+                                   # adds, a check takes: single dict operations, atomic)
+_run: dict[int, weakref.ref] = {}  # id -> code exec / eval ran, taken in, while it lives
 
 
 def watch() -> None:
@@ -57,8 +58,8 @@ def interpreter_shares(obj: bytes) -> bool:
     with _lock:
         if _ran:
             codes = []
-            while _ran:  # (one pop at a time: the hook may append or prune meanwhile)
-                code = _ran.pop()()
+            while _ran:  # (one item at a time: the hook may add meanwhile)
+                code = _ran.popitem()[1]()
                 if code is not None:
                     codes.append(code)
             for code in codes:
@@ -83,9 +84,15 @@ def _on_audit(event: str, args: tuple) -> None:
     if event in _NEW_CODE:
         _state["stale"] = True
     elif event == "exec" and type(args[0]) is types.CodeType:
-        _ran.append(weakref.ref(args[0]))  # (taken in at the next check, under its lock)
+        code = args[0]
+        key = id(code)
+        for known in (_run.get(key), _ran.get(key)):
+            if known is not None and known() is code:
+                return  # (seen already: a loop that execs one code pays two lookups)
+        _ran[key] = weakref.ref(code)  # (taken in at the next check, under its lock)
         if len(_ran) > _PRUNE_AT:
-            _ran[:] = [r for r in _ran if r() is not None]
+            for dead in [k for k, r in list(_ran.items()) if r() is None]:
+                _ran.pop(dead, None)
 
 
 def _code_bytes() -> list[bytes]:
