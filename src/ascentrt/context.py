@@ -189,21 +189,28 @@ def release_primary(device, *, force: bool = False) -> int:
     return 0
 
 
+def wait_while_it_can_finish(stream, wait) -> AscentTimeoutError | None:
+    """Call wait(DRAIN_S) (a synchronize or a destroy of `stream`) again and again until it
+    returns (None), or until the stream is stuck: waiting, timed or not, for a record that
+    nothing queued will make, or in a cycle (then the timeout error of the last call)."""
+    while True:
+        try:
+            wait(DRAIN_S)
+            return None
+        except AscentTimeoutError as exc:
+            with ENGINE.lock:
+                if ENGINE.diagnose([stream], timed=True) is not None:
+                    return exc
+
+
 def settle(streams) -> None:
-    """Wait for the work of `streams` as long as it can finish, looking every DRAIN_S seconds
-    (a destroy loses nothing that would still run); a stream that is stuck (waiting, timed or
-    not, for a record that nothing queued will make, or in a cycle) is left to be discarded."""
+    """Wait for the work of `streams` as long as it can finish (a destroy loses nothing that
+    would still run); a stuck stream is left to be discarded."""
     for s in streams:
-        while True:
-            try:
-                synchronize_streams([s], DRAIN_S, "context destroy")
-                break
-            except AscentTimeoutError:
-                with ENGINE.lock:
-                    if ENGINE.diagnose([s], timed=True) is not None:
-                        break
-            except Exception:
-                break  # a destroy is not where task errors are reported
+        try:
+            wait_while_it_can_finish(s, lambda t, s=s: synchronize_streams([s], t, "context destroy"))
+        except Exception:
+            pass  # a destroy is not where task errors are reported
 
 
 def drain(contexts) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from .. import context
 from ..callback import forget_destroyed_streams
 from ..context import is_default_stream
-from ..engine import ENGINE, PRIORITY_LEVELS
-from ..errors import AscentTimeoutError, ErrorCode
+from ..engine import PRIORITY_LEVELS
+from ..errors import ErrorCode
 from ..stream import FailureMode, Stream
 from . import constants as C
 from ._api import EVENTS, STREAMS, api, fail, need_context, stream_of, timeout_ms
@@ -40,20 +40,12 @@ def _destroy(handle: int, force: bool) -> None:
 
 
 def _destroy_when_done(stream: Stream) -> None:
-    """Wait for the stream's work as long as it can finish, looking every context.DRAIN_S
-    seconds; once it is stuck (waiting for a record that nothing queued will make, or in a
-    cycle), fail with the synchronize timeout (507046) and leave the stream alive."""
-    while True:
-        try:
-            stream.destroy(timeout=context.DRAIN_S)
-            return
-        except AscentTimeoutError as exc:
-            with ENGINE.lock:
-                stuck = ENGINE.diagnose([stream], timed=True)  # (a timed wait for a record
-                # nothing queued will make only ends by failing: no reason to wait it out)
-            if stuck is not None:
-                raise fail(exc.code, f"{exc.message}; the stream is left alive: destroy_stream_force "
-                                     f"discards its work") from exc
+    """Wait for the stream's work as long as it can finish, then destroy it; once it is stuck,
+    fail with the synchronize timeout (507046) and leave the stream alive."""
+    stuck = context.wait_while_it_can_finish(stream, lambda t: stream.destroy(timeout=t))
+    if stuck is not None:
+        raise fail(stuck.code, f"{stuck.message}; the stream is left alive: destroy_stream_force "
+                               f"discards its work") from stuck
 
 
 @api("k")
