@@ -12,8 +12,8 @@ import numpy as _np
 
 from ..errors import ErrorCode as _ErrorCode, set_last_error as _set_last_error
 from ..memory import REGISTRY as _REGISTRY
+from ..memory.external import register_bytes as _register_bytes
 from ..memory.external import register_host as _register_host
-from ..memory.shared_bytes import interpreter_shares as _interpreter_shares
 from ..memory.shared_bytes import watch as _watch_code
 from ._api import AclTypeError as _AclTypeError
 
@@ -58,7 +58,7 @@ def bytes_to_ptr(*args: _Any) -> int:
     obj = args[0]
     if not isinstance(obj, bytes):
         raise ValueError("needs an byte as argument")
-    return _register_host(obj, writable=not _interpreter_shares(obj))
+    return _register_bytes(obj)
 
 
 def ptr_to_bytes(*args: _Any) -> bytes | None:

@@ -288,13 +288,9 @@ class Timeline:
             self.owed_ns = 0
         if self.ends or self.sharing or self.inflight or self.deadlines:
             self.run(until)
-        else:
-            for b in self.backends:
-                compute, copy, host = b.ready
-                if compute.count or copy.count or host.count:
-                    if not (len(self.backends) == 1 and b.run_alone(until)):
-                        self.run(until)
-                    break
+        elif self._any_ready():
+            if len(self.backends) != 1 or not self.backends[0].run_alone(until):
+                self.run(until)
         if self.now < until:
             self.now = until
         self.generation += 1
@@ -601,8 +597,7 @@ class SimBackend(CpuBackend):
             heapq.heappush(tl.ends, (end, next(tl.seq), self, q, t, units))
             return False
         tl.now = end
-        self.free_units += units
-        q.finish(t)
+        self.ended(q, t, units)
         return not tl._any_ready()
 
     def dispatch(self) -> None:
@@ -613,12 +608,14 @@ class SimBackend(CpuBackend):
             while True:
                 if self.free_units == self._units:  # all free: any task fits (no test per task)
                     t = q.take(None, True)
+                    if t is None:
+                        break
                     units = self._units_of(t)
                 else:
                     t = q.take(self._fits_compute, True)
+                    if t is None:
+                        break
                     units = self._last_units  # what _fits_compute found for the task it accepted
-                if t is None:
-                    break
                 self.free_units -= units
                 self._start(q, t, units)
                 if not (self.free_units and compute.count):
@@ -635,7 +632,7 @@ class SimBackend(CpuBackend):
         if host.count:
             q = self.queues[_HOST]
             while self.free_host and host.count:
-                t = q.take(_always, True)
+                t = q.take(None, True)
                 if t is None:
                     break
                 self.free_host -= 1
@@ -646,9 +643,7 @@ class SimBackend(CpuBackend):
         return min(declared, self._units) if declared else self._default_units
 
     def _units_of(self, t) -> int:
-        """The compute units `t` occupies (a memset occupies one; None: no task, none)."""
-        if t is None:
-            return 0
+        """The compute units `t` occupies (a memset occupies one)."""
         if t.kind == KERNEL:
             cost = t.cost
             return self._default_units if cost is None else self._block_dim(cost.block_dim)
@@ -858,9 +853,6 @@ class SimBackend(CpuBackend):
             if cost.link_bytes else 0.0
         return max(compute, memory, link) * 1e9, memory * 1e9
 
-
-def _always(t) -> bool:
-    return True
 
 
 class _NoneReady:

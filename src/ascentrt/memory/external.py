@@ -97,6 +97,17 @@ def register_host(obj: object, writable: bool | None = None) -> int:
         raise InvalidArgumentError(f"a {len(obj)}-byte bytes object the interpreter shares (a "
                                    f"constant of the code, or a cached or static object) cannot "
                                    f"be written into: use bytes(n) made at run time, or a bytearray")
+    return _register(obj, writable)
+
+
+def register_bytes(obj: bytes) -> int:
+    """Register a bytes object as pyACL's bytes_to_ptr does: copies may write into it unless
+    the interpreter shares it (then it is read-only); returns its address."""
+    return _register(obj, not interpreter_shares(obj))
+
+
+def _register(obj: object, writable: bool | None) -> int:
+    """register_host() once the writable check is done."""
     addr, nbytes = _address(obj)
     _prune()
     if nbytes == 0:
