@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -14,10 +14,15 @@ from .buffer import GRANULE, DeviceBuffer, check_size
 from . import leaks
 from .chunks import ArenaChunks
 from .links import Links
-from .pool import BlockPool
+from .pool import Block, BlockPool
 from .registry import REGISTRY
 
-_new_buffer = object.__new__
+# Final: a compiled build keeps these in C statics (no module-dict lookup per malloc) and
+# does GRANULE's arithmetic on native ints.
+_new_buffer: Final = object.__new__
+_DeviceBuffer: Final = DeviceBuffer
+_GRANULE: Final[int] = GRANULE
+_REGISTRY: Final = REGISTRY
 
 
 def check_stream(stream: Any, device: Any) -> None:
@@ -94,16 +99,18 @@ class DeviceAllocator:
         pool = self.pool
         if self.host_call is not None or pool is None:
             return self._malloc_slow(nbytes, stream)
-        block = pool.allocate(nbytes, stream)
-        addr = block.addr
-        size = (nbytes + GRANULE - 1) & -GRANULE
-        buf = _new_buffer(DeviceBuffer)  # (no __init__ call: the cheapest way to fill the slots)
-        buf.device, buf.addr, buf.nbytes, buf.requested = self.device, addr, size, nbytes
+        # Typed: a compiled build reads the block's fields natively (a stand-in for the pool,
+        # such as record_trace's recorder, hands out the pool's own blocks).
+        n: int = nbytes  # (checked: a compiled build does the size arithmetic on native ints)
+        block: Block = pool.allocate(n, stream)
+        size = (n + _GRANULE - 1) & -_GRANULE
+        buf = _new_buffer(_DeviceBuffer)  # (no __init__ call: the cheapest way to fill the slots)
+        buf.device, buf.addr, buf.nbytes, buf.requested = self.device, block.addr, size, n
         buf._mem = block.view if block.view_n == size else block.bytes(size)  # (view cached)
         buf._owner, buf._block = self, block
         block.buf = buf  # from here on its pointers resolve (through the chunk)
-        if REGISTRY.observers:
-            REGISTRY.allocated(buf)
+        if _REGISTRY.observers:
+            _REGISTRY.allocated(buf)
         if self.record_sites:
             leaks.note_site(buf)
         return buf
@@ -142,7 +149,7 @@ class DeviceAllocator:
             check_stream(stream, self.device)
         if self.host_call is not None:
             self.host_call("free")
-        block = buf._block
+        block: Block | None = buf._block
         if block is None:
             if self.live.pop(buf.addr, None) is not buf:
                 return  # freed meanwhile by another thread
@@ -152,8 +159,8 @@ class DeviceAllocator:
         else:
             if not self.pool.deallocate(block, stream, None, buf):  # (a block: the pool's)
                 return  # freed meanwhile by another thread
-        if REGISTRY.observers:
-            REGISTRY.freed(buf, stream)
+        if _REGISTRY.observers:
+            _REGISTRY.freed(buf, stream)
 
     def record_stream(self, buf: DeviceBuffer, stream: Any) -> None:
         """Mark `buf` as used on `stream`: its free then waits for that stream's work too."""
@@ -190,3 +197,4 @@ class DeviceAllocator:
         if self.pool is not None:
             self.pool.empty_cache()
         return len(bufs)
+

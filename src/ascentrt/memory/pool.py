@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import Any
+from typing import Any, Final
 
 from ..errors import ErrorCode, OutOfMemoryError
 from .chunks import CHUNK
 from .policy import ReusePolicy
 
-ALLOCATED, READY, PENDING, CACHED = "allocated", "free", "pending", "cached"
-CACHE_PER_SIZE = 8           # freed blocks kept unmerged per size, for exact-size reuse
-CACHE_BYTES = 64 << 20       # at most this many bytes kept unmerged
-MIN_SPLIT = 512              # a remainder smaller than this stays inside the block
-SMALL_LIMIT = 1 << 20        # requests up to 1 MiB share 2 MiB chunks; larger get their own
-MAX_CLASS_STEP = 512 << 10   # size classes above 8 MiB are 512 KiB apart
-OVERSIZE_SLACK = 20 << 20    # an unsplittable block serves a request at most this much smaller
+# Final: a compiled build inlines them instead of looking each up in the module per use.
+ALLOCATED: Final = "allocated"
+READY: Final = "free"
+PENDING: Final = "pending"
+CACHED: Final = "cached"
+CACHE_PER_SIZE: Final = 8           # freed blocks kept unmerged per size, for exact-size reuse
+CACHE_BYTES: Final = 64 << 20       # at most this many bytes kept unmerged
+MIN_SPLIT: Final = 512              # a remainder smaller than this stays inside the block
+SMALL_LIMIT: Final = 1 << 20        # requests up to 1 MiB share 2 MiB chunks; larger get their own
+MAX_CLASS_STEP: Final = 512 << 10   # size classes above 8 MiB are 512 KiB apart
+OVERSIZE_SLACK: Final = 20 << 20    # an unsplittable block serves a request at most this much smaller
 
 
 def size_class(nbytes: int, align: int = 64) -> int:
