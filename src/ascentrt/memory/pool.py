@@ -129,6 +129,8 @@ class BlockPool:
         self.busy_sets: list[set] | None = busy_sets
         self.name = name
         self._lock: Any = threading.RLock()  # reentrant only so an interrupted acquire can be undone
+        self._acquire: Any = self._lock.acquire  # bound once: the hot paths skip a method lookup
+        self._release: Any = self._lock.release
         self._chunks: dict[int, Any] = {}
         self._bins: dict[int, dict[Block, None]] = {}  # ready free blocks by size
         self._sizes: list[int] = []          # sorted sizes with a non-empty bin
@@ -169,7 +171,7 @@ class BlockPool:
                 self._classes[nbytes] = size
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
-            lock.acquire()
+            self._acquire()
             try:
                 block = None
                 if stream is not None:
@@ -204,7 +206,7 @@ class BlockPool:
                     self.peak_active = active
                 return block
             finally:
-                lock.release()
+                self._release()
         except BaseException:
             if lock._is_owned():  # interrupted between acquire and try
                 lock.release()
@@ -400,7 +402,7 @@ class BlockPool:
             waits = self.waits_for(block, stream)
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
-            lock.acquire()
+            self._acquire()
             try:
                 if buf is not None:
                     if block.buf is not buf:
@@ -433,7 +435,7 @@ class BlockPool:
                     self._park(block, stream if stream is not None else block.stream, waits)
                 return True
             finally:
-                lock.release()
+                self._release()
         except BaseException:
             if lock._is_owned():  # interrupted between acquire and try
                 lock.release()
