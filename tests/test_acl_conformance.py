@@ -1,12 +1,14 @@
 """ascentrt.acl against pyACL's conventions: every call with valid and invalid arguments, return codes
 as in the misuse matrix of the pyACL reference (§14)."""
 
+import inspect
 import json
 import threading
 
 import numpy as np
 import pytest
 
+import ascentrt
 import ascentrt.acl as acl
 from ascentrt import context
 from ascentrt.acl import constants as C
@@ -77,6 +79,26 @@ def test_parse_failure_message_names_the_function(rt):
 def test_keywords_are_not_accepted(rt):
     with pytest.raises(TypeError):
         rt.malloc(size=64, policy=0)
+    with pytest.raises(TypeError):
+        rt.malloc(a0=64, a1=0)  # (the generated call's own parameter names are not keywords either)
+
+
+@pytest.mark.parametrize("fn", RT_FUNCTIONS, ids=acl.rt.__all__)
+def test_too_few_arguments_is_the_parse_failure(fn):
+    if not hasattr(fn, "__acl_fmt__"):
+        return  # not a generated call
+    least = len(fn.__acl_fmt__) - sum(p.default is not inspect.Parameter.empty
+                                      for p in fn.__signature__.parameters.values())
+    if least == 0:
+        return
+    with pytest.raises(TypeError, match="args parse failed"):
+        fn(*([0] * (least - 1)))
+
+
+def test_numpy_ints_take_the_converting_path(rt):
+    ptr, ret = rt.malloc(np.int64(256), np.int32(0))
+    assert ret == 0 and type(ptr) is int
+    assert rt.free(np.uint64(ptr)) == 0
 
 
 def test_no_constants_are_exported_by_the_pyacl_namespaces():
@@ -572,6 +594,17 @@ def test_malloc_and_free_checks(rt):
     for alloc in (rt.malloc_cached, rt.malloc_align32):
         p, ret = alloc(64, 0)
         assert ret == 0 and rt.free(p) == 0
+
+
+def test_free_of_a_pointer_freed_and_reallocated_through_the_core(rt):
+    from ascentrt.acl import _memory
+    ptr, _ = rt.malloc(4096, 0)
+    ascentrt.free(ptr)                       # freed behind acl's back
+    again = ascentrt.malloc(4096)            # the pool hands the same block out again
+    assert again.addr == ptr
+    assert rt.free(ptr) == 0 and not again.alive  # found in the registry, not acl's stale record
+    assert ptr not in _memory._handed
+    assert rt.free(ptr) == C.ACL_ERROR_RT_MEMORY_FREE
 
 
 def test_malloc_needs_a_context():

@@ -77,6 +77,9 @@ def fail(code: int, message: str) -> AscentError:
     return AscentError(message, code=code)
 
 
+_MISSING = object()  # an argument not given (a generated call's parameter default)
+
+
 def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt",
         optional: int = 0) -> Callable[[Callable[..., Any]], AclFunction]:
     """Wrap a facade function: parse positional args by `fmt`, turn errors into return codes.
@@ -94,15 +97,21 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt",
     tests = []
     for i, c in enumerate(fmt):
         if c in "kKI":
-            tests.append(f"type(args[{i}]) is int")
+            tests.append(f"type(a{i}) is int")
         elif c in _RANGES:
             lo, hi = _RANGES[c]
-            tests.append(f"type(args[{i}]) is int and {lo} <= args[{i}] <= {hi}")
+            tests.append(f"type(a{i}) is int and {lo} <= a{i} <= {hi}")
         elif c != "O":
             tests.append("False")
         else:
             tests.append("")
-    clauses = [" and ".join([f"n == {n}"] + [t for t in tests[:n] if t]) for n in range(most, least - 1, -1)]
+    names = [f"a{i}" for i in range(most)]
+    if optional:  # (the count varies: the arguments come as a tuple, a{i} standing for args[i])
+        tests = [t.replace(f"a{i}", f"args[{i}]") for i, t in enumerate(tests)]
+        clauses = [" and ".join([f"n == {n}"] + [t for t in tests[:n] if t]) for n in range(most, least - 1, -1)]
+    else:  # a fixed count: named parameters (no tuple to index); more or fewer take the slow path
+        clauses = [" and ".join(["not rest"] + [f"a{i} is not _MISSING" for i, c in enumerate(fmt) if c == "O"]
+                                + [t for t in tests if t])]
     fast = " or ".join(f"({c})" for c in clauses if "False" not in c) or "False"
 
     def wrap(fn: Callable[..., Any]) -> AclFunction:
@@ -128,14 +137,27 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt",
         # is one inline expression instead of loops over the argument slots: a facade call is
         # a few hundred ns, and this halves what the wrapper adds.
         returned = "values, 0" if len(out) == 1 else "(*values, 0)" if out else "0"
-        source = f"""
+        if optional:
+            head = f"""
 def call(*args):
     n = len(args)
     if not ({fast}):
         args = parse_slow(args)
     try:
         values = fn(*args)
-    except AclTypeError:
+"""
+        else:
+            params = "".join(f"{a}=_MISSING, " for a in names) + ("/, " if names else "")
+            given = f"({', '.join(names)}{',' if most == 1 else ''})" if names else "()"
+            unpack = f"{', '.join(names)}{',' if most == 1 else ''} = " if names else ""
+            head = f"""
+def call({params}*rest):
+    if not ({fast}):
+        {unpack}parse_slow(tuple(a for a in {given} if a is not _MISSING) + rest)
+    try:
+        values = fn({', '.join(names)})
+"""
+        source = head + f"""    except AclTypeError:
         raise
     except AscentError as exc:
         return _failed(int(exc.code), str(exc), out)
@@ -144,6 +166,7 @@ def call(*args):
     return {returned}
 """
         scope: dict[str, Any] = {"fn": fn, "parse_slow": parse_slow, "out": out, "_failed": _failed,
+                                 "_MISSING": _MISSING,
                                  "AclTypeError": AclTypeError, "AscentError": AscentError,
                                  "ErrorCode": ErrorCode}
         # (named as generated code, which call sites and warnings skip like ascentrt's own; its

@@ -10,6 +10,7 @@ from ..copies import memcpy as _memcpy, memcpy2d as _memcpy2d
 from ..copies import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_async
 from ..copies import memset as _memset, memset_async as _memset_async
 from . import constants as C
+from ..context import current_context
 from ._api import api, fail, need_context, stream_of
 
 _MAX_2D_WIDTH, _MAX_2D_HEIGHT = 5_000_000, 5_242_880
@@ -24,13 +25,16 @@ _handed: dict[int, DeviceBuffer | HostBuffer] = {}
 @api("ki", out=(0,))
 def malloc(size: int, policy: int) -> int:
     """(dev_ptr, ret): device memory, 64-byte aligned, size rounded up to 32; any policy (aclrtMalloc)."""
-    if size <= 0:
-        raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
-    memory = need_context().device._memory
-    if size > memory.capacity:
-        raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed device "
-                                                   f"{memory.device.id}'s {memory.capacity}")
-    buf = memory.malloc(size)
+    memory = (current_context() or need_context()).device._memory  # (one call when there is one)
+    try:
+        buf = memory.malloc(size)
+    except InvalidArgumentError:  # (the core checks the size first: pyACL's codes for its refusals)
+        if size <= 0:
+            raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}") from None
+        if size > memory.capacity:
+            raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed device "
+                                                       f"{memory.device.id}'s {memory.capacity}") from None
+        raise
     ptr = buf.addr
     _handed[ptr] = buf
     return ptr
@@ -48,17 +52,22 @@ def malloc_align32(size: int, policy: int) -> int:
     return malloc.__wrapped__(size, policy)
 
 
-def _free(ptr: int, kind: str) -> None:
-    """Free the `kind` allocation starting at ptr: what malloc handed out is found in
-    _handed (the hot path), anything else in the registry; checked before it is claimed."""
-    alloc = _handed.get(ptr)
-    if alloc is None or alloc._mem is None:  # (not .alive: this is the hot path)
+def _free(ptr: int, kind: str, popped: DeviceBuffer | HostBuffer | None) -> None:
+    """Free the `kind` allocation starting at ptr, given what was popped from _handed for it
+    (what malloc handed out is claimed there: a racing free of the same pointer finds it
+    gone); anything else is found in the registry. A refused free leaves it handed out."""
+    alloc = popped
+    if alloc is not None and (alloc._mem is None or alloc.kind != kind):  # (not .alive: a call less)
+        if alloc._mem is not None:
+            _handed[ptr] = alloc  # another kind's: still handed out (a freed one is dropped)
+        alloc = None
+    claimed = alloc is not None
+    if alloc is None:
         if ptr == 0:
             raise fail(ErrorCode.INVALID_PARAM, "pointer is null")
         alloc = REGISTRY.find(ptr)
-    if alloc is None or alloc.addr != ptr or alloc.kind != kind:
-        raise fail(ErrorCode.RT_MEMORY_FREE, f"{ptr:#x} is not the start of a live {kind} allocation")
-    claimed = _handed.pop(ptr, None) is alloc  # (a racing free of the same pointer loses here)
+        if alloc is None or alloc.addr != ptr or alloc.kind != kind:
+            raise fail(ErrorCode.RT_MEMORY_FREE, f"{ptr:#x} is not the start of a live {kind} allocation")
     try:
         alloc.free()
     except BaseException:
@@ -70,7 +79,15 @@ def _free(ptr: int, kind: str) -> None:
 @api("k")
 def free(dev_ptr: int) -> None:
     """Free memory from malloc, at once (aclrtFree)."""
-    _free(dev_ptr, "device")
+    alloc = _handed.pop(dev_ptr, None)  # (its key is its start: no address test)
+    if alloc is None or alloc._mem is None or alloc.kind != "device":
+        _free(dev_ptr, "device", alloc)
+        return
+    try:  # (_free's last step, inline: the hot path saves a call)
+        alloc.free()
+    except BaseException:
+        _handed[dev_ptr] = alloc  # refused (live DLPack exports): still handed out
+        raise
 
 
 _PHYSICAL = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -91,7 +108,7 @@ def malloc_host(size: int) -> int:
 @api("k")
 def free_host(host_ptr: int) -> None:
     """Free memory from malloc_host (aclrtFreeHost)."""
-    _free(host_ptr, "host")
+    _free(host_ptr, "host", _handed.pop(host_ptr, None))
 
 
 def free_all_host() -> None:
