@@ -163,3 +163,37 @@ def test_thread_local_state_declares_its_defaults():
                  for i, line in enumerate(path.read_text().splitlines(), 1)
                  if "threading.local()" in line.split("#")[0]]
     assert offenders == []
+
+
+# Functions that import when called, each run once or off the hot paths (an import statement
+# costs a call ~0.5 us: `ascentrt.free` once paid that on every free). A new one must say why.
+LAZY_IMPORTS_ALLOWED = {
+    ("ascentrt", "_sanitize_from_env"), ("ascentrt", "_profile_from_env"),   # at import
+    ("ascentrt.acl", "_teardown"), ("ascentrt.acl", "get_cann_version"),     # finalize, rare
+    ("ascentrt.acl._api", "_tables"), ("ascentrt.acl._api", "sweep"),        # once; on resets
+    ("ascentrt.backends.sim", "_pump"),                                      # once per thread
+    ("ascentrt.context", "retain_primary"), ("ascentrt.context", "release_primary"),
+    ("ascentrt.context", "__init__"),                                        # set/reset device
+    ("ascentrt.errors", "warn_at_caller"),                                   # warnings only
+    ("ascentrt.graph.schedule", "run"),                                      # once per run
+    ("ascentrt.graph.taskgraph", "__init__"), ("ascentrt.graph.taskgraph", "add_kernel"),
+    ("ascentrt.graph.taskgraph", "schedule"), ("ascentrt.graph.taskgraph", "to_json"),
+    ("ascentrt.profiler.hostapi", "_probe_device_sync"), ("ascentrt.profiler.ranges", "__call__"),
+    ("ascentrt.profiler.recorder", "start"), ("ascentrt.profiler.session", "start_from_env"),
+    ("ascentrt.profiler.session", "_after_fork_in_child"),
+    ("ascentrt.profiler.session", "_stop_at_multiprocessing_exit"),
+    ("ascentrt.profiler.summary", "_switch_note"), ("ascentrt.profiler.summary", "print_summary"),
+}
+COMMAND_MODULES = {"ascentrt.cli", "ascentrt.demo", "ascentrt.calibrate", "ascentrt.whatif"}
+
+
+def test_no_function_imports_on_call_paths():
+    found = set()
+    for name, path in MODULES.items():
+        if name in COMMAND_MODULES:
+            continue  # commands run once per process
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if any(isinstance(node, (ast.Import, ast.ImportFrom)) for node in fn.body):
+                    found.add((name, fn.name))
+    assert found - LAZY_IMPORTS_ALLOWED == set(), "import at module level, or say why here"

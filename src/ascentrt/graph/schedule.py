@@ -14,7 +14,9 @@ import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from ..copies import memcpy_async, memset_async
 from ..errors import InvalidArgumentError
+from ..launch import launch, launch_host_func
 
 if TYPE_CHECKING:
     from ..event import Event
@@ -205,8 +207,6 @@ class Schedule:
 
 
 def _submit_node(node: Any, stream: Stream) -> None:
-    from ..launch import launch, launch_host_func
-    from ..copies import memcpy_async, memset_async
     if node.kind == "kernel":
         launch(node.fn, *node.args, stream=stream, name=node.name)
     elif node.kind == "copy":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError
 from .buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from .chunks import ArenaChunks, HostChunks
 from .host import malloc_host
@@ -36,7 +37,6 @@ def malloc(nbytes: int, device: Any = None, stream: Any = None) -> DeviceBuffer:
 
 def free(buffer: DeviceBuffer | HostBuffer | int) -> None:
     """Free a device or host buffer, or the live allocation at an int address."""
-    from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError
     if isinstance(buffer, (DeviceBuffer, HostBuffer)):
         buffer.free()
         return
