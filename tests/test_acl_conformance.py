@@ -610,6 +610,29 @@ def test_free_of_a_pointer_freed_and_reallocated_through_the_core(rt):
 def test_malloc_needs_a_context():
     released_without_device()
     assert acl.rt.malloc(64, 0) == (0, C.ACL_ERROR_RT_CONTEXT_NULL)
+    for bad in (0, -1, False):  # a bad size is reported first, context or not
+        assert acl.rt.malloc(bad, 0) == (0, C.ACL_ERROR_INVALID_PARAM)
+        assert acl.rt.malloc_cached(bad, 0) == (0, C.ACL_ERROR_INVALID_PARAM)
+
+
+def test_racing_acl_frees_of_one_pointer_exactly_one_succeeds(rt):
+    for _ in range(50):
+        ptr, _ = rt.malloc(4096, 0)
+        barrier = threading.Barrier(6)
+        codes = []
+
+        def free():
+            barrier.wait()
+            codes.append(rt.free(ptr))
+
+        threads = [threading.Thread(target=free) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(codes) == [0] + [C.ACL_ERROR_RT_MEMORY_FREE] * 5
+        from ascentrt.acl import _memory
+        assert ptr not in _memory._handed
 
 
 def test_memcpy_checks(rt):

@@ -183,6 +183,11 @@ LAZY_IMPORTS_ALLOWED = {
     ("ascentrt.profiler.session", "_after_fork_in_child"),
     ("ascentrt.profiler.session", "_stop_at_multiprocessing_exit"),
     ("ascentrt.profiler.summary", "_switch_note"), ("ascentrt.profiler.summary", "print_summary"),
+    ("ascentrt.acl._kernel", "_device_ranges"), ("ascentrt.memory.host", "host_pool"),  # once
+    ("ascentrt.hccl.mpi", "_mpi"),                                           # once (optional extra)
+    ("ascentrt.profiler.ranges", "mark"), ("ascentrt.profiler.ranges", "__init__"),  # on errors
+    ("ascentrt.profiler.recorder", "_api_error"),                            # on errors
+    ("ascentrt.context", "set_current_context"),  # device imports context: a context switch pays it
 }
 COMMAND_MODULES = {"ascentrt.cli", "ascentrt.demo", "ascentrt.calibrate", "ascentrt.whatif"}
 
@@ -194,6 +199,18 @@ def test_no_function_imports_on_call_paths():
             continue  # commands run once per process
         for fn in ast.walk(ast.parse(path.read_text())):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if any(isinstance(node, (ast.Import, ast.ImportFrom)) for node in fn.body):
+                if any(isinstance(node, (ast.Import, ast.ImportFrom)) for node in _own_nodes(fn)):
                     found.add((name, fn.name))
     assert found - LAZY_IMPORTS_ALLOWED == set(), "import at module level, or say why here"
+
+
+def _own_nodes(fn: ast.AST):
+    """The statements and expressions of a function, nested blocks included, not those of the
+    functions and classes defined inside it."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))

@@ -324,3 +324,78 @@ def test_matmul_kernel_on_device(stream, bufs):
                db.view(np.float32, (8, 4)), stream=stream)
     stream.synchronize(timeout=10)
     assert np.allclose(dc.numpy(np.float32, (16, 4)), a @ b, atol=1e-5)
+
+
+# ---- racing frees of one buffer: exactly one wins ---------------------------------------------
+
+def test_a_free_that_loses_the_race_inside_the_allocator_is_a_double_free():
+    buf = art.malloc(4096)
+    mem = buf._mem
+    assert buf._owner.release(buf) is True            # another thread's free, first
+    buf._mem = mem                                    # as if this free checked before it
+    with pytest.raises(art.InvalidHandleError) as info:
+        buf.free()
+    assert info.value.code == 207002
+
+
+def test_a_host_free_that_loses_the_race_is_a_double_free():
+    buf = art.malloc_host(4096)
+    mem = buf._mem
+    assert buf._release(buf) is True
+    buf._mem = mem
+    with pytest.raises(art.InvalidHandleError):
+        buf.free()
+
+
+@pytest.mark.parametrize("alloc", [art.malloc, art.malloc_host], ids=["device", "host"])
+def test_threads_freeing_one_buffer_exactly_one_succeeds(alloc):
+    for _ in range(50):
+        buf = alloc(4096)
+        barrier = threading.Barrier(6)
+        outcomes = []
+
+        def free():
+            barrier.wait()
+            try:
+                buf.free()
+                outcomes.append("freed")
+            except art.InvalidHandleError:
+                outcomes.append("double free")
+
+        threads = [threading.Thread(target=free) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["double free"] * 5 + ["freed"]
+
+
+def test_observers_see_frees_while_a_trace_records():
+    from ascentrt.memory import REGISTRY
+
+    class Seen:
+        def __init__(self):
+            self.events = []
+
+        def buffer_allocated(self, alloc):
+            self.events.append("alloc")
+
+        def buffer_freed(self, alloc, stream=None):
+            self.events.append("free")
+
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+    seen = Seen()
+    REGISTRY.observe(seen)
+    try:
+        with art.record_trace() as rec:
+            art.malloc(64).free()
+            buf = art.malloc(64)
+            buf.free()
+            with pytest.raises(art.InvalidHandleError):
+                buf.free()
+    finally:
+        REGISTRY.unobserve(seen)
+    assert seen.events == ["alloc", "free", "alloc", "free"]
+    assert [e[0] for e in rec.events] == ["alloc", "free", "alloc", "free"]

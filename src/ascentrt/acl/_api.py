@@ -105,7 +105,6 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt",
             tests.append("False")
         else:
             tests.append("")
-    names = [f"a{i}" for i in range(most)]
     if optional:  # (the count varies: the arguments come as a tuple, a{i} standing for args[i])
         tests = [t.replace(f"a{i}", f"args[{i}]") for i, t in enumerate(tests)]
         clauses = [" and ".join([f"n == {n}"] + [t for t in tests[:n] if t]) for n in range(most, least - 1, -1)]
@@ -146,16 +145,23 @@ def call(*args):
     try:
         values = fn(*args)
 """
-        else:
-            params = "".join(f"{a}=_MISSING, " for a in names) + ("/, " if names else "")
-            given = f"({', '.join(names)}{',' if most == 1 else ''})" if names else "()"
-            unpack = f"{', '.join(names)}{',' if most == 1 else ''} = " if names else ""
+        elif most:
+            names = ", ".join(f"a{i}" for i in range(most))
+            params = "".join(f"a{i}=_MISSING, " for i in range(most))
             head = f"""
-def call({params}*rest):
+def call({params}/, *rest):
     if not ({fast}):
-        {unpack}parse_slow(tuple(a for a in {given} if a is not _MISSING) + rest)
+        {names}, = parse_slow(tuple(a for a in ({names},) if a is not _MISSING) + rest)
     try:
-        values = fn({', '.join(names)})
+        values = fn({names})
+"""
+        else:
+            head = """
+def call(*rest):
+    if rest:
+        parse_slow(rest)
+    try:
+        values = fn()
 """
         source = head + f"""    except AclTypeError:
         raise

@@ -25,12 +25,12 @@ _handed: dict[int, DeviceBuffer | HostBuffer] = {}
 @api("ki", out=(0,))
 def malloc(size: int, policy: int) -> int:
     """(dev_ptr, ret): device memory, 64-byte aligned, size rounded up to 32; any policy (aclrtMalloc)."""
+    if size <= 0:  # (before the context: pyACL's code for size 0 even without one)
+        raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
     memory = (current_context() or need_context()).device._memory  # (one call when there is one)
     try:
         buf = memory.malloc(size)
-    except InvalidArgumentError:  # (the core checks the size first: pyACL's codes for its refusals)
-        if size <= 0:
-            raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}") from None
+    except InvalidArgumentError:  # (the core checks the size first: pyACL's code for its refusal)
         if size > memory.capacity:
             raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed device "
                                                        f"{memory.device.id}'s {memory.capacity}") from None
@@ -54,12 +54,13 @@ def malloc_align32(size: int, policy: int) -> int:
 
 def _free(ptr: int, kind: str, popped: DeviceBuffer | HostBuffer | None) -> None:
     """Free the `kind` allocation starting at ptr, given what was popped from _handed for it
-    (what malloc handed out is claimed there: a racing free of the same pointer finds it
-    gone); anything else is found in the registry. A refused free leaves it handed out."""
+    (what malloc handed out is claimed there; a racing free of the same pointer finds it in
+    the registry, and the core refuses one of the two); anything else is found in the
+    registry. A refused free leaves a live allocation handed out."""
     alloc = popped
     if alloc is not None and (alloc._mem is None or alloc.kind != kind):  # (not .alive: a call less)
-        if alloc._mem is not None:
-            _handed[ptr] = alloc  # another kind's: still handed out (a freed one is dropped)
+        if alloc._mem is not None:  # another kind's: still handed out (a freed one is dropped),
+            _handed.setdefault(ptr, alloc)  # unless a new allocation took its place meanwhile
         alloc = None
     claimed = alloc is not None
     if alloc is None:
@@ -71,7 +72,7 @@ def _free(ptr: int, kind: str, popped: DeviceBuffer | HostBuffer | None) -> None
     try:
         alloc.free()
     except BaseException:
-        if claimed:
+        if claimed and alloc._mem is not None:
             _handed[ptr] = alloc  # refused (live DLPack exports): still handed out
         raise
 
@@ -86,7 +87,8 @@ def free(dev_ptr: int) -> None:
     try:  # (_free's last step, inline: the hot path saves a call)
         alloc.free()
     except BaseException:
-        _handed[dev_ptr] = alloc  # refused (live DLPack exports): still handed out
+        if alloc._mem is not None:
+            _handed[dev_ptr] = alloc  # refused (live DLPack exports): still handed out
         raise
 
 

@@ -142,8 +142,9 @@ class DeviceAllocator:
             leaks.note_site(buf)
         return buf
 
-    def release(self, buf: DeviceBuffer, stream: Any = None) -> None:
-        """Free a buffer after `stream`'s work (None: after all queued work of the device)."""
+    def release(self, buf: DeviceBuffer, stream: Any = None) -> bool:
+        """Free a buffer after `stream`'s work (None: after all queued work of the device);
+        False when another thread freed it first."""
         if stream is not None and (stream.__class__ is not Links.stream_type
                                    or stream.device is not self.device):
             check_stream(stream, self.device)
@@ -152,15 +153,16 @@ class DeviceAllocator:
         block: Block | None = buf._block
         if block is None:
             if self.live.pop(buf.addr, None) is not buf:
-                return  # freed meanwhile by another thread
+                return False  # freed meanwhile by another thread
             REGISTRY.remove(buf)
             buf._mem = None
             self.arena.free(buf.addr - self.base)  # type: ignore[union-attr]  # no block: the plain arena's
         else:
             if not self.pool.deallocate(block, stream, None, buf):  # (a block: the pool's)
-                return  # freed meanwhile by another thread
+                return False  # freed meanwhile by another thread
         if _REGISTRY.observers:
             _REGISTRY.freed(buf, stream)
+        return True
 
     def record_stream(self, buf: DeviceBuffer, stream: Any) -> None:
         """Mark `buf` as used on `stream`: its free then waits for that stream's work too."""

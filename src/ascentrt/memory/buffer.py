@@ -243,7 +243,9 @@ class DeviceBuffer(_ByteRange):
                                      code=ErrorCode.RT_MEMORY_FREE)
         if _exports:
             check_no_exports(self)
-        self._owner.release(self, stream)
+        if not self._owner.release(self, stream):  # another thread's free got there first
+            raise InvalidHandleError(f"double free of device buffer at {self.addr:#x}",
+                                     code=ErrorCode.RT_MEMORY_FREE)
 
     def __repr__(self) -> str:
         state = "" if self.alive else ", freed"
@@ -289,7 +291,10 @@ class HostBuffer(_ByteRange):
                                      code=ErrorCode.RT_MEMORY_FREE)
         if _exports:
             check_no_exports(self)
-        if self._release(self) and REGISTRY.observers:
+        if not self._release(self):  # another thread's free got there first
+            raise InvalidHandleError(f"double free of host buffer at {self.addr:#x}",
+                                     code=ErrorCode.RT_MEMORY_FREE)
+        if REGISTRY.observers:
             REGISTRY.freed(self)
 
     def __repr__(self) -> str:

@@ -47,9 +47,12 @@ def _release(buf: HostBuffer) -> bool:
 
 
 def _release_unpooled(buf: HostBuffer) -> bool:
-    """Free a pinned buffer that has its own mapping (pool off)."""
+    """Free a pinned buffer that has its own mapping (pool off); False if already freed."""
+    with _state_lock:  # one of two racing frees claims it: its mapping is freed once
+        if buf._mem is None:
+            return False
+        buf._mem = None
     REGISTRY.remove(buf)
-    buf._mem = None
     Links.host_backend().free(buf._handle)
     return True
 

@@ -38,13 +38,16 @@ class TraceRecorder:
             self.events.append(("alloc", self._next, nbytes, getattr(stream, "id", None)))
         return block
 
-    def deallocate(self, block: Any, stream: Any = None, *rest: Any) -> None:
-        """Record the free, then free upstream."""
+    def deallocate(self, block: Any, stream: Any = None, *rest: Any) -> bool:
+        """Free upstream and record it; returns upstream's answer (False: not freed, not
+        recorded). Under the recorder's lock, so that a reuse of the block records after it."""
         with self._lock:
-            ident = self._ids.pop(block, None)
-            if ident is not None:
-                self.events.append(("free", ident, getattr(stream, "id", None)))
-        self.upstream.deallocate(block, stream, *rest)
+            freed = self.upstream.deallocate(block, stream, *rest)
+            if freed:
+                ident = self._ids.pop(block, None)
+                if ident is not None:
+                    self.events.append(("free", ident, getattr(stream, "id", None)))
+        return freed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.upstream, name)
