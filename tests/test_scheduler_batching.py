@@ -68,3 +68,35 @@ art.synchronize(timeout=20)
 print(order.index("low"), len(order))
 """, env={"ASCENTRT_COMPUTE_UNITS": "1"})
     assert out.strip() == "40 41"
+
+
+def test_a_launch_that_waited_for_the_engine_lock_gets_the_gil_handed_over():
+    # A holder of the engine lock that a launch waited for hands the GIL over as it lets the
+    # lock go (the launch would otherwise wait out the holder's switch interval).
+    import threading
+    import time
+
+    import ascentrt as art
+    from ascentrt.engine import ENGINE
+    from ascentrt.kernels import noop
+
+    stream = art.Stream()
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with ENGINE.lock:
+            held.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    threading.Timer(0.05, release.set).start()
+    t0 = time.perf_counter()
+    art.launch(noop, stream=stream)   # waits for the holder: marks the engine contended
+    waited = time.perf_counter() - t0
+    holder.join()
+    stream.synchronize(10)
+    assert waited >= 0.04
+    assert ENGINE.contended is False  # the launch's own release handed the GIL over
+    stream.destroy()

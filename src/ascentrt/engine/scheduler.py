@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 from .. import config
@@ -253,6 +254,11 @@ class Engine:
         self.lock = threading.RLock()
         self.devices: list[DeviceQueues] = []  # every device's queues, in device order
         self.active_sets: list[set] = []       # their `active` sets, for a cheap "anything busy?"
+        # Set by a submitting host or a worker that found the lock held and waited for it: the
+        # holder hands the GIL over as it lets the lock go. Without that the waiter, woken
+        # without the GIL, waits out the holder's switch interval (5 ms), and launches spread
+        # over many streams (a lock round trip per stream) fall into a convoy.
+        self.contended = False
         self.progress = 0          # tasks completed so far: a stalled device stops moving it
         self._deadlines: list = []  # heap of (deadline, seq, stream, task) for timed waits
         self._seq = itertools.count()
@@ -282,7 +288,9 @@ class Engine:
             Hooks.sanitizer.submitted(stream, task)
         lock = self.lock
         try:  # (cheaper than `with`, which costs ~0.1 us per launch here)
-            lock.acquire()
+            if not lock.acquire(False):
+                self.contended = True  # (see __init__)
+                lock.acquire()
             try:
                 if stream._refuse is not None:
                     raise stream._refusal()
@@ -310,6 +318,9 @@ class Engine:
                 return task_id
             finally:
                 lock.release()
+                if self.contended:
+                    self.contended = False
+                    _hand_over_gil()
         except BaseException:
             # Interrupted between the acquire and the try.
             if lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
@@ -654,6 +665,9 @@ class Engine:
             busy[ex] += 1
             _local.stream = s  # current_task() reads s._running: no per-task thread-local store
             lock.release()
+            if self.contended:
+                self.contended = False
+                _hand_over_gil()
             prof = Hooks.profiler
             failed = []
             done = 0
@@ -681,7 +695,9 @@ class Engine:
                         or levels[level] and now() - started >= SLICE_NS):
                     break
             _local.stream = None
-            lock.acquire()
+            if not lock.acquire(False):
+                self.contended = True
+                lock.acquire()
             self._batch_ended(dq, ex, s, batch, done, failed)
 
     def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int,
@@ -1020,6 +1036,11 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _hand_over_gil() -> None:
+    """Let a thread that waits for the GIL take it now (sleep(0) releases it)."""
+    time.sleep(0)
 
 
 def current_task() -> Task | None:
