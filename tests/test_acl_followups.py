@@ -232,6 +232,26 @@ def test_finalize_reports_device_and_pinned_memory_it_reclaims_in_one_warning():
     assert "acl.finalize()" in linecache.getline(leak.filename, leak.lineno)
 
 
+def test_finalize_goes_on_when_another_thread_freed_a_pinned_buffer_first():
+    from ascentrt.acl import _memory
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        acl._teardown()
+    acl._init_count[0] = 0
+    assert acl.init() == 0
+    first, _ = acl.rt.malloc_host(4096)
+    second, _ = acl.rt.malloc_host(4096)
+    raced = _memory._handed[first]
+    mem = raced._mem
+    assert raced._release(raced)   # another thread's free, between finalize's look and its free
+    raced._mem = mem
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert acl.finalize() == 0
+    assert second not in _memory._handed and first not in _memory._handed
+    context.set_current_context(None)
+
+
 def test_finalize_is_silent_with_the_leak_check_off(monkeypatch):
     monkeypatch.setenv("ASCENTRT_LEAK_CHECK", "off")
     assert _finalize_leaking() == []

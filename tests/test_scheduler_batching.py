@@ -93,10 +93,13 @@ def test_a_launch_that_waited_for_the_engine_lock_gets_the_gil_handed_over():
     held.wait(5)
     threading.Timer(0.05, release.set).start()
     t0 = time.perf_counter()
-    art.launch(noop, stream=stream)   # waits for the holder: marks the engine contended
+    seen = []
+    threading.Timer(0.02, lambda: seen.append(list(ENGINE.lock_waiters))).start()
+    art.launch(noop, stream=stream)   # waits for the holder, marked as a waiter meanwhile
     waited = time.perf_counter() - t0
     holder.join()
     stream.synchronize(10)
     assert waited >= 0.04
-    assert ENGINE.contended is False  # the launch's own release handed the GIL over
+    assert seen == [[None]]           # while it waited
+    assert ENGINE.lock_waiters == []  # its own mark is gone once it had the lock: never stale
     stream.destroy()

@@ -254,11 +254,12 @@ class Engine:
         self.lock = threading.RLock()
         self.devices: list[DeviceQueues] = []  # every device's queues, in device order
         self.active_sets: list[set] = []       # their `active` sets, for a cheap "anything busy?"
-        # Set by a submitting host or a worker that found the lock held and waited for it: the
-        # holder hands the GIL over as it lets the lock go. Without that the waiter, woken
-        # without the GIL, waits out the holder's switch interval (5 ms), and launches spread
-        # over many streams (a lock round trip per stream) fall into a convoy.
-        self.contended = False
+        # One entry per submitting host or worker blocked on the lock (appended and popped by
+        # the waiter itself: atomic list operations, never stale): the holder hands the GIL over
+        # as it lets the lock go. Without that the waiter, woken without the GIL, waits out the
+        # holder's switch interval (5 ms), and launches spread over many streams (a lock round
+        # trip per stream) fall into a convoy.
+        self.lock_waiters: list = []
         self.progress = 0          # tasks completed so far: a stalled device stops moving it
         self._deadlines: list = []  # heap of (deadline, seq, stream, task) for timed waits
         self._seq = itertools.count()
@@ -289,8 +290,12 @@ class Engine:
         lock = self.lock
         try:  # (cheaper than `with`, which costs ~0.1 us per launch here)
             if not lock.acquire(False):
-                self.contended = True  # (see __init__)
-                lock.acquire()
+                waiting = self.lock_waiters  # (see __init__)
+                waiting.append(None)
+                try:
+                    lock.acquire()
+                finally:
+                    waiting.pop()
             try:
                 if stream._refuse is not None:
                     raise stream._refusal()
@@ -318,8 +323,7 @@ class Engine:
                 return task_id
             finally:
                 lock.release()
-                if self.contended:
-                    self.contended = False
+                if self.lock_waiters:
                     _hand_over_gil()
         except BaseException:
             # Interrupted between the acquire and the try.
@@ -665,8 +669,7 @@ class Engine:
             busy[ex] += 1
             _local.stream = s  # current_task() reads s._running: no per-task thread-local store
             lock.release()
-            if self.contended:
-                self.contended = False
+            if self.lock_waiters:
                 _hand_over_gil()
             prof = Hooks.profiler
             failed = []
@@ -696,8 +699,12 @@ class Engine:
                     break
             _local.stream = None
             if not lock.acquire(False):
-                self.contended = True
-                lock.acquire()
+                waiting = self.lock_waiters
+                waiting.append(None)
+                try:
+                    lock.acquire()
+                finally:
+                    waiting.pop()
             self._batch_ended(dq, ex, s, batch, done, failed)
 
     def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int,
