@@ -290,12 +290,7 @@ class Engine:
         lock = self.lock
         try:  # (cheaper than `with`, which costs ~0.1 us per launch here)
             if not lock.acquire(False):
-                waiting = self.lock_waiters  # (see __init__)
-                waiting.append(None)
-                try:
-                    lock.acquire()
-                finally:
-                    waiting.pop()
+                self._wait_for_lock()
             try:
                 if stream._refuse is not None:
                     raise stream._refusal()
@@ -330,6 +325,16 @@ class Engine:
             if lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
                 lock.release()
             raise
+
+    def _wait_for_lock(self) -> None:
+        """Block until this thread holds the engine lock, marked as waiting meanwhile (see
+        lock_waiters: its holder then hands the GIL over as it lets go)."""
+        waiting = self.lock_waiters
+        waiting.append(None)
+        try:
+            self.lock.acquire()
+        finally:
+            waiting.pop()
 
     def _host_submits(self, stream, what: str) -> None:
         """On a virtual device: charge the host call, and wait while the stream's submission
@@ -699,12 +704,7 @@ class Engine:
                     break
             _local.stream = None
             if not lock.acquire(False):
-                waiting = self.lock_waiters
-                waiting.append(None)
-                try:
-                    lock.acquire()
-                finally:
-                    waiting.pop()
+                self._wait_for_lock()
             self._batch_ended(dq, ex, s, batch, done, failed)
 
     def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int,
