@@ -214,19 +214,7 @@ class ExecutorQueue:
         try:
             s = task.stream
             if s._cut is None and task.error is None and Hooks.profiler is None:
-                # What _batch_ended does for one task that succeeded, in one call (a simulator
-                # finishes every task alone).
-                self.dq.busy[self.executor] -= 1
-                s._running = None
-                s._completed += 1  # (_completed, inlined)
-                engine.progress += 1
-                if s._sync_waiters:
-                    engine._wake_synchronizers(s)
-                if s._tasks:
-                    engine._advance(s, self.executor)
-                else:
-                    s._active = False
-                    self.dq.active.discard(s)
+                engine._batch_succeeded(self.dq, self.executor, s, 1)
             elif s._cut is not None and task.id > s._cut:  # discarded before it ran: not counted twice
                 engine._batch_ended(self.dq, self.executor, s, [task], 0, ())
             else:
@@ -705,7 +693,26 @@ class Engine:
             _local.stream = None
             if not lock.acquire(False):
                 self._wait_for_lock()
-            self._batch_ended(dq, ex, s, batch, done, failed)
+            if done == len(batch) and not failed and s._cut is None and prof is None:
+                self._batch_succeeded(dq, ex, s, done)
+            else:
+                self._batch_ended(dq, ex, s, batch, done, failed)
+
+    def _batch_succeeded(self, dq: DeviceQueues, ex: int, s, done: int) -> None:
+        """_batch_ended for a batch whose `done` tasks all ran and succeeded, no profiler
+        recording (the common case, in one call: a worker ends one per stream it visits, a
+        simulator one per task)."""
+        dq.busy[ex] -= 1
+        s._running = None
+        s._completed += done  # (_completed, inlined)
+        self.progress += done
+        if s._sync_waiters:
+            self._wake_synchronizers(s)
+        if s._tasks:
+            self._advance(s, ex)
+        else:
+            s._active = False
+            dq.active.discard(s)
 
     def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int,
                      failed: list | tuple) -> None:
