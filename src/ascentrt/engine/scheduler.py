@@ -299,7 +299,9 @@ class Engine:
                     else:
                         # An idle stream's queue was empty, so `task` is its head: make it ready
                         # (what _advance would do, without its loop: many streams take this path).
-                        dq.ready[ex].push(stream)
+                        ready = dq.ready[ex]  # (its push, inlined: one call less per launch)
+                        ready.levels[stream.priority].append(stream)
+                        ready.count += 1
                         parked = dq.idle[ex]
                         if parked:
                             parked.pop().release()
