@@ -734,11 +734,7 @@ class Engine:
             else:
                 self._completed(s, len(rest))      # the stream stopped: they are discarded
         s._cut = None
-        if tasks:
-            self._advance(s, ex)
-        else:
-            s._active = False
-            s._dq.active.discard(s)
+        self._advance(s, ex)  # (with no task left, it marks the stream idle)
         prof = Hooks.profiler
         if prof is not None or infos:
             lock.release()

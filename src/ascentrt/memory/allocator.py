@@ -18,7 +18,7 @@ from .pool import Block, BlockPool
 from .registry import REGISTRY
 
 # Final: a compiled build keeps these in C statics (no module-dict lookup per malloc) and
-# does GRANULE's arithmetic on native ints.
+# does GRANULE's arithmetic on native ints. The module uses these names throughout.
 _new_buffer: Final = object.__new__
 _DeviceBuffer: Final = DeviceBuffer
 _GRANULE: Final[int] = GRANULE
@@ -77,7 +77,7 @@ class DeviceAllocator:
         if pool is not None:
             self.chunks = pool.upstream   # an explicit MemPool sharing the device's chunks
         elif config.get("ASCENTRT_MEM_POOL_ENABLE"):
-            self.chunks = ArenaChunks(capacity, base, mem, decommit, registry=REGISTRY)
+            self.chunks = ArenaChunks(capacity, base, mem, decommit, registry=_REGISTRY)
             self.pool = pool_from_config(self.chunks, f"device {device.id}", Links.busy_streams)
             upfront = config.get("ASCENTRT_MEM_POOL_SIZE")
             if upfront:
@@ -118,7 +118,7 @@ class DeviceAllocator:
     def _malloc_slow(self, nbytes: int, stream: Any) -> DeviceBuffer:
         """malloc() on a simulated device (host costs charged) or from the plain arena."""
         pool = self.pool
-        size = (nbytes + GRANULE - 1) & -GRANULE
+        size = (nbytes + _GRANULE - 1) & -_GRANULE
         if pool is not None:  # (with the pool on, only a simulated device's malloc comes here)
             host_call: Callable[[str], None] = self.host_call  # type: ignore[assignment]
             host_call("malloc")
@@ -135,9 +135,9 @@ class DeviceAllocator:
             buf = DeviceBuffer(self.device, self.base + off, size, nbytes,
                                self.mem[off:off + size], self)
             self.live[buf.addr] = buf
-            REGISTRY.add(buf)
-        if REGISTRY.observers:
-            REGISTRY.allocated(buf)
+            _REGISTRY.add(buf)
+        if _REGISTRY.observers:
+            _REGISTRY.allocated(buf)
         if self.record_sites:
             leaks.note_site(buf)
         return buf
@@ -154,7 +154,7 @@ class DeviceAllocator:
         if block is None:
             if self.live.pop(buf.addr, None) is not buf:
                 return False  # freed meanwhile by another thread
-            REGISTRY.remove(buf)
+            _REGISTRY.remove(buf)
             buf._mem = None
             self.arena.free(buf.addr - self.base)  # type: ignore[union-attr]  # no block: the plain arena's
         else:
@@ -172,8 +172,8 @@ class DeviceAllocator:
         buf._bytes()  # raises if freed
         if buf._block is not None:
             self.pool.record_stream(buf._block, stream)  # (a block: the pool's)
-        if REGISTRY.observers:
-            REGISTRY.used_on(buf, stream)
+        if _REGISTRY.observers:
+            _REGISTRY.used_on(buf, stream)
 
     def used_bytes(self) -> int:
         """Bytes held by live buffers (block sizes)."""
@@ -199,4 +199,3 @@ class DeviceAllocator:
         if self.pool is not None:
             self.pool.empty_cache()
         return len(bufs)
-
