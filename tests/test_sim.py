@@ -564,11 +564,86 @@ def test_kernels_share_the_processors_of_a_cpu_backend_model(procs):
         assert abs(shortest - (1e6 + dispatch)) <= 2
 
 
+CROWD = textwrap.dedent("""
+    import sys, ascentrt as art
+    dev = art.Device(0)
+    n = 16 << 20
+    a, b = art.malloc(n), art.malloc(n)
+    streams = [dev.create_stream() for _ in range(3)]
+    with art.profile() as prof:
+        if sys.argv[1] == "kernels":   # three kernels of 1 ms at once
+            for s in streams:
+                art.launch(lambda: None, stream=s, cost=1e-3)
+        else:                          # a kernel of 1 ms beside a D2D copy (1 ms on its engine)
+            art.launch(lambda: None, stream=streams[0], cost=1e-3)
+            art.memcpy_async(b, a, stream=streams[1])
+        dev.synchronize()
+    ts = [t for t in prof.snapshot().tasks if t.kind in ("kernel", "copy")]
+    print(min(t.start_ns for t in ts), max(t.start_ns for t in ts), max(t.end_ns for t in ts),
+          min(t.duration_ns for t in ts), dev._backend.preset.dispatch_ns)
+""")
+
+
+@pytest.mark.parametrize("crowded", [0, 1])
+def test_more_tasks_than_processors_get_what_the_crowded_processors_deliver(crowded):
+    # Two processors: three kernels at once share them (2/3 of a processor each); a preset
+    # measured as losing speed when crowded (crowded_processors 1) gets only one in all.
+    vary = {"shared_processors": 2, "crowded_processors": crowded, "default_block_dim": 1}
+    r = _run_sim(CROWD, "kernels", env_extra={"ASCENTRT_SIM_VARY": json.dumps(vary)})
+    assert r.returncode == 0, r.stderr
+    first, last, end, _, dispatch = (float(v) for v in r.stdout.split())
+    work = 3e6 / (crowded or 2)  # ns of all three kernels' work over the processors' rate
+    assert abs(end - (first + work + dispatch)) <= 2 * (last - first) + 3
+
+
+@pytest.mark.parametrize("procs", [0, 1])
+def test_on_shared_processors_a_copy_needs_one_too(procs):
+    # The copy takes 1 ms on its engine (16 MiB at copy_engine_bandwidth). On one shared
+    # processor the kernel and the copy share it (it never idles: 2 ms); without sharing
+    # each runs at its own rate.
+    vary = {"shared_processors": procs, "default_block_dim": 1,
+            "copy_engine_bandwidth": (16 << 20) / 1e-3}
+    r = _run_sim(CROWD, "copy", env_extra={"ASCENTRT_SIM_VARY": json.dumps(vary)})
+    assert r.returncode == 0, r.stderr
+    first, last, end, shortest, dispatch = (float(v) for v in r.stdout.split())
+    if procs:
+        assert abs(end - (first + 2e6 + dispatch)) <= (last - first) + 3
+    else:
+        assert abs(end - (last + 1e6 + dispatch)) <= 3
+        assert abs(shortest - (1e6 + dispatch)) <= 2
+
+
+@sim_only
+def test_a_d2d_copy_moves_at_most_its_engines_bandwidth(stream):
+    # 910B's engines are limited by the memory alone (2 x n / memory_bandwidth); with a slower
+    # copy engine declared, a copy takes its bytes over that engine's rate.
+    n = 32 << 20
+    a, b = art.malloc(n), art.malloc(n)
+    backend = stream.device._backend
+    p = backend.preset
+    with art.profile() as prof:
+        art.memcpy_async(b, a, stream=stream)
+        stream.synchronize()
+    (fast,) = _tasks(prof, "copy")
+    assert abs(fast.duration_ns - (2 * n / p.memory_bandwidth * 1e9 + p.dispatch_ns)) <= 2
+    backend.preset = p.varied({"copy_engine_bandwidth": 10e9})
+    try:
+        with art.profile() as prof:
+            art.memcpy_async(b, a, stream=stream)
+            stream.synchronize()
+    finally:
+        backend.preset = p
+    (slow,) = _tasks(prof, "copy")
+    assert abs(slow.duration_ns - (n / 10e9 * 1e9 + p.dispatch_ns)) <= 2
+    a.free(), b.free()
+
+
 def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     path = _write_preset(tmp_path, shared_processors=None, default_block_dim=None,
-                         unified_memory=None)
+                         unified_memory=None, copy_engine_bandwidth=None, crowded_processors=None)
     p = presets.load(path)
-    assert (p.shared_processors, p.default_block_dim, p.unified_memory) == (0, 0, 0)
+    assert (p.shared_processors, p.default_block_dim, p.unified_memory, p.copy_engine_bandwidth,
+            p.crowded_processors) == (0, 0, 0, 0, 0)
     assert all(p.sources[f][0] == "documented" for f in presets.DEFAULTS)
 
 

@@ -1,7 +1,12 @@
 """`ascentrt calibrate`: measure this machine's cpu backend and write a preset (`calibrated`)
-with which the simulated NPU predicts it: copy bandwidths and latency, the compute rate of the
-demo's kernel, launch, record, synchronize, query, pool and host-function costs, and how many
-processors its concurrent tasks really share (the cores its threads run on).
+with which the simulated NPU predicts it: copy bandwidths and latency, one copy thread's rate
+and the memory's under two, the compute rate of the demo's kernel, launch, record,
+synchronize, query, pool and host-function costs, and how many processors its concurrent
+tasks really share (the cores its threads run on), two at once and three.
+
+Each figure is measured the way programs meet it (a large copy alone on its stream, kernels
+along a chain of buffers): this machine's caches make the same work up to about twice as fast
+when its data was just used.
 
 Runs in a process whose devices are cpu devices; each figure is the median of several runs.
 """
@@ -60,6 +65,58 @@ def _shared_processors(dev, s, x) -> float:
     return min(float(os.cpu_count() or 1), max(1.0, 2 * alone / together))
 
 
+def _memory_bandwidth(dev, s, dbuf, dbuf2, host, n: int) -> float:
+    """The memory's rate with two copy threads at work: an H2D and a D2H copy of `n` bytes at
+    once on two streams, 4 each; bytes read and written per second (each copy reads and writes
+    n: this machine's memory holds both ends)."""
+    import ascentrt as art
+    other = dev.create_stream()
+    out = art.malloc_host(n)
+
+    def both() -> None:
+        for _ in range(4):
+            art.memcpy_async(dbuf, host, stream=s)
+            art.memcpy_async(out, dbuf2, stream=other)
+        s.synchronize()
+        other.synchronize()
+    both()
+    rate = 4 * 4 * n / (_median_ns(both) / 1e9)
+    out.free()
+    other.destroy()
+    return rate
+
+
+_CHAIN = 8  # buffers of 12 MiB: a kernel's output was last touched 7 kernels before
+
+
+def _crowded_processors(dev, s, x, shared: float) -> float:
+    """What the cpu backend's processors deliver in all to three tasks at once on its two
+    cores (its two compute threads and its host-function thread): the core-bound work of
+    _shared_processors alone and three at once on three streams, 3 x alone / together (at most
+    `shared`)."""
+    import ascentrt as art
+    streams = [s, dev.create_stream(), dev.create_stream()]
+    work = [(x[i << 20:(i + 1) << 20].view(np.float64), x[(i + 3) << 20:(i + 4) << 20].view(np.float64))
+            for i in range(2)]
+    host_src, host_out = np.full(1 << 17, 2.0), np.empty(1 << 17)
+
+    def run(n: int) -> None:
+        for i in range(n):
+            if i < 2:
+                out, src = work[i]
+                art.launch(_in_cache, out, src, 16, stream=streams[i])
+            else:  # (a host function's arguments are its own: host arrays of the same size)
+                art.launch_host_func(_in_cache, host_out, host_src, 16, stream=streams[i])
+        for stream in streams[:n]:
+            stream.synchronize()
+    run(3)
+    alone = _median_ns(lambda: run(1))
+    together = _median_ns(lambda: run(3))
+    for stream in streams[1:]:
+        stream.destroy()
+    return min(shared, max(1.0, 3 * alone / together))
+
+
 def measure() -> dict:
     """{field: (value, how it was measured)} for the fields the cpu backend determines."""
     import ascentrt as art
@@ -78,40 +135,59 @@ def measure() -> dict:
             art.memcpy_async(dst, src, nbytes, stream=s)
         s.synchronize()
 
-    # Copies queued back to back, as a pipeline has them: the time of one on the device, not
-    # the host's wake-up after a synchronize (that is the host's cost, not the link's).
+    elements = 3 << 19
+    # A chain: each kernel reads what the one before wrote (still in the cache, as in a
+    # pipeline's compute stage after its copy, or a graph's chain) and writes a buffer not
+    # touched for several kernels (out of the cache, as a fresh output is).
+    chain = [art.malloc(elements * 8) for _ in range(_CHAIN)]
+    chain[0].numpy(np.float64)[:] = 2.0
+    x = chain[0]
+
+    def kernel():
+        for i in range(_CHAIN):
+            art.launch(transform, chain[(i + 1) % _CHAIN].view(np.float64),
+                       chain[i].view(np.float64), stream=s)
+        s.synchronize()
+
+    # The large copy alone on its stream (then a synchronize), as a copy benchmark or a
+    # one-stream pipeline runs it: a copy thread that starts from idle moves bytes ~30% slower
+    # here than one kept busy by copies queued back to back. The small ones back to back: the
+    # fixed cost of a copy on the device, not the host's wake-up after a synchronize.
+    # Each measured on its own, after a run of the same (not in turns with the others: that
+    # would leave each the others' data in the cache, not its own, as programs have).
     copy(dbuf, host)  # first touch
-    big = _median_ns(lambda: copy(dbuf, host, count=4)) / 4
+    big = _median_ns(lambda: copy(dbuf, host), 9)
     small = _median_ns(lambda: copy(dbuf, host, 4096, count=200), 15) / 200
     bw = (n - 4096) / (max(1.0, big - small) / 1e9)
-    out["host_link_bandwidth"] = (bw, "pinned H2D memcpy_async: 64 MiB against 4 KiB copies, "
-                                      "each queued back to back on one stream")
+    out["host_link_bandwidth"] = (bw, "pinned H2D memcpy_async: 64 MiB alone on a stream "
+                                      "against 4 KiB copies queued back to back")
     out["host_link_latency_ns"] = (max(0.0, small - 4096 / bw * 1e9),
                                    "a 4 KiB pinned copy (200 queued back to back), minus its "
                                    "bytes over the bandwidth")
     out["pageable_bandwidth"] = (n / (_median_ns(lambda: copy(dbuf, pageable)) / 1e9),
                                  "pageable H2D memcpy_async of 64 MiB (synchronous)")
+    copy(dbuf2, dbuf)
     d2d = n / (_median_ns(lambda: copy(dbuf2, dbuf, count=4)) / 4 / 1e9)
-    out["memory_bandwidth"] = (2 * d2d, "twice the D2D copy rate of 64 MiB (read + write; 4 "
-                                        "queued back to back)")
+    out["copy_engine_bandwidth"] = (d2d, "the D2D copy rate of 64 MiB (4 queued back to back "
+                                         "on one stream: one copy thread)")
+    out["memory_bandwidth"] = (_memory_bandwidth(dev, s, dbuf, dbuf2, host, n),
+                               "the bytes read and written by an H2D and a D2H copy of 64 MiB "
+                               "at once on two streams (two copy threads), per second")
     out["peer_link_bandwidth"] = (d2d, "the D2D copy rate: a peer copy is the same memmove here")
     out["peer_link_latency_ns"] = (out["host_link_latency_ns"][0], "as the host link's: the fixed "
                                    "cost of one copy task")
-    elements = 3 << 19
-    x, y = art.malloc(elements * 8), art.malloc(elements * 8)
-
-    def kernel():
-        for _ in range(4):
-            art.launch(transform, y.view(np.float64), x.view(np.float64), stream=s)
-        s.synchronize()
-
     kernel()
-    rate = 4 * elements / (_median_ns(kernel) / 1e9)
-    out["compute_flops_per_unit"] = (rate, "the demo's transform (one flop per element), 4 "
-                                           "queued on one stream: one compute thread runs them")
+    rate = _CHAIN * elements / (_median_ns(kernel, 9) / 1e9)
+    out["compute_flops_per_unit"] = (rate, f"the demo's transform (one flop per element) along "
+                                           f"a chain of {_CHAIN} buffers of 12 MiB, each "
+                                           f"kernel reading the last one's output, queued on "
+                                           f"one stream: one compute thread runs them")
     out["shared_processors"] = (_shared_processors(dev, s, x),
                                 "two core-bound kernels alone and at once on two streams: "
                                 "2 x alone / together")
+    out["crowded_processors"] = (_crowded_processors(dev, s, x, out["shared_processors"][0]),
+                                 "three core-bound tasks (two kernels and a host function) "
+                                 "alone and at once on three streams: 3 x alone / together")
     count = 20000
     launch_ns = _median_ns(lambda: [art.launch(art.kernels.noop, stream=s) for _ in range(count)], 5) / count
     s.synchronize()
@@ -153,7 +229,8 @@ def measure() -> dict:
 
     out["host_func_ns"] = (max(0.0, _median_ns(host_funcs, 5) / 200 - launch_ns),
                            "no-op host functions per task, minus the launch cost")
-    for b in (host, dbuf, dbuf2, x, y):
+    host.free()
+    for b in (dbuf, dbuf2, *chain):
         b.free()
     s.destroy()
     fixed = {

@@ -15,7 +15,7 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
   - Running tasks share what they use, with max-min fair rates (a fluid model): a task that
     moves memory needs its share of the memory bandwidth at its full rate, and on a preset
     with shared_processors (a model of a cpu backend, whose engines are threads on a few
-    cores) each running kernel or host function needs one of that many processors. So a
+    cores) each running task needs one of that many processors. So a
     task's end moves whenever another one starts or ends. Its fixed latencies (dispatch, an
     event's release) come after its shared work; a replayed graph's segment runs at its full
     rate (its nodes' times are fixed as they run).
@@ -374,6 +374,9 @@ class SimBackend(CpuBackend):
         self._host_threads: list[_HostThread] = []   # idle ones, started on first use
         self._name = name
         self.processors = p.shared_processors  # 0: engines are hardware of their own
+        # More tasks than whole processors: they deliver crowded_processors in all.
+        self._crowd_at = math.ceil(p.shared_processors)
+        self._crowded = p.crowded_processors or p.shared_processors
         self._units = p.compute_units
         self._default_units = p.default_block_dim or p.compute_units
         self._dispatch_ns = int(p.dispatch_ns)
@@ -465,6 +468,8 @@ class SimBackend(CpuBackend):
             ns = nbytes / (p.memory_bandwidth if on_device else p.pageable_bandwidth) * 1e9
             if on_device or p.unified_memory:
                 mem = nbytes / p.memory_bandwidth * 1e9
+            if on_device and p.copy_engine_bandwidth:  # (an engine writes as fast as it copies)
+                ns = max(ns, nbytes / p.copy_engine_bandwidth * 1e9)
         took = int(ns)
         frames = tl.local.frames
         frame = frames[-1] if frames else None
@@ -725,8 +730,9 @@ class SimBackend(CpuBackend):
         if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
             fixed += max(0, t.released_ns + self._event_latency_ns - start)
         t.t_start = start
-        computes = t.kind == KERNEL or t.kind == HOST  # (a copy or fill is DMA: no processor)
-        if work and not frame.offset and (frame.mem or self.processors and computes):
+        # On shared processors every engine is a thread: copies and fills need one too.
+        computes = bool(self.processors)
+        if work and not frame.offset and (frame.mem or computes):
             # It shares memory bandwidth or processors: its end moves with the others'. (Not a
             # graph segment or a host function whose nested operations took time: their nodes'
             # times were fixed at full rate as they ran.)
@@ -743,8 +749,8 @@ class SimBackend(CpuBackend):
     # ---- sharing (the timeline lock is held) -------------------------------------------------
     # A running task that moves memory needs `demand` of the memory bandwidth at its full rate
     # (its bytes over the bandwidth, per ns of its duration); on a preset with shared_processors
-    # each running kernel or host function needs one processor at its full rate (copies and
-    # fills are DMA work: their time is the memory's). Rates are max-min fair (every task's
+    # each running task (a kernel, copy, fill or host function: every engine is a thread
+    # there) needs one processor at its full rate. Rates are max-min fair (every task's
     # rate rises alike until a resource it uses is full, as in a fluid network model);
     # `sharing` holds [work ns left at full rate, fixed ns after it, queue, task, units,
     # demand, rate, uses a processor] and is brought up to date (_settle) whenever it changes.
@@ -761,6 +767,8 @@ class SimBackend(CpuBackend):
         """Give the sharing tasks their max-min fair rates (progressive filling)."""
         entries = self.sharing
         procs = self.processors
+        if procs and sum(e[7] for e in entries) > self._crowd_at:
+            procs = self._crowded
         for entry in entries:
             entry[6] = 0.0
         rising = list(entries)
@@ -819,7 +827,9 @@ class SimBackend(CpuBackend):
             device_of = self.timeline.device_of
             if device_of(dst) != device_of(src):  # a peer copy: over the link between the two
                 return p.peer_link_latency_ns + nbytes / p.peer_link_bandwidth * 1e9, mem
-            return 2 * mem, 2 * mem  # read and written once each
+            # Read and written once each; one engine moves at most copy_engine_bandwidth.
+            engine = p.copy_engine_bandwidth
+            return (2 * mem if not engine else max(2 * mem, nbytes / engine * 1e9)), 2 * mem
         host = src if direction == H2D else dst
         bw = p.host_link_bandwidth if self.timeline.where(host) == "pinned" else p.pageable_bandwidth
         return p.host_link_latency_ns + nbytes / bw * 1e9, mem * (2 if p.unified_memory else 1)

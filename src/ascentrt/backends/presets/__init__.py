@@ -34,6 +34,9 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "copy_engines_d2d": (int, 1, "", "copy engines for device-to-device copies"),
     "memory_bytes": (int, 1, "B", "device memory capacity"),
     "memory_bandwidth": (float, 1, "B/s", "device memory bandwidth (D2D copies read and write it)"),
+    "copy_engine_bandwidth": (float, 0, "B/s", "bytes per second one copy engine moves within "
+                              "device memory (a D2D copy or a fill) when nothing else runs (0: "
+                              "half the memory bandwidth, a copy reading and writing it once)"),
     "host_link_bandwidth": (float, 1, "B/s", "host link bandwidth per direction, pinned memory"),
     "pageable_bandwidth": (float, 1, "B/s", "copies from or to pageable memory (staged by the host)"),
     "host_link_latency_ns": (float, 0, "ns", "latency of one copy over the host link"),
@@ -56,9 +59,14 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "max_events": (int, 1, "", "events a device can have at once"),
     "default_block_dim": (int, 0, "", "compute units a kernel occupies when it declares no "
                           "block_dim (0: all of them)"),
-    "shared_processors": (float, 0, "", "processors that run every task's work (a cpu "
-                          "backend's cores, fractional where they are not all free): more "
+    "shared_processors": (float, 0, "", "processors that run every task's work, kernels', "
+                          "copies' and host functions' (a cpu backend's cores, whose engines "
+                          "are threads; fractional where they are not all free): more "
                           "concurrent tasks share them equally (0: each engine is hardware of its own)"),
+    "crowded_processors": (float, 0, "", "what the shared processors still deliver in all "
+                           "once more tasks run than there are processors (a cpu backend's "
+                           "threads are time-sliced then, and wait for the interpreter lock a "
+                           "preempted one holds; 0: shared_processors, no loss)"),
     "unified_memory": (int, 0, "", "1: host memory is the device's memory (a cpu backend): a "
                        "host copy moves its bytes through that memory's bandwidth at both ends"),
 }
@@ -66,7 +74,10 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
 # Fields a preset file may leave out: (value, why it keeps the model of older preset files).
 DEFAULTS: dict[str, tuple[float, str]] = {
     "default_block_dim": (0, "not in the file: a kernel without block_dim occupies every compute unit"),
+    "copy_engine_bandwidth": (0.0, "not in the file: a D2D copy reads and writes the memory at "
+                              "its full bandwidth"),
     "shared_processors": (0.0, "not in the file: engines are independent hardware (no sharing)"),
+    "crowded_processors": (0.0, "not in the file: as shared_processors (no loss when crowded)"),
     "unified_memory": (0, "not in the file: host and device memory are apart"),
 }
 
