@@ -71,6 +71,16 @@ def test_this_process_runs_the_build_unless_told_to_keep_to_the_source():
     assert accel.compiled() == wanted
 
 
+def test_only_the_compiled_pool_takes_its_cache_paths_without_the_lock():
+    from ascentrt.memory import pool
+    compiled = "ascentrt.memory.pool" in accel.compiled()
+    assert pool.ATOMIC == compiled
+    lock = pool.BlockPool(None)._lock
+    # From source the lock is reentrant (an interrupted acquire can be undone); compiled, a
+    # plain lock, whose holder the lock-free paths can see.
+    assert hasattr(lock, "_is_owned") is not compiled
+
+
 def test_one_build_older_than_its_source_keeps_every_compiled_module_to_source(tmp_path, monkeypatch):
     # The modules are built together and call each other natively: an edit of one must not
     # leave the others' compiled code (which holds the old one inside) running.

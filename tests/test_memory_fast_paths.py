@@ -124,6 +124,33 @@ def test_concurrent_malloc_and_free_from_8_threads_keep_the_statistics_exact(dev
     assert made == after["num_frees"] - before["num_frees"] > 8 * 200
 
 
+@pytest.mark.parametrize("on_stream", [False, True])
+def test_cached_malloc_and_free_wait_while_another_thread_holds_the_pool(dev, on_stream):
+    # Compiled, the exact-size cache paths take no lock (pool.ATOMIC): they must still stay
+    # out while any thread is inside the pool's lock (a statistics reader, a slow path), as
+    # the locking paths of the source do.
+    stream = dev.create_stream() if on_stream else None
+    art.malloc(1 << 20, stream=stream).free(stream)  # the size is in the cache now
+    pool = dev._memory.pool
+    before = (pool.allocated, pool.n_allocs, pool.n_frees)
+    done = threading.Event()
+
+    def cycle():
+        art.malloc(1 << 20, stream=stream).free(stream)
+        done.set()
+
+    with pool._lock:
+        worker = threading.Thread(target=cycle)
+        worker.start()
+        assert not done.wait(0.2)  # held out while the lock is held
+        assert (pool.allocated, pool.n_allocs, pool.n_frees) == before
+    worker.join(TIMEOUT)
+    assert done.is_set()
+    assert (pool.allocated, pool.n_allocs, pool.n_frees) == (before[0], before[1] + 1, before[2] + 1)
+    if stream is not None:
+        stream.destroy()
+
+
 @pytest.fixture
 def switch_often():
     """Switch threads every microsecond, so that racing calls really interleave."""

@@ -38,7 +38,7 @@ class Chunk:
         self.first: Any = None  # the block at the chunk's start address (set by the pool)
         self.starts: list[int] = []  # block start addresses, sorted (kept by the pool)
         self.blocks: list = []       # the blocks at those addresses
-        self.lock: Any = None  # the holding pool's RLock (None until one holds it)
+        self.lock: Any = None  # the holding pool's lock (None until one holds it)
 
     @property
     def nbytes(self) -> int:
@@ -54,17 +54,11 @@ class Chunk:
         lock = self.lock
         if lock is None or not wait:
             return None
-        # A miss may have raced a split or merge of this chunk: look again under the lock.
-        try:  # not `with`; an interrupt right after acquire is caught below
-            lock.acquire()
-            try:
-                return _buffer_at(self.starts, self.blocks, addr)
-            finally:
-                lock.release()
-        except BaseException:
-            if lock._is_owned():  # (RLock has it; typeshed omits it)
-                lock.release()
-            raise
+        # A miss may have raced a split or merge of this chunk: look again under the lock
+        # (`with`: the pool's lock may be a plain one, whose owner an interrupt handler
+        # could not tell; `with` leaves no gap between the acquire and the block).
+        with lock:
+            return _buffer_at(self.starts, self.blocks, addr)
 
     def buffers(self) -> list:
         """The live buffers of this chunk, by address."""

@@ -13,11 +13,13 @@ neighbours. Whole free chunks go back upstream on trim or past the release thres
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 from typing import Any, Final
 
 from ..errors import ErrorCode, OutOfMemoryError
 from .chunks import CHUNK
+from .links import Links
 from .policy import ReusePolicy
 
 # Final: a compiled build inlines them instead of looking each up in the module per use.
@@ -31,6 +33,13 @@ MIN_SPLIT: Final = 512              # a remainder smaller than this stays inside
 SMALL_LIMIT: Final = 1 << 20        # requests up to 1 MiB share 2 MiB chunks; larger get their own
 MAX_CLASS_STEP: Final = 512 << 10   # size classes above 8 MiB are 512 KiB apart
 OVERSIZE_SLACK: Final = 20 << 20    # an unsplittable block serves a request at most this much smaller
+
+# Compiled (accel.py) under a GIL, code that calls no Python code, allocates no container
+# (which could start a garbage collection and its finalizers) and blocks nowhere runs without
+# another thread in between: the exact-size cache paths below run so, without the lock, while
+# no thread holds it (the lock is then a plain one: its holder can be seen). From source, every
+# path takes the lock (an RLock: an interrupt between acquire and try can be undone).
+ATOMIC: Final[bool] = not __file__.endswith(".py") and getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 def size_class(nbytes: int, align: int = 64) -> int:
@@ -128,9 +137,11 @@ class BlockPool:
         # all are empty, a stream-less free waits for nothing without calling all_streams().
         self.busy_sets: list[set] | None = busy_sets
         self.name = name
-        self._lock: Any = threading.RLock()  # reentrant only so an interrupted acquire can be undone
-        self._acquire: Any = self._lock.acquire  # bound once: the hot paths skip a method lookup
-        self._release: Any = self._lock.release
+        lock: Any = threading.Lock() if ATOMIC else threading.RLock()  # (see ATOMIC)
+        self._lock: Any = lock
+        self._acquire: Any = lock.acquire  # bound once: the hot paths skip a method lookup
+        self._release: Any = lock.release
+        self._locked: Any = lock.locked if ATOMIC else None  # (an RLock has no locked())
         self._chunks: dict[int, Any] = {}
         self._bins: dict[int, dict[Block, None]] = {}  # ready free blocks by size
         self._sizes: list[int] = []          # sorted sizes with a non-empty bin
@@ -169,6 +180,13 @@ class BlockPool:
             size = size_class(nbytes, self.align)
             if len(self._classes) < 4096:
                 self._classes[nbytes] = size
+        # (Compiled, no lock held: see ATOMIC. A stream of the runtime's own class hashes in C.)
+        if ATOMIC and not self._locked() and (stream is None or (
+                stream.__class__ is Links.stream_type and not self._stream_bins.get(stream))):
+            cached = self._cache.get(size)
+            if cached:
+                self._cached_bytes -= size
+                return self._hand_out(cached.pop(), stream, nbytes)
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             self._acquire()
@@ -189,28 +207,32 @@ class BlockPool:
                         self._cached_bytes -= size
                     else:
                         block = self._allocate_slow(size, stream, nbytes)
-                block.state = ALLOCATED
-                block.stream = stream
-                block.requested = nbytes
-                allocated = self.allocated + block.size  # (locals: fewer attribute reads)
-                self.allocated = allocated
-                requested = self.requested + nbytes
-                self.requested = requested
-                self.n_allocs += 1
-                if allocated > self.peak_allocated:
-                    self.peak_allocated = allocated
-                if requested > self.peak_requested:
-                    self.peak_requested = requested
-                active = allocated + self.pending_bytes
-                if active > self.peak_active:
-                    self.peak_active = active
-                return block
+                return self._hand_out(block, stream, nbytes)
             finally:
                 self._release()
         except BaseException:
-            if lock._is_owned():  # interrupted between acquire and try
+            if not ATOMIC and lock._is_owned():  # interrupted between acquire and try
                 lock.release()
             raise
+
+    def _hand_out(self, block: Block, stream, nbytes: int) -> Block:
+        """Mark a block taken from the free lists allocated on `stream`, and count it."""
+        block.state = ALLOCATED
+        block.stream = stream
+        block.requested = nbytes
+        allocated = self.allocated + block.size  # (locals: fewer attribute reads)
+        self.allocated = allocated
+        requested = self.requested + nbytes
+        self.requested = requested
+        self.n_allocs += 1
+        if allocated > self.peak_allocated:
+            self.peak_allocated = allocated
+        if requested > self.peak_requested:
+            self.peak_requested = requested
+        active = allocated + self.pending_bytes
+        if active > self.peak_active:
+            self.peak_active = active
+        return block
 
     def _allocate_slow(self, size: int, stream, nbytes: int) -> Block:
         self._collect()
@@ -400,46 +422,62 @@ class BlockPool:
         """
         if waits is None:
             waits = self.waits_for(block, stream)
+        # (Compiled, no lock held: see ATOMIC. A free that goes to an existing cache list
+        # with room does only what that path of _put_back does.)
+        if ATOMIC and not waits and not self._locked():
+            cached = self._cache.get(block.size)
+            if cached is not None and len(cached) < CACHE_PER_SIZE and self._may_cache(block.size):
+                return self._put_back(block, stream, waits, buf)
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             self._acquire()
             try:
-                if buf is not None:
-                    if block.buf is not buf:
-                        return False
-                    block.buf = None
-                    if waits:
-                        buf._late = (buf._mem, waits)  # tasks queued before the free still run on it
-                    buf._mem = None
-                if block.state is not ALLOCATED:
-                    return False
-                size = block.size
-                self.allocated -= size
-                self.requested -= block.requested
-                self.n_frees += 1
-                block.uses = None
-                if not waits:
-                    threshold = self.release_threshold
-                    if self._cached_bytes + size <= CACHE_BYTES and (threshold is None or self.reserved <= threshold):
-                        cached = self._cache.get(size)
-                        if cached is None:
-                            cached = self._cache[size] = []
-                        if len(cached) < CACHE_PER_SIZE:  # kept unmerged for an exact-size reuse
-                            block.state = CACHED
-                            block.stream = None
-                            cached.append(block)
-                            self._cached_bytes += size
-                            return True
-                    self._free_ready(block)
-                else:
-                    self._park(block, stream if stream is not None else block.stream, waits)
-                return True
+                return self._put_back(block, stream, waits, buf)
             finally:
                 self._release()
         except BaseException:
-            if lock._is_owned():  # interrupted between acquire and try
+            if not ATOMIC and lock._is_owned():  # interrupted between acquire and try
                 lock.release()
             raise
+
+    def _may_cache(self, size: int) -> bool:
+        """Whether a freed block of `size` with no work pending may stay unmerged in the cache."""
+        threshold = self.release_threshold
+        return self._cached_bytes + size <= CACHE_BYTES and (threshold is None
+                                                            or self.reserved <= threshold)
+
+    def _put_back(self, block: Block, stream, waits: tuple, buf: Any) -> bool:
+        """deallocate()'s work, the pool held (or, compiled, atomic; see there)."""
+        if buf is not None:
+            if block.buf is not buf:
+                return False
+            block.buf = None
+            mem = buf._mem  # (dropped on return: the state is whole before its view goes)
+            if waits:
+                buf._late = (mem, waits)  # tasks queued before the free still run on it
+            buf._mem = None
+        if block.state is not ALLOCATED:
+            return False
+        size = block.size
+        self.allocated -= size
+        self.requested -= block.requested
+        self.n_frees += 1
+        block.uses = None
+        if not waits:
+            if self._may_cache(size):
+                cached = self._cache.get(size)
+                if cached is None:
+                    cached = self._cache[size] = []
+                if len(cached) < CACHE_PER_SIZE:  # kept unmerged for an exact-size reuse
+                    block.state = CACHED
+                    block.stream = None
+                    cached.append(block)
+                    self._cached_bytes += size
+                    return True
+            self._free_ready(block)
+        else:
+            self._park(block, stream if stream is not None else block.stream, waits)
+        return True
 
     def _park(self, block: Block, owner, waits: tuple) -> None:
         """Make a freed block pending until `waits` are done (`owner` may reuse it at once)."""
