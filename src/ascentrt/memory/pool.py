@@ -423,8 +423,11 @@ class BlockPool:
         if waits is None:
             waits = self.waits_for(block, stream)
         # (Compiled, no lock held: see ATOMIC. A free that goes to an existing cache list
-        # with room does only what that path of _put_back does.)
-        if ATOMIC and not waits and not self._locked():
+        # with room does only what that path of _put_back does. Its block may hold no other
+        # stream than the caller's: dropping the last reference to one could run Python code,
+        # a weak reference's callback, in the middle.)
+        if ATOMIC and not waits and block.stream is stream and block.uses is None \
+                and not self._locked():
             cached = self._cache.get(block.size)
             if cached is not None and len(cached) < CACHE_PER_SIZE and self._may_cache(block.size):
                 return self._put_back(block, stream, waits, buf)
