@@ -244,6 +244,9 @@ def _write_preset(tmp_path, **changes):
                 continue
             line = f"{key} = {{ value = {changes[key]}, kind = \"estimated\", source = \"test\" }}"
         lines.append(line)
+    for key, value in changes.items():  # fields the shipped file leaves out (their defaults)
+        if value is not None and not any(l.split("=", 1)[0].strip() == key for l in lines):
+            lines.append(f"{key} = {{ value = {value}, kind = \"estimated\", source = \"test\" }}")
     path = tmp_path / "mine.toml"
     path.write_text("\n".join(lines))
     return str(path)
@@ -651,6 +654,10 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     ({"unified_memory": 2}, "'unified_memory' must be at most 1"),
     ({"default_block_dim": 25}, "'default_block_dim' (25) must be at most compute_units"),
     ({"shared_processors": -1}, "'shared_processors' must be at least"),
+    ({"crowded_processors": -0.5}, "'crowded_processors' must be at least"),
+    ({"copy_engine_bandwidth": "\"fast\""}, "'copy_engine_bandwidth' must be a number"),
+    ({"shared_processors": 2, "crowded_processors": 3},
+     "'crowded_processors' (3) must be at most shared_processors (2)"),
 ])
 def test_bad_sharing_fields_name_the_field_and_the_file(tmp_path, change, words):
     path = _write_preset(tmp_path, **change)
@@ -659,6 +666,8 @@ def test_bad_sharing_fields_name_the_field_and_the_file(tmp_path, change, words)
     assert words in str(err.value) and path in str(err.value)
     with pytest.raises(PresetError, match="must be at most"):
         presets.load("ascend910b").varied({"default_block_dim": 99})
+    with pytest.raises(PresetError, match="'crowded_processors' .* must be at most"):
+        presets.load("ascend910b").varied({"shared_processors": 1, "crowded_processors": 1.5})
 
 
 @sim_only

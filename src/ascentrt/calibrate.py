@@ -43,26 +43,33 @@ def _in_cache(out: np.ndarray, x: np.ndarray, times: int) -> None:
         np.sqrt(x, out=out)
 
 
-def _shared_processors(dev, s, x) -> float:
-    """How many processors the cpu backend's concurrent tasks really get: two core-bound
-    kernels (memory traffic kept in the cache) alone and at once on two streams, 2 x alone /
-    together (at most the machine's core count)."""
+def _processors(dev, s, x, count: int) -> float:
+    """How many processors the cpu backend's concurrent tasks really get: `count` (2 or 3)
+    core-bound tasks (memory traffic kept in the cache; two kernels, the third a host
+    function on the host-function thread) alone and at once on `count` streams,
+    count x alone / together."""
     import ascentrt as art
-    other = dev.create_stream()
-    # (1 MiB per call: short calls would measure the two threads' handoffs of the GIL instead)
-    halves = [(x[i << 20:(i + 1) << 20].view(np.float64), x[(i + 2) << 20:(i + 3) << 20].view(np.float64))
-              for i in range(2)]
+    streams = [s] + [dev.create_stream() for _ in range(count - 1)]
+    # (1 MiB per call: short calls would measure the threads' handoffs of the GIL instead)
+    work = [(x[i << 20:(i + 1) << 20].view(np.float64), x[(i + 3) << 20:(i + 4) << 20].view(np.float64))
+            for i in range(2)]
+    host_src, host_out = np.full(1 << 17, 2.0), np.empty(1 << 17)
 
-    def run(streams) -> None:
-        for stream, (out, src) in zip(streams, halves):
-            art.launch(_in_cache, out, src, 16, stream=stream)
-        for stream in streams:
+    def run(n: int) -> None:
+        for i in range(n):
+            if i < 2:
+                out, src = work[i]
+                art.launch(_in_cache, out, src, 16, stream=streams[i])
+            else:  # (a host function's arguments are its own: host arrays of the same size)
+                art.launch_host_func(_in_cache, host_out, host_src, 16, stream=streams[i])
+        for stream in streams[:n]:
             stream.synchronize()
-    run([s])
-    alone = _median_ns(lambda: run([s]))
-    together = _median_ns(lambda: run([s, other]))
-    other.destroy()
-    return min(float(os.cpu_count() or 1), max(1.0, 2 * alone / together))
+    run(count)
+    alone = _median_ns(lambda: run(1))
+    together = _median_ns(lambda: run(count))
+    for stream in streams[1:]:
+        stream.destroy()
+    return max(1.0, count * alone / together)
 
 
 def _memory_bandwidth(dev, s, dbuf, dbuf2, host, n: int) -> float:
@@ -87,34 +94,6 @@ def _memory_bandwidth(dev, s, dbuf, dbuf2, host, n: int) -> float:
 
 
 _CHAIN = 8  # buffers of 12 MiB: a kernel's output was last touched 7 kernels before
-
-
-def _crowded_processors(dev, s, x, shared: float) -> float:
-    """What the cpu backend's processors deliver in all to three tasks at once on its two
-    cores (its two compute threads and its host-function thread): the core-bound work of
-    _shared_processors alone and three at once on three streams, 3 x alone / together (at most
-    `shared`)."""
-    import ascentrt as art
-    streams = [s, dev.create_stream(), dev.create_stream()]
-    work = [(x[i << 20:(i + 1) << 20].view(np.float64), x[(i + 3) << 20:(i + 4) << 20].view(np.float64))
-            for i in range(2)]
-    host_src, host_out = np.full(1 << 17, 2.0), np.empty(1 << 17)
-
-    def run(n: int) -> None:
-        for i in range(n):
-            if i < 2:
-                out, src = work[i]
-                art.launch(_in_cache, out, src, 16, stream=streams[i])
-            else:  # (a host function's arguments are its own: host arrays of the same size)
-                art.launch_host_func(_in_cache, host_out, host_src, 16, stream=streams[i])
-        for stream in streams[:n]:
-            stream.synchronize()
-    run(3)
-    alone = _median_ns(lambda: run(1))
-    together = _median_ns(lambda: run(3))
-    for stream in streams[1:]:
-        stream.destroy()
-    return min(shared, max(1.0, 3 * alone / together))
 
 
 def measure() -> dict:
@@ -182,10 +161,10 @@ def measure() -> dict:
                                            f"a chain of {_CHAIN} buffers of 12 MiB, each "
                                            f"kernel reading the last one's output, queued on "
                                            f"one stream: one compute thread runs them")
-    out["shared_processors"] = (_shared_processors(dev, s, x),
-                                "two core-bound kernels alone and at once on two streams: "
-                                "2 x alone / together")
-    out["crowded_processors"] = (_crowded_processors(dev, s, x, out["shared_processors"][0]),
+    shared = min(float(os.cpu_count() or 1), _processors(dev, s, x, 2))
+    out["shared_processors"] = (shared, "two core-bound kernels alone and at once on two "
+                                        "streams: 2 x alone / together")
+    out["crowded_processors"] = (min(shared, _processors(dev, s, x, 3)),
                                  "three core-bound tasks (two kernels and a host function) "
                                  "alone and at once on three streams: 3 x alone / together")
     count = 20000

@@ -374,6 +374,8 @@ class SimBackend(CpuBackend):
         self._host_threads: list[_HostThread] = []   # idle ones, started on first use
         self._name = name
         self.processors = p.shared_processors  # 0: engines are hardware of their own
+        # On shared processors every engine is a thread: each running task needs one.
+        self._on_processors = bool(p.shared_processors)
         # More tasks than whole processors: they deliver crowded_processors in all.
         self._crowd_at = math.ceil(p.shared_processors)
         self._crowded = p.crowded_processors or p.shared_processors
@@ -730,8 +732,7 @@ class SimBackend(CpuBackend):
         if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
             fixed += max(0, t.released_ns + self._event_latency_ns - start)
         t.t_start = start
-        # On shared processors every engine is a thread: copies and fills need one too.
-        computes = bool(self.processors)
+        computes = self._on_processors
         if work and not frame.offset and (frame.mem or computes):
             # It shares memory bandwidth or processors: its end moves with the others'. (Not a
             # graph segment or a host function whose nested operations took time: their nodes'
@@ -827,9 +828,10 @@ class SimBackend(CpuBackend):
             device_of = self.timeline.device_of
             if device_of(dst) != device_of(src):  # a peer copy: over the link between the two
                 return p.peer_link_latency_ns + nbytes / p.peer_link_bandwidth * 1e9, mem
-            # Read and written once each; one engine moves at most copy_engine_bandwidth.
-            engine = p.copy_engine_bandwidth
-            return (2 * mem if not engine else max(2 * mem, nbytes / engine * 1e9)), 2 * mem
+            ns = 2 * mem  # read and written once each; one engine moves at most its own rate
+            if p.copy_engine_bandwidth:
+                ns = max(ns, nbytes / p.copy_engine_bandwidth * 1e9)
+            return ns, 2 * mem
         host = src if direction == H2D else dst
         bw = p.host_link_bandwidth if self.timeline.where(host) == "pinned" else p.pageable_bandwidth
         return p.host_link_latency_ns + nbytes / bw * 1e9, mem * (2 if p.unified_memory else 1)

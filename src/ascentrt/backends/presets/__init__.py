@@ -156,6 +156,10 @@ _AT_MOST = {"unified_memory": 1}  # (a flag)
 
 def _check_together(values: dict, where: str) -> None:
     """The checks that involve two fields."""
+    shared, crowded = values["shared_processors"], values["crowded_processors"]
+    if shared and crowded > shared:
+        raise PresetError(f"{where}: field 'crowded_processors' ({crowded:g}) must be at most "
+                          f"shared_processors ({shared:g}): crowded, processors deliver no more")
     if values["default_block_dim"] > values["compute_units"]:
         raise PresetError(f"{where}: field 'default_block_dim' ({values['default_block_dim']}) "
                           f"must be at most compute_units ({values['compute_units']})")
