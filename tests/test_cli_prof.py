@@ -142,6 +142,16 @@ def test_demo_writes_its_report(tmp_path):
         assert (tmp_path / "demo" / name).exists(), name
 
 
+def test_demo_json_reports_the_median_of_the_runs_asked_for():
+    """`python -m ascentrt.demo --json N R` (the accuracy benchmark's measured side): R runs per
+    pipeline, the median reported."""
+    out = subprocess.run([sys.executable, "-m", "ascentrt.demo", "--json", "2", "3"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert "(median of 3)" in doc["text"] and len(doc["ms"]) == 2 and doc["correct"]
+
+
 class _Terminal(__import__("io").StringIO):
     def isatty(self):
         return True

@@ -197,13 +197,14 @@ def main(batches: int = 12, repeats: int = 3, compare_preset: str | None = None)
     return 0 if m["correct"] else 1
 
 
-def _json_main(batches: int) -> int:
-    """`python -m ascentrt.demo --json N`: one run per pipeline, as JSON (for the side by side)."""
+def _json_main(batches: int, repeats: int = 1) -> int:
+    """`python -m ascentrt.demo --json N [R]`: the median of R runs per pipeline (default one),
+    as JSON (for the side by side and the simulator's accuracy figures)."""
     import contextlib
     import io
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        m = measure(batches, 1)
+        m = measure(batches, repeats)
         _print_run(m, batches)
     med = m["median"]
     print(json.dumps({"ms": [med[1].seconds * 1e3, med[3].seconds * 1e3],
@@ -217,4 +218,5 @@ __all__ = ["PipelineResult", "main", "run_pipeline", "transform"]
 
 
 if __name__ == "__main__":
-    sys.exit(_json_main(int(sys.argv[2]) if len(sys.argv) > 2 else 12))
+    sys.exit(_json_main(int(sys.argv[2]) if len(sys.argv) > 2 else 12,
+                        int(sys.argv[3]) if len(sys.argv) > 3 else 1))
