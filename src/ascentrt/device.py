@@ -113,7 +113,9 @@ def set_device(device_id: int) -> "Device":
 def current_device() -> "Device":
     """This host thread's current device (device 0 until set_device is called)."""
     dev = _current.device
-    return dev if dev is not None else _table()[0]
+    if dev is None:  # kept as the thread's own from here on: the hot paths read it inline
+        dev = _current.device = _table()[0]
+    return dev
 
 
 def resolve_device(device: Device | int | None = None) -> "Device":
