@@ -172,7 +172,7 @@ def accuracy() -> None:
         emit(f"sim_accuracy_{name}", median(errors), "error", "exact", 1.0, "<=", 0.15,
              "calibrated sim within 15% of the measured cpu run",
              note=f"median of {ROUNDS} rounds (calibrate, then both); predicted "
-                  f"{median(predicted[name]):.2f} ms, measured {meas:.2f} ms (cpu spread "
+                  f"{median(predicted[name]):.2f} ms, measured {meas:.2f} ms (cpu spread over the rounds "
                   f"{spread:.0%}); errors {', '.join(f'{e:.0%}' for e in errors)}")
 
 

@@ -152,6 +152,24 @@ def test_demo_json_reports_the_median_of_the_runs_asked_for():
     assert "(median of 3)" in doc["text"] and len(doc["ms"]) == 2 and doc["correct"]
 
 
+@pytest.mark.parametrize("args", [["--json", "2", "0"], ["--json", "2", "x"], ["--json", "-1"],
+                                  ["--json", "2", "3", "4"], ["12", "3"], []])
+def test_demo_entry_refuses_bad_counts_in_one_line_with_a_code(args):
+    out = subprocess.run([sys.executable, "-m", "ascentrt.demo", *args], capture_output=True,
+                         text=True, timeout=60)
+    err = out.stderr.strip()
+    assert out.returncode == 2 and out.stdout == "", (out.stdout, err)
+    assert err.startswith("ascentrt demo: error:") and err.count("\n") == 0, err
+    assert re.search(r"\(\d{6} [A-Z_]+\)$", err), err
+
+
+def test_demo_with_no_batches_is_refused_before_any_profile_is_written(tmp_path, capsys):
+    assert main(["demo", "--batches", "0", "--no-compare", "-o", str(tmp_path / "p")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "batches must be an int >= 1, got 0 (100000 INVALID_PARAM)" in err, err
+    assert not (tmp_path / "p").exists()
+
+
 class _Terminal(__import__("io").StringIO):
     def isatty(self):
         return True

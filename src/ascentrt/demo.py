@@ -13,6 +13,7 @@ import numpy as np
 from .backends.base import Cost
 
 from .device import Device
+from .errors import AscentError, InvalidArgumentError
 from .event import elapsed_time
 from .launch import launch
 from .copies import memcpy_async
@@ -53,6 +54,7 @@ def run_pipeline(num_streams: int, batches: int = 12, elements: int = 3 << 19,
     """Run the pipeline with 1 stream (everything in order) or 3 (one per stage, events between)."""
     if num_streams not in (1, 3):
         raise ValueError("the pipeline runs on 1 or 3 streams")
+    check_count("batches", batches)
     dev = device or Device(0)
     nbytes = elements * 8
     depth = 3                                      # device buffers in flight (same for both runs)
@@ -135,9 +137,17 @@ def pipeline_bound(r1: PipelineResult) -> float:
     return k * (a + b + c) / (a + b + c + (k - 1) * max(a, b, c))
 
 
+def check_count(what: str, n: object) -> None:
+    """A count of batches or runs: an int of at least 1 (InvalidArgumentError otherwise)."""
+    if type(n) is not int or n < 1:
+        raise InvalidArgumentError(f"{what} must be an int >= 1, got {n!r}")
+
+
 def measure(batches: int = 12, repeats: int = 3) -> dict:
     """Both pipelines (after a warm-up), interleaved; the median run of each, and whether all
     results were right."""
+    check_count("batches", batches)
+    check_count("repeats", repeats)
     run_pipeline(1, 3)  # warm-up: first-touch page faults would otherwise count against one run
     runs: dict[int, list[PipelineResult]] = {1: [], 3: []}
     for _ in range(repeats):  # interleaved, so machine noise hits both alike; medians reported
@@ -214,9 +224,26 @@ def _json_main(batches: int, repeats: int = 1) -> int:
     return 0 if m["correct"] else 1
 
 
-__all__ = ["PipelineResult", "main", "run_pipeline", "transform"]
+__all__ = ["PipelineResult", "check_count", "main", "run_pipeline", "transform"]
+
+
+def _entry(argv: list[str]) -> int:
+    """`python -m ascentrt.demo --json [N [R]]`; a bad argument is one line with its code."""
+    try:
+        if not argv or argv[0] != "--json" or len(argv) > 3:
+            raise InvalidArgumentError("usage: python -m ascentrt.demo --json [batches [repeats]] "
+                                       "(the command is `ascentrt demo`)")
+        counts = []
+        for what, text, default in (("batches", argv[1:2], 12), ("repeats", argv[2:3], 1)):
+            try:
+                counts.append(int(text[0]) if text else default)
+            except ValueError:
+                raise InvalidArgumentError(f"{what} must be an int >= 1, got {text[0]!r}") from None
+        return _json_main(*counts)
+    except AscentError as e:
+        print(f"ascentrt demo: error: {e.message} ({int(e.code)} {e.code.name})", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
-    sys.exit(_json_main(int(sys.argv[2]) if len(sys.argv) > 2 else 12,
-                        int(sys.argv[3]) if len(sys.argv) > 3 else 1))
+    sys.exit(_entry(sys.argv[1:]))

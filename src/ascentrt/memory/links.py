@@ -32,7 +32,7 @@ class Links:
     # Each device's set of streams with work in flight (the engine's own sets, in one list that
     # grows as devices are made): a stream-less free whose sets are all empty waits for nothing.
     active_sets: list[set] = []
-    thread: Any = None  # the runtime's thread-local holder of `.device` (None until set_device)
+    thread: Any = None  # the runtime's thread-local holder of `.device` (None until set_device or current_device)
 
 
 def register(**callbacks: Any) -> None:
