@@ -43,6 +43,9 @@ def _in_cache(out: np.ndarray, x: np.ndarray, times: int) -> None:
         np.sqrt(x, out=out)
 
 
+_PAIRS = 11  # alone/together pairs per concurrency figure (see _processors)
+
+
 def _processors(dev, s, x, count: int) -> float:
     """How many processors the cpu backend's concurrent tasks really get: `count` (2 or 3)
     core-bound tasks (memory traffic kept in the cache; two kernels, the third a host
@@ -76,9 +79,6 @@ def _processors(dev, s, x, count: int) -> float:
     for stream in streams[1:]:
         stream.destroy()
     return max(1.0, statistics.median(ratios))
-
-
-_PAIRS = 11  # alone/together pairs per concurrency figure
 
 
 def _memory_bandwidth(dev, s, dbuf, dbuf2, host, n: int) -> float:

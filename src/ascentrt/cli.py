@@ -355,7 +355,7 @@ def _in_words(exc: Exception) -> str:
     from .backends.presets import PresetError
     from .errors import AscentError, ErrorCode, os_cause
     if isinstance(exc, AscentError):
-        return f"{exc.message} ({int(exc.code)} {exc.code.name})"
+        return exc.in_words()
     if isinstance(exc, PresetError):  # (the backends know no runtime codes: a bad argument's)
         return f"{exc} ({int(ErrorCode.INVALID_PARAM)} INVALID_PARAM)"
     if isinstance(exc, OSError):  # (a file the command was given: INVALID_FILE's code)

@@ -238,10 +238,10 @@ def _entry(argv: list[str]) -> int:
             try:
                 counts.append(int(text[0]) if text else default)
             except ValueError:
-                raise InvalidArgumentError(f"{what} must be an int >= 1, got {text[0]!r}") from None
+                check_count(what, text[0])  # (refuses the text as it stands)
         return _json_main(*counts)
     except AscentError as e:
-        print(f"ascentrt demo: error: {e.message} ({int(e.code)} {e.code.name})", file=sys.stderr)
+        print(f"ascentrt demo: error: {e.in_words()}", file=sys.stderr)
         return 2
 
 

@@ -112,6 +112,10 @@ class AscentError(Exception):
         super().__init__(f"[{int(self.code)} {self.code.name}] {message}")
         _last.code = int(self.code)  # every error raised in a host thread becomes its last error
 
+    def in_words(self) -> str:
+        """The error as a command prints it: the cause first, its code after."""
+        return f"{self.message} ({int(self.code)} {self.code.name})"
+
 
 class InvalidArgumentError(AscentError, ValueError):
     """A parameter is out of range, of the wrong kind, or inconsistent with the others."""
