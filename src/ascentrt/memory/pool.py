@@ -119,6 +119,41 @@ def _busy_positions(streams) -> tuple:
     return busy
 
 
+class _SizeCache:
+    """The freed blocks of one size kept unmerged (CACHED) for an exact-size reuse: a stack in a
+    list that keeps its length, so that a reuse and a free resize nothing."""
+
+    __slots__ = ("size", "blocks", "n")
+
+    def __init__(self, size: int):
+        self.size: int = size
+        self.blocks: list[Block | None] = [None] * CACHE_PER_SIZE
+        self.n: int = 0  # blocks[:n] are cached
+
+    def push(self, block: Block) -> None:
+        """Keep `block` (the caller checked n < CACHE_PER_SIZE)."""
+        self.blocks[self.n] = block
+        self.n += 1
+
+    def pop(self) -> Block:
+        """The block freed last (the caller checked n > 0)."""
+        n = self.n - 1
+        self.n = n
+        block = self.blocks[n]
+        self.blocks[n] = None
+        return block  # type: ignore[return-value]  # (blocks[:n] are blocks)
+
+    def taken(self) -> list[Block]:
+        """Every cached block, removed from the cache."""
+        out = [b for b in self.blocks[:self.n] if b is not None]
+        self.blocks = [None] * CACHE_PER_SIZE
+        self.n = 0
+        return out
+
+
+_NO_SIZE: Final = _SizeCache(-1)  # what the last-used-size memo holds before any cache exists
+
+
 class BlockPool:
     """Best-fit caching allocator over an upstream chunk resource (allocate/deallocate on a stream)."""
 
@@ -150,7 +185,10 @@ class BlockPool:
         self._pending: dict[Block, None] = {}  # every pending block, in free order
         self._pending_streams: dict[Any, int] = {}  # stream -> pending blocks waiting for it
         self._collect_key: Any = None        # those streams' progress at the last collect
-        self._cache: dict[int, list[Block]] = {}  # size -> freed blocks kept unmerged (CACHED)
+        self._cache: dict[int, _SizeCache] = {}  # size -> freed blocks kept unmerged (CACHED)
+        # The cache of the size used last: a request or free of that size skips the dict (in a
+        # compiled build, the boxing of the size and the key comparison it costs).
+        self._last_cache: _SizeCache = _NO_SIZE
         self._cached_bytes: int = 0
         self.allocated: int = 0
         self.requested: int = 0
@@ -165,6 +203,9 @@ class BlockPool:
         self._counts = dict.fromkeys(("reserves", "releases", "retries", "ooms", "reused_pending",
                                       "inserted_waits"), 0)
         self._classes: dict[int, int] = {}   # request -> size class, memoised for the hot path
+        # (request, size class) of the request seen last: one field, so that a thread never
+        # reads one request's class with another's size
+        self._last_class: tuple[int, int] = (-1, 0)
 
     @property
     def counts(self) -> dict:
@@ -175,16 +216,13 @@ class BlockPool:
 
     def allocate(self, nbytes: int, stream=None) -> Block:
         """A block of at least `nbytes` usable on `stream`; raises OutOfMemoryError."""
-        size = self._classes.get(nbytes)
-        if size is None:
-            size = size_class(nbytes, self.align)
-            if len(self._classes) < 4096:
-                self._classes[nbytes] = size
+        last = self._last_class
+        size = last[1] if last[0] == nbytes else self._size_class(nbytes)
         # (Compiled, no lock held: see ATOMIC. A stream of the runtime's own class hashes in C.)
         if ATOMIC and not self._locked() and (stream is None or (
                 stream.__class__ is Links.stream_type and not self._stream_bins.get(stream))):
-            cached = self._cache.get(size)
-            if cached:
+            cached = self._size_cache(size)
+            if cached is not None and cached.n:
                 self._cached_bytes -= size
                 return self._hand_out(cached.pop(), stream, nbytes)
         lock = self._lock
@@ -201,8 +239,8 @@ class BlockPool:
                             if not same:
                                 del bins[size]
                 if block is None:
-                    cached = self._cache.get(size)
-                    if cached:
+                    cached = self._size_cache(size)
+                    if cached is not None and cached.n:
                         block = cached.pop()  # an exact-size block freed with no work pending
                         self._cached_bytes -= size
                     else:
@@ -214,6 +252,26 @@ class BlockPool:
             if not ATOMIC and lock._is_owned():  # interrupted between acquire and try
                 lock.release()
             raise
+
+    def _size_class(self, nbytes: int) -> int:
+        """size_class(nbytes), memoised (and remembered as the last request)."""
+        size = self._classes.get(nbytes)
+        if size is None:
+            size = size_class(nbytes, self.align)
+            if len(self._classes) < 4096:
+                self._classes[nbytes] = size
+        self._last_class = (nbytes, size)
+        return size
+
+    def _size_cache(self, size: int) -> _SizeCache | None:
+        """The cache of `size`, if it has one (remembered as the last used)."""
+        last = self._last_cache
+        if last.size == size:
+            return last
+        cached = self._cache.get(size)
+        if cached is not None:
+            self._last_cache = cached
+        return cached
 
     def _hand_out(self, block: Block, stream, nbytes: int) -> Block:
         """Mark a block taken from the free lists allocated on `stream`, and count it."""
@@ -428,8 +486,8 @@ class BlockPool:
         # a weak reference's callback, in the middle.)
         if ATOMIC and not waits and block.stream is stream and block.uses is None \
                 and not self._locked():
-            cached = self._cache.get(block.size)
-            if cached is not None and len(cached) < CACHE_PER_SIZE and self._may_cache(block.size):
+            cached = self._size_cache(block.size)
+            if cached is not None and cached.n < CACHE_PER_SIZE and self._may_cache(block.size):
                 return self._put_back(block, stream, waits, buf)
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
@@ -468,13 +526,13 @@ class BlockPool:
         block.uses = None
         if not waits:
             if self._may_cache(size):
-                cached = self._cache.get(size)
+                cached = self._size_cache(size)
                 if cached is None:
-                    cached = self._cache[size] = []
-                if len(cached) < CACHE_PER_SIZE:  # kept unmerged for an exact-size reuse
+                    cached = self._cache[size] = self._last_cache = _SizeCache(size)
+                if cached.n < CACHE_PER_SIZE:  # kept unmerged for an exact-size reuse
                     block.state = CACHED
                     block.stream = None
-                    cached.append(block)
+                    cached.push(block)
                     self._cached_bytes += size
                     return True
             self._free_ready(block)
@@ -588,8 +646,9 @@ class BlockPool:
 
     def _flush_cache(self) -> None:
         """Merge every cached block into the free lists."""
-        blocks = [b for same in self._cache.values() for b in same]
+        blocks = [b for same in self._cache.values() for b in same.taken()]
         self._cache.clear()
+        self._last_cache = _NO_SIZE
         self._cached_bytes = 0
         for b in blocks:
             self._free_ready(b)
@@ -597,7 +656,7 @@ class BlockPool:
     def _largest_free(self) -> int:
         largest = self._sizes[-1] if self._sizes else 0
         for size, same in self._cache.items():
-            if same and size > largest:
+            if same.n and size > largest:
                 largest = size
         return largest
 
