@@ -102,10 +102,14 @@ class DeviceAllocator:
         # Typed: a compiled build reads the block's fields natively (a stand-in for the pool,
         # such as record_trace's recorder, hands out the pool's own blocks).
         n: int = nbytes  # (checked: a compiled build does the size arithmetic on native ints)
-        block: Block = pool.allocate(n, stream)
+        if type(pool) is BlockPool:  # (compiled: a direct call, not one through the method's name)
+            block: Block = pool.allocate(n, stream)
+        else:
+            block = pool.allocate(n, stream)
         size = (n + _GRANULE - 1) & -_GRANULE
         buf = _new_buffer(_DeviceBuffer)  # (no __init__ call: the cheapest way to fill the slots)
-        buf.device, buf.addr, buf.nbytes, buf.requested = self.device, block.addr, size, n
+        # (requested: the caller's own int object; a compiled build would box n again)
+        buf.device, buf.addr, buf.nbytes, buf.requested = self.device, block.addr, size, nbytes
         buf._mem = block.view if block.view_n == size else block.bytes(size)  # (view cached)
         buf._owner, buf._block = self, block
         block.buf = buf  # from here on its pointers resolve (through the chunk)
@@ -158,7 +162,10 @@ class DeviceAllocator:
             buf._mem = None
             self.arena.free(buf.addr - self.base)  # type: ignore[union-attr]  # no block: the plain arena's
         else:
-            if not self.pool.deallocate(block, stream, None, buf):  # (a block: the pool's)
+            pool = self.pool  # (a block: the pool's; a direct call when it is a BlockPool)
+            freed = pool.deallocate(block, stream, None, buf) \
+                if type(pool) is BlockPool else pool.deallocate(block, stream, None, buf)
+            if not freed:
                 return False  # freed meanwhile by another thread
         if _REGISTRY.observers:
             _REGISTRY.freed(buf, stream)
