@@ -290,3 +290,47 @@ def test_pointers_of_a_live_buffer_resolve_while_its_chunk_splits_and_merges(dev
     assert not misses
     for b in pinned:
         b.free()
+
+
+def test_each_block_has_its_own_requests_size_class_while_threads_ask_for_different_sizes(dev, switch_often):
+    # The pool remembers the last request's size class: a thread must never take another's.
+    from ascentrt.memory.pool import size_class
+    errors = []
+    barrier = threading.Barrier(8)
+
+    def work(i):
+        sizes = (1000 + 777 * i, 70000 + 4099 * i, (1 << 20) + 96 * i)
+        try:
+            barrier.wait(TIMEOUT)
+            for k in range(300):
+                n = sizes[k % 3]
+                buf = art.malloc(n)
+                if buf._block.size != size_class(n, buf._owner.pool.align):
+                    errors.append((n, buf._block.size))
+                buf.free()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not errors
+
+
+def test_frees_after_empty_cache_are_cached_again_and_counted_once(dev):
+    # empty_cache() drops every size's cache (and the one remembered as last used).
+    pool = dev._memory.pool
+    for round_ in range(3):
+        bufs = [art.malloc(4096) for _ in range(3)] + [art.malloc(1 << 20)]
+        addrs = {b.ptr for b in bufs}
+        for b in bufs:
+            b.free()
+        assert art.memory_stats()["cached_free_bytes.current"] == pool._cached_bytes > 0
+        again = [art.malloc(4096) for _ in range(3)] + [art.malloc(1 << 20)]
+        assert {b.ptr for b in again} == addrs  # exact-size reuse of the cached blocks
+        for b in again:
+            b.free()
+        art.empty_cache()
+        assert art.memory_stats()["cached_free_bytes.current"] == 0
