@@ -16,6 +16,15 @@ from ascentrt.memory.registry import REGISTRY
 TIMEOUT = 20
 
 
+def run_in_threads(work, count: int) -> None:
+    """Run work(0) .. work(count - 1) on threads of their own and wait for them all."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+
+
 def test_a_cached_size_freed_under_queued_work_is_not_reused_until_that_work_is_done(dev):
     stream = dev.create_stream()
     gate = threading.Event()
@@ -109,11 +118,7 @@ def test_concurrent_malloc_and_free_from_8_threads_keep_the_statistics_exact(dev
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    run_in_threads(work, 8)
     assert not errors
     spans.sort()
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # no two live buffers overlapped
@@ -311,11 +316,7 @@ def test_each_block_has_its_own_requests_size_class_while_threads_ask_for_differ
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    run_in_threads(work, 8)
     assert not errors
 
 
