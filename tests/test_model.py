@@ -20,8 +20,9 @@ class StreamModel(RuleBasedStateMachine):
     """Random launches, records, waits, blocks and syncs; the runtime must never contradict the model.
 
     Model: every kernel launch is an op; an op happens after the previous op of its stream and
-    after the op each earlier `wait` on its stream captured (the last op before the event's record
-    at the time of the wait call). Kernels append their op id to a global order and to the log of
+    after the ops each earlier `wait` on its stream captured (what the event's record followed at
+    the time of the wait call: the last op of the recording stream and the waits queued on it
+    before the record, which a record follows as any stream operation does). Kernels append their op id to a global order and to the log of
     the buffer they "write".
     """
 
@@ -36,7 +37,7 @@ class StreamModel(RuleBasedStateMachine):
         self.stream_of = {}                            # op -> stream index
         self.last = [None] * STREAMS                   # last op submitted per stream
         self.waits = [set() for _ in range(STREAMS)]   # captured ops the next op must follow
-        self.captured = [None] * EVENTS                # event -> ("recorded", last op or None)
+        self.captured = [None] * EVENTS                # event -> ("recorded", ops it follows)
         self.gates = {}                                # op -> threading.Event of a blocked op
         self.next_op = 0
 
@@ -96,7 +97,7 @@ class StreamModel(RuleBasedStateMachine):
     @rule(e=st.integers(0, EVENTS - 1), s=st.integers(0, STREAMS - 1))
     def record(self, e, s):
         self.events[e].record(self.streams[s])
-        self.captured[e] = ("recorded", self.last[s])
+        self.captured[e] = ("recorded", {self.last[s]} | self.waits[s])
 
     @rule(e=st.integers(0, EVENTS - 1), s=st.integers(0, STREAMS - 1))
     def wait(self, e, s):
@@ -105,7 +106,7 @@ class StreamModel(RuleBasedStateMachine):
                 self.streams[s].wait(self.events[e])
             return
         self.streams[s].wait(self.events[e])
-        self.waits[s].add(self.captured[e][1])
+        self.waits[s] |= self.captured[e][1]
 
     @rule(e=st.integers(0, EVENTS - 1))
     def reset_event(self, e):
@@ -127,13 +128,13 @@ class StreamModel(RuleBasedStateMachine):
         if self.captured[e] is None:
             self.events[e].synchronize(timeout=10)  # never recorded: returns at once
             return
-        op = self.captured[e][1]
-        if self._blocked([op]):
+        ops = self.captured[e][1]
+        if self._blocked(ops):
             with pytest.raises(art.AscentTimeoutError):
                 self.events[e].synchronize(timeout=0.01)
         else:
             self.events[e].synchronize(timeout=10)
-            self._check_done([op])
+            self._check_done(ops)
 
     @rule(s=st.integers(0, STREAMS - 1))
     def query_stream(self, s):
