@@ -20,7 +20,8 @@ demo: $(VENV)/.installed
 
 # Optional: the modules listed in src/ascentrt/accel.py compiled with mypyc from their own
 # source (the Python source runs wherever no build exists; ASCENTRT_PURE_PYTHON=1 ignores it).
-ACCEL_SOURCES := src/ascentrt/accel.py src/ascentrt/memory/pool.py src/ascentrt/memory/allocator.py
+ACCEL_SOURCES := src/ascentrt/accel.py src/ascentrt/memory/pool.py src/ascentrt/memory/allocator.py \
+                 src/ascentrt/memory/buffer.py src/ascentrt/memory/registry.py
 accel: src/build/.accel
 src/build/.accel: $(VENV)/.installed-dev $(ACCEL_SOURCES)
 	cd src && ASCENTRT_PURE_PYTHON=1 ../$(PY) -c 'import sys, ascentrt.accel as a; sys.exit(a.build())'

@@ -10,6 +10,7 @@ warning, so an edit never runs stale compiled code.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from typing import Any
 from . import config
 from .errors import AscentError
 
-MODULES = ("ascentrt.memory.pool", "ascentrt.memory.allocator")  # what `make accel` compiles
+MODULES = ("ascentrt.memory.pool", "ascentrt.memory.allocator",  # what `make accel` compiles
+           "ascentrt.memory.buffer", "ascentrt.memory.registry")
 _PACKAGE = Path(__file__).parent
 _from_source: set[str] = set()       # modules that load from source in this process
 
@@ -76,6 +78,20 @@ def keep_to_source_if_asked() -> None:
         _from_source.update(MODULES)
         if _SourceFirst not in sys.meta_path:
             sys.meta_path.insert(0, _SourceFirst)
+
+
+def restore_docstrings(namespace: dict[str, Any]) -> None:
+    """Give a compiled module and its classes their docstrings back from the source beside it
+    (mypyc keeps only signatures); nothing when the module runs from source."""
+    name = namespace["__name__"]
+    source = _source_of(name)
+    if str(namespace.get("__file__", "")).endswith(".py") or not source.exists():
+        return
+    tree = ast.parse(source.read_text())
+    namespace["__doc__"] = ast.get_docstring(tree)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and isinstance(namespace.get(node.name), type):
+            namespace[node.name].__doc__ = ast.get_docstring(node)
 
 
 def built() -> list[str]:

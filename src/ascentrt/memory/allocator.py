@@ -19,8 +19,6 @@ from .registry import REGISTRY
 
 # Final: a compiled build keeps these in C statics (no module-dict lookup per malloc) and
 # does GRANULE's arithmetic on native ints. The module uses these names throughout.
-_new_buffer: Final = object.__new__
-_DeviceBuffer: Final = DeviceBuffer
 _GRANULE: Final[int] = GRANULE
 _REGISTRY: Final = REGISTRY
 
@@ -107,11 +105,9 @@ class DeviceAllocator:
         else:
             block = pool.allocate(n, stream)
         size = (n + _GRANULE - 1) & -_GRANULE
-        buf = _new_buffer(_DeviceBuffer)  # (no __init__ call: the cheapest way to fill the slots)
         # (requested: the caller's own int object; a compiled build would box n again)
-        buf.device, buf.addr, buf.nbytes, buf.requested = self.device, block.addr, size, nbytes
-        buf._mem = block.view if block.view_n == size else block.bytes(size)  # (view cached)
-        buf._owner, buf._block = self, block
+        buf = DeviceBuffer(self.device, block.addr, size, nbytes,
+                           block.view if block.view_n == size else block.bytes(size), self, block)
         block.buf = buf  # from here on its pointers resolve (through the chunk)
         if _REGISTRY.observers:
             _REGISTRY.allocated(buf)

@@ -6,19 +6,17 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..accel import restore_docstrings
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .links import Links
 from .registry import REGISTRY
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
-
-    from ..backends.base import MemHandle
-    from .pool import Block
 
 GRANULE = 32  # CANN rounds every device allocation up to 32 bytes
 KDL_CPU = 1   # DLPack's device type of memory the host reaches (cpu and sim backends)
@@ -27,7 +25,6 @@ KDL_CPU = 1   # DLPack's device type of memory the host reaches (cpu and sim bac
 # freed: the arrays other libraries hold would point into a block the pool hands out again.
 _exports: dict[int, int] = {}
 _exports_lock = threading.Lock()
-_Alloc = TypeVar("_Alloc", bound="DeviceBuffer | HostBuffer")  # the methods the two share
 _Shape = int | Sequence[int] | None  # a view's shape: an int, ints, or None (1-D over all the bytes)
 
 
@@ -98,22 +95,32 @@ def _plain_dtype(dtype: DTypeLike) -> np.dtype:
 class _ByteRange:
     """Shared behaviour of anything that names bytes: pointer, length, numpy views, slicing."""
 
-    __slots__ = ()
-    if TYPE_CHECKING:  # what every kind of range has (slots, class attributes or properties)
-        @property
-        def addr(self) -> int: ...
-        @property
-        def nbytes(self) -> int: ...
-        @property
-        def base(self) -> _ByteRange: ...
-        @property
-        def offset(self) -> int: ...
-        @property
-        def kind(self) -> str: ...
-        @property
-        def device(self) -> Any: ...
-        @property
-        def alive(self) -> bool: ...
+    # What every kind of range stores; what it computes (base, offset, kind, alive) are
+    # properties each kind overrides. (A compiled build lays these out as native fields.)
+    __slots__ = ("addr", "nbytes", "device")
+    addr: int       # the start address
+    nbytes: int     # the length in bytes
+    device: Any     # the Device the memory is on (None for host memory)
+
+    @property
+    def base(self) -> _ByteRange:
+        """The allocation the range is part of."""
+        raise NotImplementedError
+
+    @property
+    def offset(self) -> int:
+        """Where the range starts inside its allocation."""
+        raise NotImplementedError
+
+    @property
+    def kind(self) -> str:
+        """'device' or 'host'."""
+        raise NotImplementedError
+
+    @property
+    def alive(self) -> bool:
+        """Whether the memory is still allocated."""
+        raise NotImplementedError
 
     @property
     def ptr(self) -> int:
@@ -185,35 +192,23 @@ def task_view(x: Any) -> np.ndarray:
     return x._array(np.uint8, None)
 
 
-class DeviceBuffer(_ByteRange):
-    """Device memory: `.ptr` (int address), `.nbytes` (rounded to 32), `.device`, `.free()`."""
+class _Allocation(_ByteRange):
+    """What device and host allocations share: their memory, until it is freed."""
 
     # `_late` is set only by a stream-ordered free that queued work still needs:
     # (bytes, ((stream, last task id), ...)); unset otherwise (one store less per malloc).
-    __slots__ = ("device", "addr", "nbytes", "requested", "_mem", "_owner", "_block", "_late",
-                 "__weakref__")
-    kind = "device"
-    device: Any          # the Device it is on (a runtime object)
-    addr: int
-    nbytes: int
-    requested: int
+    __slots__ = ("_mem", "_late", "site")
     _mem: np.ndarray | None
-    _owner: Any          # the DeviceAllocator that made it
-    _block: Block | None
     _late: tuple[np.ndarray, tuple]
-
-    def __init__(self, device: Any, addr: int, nbytes: int, requested: int, mem: np.ndarray,
-                 owner: Any, block: Block | None = None):
-        self.device, self.addr, self.nbytes, self.requested = device, addr, nbytes, requested
-        self._mem, self._owner, self._block = mem, owner, block  # block: the pool's, or None
+    site: Any       # where the program allocated it (noted under ASCENTRT_LEAK_CHECK=sites), or None
 
     @property
-    def alive(self: _Alloc) -> bool:
+    def alive(self) -> bool:
         """False once freed (or its device was reset)."""
         return self._mem is not None
 
     @property
-    def base(self: _Alloc) -> _Alloc:
+    def base(self) -> _ByteRange:
         """The allocation itself (slices return their parent)."""
         return self
 
@@ -222,7 +217,7 @@ class DeviceBuffer(_ByteRange):
         """Offset inside the allocation (always 0 for the allocation itself)."""
         return 0
 
-    def _bytes(self: _Alloc) -> np.ndarray:
+    def _bytes(self) -> np.ndarray:
         mem = self._mem
         if mem is None:
             late = getattr(self, "_late", None)
@@ -230,6 +225,26 @@ class DeviceBuffer(_ByteRange):
                 return late[0]  # a task queued before a stream-ordered free still sees the bytes
             raise InvalidHandleError(f"{self.kind} buffer at {self.addr:#x} was freed")
         return mem
+
+
+class DeviceBuffer(_Allocation):
+    """Device memory: `.ptr` (int address), `.nbytes` (rounded to 32), `.device`, `.free()`."""
+
+    __slots__ = ("requested", "_owner", "_block")
+    requested: int
+    _owner: Any          # the DeviceAllocator that made it
+    _block: Any         # the pool's Block, or None (untyped: the pool imports this module's types)
+
+    def __init__(self, device: Any, addr: int, nbytes: int, requested: int, mem: np.ndarray,
+                 owner: Any, block: Any = None):
+        self.device, self.addr, self.nbytes, self.requested = device, addr, nbytes, requested
+        self._mem, self._owner, self._block = mem, owner, block  # block: the pool's, or None
+        self.site = None
+
+    @property
+    def kind(self) -> str:
+        """'device'."""
+        return "device"
 
     def free(self, stream: Any = None) -> None:
         """Return the memory to its device after `stream`'s queued work (None: after all of it).
@@ -260,29 +275,24 @@ def _queued_before_free(waits: tuple) -> bool:
     return any(task.stream is s and task.id <= last for s, last in waits)
 
 
-class HostBuffer(_ByteRange):
+class HostBuffer(_Allocation):
     """Page-aligned host memory, pinned (mlocked) when permitted: `.pinned` says which."""
 
-    __slots__ = ("addr", "nbytes", "pinned", "_mem", "_handle", "_release", "_late", "__weakref__")
-    kind = "host"
-    device = None
-    addr: int
-    nbytes: int
+    __slots__ = ("pinned", "_handle", "_release")
     pinned: bool
-    _mem: np.ndarray | None
     _handle: Any        # its own mapping's MemHandle, or its Block of the pinned pool (as `_release` takes it)
     _release: Callable[[HostBuffer], bool]
-    _late: tuple[np.ndarray, tuple]
 
-    def __init__(self, addr: int, nbytes: int, pinned: bool, mem: np.ndarray, handle: MemHandle | Block,
+    def __init__(self, addr: int, nbytes: int, pinned: bool, mem: np.ndarray, handle: Any,
                  release: Callable[[HostBuffer], bool]):
-        self.addr, self.nbytes, self.pinned = addr, nbytes, pinned
+        self.device, self.addr, self.nbytes, self.pinned = None, addr, nbytes, pinned
         self._mem, self._handle, self._release = mem, handle, release  # release(buf) -> bool
+        self.site = None
 
-    alive = DeviceBuffer.alive
-    base = DeviceBuffer.base
-    offset = DeviceBuffer.offset
-    _bytes = DeviceBuffer._bytes
+    @property
+    def kind(self) -> str:
+        """'host'."""
+        return "host"
 
     def free(self) -> None:
         """Release the memory; freeing twice raises InvalidHandleError (207002)."""
@@ -304,41 +314,42 @@ class HostBuffer(_ByteRange):
 class BufferSlice(_ByteRange):
     """Bytes [offset, offset + nbytes) of a device or host buffer."""
 
-    __slots__ = ("base", "offset", "nbytes")
-    base: _ByteRange    # the allocation it slices (a DeviceBuffer or HostBuffer)
-    offset: int
-    nbytes: int
+    __slots__ = ("_base", "_offset")
+    _base: _ByteRange    # the allocation it slices (a DeviceBuffer or HostBuffer)
+    _offset: int
 
     def __init__(self, base: _ByteRange, offset: int, nbytes: int):
         if isinstance(base, BufferSlice):
-            base, offset = base.base, base.offset + offset
-        self.base, self.offset, self.nbytes = base, offset, nbytes
+            offset += base._offset
+            base = base._base
+        self._base, self._offset, self.nbytes = base, offset, nbytes
+        self.addr, self.device = base.addr + offset, base.device  # (fixed for its life)
 
     @property
-    def addr(self) -> int:
-        """Start address of the slice."""
-        return self.base.addr + self.offset
+    def base(self) -> _ByteRange:
+        """The allocation it slices (a DeviceBuffer or HostBuffer)."""
+        return self._base
+
+    @property
+    def offset(self) -> int:
+        """Where the slice starts inside that allocation."""
+        return self._offset
 
     @property
     def kind(self) -> str:
         """'device' or 'host', as the buffer it slices."""
-        return self.base.kind
-
-    @property
-    def device(self) -> Any:
-        """The device of the sliced buffer (None for host memory)."""
-        return self.base.device
+        return self._base.kind
 
     @property
     def alive(self) -> bool:
         """Whether the sliced buffer is still allocated."""
-        return self.base.alive
+        return self._base.alive
 
     def _bytes(self) -> np.ndarray:
-        return self.base._bytes()[self.offset:self.offset + self.nbytes]
+        return self._base._bytes()[self._offset:self._offset + self.nbytes]
 
     def __repr__(self) -> str:
-        return f"BufferSlice({self.base!r}[{self.offset}:{self.offset + self.nbytes}])"
+        return f"BufferSlice({self._base!r}[{self._offset}:{self._offset + self.nbytes}])"
 
 
 class TypedView:
@@ -368,3 +379,6 @@ class TypedView:
 
     def __repr__(self) -> str:
         return f"TypedView({self.buffer!r}, {self.dtype}, {self.shape})"
+
+
+restore_docstrings(globals())  # (its classes are public: help() shows them compiled too)

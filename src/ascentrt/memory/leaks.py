@@ -6,14 +6,12 @@ from __future__ import annotations
 import collections
 import threading
 import warnings
-import weakref
+from typing import Any
 
 from .. import config
 from ..callsite import site_text, user_code_site, user_frame
 from ..errors import warn_at_caller
 from ..units import format_bytes
-
-SITES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # buffer -> its Site
 
 
 class _ThreadGathering(threading.local):
@@ -34,9 +32,9 @@ def recording_sites() -> bool:
     return config.get("ASCENTRT_LEAK_CHECK") == "sites"
 
 
-def note_site(buf: object) -> None:
-    """Remember where the user's program allocated `buf` (only while recording sites)."""
-    SITES[buf] = user_code_site(3)
+def note_site(buf: Any) -> None:
+    """Remember on `buf` where the user's program allocated it (only while recording sites)."""
+    buf.site = user_code_site(3)
 
 
 class reclaiming:
@@ -75,7 +73,7 @@ def report(buffers: list, when: str) -> str | None:
             f"{when} ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})")
     sites: collections.Counter[str] = collections.Counter()
     for b in buffers:
-        sites[site_text(SITES.get(b, "?"))] += b.nbytes
+        sites[site_text(b.site or "?")] += b.nbytes
     if set(sites) != {"?"}:
         text += "; allocated at " + ", ".join(f"{site} ({format_bytes(n)})" for site, n in sites.most_common(5))
     else:

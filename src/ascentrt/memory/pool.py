@@ -15,12 +15,15 @@ from __future__ import annotations
 import bisect
 import sys
 import threading
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import ErrorCode, OutOfMemoryError
 from .chunks import CHUNK
 from .links import Links
 from .policy import ReusePolicy
+
+if TYPE_CHECKING:
+    from .buffer import _Allocation  # (typed: a compiled build marks a buffer freed natively)
 
 # Final: a compiled build inlines them instead of looking each up in the module per use.
 ALLOCATED: Final = "allocated"
@@ -471,7 +474,8 @@ class BlockPool:
             streams.extend(s for s in block.uses if s is not stream)
         return _busy_positions(streams)
 
-    def deallocate(self, block: Block, stream=None, waits: tuple | None = None, buf: Any = None) -> bool:
+    def deallocate(self, block: Block, stream=None, waits: tuple | None = None,
+                   buf: _Allocation | None = None) -> bool:
         """Free a block after `stream`'s work so far (None: after all work queued on the device).
 
         With `buf`, the buffer the block backs: it is marked freed under the same lock (tasks
@@ -507,7 +511,7 @@ class BlockPool:
         return self._cached_bytes + size <= CACHE_BYTES and (threshold is None
                                                             or self.reserved <= threshold)
 
-    def _put_back(self, block: Block, stream, waits: tuple, buf: Any) -> bool:
+    def _put_back(self, block: Block, stream, waits: tuple, buf: _Allocation | None) -> bool:
         """deallocate()'s work, the pool held (or, compiled, atomic; see there)."""
         if buf is not None:
             if block.buf is not buf:

@@ -188,7 +188,8 @@ class Instrumentation:
         for cls, names in methods.items():
             for attr in names:
                 original = cls.__dict__.get(attr)
-                if not isinstance(original, types.FunctionType) or \
+                # (a compiled class's methods are method descriptors)
+                if not isinstance(original, (types.FunctionType, types.MethodDescriptorType)) or \
                         hasattr(original, "_ascentrt_api"):
                     continue
                 label = f"{cls.__name__}.{_ALIASES.get(attr, attr)}"
