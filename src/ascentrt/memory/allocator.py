@@ -59,6 +59,9 @@ class DeviceAllocator:
     def __init__(self, device: Any, mem: np.ndarray, base: int, capacity: int,
                  pool: BlockPool | None = None, decommit: Callable[[int, int], None] | None = None):
         self.device = device
+        # (The runtime registered its Stream class on import, before any device: read once
+        # here, a compiled malloc compares types natively instead of looking up Links per call.)
+        self._stream_type: type[Any] = Links.stream_type
         self.mem = mem
         self.base = base
         self.capacity = capacity
@@ -91,7 +94,7 @@ class DeviceAllocator:
             if nbytes > self.capacity:
                 raise InvalidArgumentError(f"nbytes {nbytes} exceeds device {self.device.id}'s "
                                            f"capacity {self.capacity}")
-        if stream is not None and (stream.__class__ is not Links.stream_type
+        if stream is not None and (type(stream) is not self._stream_type
                                    or stream.device is not self.device):
             check_stream(stream, self.device)  # (raises unless a subclass of Stream)
         pool = self.pool
@@ -145,7 +148,7 @@ class DeviceAllocator:
     def release(self, buf: DeviceBuffer, stream: Any = None) -> bool:
         """Free a buffer after `stream`'s work (None: after all queued work of the device);
         False when another thread freed it first."""
-        if stream is not None and (stream.__class__ is not Links.stream_type
+        if stream is not None and (type(stream) is not self._stream_type
                                    or stream.device is not self.device):
             check_stream(stream, self.device)
         if self.host_call is not None:

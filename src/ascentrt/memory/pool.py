@@ -185,6 +185,9 @@ class BlockPool:
         self._sizes: list[int] = []          # sorted sizes with a non-empty bin
         # stream -> size -> pending blocks only it may take at once
         self._stream_bins: dict[Any, dict[int, dict[Block, None]]] = {}
+        # (Read once: the runtime registers its Stream class on import; a pool made before
+        # that only misses the lock-free path for streams.)
+        self._stream_type: type[Any] = Links.stream_type
         self._pending: dict[Block, None] = {}  # every pending block, in free order
         self._pending_streams: dict[Any, int] = {}  # stream -> pending blocks waiting for it
         self._collect_key: Any = None        # those streams' progress at the last collect
@@ -223,7 +226,7 @@ class BlockPool:
         size = last[1] if last[0] == nbytes else self._size_class(nbytes)
         # (Compiled, no lock held: see ATOMIC. A stream of the runtime's own class hashes in C.)
         if ATOMIC and not self._locked() and (stream is None or (
-                stream.__class__ is Links.stream_type and not self._stream_bins.get(stream))):
+                type(stream) is self._stream_type and not self._stream_bins.get(stream))):
             cached = self._size_cache(size)
             if cached is not None and cached.n:
                 self._cached_bytes -= size
