@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint docs bench clean accel
+.PHONY: demo test lint docs bench clean accel bytecode
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[dev,cli,mpi]'
 	touch $@
 
-demo: $(VENV)/.installed
+demo: bytecode
 	$(PY) -m ascentrt.cli demo
 
 # Optional: the modules listed in src/ascentrt/accel.py compiled with mypyc from their own
@@ -26,6 +26,11 @@ accel: src/build/.accel
 src/build/.accel: $(VENV)/.installed-dev $(ACCEL_SOURCES)
 	cd src && ASCENTRT_PURE_PYTHON=1 ../$(PY) -c 'import sys, ascentrt.accel as a; sys.exit(a.build())'
 	touch $@
+
+# The package's bytecode, written even where PYTHONDONTWRITEBYTECODE is set: the tests start
+# a few hundred interpreters, and each would otherwise compile every module again (~0.3 s).
+bytecode: $(VENV)/.installed
+	$(PY) -m compileall -q src/ascentrt
 
 # The semantics tests again on the simulated NPU (tests marked cpu_only skip there).
 SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failures host_funcs \
@@ -44,16 +49,17 @@ docs: $(VENV)/.installed-dev
 
 # The cpu session runs the compiled build (made here when a compiler is there), the sim session
 # the Python source: both paths are tested.
-test: lint
+test: lint bytecode
 	$(MAKE) accel || echo "no compiled build: both sessions run the Python source"
 	$(PY) -m pytest -q
 	ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_TESTS)
 
 # The figures of the compiled build where one can be made (RESULTS.md says which ran).
-bench: $(VENV)/.installed
+bench: bytecode
 	$(MAKE) accel || echo "no compiled build: the benchmarks run the Python source"
 	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) build dist src/build src/*.egg-info
 	find src -name '*.so' -delete
+	find src -name __pycache__ -prune -exec rm -rf {} +
