@@ -299,7 +299,10 @@ def test_pointers_of_a_live_buffer_resolve_while_its_chunk_splits_and_merges(dev
 
 def test_each_block_has_its_own_requests_size_class_while_threads_ask_for_different_sizes(dev, switch_often):
     # The pool remembers the last request's size class: a thread must never take another's.
-    from ascentrt.memory.pool import size_class
+    # (A best fit may hand a free block whole when what would be left is under MIN_SPLIT: at
+    # least the request's class, less than MIN_SPLIT more. Each thread's small class is 768
+    # bytes or more from every other thread's, so another's class falls outside that range.)
+    from ascentrt.memory.pool import MIN_SPLIT, size_class
     errors = []
     barrier = threading.Barrier(8)
 
@@ -310,7 +313,8 @@ def test_each_block_has_its_own_requests_size_class_while_threads_ask_for_differ
             for k in range(300):
                 n = sizes[k % 3]
                 buf = art.malloc(n)
-                if buf._block.size != size_class(n, buf._owner.pool.align):
+                want = size_class(n, buf._owner.pool.align)
+                if not want <= buf._block.size < want + MIN_SPLIT:
                     errors.append((n, buf._block.size))
                 buf.free()
         except BaseException as e:  # pragma: no cover - reported below
