@@ -288,9 +288,13 @@ class Timeline:
             self.owed_ns = 0
         if self.ends or self.sharing or self.inflight or self.deadlines:
             self.run(until)
-        elif self._any_ready():
-            if len(self.backends) != 1 or not self.backends[0].run_alone(until):
+        elif len(self.backends) == 1:  # (the common case: one device, its ready counts inline)
+            b = self.backends[0]
+            compute, copy, host = b.ready
+            if (compute.count or copy.count or host.count) and not b.run_alone(until):
                 self.run(until)
+        elif self._any_ready():
+            self.run(until)
         if self.now < until:
             self.now = until
         self.generation += 1
@@ -599,13 +603,16 @@ class SimBackend(CpuBackend):
         end = self._end(q, t, frame, units)
         if end is None:
             return False
-        if end > until or tl.ends or tl.sharing or tl.deadlines or tl.inflight or tl._any_ready():
+        # (this is the only device: its ready counts are what _any_ready() would ask)
+        if end > until or tl.ends or tl.sharing or tl.deadlines or tl.inflight \
+                or compute.count or copy.count or host.count:
             # (what it did moved the simulation on itself, or made work ready: the generic way)
             heapq.heappush(tl.ends, (end, next(tl.seq), self, q, t, units))
             return False
         tl.now = end
-        self.ended(q, t, units)
-        return not tl._any_ready()
+        self.free_units += units  # (ended(), for a compute task)
+        q.finish(t)
+        return not (compute.count or copy.count or host.count)
 
     def dispatch(self) -> None:
         """Start every ready task that a free unit can take now (called under the timeline lock)."""
