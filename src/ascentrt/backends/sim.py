@@ -621,8 +621,7 @@ class SimBackend(CpuBackend):
             heapq.heappush(tl.ends, (end, next(tl.seq), self, q, t, units))
             return False
         tl.now = end
-        self.free_units += units  # (ended(), for a compute task)
-        q.finish(t)
+        self.ended(q, t, units)
         return not (compute.count or copy.count or host.count)
 
     def dispatch(self) -> None:
