@@ -641,12 +641,41 @@ def test_a_d2d_copy_moves_at_most_its_engines_bandwidth(stream):
     a.free(), b.free()
 
 
+@sim_only
+def test_copies_up_to_small_copy_bytes_move_at_the_small_copy_rate(stream):
+    # A calibrated cpu preset's regime: up to glibc's non-temporal threshold a copy moves at
+    # small_copy_bandwidth, above it at the link's (or engine's) rate; pinned H2D and D2D both.
+    small, large = 4 << 20, 8 << 20
+    host = art.malloc_host(large)
+    a, b = art.malloc(large), art.malloc(large)
+    backend = stream.device._backend
+    p = backend.preset
+    backend.preset = p.varied({"small_copy_bytes": small, "small_copy_bandwidth": 5e9,
+                               "copy_engine_bandwidth": 8e9})
+    try:
+        with art.profile() as prof:
+            for n in (small, small + 1):
+                art.memcpy_async(a, host, n, stream=stream)
+                art.memcpy_async(b, a, n, stream=stream)
+            stream.synchronize()
+    finally:
+        backend.preset = p
+    h2d_small, d2d_small, h2d_large, d2d_large = _tasks(prof, "copy")
+    assert abs(h2d_small.duration_ns - (p.dispatch_ns + p.host_link_latency_ns + small / 5e9 * 1e9)) <= 2
+    assert abs(d2d_small.duration_ns - (p.dispatch_ns + small / 5e9 * 1e9)) <= 2
+    assert abs(h2d_large.duration_ns - (p.dispatch_ns + p.host_link_latency_ns
+                                        + (small + 1) / p.host_link_bandwidth * 1e9)) <= 2
+    assert abs(d2d_large.duration_ns - (p.dispatch_ns + (small + 1) / 8e9 * 1e9)) <= 2
+    host.free(), a.free(), b.free()
+
+
 def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     path = _write_preset(tmp_path, shared_processors=None, default_block_dim=None,
-                         unified_memory=None, copy_engine_bandwidth=None, crowded_processors=None)
+                         unified_memory=None, copy_engine_bandwidth=None, crowded_processors=None,
+                         small_copy_bytes=None, small_copy_bandwidth=None)
     p = presets.load(path)
     assert (p.shared_processors, p.default_block_dim, p.unified_memory, p.copy_engine_bandwidth,
-            p.crowded_processors) == (0, 0, 0, 0, 0)
+            p.crowded_processors, p.small_copy_bytes, p.small_copy_bandwidth) == (0, 0, 0, 0, 0, 0, 0)
     assert all(p.sources[f][0] == "documented" for f in presets.DEFAULTS)
 
 

@@ -846,12 +846,21 @@ class SimBackend(CpuBackend):
             if device_of(dst) != device_of(src):  # a peer copy: over the link between the two
                 return p.peer_link_latency_ns + nbytes / p.peer_link_bandwidth * 1e9, mem
             ns = 2 * mem  # read and written once each; one engine moves at most its own rate
-            if p.copy_engine_bandwidth:
-                ns = max(ns, nbytes / p.copy_engine_bandwidth * 1e9)
+            engine = self._copy_rate(nbytes, p.copy_engine_bandwidth)
+            if engine:
+                ns = max(ns, nbytes / engine * 1e9)
             return ns, 2 * mem
         host = src if direction == H2D else dst
-        bw = p.host_link_bandwidth if self.timeline.where(host) == "pinned" else p.pageable_bandwidth
+        bw = self._copy_rate(nbytes, p.host_link_bandwidth) if self.timeline.where(host) == "pinned" \
+            else p.pageable_bandwidth
         return p.host_link_latency_ns + nbytes / bw * 1e9, mem * (2 if p.unified_memory else 1)
+
+    def _copy_rate(self, nbytes: int, rate: float) -> float:
+        """`rate`, or small_copy_bandwidth for a copy of at most small_copy_bytes."""
+        p = self.preset
+        if nbytes <= p.small_copy_bytes and p.small_copy_bandwidth:
+            return float(p.small_copy_bandwidth)
+        return rate
 
     def _kernel_ns(self, op, args) -> tuple[float, float]:
         """(Declared duration, or roofline of declared flops and bytes, or the built-in

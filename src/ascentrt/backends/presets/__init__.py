@@ -40,6 +40,13 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "host_link_bandwidth": (float, 1, "B/s", "host link bandwidth per direction, pinned memory"),
     "pageable_bandwidth": (float, 1, "B/s", "copies from or to pageable memory (staged by the host)"),
     "host_link_latency_ns": (float, 0, "ns", "latency of one copy over the host link"),
+    "small_copy_bytes": (int, 0, "B", "copies (pinned host or within the device) of at most "
+                         "this many bytes move at small_copy_bandwidth instead (a cpu "
+                         "backend's memmove writes through the cache up to glibc's "
+                         "non-temporal threshold, and is slower then from memory the cache "
+                         "does not hold; 0: one rate for every size)"),
+    "small_copy_bandwidth": (float, 0, "B/s", "the rate of the copies small_copy_bytes names, "
+                             "from memory the cache does not hold (0: as larger copies)"),
     "peer_link_bandwidth": (float, 1, "B/s", "link between two devices, per direction (peer copies)"),
     "peer_link_latency_ns": (float, 0, "ns", "latency of one peer copy over that link"),
     "dispatch_ns": (float, 0, "ns", "device-side overhead of each task"),
@@ -79,6 +86,8 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "shared_processors": (0.0, "not in the file: engines are independent hardware (no sharing)"),
     "crowded_processors": (0.0, "not in the file: as shared_processors (no loss when crowded)"),
     "unified_memory": (0, "not in the file: host and device memory are apart"),
+    "small_copy_bytes": (0, "not in the file: copies of every size move at the same rate"),
+    "small_copy_bandwidth": (0.0, "not in the file: copies of every size move at the same rate"),
 }
 
 
