@@ -120,6 +120,9 @@ def _glibc_tunable(name: str) -> int:
     return 0
 
 
+_MOST_PINNED = 512 * MIB
+
+
 def _small_copies(s) -> dict:
     """small_copy_bytes and small_copy_bandwidth: below glibc's non-temporal threshold a
     memmove writes through the cache, and from memory the cache no longer holds it moves
@@ -134,7 +137,8 @@ def _small_copies(s) -> dict:
                 "small_copy_bandwidth": (0.0, "no glibc non-temporal threshold found: one rate")}
     cache = _glibc_tunable("glibc.cpu.x86_shared_cache_size") or 64 * MIB
     n = min(12 * MIB, threshold // 2)
-    count = max(4, -(-2 * cache // n))
+    # (at most 512 MiB of pinned memory, however large the cache: a small host must cope)
+    count = max(4, min(-(-2 * cache // n), _MOST_PINNED // n))
     host, dev = art.malloc_host(n * count), art.malloc(n * 3)
     host.numpy()[:] = 1  # (touched once: no first-touch faults in the figure)
 
