@@ -643,14 +643,14 @@ def test_a_d2d_copy_moves_at_most_its_engines_bandwidth(stream):
 
 @sim_only
 def test_copies_up_to_small_copy_bytes_move_at_the_small_copy_rate(stream):
-    # A calibrated cpu preset's regime: up to glibc's non-temporal threshold a copy moves at
-    # small_copy_bandwidth, above it at the link's (or engine's) rate; pinned H2D and D2D both.
+    # A calibrated cpu preset's regime: under glibc's non-temporal threshold a copy moves at
+    # small_copy_bandwidth, from it on at the link's (or engine's) rate; pinned H2D and D2D both.
     small, large = 4 << 20, 8 << 20
     host = art.malloc_host(large)
     a, b = art.malloc(large), art.malloc(large)
     backend = stream.device._backend
     p = backend.preset
-    backend.preset = p.varied({"small_copy_bytes": small, "small_copy_bandwidth": 5e9,
+    backend.preset = p.varied({"small_copy_bytes": small + 1, "small_copy_bandwidth": 5e9,
                                "copy_engine_bandwidth": 8e9})
     try:
         with art.profile() as prof:
@@ -685,6 +685,8 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     ({"shared_processors": -1}, "'shared_processors' must be at least"),
     ({"crowded_processors": -0.5}, "'crowded_processors' must be at least"),
     ({"copy_engine_bandwidth": "\"fast\""}, "'copy_engine_bandwidth' must be a number"),
+    ({"small_copy_bytes": 1 << 20}, "'small_copy_bytes' and 'small_copy_bandwidth' go together"),
+    ({"small_copy_bandwidth": 5e9}, "'small_copy_bytes' and 'small_copy_bandwidth' go together"),
     ({"shared_processors": 2, "crowded_processors": 3},
      "'crowded_processors' (3) must be at most shared_processors (2)"),
 ])

@@ -116,11 +116,32 @@ def _glibc_tunable(name: str) -> int:
             return 0
         for line in text.splitlines():
             if line.startswith(name + ":"):
-                return int(line.split(":")[1].split()[0], 0)
+                try:  # `name: 0x28e0000 (min: 0x4040, max: ...)`
+                    return int(line.split(":")[1].split()[0], 0)
+                except (IndexError, ValueError):
+                    return 0
     return 0
 
 
+def _last_level_cache() -> int:
+    """The bytes of this machine's largest cache (Linux sysfs, else glibc's figure), 0 if
+    neither says."""
+    import glob
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path, encoding="ascii") as f:
+                text = f.read().strip()  # e.g. "107520K"
+            sizes.append(int(text[:-1]) << {"K": 10, "M": 20, "G": 30}[text[-1]]
+                         if text[-1] in "KMG" else int(text))
+        except (OSError, ValueError, IndexError):
+            continue
+    return max(sizes, default=0) or _glibc_tunable("glibc.cpu.x86_shared_cache_size")
+
+
 _MOST_PINNED = 512 * MIB
+_NO_REGIME = {"small_copy_bytes": (0, "one rate for every size: {}"),
+              "small_copy_bandwidth": (0.0, "one rate for every size: {}")}
 
 
 def _small_copies(s) -> dict:
@@ -129,32 +150,46 @@ def _small_copies(s) -> dict:
     bytes slower than a large copy's streaming stores do (here ~6 against ~9 GB/s). Measured
     as a pipeline meets it: 12 MiB pinned H2D copies queued back to back, each from a host
     range not touched since the last-level cache held twice its size, into 3 rotating device
-    buffers."""
+    buffers. Either both fields or neither (one rate, 0 and 0)."""
     import ascentrt as art
+
+    def none(why: str) -> dict:
+        return {field: (value, how.format(why)) for field, (value, how) in _NO_REGIME.items()}
     threshold = _glibc_tunable("glibc.cpu.x86_non_temporal_threshold")
     if not threshold:
-        return {"small_copy_bytes": (0, "no glibc non-temporal threshold found: one rate"),
-                "small_copy_bandwidth": (0.0, "no glibc non-temporal threshold found: one rate")}
-    cache = _glibc_tunable("glibc.cpu.x86_shared_cache_size") or 64 * MIB
+        return none("no glibc non-temporal threshold found (not glibc 2.33+ on x86)")
     n = min(12 * MIB, threshold // 2)
+    if n < MIB:  # (copies this small would measure their launches, not their bytes)
+        return none(f"glibc's non-temporal threshold is only {threshold} bytes")
+    cache = _last_level_cache() or 64 * MIB
     # (at most 512 MiB of pinned memory, however large the cache: a small host must cope)
     count = max(4, min(-(-2 * cache // n), _MOST_PINNED // n))
-    host, dev = art.malloc_host(n * count), art.malloc(n * 3)
-    host.numpy()[:] = 1  # (touched once: no first-touch faults in the figure)
+    host = art.malloc_host(n * count)
+    try:
+        if not host.pinned:
+            return none("host memory cannot be locked here (RLIMIT_MEMLOCK)")
+        dev = art.malloc(n * 3)
+        try:
+            host.numpy()[:] = 1  # (touched once: no first-touch faults in the figure)
 
-    def cold() -> None:
-        for i in range(count):
-            art.memcpy_async(dev[(i % 3) * n:(i % 3 + 1) * n], host[i * n:(i + 1) * n], stream=s)
-        s.synchronize()
-    cold()
-    rate = n * count / (_median_ns(cold, 5) / 1e9)
-    host.free()
-    dev.free()
+            def cold() -> None:
+                for i in range(count):
+                    art.memcpy_async(dev[(i % 3) * n:(i % 3 + 1) * n], host[i * n:(i + 1) * n],
+                                     stream=s)
+                s.synchronize()
+            cold()
+            rate = n * count / (_median_ns(cold, 5) / 1e9)
+        finally:
+            dev.free()
+    finally:
+        host.free()
     how = ("glibc.cpu.x86_non_temporal_threshold (ld.so --list-tunables): memmove streams "
-           "past the cache above it")
+           "past the cache from it on")
+    cold_enough = "out of the cache" if count * n >= 2 * cache else \
+        f"not all out of the {cache >> 20} MiB cache (pinned memory capped at 512 MiB)"
     return {"small_copy_bytes": (threshold, how),
-            "small_copy_bandwidth": (rate, f"{n >> 20} MiB pinned H2D copies queued back to back, "
-                                     f"each from memory out of the cache, {count} of them")}
+            "small_copy_bandwidth": (rate, f"{n >> 20} MiB pinned H2D copies queued back to "
+                                     f"back, each from memory {cold_enough}, {count} of them")}
 
 
 _CHAIN = 8  # buffers of 12 MiB: a kernel's output was last touched 7 kernels before
@@ -204,10 +239,11 @@ def measure() -> dict:
     bw = (n - 4096) / (max(1.0, big - small) / 1e9)
     out["host_link_bandwidth"] = (bw, "pinned H2D memcpy_async: 64 MiB alone on a stream "
                                       "against 4 KiB copies queued back to back")
-    out["host_link_latency_ns"] = (max(0.0, small - 4096 / bw * 1e9),
-                                   "a 4 KiB pinned copy (200 queued back to back), minus its "
-                                   "bytes over the bandwidth")
     out.update(_small_copies(s))
+    regime = out["small_copy_bandwidth"][0] if 4096 < out["small_copy_bytes"][0] else bw
+    out["host_link_latency_ns"] = (max(0.0, small - 4096 / regime * 1e9),
+                                   "a 4 KiB pinned copy (200 queued back to back), minus its "
+                                   "bytes over the bandwidth of its size")
     out["pageable_bandwidth"] = (n / (_median_ns(lambda: copy(dbuf, pageable)) / 1e9),
                                  "pageable H2D memcpy_async of 64 MiB (synchronous)")
     copy(dbuf2, dbuf)

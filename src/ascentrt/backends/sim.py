@@ -468,7 +468,9 @@ class SimBackend(CpuBackend):
             ns = 0.0
         elif kind == COPY:
             dst, dpitch, src, spitch, width, height = op.args
-            ns, mem = self.copy_ns(self.direction(dst, src), width * height, dst, src)
+            # (a pitched copy is no single memmove on a cpu backend: no small-copy rate for it)
+            ns, mem = self.copy_ns(self.direction(dst, src), width * height, dst, src,
+                                   height == 1 or dpitch == spitch == width)
         else:  # FILL
             dst, _, nbytes = op.args
             on_device = tl.where(dst) == "device"
@@ -835,10 +837,12 @@ class SimBackend(CpuBackend):
             self.sharing = left
             self._share()
 
-    def copy_ns(self, direction: int, nbytes: int, dst: int, src: int) -> tuple[float, float]:
+    def copy_ns(self, direction: int, nbytes: int, dst: int, src: int,
+                contiguous: bool = True) -> tuple[float, float]:
         """(latency + bytes / bandwidth of the path a copy takes, the ns its bytes take at the
         device memory's bandwidth). Pageable host memory is staged; with unified memory the
-        host side of a copy is in the device's memory too."""
+        host side of a copy is in the device's memory too; a contiguous copy under
+        small_copy_bytes moves at small_copy_bandwidth."""
         p = self.preset
         mem = nbytes / p.memory_bandwidth * 1e9
         if direction == D2D:
@@ -846,19 +850,19 @@ class SimBackend(CpuBackend):
             if device_of(dst) != device_of(src):  # a peer copy: over the link between the two
                 return p.peer_link_latency_ns + nbytes / p.peer_link_bandwidth * 1e9, mem
             ns = 2 * mem  # read and written once each; one engine moves at most its own rate
-            engine = self._copy_rate(nbytes, p.copy_engine_bandwidth)
+            engine = self._copy_rate(nbytes, p.copy_engine_bandwidth, contiguous)
             if engine:
                 ns = max(ns, nbytes / engine * 1e9)
             return ns, 2 * mem
         host = src if direction == H2D else dst
-        bw = self._copy_rate(nbytes, p.host_link_bandwidth) if self.timeline.where(host) == "pinned" \
-            else p.pageable_bandwidth
+        bw = self._copy_rate(nbytes, p.host_link_bandwidth, contiguous) \
+            if self.timeline.where(host) == "pinned" else p.pageable_bandwidth
         return p.host_link_latency_ns + nbytes / bw * 1e9, mem * (2 if p.unified_memory else 1)
 
-    def _copy_rate(self, nbytes: int, rate: float) -> float:
-        """`rate`, or small_copy_bandwidth for a copy of at most small_copy_bytes."""
+    def _copy_rate(self, nbytes: int, rate: float, contiguous: bool) -> float:
+        """`rate`, or small_copy_bandwidth for a contiguous copy under small_copy_bytes."""
         p = self.preset
-        if nbytes <= p.small_copy_bytes and p.small_copy_bandwidth:
+        if nbytes < p.small_copy_bytes and contiguous:
             return float(p.small_copy_bandwidth)
         return rate
 

@@ -40,13 +40,14 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "host_link_bandwidth": (float, 1, "B/s", "host link bandwidth per direction, pinned memory"),
     "pageable_bandwidth": (float, 1, "B/s", "copies from or to pageable memory (staged by the host)"),
     "host_link_latency_ns": (float, 0, "ns", "latency of one copy over the host link"),
-    "small_copy_bytes": (int, 0, "B", "copies (pinned host or within the device) of at most "
-                         "this many bytes move at small_copy_bandwidth instead (a cpu "
-                         "backend's memmove writes through the cache up to glibc's "
-                         "non-temporal threshold, and is slower then from memory the cache "
-                         "does not hold; 0: one rate for every size)"),
-    "small_copy_bandwidth": (float, 0, "B/s", "the rate of the copies small_copy_bytes names, "
-                             "from memory the cache does not hold (0: as larger copies)"),
+    "small_copy_bytes": (int, 0, "B", "contiguous copies (pinned host, or within the device "
+                         "where the memory bandwidth allows it) smaller than this move at "
+                         "small_copy_bandwidth instead (a cpu backend's memmove writes through "
+                         "the cache below glibc's non-temporal threshold, and is slower there "
+                         "from memory the cache no longer holds, as a pipeline's is; 0: one "
+                         "rate for every size)"),
+    "small_copy_bandwidth": (float, 0, "B/s", "the rate of the copies small_copy_bytes names "
+                             "(given with it: both or neither)"),
     "peer_link_bandwidth": (float, 1, "B/s", "link between two devices, per direction (peer copies)"),
     "peer_link_latency_ns": (float, 0, "ns", "latency of one peer copy over that link"),
     "dispatch_ns": (float, 0, "ns", "device-side overhead of each task"),
@@ -169,6 +170,10 @@ def _check_together(values: dict, where: str) -> None:
     if shared and crowded > shared:
         raise PresetError(f"{where}: field 'crowded_processors' ({crowded:g}) must be at most "
                           f"shared_processors ({shared:g}): crowded, processors deliver no more")
+    if bool(values["small_copy_bytes"]) != bool(values["small_copy_bandwidth"]):
+        raise PresetError(f"{where}: fields 'small_copy_bytes' and 'small_copy_bandwidth' go "
+                          f"together: give both or neither (got {values['small_copy_bytes']:g} "
+                          f"and {values['small_copy_bandwidth']:g})")
     if values["default_block_dim"] > values["compute_units"]:
         raise PresetError(f"{where}: field 'default_block_dim' ({values['default_block_dim']}) "
                           f"must be at most compute_units ({values['compute_units']})")
