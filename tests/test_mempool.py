@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import ascentrt as art
 from ascentrt.backends import CpuBackend
 from ascentrt.memory import ArenaChunks, BlockPool, HostChunks, ReusePolicy
-from ascentrt.memory.pool import ALLOCATED, size_class
+from ascentrt.memory.pool import ALLOCATED, READY, size_class
 from ascentrt.memory.stats import pool_stats
 
 MiB = 1 << 20
@@ -58,6 +58,10 @@ def check_pool(pool, live):
     assert stats["reserved_bytes.current"] == sum(c["size"] for c in snap)
     assert stats["allocated_bytes.peak"] >= allocated
     assert pool.upstream.unreserved_bytes() == pool.upstream.capacity - pool.reserved
+    # The idle chunks the pool keeps track of are exactly those whose one block is free.
+    idle = [c for c in pool.chunks() if c.first.state == READY and c.first.next is None]
+    assert sorted(c.addr for c in pool._whole_free_chunks()) == sorted(c.addr for c in idle)
+    assert pool._idle_bytes == sum(c.size for c in idle)
 
 
 class PoolMachine(RuleBasedStateMachine):

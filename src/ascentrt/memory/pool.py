@@ -183,6 +183,11 @@ class BlockPool:
         self._chunks: dict[int, Any] = {}
         self._bins: dict[int, dict[Block, None]] = {}  # ready free blocks by size
         self._sizes: list[int] = []          # sorted sizes with a non-empty bin
+        # The chunks whose one block is ready (whole and idle), and their bytes: kept as blocks
+        # enter and leave the bins (a block's wholeness cannot change while it is binned),
+        # so that a reserve need not scan every chunk to learn whether idle ones could serve.
+        self._idle: dict[Any, None] = {}
+        self._idle_bytes: int = 0
         # stream -> size -> pending blocks only it may take at once
         self._stream_bins: dict[Any, dict[int, dict[Block, None]]] = {}
         # (Read once: the runtime registers its Stream class on import; a pool made before
@@ -326,6 +331,8 @@ class BlockPool:
         block = bin_.popitem()[0]
         if not bin_:
             self._drop_size(have)
+        if block.prev is None and block.next is None:
+            self._unidle(block)
         if limit is None or have <= limit:
             self._split(block, size)
         return block
@@ -421,7 +428,7 @@ class BlockPool:
         cap = getattr(self.upstream, "capacity", None)
         if self.gc_threshold and cap and self.reserved + want > self.gc_threshold * cap:
             self._release_free_chunks(max(0, int(self.gc_threshold * cap) - want))
-        elif sum(c.size for c in self._whole_free_chunks()) >= want:
+        elif self._idle_bytes >= want:
             # Idle whole chunks could hold it: give them back first, so the range they leave
             # is reused instead of the pool growing (halves the reserved/live overhead).
             self._release_free_chunks(0)
@@ -629,12 +636,22 @@ class BlockPool:
             same = self._bins[block.size] = {}
             bisect.insort(self._sizes, block.size)
         same[block] = None
+        if block.prev is None and block.next is None:
+            self._idle[block.chunk] = None
+            self._idle_bytes += block.size
 
     def _remove_ready(self, block: Block) -> None:
         same = self._bins[block.size]
         del same[block]
         if not same:
             self._drop_size(block.size)
+        if block.prev is None and block.next is None:
+            self._unidle(block)
+
+    def _unidle(self, block: Block) -> None:
+        """A whole chunk's block left the bins: its chunk is no longer idle."""
+        del self._idle[block.chunk]
+        self._idle_bytes -= block.size
 
     def _drop_size(self, size: int) -> None:
         del self._bins[size]
@@ -668,7 +685,7 @@ class BlockPool:
         return largest
 
     def _whole_free_chunks(self) -> list:
-        return [c for c in self._chunks.values() if c.first.state is READY and c.first.next is None]
+        return list(self._idle)
 
     def _release_free_chunks(self, target: int) -> int:
         """Release wholly free chunks (largest first) until reserved <= target; returns bytes freed."""
