@@ -32,6 +32,7 @@ PENDING: Final = "pending"
 CACHED: Final = "cached"
 CACHE_PER_SIZE: Final = 8           # freed blocks kept unmerged per size, for exact-size reuse
 CACHE_BYTES: Final = 64 << 20       # at most this many bytes kept unmerged
+CACHE_SIZES_KEPT: Final = 512       # emptied per-size caches kept across a flush, at most
 MIN_SPLIT: Final = 512              # a remainder smaller than this stays inside the block
 SMALL_LIMIT: Final = 1 << 20        # requests up to 1 MiB share 2 MiB chunks; larger get their own
 MAX_CLASS_STEP: Final = 512 << 10   # size classes above 8 MiB are 512 KiB apart
@@ -147,9 +148,12 @@ class _SizeCache:
         return block  # type: ignore[return-value]  # (blocks[:n] are blocks)
 
     def taken(self) -> list[Block]:
-        """Every cached block, removed from the cache."""
-        out = [b for b in self.blocks[:self.n] if b is not None]
-        self.blocks = [None] * CACHE_PER_SIZE
+        """Every cached block, removed from the cache (which stays, empty, for its size)."""
+        blocks = self.blocks
+        out: list[Block] = []
+        for i in range(self.n):
+            out.append(blocks[i])  # type: ignore[arg-type]  # (blocks[:n] are blocks)
+            blocks[i] = None
         self.n = 0
         return out
 
@@ -669,10 +673,18 @@ class BlockPool:
         self.upstream.deallocate(chunk)
 
     def _flush_cache(self) -> None:
-        """Merge every cached block into the free lists."""
-        blocks = [b for same in self._cache.values() for b in same.taken()]
-        self._cache.clear()
-        self._last_cache = _NO_SIZE
+        """Merge every cached block into the free lists.
+
+        The emptied per-size caches stay (a workload of many sizes flushes often, and would
+        otherwise make each size's cache again), unless there are more than CACHE_SIZES_KEPT.
+        """
+        blocks: list[Block] = []
+        for same in self._cache.values():
+            if same.n:
+                blocks.extend(same.taken())
+        if len(self._cache) > CACHE_SIZES_KEPT:
+            self._cache.clear()
+            self._last_cache = _NO_SIZE
         self._cached_bytes = 0
         for b in blocks:
             self._free_ready(b)
