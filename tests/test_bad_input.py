@@ -301,6 +301,12 @@ def test_a_stream_of_another_device_is_rejected():
         expect(lambda: art.memcpy_async(b0, np.zeros(64, np.uint8), stream=s1),
                art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
         expect(lambda: art.set_device(2), art.InvalidDeviceError, E.RT_INVALID_DEVICEID)
+        # Stream-ordered malloc and free on device 0 with device 1's stream, also after device
+        # 0's allocator has seen (and may remember) one of its own streams.
+        art.malloc(64, stream=s0).free(stream=s0)
+        expect(lambda: art.malloc(64, device=0, stream=s1), art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
+        expect(lambda: b0.free(stream=s1), art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
+        assert b0.alive and art.malloc(64, stream=s1).device is d1
         assert s1.pending == 0 and (b0.numpy() == 1).all() and (b1.numpy() == 2).all()
         # The right pairings still work, and each device keeps its own memory and current device.
         art.launch(art.kernels.fill, b1.view(np.uint8), 7, stream=s1)
@@ -319,7 +325,7 @@ def test_a_stream_of_another_device_is_rejected():
         assert art.current_device() is d1 and art.malloc(32).device is d1
         print(all(checks), len(checks), int(b0.numpy()[0]))
     """, env={"ASCENTRT_DEVICES": "2"})
-    assert out.split() == ["True", "7", "7"]
+    assert out.split() == ["True", "9", "7"]
 
 
 def test_current_device_is_per_host_thread():

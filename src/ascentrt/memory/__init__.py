@@ -30,7 +30,7 @@ def malloc(nbytes: int, device: Any = None, stream: Any = None) -> DeviceBuffer:
             if dev is None:
                 dev = Links.current_device()
             return dev._memory.malloc(nbytes)
-        if hasattr(stream, "device"):
+        if type(stream) is Links.stream_type or isinstance(stream, Links.stream_type):
             return stream.device._memory.malloc(nbytes, stream)  # on the stream's device
     return Links.resolve_device(device)._memory.malloc(nbytes, stream)
 

@@ -62,6 +62,9 @@ class DeviceAllocator:
         # (The runtime registered its Stream class on import, before any device: read once
         # here, a compiled malloc compares types natively instead of looking up Links per call.)
         self._stream_type: type[Any] = Links.stream_type
+        # The last stream found to be one of this device's (a stream's device never changes):
+        # a program that allocates and frees on one stream checks it once, not per call.
+        self._checked_stream: Any = None
         self.mem = mem
         self.base = base
         self.capacity = capacity
@@ -94,9 +97,8 @@ class DeviceAllocator:
             if nbytes > self.capacity:
                 raise InvalidArgumentError(f"nbytes {nbytes} exceeds device {self.device.id}'s "
                                            f"capacity {self.capacity}")
-        if stream is not None and (type(stream) is not self._stream_type
-                                   or stream.device is not self.device):
-            check_stream(stream, self.device)  # (raises unless a subclass of Stream)
+        if stream is not None and stream is not self._checked_stream:
+            self._check_stream(stream)
         pool = self.pool
         if self.host_call is not None or pool is None:
             return self._malloc_slow(nbytes, stream)
@@ -117,6 +119,12 @@ class DeviceAllocator:
         if self.record_sites:
             leaks.note_site(buf)
         return buf
+
+    def _check_stream(self, stream: Any) -> None:
+        """Raise unless `stream` is a stream of this device; remember it when it is."""
+        if type(stream) is not self._stream_type or stream.device is not self.device:
+            check_stream(stream, self.device)  # (raises unless a subclass of Stream)
+        self._checked_stream = stream
 
     def _malloc_slow(self, nbytes: int, stream: Any) -> DeviceBuffer:
         """malloc() on a simulated device (host costs charged) or from the plain arena."""
@@ -148,9 +156,8 @@ class DeviceAllocator:
     def release(self, buf: DeviceBuffer, stream: Any = None) -> bool:
         """Free a buffer after `stream`'s work (None: after all queued work of the device);
         False when another thread freed it first."""
-        if stream is not None and (type(stream) is not self._stream_type
-                                   or stream.device is not self.device):
-            check_stream(stream, self.device)
+        if stream is not None and stream is not self._checked_stream:
+            self._check_stream(stream)
         if self.host_call is not None:
             self.host_call("free")
         block: Block | None = buf._block

@@ -235,7 +235,8 @@ class BlockPool:
         size = last[1] if last[0] == nbytes else self._size_class(nbytes)
         # (Compiled, no lock held: see ATOMIC. A stream of the runtime's own class hashes in C.)
         if ATOMIC and not self._locked() and (stream is None or (
-                type(stream) is self._stream_type and not self._stream_bins.get(stream))):
+                type(stream) is self._stream_type
+                and (not self._stream_bins or not self._stream_bins.get(stream)))):
             cached = self._size_cache(size)
             if cached is not None and cached.n:
                 self._cached_bytes -= size
@@ -470,14 +471,14 @@ class BlockPool:
 
     def waits_for(self, block: Block, stream=None) -> tuple:
         """(stream, last queued task id) of each busy stream a free of `block` on `stream` waits for."""
+        sets = self.busy_sets
+        if sets is not None:
+            for active in sets:  # (a loop, not any(): the common answer, all idle, is cheapest)
+                if active:
+                    break
+            else:
+                return ()  # no stream of any device has work in flight: nothing to wait for
         if stream is None:
-            sets = self.busy_sets
-            if sets is not None:
-                for active in sets:  # (a loop, not any(): the common answer, all idle, is cheapest)
-                    if active:
-                        break
-                else:
-                    return ()  # no stream of any device has work in flight: no call
             return _busy_positions(self.all_streams())
         if block.stream is stream and not block.uses:  # the common case: freed where it was used
             return ((stream, stream._submitted),) if stream._completed < stream._submitted else ()
