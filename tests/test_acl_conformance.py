@@ -586,7 +586,7 @@ def test_malloc_and_free_checks(rt):
     host, _ = rt.malloc_host(100)
     assert rt.free(host) == C.ACL_ERROR_RT_MEMORY_FREE        # wrong kind
     from ascentrt.acl import _memory
-    assert host in _memory._handed                            # still handed out: finalize frees it
+    assert host in _memory._handed["host"]                            # still handed out: finalize frees it
     assert rt.free_host(ptr) == C.ACL_ERROR_RT_MEMORY_FREE
     assert rt.free(ptr + 64) == C.ACL_ERROR_RT_MEMORY_FREE    # not an allocation's start
     assert rt.free(ptr) == 0 and rt.free(ptr) == C.ACL_ERROR_RT_MEMORY_FREE
@@ -603,7 +603,7 @@ def test_free_of_a_pointer_freed_and_reallocated_through_the_core(rt):
     again = ascentrt.malloc(4096)            # the pool hands the same block out again
     assert again.addr == ptr
     assert rt.free(ptr) == 0 and not again.alive  # found in the registry, not acl's stale record
-    assert ptr not in _memory._handed
+    assert ptr not in _memory._handed["device"]
     assert rt.free(ptr) == C.ACL_ERROR_RT_MEMORY_FREE
 
 
@@ -632,7 +632,7 @@ def test_racing_acl_frees_of_one_pointer_exactly_one_succeeds(rt):
             t.join()
         assert sorted(codes) == [0] + [C.ACL_ERROR_RT_MEMORY_FREE] * 5
         from ascentrt.acl import _memory
-        assert ptr not in _memory._handed
+        assert ptr not in _memory._handed["device"]
 
 
 def test_memcpy_checks(rt):

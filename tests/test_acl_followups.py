@@ -241,14 +241,14 @@ def test_finalize_goes_on_when_another_thread_freed_a_pinned_buffer_first():
     assert acl.init() == 0
     first, _ = acl.rt.malloc_host(4096)
     second, _ = acl.rt.malloc_host(4096)
-    raced = _memory._handed[first]
+    raced = _memory._handed["host"][first]
     mem = raced._mem
     assert raced._release(raced)   # another thread's free, between finalize's look and its free
     raced._mem = mem
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert acl.finalize() == 0
-    assert second not in _memory._handed and first not in _memory._handed
+    assert second not in _memory._handed["host"] and first not in _memory._handed["host"]
     context.set_current_context(None)
 
 

@@ -16,10 +16,11 @@ from ._api import api, fail, need_context, stream_of
 _MAX_2D_WIDTH, _MAX_2D_HEIGHT = 5_000_000, 5_242_880
 
 
-# Pointer -> the buffer acl.rt.malloc / malloc_host handed out, until freed through acl: a
-# free finds its buffer here at once (a pointer freed through the core meanwhile, or made
-# there, is looked up in the registry instead).
-_handed: dict[int, DeviceBuffer | HostBuffer] = {}
+# Pointer -> the buffer acl.rt.malloc (device) / malloc_host (host) handed out, until freed
+# through acl: a free finds its buffer here at once, of the right kind by where it looks (a
+# pointer freed through the core meanwhile, or made there, is looked up in the registry).
+_handed: dict[str, dict[int, DeviceBuffer | HostBuffer]] = {"device": {}, "host": {}}
+_handed_device = _handed["device"]
 
 
 @api("ki", out=(0,))
@@ -36,7 +37,7 @@ def malloc(size: int, policy: int) -> int:
                                                        f"{memory.device.id}'s {memory.capacity}") from None
         raise
     ptr = buf.addr
-    _handed[ptr] = buf
+    _handed_device[ptr] = buf
     return ptr
 
 
@@ -52,44 +53,44 @@ def malloc_align32(size: int, policy: int) -> int:
     return malloc.__wrapped__(size, policy)
 
 
-def _free(ptr: int, kind: str, popped: DeviceBuffer | HostBuffer | None) -> None:
-    """Free the `kind` allocation starting at ptr, given what was popped from _handed for it
-    (what malloc handed out is claimed there; a racing free of the same pointer finds it in
-    the registry, and the core refuses one of the two); anything else is found in the
-    registry. A refused free leaves a live allocation handed out."""
-    alloc = popped
-    if alloc is not None and (alloc._mem is None or alloc.kind != kind):  # (not .alive: a call less)
-        if alloc._mem is not None:  # another kind's: still handed out (a freed one is dropped),
-            _handed.setdefault(ptr, alloc)  # unless a new allocation took its place meanwhile
-        alloc = None
-    claimed = alloc is not None
-    if alloc is None:
-        if ptr == 0:
-            raise fail(ErrorCode.INVALID_PARAM, "pointer is null")
-        alloc = REGISTRY.find(ptr)
-        if alloc is None or alloc.addr != ptr or alloc.kind != kind:
-            raise fail(ErrorCode.RT_MEMORY_FREE, f"{ptr:#x} is not the start of a live {kind} allocation")
+def _free(ptr: int, kind: str) -> None:
+    """Free the live `kind` allocation starting at ptr: what malloc handed out is claimed from
+    _handed (a racing free of the same pointer finds it in the registry, and the core refuses
+    one of the two); anything else, or a handed-out buffer freed through the core meanwhile,
+    is found in the registry. A refused free leaves a live allocation handed out."""
+    alloc = _handed[kind].pop(ptr, None)  # (its key is its start: no address test)
+    if alloc is not None:
+        if _free_claimed(ptr, alloc, kind):
+            return
+    if ptr == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "pointer is null")
+    alloc = REGISTRY.find(ptr)
+    if alloc is None or alloc.addr != ptr or alloc.kind != kind:
+        raise fail(ErrorCode.RT_MEMORY_FREE, f"{ptr:#x} is not the start of a live {kind} allocation")
+    alloc.free()
+
+
+def _free_claimed(ptr: int, alloc: DeviceBuffer | HostBuffer, kind: str) -> bool:
+    """Free a buffer popped from _handed; False when it was freed already (through the core)."""
     try:
         alloc.free()
-    except BaseException:
-        if claimed and alloc._mem is not None:
-            _handed[ptr] = alloc  # refused (live DLPack exports): still handed out
+    except InvalidHandleError:
+        if alloc._mem is None:
+            return False  # freed before: another allocation may start at ptr now
         raise
+    except BaseException:
+        if alloc._mem is not None:
+            _handed[kind][ptr] = alloc  # refused (live DLPack exports): still handed out
+        raise
+    return True
 
 
 @api("k")
 def free(dev_ptr: int) -> None:
     """Free memory from malloc, at once (aclrtFree)."""
-    alloc = _handed.pop(dev_ptr, None)  # (its key is its start: no address test)
-    if alloc is None or alloc._mem is None or alloc.kind != "device":
-        _free(dev_ptr, "device", alloc)
-        return
-    try:  # (_free's last step, inline: the hot path saves a call)
-        alloc.free()
-    except BaseException:
-        if alloc._mem is not None:
-            _handed[dev_ptr] = alloc  # refused (live DLPack exports): still handed out
-        raise
+    alloc = _handed_device.pop(dev_ptr, None)
+    if alloc is None or not _free_claimed(dev_ptr, alloc, "device"):
+        _free(dev_ptr, "device")
 
 
 _PHYSICAL = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -103,29 +104,29 @@ def malloc_host(size: int) -> int:
     if size > _PHYSICAL:
         raise fail(ErrorCode.RT_MEMORY_ALLOCATION, f"{size} bytes exceed the host's memory")
     buf = _malloc_host(size)
-    _handed[buf.addr] = buf
+    _handed["host"][buf.addr] = buf
     return buf.addr
 
 
 @api("k")
 def free_host(host_ptr: int) -> None:
     """Free memory from malloc_host (aclrtFreeHost)."""
-    _free(host_ptr, "host", _handed.pop(host_ptr, None))
+    _free(host_ptr, "host")
 
 
 def free_all_host() -> None:
     """Free what malloc_host handed out and nobody freed (acl.finalize), reported as leaks."""
     freed = []
-    for ptr, buf in list(_handed.items()):
-        if buf.kind == "host":
-            if _handed.pop(ptr, None) is buf and buf.alive:
-                try:
-                    buf.free()
-                    freed.append(buf)
-                except InvalidArgumentError:
-                    pass  # live DLPack exports hold it: it stays (reported as a leak at exit)
-                except InvalidHandleError:
-                    pass  # another thread's free got there first
+    host = _handed["host"]
+    for ptr, buf in list(host.items()):
+        if host.pop(ptr, None) is buf and buf.alive:
+            try:
+                buf.free()
+                freed.append(buf)
+            except InvalidArgumentError:
+                pass  # live DLPack exports hold it: it stays (reported as a leak at exit)
+            except InvalidHandleError:
+                pass  # another thread's free got there first
     leaks.report(freed, "acl.finalize")
 
 
