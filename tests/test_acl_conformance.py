@@ -607,6 +607,50 @@ def test_free_of_a_pointer_freed_and_reallocated_through_the_core(rt):
     assert rt.free(ptr) == C.ACL_ERROR_RT_MEMORY_FREE
 
 
+def test_the_common_malloc_and_free_report_as_the_checked_calls(rt):
+    # (acl.rt.malloc / free run their common case in one frame: its errors must be the same)
+    from ascentrt.acl import _memory
+    capacity = ascentrt.Device(0).properties.total_memory
+    held, ret = rt.malloc(capacity * 3 // 4, 0)                # (never touched: no memory used)
+    assert ret == 0
+    before = ascentrt.memory_stats(0)["num_ooms"]
+    assert rt.malloc(capacity // 2, 0) == (0, C.ACL_ERROR_RT_MEMORY_ALLOCATION)
+    assert ascentrt.memory_stats(0)["num_ooms"] == before + 1       # counted once, not retried
+    assert rt.get_last_error(C.ACL_RT_THREAD_LEVEL) == C.ACL_ERROR_RT_MEMORY_ALLOCATION
+    assert rt.free(held) == 0
+    ptr, _ = rt.malloc(4096, 0)
+    export = np.from_dlpack(_memory._handed["device"][ptr])
+    assert rt.free(ptr) == C.ACL_ERROR_RT_MEMORY_FREE           # refused: a live DLPack export
+    assert ptr in _memory._handed["device"]                      # still handed out
+    del export
+    assert rt.free(ptr) == 0 and ptr not in _memory._handed["device"]
+    with pytest.raises(TypeError, match="acl.rt.malloc args parse failed"):
+        rt.malloc(64, 1 << 31)                                   # policy is an int32
+    with pytest.raises(TypeError, match="acl.rt.free args parse failed"):
+        rt.free(ptr, 0)
+
+
+def test_malloc_on_a_context_destroyed_by_another_thread_is_refused(rt):
+    ctx, _ = rt.create_context(0)
+    made, destroyed, got = threading.Event(), threading.Event(), []
+
+    def user():
+        rt.set_context(ctx)
+        made.set()
+        destroyed.wait(10)
+        got.append(rt.malloc(64, 0))
+
+    t = threading.Thread(target=user)
+    t.start()
+    made.wait(10)
+    assert rt.destroy_context(ctx) == 0
+    destroyed.set()
+    t.join(10)
+    assert got == [(0, C.ACL_ERROR_RT_CONTEXT_NULL)]
+
+
+
+
 def test_malloc_needs_a_context():
     released_without_device()
     assert acl.rt.malloc(64, 0) == (0, C.ACL_ERROR_RT_CONTEXT_NULL)

@@ -80,13 +80,16 @@ def fail(code: int, message: str) -> AscentError:
 _MISSING = object()  # an argument not given (a generated call's parameter default)
 
 
-def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt",
-        optional: int = 0) -> Callable[[Callable[..., Any]], AclFunction]:
+def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt", optional: int = 0,
+        hot: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+        ) -> Callable[[Callable[..., Any]], AclFunction]:
     """Wrap a facade function: parse positional args by `fmt`, turn errors into return codes.
 
     `out` holds the value slots returned with a failing ret (pyACL returns them untouched);
     the wrapped function returns its values (a tuple, a single value, or None) on success.
-    The last `optional` letters of `fmt` may be omitted.
+    The last `optional` letters of `fmt` may be omitted. `hot(checked)`, for the hottest
+    calls, makes the call itself: its common case in one frame, handing anything else to
+    `checked` (the generated call) and its errors to ret_of.
     """
     most = len(fmt)
     least = most - optional
@@ -165,22 +168,19 @@ def call(*rest):
 """
         source = head + f"""    except AclTypeError:
         raise
-    except AscentError as exc:
-        return _failed(int(exc.code), str(exc), out)
-    except Exception as exc:  # a facade bug must still come back as a code, never a raise
-        return _failed(int(ErrorCode.RT_INTERNAL_ERROR), f"{{type(exc).__name__}}: {{exc}}", out)
+    except Exception as exc:
+        return ret_of(exc, out)
     return {returned}
 """
-        scope: dict[str, Any] = {"fn": fn, "parse_slow": parse_slow, "out": out, "_failed": _failed,
-                                 "_MISSING": _MISSING,
-                                 "AclTypeError": AclTypeError, "AscentError": AscentError,
-                                 "ErrorCode": ErrorCode}
+        scope: dict[str, Any] = {"fn": fn, "parse_slow": parse_slow, "out": out, "ret_of": ret_of,
+                                 "_MISSING": _MISSING, "AclTypeError": AclTypeError}
         # (named as generated code, which call sites and warnings skip like ascentrt's own; its
         # lines in linecache, as attrs does, so that a traceback shows them)
         where = f"{GENERATED_PREFIX}acl wrapper of {module}.{fn.__name__}>"
         linecache.cache[where] = (len(source), None, source.splitlines(True), where)
         exec(compile(source, where, "exec"), scope)
-        tagged = cast(AclFunction, functools.wraps(fn)(scope["call"]))
+        call = scope["call"] if hot is None else hot(scope["call"])
+        tagged = cast(AclFunction, functools.wraps(fn)(call))
         tagged.__signature__ = _call_signature(fn, out)
         tagged.__acl_name__ = f"{module}.{fn.__name__}"
         tagged.__acl_fmt__ = fmt
@@ -220,6 +220,14 @@ def _top_level_items(text: str) -> list[str]:
 
 
 _RANGES = {"i": _INT32, "l": _INT64}
+
+
+def ret_of(exc: Exception, out: tuple[Any, ...]) -> int | tuple[Any, ...]:
+    """What a facade call returns for an error: (out..., its code), kept as the thread's last
+    error; any other exception (a facade bug) must still come back as a code, never a raise."""
+    if isinstance(exc, AscentError):
+        return _failed(int(exc.code), str(exc), out)
+    return _failed(int(ErrorCode.RT_INTERNAL_ERROR), f"{type(exc).__name__}: {exc}", out)
 
 
 def _failed(code: int, message: str, out: tuple[Any, ...]) -> int | tuple[Any, ...]:
