@@ -67,8 +67,9 @@ def malloc(size: int, policy: int) -> int:
         if err is exc:
             raise
         raise err from None
-    _handed_device[buf.addr] = buf
-    return buf.addr
+    ptr = buf.addr  # (a compiled buffer boxes its address anew at each read)
+    _handed_device[ptr] = buf
+    return ptr
 
 
 @api("ki", out=(0,))
