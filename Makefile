@@ -21,7 +21,8 @@ demo: bytecode
 # Optional: the modules listed in src/ascentrt/accel.py compiled with mypyc from their own
 # source (the Python source runs wherever no build exists; ASCENTRT_PURE_PYTHON=1 ignores it).
 ACCEL_SOURCES := src/ascentrt/accel.py src/ascentrt/memory/pool.py src/ascentrt/memory/allocator.py \
-                 src/ascentrt/memory/buffer.py src/ascentrt/memory/registry.py
+                 src/ascentrt/memory/buffer.py src/ascentrt/memory/registry.py \
+                 src/ascentrt/backends/sim.py
 accel: src/build/.accel
 src/build/.accel: $(VENV)/.installed-dev $(ACCEL_SOURCES)
 	cd src && ASCENTRT_PURE_PYTHON=1 ../$(PY) -c 'import sys, ascentrt.accel as a; sys.exit(a.build())'
@@ -38,6 +39,12 @@ SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failu
 	acl_conformance acl_dropin threads model external_memory bad_input core_fuzz red_team sim \
 	memory_fast_paths sanitizer hccl interop sim_speed))
 
+# The simulator's own semantics again on its compiled build, where one was made (the session
+# above runs its source): a compiled module can part from its source where mypyc's semantics
+# differ from Python's (per-thread state, for one).
+SIM_COMPILED_TESTS := $(addprefix tests/test_,$(addsuffix .py,sim host_funcs notify failures events \
+	graph_replay))
+
 # ruff and mypy with the settings in pyproject.toml, on the package.
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check src/ascentrt
@@ -48,11 +55,12 @@ docs: $(VENV)/.installed-dev
 	ASCENTRT_PURE_PYTHON=1 $(PY) docs/build.py  # (from the source: compiled builds drop docstrings)
 
 # The cpu session runs the compiled build (made here when a compiler is there), the sim session
-# the Python source: both paths are tested.
+# the Python source, then the simulator's own tests the compiled build: both paths are tested.
 test: lint bytecode
 	$(MAKE) accel || echo "no compiled build: both sessions run the Python source"
 	$(PY) -m pytest -q
 	ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_COMPILED_TESTS)
 
 # The figures of the compiled build where one can be made (RESULTS.md says which ran).
 bench: bytecode

@@ -66,6 +66,81 @@ def test_the_compiled_build_and_the_source_hand_out_the_same_memory():
     assert fast["stats"] == pure["stats"]
 
 
+# A deterministic program on the simulated NPU that reaches every kind of step: kernels with
+# declared durations, rooflines, block_dim and the default cost; pinned, pageable and D2D
+# copies and a memset; events across streams, priorities, a host function, a notify wait that
+# times out in virtual time, memory-bound kernels sharing the bandwidth, a graph replay, and
+# malloc / free costs. Prints every task's times and the clock at the end.
+SIM_WORKLOAD = r"""
+import json, time, numpy as np
+import ascentrt as art, ascentrt.accel as accel
+from ascentrt.kernels import add, noop
+dev = art.set_device(0)
+n = 4 << 20
+host, dev_a, dev_b = art.malloc_host(n), art.malloc(n), art.malloc(n)
+pageable = np.ones(n, np.uint8)
+s1, s2 = dev.create_stream(), dev.create_stream(priority=0)
+f = lambda b: b.view(np.float32)
+with art.profile() as prof:
+    for i in range(6):
+        art.memcpy_async(dev_a, host, stream=s1)
+        art.launch(add, f(dev_b), f(dev_a), f(dev_a), stream=s1)
+        art.launch(noop, stream=s2, cost=2e-6 * (i + 1), block_dim=1 + i)
+        art.launch(noop, stream=s2, cost={"flops": 1e9, "bytes": 1e6}, block_dim=2)
+        ev = art.Event(timing=True)
+        ev.record(s1)
+        s2.wait(ev)
+        art.launch(lambda: None, stream=s2)  # no declared cost: the preset's default
+        art.memcpy_async(host, dev_b, stream=s2)
+    art.memcpy_async(dev_a, pageable, stream=s1)
+    art.memcpy_async(dev_b, dev_a, stream=s2)
+    art.memset_async(dev_b, 7, stream=s1)
+    s1.synchronize()
+    art.launch_host_func(time.sleep, 0.05, stream=s1)  # still running at the host calls after it
+    for _ in range(3):
+        art.launch(noop, stream=s2, cost=1e-6)
+    for s in (s1, s2):  # memory-bound kernels at once: they share the bandwidth
+        art.launch(noop, stream=s, cost={"bytes": 4e9}, block_dim=1)
+    notify = art.Notify()
+    try:
+        art.wait_and_reset_notify(notify, s1, timeout=0.001)
+        s1.synchronize(timeout=10)
+    except art.AscentError as e:
+        timed_out = e.code
+    art.launch(noop, stream=s2, cost=1e-5)
+    graph = art.TaskGraph()
+    for k in range(3):
+        graph.add_kernel(noop, name=f"g{k}", cost=1e-6 * (k + 1))
+    plan = graph.schedule(num_streams=2)
+    plan.run(plan.make_streams(), 10)
+    art.malloc(3 << 20).free()
+    for s in (s1, s2):
+        s.synchronize()
+tasks = [(t.kind, t.stream, t.start_ns, t.end_ns) for t in prof.snapshot().tasks]
+print(json.dumps({"compiled": accel.compiled(), "tasks": tasks, "timed_out": timed_out,
+                  "now": dev.now_ns(), "result": float(f(dev_a).numpy().sum())}))
+for b in (host, dev_a, dev_b):
+    b.free()
+"""
+
+
+def test_the_compiled_simulator_and_its_source_give_the_same_timeline():
+    def run(pure: bool) -> dict:
+        env = dict(os.environ, ASCENTRT_PURE_PYTHON="1" if pure else "0", ASCENTRT_BACKEND="sim",
+                   ASCENTRT_USAGE_PUBLISH="0")
+        out = subprocess.run([sys.executable, "-c", SIM_WORKLOAD], capture_output=True, text=True,
+                             env=env, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    source = run(pure=True)
+    assert source["compiled"] == [] and len(source["tasks"]) > 50 and source["timed_out"]
+    if "ascentrt.backends.sim" not in accel.built():
+        pytest.skip("no compiled build here (make accel): only the source ran")
+    built = run(pure=False)
+    assert "ascentrt.backends.sim" in built["compiled"]
+    assert built == dict(source, compiled=built["compiled"])
+
+
 def test_this_process_runs_the_build_unless_told_to_keep_to_the_source():
     wanted = [] if os.environ.get("ASCENTRT_PURE_PYTHON", "0") not in ("", "0") else accel.built()
     assert accel.compiled() == wanted

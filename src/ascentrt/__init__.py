@@ -4,6 +4,10 @@ from . import accel
 
 accel.keep_to_source_if_asked()  # before any module that accel may replace is imported
 
+from . import config
+from .backends import KINDS as _KINDS
+config.BACKEND_KINDS = _KINDS  # (the table itself: a kind added to it later is known too)
+
 from . import kernels
 from .device import (Device, DeviceProperties, current_device, default_stream, device_count,
                      set_device, synchronize)

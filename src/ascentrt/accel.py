@@ -23,7 +23,7 @@ from . import config
 from .errors import AscentError
 
 MODULES = ("ascentrt.memory.pool", "ascentrt.memory.allocator",  # what `make accel` compiles
-           "ascentrt.memory.buffer", "ascentrt.memory.registry")
+           "ascentrt.memory.buffer", "ascentrt.memory.registry", "ascentrt.backends.sim")
 _PACKAGE = Path(__file__).parent
 _from_source: set[str] = set()       # modules that load from source in this process
 

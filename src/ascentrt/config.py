@@ -6,7 +6,6 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from .backends import KINDS
 from .errors import InvalidArgumentError
 
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -94,11 +93,17 @@ def _fraction(text: str) -> float:
     return _number(text, float, "a fraction", lambda v: 0 <= v <= 1, "in [0, 1]")
 
 
+# backends.KINDS (name -> backend class), handed over by the package as it loads: this module
+# may not import the backends itself, since accel reads settings before it decides which build
+# of the compiled modules loads, and the simulator is one of them.
+BACKEND_KINDS: dict = {}
+
+
 def _backend_kind(text: str) -> str:
     """A backend name from backends.KINDS."""
     value = str(text).strip().lower()
-    if value not in KINDS:
-        raise InvalidArgumentError(f"unknown backend {text!r} (known: {', '.join(sorted(KINDS))})")
+    if value not in BACKEND_KINDS:
+        raise InvalidArgumentError(f"unknown backend {text!r} (known: {', '.join(sorted(BACKEND_KINDS))})")
     return value
 
 

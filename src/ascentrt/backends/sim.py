@@ -97,12 +97,10 @@ class _HostThread:
                 backend.host_task_returned(self, job)
 
 
-class _ThreadFrames(threading.local):
-    """Per host thread: the tasks it runs for the simulation (innermost last), and whether it
-    was noted as a caller. Class defaults: reading them unset raises nothing."""
-
-    frames: list | None = None
-    noted = False
+# Per host thread: the tasks it runs for the simulation (innermost last), and whether it was
+# noted as a caller. Class defaults: reading them unset raises nothing. (Made with type(): a
+# class statement compiled by mypyc would keep the attributes per object, not per thread.)
+_ThreadFrames: Any = type("_ThreadFrames", (threading.local,), {"frames": None, "noted": False})
 
 
 class Timeline:
@@ -311,20 +309,27 @@ class Timeline:
             self.interrupted = False
             raise KeyboardInterrupt
 
+    def held_back(self) -> None:
+        """After holding the lock outside a step: raise a Ctrl-C that came meanwhile (it was
+        held back as if a step ran; nothing else would raise it before the next step)."""
+        if self.interrupted:
+            self.raise_interrupt()
+
 
 def _on_sigint(signum: int, frame: Any) -> None:
     """Ctrl-C: as Python's own handler, except while the main thread runs a step of the
     simulation (it has taken a task, or started one), which an exception would leave half
     done: the device would then wait for ever for a task nobody runs, or a kernel would fail
     with the interrupt. The step ends (the next event boundary), then the interrupt is raised;
-    a second Ctrl-C before that is raised at once (a kernel that never returns)."""
-    f = frame
-    while f is not None and not TIMELINE.interrupted:  # (a second Ctrl-C: at once, as asked)
-        if f.f_code in _STEP_CODES:
-            TIMELINE.interrupted = True
-            return
-        f = f.f_back
-    TIMELINE.interrupted = False
+    a second Ctrl-C before that is raised at once (a kernel that never returns).
+
+    A step runs under the timeline's lock, so holding it is what tells one (a frame's code
+    would not: a compiled build runs without Python frames); the few other places that hold
+    it briefly raise a held-back interrupt as they let it go (held_back)."""
+    if not TIMELINE.interrupted and TIMELINE.lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
+        TIMELINE.interrupted = True
+        return
+    TIMELINE.interrupted = False  # (a second Ctrl-C, or none held: at once, as asked)
     os_signal.default_int_handler(signum, frame)
 
 
@@ -336,7 +341,6 @@ def _defer_interrupts_in_steps() -> None:
 
 
 TIMELINE = Timeline()
-_STEP_CODES = frozenset({Timeline.advance_host.__code__, Timeline.run.__code__})
 
 
 def _after_fork_in_child() -> None:
@@ -404,6 +408,7 @@ class SimBackend(CpuBackend):
             TIMELINE.backends.append(self)
             _defer_interrupts_in_steps()
             TIMELINE.start_pump()
+        TIMELINE.held_back()
 
     # ---- the contract ------------------------------------------------------------------------
 
@@ -416,6 +421,8 @@ class SimBackend(CpuBackend):
         host the preset's host_malloc_driver_ns."""
         handle = super().alloc(nbytes, host, reserve=not host)
         tl = self.timeline
+        # (a Ctrl-C while the lock is held is raised by the next step: raised here, it would
+        # lose the handle)
         with tl.lock:
             bisect.insort(tl.memory, self._memory_entry(handle))
             if not tl.frames():  # charged at the host's next call: the pool's lock is held now
@@ -432,6 +439,7 @@ class SimBackend(CpuBackend):
                 if i < len(tl.memory) and tl.memory[i] == entry:
                     del tl.memory[i]
         super().free(handle, offset, nbytes)
+        self.timeline.held_back()
 
     def _memory_entry(self, handle: MemHandle) -> tuple:
         """The timeline's (start, end, where, device) of a simulated allocation."""
