@@ -351,3 +351,36 @@ def test_many_bad_calls_in_a_row_leave_the_runtime_usable(dev, stream):
     assert dev.mem_info() == before
     art.get_last_error()
     _still_usable(stream)
+
+
+@pytest.mark.parametrize("events", [
+    [("alloc", 1, -1, 0)], [("alloc", 1, 0, 0)], [("alloc", 1, "64", 0)], [("alloc", 1, 1.5, 0)],
+    [("alloc", 1, True, 0)], [("alloc", 1, 64)], [("free", [1], 0)], [("bogus",)], [()], [None],
+    [("alloc", 1, 64, 0), ("free",)], 5,
+], ids=repr)
+def test_a_bad_trace_event_is_refused_before_anything_is_replayed(events):
+    # (load_trace checks a file's lines; a trace built in memory is checked the same way)
+    pool = art.memory.BlockPool(art.memory.ArenaChunks(1 << 30), name="replayed")
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.replay_trace(events, pool)
+    assert err.value.code == E.INVALID_PARAM
+    assert pool.peak_allocated == 0 and pool.reserved == 0  # nothing was replayed
+
+
+@pytest.mark.parametrize("kwargs", [{"capacity": 0}, {"capacity": -1}, {"capacity": 1.5},
+                                    {"capacity": "1G"}, {"capacity": True}, {"pool": 5}], ids=repr)
+def test_replay_refuses_a_bad_pool_or_capacity(kwargs):
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.replay_trace([("alloc", 1, 64, 0)], **kwargs)
+    assert err.value.code == E.INVALID_PARAM
+
+
+@pytest.mark.parametrize("nbytes", [0, -1, -(1 << 40)])
+def test_a_pool_refuses_a_request_of_no_bytes(nbytes):
+    # A fresh pool once remembered (-1, 0) as its last request: asked for -1 bytes, it handed
+    # out a block of 0 bytes.
+    pool = art.memory.BlockPool(art.memory.ArenaChunks(1 << 30), name="fresh")
+    with pytest.raises(art.InvalidArgumentError) as err:
+        pool.allocate(nbytes)
+    assert err.value.code == E.INVALID_PARAM and pool.allocated == 0
+    assert pool.allocate(64).size == 64  # and it goes on

@@ -17,7 +17,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import ErrorCode, OutOfMemoryError
+from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from .chunks import CHUNK
 from .links import Links
 from .policy import ReusePolicy
@@ -219,8 +219,9 @@ class BlockPool:
                                       "inserted_waits"), 0)
         self._classes: dict[int, int] = {}   # request -> size class, memoised for the hot path
         # (request, size class) of the request seen last: one field, so that a thread never
-        # reads one request's class with another's size
-        self._last_class: tuple[int, int] = (-1, 0)
+        # reads one request's class with another's size. It starts as a real request's: an
+        # unset pair such as (-1, 0) once handed a request of -1 a block of 0 bytes.
+        self._last_class: tuple[int, int] = (1, size_class(1, align))
 
     @property
     def counts(self) -> dict:
@@ -270,7 +271,11 @@ class BlockPool:
             raise
 
     def _size_class(self, nbytes: int) -> int:
-        """size_class(nbytes), memoised (and remembered as the last request)."""
+        """size_class(nbytes), memoised (and remembered as the last request); a request of
+        no bytes or fewer is refused (InvalidArgumentError), so only real ones are remembered."""
+        if nbytes <= 0:  # (a memo miss only: a size allocated just before never comes here)
+            raise InvalidArgumentError(f"{self.name}: a block of {nbytes} bytes was asked for "
+                                       f"(a request must be > 0 bytes)")
         size = self._classes.get(nbytes)
         if size is None:
             size = size_class(nbytes, self.align)

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import InvalidArgumentError, OutOfMemoryError
+from .buffer import check_size
 from .chunks import ArenaChunks
 from .links import Links
 from .pool import BlockPool
@@ -59,6 +60,16 @@ class TraceRecorder:
                 f.write(json.dumps(e) + "\n")
 
 
+def _is_event(e: Any) -> bool:
+    """Whether `e` is a trace event as TraceRecorder records them: ("alloc", id, nbytes,
+    stream id) with an int id and a positive int size, or ("free", id, stream id)."""
+    if type(e) not in (tuple, list) or not e:
+        return False
+    if e[0] == "alloc":
+        return len(e) == 4 and type(e[1]) is int and type(e[2]) is int and 0 < e[2] < 1 << 62
+    return e[0] == "free" and len(e) == 3 and type(e[1]) is int
+
+
 def load_trace(path: str | os.PathLike[str]) -> list[tuple]:
     """Read a trace written by TraceRecorder.save; raises InvalidArgumentError on a bad line."""
     events = []
@@ -67,14 +78,12 @@ def load_trace(path: str | os.PathLike[str]) -> list[tuple]:
             if not line.strip():
                 continue
             try:
-                e = tuple(json.loads(line))
-                ok = (e[0] == "alloc" and len(e) == 4 and isinstance(e[2], int) and e[2] > 0) or \
-                     (e[0] == "free" and len(e) == 3)
-            except (ValueError, IndexError, TypeError):
-                ok = False
-            if not ok:
+                e = json.loads(line)
+            except ValueError:
+                e = None
+            if not _is_event(e):
                 raise InvalidArgumentError(f"{path}:{n}: not a trace event: {line.strip()[:80]!r}")
-            events.append(e)
+            events.append(tuple(e))
     return events
 
 
@@ -82,10 +91,23 @@ def replay(events: Iterable[tuple], pool: BlockPool | None = None, capacity: int
     """Replay a trace against `pool` (default: a fresh pool over fake address space of `capacity`).
 
     Returns the peaks (reserved, allocated, requested), their ratio, OOM count and the final
-    fragmentation figures. Blocks still live at the end are freed.
+    fragmentation figures. Blocks still live at the end are freed. Every event is checked
+    before the first one runs: a bad one (or a bad pool or capacity) raises
+    InvalidArgumentError and replays nothing.
     """
+    try:
+        events = list(events)
+    except TypeError:
+        raise InvalidArgumentError(f"events must be an iterable of trace events, got "
+                                   f"{type(events).__name__}") from None
+    for i, e in enumerate(events):
+        if not _is_event(e):
+            raise InvalidArgumentError(f"event {i} is not a trace event (('alloc', id, nbytes, "
+                                       f"stream id) or ('free', id, stream id)): {e!r:.80}")
     if pool is None:
-        pool = BlockPool(ArenaChunks(capacity), name="replay")
+        pool = BlockPool(ArenaChunks(check_size(capacity, "capacity")), name="replay")
+    elif not isinstance(pool, BlockPool):
+        raise InvalidArgumentError(f"pool must be a BlockPool or None, got {type(pool).__name__}")
     live = {}
     ooms = 0
     for e in events:
