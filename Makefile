@@ -43,7 +43,7 @@ SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failu
 # above runs its source): a compiled module can part from its source where mypyc's semantics
 # differ from Python's (per-thread state, for one).
 SIM_COMPILED_TESTS := $(addprefix tests/test_,$(addsuffix .py,sim host_funcs notify failures events \
-	graph_replay))
+	graph_replay threads))
 
 # ruff and mypy with the settings in pyproject.toml, on the package.
 lint: $(VENV)/.installed-dev
@@ -57,7 +57,7 @@ docs: $(VENV)/.installed-dev
 # The cpu session runs the compiled build (made here when a compiler is there), the sim session
 # the Python source, then the simulator's own tests the compiled build: both paths are tested.
 test: lint bytecode
-	$(MAKE) accel || echo "no compiled build: both sessions run the Python source"
+	$(MAKE) accel || echo "no compiled build: every session runs the Python source"
 	$(PY) -m pytest -q
 	ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_TESTS)
 	$(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_COMPILED_TESTS)

@@ -356,7 +356,8 @@ def test_many_bad_calls_in_a_row_leave_the_runtime_usable(dev, stream):
 @pytest.mark.parametrize("events", [
     [("alloc", 1, -1, 0)], [("alloc", 1, 0, 0)], [("alloc", 1, "64", 0)], [("alloc", 1, 1.5, 0)],
     [("alloc", 1, True, 0)], [("alloc", 1, 64)], [("free", [1], 0)], [("bogus",)], [()], [None],
-    [("alloc", 1, 64, 0), ("free",)], 5,
+    [("alloc", 1, 64, 0), ("free",)], 5, [(np.array([1, 2]), 1, 64, 0)],
+    [("alloc", 1, 64, 0), ("alloc", 1, 64, 0)],  # an id allocated again while live
 ], ids=repr)
 def test_a_bad_trace_event_is_refused_before_anything_is_replayed(events):
     # (load_trace checks a file's lines; a trace built in memory is checked the same way)
@@ -373,6 +374,14 @@ def test_replay_refuses_a_bad_pool_or_capacity(kwargs):
     with pytest.raises(art.InvalidArgumentError) as err:
         art.replay_trace([("alloc", 1, 64, 0)], **kwargs)
     assert err.value.code == E.INVALID_PARAM
+
+
+def test_replay_takes_a_recorder_for_its_pool_and_ids_used_again_after_their_free():
+    pool = art.memory.BlockPool(art.memory.ArenaChunks(1 << 30), name="recorded")
+    recorder = art.memory.TraceRecorder(pool)
+    events = [("alloc", 1, 64, 0), ("free", 1, 0), ("alloc", 1, 128, None), ("free", 1, None)]
+    assert art.replay_trace(events, recorder)["peak_allocated"] == 128
+    assert [e[0] for e in recorder.events] == ["alloc", "free", "alloc", "free"]
 
 
 @pytest.mark.parametrize("nbytes", [0, -1, -(1 << 40)])

@@ -745,6 +745,41 @@ def test_ctrl_c_inside_a_simulation_step_is_raised_once_the_step_is_whole(stream
     buf.free()
 
 
+# A kernel (on the main thread, inside the step that runs it) gets a Ctrl-C, then does
+# something that holds the timeline's lock outside a step or steps itself: the interrupt waits
+# for the outermost step to be whole, and nothing is left half done.
+CTRL_C_IN_KERNEL = r"""
+import os, signal, sys
+import ascentrt as art
+s, other = art.Stream(), art.Stream()
+ran = []
+def kernel():
+    os.kill(os.getpid(), signal.SIGINT)
+    if sys.argv[1] == "free":
+        art.malloc_host(4096).free()  # (no pool: the backend's own free, under the lock)
+    else:
+        other.synchronize(timeout=5)  # a wait of its own, with the lock let go
+    ran.append("whole")
+try:
+    # (one compute unit each: the other stream's kernel still runs when this one waits)
+    art.launch(art.kernels.noop, stream=other, cost=1e-3, block_dim=1)
+    art.launch(kernel, stream=s, block_dim=1)
+    s.synchronize(timeout=5)
+    print("no interrupt")
+except KeyboardInterrupt:
+    s.synchronize(timeout=5)
+    assert s.query()
+    print("interrupted", ran)
+"""
+
+
+@pytest.mark.parametrize("then", ["free", "synchronize"])
+def test_ctrl_c_in_a_kernel_that_frees_or_waits_is_raised_once_the_step_is_whole(then):
+    r = _run_sim(CTRL_C_IN_KERNEL, then, env_extra={"ASCENTRT_MEM_POOL_ENABLE": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "interrupted ['whole']"  # not a failed kernel
+
+
 def test_a_held_back_ctrl_c_is_raised_on_the_main_thread_only():
     from ascentrt.backends.sim import TIMELINE
     import threading

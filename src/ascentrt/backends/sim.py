@@ -100,7 +100,8 @@ class _HostThread:
 # Per host thread: the tasks it runs for the simulation (innermost last), and whether it was
 # noted as a caller. Class defaults: reading them unset raises nothing. (Made with type(): a
 # class statement compiled by mypyc would keep the attributes per object, not per thread.)
-_ThreadFrames: Any = type("_ThreadFrames", (threading.local,), {"frames": None, "noted": False})
+_ThreadFrames: Any = type("_ThreadFrames", (threading.local,),
+                          {"frames": None, "noted": False, "__module__": __name__})
 
 
 class Timeline:
@@ -127,7 +128,7 @@ class Timeline:
         self.sharing = 0                # running tasks whose end moves with others' (see _share)
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
         self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
-        self.interrupted = False        # a Ctrl-C came while the main thread ran a step (below)
+        self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -304,15 +305,16 @@ class Timeline:
 
     def raise_interrupt(self) -> None:
         """Raise the KeyboardInterrupt held back while a step ran (the step is whole now), on
-        the main thread only: the one a Ctrl-C is for."""
-        if threading.current_thread() is threading.main_thread():
+        the main thread only, the one a Ctrl-C is for, and not while it runs a task for the
+        simulation (a kernel that synchronizes steps too): the outermost step raises it."""
+        if threading.current_thread() is threading.main_thread() and not self.local.frames:
             self.interrupted = False
             raise KeyboardInterrupt
 
     def held_back(self) -> None:
-        """After holding the lock outside a step: raise a Ctrl-C that came meanwhile (it was
-        held back as if a step ran; nothing else would raise it before the next step)."""
-        if self.interrupted:
+        """Where the main thread let the lock go after holding it outside a step (a wait's
+        end): raise a Ctrl-C held back meanwhile, unless a step still runs further out."""
+        if self.interrupted and not self.lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
             self.raise_interrupt()
 
 
@@ -323,11 +325,15 @@ def _on_sigint(signum: int, frame: Any) -> None:
     with the interrupt. The step ends (the next event boundary), then the interrupt is raised;
     a second Ctrl-C before that is raised at once (a kernel that never returns).
 
-    A step runs under the timeline's lock, so holding it is what tells one (a frame's code
-    would not: a compiled build runs without Python frames); the few other places that hold
-    it briefly raise a held-back interrupt as they let it go (held_back)."""
-    if not TIMELINE.interrupted and TIMELINE.lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
-        TIMELINE.interrupted = True
+    A step runs under the timeline's lock, and a task it runs is in the thread's frames (even
+    while a kernel's own synchronize waits with the lock let go): that is what tells one (a
+    frame's code would not: a compiled build runs without Python frames). The interrupt is
+    raised at the end of the host call that stepped, or, where the lock was held outside a
+    step (a driver allocation, a free, a wait's bookkeeping), at the next host call or wait's
+    end: raised there, it would cut the pool's bookkeeping short."""
+    tl = TIMELINE
+    if not tl.interrupted and (tl.lock._is_owned() or tl.local.frames):  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
+        tl.interrupted = True
         return
     TIMELINE.interrupted = False  # (a second Ctrl-C, or none held: at once, as asked)
     os_signal.default_int_handler(signum, frame)
@@ -349,6 +355,7 @@ def _after_fork_in_child() -> None:
     TIMELINE.moved = threading.Condition(TIMELINE.lock)
     TIMELINE.local = _ThreadFrames()
     TIMELINE.pumping = False
+    TIMELINE.interrupted = False  # (the parent's Ctrl-C, not the child's)
     TIMELINE.inflight = 0
     TIMELINE.attending = 0  # (a parent thread inside host_wait does not exist here)
     for b in TIMELINE.backends:
@@ -408,7 +415,6 @@ class SimBackend(CpuBackend):
             TIMELINE.backends.append(self)
             _defer_interrupts_in_steps()
             TIMELINE.start_pump()
-        TIMELINE.held_back()
 
     # ---- the contract ------------------------------------------------------------------------
 
@@ -421,9 +427,7 @@ class SimBackend(CpuBackend):
         host the preset's host_malloc_driver_ns."""
         handle = super().alloc(nbytes, host, reserve=not host)
         tl = self.timeline
-        # (a Ctrl-C while the lock is held is raised by the next step: raised here, it would
-        # lose the handle)
-        with tl.lock:
+        with tl.lock:  # (a Ctrl-C meanwhile waits for the next host call: see _on_sigint)
             bisect.insort(tl.memory, self._memory_entry(handle))
             if not tl.frames():  # charged at the host's next call: the pool's lock is held now
                 tl.owed_ns += int(self.preset.host_malloc_driver_ns)
@@ -439,7 +443,6 @@ class SimBackend(CpuBackend):
                 if i < len(tl.memory) and tl.memory[i] == entry:
                     del tl.memory[i]
         super().free(handle, offset, nbytes)
-        self.timeline.held_back()
 
     def _memory_entry(self, handle: MemHandle) -> tuple:
         """The timeline's (start, end, where, device) of a simulated allocation."""
@@ -516,9 +519,11 @@ class SimBackend(CpuBackend):
             tl.generation += 1  # the host is attending: the pump leaves the device to it
             tl.attending += 1
             try:
-                return self._host_wait(tl, signal, timeout_s)
+                done = self._host_wait(tl, signal, timeout_s)
             finally:
                 tl.attending -= 1
+        tl.held_back()  # (one that came after the last step, while the wait went on)
+        return done
 
     def _host_wait(self, tl, signal, timeout_s) -> bool:
         """host_wait, under the timeline lock."""

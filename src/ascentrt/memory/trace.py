@@ -63,7 +63,7 @@ class TraceRecorder:
 def _is_event(e: Any) -> bool:
     """Whether `e` is a trace event as TraceRecorder records them: ("alloc", id, nbytes,
     stream id) with an int id and a positive int size, or ("free", id, stream id)."""
-    if type(e) not in (tuple, list) or not e:
+    if type(e) not in (tuple, list) or not e or type(e[0]) is not str:
         return False
     if e[0] == "alloc":
         return len(e) == 4 and type(e[1]) is int and type(e[2]) is int and 0 < e[2] < 1 << 62
@@ -100,14 +100,23 @@ def replay(events: Iterable[tuple], pool: BlockPool | None = None, capacity: int
     except TypeError:
         raise InvalidArgumentError(f"events must be an iterable of trace events, got "
                                    f"{type(events).__name__}") from None
+    live_ids: set = set()
     for i, e in enumerate(events):
         if not _is_event(e):
             raise InvalidArgumentError(f"event {i} is not a trace event (('alloc', id, nbytes, "
                                        f"stream id) or ('free', id, stream id)): {e!r:.80}")
+        if e[0] == "alloc":
+            if e[1] in live_ids:  # (its first block would never be freed)
+                raise InvalidArgumentError(f"event {i} allocates id {e[1]} again while it is live")
+            live_ids.add(e[1])
+        else:
+            live_ids.discard(e[1])
+    capacity = check_size(capacity, "capacity")
     if pool is None:
-        pool = BlockPool(ArenaChunks(check_size(capacity, "capacity")), name="replay")
-    elif not isinstance(pool, BlockPool):
-        raise InvalidArgumentError(f"pool must be a BlockPool or None, got {type(pool).__name__}")
+        pool = BlockPool(ArenaChunks(capacity), name="replay")
+    elif not isinstance(pool, (BlockPool, TraceRecorder)):  # (a recorder stands in for its pool)
+        raise InvalidArgumentError(f"pool must be a BlockPool (or a TraceRecorder of one) or "
+                                   f"None, got {type(pool).__name__}")
     live = {}
     ooms = 0
     for e in events:
