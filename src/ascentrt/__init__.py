@@ -33,6 +33,8 @@ from . import sanitizer
 from .sanitizer import sanitize
 from . import callback, context  # report-thread callbacks; contexts (pyACL's model, used by ascentrt.acl)
 from . import usage  # this process's device usage, published for `ascentrt info` elsewhere
+from .backends import sim as _sim
+accel.restore_docstrings(vars(_sim))  # (a backend may import nothing above it: done from here)
 
 __version__ = "0.1.0"
 
