@@ -335,7 +335,7 @@ def _on_sigint(signum: int, frame: Any) -> None:
     if not tl.interrupted and (tl.lock._is_owned() or tl.local.frames):  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
         tl.interrupted = True
         return
-    TIMELINE.interrupted = False  # (a second Ctrl-C, or none held: at once, as asked)
+    tl.interrupted = False  # (a second Ctrl-C, or none held: at once, as asked)
     os_signal.default_int_handler(signum, frame)
 
 
