@@ -167,6 +167,8 @@ def _deliver(stream_id: int, report: _Report) -> None:
     thread = _live_thread(rep.thread_id)
     while not report.done.wait(_POLL_S):
         if thread is None or not thread.is_alive():
+            if report.done.is_set():  # (it ran, then its thread ended: between the wait and the look)
+                break
             with _lock:
                 report.cancelled = True
             raise StreamStateError(f"report thread {rep.thread_id} exited before running a "
