@@ -393,3 +393,110 @@ def test_a_pool_refuses_a_request_of_no_bytes(nbytes):
         pool.allocate(nbytes)
     assert err.value.code == E.INVALID_PARAM and pool.allocated == 0
     assert pool.allocate(64).size == 64  # and it goes on
+
+
+# ---- graphs are checked as the eager calls they stand for, when they are built ----------------
+
+@pytest.mark.parametrize("add", [
+    lambda g, a, b: g.add_copy(b, a, -5), lambda g, a, b: g.add_copy(b, a, 3.5),
+    lambda g, a, b: g.add_copy(b, a, 1000), lambda g, a, b: g.add_copy(b, a, "x"),
+    lambda g, a, b: g.add_memset(a, "x", 16), lambda g, a, b: g.add_memset(a, 1000, 16),
+    lambda g, a, b: g.add_memset(a, 1, 16, after=5),
+    lambda g, a, b: g.add_kernel(art.kernels.noop, reads=5),
+    lambda g, a, b: g.add_kernel(art.kernels.noop, cost=10 ** 400),
+    lambda g, a, b: g.add_kernel(art.kernels.noop, cost=float("inf")),
+    lambda g, a, b: g.add_kernel(art.kernels.noop, name=5),
+], ids=["copy -5", "copy 3.5", "copy past end", "copy str", "memset str", "memset 1000",
+        "after int", "reads int", "cost huge int", "cost inf", "name int"])
+def test_a_bad_graph_node_is_refused_when_added_so_no_run_does_half_of_it(add, stream):
+    a, b = art.malloc(64), art.malloc(64)
+    g = art.TaskGraph()
+    g.add_memset(a, 9, 16)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        add(g, a, b)
+    assert err.value.code == E.INVALID_PARAM and len(g.nodes) == 1
+    art.memset(a, 0)
+    g.schedule(1).run(timeout=10)  # the graph as it was: the good node alone
+    assert a.numpy()[0] == 9 and g.add_kernel(art.kernels.noop, reads=b) is g.nodes[-1]
+    a.free(), b.free()
+
+
+def test_a_launch_name_must_be_text(stream):
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.launch(art.kernels.noop, stream=stream, name=5)
+    assert err.value.code == E.INVALID_PARAM and stream.query()
+
+
+def test_a_schedule_run_checks_its_timeout_and_a_capture_before_submitting(stream):
+    a = art.malloc(64)
+    g = art.TaskGraph()
+    g.add_memset(a, 7, 16)
+    art.memset(a, 0)
+    for bad in (-1, 0, "x"):
+        with pytest.raises(art.InvalidArgumentError) as err:
+            g.schedule(1).run(timeout=bad)
+        assert err.value.code == E.RT_PARAM_INVALID
+    assert a.numpy()[0] == 0  # nothing ran
+    s = art.Stream()
+    s.begin_capture()
+    with pytest.raises(art.CaptureError) as err:
+        g.schedule(1).run([s])  # as synchronizing a capturing stream
+    assert err.value.code == E.RT_STREAM_CAPTURED
+    with pytest.raises(art.CaptureError):
+        s.end_capture()  # the refused call invalidated the capture
+    s.destroy()
+    a.free()
+
+
+def test_schedule_planning_grows_with_the_graph_not_the_streams_asked_for():
+    g = art.TaskGraph()
+    g.add_kernel(art.kernels.noop)
+    import time
+    t0 = time.perf_counter()
+    most = art.Device(0)._backend.properties().max_streams or 20000  # (0: no limit, the cpu's)
+    plan = g.schedule(num_streams=most)  # (planned as an N x N table, 20000 took gigabytes)
+    assert time.perf_counter() - t0 < 2 and plan.assignment == [0]
+
+
+def test_a_schedule_over_the_stream_limit_is_refused_and_a_failed_run_leaves_no_streams():
+    out = run_program("""
+        import ascentrt as art
+        g = art.TaskGraph()
+        g.add_kernel(art.kernels.noop)
+        try:
+            g.schedule(3000)
+        except art.AscentError as e:
+            print(int(e.code))
+        before = [art.Stream() for _ in range(1000)]
+        try:
+            g.schedule(1984).run()  # the limit is reached half-way through its streams
+        except art.AscentError as e:
+            print(int(e.code))
+        g.schedule(1).run(timeout=10)  # the half-made streams were destroyed
+        print(len([art.Stream() for _ in range(984)]))
+    """, env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "ascend910b"})
+    assert out.split() == ["207008", "207008", "984"]
+
+
+def test_a_graph_update_on_a_stream_of_another_device_is_refused():
+    out = run_program("""
+        import ascentrt as art
+        s, s1 = art.Device(0).create_stream(), art.Device(1).create_stream()
+        x, y = art.malloc(256), art.malloc(256)
+        s.begin_capture(); s.begin_task_group(); art.memcpy_async(y, x, stream=s)
+        group = s.end_task_group(); g = s.end_capture()
+        try:
+            g.update(group, s1)
+        except art.AscentError as e:
+            print(int(e.code))
+        u = art.Device(0).create_stream()
+        with g.update(group, u):
+            try:
+                u.end_capture()  # not a capture: an update diverts the stream
+            except art.AscentError as e:
+                print(int(e.code))
+            art.memcpy_async(y, x, stream=u)
+        g.launch(s); s.synchronize(timeout=10)
+        print("ok")
+    """, env={"ASCENTRT_DEVICES": "2"})
+    assert out.split() == ["107003", str(int(E.RT_STREAM_NOT_CAPTURED)), "ok"]

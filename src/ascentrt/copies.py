@@ -121,6 +121,12 @@ def _prepare(dst, src, nbytes, kind) -> tuple[int, _Operand, _Operand, MemcpyKin
     return n, d, s, direction
 
 
+def check_copy(dst: _Memory, src: _Memory, nbytes: int | None = None) -> int:
+    """The bytes a copy src -> dst of `nbytes` (None: all of src) moves, checked as
+    memcpy_async checks it (a graph node is checked when it is added, not when it runs)."""
+    return _prepare(dst, src, nbytes, None)[0]
+
+
 def _check_kind(kind, direction: MemcpyKind) -> None:
     """An explicit kind is DEFAULT or the direction the operands make.
 
@@ -287,6 +293,11 @@ def _fill_target(dst, value, nbytes) -> tuple[_Operand, int, int]:
     if n > op.data.nbytes:
         raise InvalidArgumentError(f"memset of {n} bytes runs past the end of dst ({op.data.nbytes} bytes)")
     return op, value, n
+
+
+def check_fill(dst: _Memory, value: int, nbytes: int | None = None) -> int:
+    """The bytes a memset of dst to `value` sets, checked as memset_async checks it."""
+    return _fill_target(dst, value, nbytes)[2]
 
 
 def memset(dst: _Memory, value: int, nbytes: int | None = None) -> None:

@@ -100,6 +100,8 @@ def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None =
         stream = resolve_stream(stream)
     if not callable(kernel):
         kernel = _resolve_kernel(kernel)
+    if name is not None and type(name) is not str:  # (the profiler and reports show it as text)
+        raise InvalidArgumentError(f"name must be a str or None, got {type(name).__name__}")
     task = Task(KERNEL, kernel, args, name)
     if cost is not None or block_dim is not None:
         task.cost = make_cost(cost, block_dim, stream.device)

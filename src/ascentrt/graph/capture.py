@@ -207,7 +207,7 @@ def end_capture(stream: Stream) -> Graph:
     the capture is over and nothing it recorded ran.
     """
     cap = stream._capture
-    if cap is None:
+    if not isinstance(cap, Capture):  # (None, or a task group update diverting the stream)
         raise CaptureError(f"stream {stream.id} is not capturing", code=ErrorCode.RT_STREAM_NOT_CAPTURED)
     if cap.origin is not stream:
         raise CaptureError(f"the capture stream {stream.id} is part of was begun on stream "

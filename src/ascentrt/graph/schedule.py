@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ..copies import memcpy_async, memset_async
-from ..errors import InvalidArgumentError
+from ..engine import check_sync_allowed
+from ..errors import ErrorCode, InvalidArgumentError
+from ..validate import check_timeout
 from ..launch import launch, launch_host_func
 
 if TYPE_CHECKING:
@@ -32,6 +34,11 @@ class Schedule:
     def __init__(self, graph: Any, num_streams: int, policy: str = "critical_path"):
         if type(num_streams) is not int or num_streams < 1:
             raise InvalidArgumentError(f"num_streams must be an int >= 1, got {num_streams!r}")
+        limit = graph.device._backend.properties().max_streams  # (as create_stream reads it)
+        if limit and num_streams > limit:  # (0: no limit)
+            raise InvalidArgumentError(f"num_streams {num_streams} is more than device "
+                                       f"{graph.device.id} allows ({limit} streams)",
+                                       code=ErrorCode.RT_NO_STREAM_RESOURCE)
         if policy not in POLICIES:
             raise InvalidArgumentError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self.graph = graph  # a TaskGraph (not named: taskgraph imports this module)
@@ -47,7 +54,9 @@ class Schedule:
 
     def _assign(self) -> tuple[list[int], list[int], float]:
         nodes = self.graph.nodes
-        n, streams = len(nodes), self.num_streams
+        # (n tasks use at most n streams, and the lowest free ones win every tie: planning on
+        # more lanes than tasks would give the same assignment, at a cost that grows with them)
+        n, streams = len(nodes), min(self.num_streams, max(1, len(nodes)))
         bottom = self.graph.bottom_levels()
         succs = self.graph._successors()
         missing = [len(node.deps) for node in nodes]
@@ -94,7 +103,9 @@ class Schedule:
 
     def _plan_waits(self) -> tuple[list[tuple[int, int]], set[int]]:
         """(waiting task, task waited for) pairs in submission order, and the tasks to record after."""
-        nodes, assign, streams = self.graph.nodes, self.assignment, self.num_streams
+        # (streams in use are numbered from 0: the clocks need no more than them)
+        nodes, assign = self.graph.nodes, self.assignment
+        streams = max(assign, default=0) + 1
         rank = {v: k for k, v in enumerate(self.order)}
         clock = [[0] * streams for _ in range(streams)]  # clock[s][t]: tasks of t known done on s
         after: dict[int, list[int]] = {}                  # task -> clock of its stream right after it
@@ -140,7 +151,15 @@ class Schedule:
     def make_streams(self) -> list[Stream]:
         """Fresh streams for this schedule: stream 0 (critical path) at priority 0, the others at 1."""
         dev = self.graph.device
-        return [dev.create_stream(priority=0 if i == 0 else 1) for i in range(self.num_streams)]
+        streams: list[Stream] = []
+        try:
+            for i in range(self.num_streams):
+                streams.append(dev.create_stream(priority=0 if i == 0 else 1))
+        except BaseException:  # (a stream limit reached half-way: none of them is left behind)
+            for s in streams:
+                s.destroy(force=True)
+            raise
+        return streams
 
     def submit(self, streams: Sequence[Stream]) -> None:
         """Submit every task to `streams` (one per scheduled stream) with the planned waits."""
@@ -165,6 +184,8 @@ class Schedule:
     def run(self, streams: Sequence[Stream] | None = None, timeout: float | None = None) -> None:
         """Submit eagerly and wait for everything (on fresh streams unless `streams` is given)."""
         from ..engine.sync import synchronize_streams
+        timeout = check_timeout(timeout)  # (before anything is submitted)
+        check_sync_allowed("a task graph run")
         own = streams is None
         streams = self.make_streams() if streams is None else list(streams)
         try:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..copies import check_copy, check_fill
 from ..errors import InvalidArgumentError
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 
@@ -89,8 +90,9 @@ class TaskGraph:
 
     def add_copy(self, dst: Region, src: Region, nbytes: int | None = None, *,
                  after: Iterable[TaskNode] = (), name: str | None = None, cost: float = 1.0) -> TaskNode:
-        """An asynchronous copy src -> dst (reads src's bytes, writes dst's)."""
-        n = nbytes
+        """An asynchronous copy src -> dst (reads src's bytes, writes dst's); checked as
+        memcpy_async checks it, now (a graph that fails half-way would have run part of itself)."""
+        n = check_copy(dst, src, nbytes)
         rd = _clip(byte_range(src), n)
         wr = _clip(byte_range(dst), n)
         return self._add("copy", None, (dst, src, nbytes), {}, name or "memcpy", [rd], [wr], after,
@@ -98,8 +100,8 @@ class TaskGraph:
 
     def add_memset(self, dst: Region, value: int, nbytes: int | None = None, *,
                    after: Iterable[TaskNode] = (), name: str | None = None, cost: float = 1.0) -> TaskNode:
-        """An asynchronous byte fill of dst."""
-        wr = _clip(byte_range(dst), nbytes)
+        """An asynchronous byte fill of dst; checked as memset_async checks it, now."""
+        wr = _clip(byte_range(dst), check_fill(dst, value, nbytes))
         return self._add("memset", None, (dst, value, nbytes), {}, name or "memset", [], [wr], after,
                          cost, ranges=True)
 
@@ -131,12 +133,19 @@ class TaskGraph:
         return node
 
     def _add(self, kind, fn, args, kwargs, name, reads, writes, after, cost, ranges=False) -> TaskNode:
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
-            raise InvalidArgumentError(f"cost must be a number >= 0, got {cost!r}")
+        try:  # (an int too large for a float is an infinite cost: refused with the rest)
+            finite = not isinstance(cost, bool) and isinstance(cost, (int, float)) \
+                and 0 <= float(cost) < float("inf")
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise InvalidArgumentError(f"cost must be a finite number >= 0, got {cost!r:.40}")
+        if name is not None and type(name) is not str:
+            raise InvalidArgumentError(f"name must be a str or None, got {type(name).__name__}")
         if not ranges:
-            reads = [byte_range(x) for x in reads]
-            writes = [byte_range(x) for x in writes]
-        explicit = [self._own(p) for p in after]
+            reads = [byte_range(x) for x in _listed(reads, "reads")]
+            writes = [byte_range(x) for x in _listed(writes, "writes")]
+        explicit = [self._own(p) for p in _listed(after, "after")]
         node = TaskNode(self, len(self.nodes), kind, fn, args, kwargs, name, reads, writes, float(cost))
         # Direct dependencies only: scan back from the newest task; skip what a chosen one implies.
         covered = 0
@@ -238,6 +247,16 @@ class TaskGraph:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+
+def _listed(group: Any, what: str) -> list:
+    """`group` as a list: one buffer (or task) alone counts as one; not iterable is refused."""
+    if isinstance(group, (*_BUFFERS, np.ndarray, TaskNode)):
+        return [group]
+    try:
+        return list(group)
+    except TypeError:
+        raise InvalidArgumentError(f"{what} takes a list, got {type(group).__name__}") from None
 
 
 def _clip(rng: tuple[int, int], nbytes: int | None) -> tuple[int, int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, Task
 from ..errors import CaptureError, ErrorCode, InvalidArgumentError, InvalidHandleError
@@ -17,6 +17,7 @@ class _Graph(Protocol):
 
     id: int
     _destroyed: bool
+    device: Any
 
     def _apply_update(self, group: TaskGroup, tasks: list[Task]) -> None: ...
 
@@ -49,6 +50,10 @@ class GroupUpdate:
                                        code=ErrorCode.RT_MODEL_UPDATE_FAILED)
         self.graph, self.group = graph, group
         self.stream = resolve_stream(stream)
+        if self.stream.device is not graph.device:  # (the new tasks run on the graph's device)
+            raise InvalidArgumentError(f"graph {graph.id} belongs to device {graph.device.id}, "
+                                       f"stream {self.stream.id} to device "
+                                       f"{self.stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
         self.tasks: list[Task] = []
         self.refused: str | None = None
 
