@@ -273,6 +273,17 @@ def test_bad_environment_settings_raise_a_clear_error():
     assert out.split() == ["error", "100000", "True"]
 
 
+@pytest.mark.parametrize("value", ["inf", "1e300", "nan", "0", "-1"])
+@pytest.mark.parametrize("setting", ["HCCL_EXEC_TIMEOUT", "HCCL_CONNECT_TIMEOUT",
+                                     "ASCENTRT_DEADLOCK_CHECK_S", "ASCENTRT_STALL_WARN_S"])
+def test_a_timeout_setting_must_be_a_finite_positive_number_of_seconds(monkeypatch, setting, value):
+    # (HCCL_EXEC_TIMEOUT=inf once reached a wait's deadline arithmetic: a bare OverflowError)
+    monkeypatch.setenv(setting, value)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.config.get(setting)
+    assert err.value.code == E.INVALID_PARAM and setting in str(err.value)
+
+
 def test_a_stream_of_another_device_is_rejected():
     out = run_program("""
         import numpy as np

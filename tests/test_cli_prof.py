@@ -70,6 +70,15 @@ def test_prof_shows_progress_during_a_long_run(tmp_path):
     assert not (tmp_path / "p" / "progress.json").exists()  # removed at the end
 
 
+@pytest.mark.parametrize("every", ["-1", "0", "1e-300", "nan", "inf"])
+def test_prof_refuses_a_progress_interval_it_could_not_keep(tmp_path, every):
+    # (-1 once printed progress lines in a busy loop, ~100k a second)
+    out = ascentrt("prof", "--progress", every, "-o", str(tmp_path / "p"), "--", "python", "-c",
+                   "pass")
+    assert out.returncode != 0 and "100000" in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.count("\n") == 1 and not (tmp_path / "p").exists()
+
+
 def test_prof_passes_on_the_exit_code_and_still_writes_the_profile(tmp_path):
     prog = tmp_path / "fails.py"
     prog.write_text("import ascentrt as art\nart.malloc(64)\nraise SystemExit(3)\n")

@@ -510,6 +510,15 @@ def test_a_malformed_variant_is_one_clear_error():
     assert r.returncode == 0 and "ERR 100000" in r.stdout and "not JSON" in r.stdout
 
 
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "5", "null"])
+def test_variant_refuses_a_malformed_variant_as_device_creation_does(text, monkeypatch):
+    import ascentrt.sim
+    monkeypatch.setenv("ASCENTRT_SIM_VARY", text)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        ascentrt.sim.variant()
+    assert err.value.code == art.ErrorCode.INVALID_PARAM and "ASCENTRT_SIM_VARY" in str(err.value)
+
+
 # ---- sharing: memory bandwidth, and the processors of a cpu-backend model ----------------------
 
 @sim_only

@@ -129,6 +129,9 @@ def _prof(args) -> int:
     from .profiler.summary import print_summary
     from .validate import program_command, start_program, wait_exit_status
     command = program_command(args.command, "ascentrt prof [-o DIR] [--force] [--range NAME] -- python prog.py [args]")
+    if args.progress is not None and not 0.01 <= args.progress < float("inf"):  # (NaN too)
+        raise InvalidArgumentError(f"--progress takes seconds >= 0.01 between progress lines, "
+                                   f"got {args.progress}")
     out = claim(os.path.abspath(args.out), args.force)  # (before the run, not after it)
     # This process holds the folder: the program and every process it starts that imports
     # ascentrt write a part (child-<pid>/), assembled into one profile when the program exits.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -44,7 +45,10 @@ def _positive_int(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    return _number(text, float, "a number of seconds", lambda v: v > 0, "positive")
+    """Seconds: positive and finite, at most what a thread can wait for (threading.TIMEOUT_MAX,
+    ~292 years); inf or 1e300 once reached a deadline's arithmetic as an OverflowError."""
+    return _number(text, float, "a number of seconds", lambda v: 0 < v <= threading.TIMEOUT_MAX,
+                   f"positive and at most {threading.TIMEOUT_MAX:.0f}")
 
 
 def _switch(text: str) -> bool:

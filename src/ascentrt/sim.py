@@ -3,20 +3,19 @@ sweep, the virtual time, and the kernels that declared no cost."""
 
 from __future__ import annotations
 
-import json
-
 from . import config
-from .backends.presets import PROGRAM_PREFIX
+from .backends.presets import PROGRAM_PREFIX, PresetError, variant_doc
+from .errors import InvalidArgumentError
 from .device import Device
 
 
 def variant() -> dict:
     """The variant this run is under `ascentrt whatif` ({} otherwise): program knobs by name
     (from --vary program.NAME=...) and the preset fields it changes."""
-    text = config.get("ASCENTRT_SIM_VARY")
-    if not text:
-        return {}
-    doc = json.loads(text)
+    try:  # (checked as device creation checks it: one line with its code, not a traceback)
+        doc = variant_doc(config.get("ASCENTRT_SIM_VARY"))
+    except PresetError as exc:
+        raise InvalidArgumentError(f"ASCENTRT_SIM_VARY: {exc}") from None
     return {k[len(PROGRAM_PREFIX):] if k.startswith(PROGRAM_PREFIX) else k: v for k, v in doc.items()}
 
 

@@ -246,8 +246,8 @@ def describe(preset: Preset) -> list[tuple[str, str, str, str, str]]:
 PROGRAM_PREFIX = "program."  # a variant's knobs for the program itself, not the preset
 
 
-def variant_fields(text: str) -> dict:
-    """The preset fields a variant (JSON from ASCENTRT_SIM_VARY) sets; PresetError if malformed."""
+def variant_doc(text: str) -> dict:
+    """A variant (JSON from ASCENTRT_SIM_VARY) as a dict, {} when unset; PresetError if malformed."""
     if not text:
         return {}
     try:
@@ -256,4 +256,9 @@ def variant_fields(text: str) -> dict:
         raise PresetError(f"variant {text!r} is not JSON") from None
     if not isinstance(doc, dict):
         raise PresetError(f"variant {text!r} must be a JSON object")
-    return {k: v for k, v in doc.items() if not k.startswith(PROGRAM_PREFIX)}
+    return doc
+
+
+def variant_fields(text: str) -> dict:
+    """The preset fields a variant (JSON from ASCENTRT_SIM_VARY) sets; PresetError if malformed."""
+    return {k: v for k, v in variant_doc(text).items() if not k.startswith(PROGRAM_PREFIX)}
