@@ -622,3 +622,20 @@ def test_a_part_its_stream_drops_unrun_fails_the_collective_on_every_rank():
         print(sync_error(s0), sync_error(s1b))
     ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_EXEC_TIMEOUT": "10"})
     assert out.split() == ["True", "True", "2.0", "None", "None"]
+
+
+def test_an_array_where_a_device_buffer_goes_is_refused_with_an_hccl_code():
+    # (`x == 0` of a numpy array is an array: it raised "truth value is ambiguous")
+    out = run_program("""
+        import numpy as np, ascentrt as art
+        from ascentrt import hccl
+        comms = hccl.comm_init_all([0])
+        buf, s = art.malloc(16), art.Stream()
+        for send in (np.zeros(4, np.float32), np.zeros(1, np.float32)):
+            try:
+                hccl.all_reduce(send, buf, 4, hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM,
+                                comms[0], s)
+            except hccl.HcclError as e:
+                print(int(e.code), "null" in str(e))
+    """)
+    assert out.split() == ["2", "False", "2", "False"]  # E_PTR, and not called null

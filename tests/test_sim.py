@@ -376,6 +376,8 @@ def test_whatif_runs_each_variant_and_writes_a_table_csv_and_plot(tmp_path):
     (["--vary", "dispatch_ns=fast"], "must be a number"),
     (["--preset", "nope", "--vary", "dispatch_ns=1"], "unknown simulator preset 'nope'"),
     (["--vary", "dispatch_ns"], "expected name=v1,v2"),
+    (["--vary", "program.x=1", "--vary", "program.x=2"], "program.x is varied twice"),
+    (["--vary", "dispatch_ns=1" + "0" * 400], "must be a finite number"),
 ])
 def test_whatif_bad_input_is_one_line_naming_the_field(args, words):
     r = _cli("whatif", *args, "--", "python", "-c", "pass")

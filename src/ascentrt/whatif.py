@@ -24,12 +24,15 @@ CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_fu
 def parse_vary(specs: list[str], preset) -> list[tuple[str, list]]:
     """[(field, [values])] from 'name=v1,v2' specs: preset fields (checked as a preset file's
     would be) or program.NAME knobs; InvalidArgumentError naming what is wrong."""
-    out = []
+    out: list[tuple[str, list]] = []
     for spec in specs:
         name, sep, values = spec.partition("=")
         name = name.strip()
         if not sep or not name or not values.strip():
             raise InvalidArgumentError(f"--vary {spec!r}: expected name=v1,v2,...")
+        if any(name == seen for seen, _ in out):  # (the later one silently won the table)
+            raise InvalidArgumentError(f"--vary: {name} is varied twice: give its values in one "
+                                       f"--vary {name}=v1,v2,...")
         items = [v.strip() for v in values.split(",") if v.strip()]
         if name.startswith(PROGRAM_PREFIX):
             parsed = [_knob(v) for v in items]

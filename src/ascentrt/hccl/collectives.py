@@ -42,7 +42,7 @@ Memory = DeviceBuffer | BufferSlice | int  # what holds a call's data: a device 
 
 def _location(x, nbytes: int, device, role: str) -> tuple:
     """(allocation, offset) of a device buffer, slice or pointer holding `nbytes` on `device`."""
-    if x is None or x == 0:
+    if x is None or (type(x) is int and x == 0):  # (`x == 0` of an array is an array)
         raise HcclError(f"{role} is null", code=HcclResult.E_PTR)
     if isinstance(x, (DeviceBuffer, BufferSlice, HostBuffer)):
         addr = x.addr

@@ -148,8 +148,12 @@ def _check_value(field: str, raw, where: str):
             raw = float(raw)
         except ValueError:
             raise PresetError(f"{where}: field {field!r} must be a number, got {raw!r}") from None
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
-        raise PresetError(f"{where}: field {field!r} must be a finite number, got {raw!r}")
+    try:  # (an int too large for a float, 1 and 400 zeros, is no finite number either)
+        finite = not isinstance(raw, bool) and isinstance(raw, (int, float)) and math.isfinite(raw)
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise PresetError(f"{where}: field {field!r} must be a finite number, got {raw!r:.40}")
     if typ is int:
         if raw != int(raw):
             raise PresetError(f"{where}: field {field!r} must be a whole number, got {raw!r}")
