@@ -511,3 +511,15 @@ def test_a_graph_update_on_a_stream_of_another_device_is_refused():
         print("ok")
     """, env={"ASCENTRT_DEVICES": "2"})
     assert out.split() == ["107003", str(int(E.RT_STREAM_NOT_CAPTURED)), "ok"]
+
+
+@pytest.mark.parametrize("assignment", [[0], [0, 1, 2], [0, -1], [0, 1.5], 5, "ab"], ids=repr)
+def test_a_task_graph_drawn_with_a_bad_assignment_is_refused(assignment):
+    g = art.TaskGraph()
+    g.add_kernel(art.kernels.noop, name='say "hi"')
+    g.add_kernel(art.kernels.noop)
+    for draw in (g.to_dict, g.to_dot):
+        with pytest.raises(art.InvalidArgumentError) as err:
+            draw(assignment)
+        assert err.value.code == E.INVALID_PARAM
+    assert 'say \\"hi\\"' in g.to_dot(g.schedule(2).assignment)  # a quote in a name is escaped

@@ -178,6 +178,7 @@ LAZY_IMPORTS_ALLOWED = {
     ("ascentrt.graph.schedule", "run"),                                      # once per run
     ("ascentrt.graph.taskgraph", "__init__"), ("ascentrt.graph.taskgraph", "add_kernel"),
     ("ascentrt.graph.taskgraph", "schedule"), ("ascentrt.graph.taskgraph", "to_json"),
+    ("ascentrt.graph.taskgraph", "to_dot"),                                  # once per drawing
     ("ascentrt.profiler.hostapi", "_probe_device_sync"), ("ascentrt.profiler.ranges", "__call__"),
     ("ascentrt.profiler.recorder", "start"), ("ascentrt.profiler.session", "start_from_env"),
     ("ascentrt.profiler.session", "_after_fork_in_child"),

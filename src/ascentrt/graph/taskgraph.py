@@ -220,8 +220,23 @@ class TaskGraph:
 
     # ---- inspection -------------------------------------------------------------------------------
 
+    def _assignment(self, assignment: Sequence[int] | None) -> Sequence[int] | None:
+        """A stream per node (a Schedule's .assignment), checked; None as given."""
+        if assignment is None:
+            return None
+        try:
+            ok = len(assignment) == len(self.nodes) and all(
+                type(a) is int and a >= 0 for a in assignment)
+        except TypeError:
+            ok = False
+        if not ok:
+            raise InvalidArgumentError(f"assignment must give each of the {len(self.nodes)} "
+                                       f"tasks a stream number >= 0 (a Schedule's .assignment)")
+        return assignment
+
     def to_dict(self, assignment: Sequence[int] | None = None) -> dict:
         """Nodes and edges as plain data (stream per node when an assignment is given)."""
+        assignment = self._assignment(assignment)
         return {"nodes": [{"id": n.index, "kind": n.kind, "name": n.label, "cost": n.cost,
                            "deps": [{"task": p, "why": w} for p, w in n.deps.items()],
                            **({"stream": assignment[n.index]} if assignment else {})}
@@ -234,12 +249,15 @@ class TaskGraph:
 
     def to_dot(self, assignment: Sequence[int] | None = None) -> str:
         """Graphviz dot; edges labelled RAW/WAR/WAW/explicit, nodes coloured by stream if assigned."""
+        from .graph import _escape
+        assignment = self._assignment(assignment)
         colours = ("lightblue", "lightgreen", "lightpink", "khaki", "lavender", "lightsalmon")
         lines = ["digraph taskgraph {", "  node [shape=box, style=filled, fontsize=10];"]
         for n in self.nodes:
             colour = colours[assignment[n.index] % len(colours)] if assignment else "white"
             where = f"\\nstream {assignment[n.index]}" if assignment else ""
-            lines.append(f'  t{n.index} [label="{n.index}: {n.label}{where}", fillcolor={colour}];')
+            lines.append(f'  t{n.index} [label="{n.index}: {_escape(n.label)}{where}", '
+                         f'fillcolor={colour}];')
         for p, i, why in self.edges():
             lines.append(f'  t{p} -> t{i} [label="{why}", fontsize=8];')
         lines.append("}")
