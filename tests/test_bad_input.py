@@ -523,3 +523,22 @@ def test_a_task_graph_drawn_with_a_bad_assignment_is_refused(assignment):
             draw(assignment)
         assert err.value.code == E.INVALID_PARAM
     assert 'say \\"hi\\"' in g.to_dot(g.schedule(2).assignment)  # a quote in a name is escaped
+
+
+def test_an_array_of_python_objects_is_no_memory_to_copy_or_register(buf):
+    # (its bytes are object pointers: a copy into it would overwrite them; one out of it
+    # raised a bare TypeError, and acl.util.numpy_to_ptr handed out its address)
+    objects = np.array([object()] * 16)
+    for copy in (lambda: art.memcpy(objects, buf, 64), lambda: art.memcpy(buf, objects, 64),
+                 lambda: art.memory.external.register_host(objects)):
+        with pytest.raises(art.InvalidArgumentError) as err:
+            copy()
+        assert err.value.code == E.INVALID_PARAM
+    assert all(type(o) is object for o in objects) and buf.numpy()[0] == 0x11
+
+
+@pytest.mark.parametrize("key", [slice(0.5, 2), slice(0, "8"), slice(None, 2.0)], ids=repr)
+def test_buffer_slice_bounds_must_be_ints(buf, key):
+    with pytest.raises(art.InvalidArgumentError) as err:
+        buf[key]
+    assert err.value.code == E.INVALID_PARAM

@@ -58,6 +58,9 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
     if isinstance(x, np.ndarray):
         if not x.flags.c_contiguous:
             raise InvalidArgumentError(f"{role} array must be C-contiguous")
+        if x.dtype.hasobject:  # (its bytes are object pointers: nothing to copy, nor to overwrite)
+            raise InvalidArgumentError(f"{role} array holds Python objects ({x.dtype}): copies "
+                                       f"move plain data")
         if writable and not x.flags.writeable:
             raise InvalidArgumentError(f"{role} array is read-only")
         data = x.reshape(-1).view(np.uint8)

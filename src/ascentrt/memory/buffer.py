@@ -176,7 +176,11 @@ class _ByteRange:
         """buf[a:b] is the byte range [a, b) of the buffer, usable wherever a buffer is."""
         if not isinstance(key, slice) or key.step not in (None, 1):
             raise InvalidArgumentError("buffers slice by contiguous byte ranges: buf[start:stop]")
-        start, stop, _ = key.indices(self.nbytes)
+        try:
+            start, stop, _ = key.indices(self.nbytes)
+        except TypeError:  # (buf[0.5:2]: the bounds are byte offsets, ints)
+            raise InvalidArgumentError(f"buffer slice bounds must be ints, got "
+                                       f"[{key.start!r}:{key.stop!r}]") from None
         if stop < start:
             stop = start
         return BufferSlice(self, start, stop - start)

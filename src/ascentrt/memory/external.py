@@ -79,6 +79,9 @@ def _address(obj: object) -> tuple[int, int]:
     if isinstance(obj, np.ndarray):
         if not obj.flags.c_contiguous:
             raise InvalidArgumentError("only C-contiguous arrays can be registered")
+        if obj.dtype.hasobject:  # (a copy into it would overwrite object pointers)
+            raise InvalidArgumentError(f"an array of Python objects ({obj.dtype}) holds no plain "
+                                       f"data to register")
         return obj.ctypes.data, obj.nbytes
     raise InvalidArgumentError(f"register_host takes bytes, bytearray or a numpy array, "
                                f"got {type(obj).__name__}")
