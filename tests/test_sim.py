@@ -396,6 +396,19 @@ def test_info_prints_a_preset_with_its_sources():
 # ---- found in review: time that real host work takes, and costs that must not be dropped ------
 
 @sim_only
+def test_a_long_task_simulates_in_little_wall_time(stream):
+    # A synchronize checks for stalls every 0.25 virtual s; each check once waited 5 ms of
+    # real time for other threads: a 1000 s task took 20 s to simulate.
+    import time as _time
+    t0 = _time.monotonic()
+    start = art.Device(0).now_ns()
+    art.launch(art.kernels.noop, stream=stream, cost=1000.0)
+    stream.synchronize()
+    assert art.Device(0).now_ns() - start >= 1000 * 10**9
+    assert _time.monotonic() - t0 < 2.0
+
+
+@sim_only
 def test_a_timeout_does_not_expire_while_a_host_function_still_runs(stream):
     import time as _time
     art.launch_host_func(lambda: _time.sleep(0.7), stream=stream)  # longer than the patience
