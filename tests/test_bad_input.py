@@ -542,3 +542,12 @@ def test_buffer_slice_bounds_must_be_ints(buf, key):
     with pytest.raises(art.InvalidArgumentError) as err:
         buf[key]
     assert err.value.code == E.INVALID_PARAM
+
+
+@pytest.mark.parametrize("cost", [10 ** 400, float("inf"), float("nan"), -1.0, {"flops": 10 ** 400}],
+                         ids=repr)
+def test_a_launch_cost_must_be_a_finite_number(stream, cost):
+    # (an int too large for a float raised a bare OverflowError from math.isfinite)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.launch(art.kernels.noop, stream=stream, cost=cost)
+    assert err.value.code == E.INVALID_PARAM and stream.query()

@@ -5,8 +5,6 @@ from __future__ import annotations
 from threading import get_ident
 from typing import Any, Callable, Sequence
 
-import math
-
 from .backends.base import Cost
 from .engine import ENGINE, Task
 from .engine.task import DETACH, HOST_FUNC, KERNEL
@@ -14,6 +12,7 @@ from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .kernels import REGISTRY
 from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 from .stream import Stream, resolve_stream
+from .validate import as_group, check_finite, check_name
 
 _BUFFER_TYPES = (DeviceBuffer, BufferSlice, TypedView, HostBuffer)
 _VIEWED = (DeviceBuffer, BufferSlice, TypedView)  # what a kernel receives as a numpy view
@@ -51,13 +50,6 @@ def _resolve_kernel(kernel):
                                f"{type(kernel).__name__}")
 
 
-def _number(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
-        raise InvalidArgumentError(f"{what} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
 def make_cost(cost, block_dim, device) -> Cost | None:
     """The checked Cost of a launch: `cost` is seconds, a Cost, or a dict of seconds / flops /
     bytes; `block_dim` the compute units it occupies (1 .. the device's)."""
@@ -79,9 +71,9 @@ def make_cost(cost, block_dim, device) -> Cost | None:
     else:
         fields = {"seconds": cost}
     seconds = fields.get("seconds")
-    seconds = None if seconds is None else _number(seconds, "cost seconds")
-    return Cost(seconds=seconds, flops=_number(fields.get("flops", 0.0) or 0.0, "cost flops"),
-                bytes=_number(fields.get("bytes", 0.0) or 0.0, "cost bytes"), block_dim=block_dim)
+    seconds = None if seconds is None else check_finite(seconds, "cost seconds")
+    return Cost(seconds=seconds, flops=check_finite(fields.get("flops", 0.0) or 0.0, "cost flops"),
+                bytes=check_finite(fields.get("bytes", 0.0) or 0.0, "cost bytes"), block_dim=block_dim)
 
 
 def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None = None,
@@ -100,8 +92,8 @@ def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None =
         stream = resolve_stream(stream)
     if not callable(kernel):
         kernel = _resolve_kernel(kernel)
-    if name is not None and type(name) is not str:  # (the profiler and reports show it as text)
-        raise InvalidArgumentError(f"name must be a str or None, got {type(name).__name__}")
+    if name is not None:
+        check_name(name)
     task = Task(KERNEL, kernel, args, name)
     if cost is not None or block_dim is not None:
         task.cost = make_cost(cost, block_dim, stream.device)
@@ -113,9 +105,9 @@ def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None =
                 task.resolve = kernel_views
     if reads is not None or writes is not None:  # checked even for a kernel without arguments
         if type(reads) is not list:  # (lists, or None beside a list: the hot path's forms)
-            reads = () if reads is None else _as_list(reads)
+            reads = () if reads is None else as_group(reads, _BUFFER_TYPES, "reads/writes")
         if type(writes) is not list:
-            writes = () if writes is None else _as_list(writes)
+            writes = () if writes is None else as_group(writes, _BUFFER_TYPES, "reads/writes")
         for group in (reads, writes):
             for b in group:
                 if not isinstance(b, _BUFFER_TYPES):
@@ -126,20 +118,6 @@ def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None =
         return stream._capture.add(stream, task)
     task.thread = get_ident()
     return ENGINE.submit(stream, task)  # inlined Stream._submit: this is the hottest path
-
-
-def _as_list(group: Any) -> Any:
-    """What a launch declares it reads or writes, as a tuple taken once (a generator is read
-    only once); a single buffer counts as one."""
-    if type(group) is tuple:
-        return group
-    if isinstance(group, _BUFFER_TYPES):
-        return (group,)
-    try:
-        return tuple(group)
-    except TypeError:
-        raise InvalidArgumentError(f"reads/writes take a list of buffers, got "
-                                   f"{type(group).__name__}") from None
 
 
 def launch_host_func(fn: Callable[..., Any], *args: Any, stream: Stream | None = None,

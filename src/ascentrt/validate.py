@@ -10,6 +10,38 @@ import threading
 from .errors import ErrorCode, InvalidArgumentError, os_cause
 
 
+def check_finite(value, what: str) -> float:
+    """A finite number >= 0, as a float (an int too large for a float is none: 10**400 once
+    reached math.isfinite as an OverflowError); raises InvalidArgumentError naming `what`."""
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) \
+            and 0 <= float(value) < float("inf")  # (NaN fails the comparison)
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise InvalidArgumentError(f"{what} must be a finite number >= 0, got {value!r:.40}")
+    return float(value)
+
+
+def as_group(group, singles: tuple, what: str) -> tuple:
+    """What a call declares as a group (reads, writes, tasks to wait for), as a tuple taken once
+    (a generator is read only once); one object of the `singles` types counts as one."""
+    if type(group) is tuple:
+        return group
+    if isinstance(group, singles):
+        return (group,)
+    try:
+        return tuple(group)
+    except TypeError:
+        raise InvalidArgumentError(f"{what} takes a list, got {type(group).__name__}") from None
+
+
+def check_name(name) -> None:
+    """A task's name: a str or None (profiles and reports show it as text)."""
+    if name is not None and type(name) is not str:
+        raise InvalidArgumentError(f"name must be a str or None, got {type(name).__name__}")
+
+
 def check_timeout(timeout) -> float | None:
     """None (wait forever) or a positive number of seconds; raises InvalidArgumentError (107000)."""
     if timeout is None:

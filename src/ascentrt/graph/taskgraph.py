@@ -15,6 +15,7 @@ import numpy as np
 
 from ..copies import check_copy, check_fill
 from ..errors import InvalidArgumentError
+from ..validate import as_group, check_finite, check_name
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from .schedule import Schedule
 
 _BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
+_REGIONS = (*_BUFFERS, np.ndarray)  # what a byte range is taken of
 KINDS = ("kernel", "copy", "memset", "host_func")
 # What reads/writes name: a buffer, slice, typed view or numpy array.
 Region = DeviceBuffer | HostBuffer | BufferSlice | TypedView | np.ndarray
@@ -133,20 +135,13 @@ class TaskGraph:
         return node
 
     def _add(self, kind, fn, args, kwargs, name, reads, writes, after, cost, ranges=False) -> TaskNode:
-        try:  # (an int too large for a float is an infinite cost: refused with the rest)
-            finite = not isinstance(cost, bool) and isinstance(cost, (int, float)) \
-                and 0 <= float(cost) < float("inf")
-        except OverflowError:
-            finite = False
-        if not finite:
-            raise InvalidArgumentError(f"cost must be a finite number >= 0, got {cost!r:.40}")
-        if name is not None and type(name) is not str:
-            raise InvalidArgumentError(f"name must be a str or None, got {type(name).__name__}")
+        cost = check_finite(cost, "cost")
+        check_name(name)
         if not ranges:
-            reads = [byte_range(x) for x in _listed(reads, "reads")]
-            writes = [byte_range(x) for x in _listed(writes, "writes")]
-        explicit = [self._own(p) for p in _listed(after, "after")]
-        node = TaskNode(self, len(self.nodes), kind, fn, args, kwargs, name, reads, writes, float(cost))
+            reads = [byte_range(x) for x in as_group(reads, _REGIONS, "reads")]
+            writes = [byte_range(x) for x in as_group(writes, _REGIONS, "writes")]
+        explicit = [self._own(p) for p in as_group(after, (TaskNode,), "after")]
+        node = TaskNode(self, len(self.nodes), kind, fn, args, kwargs, name, reads, writes, cost)
         # Direct dependencies only: scan back from the newest task; skip what a chosen one implies.
         covered = 0
         chosen = {}
@@ -265,16 +260,6 @@ class TaskGraph:
 
     def __len__(self) -> int:
         return len(self.nodes)
-
-
-def _listed(group: Any, what: str) -> list:
-    """`group` as a list: one buffer (or task) alone counts as one; not iterable is refused."""
-    if isinstance(group, (*_BUFFERS, np.ndarray, TaskNode)):
-        return [group]
-    try:
-        return list(group)
-    except TypeError:
-        raise InvalidArgumentError(f"{what} takes a list, got {type(group).__name__}") from None
 
 
 def _clip(rng: tuple[int, int], nbytes: int | None) -> tuple[int, int]:
