@@ -551,3 +551,32 @@ def test_a_launch_cost_must_be_a_finite_number(stream, cost):
     with pytest.raises(art.InvalidArgumentError) as err:
         art.launch(art.kernels.noop, stream=stream, cost=cost)
     assert err.value.code == E.INVALID_PARAM and stream.query()
+
+
+@pytest.mark.parametrize("call", [
+    lambda b, s: art.malloc_async(64, stream=s),
+    lambda b, s: art.malloc(64, stream=s),
+    lambda b, s: art.free_async(b, stream=s),
+    lambda b, s: b.free(s),
+    lambda b, s: art.record_stream(b, s),
+    lambda b, s: art.MemPool().malloc_async(64, stream=s),
+])
+def test_memory_ordered_on_a_destroyed_stream_is_refused(buf, call):
+    s = art.Stream()
+    art.malloc(64, stream=s).free(s)
+    s.destroy()  # (the allocator had just checked this stream: its memo must not pass it)
+    with pytest.raises(art.InvalidHandleError) as e:
+        call(buf, s)
+    assert e.value.code == E.RT_INVALID_HANDLE
+    assert buf.alive and buf.numpy()[0] == 0x11
+
+
+def test_a_pool_frees_only_its_own_buffers(buf):
+    pool = art.MemPool()
+    with pytest.raises(art.InvalidArgumentError) as e:
+        pool.free_async(buf)
+    assert e.value.code == E.INVALID_PARAM and buf.alive
+    mine = pool.malloc_async(64)
+    pool.free_async(mine)
+    assert not mine.alive
+    pool.destroy()

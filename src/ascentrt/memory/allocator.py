@@ -8,7 +8,7 @@ from typing import Any, Final
 import numpy as np
 
 from .. import config
-from ..errors import ErrorCode, InvalidArgumentError
+from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .arena import Arena, round_size
 from .buffer import GRANULE, DeviceBuffer, check_size
 from . import leaks
@@ -24,11 +24,14 @@ _REGISTRY: Final = REGISTRY
 
 
 def check_stream(stream: Any, device: Any) -> None:
-    """Raise InvalidArgumentError unless `stream` is None or a live stream of `device`."""
+    """Raise InvalidArgumentError unless `stream` is None or a stream of `device`;
+    InvalidHandleError when it was destroyed (work ordered on it would never run)."""
     if stream is None:
         return
     if not isinstance(stream, Links.stream_type):
         raise InvalidArgumentError(f"stream must be a Stream or None, got {type(stream).__name__}")
+    if stream._refuse == "destroyed":
+        raise InvalidHandleError(f"stream {stream.id} was destroyed")
     if stream.device is not device:
         raise InvalidArgumentError(f"stream {stream.id} belongs to device {stream.device.id}, "
                                    f"not device {device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
@@ -97,7 +100,7 @@ class DeviceAllocator:
             if nbytes > self.capacity:
                 raise InvalidArgumentError(f"nbytes {nbytes} exceeds device {self.device.id}'s "
                                            f"capacity {self.capacity}")
-        if stream is not None and stream is not self._checked_stream:
+        if stream is not None and (stream is not self._checked_stream or stream._refuse is not None):
             self._check_stream(stream)
         pool = self.pool
         if self.host_call is not None or pool is None:
@@ -122,8 +125,9 @@ class DeviceAllocator:
 
     def _check_stream(self, stream: Any) -> None:
         """Raise unless `stream` is a stream of this device; remember it when it is."""
-        if type(stream) is not self._stream_type or stream.device is not self.device:
-            check_stream(stream, self.device)  # (raises unless a subclass of Stream)
+        if type(stream) is not self._stream_type or stream.device is not self.device \
+                or stream._refuse == "destroyed":
+            check_stream(stream, self.device)  # (raises unless a live subclass of Stream)
         self._checked_stream = stream
 
     def _malloc_slow(self, nbytes: int, stream: Any) -> DeviceBuffer:
@@ -156,7 +160,7 @@ class DeviceAllocator:
     def release(self, buf: DeviceBuffer, stream: Any = None) -> bool:
         """Free a buffer after `stream`'s work (None: after all queued work of the device);
         False when another thread freed it first."""
-        if stream is not None and stream is not self._checked_stream:
+        if stream is not None and (stream is not self._checked_stream or stream._refuse is not None):
             self._check_stream(stream)
         if self.host_call is not None:
             self.host_call("free")

@@ -58,7 +58,11 @@ class MemPool:
         return self._alloc.malloc(nbytes, stream)
 
     def free_async(self, buf: DeviceBuffer, stream: Any = None) -> None:
-        """Free `buf` after `stream`'s work so far (same as buf.free(stream))."""
+        """Free `buf`, one of this pool's buffers, after `stream`'s work so far (same as
+        buf.free(stream)); InvalidArgumentError for another pool's buffer."""
+        if isinstance(buf, DeviceBuffer) and buf._owner is not self._alloc:
+            raise InvalidArgumentError(f"device buffer at {buf.addr:#x} was not allocated from "
+                                       f"this pool ({self!r})")
         free_async(buf, stream)
 
     def trim_to(self, nbytes: int) -> int:
