@@ -525,6 +525,18 @@ def test_a_malformed_variant_is_one_clear_error():
     assert r.returncode == 0 and "ERR 100000" in r.stdout and "not JSON" in r.stdout
 
 
+def test_a_device_with_a_hundred_million_units_starts_as_fast_as_a_small_one():
+    # (the engine once made one executor queue per unit: 1e8 of them took minutes to start)
+    code = ("import time, ascentrt as art\nt = time.perf_counter()\ns = art.Stream()\n"
+            "for _ in range(100):\n    art.launch(art.kernels.noop, stream=s)\ns.synchronize()\n"
+            "print(art.Device(0).properties.compute_units, time.perf_counter() - t)")
+    r = _run_sim(code, env_extra={"ASCENTRT_SIM_VARY": '{"compute_units": 100000000, '
+                                                        '"copy_engines_h2d": 100000000}'})
+    assert r.returncode == 0, r.stderr
+    units, wall = r.stdout.split()
+    assert units == "100000000" and float(wall) < 5
+
+
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]", "5", "null"])
 def test_variant_refuses_a_malformed_variant_as_device_creation_does(text, monkeypatch):
     import ascentrt.sim

@@ -131,7 +131,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def start_queue(self, name: str, queue: Any) -> None:
-        """Start one executor over `queue` (an engine ExecutorQueue: a loop, or steps)."""
+        """Start an executor over `queue` (a loop; a virtual backend's units of a class step one)."""
 
     @abc.abstractmethod
     def execute(self, op: Op) -> None:

@@ -137,6 +137,8 @@ class DeviceQueues:
                                    code=ErrorCode.RT_RESOURCE_ALLOC_FAIL)
         self.closing = False
         for ex, n in enumerate(self.sizes):
+            if self.virtual and n:
+                n = 1  # a simulator steps one queue per class for all its units
             while self.running[ex] < n:
                 name = f"ascentrt-dev{self.device_id}-{EXECUTOR_NAMES[ex]}{self.running[ex]}"
                 try:
