@@ -818,7 +818,9 @@ def test_exception_info_callback(rt, stream):
     assert rt.get_stream_id_from_exception_info(info) == rt.stream_get_id(stream)[0]
     assert rt.get_device_id_from_exception_info(info) == 0
     assert rt.get_task_id_from_exception_info(info) == 1
-    assert rt.get_thread_id_from_exception_info(info) == threading.get_ident()
+    # (the OS thread id, a uint32 in CANN; Python's own ident can exceed 32 bits)
+    assert rt.get_thread_id_from_exception_info(info) == threading.get_native_id() < 1 << 32
+    assert rt.get_thread_id_from_exception_info(12345) == 0xFFFFFFFF
     assert rt.get_task_id_from_exception_info(12345) == 0xFFFFFFFF
     assert rt.set_exception_info_callback(None) == 0
     rt.launch_kernel(lambda: 1 / 0, (), stream)
@@ -849,6 +851,21 @@ def test_util_conversions(rt):
     with pytest.warns(DeprecationWarning):
         ptr2, contiguous = acl.util.numpy_contiguous_to_ptr(arr[::2])
     assert contiguous.tolist() == [0, 2, 4, 6] and acl.util.ptr_to_bytes(ptr2, 32) == contiguous.tobytes()
+
+
+def test_numpy_to_ptr_of_a_strided_array_gives_the_raw_pointer_into_its_memory(rt):
+    # As pyACL: a warning, then the raw data pointer, through which a copy moves the raw bytes
+    # of the memory the array lies in (its base array), and never past that memory.
+    dev, _ = rt.malloc(4096, 0)
+    base = np.arange(1024, dtype=np.float32)
+    with pytest.warns(RuntimeWarning), pytest.warns(DeprecationWarning):
+        ptr = acl.util.numpy_to_ptr(base[::2])
+    assert rt.memcpy(dev, 4096, ptr, 4096, C.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    assert acl.util.ptr_to_numpy(dev, (1024,), C.NPY_FLOAT).tolist() == base.tolist()
+    with pytest.warns(RuntimeWarning), pytest.warns(DeprecationWarning):
+        ptr = acl.util.numpy_to_ptr(base[::-1])  # points at the last element: 4 bytes are left
+    assert rt.memcpy(dev, 4096, ptr, 8, C.ACL_MEMCPY_HOST_TO_DEVICE) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.memcpy(dev, 4096, ptr, 4, C.ACL_MEMCPY_HOST_TO_DEVICE) == 0
 
 
 def test_bytes_to_ptr_lets_copies_write_into_bytes(rt):

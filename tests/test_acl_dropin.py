@@ -1,6 +1,7 @@
 """What real pyACL programs rely on beyond the rt calls: app_log, lenient copy kinds, every
 event timestamped, and errors of util threads shown when they happen."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -112,3 +113,46 @@ def test_an_exception_in_a_util_thread_is_printed_at_once():
     assert out.returncode == 0, out.stderr
     assert "ValueError: boom 7" in out.stderr
     assert "stop_thread raised exception=ValueError" in out.stdout
+
+
+UNCHANGED_PROGRAM = """
+import acl
+import numpy as np
+from acl import rt
+import acl.util
+
+assert acl.init() == 0 and rt.set_device(0) == 0
+stream, ret = acl.rt.create_stream()
+host = np.arange(64, dtype=np.float32)
+dev, ret = acl.rt.malloc(host.nbytes, 0)
+acl.rt.memcpy_async(dev, host.nbytes, acl.util.numpy_to_ptr(host), host.nbytes, 1, stream)
+out = np.zeros_like(host)
+acl.rt.memcpy_async(acl.util.numpy_to_ptr(out), out.nbytes, dev, out.nbytes, 2, stream)
+assert acl.rt.synchronize_stream(stream) == 0
+print(acl.__name__, acl.rt is rt, bool((out == host).all()))
+"""
+
+
+@pytest.mark.parametrize("how", [["run"], ["run", "--backend", "sim"], ["prof", "-q", "--force", "-o"]])
+def test_a_pyacl_program_runs_with_its_import_unchanged(tmp_path, how):
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(UNCHANGED_PROGRAM))
+    if how[-1] == "-o":
+        how = [*how, str(tmp_path / "profile")]
+    out = subprocess.run([sys.executable, "-m", "ascentrt", *how, "--", "python", str(prog)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ascentrt.acl True True" in out.stdout
+
+
+def test_the_acl_shim_keeps_out_of_the_way_of_a_real_pyacl(tmp_path, monkeypatch):
+    from ascentrt import validate
+    real = tmp_path / "site"
+    real.mkdir()
+    (real / "acl.py").write_text("")
+    monkeypatch.syspath_prepend(str(real))
+    assert validate.pyacl_installed()
+    env = {"PYTHONPATH": "elsewhere"}
+    assert validate.program_env(env) == env  # prof, sanitize and whatif: the real one
+    assert validate.program_env(env, always=True)["PYTHONPATH"].split(os.pathsep) == \
+        [validate.ACL_SHIM_DIR, "elsewhere"]  # ascentrt run: asked for

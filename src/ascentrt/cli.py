@@ -127,7 +127,7 @@ def _prof(args) -> int:
     from .profiler.data import part_path
     from .profiler.folders import PROGRESS_FILE, assemble, claim
     from .profiler.summary import print_summary
-    from .validate import program_command, start_program, wait_exit_status
+    from .validate import program_command, program_env, start_program, wait_exit_status
     command = program_command(args.command, "ascentrt prof [-o DIR] [--force] [--range NAME] -- python prog.py [args]")
     if args.progress is not None and not 0.01 <= args.progress < float("inf"):  # (NaN too)
         raise InvalidArgumentError(f"--progress takes seconds >= 0.01 between progress lines, "
@@ -136,7 +136,7 @@ def _prof(args) -> int:
     # This process holds the folder: the program and every process it starts that imports
     # ascentrt write a part (child-<pid>/), assembled into one profile when the program exits.
     env = dict(os.environ, ASCENTRT_PROFILE=out, ASCENTRT_PROFILE_PID=str(os.getpid()))
-    child = start_program(command, env)
+    child = start_program(command, program_env(env))
     started = time.monotonic()
     tty = sys.stderr.isatty()
     every = args.progress if args.progress is not None else 1.0 if tty else PROGRESS_EVERY_S
@@ -239,13 +239,13 @@ def _sanitize(args) -> int:
     import tempfile
 
     from .sanitizer import parse_mode
-    from .validate import program_command, start_program, wait_exit_status
+    from .validate import program_command, program_env, start_program, wait_exit_status
     command = program_command(args.command, "ascentrt sanitize [--mode M] -- python prog.py")
     mode = parse_mode(args.mode)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "races.json")
         env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=out)
-        code = wait_exit_status(start_program(command, env))
+        code = wait_exit_status(start_program(command, program_env(env)))
         races = []
         if os.path.exists(out):
             with open(out) as fh:
@@ -257,6 +257,25 @@ def _sanitize(args) -> int:
     for text in races:
         print(f"  - {text}", file=sys.stderr)
     return code or RACES_EXIT_CODE
+
+
+def _run(args) -> int:
+    """`ascentrt run`: the program on the backend asked for, its `import acl` this facade."""
+    import os
+
+    from .validate import program_command, program_env, start_program, wait_exit_status
+    command = program_command(args.command, "ascentrt run [--backend cpu|sim] [--preset P] -- "
+                                            "python prog.py [args]")
+    env = dict(os.environ)
+    if args.backend:
+        env["ASCENTRT_BACKEND"] = args.backend
+    if args.preset:
+        env["ASCENTRT_SIM_PRESET"] = args.preset
+    child = start_program(command, program_env(env, always=True))
+    try:
+        return wait_exit_status(child)
+    except KeyboardInterrupt:  # the program got the interrupt too: its exit status is the answer
+        return wait_exit_status(child)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,6 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     p_prof.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- the program and its arguments")
     p_prof.set_defaults(fn=_prof)
+    p_run = sub.add_parser(
+        "run", parents=[common],
+        help="run a program on ascentrt, `import acl` giving the pyACL facade: ascentrt run -- "
+             "python x.py",
+        description="Run a program (a pyACL one unchanged: its `import acl` loads ascentrt's "
+                    "facade) on the backend asked for. Exits with the program's code. "
+                    "'python' / 'python3' as the command means this interpreter.")
+    p_run.add_argument("--backend", choices=("cpu", "sim"), help="the devices' backend")
+    p_run.add_argument("--preset", help="the sim backend's hardware model (name or .toml path)")
+    p_run.add_argument("command", nargs=argparse.REMAINDER, help="-- the program and its arguments")
+    p_run.set_defaults(fn=_run)
     p_san = sub.add_parser(
         "sanitize", parents=[common],
         help="run a program with the race sanitizer on: ascentrt sanitize -- python x.py",

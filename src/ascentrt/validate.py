@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -93,6 +94,27 @@ def _python_script(args: list) -> str | None:
                     break
         i += 1
     return None
+
+
+# A folder whose acl.py makes a program's `import acl` load ascentrt's pyACL facade.
+ACL_SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "acl", "shim")
+
+
+def pyacl_installed() -> bool:
+    """Whether a real pyACL (a module named acl, CANN's) is importable here."""
+    try:
+        return importlib.util.find_spec("acl") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def program_env(env: dict, always: bool = False) -> dict:
+    """`env` with the acl shim first on PYTHONPATH, so that a program's `import acl` gets
+    ascentrt's facade; unless (always False) a real pyACL is installed: it keeps the name."""
+    if not always and pyacl_installed():
+        return env
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != ACL_SHIM_DIR]
+    return dict(env, PYTHONPATH=os.pathsep.join([ACL_SHIM_DIR, *paths]))
 
 
 def start_program(command: list, env: dict) -> subprocess.Popen:

@@ -16,7 +16,7 @@ from .profiler import load as load_profile
 from .profiler.intervals import total, union
 from .profiler.critical import critical_path, describe
 from .profiler.folders import claim
-from .validate import program_command
+from .validate import program_command, program_env
 
 CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_func",)}
 
@@ -86,7 +86,7 @@ def run(preset_name: str, specs: list[str], command: list[str], out: str) -> lis
                    ASCENTRT_SIM_VARY=json.dumps(combo), ASCENTRT_PROFILE=os.path.abspath(folder))
         env.pop("ASCENTRT_PROFILE_PID", None)
         try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True)
+            done = subprocess.run(command, env=program_env(env), capture_output=True, text=True)
         except OSError as exc:
             raise InvalidArgumentError(f"cannot run {command[0]!r}: {exc.strerror or exc}",
                                        code=ErrorCode.INVALID_PARAM) from None

@@ -17,6 +17,7 @@ _KEEP = 4096           # exception infos kept addressable (oldest forgotten firs
 _lock = threading.Lock()
 _infos: collections.OrderedDict[int, _errors.ExceptionInfo] = collections.OrderedDict()
 _handles = itertools.count(0x5E0000001000, 0x40)
+_os_ids: dict[int, int] = {}  # handle -> the failing task's thread, as an OS thread id
 _user_callback: list[Callable[[int], object] | None] = [None]
 
 
@@ -40,6 +41,16 @@ def peek_at_last_error(*args: Any) -> int:
     return _errors.peek_at_last_error()
 
 
+def _os_thread_id(ident: int) -> int:
+    """The OS thread id (32 bits, as CANN reports it) of the live thread `ident` (Python's
+    threading.get_ident), found when the failure is reported; 0xFFFFFFFF once it has ended."""
+    for thread in threading.enumerate():  # (only when a task fails)
+        if thread.ident == ident:
+            native = thread.native_id
+            return native if native is not None and 0 <= native < _INVALID else _INVALID
+    return _INVALID
+
+
 def _dispatch(info: _errors.ExceptionInfo) -> None:
     """Engine hook: give the user's callback an int handle for the failed task's info."""
     fn = _user_callback[0]
@@ -48,8 +59,9 @@ def _dispatch(info: _errors.ExceptionInfo) -> None:
     with _lock:
         handle = next(_handles)
         _infos[handle] = info
+        _os_ids[handle] = _os_thread_id(info.thread_id)
         while len(_infos) > _KEEP:
-            _infos.popitem(last=False)
+            _os_ids.pop(_infos.popitem(last=False)[0], None)
     fn(handle)
 
 
@@ -84,7 +96,17 @@ def _field(name: str, attr: str) -> Callable[..., int]:
 
 get_task_id_from_exception_info = _field("get_task_id_from_exception_info", "task_id")
 get_stream_id_from_exception_info = _field("get_stream_id_from_exception_info", "stream_id")
-get_thread_id_from_exception_info = _field("get_thread_id_from_exception_info", "thread_id")
+
+
+def get_thread_id_from_exception_info(*args: Any) -> int:
+    """int: the OS id (32 bits) of the thread that submitted the failed task, 0xFFFFFFFF for an
+    unknown info or a thread that had ended (aclrtGetThreadIdFromExceptionInfo)."""
+    if len(args) != 1 or not isinstance(args[0], int):
+        raise AclTypeError("acl.rt.get_thread_id_from_exception_info args parse failed")
+    with _lock:
+        return _os_ids.get(args[0], _INVALID)
+
+
 get_device_id_from_exception_info = _field("get_device_id_from_exception_info", "device_id")
 get_error_code_from_exception_info = _field("get_error_code_from_exception_info", "error_code")
 

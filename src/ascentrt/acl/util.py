@@ -78,8 +78,31 @@ def numpy_to_ptr(*args: _Any) -> int:
     if not arr.flags.c_contiguous:
         _warnings.warn("array is not C-contiguous: its pointer does not address its elements in order",
                       RuntimeWarning, stacklevel=2)
+        # As pyACL, the raw data pointer: copies through it move the raw bytes of the memory
+        # the array lies in, so that memory (its contiguous base array) is registered.
+        root = _contiguous_root(arr)
+        if root is not None:
+            _register_host(root)
         return arr.ctypes.data
     return _register_host(arr)
+
+
+# (numpy 2 moved it; numpy 1.24, the oldest supported, has it at the top)
+_byte_bounds: _Any = getattr(getattr(_np.lib, "array_utils", None), "byte_bounds", None) \
+    or getattr(_np, "byte_bounds", None)
+
+
+def _contiguous_root(arr: _np.ndarray) -> _np.ndarray | None:
+    """The C-contiguous array whose memory holds every byte `arr` spans, None if none does."""
+    low, high = _byte_bounds(arr)
+    base = arr.base
+    while isinstance(base, _np.ndarray):
+        if base.flags.c_contiguous and not base.dtype.hasobject:
+            b_low, b_high = _byte_bounds(base)
+            if b_low <= low and high <= b_high:
+                return base
+        base = base.base
+    return None
 
 
 def numpy_contiguous_to_ptr(*args: _Any) -> tuple[int, _np.ndarray]:
