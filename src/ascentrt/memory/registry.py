@@ -166,7 +166,11 @@ class AddressRegistry:
         """(allocation, offset) for a range that lies wholly inside one live allocation; raises."""
         alloc = self.find(addr)
         if alloc is None:
-            raise InvalidAddressError(f"address {addr:#x} is not inside any live allocation"
+            raise InvalidAddressError(f"address {addr:#x} is not inside any live allocation (host "
+                                      f"memory of your own, such as a numpy array's .ctypes.data, "
+                                      f"is reachable once registered: ascentrt.memory.external."
+                                      f"register_host(array), or "
+                                      f"acl.util.numpy_to_ptr / bytes_to_ptr)"
                                       if isinstance(addr, int) else f"not an address: {addr!r}")
         offset = addr - alloc.addr
         if nbytes < 0 or offset + nbytes > alloc.nbytes:
