@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
+
 from .errors import ErrorCode, InvalidArgumentError, os_cause
 
 
@@ -41,6 +43,28 @@ def check_name(name) -> None:
     """A task's name: a str or None (profiles and reports show it as text)."""
     if name is not None and type(name) is not str:
         raise InvalidArgumentError(f"name must be a str or None, got {type(name).__name__}")
+
+
+def check_flag(value, what: str) -> bool:
+    """A yes/no argument: a bool (or the ints 0 and 1, numpy's bools too); raises
+    InvalidArgumentError for anything else ("no" is a true string, NaN a true float)."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, (int, np.bool_, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise InvalidArgumentError(f"{what} must be True or False, got {value!r:.40}")
+
+
+def check_path(path, what: str) -> str:
+    """A file or folder path: a str or os.PathLike, as a str (an int would be taken as an open
+    file descriptor by open(), written into and closed); raises InvalidArgumentError with
+    INVALID_FILE."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if type(path) is not str or not path or "\0" in path:
+        raise InvalidArgumentError(f"{what} must be a path (a non-empty str or os.PathLike), got "
+                                   f"{path!r:.60}", code=ErrorCode.INVALID_FILE)
+    return path
 
 
 def check_timeout(timeout) -> float | None:
