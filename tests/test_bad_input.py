@@ -580,3 +580,17 @@ def test_a_pool_frees_only_its_own_buffers(buf):
     pool.free_async(mine)
     assert not mine.alive
     pool.destroy()
+
+
+def test_a_wait_on_a_notify_destroyed_before_any_record_is_a_deadlock_not_a_hang():
+    s = art.Stream()
+    n = art.Notify()
+    s.wait_notify(n)
+    n.destroy()  # nothing, not even the host, can record it now
+    with pytest.raises(art.DeadlockError) as e:
+        s.synchronize()
+    assert "destroyed" in str(e.value)
+    with pytest.raises(art.DeadlockError):
+        s.destroy()
+    assert s.destroy(force=True) == 1
+    _still_usable(art.Stream())

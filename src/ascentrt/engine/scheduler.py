@@ -877,7 +877,7 @@ class Engine:
             self._claim_held(own, streams, what, cancel)
             with self.lock:
                 report = self.diagnose(streams)
-                fatal = report is not None and report[0] == "cycle"
+                fatal = report is not None and report[0] in ("cycle", "never")
                 if fatal and not any(o in report[2] for o in own) and \
                         any(m in self._host_waits for m in report[2]):
                     fatal = False  # a task waiting inside the cycle raises and so breaks it
@@ -894,7 +894,8 @@ class Engine:
                                f"{text}", RuntimeWarning)  # (at the user's call, whichever API it came through)
 
     def diagnose(self, streams, timed: bool = False):
-        """Why `streams` cannot progress: ('cycle', text, streams in it), ('stuck', text, []) or None.
+        """Why `streams` cannot progress: ('cycle', text, streams in it), ('never', text, []) for
+        a wait nothing can end (a destroyed notify's), ('stuck', text, []) or None.
 
         Called under the lock. A stream depends on what it waits for: an event's stream, the
         streams with a pending record of its notify, the streams a task of it synchronizes on
@@ -934,10 +935,10 @@ class Engine:
                 producers = [p for p in self._all_streams()
                              if any(x.kind == NOTIFY_RECORD and x.notify is t.notify for x in p._tasks)]
                 if not producers:
-                    who = ("it was destroyed: nothing can record it now"  # (not even the host)
-                           if getattr(t.notify, "_destroyed", False) else "only the host can record it now")
-                    return "stuck", (f"{_describe_wait(s)}, and no stream has a pending record of "
-                                     f"notify {t.notify.id}; {who}"), []
+                    text = f"{_describe_wait(s)}, and no stream has a pending record of notify {t.notify.id}"
+                    if getattr(t.notify, "_destroyed", False):  # not even the host can record it
+                        return "never", f"{text}; it was destroyed: nothing can record it now", []
+                    return "stuck", f"{text}; only the host can record it now", []
         results = [self._why_stuck(p, path + [s], timed) for p in producers]
         if any(r is None for r in results):
             return None
