@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import ascentrt as art
+from ascentrt.backends.base import Cost
 from subprocess_util import run_program
 
 E = art.ErrorCode
@@ -544,8 +545,11 @@ def test_buffer_slice_bounds_must_be_ints(buf, key):
     assert err.value.code == E.INVALID_PARAM
 
 
-@pytest.mark.parametrize("cost", [10 ** 400, float("inf"), float("nan"), -1.0, {"flops": 10 ** 400}],
-                         ids=repr)
+@pytest.mark.parametrize("cost", [10 ** 400, float("inf"), float("nan"), -1.0, {"flops": 10 ** 400},
+                                  # a Cost object is checked as the keyword and dict forms are
+                                  Cost(seconds=1e-3, block_dim="x"), Cost(seconds=1e-3, block_dim=-24),
+                                  Cost(seconds=1e-3, block_dim=True), Cost(flops=1.0, link_bytes=-5.0),
+                                  Cost(seconds=float("nan"))], ids=repr)
 def test_a_launch_cost_must_be_a_finite_number(stream, cost):
     # (an int too large for a float raised a bare OverflowError from math.isfinite)
     with pytest.raises(art.InvalidArgumentError) as err:

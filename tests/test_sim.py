@@ -47,6 +47,19 @@ def test_a_pinned_copy_takes_latency_plus_bytes_over_bandwidth(stream):
 
 
 @sim_only
+def test_a_launch_cost_object_keeps_its_link_bytes(stream):
+    # (launch once rebuilt a Cost without its link_bytes: reads over the peer link cost nothing)
+    from ascentrt.backends.base import Cost
+    n = 1 << 30
+    with art.profile() as prof:
+        art.launch(art.kernels.noop, stream=stream, cost=Cost(flops=1.0, link_bytes=float(n)))
+        stream.synchronize()
+    (k,) = _tasks(prof, "kernel")
+    expect = P.dispatch_ns + P.peer_link_latency_ns + n / P.peer_link_bandwidth * 1e9
+    assert abs(k.duration_ns - expect) <= 2
+
+
+@sim_only
 def test_a_pageable_copy_is_staged_and_synchronous(stream):
     n = 4 << 20
     dev_buf = art.malloc(n)

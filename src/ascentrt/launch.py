@@ -52,7 +52,12 @@ def _resolve_kernel(kernel):
 
 def make_cost(cost, block_dim, device) -> Cost | None:
     """The checked Cost of a launch: `cost` is seconds, a Cost, or a dict of seconds / flops /
-    bytes; `block_dim` the compute units it occupies (1 .. the device's)."""
+    bytes; `block_dim` (or a Cost's own) the compute units it occupies (1 .. the device's)."""
+    link_bytes = 0.0
+    if isinstance(cost, Cost):  # (every field checked as the keyword and dict forms are)
+        fields = {"seconds": cost.seconds, "flops": cost.flops, "bytes": cost.bytes}
+        block_dim = cost.block_dim if block_dim is None else block_dim
+        link_bytes = check_finite(cost.link_bytes or 0.0, "cost link_bytes")
     if block_dim is not None:
         units = device.properties.compute_units
         if type(block_dim) is not int or not 1 <= block_dim <= units:
@@ -61,8 +66,7 @@ def make_cost(cost, block_dim, device) -> Cost | None:
     if cost is None:
         return None if block_dim is None else Cost(block_dim=block_dim)
     if isinstance(cost, Cost):
-        fields = {"seconds": cost.seconds, "flops": cost.flops, "bytes": cost.bytes}
-        block_dim = cost.block_dim if block_dim is None else block_dim
+        pass
     elif isinstance(cost, dict):
         unknown = set(cost) - {"seconds", "flops", "bytes"}
         if unknown:
@@ -73,7 +77,8 @@ def make_cost(cost, block_dim, device) -> Cost | None:
     seconds = fields.get("seconds")
     seconds = None if seconds is None else check_finite(seconds, "cost seconds")
     return Cost(seconds=seconds, flops=check_finite(fields.get("flops", 0.0) or 0.0, "cost flops"),
-                bytes=check_finite(fields.get("bytes", 0.0) or 0.0, "cost bytes"), block_dim=block_dim)
+                bytes=check_finite(fields.get("bytes", 0.0) or 0.0, "cost bytes"), block_dim=block_dim,
+                link_bytes=link_bytes)
 
 
 def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None = None,
