@@ -598,3 +598,41 @@ def test_a_wait_on_a_notify_destroyed_before_any_record_is_a_deadlock_not_a_hang
         s.destroy()
     assert s.destroy(force=True) == 1
     _still_usable(art.Stream())
+
+
+@pytest.mark.parametrize("value", ["no", "False", float("nan"), 2, None, 1.0], ids=repr)
+@pytest.mark.parametrize("call", [
+    lambda v, s: art.Event(timing=v),
+    lambda v, s: art.launch_host_func(lambda: None, stream=s, blocking=v),
+    lambda v, s: s.destroy(force=v),
+    lambda v, s: art.Stream(stop_on_failure=v),
+    lambda v, s: art.ReusePolicy(opportunistic=v),
+    # (writable=None means: what the object allows)
+    lambda v, s: art.memory.external.register_host(np.zeros(4), writable="x" if v is None else v),
+], ids=["Event.timing", "launch_host_func.blocking", "destroy.force", "stop_on_failure",
+        "ReusePolicy", "register_host.writable"])
+def test_a_yes_no_argument_must_be_a_bool(stream, call, value):
+    # ("no" and NaN are true to Python: taken as flags they did the opposite of what was meant)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        call(value, stream)
+    assert err.value.code == E.INVALID_PARAM
+    assert stream.query()  # nothing was queued
+
+
+def test_a_profile_folder_is_not_replaced_on_overwrite_no(tmp_path):
+    folder = tmp_path / "p"
+    with art.profile(folder):
+        pass
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.profile(folder, overwrite="no")
+    assert err.value.code == E.INVALID_PARAM
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_capture_mode_of_true_is_refused(stream):
+    from ascentrt.graph.capture import begin_capture
+    with pytest.raises(art.InvalidArgumentError) as err:
+        begin_capture(stream, True)
+    assert err.value.code == E.RT_CAPTURE_MODE_NOT_SUPPORT
+    assert stream.capture_status() == art.CaptureStatus.NONE

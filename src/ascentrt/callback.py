@@ -16,7 +16,7 @@ from .engine.scheduler import Hooks, act_for_stream, current_task, restore_strea
 from .engine.task import HOST_FUNC, Task
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, StreamStateError
 from .stream import Stream, resolve_stream
-from .validate import check_timeout
+from .validate import check_flag, check_timeout
 
 _log = logging.getLogger("ascentrt.callback")
 _lock = threading.Lock()
@@ -141,6 +141,7 @@ def launch_callback(fn, user_data=None, stream=None, *, blocking: bool = True) -
     stream = resolve_stream(stream)
     if not callable(fn):
         raise InvalidArgumentError(f"callback must be callable, got {type(fn).__name__}")
+    blocking = check_flag(blocking, "blocking")
     with _lock:
         _reap_if_dead(stream.id)
         if stream.id not in _owner:

@@ -14,6 +14,7 @@ import threading
 from .engine import ENGINE
 from .engine.sync import synchronize_streams
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, InvalidHandleError
+from .validate import check_flag
 
 _ids = itertools.count(1)
 
@@ -167,6 +168,7 @@ def release_primary(device, *, force: bool = False) -> int:
     device has no use left to release.
     """
     from .device import Device
+    force = check_flag(force, "force")
     dev = device if isinstance(device, Device) else Device(device)
     with _lock:
         uses = _uses.get(dev.id, 0)

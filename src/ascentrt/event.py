@@ -6,6 +6,7 @@ import itertools
 import threading
 
 from .device import Device, register_handle_type, resolve_device
+from .validate import check_flag
 from .engine import ENGINE, Hooks, Marker, Task
 from .engine.sync import raise_stream_errors
 from .engine.task import EVENT_RECORD
@@ -38,7 +39,7 @@ class Event:
                                        code=ErrorCode.RT_NO_EVENT_RESOURCE)
             live.add(self)
         self.id = next(_ids)
-        self.timing = bool(timing)
+        self.timing = check_flag(timing, "timing")
         self._marker: Marker | None = None
         self._destroyed = False
 

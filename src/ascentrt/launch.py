@@ -12,7 +12,7 @@ from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .kernels import REGISTRY
 from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 from .stream import Stream, resolve_stream
-from .validate import as_group, check_finite, check_name
+from .validate import as_group, check_finite, check_flag, check_name
 
 _BUFFER_TYPES = (DeviceBuffer, BufferSlice, TypedView, HostBuffer)
 _VIEWED = (DeviceBuffer, BufferSlice, TypedView)  # what a kernel receives as a numpy view
@@ -135,6 +135,7 @@ def launch_host_func(fn: Callable[..., Any], *args: Any, stream: Stream | None =
     stream = resolve_stream(stream)
     if not callable(fn):
         raise InvalidArgumentError(f"host function must be callable, got {type(fn).__name__}")
+    blocking = check_flag(blocking, "blocking")  # ("no" would be a blocking one)
     name = getattr(fn, "__name__", "host_func")
     task = Task(HOST_FUNC, fn, args, name)
     if not blocking:

@@ -16,7 +16,7 @@ from .engine.task import EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
 from .errors import (ErrorCode, ExceptionInfo, InvalidArgumentError, InvalidHandleError,
                      NotSupportedError, StreamStateError, TaskError)
 from .memory import links
-from .validate import check_timeout
+from .validate import check_flag, check_timeout
 
 _ids = itertools.count(1)
 
@@ -80,9 +80,7 @@ class Stream:
         self._refuse: str | None = None  # None, "destroyed" or "failed"
         self._cut: int | None = None   # set by a discard: later tasks of the running batch are dropped
         self._failure: ExceptionInfo | None = None
-        if not isinstance(stop_on_failure, bool):
-            raise InvalidArgumentError(f"stop_on_failure must be True or False, got {stop_on_failure!r}")
-        self._stop_on_failure = stop_on_failure
+        self._stop_on_failure = check_flag(stop_on_failure, "stop_on_failure")
         self._capture: Any = None      # set while the stream is being captured into a graph
         with ENGINE.lock:
             self._dq.streams[self.id] = self
@@ -272,6 +270,7 @@ class Stream:
         if self._internal:
             raise InvalidArgumentError("a device's default stream cannot be destroyed; reset the device")
         timeout = check_timeout(timeout)
+        force = check_flag(force, "force")
         self._check_alive()
         if not force:
             try:

@@ -179,6 +179,8 @@ class Capture:
 def begin_capture(stream: Stream, mode: CaptureMode | int = CaptureMode.GLOBAL) -> None:
     """Start capturing `stream`: its later work is recorded into a graph instead of run."""
     try:
+        if isinstance(mode, bool):  # (True is not THREAD_LOCAL, though it equals 1)
+            raise ValueError
         mode = CaptureMode(mode)
     except ValueError:
         raise InvalidArgumentError(f"capture mode must be GLOBAL (0), THREAD_LOCAL (1) or RELAXED (2), "

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ErrorCode, InvalidArgumentError
+from ..validate import check_flag
 from .registry import REGISTRY
 from .shared_bytes import interpreter_shares
 
@@ -96,6 +97,8 @@ def register_host(obj: object, writable: bool | None = None) -> int:
     memory) is not registered again. Raises InvalidArgumentError for other types,
     non-contiguous arrays, or a writable registration of a shared bytes object.
     """
+    if writable is not None:
+        writable = check_flag(writable, "writable")
     if writable and isinstance(obj, bytes) and interpreter_shares(obj):
         raise InvalidArgumentError(f"a {len(obj)}-byte bytes object the interpreter shares (a "
                                    f"constant of the code, or a cached or static object) cannot "

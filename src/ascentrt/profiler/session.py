@@ -10,6 +10,7 @@ import threading
 import time
 
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
+from ..validate import check_flag
 from . import folders
 from .data import part_path
 from .export import collector_paused
@@ -38,7 +39,7 @@ class Session:
             raise InvalidArgumentError(f"profile path must be a folder path or None, got "
                                        f"{type(path).__name__}")
         self.path: str | None = None if path is None else os.fspath(path)
-        self.overwrite = bool(overwrite)
+        self.overwrite = check_flag(overwrite, "overwrite")  # ("no" would replace a profile)
         self.profile: Profile | None = None
         self._recorder: Recorder | None = None
         self._since: Checkpoint | None = None
@@ -80,6 +81,7 @@ class Session:
         """Stop recording, write the folder (when a path was given) and return the Profile.
         The folder's profile includes the parts child processes wrote into it."""
         global _recorder
+        write = check_flag(write, "write")
         with _lock:
             rec = self._recorder
             if rec is None:
