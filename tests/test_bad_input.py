@@ -636,3 +636,45 @@ def test_a_capture_mode_of_true_is_refused(stream):
         begin_capture(stream, True)
     assert err.value.code == E.RT_CAPTURE_MODE_NOT_SUPPORT
     assert stream.capture_status() == art.CaptureStatus.NONE
+
+
+@pytest.mark.parametrize("bad", ["destroyed", "stopped", "not a stream", "other device"])
+def test_a_schedule_run_checks_every_stream_before_submitting_anything(bad):
+    if bad == "other device" and art.device_count() < 2:
+        pytest.skip("one device")
+    a, b = art.malloc(64), art.malloc(64)
+    art.memset(a, 0), art.memset(b, 0)
+    g = art.TaskGraph()
+    g.add_memset(a, 7, 16)
+    g.add_memset(b, 7, 16)  # independent: one per stream
+    plan = g.schedule(2)
+    good = art.Stream()
+    if bad == "destroyed":
+        other = art.Stream()
+        other.destroy()
+        code = E.RT_INVALID_HANDLE
+    elif bad == "stopped":
+        other = art.Stream(stop_on_failure=True)
+        art.launch(lambda: 1 / 0, stream=other)
+        with pytest.raises(art.AscentError):
+            other.synchronize()
+        code = E.RT_STREAM_ABORT
+    elif bad == "not a stream":
+        other, code = "stream", E.INVALID_PARAM
+    else:
+        other, code = art.Device(1).create_stream(), E.RT_STREAM_CONTEXT
+    streams = [good, other] if plan.assignment[0] == 0 else [other, good]
+    with pytest.raises(art.AscentError) as err:
+        plan.run(streams)
+    assert err.value.code == code
+    assert a.numpy()[0] == 0 and b.numpy()[0] == 0  # neither node ran
+    a.free(), b.free()
+
+
+@pytest.mark.parametrize("n", [1 << 17, 10 ** 9, 2 ** 63])
+def test_a_schedule_on_a_device_without_a_stream_limit_is_still_bounded(n):
+    g = art.TaskGraph()
+    g.add_kernel(art.kernels.noop)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        g.schedule(n)  # (10**9 lanes ran out of memory, 2**63 raised OverflowError)
+    assert err.value.code == E.RT_NO_STREAM_RESOURCE

@@ -19,6 +19,7 @@ from ..engine import check_sync_allowed
 from ..errors import ErrorCode, InvalidArgumentError
 from ..validate import check_timeout
 from ..launch import launch, launch_host_func
+from ..stream import resolve_stream
 
 if TYPE_CHECKING:
     from ..event import Event
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from .graph import Graph
 
 POLICIES = ("critical_path", "round_robin")
+# Where the device sets no stream limit (the cpu backend), a schedule still plans and makes
+# at most this many: tables and streams per lane (10**9 lanes ran out of memory).
+MAX_STREAMS = 1 << 16
 
 
 class Schedule:
@@ -34,8 +38,9 @@ class Schedule:
     def __init__(self, graph: Any, num_streams: int, policy: str = "critical_path"):
         if type(num_streams) is not int or num_streams < 1:
             raise InvalidArgumentError(f"num_streams must be an int >= 1, got {num_streams!r}")
-        limit = graph.device._backend.properties().max_streams  # (as create_stream reads it)
-        if limit and num_streams > limit:  # (0: no limit)
+        # (as create_stream reads it; 0: the device sets no limit)
+        limit = graph.device._backend.properties().max_streams or MAX_STREAMS
+        if num_streams > limit:
             raise InvalidArgumentError(f"num_streams {num_streams} is more than device "
                                        f"{graph.device.id} allows ({limit} streams)",
                                        code=ErrorCode.RT_NO_STREAM_RESOURCE)
@@ -165,6 +170,14 @@ class Schedule:
         """Submit every task to `streams` (one per scheduled stream) with the planned waits."""
         if len(streams) != self.num_streams:
             raise InvalidArgumentError(f"the schedule needs {self.num_streams} streams, got {len(streams)}")
+        dev = self.graph.device
+        for i in sorted(set(self.assignment)):  # all of them before any task is submitted
+            s = resolve_stream(streams[i])
+            if s.device is not dev:
+                raise InvalidArgumentError(f"stream {s.id} is on device {s.device.id}, the graph's "
+                                           f"buffers on device {dev.id}", code=ErrorCode.RT_STREAM_CONTEXT)
+            if s._refuse is not None:
+                raise s._refusal()
         waits_of: dict[int, list[int]] = {}
         for v, p in self.waits:
             waits_of.setdefault(v, []).append(p)
