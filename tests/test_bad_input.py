@@ -678,3 +678,26 @@ def test_a_schedule_on_a_device_without_a_stream_limit_is_still_bounded(n):
     with pytest.raises(art.InvalidArgumentError) as err:
         g.schedule(n)  # (10**9 lanes ran out of memory, 2**63 raised OverflowError)
     assert err.value.code == E.RT_NO_STREAM_RESOURCE
+
+
+@pytest.mark.parametrize("shape", [(1.5, 2), (True, 2), (np.bool_(True), 2), "8", (-1,), 2.0], ids=repr)
+def test_a_view_shape_must_be_ints_in_every_build(buf, shape):
+    # (a compiled build raised a bare TypeError for these, and for numpy ints below)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        buf.numpy(np.uint8, shape)
+    assert err.value.code == E.INVALID_PARAM
+    with pytest.raises(art.InvalidArgumentError):
+        buf.view(np.uint8, shape)
+
+
+def test_a_view_shape_may_be_numpy_ints(buf):
+    assert buf.view(np.float32, np.int64(8)).numpy().shape == (8,)
+    assert buf.numpy(np.uint8, (np.int64(8), np.int32(2))).shape == (8, 2)
+
+
+@pytest.mark.parametrize("pool", [5, "x", object()], ids=repr)
+def test_memory_stats_of_something_that_is_no_pool_is_refused(pool):
+    for call in (art.memory_stats, art.memory_snapshot):
+        with pytest.raises(art.InvalidArgumentError) as err:
+            call(pool=pool)
+        assert err.value.code == E.INVALID_PARAM

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +25,9 @@ KDL_CPU = 1   # DLPack's device type of memory the host reaches (cpu and sim bac
 # freed: the arrays other libraries hold would point into a block the pool hands out again.
 _exports: dict[int, int] = {}
 _exports_lock = threading.Lock()
-_Shape = int | Sequence[int] | None  # a view's shape: an int, ints, or None (1-D over all the bytes)
+# A view's shape: an int, ints (numpy's too), or None (1-D over all the bytes). Any to a
+# compiled build, which would otherwise refuse numpy ints with a bare TypeError at the call.
+_Shape = Any
 
 
 def _export_done(key: int, base: object) -> None:
@@ -142,16 +144,19 @@ class _ByteRange:
         """numpy() without telling the observers (a check, or a task's own view)."""
         dtype = _plain_dtype(dtype)
         raw = self._bytes()
+        dims: list[Any]
         if shape is None:
-            count = raw.nbytes // dtype.itemsize
-            shape = (count,)
-        if isinstance(shape, (int, np.integer)):
-            shape = (shape,)
-        elif not isinstance(shape, (tuple, list)):
-            raise InvalidArgumentError(f"shape must be an int or a tuple of ints, got {shape!r}")
-        shape = tuple(shape)
-        if any(type(d) is not int and not isinstance(d, np.integer) or d < 0 for d in shape):
-            raise InvalidArgumentError(f"shape must be non-negative ints, got {shape}")
+            dims = [raw.nbytes // dtype.itemsize]
+        elif isinstance(shape, (int, np.integer)):
+            dims = [shape]
+        elif isinstance(shape, (tuple, list)):
+            dims = list(shape)
+        else:
+            raise InvalidArgumentError(f"shape must be an int or a tuple of ints, got {shape!r:.40}")
+        for d in dims:  # (bools are no sizes, though True == 1)
+            if type(d) is bool or not isinstance(d, (int, np.integer)) or d < 0:
+                raise InvalidArgumentError(f"shape must be non-negative ints, got {tuple(dims)!r:.60}")
+        shape = tuple(int(d) for d in dims)
         need = math.prod(shape) * dtype.itemsize
         if need > raw.nbytes:
             raise InvalidArgumentError(f"a {dtype} array of shape {shape} needs {need} bytes; "

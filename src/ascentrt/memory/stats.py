@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InvalidArgumentError
 from ..units import format_bytes
 from .chunks import Chunk
 from .links import Links
@@ -11,8 +12,11 @@ from .pool import ALLOCATED, PENDING, READY, BlockPool
 
 
 def _pools(device: Any = None, pool: Any = None) -> list[BlockPool]:
-    if pool is not None:
-        return [getattr(pool, "_pool", pool)]
+    if pool is not None:  # a MemPool (its BlockPool), or a BlockPool itself
+        inner = getattr(pool, "_pool", pool)
+        if not isinstance(inner, BlockPool):
+            raise InvalidArgumentError(f"pool must be a MemPool, got {type(pool).__name__}")
+        return [inner]
     alloc = Links.resolve_device(device)._memory
     return [p for p in [alloc.pool, *alloc.pools] if p is not None]
 
