@@ -426,6 +426,44 @@ def test_trace_records_and_replays_on_fake_address_space(dev, tmp_path):
         art.memory.load_trace(path)
 
 
+def test_traces_that_end_out_of_order_leave_the_pool_itself_and_stop_recording(dev):
+    from ascentrt.memory.pool import BlockPool
+    a, b = art.record_trace(), art.record_trace()
+    first, second = a.__enter__(), b.__enter__()
+    a.__exit__(None, None, None)  # (the outer one ends first: another thread's, say)
+    art.malloc(64).free()
+    assert len(first.events) == 0 and len(second.events) == 2
+    b.__exit__(None, None, None)
+    assert type(dev._memory.pool) is BlockPool  # no recorder left installed
+    art.malloc(64).free()
+    assert len(second.events) == 2
+
+
+def test_pool_settings_made_while_a_trace_records_are_the_pools(dev):
+    pool = dev._memory.pool
+    before = pool.split_limit, pool.release_threshold
+    try:
+        with art.record_trace():
+            art.configure_pool(split_limit=1 << 20, release_threshold=0)
+            assert art.memory_stats()["reserved_bytes.current"] >= 0  # the pool's own lock
+        assert (pool.split_limit, pool.release_threshold) == (1 << 20, 0)
+    finally:
+        art.configure_pool(split_limit=before[0], release_threshold=before[1])
+
+
+def test_memory_an_explicit_pool_holds_is_not_free_to_malloc(dev):
+    free0, total = dev.mem_info()
+    pool = art.MemPool()
+    big = pool.malloc_async(total // 2)
+    big.free()  # cached by the MemPool: still not malloc's
+    free1, _ = dev.mem_info()
+    assert free1 <= free0 - total // 2
+    with pytest.raises(art.OutOfMemoryError):
+        art.malloc(free1 + (64 << 20))
+    pool.destroy()
+    assert dev.mem_info()[0] == free0
+
+
 def test_pinned_host_pool_mlocks_once_per_chunk():
     chunks = HostChunks(CpuBackend())
     pool = BlockPool(chunks, align=4096, name="host")

@@ -217,8 +217,13 @@ class Device:
         return self._memory.malloc(nbytes, stream)
 
     def mem_info(self) -> tuple[int, int]:
-        """(free bytes, total bytes) of this device's memory."""
-        return self._memory.capacity - self._memory.used_bytes(), self._memory.capacity
+        """(free bytes, total bytes) of this device's memory: free is what malloc can still
+        have, memory no pool holds plus the default pool's cached blocks (an explicit MemPool's
+        reservation is not free to malloc)."""
+        memory = self._memory
+        pool = memory.pool
+        cached = 0 if pool is None else pool.reserved - pool.allocated
+        return memory.chunks.unreserved_bytes() + cached, memory.capacity
 
     def _peer(self, other: Device | int) -> "Device":
         other = resolve_device(other)
