@@ -464,6 +464,19 @@ def test_memory_an_explicit_pool_holds_is_not_free_to_malloc(dev):
     assert dev.mem_info()[0] == free0
 
 
+def test_a_device_reset_frees_the_buffers_of_its_mempools_too():
+    import warnings
+    dev = art.Device(0)
+    pool = art.MemPool(dev)
+    buf = pool.malloc_async(1 << 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the reset reports the buffer as never freed)
+        dev.reset()
+    assert not buf.alive and pool.used_current == 0 and pool.reserved_current == 0
+    with pytest.raises(art.InvalidHandleError):
+        buf.numpy()
+
+
 def test_pinned_host_pool_mlocks_once_per_chunk():
     chunks = HostChunks(CpuBackend())
     pool = BlockPool(chunks, align=4096, name="host")

@@ -210,9 +210,14 @@ class DeviceAllocator:
 
         Buffers the program never freed are reported first (a LeakWarning)."""
         bufs = self.live_buffers()
-        leaks.report(bufs, f"device {self.device.id} reset")
+        # (and those of the device's MemPools: a reset frees every buffer of the device)
+        pooled = [buf for pool in self.pools for chunk in pool.chunks() for buf in chunk.buffers()]
+        leaks.report(bufs + pooled, f"device {self.device.id} reset")
         for buf in bufs:
             self.release(buf)
-        if self.pool is not None:
-            self.pool.empty_cache()
-        return len(bufs)
+        for buf in pooled:
+            buf._owner.release(buf)
+        for pool in [self.pool, *self.pools]:
+            if pool is not None:
+                pool.empty_cache()
+        return len(bufs) + len(pooled)
