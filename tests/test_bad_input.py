@@ -701,3 +701,12 @@ def test_memory_stats_of_something_that_is_no_pool_is_refused(pool):
         with pytest.raises(art.InvalidArgumentError) as err:
             call(pool=pool)
         assert err.value.code == E.INVALID_PARAM
+
+
+def test_a_demo_with_more_batches_than_the_host_can_stage_is_refused_before_allocating():
+    from ascentrt import demo
+    for call in (lambda: demo.check_batches(10 ** 20), lambda: demo.run_pipeline(1, 10 ** 20)):
+        with pytest.raises(art.OutOfMemoryError) as err:  # (it was killed by the kernel instead)
+            call()
+        assert err.value.code == E.RT_MEMORY_ALLOCATION
+    demo.check_batches(12)

@@ -102,8 +102,8 @@ def _use_backend(args) -> None:
 def _demo(args) -> int:
     _use_backend(args)
     from . import profiler
-    from .demo import check_count, main as demo_main
-    check_count("batches", args.batches)  # (before the profile starts: no folder for a refused run)
+    from .demo import check_batches, main as demo_main
+    check_batches(args.batches)  # (before the profile starts: no folder for a refused run)
     compare = None if args.backend == "sim" or args.no_compare else (args.preset or "ascend910b")
     with profiler.profile(args.out, overwrite=args.force) as prof:
         code = demo_main(args.batches, compare_preset=compare)

@@ -13,7 +13,7 @@ import numpy as np
 from .backends.base import Cost
 
 from .device import Device
-from .errors import AscentError, InvalidArgumentError
+from .errors import AscentError, InvalidArgumentError, OutOfMemoryError
 from .event import elapsed_time
 from .launch import launch
 from .copies import memcpy_async
@@ -54,7 +54,7 @@ def run_pipeline(num_streams: int, batches: int = 12, elements: int = 3 << 19,
     """Run the pipeline with 1 stream (everything in order) or 3 (one per stage, events between)."""
     if num_streams not in (1, 3):
         raise ValueError("the pipeline runs on 1 or 3 streams")
-    check_count("batches", batches)
+    check_batches(batches, elements)
     dev = device or Device(0)
     nbytes = elements * 8
     depth = 3                                      # device buffers in flight (same for both runs)
@@ -135,6 +135,21 @@ def pipeline_bound(r1: PipelineResult) -> float:
     a, b, c = (r1.stage_ms[s] for s in STAGES)
     k = r1.batches
     return k * (a + b + c) / (a + b + c + (k - 1) * max(a, b, c))
+
+
+def check_batches(batches: object, elements: int = 3 << 19) -> None:
+    """A count of batches (check_count), whose staged inputs and outputs fit in half of this
+    machine's free memory (OutOfMemoryError, 207001, otherwise): every batch sits in pinned
+    host memory up front, and running out of it gets the process killed, not an error."""
+    check_count("batches", batches)
+    nbytes = 2 * int(batches) * elements * 8  # type: ignore[call-overload]  # (checked: an int)
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # (not every system says)
+        return
+    if nbytes > free // 2:
+        raise OutOfMemoryError(f"the pipeline stages {nbytes >> 20} MiB of batches in host memory, "
+                               f"more than half of the {free >> 20} MiB free here: use fewer batches")
 
 
 def check_count(what: str, n: object) -> None:
@@ -224,7 +239,7 @@ def _json_main(batches: int, repeats: int = 1) -> int:
     return 0 if m["correct"] else 1
 
 
-__all__ = ["PipelineResult", "check_count", "main", "run_pipeline", "transform"]
+__all__ = ["PipelineResult", "check_batches", "check_count", "main", "run_pipeline", "transform"]
 
 
 def _entry(argv: list[str]) -> int:
