@@ -17,6 +17,7 @@ from .engine import Hooks, Task, check_sync_allowed
 from .engine.task import COPY, MEMSET
 from . import config
 from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_caller
+from .validate import enum_member
 from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, check_size, task_view
 from .memory.external import from_dlpack
 from .memory.links import Links
@@ -138,10 +139,10 @@ def _check_kind(kind, direction: MemcpyKind) -> None:
     """
     if kind is None:
         return
-    try:
-        kind = MemcpyKind(kind)
-    except ValueError:
-        raise InvalidArgumentError(f"unknown memcpy kind {kind!r}") from None
+    member = enum_member(MemcpyKind, kind)
+    if member is None:  # (a list raised a bare TypeError; 1.0 passed as 1)
+        raise InvalidArgumentError(f"unknown memcpy kind {kind!r:.40}")
+    kind = member
     if kind != MemcpyKind.DEFAULT and kind != direction:
         message = (f"memcpy kind {kind.name} does not match the operands, which make it "
                    f"{direction.name}")

@@ -109,7 +109,8 @@ class Event:
 
     @property
     def recorded(self) -> bool:
-        """Whether the event has a record to wait for."""
+        """Whether the event has a record to wait for; InvalidHandleError once destroyed."""
+        self._check_alive()
         return self._marker is not None
 
     @property

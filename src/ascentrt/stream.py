@@ -16,7 +16,7 @@ from .engine.task import EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
 from .errors import (ErrorCode, ExceptionInfo, InvalidArgumentError, InvalidHandleError,
                      NotSupportedError, StreamStateError, TaskError)
 from .memory import links
-from .validate import check_flag, check_timeout
+from .validate import check_flag, check_timeout, enum_member
 
 _ids = itertools.count(1)
 
@@ -115,10 +115,10 @@ class Stream:
 
     def set_failure_mode(self, mode: FailureMode | int) -> None:
         """Choose CONTINUE or STOP for later task failures; raises InvalidArgumentError otherwise."""
-        try:
-            mode = FailureMode(mode)
-        except ValueError:
-            raise InvalidArgumentError(f"failure mode must be CONTINUE (0) or STOP (1), got {mode!r}") from None
+        member = enum_member(FailureMode, mode)
+        if member is None:
+            raise InvalidArgumentError(f"failure mode must be CONTINUE (0) or STOP (1), got {mode!r:.40}")
+        mode = member
         self._check_alive()
         self._stop_on_failure = mode == FailureMode.STOP
 
@@ -226,7 +226,8 @@ class Stream:
         return _capture().end_capture(self)
 
     def capture_status(self) -> Any:
-        """CaptureStatus NONE, ACTIVE or INVALIDATED."""
+        """CaptureStatus NONE, ACTIVE or INVALIDATED; InvalidHandleError once destroyed."""
+        self._check_alive()
         return _capture().capture_status(self)
 
     def begin_task_group(self) -> None:

@@ -55,6 +55,19 @@ def check_flag(value, what: str) -> bool:
     raise InvalidArgumentError(f"{what} must be True or False, got {value!r:.40}")
 
 
+def enum_member(cls, value):
+    """The member of IntEnum `cls` that `value` names (a member, or an int, numpy's too), or
+    None: a float, a bool or a str names none (1.0 and True equal 1, "1" would hash apart)."""
+    if isinstance(value, cls):
+        return value
+    if type(value) is bool or not isinstance(value, (int, np.integer)):
+        return None
+    try:
+        return cls(int(value))
+    except ValueError:
+        return None
+
+
 def check_path(path, what: str) -> str:
     """A file or folder path: a str or os.PathLike, as a str (an int would be taken as an open
     file descriptor by open(), written into and closed); raises InvalidArgumentError with

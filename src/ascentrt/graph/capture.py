@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import Hooks
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
 from ..errors import CaptureError, ErrorCode, InvalidArgumentError, NotSupportedError
+from ..validate import enum_member
 from .graph import Graph
 from .update import TaskGroup
 
@@ -178,13 +179,10 @@ class Capture:
 
 def begin_capture(stream: Stream, mode: CaptureMode | int = CaptureMode.GLOBAL) -> None:
     """Start capturing `stream`: its later work is recorded into a graph instead of run."""
-    try:
-        if isinstance(mode, bool):  # (True is not THREAD_LOCAL, though it equals 1)
-            raise ValueError
-        mode = CaptureMode(mode)
-    except ValueError:
+    member: CaptureMode | None = enum_member(CaptureMode, mode)  # (True is not THREAD_LOCAL)
+    if member is None:
         raise InvalidArgumentError(f"capture mode must be GLOBAL (0), THREAD_LOCAL (1) or RELAXED (2), "
-                                   f"got {mode!r}", code=ErrorCode.RT_CAPTURE_MODE_NOT_SUPPORT) from None
+                                   f"got {mode!r:.40}", code=ErrorCode.RT_CAPTURE_MODE_NOT_SUPPORT)
     stream._check_alive()
     if stream._refuse is not None:
         raise stream._refusal()
@@ -192,7 +190,7 @@ def begin_capture(stream: Stream, mode: CaptureMode | int = CaptureMode.GLOBAL) 
         if stream._capture is not None:
             raise CaptureError(f"stream {stream.id} is already capturing",
                                code=ErrorCode.RT_STREAM_CAPTURED)
-        cap = Capture(stream, mode)
+        cap = Capture(stream, member)
         stream._capture = cap
         _active.append(cap)
         if check_unsafe not in Hooks.sync_guards:  # synchronous calls ask it while captures run

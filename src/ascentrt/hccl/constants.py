@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AscentError, ErrorCode, ExceptionInfo
+from ..validate import enum_member
 
 
 class HcclResult(enum.IntEnum):
@@ -107,10 +108,7 @@ UFUNCS = {HcclReduceOp.SUM: np.add, HcclReduceOp.PROD: np.multiply,
 
 def data_type(value: Any) -> np.dtype:
     """The numpy dtype of an HcclDataType value; HcclError E_PARA / E_NOT_SUPPORT otherwise."""
-    try:
-        dt = HcclDataType(value) if type(value) is not bool else None
-    except (ValueError, TypeError):
-        dt = None
+    dt = enum_member(HcclDataType, value)  # (1.0 is no data type, though it equals INT16)
     if dt is None:
         raise HcclError(f"data type {value!r} is not an HcclDataType (0..11)", code=HcclResult.E_PARA)
     if dt not in NUMPY_DTYPES:
@@ -121,10 +119,8 @@ def data_type(value: Any) -> np.dtype:
 
 def reduce_op(value: Any) -> HcclReduceOp:
     """The HcclReduceOp of `value`; HcclError E_PARA otherwise."""
-    try:
-        if type(value) is bool:
-            raise ValueError
-        return HcclReduceOp(value)
-    except (ValueError, TypeError):
-        raise HcclError(f"reduce op {value!r} is not an HcclReduceOp (SUM 0, PROD 1, MAX 2, MIN 3)",
-                        code=HcclResult.E_PARA) from None
+    op = enum_member(HcclReduceOp, value)
+    if op is None:
+        raise HcclError(f"reduce op {value!r:.40} is not an HcclReduceOp (SUM 0, PROD 1, MAX 2, MIN 3)",
+                        code=HcclResult.E_PARA)
+    return op
