@@ -329,9 +329,17 @@ def test_comm_init_root_info_joins_one_thread_per_rank():
         print(expect(R.E_PARA, lambda: hccl.comm_init_root_info(3, info3, 1)))
         t.join(10)
         print(first == [True])
+        # more ranks than devices can never form: refused at once, not after the timeout; and
+        # a root info whose ranks all gave up is fresh again (it kept the first nranks)
+        import time
+        t0 = time.monotonic()
+        print(expect(R.E_PARA, lambda: hccl.comm_init_root_info(10 ** 6, info2, 0)),
+              time.monotonic() - t0 < 0.2)
+        art.set_device(0)
+        print(hccl.get_rank_size(hccl.comm_init_root_info(1, info2, 0)))
     ''', env={"HCCL_CONNECT_TIMEOUT": "0.3", "ASCENTRT_LEAK_CHECK": "off"})
-    assert out.split("\n")[:5] == ["True", "[(0, 10), (1, 10), (2, 10), (3, 10)]", "True True True",
-                                   "True", "True"]
+    assert out.split("\n")[:7] == ["True", "[(0, 10), (1, 10), (2, 10), (3, 10)]", "True True True",
+                                   "True", "True", "True True", "1"]
 
 
 def test_a_collective_on_a_capturing_stream_is_refused_clearly():

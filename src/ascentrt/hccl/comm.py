@@ -218,6 +218,9 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
     if not is_local(root_info):
         raise HcclError("this root info was made by another process: its ranks meet over MPI "
                         "(install ascentrt[mpi] and run under mpiexec)", code=HcclResult.E_NOT_SUPPORT)
+    if nranks > device_count():  # (one rank per device: the group could never form)
+        raise HcclError(f"{nranks} ranks need {nranks} devices; this process has "
+                        f"{device_count()} (ASCENTRT_DEVICES)", code=HcclResult.E_PARA)
     device = current_device()
     timeout = config.get("HCCL_CONNECT_TIMEOUT")
     with _forming_lock:
@@ -240,6 +243,8 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
         elif not forming.joined.wait_for(lambda: forming.group is not None, timeout):
             missing = sorted(set(range(nranks)) - set(forming.devices))
             del forming.devices[rank]
+            if not forming.devices and _forming.get(root_info.internal) is forming:
+                del _forming[root_info.internal]  # the last to give up: the root info is fresh again
             raise HcclError(f"comm_init_root_info: ranks {missing} did not join within "
                             f"{timeout:g} s (HCCL_CONNECT_TIMEOUT)", code=HcclResult.E_TIMEOUT)
         assert forming.group is not None  # (formed here, or what the wait waited for)
