@@ -710,3 +710,37 @@ def test_a_demo_with_more_batches_than_the_host_can_stage_is_refused_before_allo
             call()
         assert err.value.code == E.RT_MEMORY_ALLOCATION
     demo.check_batches(12)
+
+
+@pytest.mark.parametrize("value", [1.0, True, "1", [1], None, 99], ids=repr)
+def test_an_enum_argument_takes_its_members_and_ints_only(stream, buf, value):
+    # (IntEnum(1.0) and IntEnum(True) are members: a float or a bool passed as a mode or a data
+    # type was taken; a list raised a bare TypeError)
+    from ascentrt import hccl
+    from ascentrt.graph.capture import begin_capture
+    checks = [(lambda: stream.set_failure_mode(value), art.InvalidArgumentError, E.INVALID_PARAM),
+              (lambda: begin_capture(stream, value), art.InvalidArgumentError, E.RT_CAPTURE_MODE_NOT_SUPPORT),
+              (lambda: hccl.constants.data_type(value), hccl.HcclError, hccl.HcclResult.E_PARA),
+              (lambda: hccl.constants.reduce_op(value), hccl.HcclError, hccl.HcclResult.E_PARA)]
+    if value is not None:  # (no kind: the addresses decide)
+        checks.append((lambda: art.memcpy(buf, np.zeros(16, np.uint8), 16, value),
+                       art.InvalidArgumentError, E.INVALID_PARAM))
+    for call, error, code in checks:
+        with pytest.raises(error) as err:
+            call()
+        assert err.value.code == code
+    assert buf.numpy()[0] == 0x11 and stream.capture_status() == art.CaptureStatus.NONE
+
+
+def test_a_destroyed_handle_answers_no_more_questions():
+    ev = art.Event()
+    ev.destroy()
+    s = art.Stream()
+    s.destroy()
+    pool = art.MemPool()
+    pool.destroy()
+    for call in (lambda: ev.recorded, s.capture_status, lambda: pool.trim_to(0),
+                 lambda: setattr(pool, "release_threshold", 1 << 20)):
+        with pytest.raises(art.InvalidHandleError) as err:
+            call()
+        assert err.value.code == E.RT_INVALID_HANDLE

@@ -10,6 +10,7 @@ from .allocator import DeviceAllocator, check_stream
 from .buffer import DeviceBuffer, check_size
 from .links import Links
 from .pool import BlockPool
+from .trace import base_pool
 from .policy import ReusePolicy
 from .stats import pool_stats
 
@@ -67,6 +68,7 @@ class MemPool:
 
     def trim_to(self, nbytes: int) -> int:
         """Return cached chunks until at most `nbytes` stay reserved; returns bytes released."""
+        self._check_alive()
         return self._pool.trim_to(check_size(nbytes, "nbytes", allow_zero=True))
 
     @property
@@ -76,6 +78,7 @@ class MemPool:
 
     @release_threshold.setter
     def release_threshold(self, value: int | None) -> None:
+        self._check_alive()  # (a destroyed pool keeps 0: its chunks go back as buffers are freed)
         self._pool.release_threshold = _size_or_none(value, "release_threshold")
 
     @property
@@ -163,14 +166,14 @@ def record_stream(buf: DeviceBuffer, stream: Any) -> None:
 def empty_cache(device: Any = None) -> int:
     """Return the device pool's wholly free cached chunks to the device; returns bytes released."""
     alloc = _device(device)._memory
-    return sum(p.empty_cache() for p in [alloc.pool, *alloc.pools] if p is not None)
+    return sum(p.empty_cache() for p in [base_pool(alloc.pool), *alloc.pools] if p is not None)
 
 
 def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType = ...,
                    release_threshold: int | None | EllipsisType = ...,
                    gc_threshold: float | EllipsisType = ..., policy: ReusePolicy | None = None) -> None:
     """Change the device pool's settings at run time (the ASCENTRT_MEM_POOL_* settings)."""
-    pool = _device(device)._memory.pool
+    pool = base_pool(_device(device)._memory.pool)  # (not a recorder: the settings are the pool's)
     if pool is None:
         raise InvalidArgumentError("the memory pool is off (ASCENTRT_MEM_POOL_ENABLE=0)")
     if split_limit is not ...:

@@ -9,7 +9,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..errors import InvalidArgumentError, OutOfMemoryError
+from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError, os_cause
+from ..validate import check_path
 from .buffer import check_size
 from .chunks import ArenaChunks
 from .links import Links
@@ -54,10 +55,16 @@ class TraceRecorder:
         return getattr(self.upstream, name)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the events as JSON lines."""
-        with open(path, "w") as f:
-            for e in list(self.events):
-                f.write(json.dumps(e) + "\n")
+        """Write the events as JSON lines; raises InvalidArgumentError (100003) naming `path`
+        when it is not a path or cannot be written."""
+        path = check_path(path, "trace path")  # (an int would be written into as a descriptor)
+        text = "".join(json.dumps(e) + "\n" for e in list(self.events))
+        try:
+            with open(path, "w") as f:
+                f.write(text)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot write the trace {path!r}: {os_cause(exc)}",
+                                       code=ErrorCode.INVALID_FILE) from None
 
 
 def _is_event(e: Any) -> bool:
@@ -71,19 +78,28 @@ def _is_event(e: Any) -> bool:
 
 
 def load_trace(path: str | os.PathLike[str]) -> list[tuple]:
-    """Read a trace written by TraceRecorder.save; raises InvalidArgumentError on a bad line."""
+    """Read a trace written by TraceRecorder.save; raises InvalidArgumentError (100003) on a
+    bad line, or naming `path` and the cause when it is not a path or cannot be read."""
+    path = check_path(path, "trace path")  # (an int would be read as a descriptor, and closed)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        cause = os_cause(exc) if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InvalidArgumentError(f"cannot read the trace {path!r}: {cause}",
+                                   code=ErrorCode.INVALID_FILE) from None
     events = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                e = json.loads(line)
-            except ValueError:
-                e = None
-            if not _is_event(e):
-                raise InvalidArgumentError(f"{path}:{n}: not a trace event: {line.strip()[:80]!r}")
-            events.append(tuple(e))
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            e = json.loads(line)
+        except ValueError:
+            e = None
+        if not _is_event(e):
+            raise InvalidArgumentError(f"{path}:{n}: not a trace event: {line.strip()[:80]!r}",
+                                       code=ErrorCode.INVALID_FILE)
+        events.append(tuple(e))
     return events
 
 
@@ -149,5 +165,20 @@ def record_trace(device: Any = None) -> Iterator[TraceRecorder]:
     alloc.pool = recorder
     try:
         yield recorder
-    finally:
-        alloc.pool = recorder.upstream
+    finally:  # out of the chain wherever it is now (traces may end in any order, on any thread)
+        if alloc.pool is recorder:
+            alloc.pool = recorder.upstream
+        else:
+            outer = alloc.pool
+            while isinstance(outer, TraceRecorder) and outer.upstream is not recorder:
+                outer = outer.upstream
+            if isinstance(outer, TraceRecorder):
+                outer.upstream = recorder.upstream
+
+
+def base_pool(pool: Any) -> Any:
+    """The BlockPool under any trace recorders that stand in for it (settings, locks and
+    statistics are its own: a recorder only forwards reads)."""
+    while isinstance(pool, TraceRecorder):
+        pool = pool.upstream
+    return pool
