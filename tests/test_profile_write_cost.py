@@ -138,6 +138,7 @@ def test_the_collector_is_held_off_while_writing_and_put_back_as_it_was(tmp_path
         seen.append(gc.isenabled())
         raise OSError("disk full")
     monkeypatch.setattr(export, "write_csvs", failing)
-    with pytest.raises(OSError):
+    with pytest.raises(art.InvalidArgumentError) as err:  # (the OSError, with its code)
         export.write_folder(_hand_made(10), tmp_path)
+    assert err.value.code == art.ErrorCode.INVALID_FILE and "disk full" in str(err.value)
     assert seen == [False] and gc.isenabled()  # off while writing; a failed write puts it back

@@ -24,6 +24,8 @@ from typing import Callable
 import numpy as np
 
 from . import config
+from .errors import ErrorCode, InvalidArgumentError, os_cause
+from .validate import check_path
 from .backends.presets import FIELDS, calibrated_path
 
 MIB = 1 << 20
@@ -335,7 +337,9 @@ def measure() -> dict:
 
 
 def write(values: dict, path: str) -> str:
-    """The preset file: every field measured (or fixed by the cpu backend's settings)."""
+    """The preset file: every field measured (or fixed by the cpu backend's settings); raises
+    InvalidArgumentError (100003) naming `path` when it is not a path or cannot be written."""
+    path = check_path(path, "the preset file (-o)")
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     where = f"{platform.node() or 'this machine'}, {os.cpu_count()} cores, {when}"
     lines = ['name = "calibrated"',
@@ -349,9 +353,13 @@ def write(values: dict, path: str) -> str:
                                           "unified_memory", "small_copy_bytes") else "documented"
         lines.append(f'{field} = {{ value = {shown!r}, kind = "{kind}", source = '
                      f'"ascentrt calibrate: {how} ({where})" }}')
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write the preset file {path!r}: {os_cause(exc)}",
+                                   code=ErrorCode.INVALID_FILE) from None
     return path
 
 

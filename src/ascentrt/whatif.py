@@ -11,12 +11,12 @@ import os
 import subprocess
 
 from .backends.presets import FIELDS, PROGRAM_PREFIX, load
-from .errors import ErrorCode, InvalidArgumentError
+from .errors import ErrorCode, InvalidArgumentError, os_cause
 from .profiler import load as load_profile
 from .profiler.intervals import total, union
 from .profiler.critical import critical_path, describe
 from .profiler.folders import claim
-from .validate import program_command, program_env
+from .validate import check_path, program_command, program_env
 
 CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_func",)}
 
@@ -152,10 +152,19 @@ def write(rows: list[dict], varied: list[str], out: str) -> tuple[str, str]:
 def main(args) -> int:
     """The `ascentrt whatif` command."""
     command = program_command(args.command, "ascentrt whatif --vary name=v1,v2 -- python prog.py")
-    os.makedirs(args.out, exist_ok=True)
-    rows = run(args.preset, args.vary, command, args.out)
+    out = check_path(args.out, "the whatif folder (-o)")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot create the whatif folder {out!r}: {os_cause(exc)}",
+                                   code=ErrorCode.INVALID_FILE) from None
+    rows = run(args.preset, args.vary, command, out)
     varied = [spec.partition("=")[0].strip() for spec in args.vary]
     print(table(rows, varied))
-    csv_path, html_path = write(rows, varied, args.out)
+    try:
+        csv_path, html_path = write(rows, varied, out)
+    except OSError as exc:  # (the rows are printed above: the runs are not lost)
+        raise InvalidArgumentError(f"cannot write the whatif results into {out!r}: "
+                                   f"{os_cause(exc)}", code=ErrorCode.INVALID_FILE) from None
     print(f"written: {csv_path}, {html_path}")
     return 0 if all(r["exit"] == 0 for r in rows) else 1

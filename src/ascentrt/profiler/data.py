@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import operator
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any, Callable, Self, TextIO
+
+from ..errors import ErrorCode, InvalidArgumentError
 
 FORMAT = "ascentrt-profile/1"
 DATA_FILE = "profile.json"
@@ -231,28 +233,152 @@ class ProfileData:
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
-        """Rebuild a Profile from `to_json()` output; raises ValueError on another format."""
+        """Rebuild a Profile from `to_json()` output; raises InvalidArgumentError (100003, a
+        ValueError) naming the field when it is another format or a value is of the wrong
+        type, sign or order (see _HEADER and _COLUMNS)."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"not an ascentrt profile (expected format {FORMAT!r})")
+            raise _bad_file(f"not an ascentrt profile (expected format {FORMAT!r})")
+        if "duration_ns" not in data:
+            raise _bad_file("duration_ns is missing")
+        for key, check in _HEADER.items():
+            if key in data:
+                _check(check, data[key], key)
         prof = cls(duration_ns=data["duration_ns"], started_at=data.get("started_at", ""),
                    command=data.get("command", []),
                    threads={int(k): v for k, v in data.get("threads", {}).items()},
                    pid=data.get("pid", 0), origin_ns=data.get("origin_ns", 0))
         for name, rec in _RECORDS.items():
-            table = data.get(name, {"columns": [], "rows": []})
-            cols = table["columns"]
-            rows = []
-            for row in table["rows"]:
+            cols, rows = _table(data, name, rec)
+            released = cols.index("released_by") if rec is TaskRecord and "released_by" in cols \
+                else None
+            records = []
+            for row in rows:
                 kw = dict(zip(cols, row))
-                if rec is TaskRecord and kw.get("released_by") is not None:
-                    kw["released_by"] = tuple(kw["released_by"])
-                rows.append(rec(**kw))
-            setattr(prof, name, rows)
+                if released is not None and row[released] is not None:
+                    kw["released_by"] = tuple(row[released])
+                records.append(rec(**kw))
+            setattr(prof, name, records)
         return prof
 
     def stream_info(self) -> dict:
         """{(device, stream id): StreamInfo}."""
         return {(s.device, s.id): s for s in self.streams}
+
+
+# What profile.json may hold, one check (its description, a test) per field: the records'
+# types, with the signs and ranges the analysis relies on (it divides by compute_units,
+# subtracts times). A hand-edited value is refused at load, naming its field, and never
+# reaches diagnose(), save() or `ascentrt report` as a TypeError or a skewed figure.
+_Check = tuple[str, Callable[[Any], bool]]
+_LIMIT = 1 << 63  # (an int64: what a trace viewer or a CSV reader takes)
+
+
+def _ints(low: int = -_LIMIT) -> _Check:
+    """An int (not a bool) in [low, 2**63)."""
+    return (f"an int >= {low}" if low > -_LIMIT else "an int",
+            lambda v: type(v) is int and low <= v < _LIMIT)
+
+
+_INT, _NS, _COUNT = _ints(), _ints(0), _ints(0)
+_STR: _Check = ("a string", lambda v: type(v) is str)
+_BOOL: _Check = ("true or false", lambda v: type(v) is bool)
+_OPT_NS: _Check = ("null or an int >= 0", lambda v: v is None or _NS[1](v))
+_OPT_BOOL: _Check = ("null, true or false", lambda v: v is None or type(v) is bool)
+_STRS: _Check = ("a list of strings", lambda v: type(v) is list and all(type(x) is str for x in v))
+
+
+def _int_list(n: int) -> Callable[[Any], bool]:
+    """A test: a list of `n` ints."""
+    return lambda v: type(v) is list and len(v) == n and all(_INT[1](x) for x in v)
+
+
+_HEADER: dict[str, _Check] = {
+    "duration_ns": _NS, "started_at": _STR, "command": _STRS, "pid": _NS, "origin_ns": _INT,
+    "threads": ("an object of thread id -> name", lambda v: type(v) is dict and all(
+        k.isascii() and k.isdigit() and int(k) < _LIMIT and type(n) is str
+        for k, n in v.items())),
+    "parts": ("a list of process ids (ints >= 1)",
+              lambda v: type(v) is list and all(map(_ints(1)[1], v))),
+}
+_COLUMNS: dict[str, dict[str, _Check]] = {
+    "tasks": {"device": _INT, "stream": _INT, "task_id": _INT, "kind": _STR, "name": _STR,
+              "nbytes": _COUNT, "enqueue_ns": _NS, "start_ns": _NS, "end_ns": _NS,
+              "thread": _INT, "failed": _BOOL, "error": _STR,
+              "released_by": ("null or [device, stream, task id]",
+                              lambda v: v is None or _int_list(3)(v))},
+    "api_calls": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT,
+                  "error": _ints(0), "target": _STR, "already_done": _OPT_BOOL,
+                  "done_for_ns": _NS},
+    "ranges": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT},
+    "marks": {"name": _STR, "ts_ns": _NS, "thread": _INT},
+    "memory": {"ts_ns": _NS, "device": _ints(-1), "allocated": _COUNT, "reserved": _COUNT,
+               "free": _ints(-1), "largest_free": _ints(-1)},
+    "allocations": {"device": _ints(-1), "addr": _COUNT, "nbytes": _COUNT, "alloc_ns": _NS,
+                    "free_ns": _OPT_NS, "site": _STR},
+    "devices": {"id": _ints(0), "name": _STR, "compute_units": _ints(1),
+                "copy_engines": _ints(1), "host_func_threads": _ints(1), "capacity": _ints(1),
+                "backend": _STR, "preset": _STR,
+                "uncosted": ("an object of kernel name -> count", lambda v: type(v) is dict
+                             and all(_COUNT[1](n) for n in v.values()))},
+    "streams": {"device": _INT, "id": _INT, "priority": _INT, "role": _STR},
+    "races": {"text": _STR, "first_stream": _INT, "first_task": _INT, "second_stream": _INT,
+              "second_task": _INT, "reuse": _BOOL, "count": _ints(1)},
+    "collectives": {"comm": _INT, "seq": _INT, "op": _STR, "nbytes": _COUNT, "state": _STR,
+                    "sites": _STRS, "error": _STR,
+                    "parts": ("a list of [rank, device, stream, task id]",
+                              lambda v: type(v) is list and all(map(_int_list(4), v)))},
+}
+# Pairs of times in a row that cannot run backwards: (earlier, later); a null later is open.
+_ORDER = {"tasks": [("start_ns", "end_ns")],
+          "api_calls": [("start_ns", "end_ns")], "ranges": [("start_ns", "end_ns")],
+          "allocations": [("alloc_ns", "free_ns")]}
+
+
+def _bad_file(message: str) -> InvalidArgumentError:
+    """The error of a profile.json that is not one this version wrote."""
+    return InvalidArgumentError(message, code=ErrorCode.INVALID_FILE)
+
+
+def _check(check: _Check, value: Any, where: str) -> None:
+    """Raise _bad_file naming `where` unless `value` passes `check`."""
+    if not check[1](value):
+        raise _bad_file(f"{where} must be {check[0]}, got {value!r:.60}")
+
+
+def _table(data: dict, name: str, rec: type) -> tuple[list, list]:
+    """The columns and rows of table `name`, each checked against _COLUMNS (a table that
+    is not there is empty: an older profile may lack one)."""
+    table = data.get(name, {"columns": [], "rows": []})
+    if type(table) is not dict or type(table.get("columns")) is not list \
+            or type(table.get("rows")) is not list:
+        raise _bad_file(f"{name} must be an object with a list of columns and a list of rows")
+    cols, rows, checks = table["columns"], table["rows"], _COLUMNS[name]
+    unknown = [c for c in cols if type(c) is not str or c not in checks]
+    if unknown or len(set(cols)) < len(cols):
+        raise _bad_file(f"{name} columns must be distinct names among {', '.join(checks)}; "
+                        f"got {cols!r:.120}")
+    required = [f.name for f in fields(rec) if f.default is MISSING
+                and f.default_factory is MISSING]
+    missing = [c for c in required if c not in cols]
+    if missing:
+        raise _bad_file(f"{name} has no column {missing[0]!r}")
+    width = len(cols)
+    for i, row in enumerate(rows):
+        if type(row) is not list or len(row) != width:
+            raise _bad_file(f"{name} row {i} must be a list of {width} values, got {row!r:.60}")
+    for j, col in enumerate(cols):  # a column at a time: one pass over it when all is well
+        what, ok = checks[col]
+        if not all(map(ok, map(operator.itemgetter(j), rows))):
+            i = next(i for i, row in enumerate(rows) if not ok(row[j]))
+            raise _bad_file(f"{name} row {i}: {col} must be {what}, got {rows[i][j]!r:.60}")
+    for first, then in _ORDER.get(name, ()):
+        if first in cols and then in cols:
+            a, b = cols.index(first), cols.index(then)
+            for i, row in enumerate(rows):
+                if row[b] is not None and row[b] < row[a]:
+                    raise _bad_file(f"{name} row {i}: {then} ({row[b]}) is before {first} "
+                                    f"({row[a]})")
+    return cols, rows
 
 
 def part_path(root: str, pid: int) -> str:

@@ -7,6 +7,8 @@ import gc
 import os
 from collections.abc import Iterator
 
+from ..errors import ErrorCode, InvalidArgumentError, os_cause
+from ..validate import check_path
 from .analysis import diagnose
 from .csvexport import write_csvs
 from .data import DATA_FILE, ProfileData
@@ -35,20 +37,30 @@ def collector_paused() -> Iterator[None]:
 
 
 def write_folder(profile: ProfileData, path) -> str:
-    """Write every output of `profile` into folder `path` (created if missing); returns it."""
-    path = os.fspath(path)
-    os.makedirs(path, exist_ok=True)
-    with collector_paused():
-        _write_streamed(os.path.join(path, DATA_FILE), profile.write_json)
-        _write_streamed(os.path.join(path, TRACE_FILE), lambda fh: write_trace(profile, fh))
-        write_csvs(profile, path)
-        findings = diagnose(profile)
-        tables = sections(profile, findings)  # (once: the report and the summary show the same)
-        _write_streamed(os.path.join(path, REPORT_FILE),
-                        lambda fh: write_html(profile, fh, findings, tables))
-        with open(os.path.join(path, SUMMARY_FILE), "w", encoding="utf-8") as fh:
-            fh.write(summary_text(profile, findings, tables) + "\n")
+    """Write every output of `profile` into folder `path` (created if missing); returns it.
+    Raises InvalidArgumentError (100003) naming the folder and the cause when it cannot."""
+    path = check_path(path, "the profile folder")  # (an int would be written as a descriptor)
+    try:
+        with collector_paused():
+            _write_all(profile, path)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write the profile folder {path!r}: "
+                                   f"{os_cause(exc)}", code=ErrorCode.INVALID_FILE) from None
     return path
+
+
+def _write_all(profile: ProfileData, path: str) -> None:
+    """Write the outputs of `profile` into folder `path`, profile.json first."""
+    os.makedirs(path, exist_ok=True)
+    _write_streamed(os.path.join(path, DATA_FILE), profile.write_json)
+    _write_streamed(os.path.join(path, TRACE_FILE), lambda fh: write_trace(profile, fh))
+    write_csvs(profile, path)
+    findings = diagnose(profile)
+    tables = sections(profile, findings)  # (once: the report and the summary show the same)
+    _write_streamed(os.path.join(path, REPORT_FILE),
+                    lambda fh: write_html(profile, fh, findings, tables))
+    with open(os.path.join(path, SUMMARY_FILE), "w", encoding="utf-8") as fh:
+        fh.write(summary_text(profile, findings, tables) + "\n")
 
 
 def _write_streamed(path: str, write) -> None:
@@ -59,6 +71,7 @@ def _write_streamed(path: str, write) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
             write(fh)
     except BaseException:
-        os.remove(tmp)  # (a failed write leaves nothing behind)
+        with contextlib.suppress(FileNotFoundError):  # (open() itself may have failed)
+            os.remove(tmp)  # (a failed write leaves nothing behind)
         raise
     os.replace(tmp, path)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from ..errors import ErrorCode, InvalidArgumentError
+from ..errors import AscentError, ErrorCode, InvalidArgumentError, os_cause
+from ..validate import check_path
 from .analysis import diagnose, metrics
 from .data import DATA_FILE, ProfileData, part_path
 from .export import write_folder
@@ -26,24 +27,29 @@ class Profile(ProfileData):
         return metrics(self)
 
     def save(self, path: str | os.PathLike) -> str:
-        """Write every output (trace, CSVs, HTML report, profile.json) into folder `path`."""
+        """Write every output (trace, CSVs, HTML report, profile.json) into folder `path`;
+        raises InvalidArgumentError (100003) when it is not a path or cannot be written."""
         return write_folder(self, path)
 
 
 def read(path: str | os.PathLike) -> Profile:
     """Load a profile folder (or its profile.json) written by a profiling run, with the parts
     of its child processes (a part whose folder is gone is left out)."""
-    path = os.fspath(path)
+    path = check_path(path, "the profile folder")  # (an int would be read as a descriptor)
     file = os.path.join(path, DATA_FILE) if os.path.isdir(path) else path
     try:
         with open(file, encoding="utf-8") as fh:
             data = json.load(fh)
-        prof = Profile.from_json(data)
+        prof = Profile.from_json(data)  # (checks every field: see data._COLUMNS)
     except FileNotFoundError:
         raise InvalidArgumentError(f"no profile at {path!r} (expected a folder with {DATA_FILE})",
                                    code=ErrorCode.INVALID_FILE) from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InvalidArgumentError(f"{file!r} is not a readable ascentrt profile: {exc}",
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read the profile {file!r}: {os_cause(exc)}",
+                                   code=ErrorCode.INVALID_FILE) from None
+    except (ValueError, KeyError, TypeError) as exc:  # (UnicodeDecodeError and JSON's too)
+        cause = exc.message if isinstance(exc, AscentError) else exc
+        raise InvalidArgumentError(f"{file!r} is not a readable ascentrt profile: {cause}",
                                    code=ErrorCode.INVALID_FILE) from None
     folder = os.path.dirname(file)
     prof.parts = [read(part) for part in (part_path(folder, pid) for pid in data.get("parts", []))

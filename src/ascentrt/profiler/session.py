@@ -10,7 +10,7 @@ import threading
 import time
 
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
-from ..validate import check_flag
+from ..validate import check_flag, check_path
 from . import folders
 from .data import part_path
 from .export import collector_paused
@@ -35,10 +35,8 @@ class Session:
     recorded between its own start and stop; the other keeps recording throughout."""
 
     def __init__(self, path: str | os.PathLike | None = None, overwrite: bool = False):
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise InvalidArgumentError(f"profile path must be a folder path or None, got "
-                                       f"{type(path).__name__}")
-        self.path: str | None = None if path is None else os.fspath(path)
+        # (an int would be taken by open() as a descriptor: written into and closed)
+        self.path: str | None = None if path is None else check_path(path, "profile path")
         self.overwrite = check_flag(overwrite, "overwrite")  # ("no" would replace a profile)
         self.profile: Profile | None = None
         self._recorder: Recorder | None = None

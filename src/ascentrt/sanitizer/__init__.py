@@ -15,13 +15,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import sys
 import threading
 from collections.abc import Iterator
 
 from ..config import sanitize_mode
 from ..engine import Hooks
-from ..errors import InvalidArgumentError, warn_at_caller
+from ..errors import ErrorCode, InvalidArgumentError, os_cause, warn_at_caller
 from ..memory.registry import REGISTRY
+from ..validate import check_path
 from .report import Access, Race, RaceError, RaceWarning
 from .state import Sanitizer
 
@@ -90,10 +92,23 @@ def clear() -> None:
 
 
 def write_reports_at_exit(path: str) -> None:
-    """At exit, write the reports' texts to `path` as a JSON list (for `ascentrt sanitize`)."""
+    """At exit, write the reports' texts to `path` as a JSON list (for `ascentrt sanitize`);
+    raises InvalidArgumentError (100003) now when `path` is not a path. A write that fails at
+    exit is said on stderr with the races' texts, so that they are not lost."""
+    path = check_path(path, "the race report path")  # (an int: a descriptor written and closed)
+
     def write():
-        with open(path, "w") as fh:
-            json.dump([str(r) for r in reports()], fh)
+        texts = [str(r) for r in reports()]
+        try:
+            with open(path, "w") as fh:
+                json.dump(texts, fh)
+        except OSError as exc:  # (at exit no caller can catch it: say it, with the races)
+            err = InvalidArgumentError(f"cannot write the race report to {path!r}: "
+                                       f"{os_cause(exc)}", code=ErrorCode.INVALID_FILE)
+            print(f"ascentrt: error: {err.in_words()}; {len(texts)} race(s) found"
+                  f"{':' if texts else ''}", file=sys.stderr)
+            for text in texts:
+                print(f"  - {text}", file=sys.stderr)
     atexit.register(write)
 
 
