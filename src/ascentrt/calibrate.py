@@ -24,8 +24,7 @@ from typing import Callable
 import numpy as np
 
 from . import config
-from .errors import ErrorCode, InvalidArgumentError, os_cause
-from .validate import check_path
+from .validate import check_path, write_text_file
 from .backends.presets import FIELDS, calibrated_path
 
 MIB = 1 << 20
@@ -353,14 +352,7 @@ def write(values: dict, path: str) -> str:
                                           "unified_memory", "small_copy_bytes") else "documented"
         lines.append(f'{field} = {{ value = {shown!r}, kind = "{kind}", source = '
                      f'"ascentrt calibrate: {how} ({where})" }}')
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot write the preset file {path!r}: {os_cause(exc)}",
-                                   code=ErrorCode.INVALID_FILE) from None
-    return path
+    return write_text_file(path, "\n".join(lines) + "\n", "the preset file", make_folder=True)
 
 
 def main(args) -> int:

@@ -80,6 +80,22 @@ def check_path(path, what: str) -> str:
     return path
 
 
+def write_text_file(path, text: str, what: str, make_folder: bool = False) -> str:
+    """Write `text` to `path` (check_path first; its folder made too with `make_folder`);
+    returns the path as a str. InvalidArgumentError (100003) naming `what` and the cause when
+    it cannot be written."""
+    path = check_path(path, what)
+    try:
+        if make_folder:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write {what} {path!r}: {os_cause(exc)}",
+                                   code=ErrorCode.INVALID_FILE) from None
+    return path
+
+
 def check_timeout(timeout) -> float | None:
     """None (wait forever) or a positive number of seconds; raises InvalidArgumentError (107000)."""
     if timeout is None:

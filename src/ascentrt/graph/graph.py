@@ -24,11 +24,11 @@ from ..engine.sync import synchronize_streams
 from ..engine.task import (COMPUTE, COPY, COPY_ENGINE, DETACH, EVENT_RECORD, EVENT_WAIT,
                            EXECUTOR_OF, HOST_EXECUTOR, HOST_FUNC, KERNEL, KIND_NAMES, MEMSET)
 from ..errors import (AscentError, CaptureError, ErrorCode, InvalidArgumentError,
-                      InvalidHandleError, NotSupportedError, os_cause)
+                      InvalidHandleError, NotSupportedError)
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from ..memory.registry import REGISTRY
 from ..stream import Stream, resolve_stream
-from ..validate import check_path, check_timeout
+from ..validate import check_timeout, write_text_file
 from .update import GroupUpdate, TaskGroup
 
 if TYPE_CHECKING:
@@ -146,14 +146,8 @@ def json_text(data: dict, path: str | os.PathLike[str] | None = None) -> str:
     """`data` as indented JSON text, also written to `path` when given; raises
     InvalidArgumentError (100003) naming it when it is not a path or cannot be written."""
     text = json.dumps(data, indent=1)
-    if path is not None:
-        path = check_path(path, "path")  # (an int would be written into as a descriptor, closed)
-        try:
-            with open(path, "w") as f:
-                f.write(text)
-        except OSError as exc:
-            raise InvalidArgumentError(f"cannot write {path!r}: {os_cause(exc)}",
-                                       code=ErrorCode.INVALID_FILE) from None
+    if path is not None:  # (an int would be written into as a descriptor, and closed)
+        write_text_file(path, text, "the graph's JSON")
     return text
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError, os_cause
-from ..validate import check_path
+from ..validate import check_path, write_text_file
 from .buffer import check_size
 from .chunks import ArenaChunks
 from .links import Links
@@ -57,14 +57,8 @@ class TraceRecorder:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the events as JSON lines; raises InvalidArgumentError (100003) naming `path`
         when it is not a path or cannot be written."""
-        path = check_path(path, "trace path")  # (an int would be written into as a descriptor)
-        text = "".join(json.dumps(e) + "\n" for e in list(self.events))
-        try:
-            with open(path, "w") as f:
-                f.write(text)
-        except OSError as exc:
-            raise InvalidArgumentError(f"cannot write the trace {path!r}: {os_cause(exc)}",
-                                       code=ErrorCode.INVALID_FILE) from None
+        # (an int would be written into as a descriptor, and closed)
+        write_text_file(path, "".join(json.dumps(e) + "\n" for e in list(self.events)), "the trace")
 
 
 def _is_event(e: Any) -> bool:
