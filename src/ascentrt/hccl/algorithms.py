@@ -19,6 +19,11 @@ reduce (every input read once, every output written once from the cache) moves a
 half the ring's bytes, so all-reduce and reduce-scatter use it (HCCL too picks its algorithm
 by topology).
 
+Results are the same bits on every backend: a reduction folds the ranks' inputs in rank order,
+as the mesh does. The ring's steps before a chunk's last one take their modelled time and
+move nothing; the last computes the whole fold (a ring's own running sums would round
+differently from the cpu backend's with three ranks or more).
+
 Broadcast, all-to-all and send/recv pull straight from the rank that holds the data. A
 barrier only joins the ranks' streams.
 
@@ -53,9 +58,12 @@ def all_reduce(plan: Plan) -> None:
             c = (r - s - 1) % n
             if s:
                 plan.wait(r, steps[prev][s - 1])
-            src = send[prev][c] if s == 0 else recv[prev][c]
-            plan.reduce(r, recv[r][c], send[r][c], src, c0.dtype, c0.reduce,
-                        f"rs{s} reduce chunk {c} from rank {prev}")
+            what = f"rs{s} reduce chunk {c} from rank {prev}"
+            if s < n - 2:  # (a partial sum the last step computes again, in rank order)
+                plan.modelled_reduce(r, recv[r][c].nbytes, what)
+            else:
+                plan.ring_reduce(r, recv[r][c], [send[q][c] for q in range(n)], c0.dtype,
+                                 c0.reduce, what)
             plan.mark(r, steps[r][s])
     # All-gather: at step k every rank copies the chunk rank k finished (chunk k + 1), so the
     # n - 1 readers of one chunk run together and share its cache lines.
@@ -82,7 +90,6 @@ def reduce_scatter(plan: Plan) -> None:
     if n == 1:
         alone(plan, size)
         return
-    work = [plan.temp(r, size * n) for r in range(n)]    # partial sums, chunk c at c * size
     steps = [plan.markers(r, n - 1) for r in range(n)]
     for r in range(n):
         prev = (r - 1) % n
@@ -91,12 +98,13 @@ def reduce_scatter(plan: Plan) -> None:
             c = (r - s - 2) % n
             if s:
                 plan.wait(r, steps[prev][s - 1])
-                src = work[prev][c * size:(c + 1) * size]
+            what = f"rs{s} reduce chunk {c} from rank {prev}"
+            if s < n - 2:  # (a partial sum the last step computes again, in rank order)
+                plan.modelled_reduce(r, size, what)
             else:
-                src = at(calls[prev].send, c * size, size)
-            out = at(calls[r].recv, 0, size) if s == n - 2 else work[r][c * size:(c + 1) * size]
-            plan.reduce(r, out, at(calls[r].send, c * size, size), src, c0.dtype, c0.reduce,
-                        f"rs{s} reduce chunk {c} from rank {prev}")
+                plan.ring_reduce(r, at(calls[r].recv, 0, size),
+                                 [at(calls[q].send, c * size, size) for q in range(n)],
+                                 c0.dtype, c0.reduce, what)
             plan.mark(r, steps[r][s])
     for r in range(n):
         plan.finish(r, steps[(r + 1) % n][-1])

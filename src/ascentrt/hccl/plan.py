@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ..backends.base import Cost
 from ..engine import ENGINE, Task
 from ..engine.task import COPY, COPY_ENGINE, EVENT_RECORD, EVENT_WAIT, KERNEL, Marker
@@ -19,15 +21,6 @@ from .constants import UFUNCS, HcclError, HcclResult
 # from the first input read to the last output written, large enough that the Python work
 # per tile (a few numpy calls) is a small part of moving it.
 MESH_TILE = 512 << 10
-
-
-def _reduce(out, a, b, ufunc) -> None:
-    """out = ufunc(a, b), elementwise (views resolved at run time; None: the meeting failed)."""
-    if out is not None:
-        ufunc(a, b, out=out)
-
-
-_reduce.access = "wrr"  # type: ignore[attr-defined]  # for the race sanitizer: out written, a and b read
 
 
 def _mesh_reduce(outs, ins, ufunc, acc) -> None:
@@ -45,6 +38,29 @@ def _mesh_reduce(outs, ins, ufunc, acc) -> None:
             ufunc(tile, x[lo:hi], out=tile)
         for out in outs:
             out[lo:hi] = tile
+
+
+def _ordered_fold(out, ins, ufunc) -> None:
+    """out = ufunc folded over ins in their order, tile by tile through a host scratch tile
+    (out may be one of ins: an in-place collective); views resolved at run time, None: the
+    meeting failed. The scratch is the simulation's, not the device's: the transfer it stands
+    for (an inline reduce) needs none."""
+    if out is None:
+        return
+    size = len(out)
+    acc = np.empty(min(size, MESH_TILE // out.itemsize or 1), out.dtype)
+    for lo in range(0, size, len(acc)):
+        hi = min(lo + len(acc), size)
+        tile = acc[:hi - lo]
+        ufunc(ins[0][lo:hi], ins[1][lo:hi], out=tile)
+        for x in ins[2:]:
+            ufunc(tile, x[lo:hi], out=tile)
+        out[lo:hi] = tile
+
+
+def _modelled_step() -> None:
+    """A ring step whose partial sum the chunk's last step recomputes: it moves no data and
+    takes the time of the transfer it models."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -100,17 +116,31 @@ class Plan:
         t.resolve = self._copy_guard(dst, src)
         self._task(r, t)
 
-    def reduce(self, r: int, out: BufferSlice, own: BufferSlice, peer: BufferSlice, dtype, op,
-               what: str) -> None:
-        """Rank r's copy engine reads `peer` (another rank's memory, over the link) and writes
-        out = op(own, peer): an inline-reduce transfer, as HCCL's SDMA reduce on Atlas A2."""
+    def modelled_reduce(self, r: int, nbytes: int, what: str) -> None:
+        """Rank r's copy engine takes the time of an inline-reduce transfer of `nbytes` and
+        moves nothing (see ring_reduce)."""
+        if not nbytes:
+            return
+        t = Task(KERNEL, _modelled_step, (), f"{self.meeting.name}: {what}")
+        t.executor = COPY_ENGINE
+        t.nbytes = nbytes
+        t.cost = _inline_reduce_cost(nbytes)
+        self._task(r, t)
+
+    def ring_reduce(self, r: int, out: BufferSlice, ins: list[BufferSlice], dtype, op,
+                    what: str) -> None:
+        """The last ring step of a chunk, on rank r's copy engine: out = op folded over every
+        rank's input `ins` in rank order, as the cpu backend's mesh computes it (the ring's
+        own order of sums would give other float roundings), in the time of one inline-reduce
+        transfer from the predecessor, which is what the ring's model charges."""
         if not out.nbytes:
             return
-        t = Task(KERNEL, _reduce, (out, own, peer, UFUNCS[op]), f"{self.meeting.name}: {what}")
+        t = Task(KERNEL, _ordered_fold, (out, tuple(ins), UFUNCS[op]), f"{self.meeting.name}: {what}")
         t.executor = COPY_ENGINE
         t.nbytes = out.nbytes
         t.cost = _inline_reduce_cost(out.nbytes)
-        t.resolve = self._reduce_guard(dtype)
+        t.reads, t.writes = tuple(ins), (out,)  # for the race sanitizer
+        t.resolve = self._fold_guard(dtype)
         self._task(r, t)
 
     def mesh_reduce(self, r: int, outs: list[BufferSlice], ins: list[BufferSlice], dtype, op,
@@ -178,13 +208,12 @@ class Plan:
             return args if self._alive(dst, src) else (args[0], 0, args[2], 0, 0, 1)
         return resolve
 
-    def _reduce_guard(self, dtype):
+    def _fold_guard(self, dtype):
         def resolve(args):
-            out, a, b, ufunc = args
-            if not self._alive(out, a, b):
-                return None, None, None, None
-            return (task_view(out).view(dtype), task_view(a).view(dtype), task_view(b).view(dtype),
-                    ufunc)
+            out, ins, ufunc = args
+            if not self._alive(out, *ins):
+                return None, None, None
+            return task_view(out).view(dtype), [task_view(x).view(dtype) for x in ins], ufunc
         return resolve
 
     def _mesh_guard(self, dtype):
