@@ -189,6 +189,29 @@ def test_a_virtual_timeout_takes_little_wall_time(dev):
 
 
 @sim_only
+@pytest.mark.parametrize("timed", ["device", "host"])
+def test_a_long_virtual_timeout_takes_as_little_wall_time_as_a_short_one(dev, timed):
+    # (each 0.25 s stall-check slice once waited 5 ms of real time: 1836 s took 37 s)
+    a = dev.create_stream()
+    n = dev.create_notify()
+    t0 = time.perf_counter()
+    v0 = dev._backend.now_ns()
+    if timed == "device":  # the wait's own timeout fails its task
+        n.wait_and_reset(a, timeout=1836)
+        with pytest.raises(art.AscentError):
+            a.synchronize()
+    else:  # the host's synchronize times out
+        n.wait_and_reset(a)
+        with pytest.raises(art.AscentTimeoutError):
+            a.synchronize(timeout=1836)
+    assert time.perf_counter() - t0 < 1.0
+    assert dev._backend.now_ns() - v0 >= 1836e9
+    n.record(dev.create_stream())
+    a.synchronize()
+    a.destroy()
+
+
+@sim_only
 def test_elapsed_time_is_virtual_milliseconds(stream):
     e1, e2 = art.Event(timing=True), art.Event(timing=True)
     e1.record(stream)

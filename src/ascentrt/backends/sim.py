@@ -129,6 +129,7 @@ class Timeline:
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
         self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
+        self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -556,10 +557,13 @@ class SimBackend(CpuBackend):
             # still act: a moment's grace before the jump. With a task running, time moves on
             # by itself: no grace (the engine's stall checks wait in slices of 0.25 virtual s,
             # and 5 ms of real time per slice made a long task's simulation take minutes).
-            if tl.next_end() is None:
+            # One grace per wait: its later slices jump (a 1836 s timed wait took 7000 slices
+            # of 5 ms of real time each).
+            if tl.next_end() is None and (until == math.inf or tl.graced is not signal):
                 tl.moved.wait(_GRACE_S)
                 if tl.generation != seen or signal.is_set() or until == math.inf:
                     continue
+                tl.graced = signal
             tl.now = max(tl.now, until)
             return False
 
