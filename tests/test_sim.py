@@ -304,12 +304,42 @@ def test_presets_ship_with_a_source_for_every_number():
     ({"memory_bandwidth": -1}, "'memory_bandwidth' must be at least"),
     ({"dispatch_ns": '"fast"'}, "'dispatch_ns' must be a number"),
     ({"compute_units": 2.5}, "whole number"),
+    # (beyond these bounds a modelled time overflowed: a raw OverflowError, a copy that failed)
+    ({"host_launch_ns": 1e308}, "'host_launch_ns' must be at most"),
+    ({"copy_engine_bandwidth": 1e-300}, "'copy_engine_bandwidth' must be at least 1000 (or 0)"),
+    ({"compute_flops_per_unit": 1e30}, "'compute_flops_per_unit' must be at most"),
 ])
 def test_a_bad_preset_file_names_the_field_and_the_file(tmp_path, change, words):
     path = _write_preset(tmp_path, **change)
     with pytest.raises(PresetError) as err:
         presets.load(path)
     assert words in str(err.value) and path in str(err.value)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\xff\xfe garbage", "not UTF-8 text"),
+    (b'name = 5', "name must be a string"),
+    (b"x" * ((1 << 20) + 1), "KiB, no preset"),
+])
+def test_a_preset_file_that_is_no_text_preset_is_refused(tmp_path, content, words):
+    path = tmp_path / "odd.toml"
+    path.write_bytes(content)
+    with pytest.raises(PresetError, match=words):
+        presets.load(str(path))
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "folder"])
+def test_a_preset_path_that_is_no_regular_file_is_refused_at_once(tmp_path, path):
+    # (/dev/zero was read without end, a FIFO blocked for ever)
+    if path == "folder":
+        path = str(tmp_path)
+    with pytest.raises(PresetError, match="not a regular file"):
+        presets.load(path)
+
+
+def test_a_variant_nested_deeper_than_python_goes_is_refused():
+    with pytest.raises(PresetError, match="is not JSON"):
+        presets.variant_doc("[" * 100000)
 
 
 def test_an_unknown_preset_name_lists_the_known_ones():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ class PresetError(ValueError):
     (the runtime layer and the command say it as an InvalidArgumentError's code, 100000)."""
 
 KINDS_OF_SOURCE = ("documented", "measured", "estimated")
+_MOST_BYTES = 1 << 20  # a preset file is a page of text
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # name: (type, smallest allowed value, unit, meaning). Counts are ints; rates and times floats.
@@ -158,13 +160,22 @@ def _check_value(field: str, raw, where: str):
         if raw != int(raw):
             raise PresetError(f"{where}: field {field!r} must be a whole number, got {raw!r}")
         raw = int(raw)
-    if raw < low:
-        raise PresetError(f"{where}: field {field!r} must be at least {low:g}, got {raw!r}")
-    if field in _AT_MOST and raw > _AT_MOST[field]:
-        raise PresetError(f"{where}: field {field!r} must be at most {_AT_MOST[field]}, got {raw!r}")
+    least = max(low, _RATE_AT_LEAST) if unit.endswith("/s") and raw else low
+    if raw < least:
+        raise PresetError(f"{where}: field {field!r} must be at least {least:g}"
+                          f"{' (or 0)' if least > low == 0 else ''}, got {raw!r}")
+    most = _AT_MOST.get(field, _NS_AT_MOST if unit == "ns" else _AT_MOST_ANY)
+    if raw > most:
+        raise PresetError(f"{where}: field {field!r} must be at most {most:g}, got {raw!r:.40}")
     return typ(raw)
 
 
+# Bounds that keep every modelled time a finite int64 of ns (a profile's figures, the virtual
+# clock): a host cost or latency of at most 1000 s, rates of at least 1 kB/s (64 MiB then take
+# 18 hours), counts and rates below 10**18. Beyond them a model describes no hardware.
+_NS_AT_MOST = 1e12
+_RATE_AT_LEAST = 1e3
+_AT_MOST_ANY = 1e18
 _AT_MOST = {"unified_memory": 1}  # (a flag)
 
 
@@ -199,8 +210,16 @@ def load(name_or_path: str) -> Preset:
         raise PresetError(f"unknown simulator preset {text!r} (known: {', '.join(names())}; "
                                    f"or give the path of a .toml preset file)")
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # (/dev/zero never ends, a FIFO blocks)
+            raise PresetError(f"preset file {path}: not a regular file")
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            data = f.read(_MOST_BYTES + 1)
+        if len(data) > _MOST_BYTES:
+            raise PresetError(f"preset file {path}: more than {_MOST_BYTES >> 10} KiB, no preset")
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PresetError(f"preset file {path}: not UTF-8 text ({exc.reason} at byte "
+                          f"{exc.start})") from None
     except OSError as exc:
         raise PresetError(f"preset file {path}: cannot be read ({exc.strerror})") from None
     except NameError:  # builtins are gone: the interpreter is shutting down
@@ -234,7 +253,11 @@ def load(name_or_path: str) -> Preset:
         raise PresetError(f"preset file {path}: unknown field {unknown[0]!r}")
     _check_together(values, f"preset file {path}")
     name = doc.get("name", os.path.basename(path)[:-5] if path.endswith(".toml") else path)
-    return Preset(str(name), path, str(doc.get("description", "")), values, sources)
+    description = doc.get("description", "")
+    for key, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):  # (a device is named after its preset)
+            raise PresetError(f"preset file {path}: {key} must be a string, got {value!r:.40}")
+    return Preset(name, path, description, values, sources)
 
 
 def describe(preset: Preset) -> list[tuple[str, str, str, str, str]]:
@@ -256,8 +279,8 @@ def variant_doc(text: str) -> dict:
         return {}
     try:
         doc = json.loads(text)
-    except ValueError:
-        raise PresetError(f"variant {text!r} is not JSON") from None
+    except (ValueError, RecursionError):  # (RecursionError: nested deeper than Python goes)
+        raise PresetError(f"variant {text!r:.80} is not JSON") from None
     if not isinstance(doc, dict):
         raise PresetError(f"variant {text!r} must be a JSON object")
     return doc
