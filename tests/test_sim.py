@@ -318,11 +318,14 @@ def test_a_bad_preset_file_names_the_field_and_the_file(tmp_path, change, words)
 
 @pytest.mark.parametrize("content, words", [
     (b"\xff\xfe garbage", "not UTF-8 text"),
-    (b'name = 5', "name must be a string"),
+    ("name = 5", "name must be a string"),  # (a device is named after its preset)
     (b"x" * ((1 << 20) + 1), "KiB, no preset"),
 ])
 def test_a_preset_file_that_is_no_text_preset_is_refused(tmp_path, content, words):
     path = tmp_path / "odd.toml"
+    if isinstance(content, str):  # a whole preset, with this line for its name
+        whole = open(_write_preset(tmp_path)).read().splitlines()
+        content = "\n".join(content if line.startswith("name =") else line for line in whole).encode()
     path.write_bytes(content)
     with pytest.raises(PresetError, match=words):
         presets.load(str(path))
