@@ -5,6 +5,7 @@ import threading
 import pytest
 
 import ascentrt as art
+from subprocess_util import run_program
 
 
 @pytest.mark.cpu_only
@@ -302,3 +303,51 @@ def test_a_discarded_notify_record_releases_its_waiter(dev, how):
     consumer.destroy()
     if how == "stop":
         producer.destroy(force=True)
+
+
+def test_an_endless_wait_for_a_notify_only_this_thread_could_record_is_a_deadlock(dev, monkeypatch):
+    # (it hung for ever: a warning after 10 s, nothing more)
+    monkeypatch.setenv("ASCENTRT_DEADLOCK_CHECK_S", "0.05")
+    a = dev.create_stream()
+    notify = dev.create_notify()
+    notify.wait_and_reset(a)
+    with pytest.raises(art.DeadlockError, match="only the host can record it"):
+        a.synchronize()
+    notify.record(dev.create_stream())  # the stream goes on once the host records it
+    a.synchronize(timeout=10)
+    a.destroy()
+
+
+def test_an_endless_wait_goes_on_while_another_thread_may_record_the_notify(dev, monkeypatch):
+    monkeypatch.setenv("ASCENTRT_DEADLOCK_CHECK_S", "0.05")
+    import threading
+    import time
+    a = dev.create_stream()
+    notify = dev.create_notify()
+    notify.wait_and_reset(a)
+
+    def later():
+        time.sleep(0.5)
+        notify.record(dev.create_stream())
+    t = threading.Thread(target=later)
+    t.start()
+    a.synchronize()  # no DeadlockError: that thread records it
+    t.join()
+    a.destroy()
+
+
+def test_a_submit_to_a_full_queue_that_only_this_thread_could_drain_is_a_deadlock():
+    out = run_program("""
+        import ascentrt as art
+        s, n = art.Stream(), art.Notify()
+        s.wait_notify(n)
+        try:
+            for _ in range(10):
+                art.launch(art.kernels.noop, stream=s)
+        except art.DeadlockError as e:
+            print(int(e.code))
+        n.record(art.Stream())
+        s.synchronize()
+        print("drained")
+    """, env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_VARY": '{"queue_depth": 2}'})
+    assert out.split() == ["507950", "drained"]

@@ -726,7 +726,7 @@ class SimBackend(CpuBackend):
         frame = _Frame(t, tl.now)
         if queue.executor == _HOST:  # on a host thread of its own; ends when it returns
             worker = self._host_threads.pop() if self._host_threads else _HostThread(
-                f"{self._name}-host{self.preset.host_func_threads - self.free_host - 1}")
+                f"ascentrt-{self._name}-host{self.preset.host_func_threads - self.free_host - 1}")
             tl.inflight += 1
             worker.start((self, queue, t, frame))
             return

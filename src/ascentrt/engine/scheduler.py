@@ -22,7 +22,7 @@ from typing import Any
 from .. import config
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, note_async_error, warn_at_caller)
-from .task import (DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_EXECUTOR, KERNEL,
+from .task import (DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_EXECUTOR, HOST_FUNC, KERNEL,
                    KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, Task)
 
 BATCH = 64  # most tasks one executor takes from a stream per lock round trip
@@ -877,7 +877,8 @@ class Engine:
             self._claim_held(own, streams, what, cancel)
             with self.lock:
                 report = self.diagnose(streams)
-                fatal = report is not None and report[0] in ("cycle", "never")
+                fatal = report is not None and (report[0] in ("cycle", "never") or report[0] == "host"
+                                                and timeout is None and self._no_host_can_act())
                 if fatal and not any(o in report[2] for o in own) and \
                         any(m in self._host_waits for m in report[2]):
                     fatal = False  # a task waiting inside the cycle raises and so breaks it
@@ -887,15 +888,29 @@ class Engine:
                 continue
             kind, text, _ = report
             if fatal:
+                if kind == "host":
+                    text += ", and this thread, the only one left that could, waits here"
                 raise DeadlockError(f"{what} can never finish: {text}")
-            if kind == "stuck" and not warned and now - stalled_since >= warn_after:
+            if kind in ("stuck", "host") and not warned and now - stalled_since >= warn_after:
                 warned = True
                 warn_at_caller(f"ascentrt: {what} has made no progress for {now - stalled_since:.0f} s: "
                                f"{text}", RuntimeWarning)  # (at the user's call, whichever API it came through)
 
+    def _no_host_can_act(self) -> bool:
+        """Whether no thread but the calling one could still record a notify (called under the
+        lock, by a thread about to wait without end): no other thread of the program lives (the
+        runtime's own, named ascentrt-*, only run host functions), and no host function is
+        queued or running, which might."""
+        me = threading.current_thread()
+        if any(t is not me and not t.name.startswith("ascentrt") for t in threading.enumerate()):
+            return False
+        return not any(t.kind in (HOST_FUNC, DETACH) for s in self._all_streams()
+                       for t in ([s._running] if s._running is not None else []) + list(s._tasks))
+
     def diagnose(self, streams, timed: bool = False):
         """Why `streams` cannot progress: ('cycle', text, streams in it), ('never', text, []) for
-        a wait nothing can end (a destroyed notify's), ('stuck', text, []) or None.
+        a wait nothing can end (a destroyed notify's), ('host', text, []) for one only a host
+        thread can end (a notify nothing queued records), ('stuck', text, []) or None.
 
         Called under the lock. A stream depends on what it waits for: an event's stream, the
         streams with a pending record of its notify, the streams a task of it synchronizes on
@@ -938,7 +953,7 @@ class Engine:
                     text = f"{_describe_wait(s)}, and no stream has a pending record of notify {t.notify.id}"
                     if getattr(t.notify, "_destroyed", False):  # not even the host can record it
                         return "never", f"{text}; it was destroyed: nothing can record it now", []
-                    return "stuck", f"{text}; only the host can record it now", []
+                    return "host", f"{text}; only the host can record it now", []
         results = [self._why_stuck(p, path + [s], timed) for p in producers]
         if any(r is None for r in results):
             return None
