@@ -850,6 +850,36 @@ def test_ctrl_c_inside_a_simulation_step_is_raised_once_the_step_is_whole(stream
     buf.free()
 
 
+KERNEL_BLOCKED = r"""
+import os, signal, sys, threading, time
+import ascentrt as art
+import ascentrt.backends.sim as sim
+sim.LONG_STEP_S = 0.3
+s = art.Stream()
+never = threading.Event()
+art.launch(never.wait, stream=s, name="stuck_kernel")  # a kernel waiting for its own host
+for delay in (0.6, 0.9):  # the first Ctrl-C waits for the step; the second ends the kernel
+    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    s.synchronize(timeout=5)
+    print("no interrupt")
+except KeyboardInterrupt:
+    print("interrupted")
+try:
+    s.synchronize(timeout=5)
+except art.TaskError as e:
+    print(int(e.code))
+"""
+
+
+def test_a_kernel_that_blocks_its_host_thread_is_said_and_two_ctrl_c_get_the_program_back():
+    # (the second Ctrl-C failed the kernel and synchronize raised TaskError instead of the
+    # interrupt the program waits for; nothing said why the program stood still)
+    r = _run_sim(KERNEL_BLOCKED)
+    assert r.stdout.split() == ["interrupted", "507015"], r.stderr
+    assert r.stderr.count("stuck_kernel has run for 0.3 s") == 1
+
+
 # A kernel (on the main thread, inside the step that runs it) gets a Ctrl-C, then does
 # something that holds the timeline's lock outside a step or steps itself: the interrupt waits
 # for the outermost step to be whole, and nothing is left half done.

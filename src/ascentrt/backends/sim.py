@@ -55,6 +55,19 @@ HOST_FUNC_PATIENCE_S = 0.5
 # host function sets, in time.sleep polling) must not hang. Programs that call the runtime
 # more often keep a timeline that depends on nothing but their calls.
 IDLE_HOST_S = 0.2
+# A kernel, copy or fill runs on the host thread whose call stepped the simulation to it: one
+# that runs this long (real seconds) is reported, since it may wait for that thread itself.
+LONG_STEP_S = 10.0
+
+
+def _say_long_step(task: Any) -> None:
+    """The report of a task that has run LONG_STEP_S on the host thread that stepped it."""
+    import sys
+    label = getattr(task, "label", "") or getattr(task.fn, "__name__", "task")
+    print(f"ascentrt: {label} has run for {LONG_STEP_S:g} s of real time on the sim backend, "
+          f"which runs kernels on the host thread whose call reached them: a kernel that waits "
+          f"for that thread (an event it sets later) never returns (a second Ctrl-C ends it)",
+          file=sys.stderr, flush=True)
 
 
 class _Frame:
@@ -130,6 +143,7 @@ class Timeline:
         self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
+        self.step: Any = None           # the task a host thread runs for the simulation now
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -144,9 +158,19 @@ class Timeline:
     def _pump(self) -> None:
         import time
         seen, since = -1, time.monotonic()
+        step, step_since, said = None, since, None
         while True:
             time.sleep(IDLE_HOST_S / 4)
-            with self.lock:  # (no `continue` in here: mypyc cannot compile one inside `with`)
+            # (read without the lock, which the step holds) A task that has run this long on
+            # the host thread that stepped it may wait for that very thread: say so, once.
+            if self.step is not step:
+                step, step_since = self.step, time.monotonic()
+            elif step is not None and step is not said and time.monotonic() - step_since >= LONG_STEP_S:
+                _say_long_step(step)
+                said = step
+            if not self.lock.acquire(False):  # a host thread steps: the device is attended
+                continue
+            try:
                 if self.generation != seen or self.attending:
                     # (a host that waits moves time itself, at the real world's pace while other
                     # threads may still act: jumping to a deadline would skip what they do)
@@ -158,6 +182,8 @@ class Timeline:
                         nxt = self.next_deadline()
                     self.run(self.now if nxt is None else max(nxt, self.now))
                     self.moved.notify_all()
+            finally:
+                self.lock.release()
 
     def frames(self) -> list:
         """The tasks the calling thread is running for the simulation, innermost last."""
@@ -736,14 +762,21 @@ class SimBackend(CpuBackend):
     def _run_in_frame(self, queue, t, frame: _Frame) -> None:
         """Run taken task `t` on the calling thread, as the innermost task it runs for the
         simulation (its nested operations and now_ns() read the frame)."""
-        frames = self.timeline.local.frames
+        tl = self.timeline
+        frames = tl.local.frames
         if frames is None:
-            frames = self.timeline.frames()
+            frames = tl.frames()
         frames.append(frame)
+        tl.step = t  # (for the pump: a step that never returns is said, see Timeline._pump)
         try:
             queue.run(t)
         finally:
             frames.pop()
+            tl.step = None
+        if type(t.error) is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
+            # A second Ctrl-C cut the task short (it failed with it): the program still gets
+            # its interrupt, once the step is whole.
+            tl.interrupted = True
 
     def host_task_returned(self, worker: _HostThread, job) -> None:
         """A host function returned on `worker`: schedule its end and free the thread."""
