@@ -49,6 +49,27 @@ def profile_folder(tmp_path_factory):
     return folder
 
 
+def test_every_value_a_real_run_writes_loads_again(tmp_path):
+    # (the schema once refused error = -1, what an API call that raised a plain Python error
+    # records, and with it the profile of every `ascentrt prof` run whose program caught one)
+    folder = tmp_path / "p"
+    with art.profile(folder):
+        for bad in (lambda: art.malloc(), lambda: art.malloc(-1), lambda: art.Event(timing="x")):
+            try:
+                bad()
+            except (TypeError, art.AscentError):
+                pass
+        h = art.malloc_host(4096)  # (a host allocation: device -1)
+        s = art.Stream()
+        art.launch(lambda: 1 / 0, stream=s)  # a failed task
+        with pytest.raises(art.TaskError):
+            s.synchronize()
+        h.free()
+    prof = art.profiler.load(folder)
+    assert -1 in [c.error for c in prof.api_calls] and any(t.failed for t in prof.tasks)
+    prof.diagnose()
+
+
 def _cell(table, column, value, row=0):
     def edit(d):
         d[table]["rows"][row][d[table]["columns"].index(column)] = value

@@ -307,7 +307,7 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
               "released_by": ("null or [device, stream, task id]",
                               lambda v: v is None or _int_list(3)(v))},
     "api_calls": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT,
-                  "error": _ints(0), "target": _STR, "already_done": _OPT_BOOL,
+                  "error": _ints(-1), "target": _STR, "already_done": _OPT_BOOL,
                   "done_for_ns": _NS},
     "ranges": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT},
     "marks": {"name": _STR, "ts_ns": _NS, "thread": _INT},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import warnings
 
 from ..errors import ErrorCode, InvalidArgumentError, os_cause
 from .csvexport import FILES as CSV_FILES
@@ -49,8 +50,15 @@ def parts(root: str) -> list[Profile]:
     except OSError:
         return []
     pids = sorted(int(m.group(1)) for m in map(_PART.match, names) if m)
-    return [read(part_path(root, pid)) for pid in pids
-            if os.path.exists(os.path.join(part_path(root, pid), DATA_FILE))]
+    found = []
+    for pid in pids:
+        if os.path.exists(os.path.join(part_path(root, pid), DATA_FILE)):
+            try:
+                found.append(read(part_path(root, pid)))
+            except InvalidArgumentError as exc:  # one bad part does not lose the others
+                warnings.warn(f"ascentrt: the part of process {pid} is left out of the profile "
+                              f"(its folder stays): {exc}", RuntimeWarning, stacklevel=2)
+    return found
 
 
 def assemble(root: str, pid: int, command: list) -> Profile | None:
