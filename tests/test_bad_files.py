@@ -66,7 +66,9 @@ def test_every_value_a_real_run_writes_loads_again(tmp_path):
             s.synchronize()
         h.free()
     prof = art.profiler.load(folder)
-    assert -1 in [c.error for c in prof.api_calls] and any(t.failed for t in prof.tasks)
+    assert any(t.failed for t in prof.tasks)
+    if art.Device(0).properties.backend == "cpu":  # (where the refused malloc() is recorded)
+        assert -1 in [c.error for c in prof.api_calls]
     prof.diagnose()
 
 
