@@ -138,18 +138,39 @@ def pipeline_bound(r1: PipelineResult) -> float:
 
 
 def check_batches(batches: object, elements: int = 3 << 19) -> None:
-    """A count of batches (check_count), whose staged inputs and outputs fit in half of this
-    machine's free memory (OutOfMemoryError, 207001, otherwise): every batch sits in pinned
-    host memory up front, and running out of it gets the process killed, not an error."""
+    """A count of batches (check_count), whose staged inputs and outputs fit in the memory
+    this process can still have (OutOfMemoryError, 207001, otherwise): every batch sits in
+    pinned host memory up front, and running out of it gets the process killed, not an error."""
     check_count("batches", batches)
     nbytes = 2 * int(batches) * elements * 8  # type: ignore[call-overload]  # (checked: an int)
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # (not every system says)
-        return
-    if nbytes > free // 2:
+    room = _available_memory()
+    if room is not None and nbytes > room:
         raise OutOfMemoryError(f"the pipeline stages {nbytes >> 20} MiB of batches in host memory, "
-                               f"more than half of the {free >> 20} MiB free here: use fewer batches")
+                               f"more than the {room >> 20} MiB available here: use fewer batches")
+
+
+def _available_memory() -> int | None:
+    """Bytes this process can still have: the kernel's MemAvailable (free memory and the page
+    cache it can drop), within a cgroup v2 limit if one is set; None where neither is known."""
+    room = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    room = int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            left = max(0, int(limit) - used)
+            room = left if room is None else min(room, left)
+    except (OSError, ValueError):
+        pass
+    return room
 
 
 def check_count(what: str, n: object) -> None:
