@@ -744,3 +744,12 @@ def test_a_destroyed_handle_answers_no_more_questions():
         with pytest.raises(art.InvalidHandleError) as err:
             call()
         assert err.value.code == E.RT_INVALID_HANDLE
+
+
+@pytest.mark.parametrize("value", [True, False, 0, 1, np.bool_(True), np.int64(0)], ids=repr)
+def test_a_yes_no_argument_takes_bools_and_0_or_1(stream, value):
+    assert art.Event(timing=value).timing is bool(value)
+    art.launch_host_func(lambda: None, stream=stream, blocking=value)
+    stream.synchronize(timeout=10)
+    assert art.ReusePolicy(opportunistic=value).opportunistic is bool(value)
+    art.Stream(stop_on_failure=value).destroy(force=value)
