@@ -284,6 +284,7 @@ class Stream:
             dropped = ENGINE._discard(self) if force else 0
             self._refuse = "destroyed"
             self._dq.streams.pop(self.id, None)
+        self.device._memory.forget_stream(self)  # (its allocators check a stream once)
         return dropped
 
     close = destroy

@@ -76,6 +76,7 @@ class DeviceAllocator:
         self.pool: Any = pool
         self.arena: Arena | None = None
         self.pools: list[BlockPool] = []  # explicit MemPools of this device (for device-wide stats)
+        self.explicit: list[DeviceAllocator] = []  # their allocators (see forget_stream)
         self.record_sites = leaks.recording_sites()
         backend = device._backend
         # A simulated device charges each malloc and free its modelled host cost.
@@ -100,7 +101,7 @@ class DeviceAllocator:
             if nbytes > self.capacity:
                 raise InvalidArgumentError(f"nbytes {nbytes} exceeds device {self.device.id}'s "
                                            f"capacity {self.capacity}")
-        if stream is not None and (stream is not self._checked_stream or stream._refuse is not None):
+        if stream is not None and stream is not self._checked_stream:
             self._check_stream(stream)
         pool = self.pool
         if self.host_call is not None or pool is None:
@@ -122,6 +123,12 @@ class DeviceAllocator:
         if self.record_sites:
             leaks.note_site(buf)
         return buf
+
+    def forget_stream(self, stream: Any) -> None:
+        """`stream` is being destroyed: no allocator of the device may pass it unchecked."""
+        for alloc in [self, *self.explicit]:
+            if alloc._checked_stream is stream:
+                alloc._checked_stream = None
 
     def _check_stream(self, stream: Any) -> None:
         """Raise unless `stream` is a stream of this device; remember it when it is."""
@@ -160,7 +167,7 @@ class DeviceAllocator:
     def release(self, buf: DeviceBuffer, stream: Any = None) -> bool:
         """Free a buffer after `stream`'s work (None: after all queued work of the device);
         False when another thread freed it first."""
-        if stream is not None and (stream is not self._checked_stream or stream._refuse is not None):
+        if stream is not None and stream is not self._checked_stream:
             self._check_stream(stream)
         if self.host_call is not None:
             self.host_call("free")

@@ -48,6 +48,7 @@ class MemPool:
         self._alloc = DeviceAllocator(dev, base.mem, base.base, base.capacity, pool=self._pool)
         self._destroyed = False
         base.pools.append(self._pool)
+        base.explicit.append(self._alloc)
 
     def _check_alive(self) -> None:
         if self._destroyed:
@@ -119,6 +120,7 @@ class MemPool:
         pools = self.device._memory.pools
         if self._pool.allocated == 0 and self._pool in pools:
             pools.remove(self._pool)      # nothing left to account for in the device's stats
+            self.device._memory.explicit.remove(self._alloc)
 
     close = destroy
 
