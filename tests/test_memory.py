@@ -399,3 +399,16 @@ def test_observers_see_frees_while_a_trace_records():
         REGISTRY.unobserve(seen)
     assert seen.events == ["alloc", "free", "alloc", "free"]
     assert [e[0] for e in rec.events] == ["alloc", "free", "alloc", "free"]
+
+
+def test_with_the_pool_off_large_and_small_buffers_free_in_every_build():
+    # (a compiled registry lost the identity of its large-allocation lists: free raised KeyError)
+    from subprocess_util import run_program
+    out = run_program("""
+        import ascentrt as art
+        for n in (1 << 30, 1 << 20, 64):
+            b = art.malloc(n)
+            b.free()
+            print(b.alive)
+    """, env={"ASCENTRT_MEM_POOL_ENABLE": "0"})
+    assert out.split() == ["False"] * 3

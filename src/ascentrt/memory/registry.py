@@ -112,8 +112,9 @@ class AddressRegistry:
                         pages.pop(page, None)
             return
         addr = alloc.addr
+        small = alloc.nbytes <= _BUCKET
         with self._lock:
-            lists = self._buckets.get(addr >> _SHIFT) if alloc.nbytes <= _BUCKET else self._large
+            lists = self._buckets.get(addr >> _SHIFT) if small else self._large
             if lists is None:
                 return
             starts, allocs = lists
@@ -121,7 +122,9 @@ class AddressRegistry:
             while i < len(allocs) and starts[i] == addr:
                 if allocs[i] is alloc:
                     del starts[i], allocs[i]
-                    if not starts and lists is not self._large:
+                    # (by size, not by `lists is self._large`: a compiled build rebuilds a
+                    # tuple attribute at each read, so the identity never holds there)
+                    if not starts and small:
                         del self._buckets[addr >> _SHIFT]
                     return
                 i += 1
