@@ -33,6 +33,7 @@ import itertools
 import math
 import os
 import signal as os_signal  # (`signal` names the awaited Signal here)
+import sys
 import threading
 import time
 from typing import Any
@@ -62,7 +63,6 @@ LONG_STEP_S = 10.0
 
 def _say_long_step(task: Any) -> None:
     """The report of a task that has run LONG_STEP_S on the host thread that stepped it."""
-    import sys
     label = getattr(task, "label", "") or getattr(task.fn, "__name__", "task")
     print(f"ascentrt: {label} has run for {LONG_STEP_S:g} s of real time on the sim backend, "
           f"which runs kernels on the host thread whose call reached them: a kernel that waits "
