@@ -753,3 +753,16 @@ def test_a_yes_no_argument_takes_bools_and_0_or_1(stream, value):
     stream.synchronize(timeout=10)
     assert art.ReusePolicy(opportunistic=value).opportunistic is bool(value)
     art.Stream(stop_on_failure=value).destroy(force=value)
+
+
+def test_a_registered_array_that_numpy_moved_is_refused_not_written(buf):
+    # (the registry kept the old range: a copy through the pointer wrote into freed memory and
+    # crashed the process)
+    from ascentrt.memory.external import register_host, unregister_host
+    arr = np.zeros(4 << 20, np.uint8)
+    ptr = register_host(arr)
+    arr.resize(64 << 20, refcheck=False)  # numpy moves the data
+    with pytest.raises(art.InvalidAddressError) as err:
+        art.memcpy(ptr, buf, 64)
+    assert err.value.code == E.INVALID_PARAM and "moved" in str(err.value)
+    unregister_host(ptr)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, InvalidArgumentError
+from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError
 from ..validate import check_flag
 from .registry import REGISTRY
 from .shared_bytes import interpreter_shares
@@ -59,6 +59,12 @@ class ExternalHostBuffer:
             view = obj.reshape(-1).view(np.uint8)
         else:
             view = np.frombuffer(obj, dtype=np.uint8)
+        if view.ctypes.data != self.addr or view.nbytes < self.nbytes:
+            # The caller moved or shrank the memory (ndarray.resize with refcheck=False): the
+            # registered range is gone, and an int pointer into it would reach freed memory.
+            raise InvalidAddressError(f"host memory at {self.addr:#x} moved since it was "
+                                      f"registered (the {type(obj).__name__} was resized): "
+                                      f"register it again")
         if not self.writable and view.flags.writeable:
             view = view.view()
             view.flags.writeable = False
