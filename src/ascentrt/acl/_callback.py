@@ -7,7 +7,7 @@ from typing import Any, Callable
 from .. import callback as _cb
 from ..errors import ErrorCode
 from . import constants as C
-from ._api import AclTypeError, api, fail, stream_of
+from ._api import AclTypeError, api, fail, note_task, stream_of
 
 
 @api("kk")
@@ -30,7 +30,9 @@ def launch_callback(fn: Callable[..., Any], user_data: object, block_type: int, 
         raise AclTypeError("parameter must be callable")
     if block_type not in (C.ACL_CALLBACK_NO_BLOCK, C.ACL_CALLBACK_BLOCK):
         raise fail(ErrorCode.INVALID_PARAM, f"block type must be 0 or 1, got {block_type}")
-    _cb.launch_callback(fn, user_data, stream_of(stream), blocking=block_type == C.ACL_CALLBACK_BLOCK)
+    s = stream_of(stream)
+    _cb.launch_callback(fn, user_data, s, blocking=block_type == C.ACL_CALLBACK_BLOCK)
+    note_task(stream, s)
 
 
 @api("i")

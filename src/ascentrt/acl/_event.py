@@ -8,13 +8,17 @@ from typing import TYPE_CHECKING
 from ..event import Event, elapsed_time, set_wait_timeout
 from ..errors import ErrorCode
 from . import constants as C
-from ._api import EVENTS, api, fail, need_context, stream_of, timeout_ms
+from ._api import EVENTS, api, fail, need_context, note_task, stream_of, timeout_ms
 
 if TYPE_CHECKING:
     from ..stream import Stream
 
 _KNOWN_FLAGS = (C.ACL_EVENT_SYNC | C.ACL_EVENT_CAPTURE_STREAM_PROGRESS | C.ACL_EVENT_TIME_LINE
                 | C.ACL_EVENT_DEVICE_USE_ONLY | C.ACL_EVENT_EXTERNAL | C.ACL_EVENT_IPC)
+# What a device without stream / event limits (the cpu backend) reports as left of them: the
+# value `ascentrt calibrate` writes as max_streams / max_events for "no limit", so a calibrated
+# sim preset answers alike; it fits CANN's uint32.
+NO_LIMIT = 1 << 30
 _lock = threading.Lock()
 _flags: dict[int, tuple[int | None, bool]] = {}  # handle -> (flag or None for create_event, ex?)
 _waits: dict[int, list[Event]] = {}               # handle -> markers after its stream waits
@@ -81,7 +85,10 @@ def destroy_event(event: int) -> None:
 @api("kk")
 def record_event(event: int, stream: int) -> None:
     """Capture the work submitted to the stream so far, 0 = default stream (aclrtRecordEvent)."""
-    EVENTS.get(event).record(stream_of(stream))
+    ev = EVENTS.get(event)
+    s = stream_of(stream)
+    ev.record(s)
+    note_task(stream, s)
 
 
 @api("kk")
@@ -161,6 +168,18 @@ def get_event_id(event: int) -> int:
     return EVENTS.get(event).id
 
 
+@api("", out=(0,))
+def get_event_avail_num() -> int:
+    """(n, ret): events the current device can still create, its limit less those alive (aclrtGetEventAvailNum)."""
+    dev = need_context().device
+    limit = dev._backend.properties().max_events
+    if limit:  # a modelled device counts its live events (the runtime's own among them)
+        return max(limit - len(dev._events), 0)
+    # No limit (the cpu backend), so no count kept by the device: the program's live events.
+    alive = sum(1 for _, ev in EVENTS.items() if ev.device is dev and not ev._destroyed)
+    return max(NO_LIMIT - alive, 0)
+
+
 def forget_all() -> None:
     """Drop the side tables (acl.finalize)."""
     with _lock:
@@ -171,4 +190,5 @@ def forget_all() -> None:
 __all__ = ["create_event", "create_event_with_flag", "create_event_ex_with_flag", "destroy_event",
            "record_event", "reset_event", "query_event", "query_event_status",
            "query_event_wait_status", "synchronize_event", "synchronize_event_with_timeout",
-           "event_elapsed_time", "event_get_timestamp", "set_op_wait_timeout", "get_event_id"]
+           "event_elapsed_time", "event_get_timestamp", "set_op_wait_timeout", "get_event_id",
+           "get_event_avail_num"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from ..errors import ErrorCode
 from ..launch import launch
 from ..memory import REGISTRY, BufferSlice, TypedView
-from ._api import EVENTS, AclTypeError, api, fail, stream_of
+from ._api import EVENTS, AclTypeError, api, fail, last_task_id, note_task, stream_of
 
 
 _ranges: list[tuple[int, int]] = []  # (start, end) of each device's memory mapping, made once
@@ -69,8 +70,61 @@ def launch_kernel(kernel: Callable[..., Any] | str, args: tuple[Any, ...] | list
     s = stream_of(stream)
     ev = EVENTS.get(event) if event else None
     launch(kernel, *[_translate(a) for a in args] if args else (), stream=s)
+    note_task(stream, s)
     if ev is not None:
         ev.record(s)
 
 
-__all__ = ["launch_kernel"]
+@api("", out=(0,))
+def get_thread_last_task_id() -> int:
+    """(task_id, ret): this thread's last task on a stream it created, 0 before any (aclrtGetThreadLastTaskId)."""
+    return last_task_id()
+
+
+# Operator execution timeout, in CANN's hardware units: a timeout is a whole number 1..254 of
+# the hardware's interval (a request rounds up to one, beyond 254 it clamps; 0 asks for the
+# most). ascentrt follows Atlas A2, whose default and maximum AI Core timeout is 1091 s =
+# 254 intervals: an interval of 2**32 ns, 4294967 us. The value is recorded for the getters
+# only: a kernel is a host-thread call that cannot be pre-empted, so none is cut off.
+_INTERVAL_US = (1 << 32) // 1000
+_MAX_INTERVALS = 254
+_timeout_lock = threading.Lock()
+_op_timeout_us = [_INTERVAL_US * _MAX_INTERVALS]  # the default: the most
+
+
+def _set_op_timeout_us(timeout_us: int) -> int:
+    """Round a timeout in us as the hardware does, keep it; returns what took effect."""
+    intervals = _MAX_INTERVALS if timeout_us == 0 else min(-(-timeout_us // _INTERVAL_US), _MAX_INTERVALS)
+    actual = intervals * _INTERVAL_US
+    with _timeout_lock:
+        _op_timeout_us[0] = actual
+    return actual
+
+
+@api("I")
+def set_op_execute_time_out(timeout: int) -> None:
+    """Set the operator execution timeout in seconds, 0 = the most; last call wins (aclrtSetOpExecuteTimeOut)."""
+    _set_op_timeout_us((timeout & 0xFFFFFFFF) * 1_000_000)  # (a uint32, as the wrapper parses it)
+
+
+@api("K", out=(0,))
+def set_op_execute_timeout_v2(timeout: int) -> int:
+    """(actual_us, ret): set the operator timeout in us, 0 = the most; rounded (aclrtSetOpExecuteTimeOutV2)."""
+    return _set_op_timeout_us(timeout & 0xFFFFFFFFFFFFFFFF)
+
+
+@api("", out=(0,))
+def get_op_execute_timeout() -> int:
+    """(timeout_ms, ret): the operator execution timeout in effect, in ms (aclrtGetOpExecuteTimeout)."""
+    with _timeout_lock:
+        return _op_timeout_us[0] // 1000
+
+
+@api("", out=(0,))
+def get_op_timeout_interval() -> int:
+    """(interval_us, ret): the timeout granularity: timeouts are 1..254 of it (aclrtGetOpTimeOutInterval)."""
+    return _INTERVAL_US
+
+
+__all__ = ["launch_kernel", "get_thread_last_task_id", "set_op_execute_time_out",
+           "set_op_execute_timeout_v2", "get_op_execute_timeout", "get_op_timeout_interval"]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from typing import Any, Callable
 
+from ..device import Device
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from ..memory import REGISTRY, DeviceBuffer, HostBuffer, leaks, malloc_host as _malloc_host
 from ..copies import memcpy as _memcpy, memcpy2d as _memcpy2d
@@ -12,7 +14,7 @@ from ..copies import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_
 from ..copies import memset as _memset, memset_async as _memset_async
 from . import constants as C
 from ..context import _current, current_context
-from ._api import _INT32, _MISSING, api, fail, need_context, ret_of, stream_of
+from ._api import _INT32, _MISSING, AclTypeError, api, fail, need_context, note_task, ret_of, stream_of
 
 _MAX_2D_WIDTH, _MAX_2D_HEIGHT = 5_000_000, 5_242_880
 
@@ -59,7 +61,11 @@ def malloc(size: int, policy: int) -> int:
     """(dev_ptr, ret): device memory, 64-byte aligned, size rounded up to 32; any policy (aclrtMalloc)."""
     if size <= 0:  # (before the context: pyACL's code for size 0 even without one)
         raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
-    memory = (current_context() or need_context()).device._memory
+    return _malloc_on((current_context() or need_context()).device._memory, size)
+
+
+def _malloc_on(memory: Any, size: int) -> int:
+    """Allocate on one device's memory, handed out for free; pyACL's codes for refusals."""
     try:
         buf = memory.malloc(size)
     except Exception as exc:
@@ -203,7 +209,9 @@ def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, strea
     if count == 0:
         return
     core_kind = _copy_args(dst, dest_max, src, count, kind)
-    _memcpy_async(dst, src, count, stream=stream_of(stream), kind=core_kind)
+    s = stream_of(stream)
+    _memcpy_async(dst, src, count, stream=s, kind=core_kind)
+    note_task(stream, s)
 
 
 def _fill_args(ptr: int, max_count: int, count: int) -> None:
@@ -228,7 +236,9 @@ def memset_async(dev_ptr: int, max_count: int, value: int, count: int, stream: i
     if count == 0:
         return
     _fill_args(dev_ptr, max_count, count)
-    _memset_async(dev_ptr, value & 0xFF, count, stream=stream_of(stream))
+    s = stream_of(stream)
+    _memset_async(dev_ptr, value & 0xFF, count, stream=s)
+    note_task(stream, s)
 
 
 def _copy2d_args(dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: int,
@@ -258,7 +268,9 @@ def memcpy2d_async(dst: int, dpitch: int, src: int, spitch: int, width: int, hei
     """Pitched copy after the stream's earlier work; H2D, D2H or D2D (aclrtMemcpy2dAsync)."""
     _copy2d_args(dst, dpitch, src, spitch, width, height, kind,
                  _2D_KINDS + (C.ACL_MEMCPY_DEVICE_TO_DEVICE,))
-    _memcpy2d_async(dst, dpitch, src, spitch, width, height, stream=stream_of(stream), kind=kind)
+    s = stream_of(stream)
+    _memcpy2d_async(dst, dpitch, src, spitch, width, height, stream=s, kind=kind)
+    note_task(stream, s)
 
 
 @api("i", out=(0, 0))
@@ -287,6 +299,86 @@ def mem_invalidate(ptr: int, size: int) -> None:
     _check_range(ptr, size)
 
 
+def _malloc_config(cfg: object, what: str) -> list[tuple[int, dict[str, Any]]]:
+    """(attr, value dict) pairs of a pyACL aclrtMallocConfig dict, shaped as pyACL's wrapper
+    reads it ({} = none; else "numAttrs" and a list "attrs" of {"attr": int, "value":
+    {"moduleId" | "deviceId" | "rsv": ...}}); a malformed one raises TypeError."""
+    if not isinstance(cfg, dict):
+        raise AclTypeError("pyCfg is not dict!")
+    if not cfg:
+        return []
+    attrs, count = cfg.get("attrs"), cfg.get("numAttrs", 0)
+    if not isinstance(attrs, list):
+        raise AclTypeError(f"acl.rt.{what}: cfg[\"attrs\"] must be a list of dicts")
+    if type(count) is not int or count != len(attrs):
+        raise AclTypeError(f"acl.rt.{what}: cfg[\"numAttrs\"] {count!r} does not match {len(attrs)} attrs")
+    out = []
+    for item in attrs:
+        value = item.get("value") if isinstance(item, dict) else None
+        attr = item.get("attr", C.ACL_RT_MEM_ATTR_RSV) if isinstance(item, dict) else None
+        if type(attr) is not int or not isinstance(value, dict) \
+                or not any(k in value for k in ("moduleId", "deviceId", "rsv")):
+            raise AclTypeError(f"acl.rt.{what}: each attr is {{\"attr\": int, \"value\": "
+                               f"{{\"moduleId\" | \"deviceId\" | \"rsv\": ...}}}}, got {item!r:.80}")
+        out.append((attr, value))
+    return out
+
+
+@api("kiO", out=(0,))
+def malloc_with_cfg(size: int, policy: int, cfg: object) -> int:
+    """(dev_ptr, ret): as malloc; cfg {} or a config dict, deviceId picks the device (aclrtMallocWithCfg)."""
+    attrs = _malloc_config(cfg, "malloc_with_cfg")
+    if size <= 0:
+        raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
+    device = need_context().device
+    for attr, value in attrs:  # (the last of repeated attributes wins, as in CANN)
+        if attr == C.ACL_RT_MEM_ATTR_DEVICE_ID:
+            dev_id = value.get("deviceId")
+            if type(dev_id) is not int:
+                raise AclTypeError("acl.rt.malloc_with_cfg: deviceId must be an int")
+            device = Device(dev_id)  # (107001 for an id out of range)
+        elif attr not in (C.ACL_RT_MEM_ATTR_RSV, C.ACL_RT_MEM_ATTR_MODULE_ID):
+            # (a module id only labels CANN's memory statistics: accepted, nothing to label)
+            raise fail(ErrorCode.RT_PARAM_INVALID, f"malloc config attribute {attr} is not 0, 1 or 2")
+    return _malloc_on(device._memory, size)
+
+
+@api("kO", out=(0,))
+def malloc_host_with_cfg(size: int, cfg: object) -> int:
+    """(host_ptr, ret): as malloc_host; cfg {} or a config dict (module id, VA flag) (aclrtMallocHostWithCfg)."""
+    attrs = _malloc_config(cfg, "malloc_host_with_cfg")
+    if size <= 0:
+        raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
+    for attr, _ in attrs:
+        # A module id labels statistics; the VA flag asks for an address every device can use,
+        # which pinned host memory here always is.
+        if attr not in (C.ACL_RT_MEM_ATTR_MODULE_ID, C.ACL_RT_MEM_ATTR_VA_FLAG):
+            raise fail(ErrorCode.RT_PARAM_INVALID, f"host malloc config attribute {attr} is not 1 or 3")
+    return malloc_host.__wrapped__(size)
+
+
+_PAGE_SIZE = mmap.PAGESIZE  # what backs every allocation here: the host's pages
+
+
+@api("k", out=(None,))
+def pointer_get_attributes(ptr: int) -> dict[str, Any]:
+    """(dict, ret): location {"id", "type"}, page_size of the memory at ptr (aclrtPointerGetAttributes)."""
+    if ptr == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "pointer is null")
+    alloc = REGISTRY.find(ptr)
+    if alloc is None:
+        # CANN reports memory it did not allocate as unregistered (success, no page size).
+        where, dev_id, page = C.ACL_MEM_LOCATION_TYPE_UNREGISTERED, 0, 0
+    elif alloc.kind == "device":
+        where, dev_id, page = C.ACL_MEM_LOCATION_TYPE_DEVICE, alloc.device.id, _PAGE_SIZE
+    elif alloc.kind == "host":
+        where, dev_id, page = C.ACL_MEM_LOCATION_TYPE_HOST, 0, _PAGE_SIZE
+    else:  # registered pageable memory: not page-locked, as CANN's unregistered host memory
+        where, dev_id, page = C.ACL_MEM_LOCATION_TYPE_UNREGISTERED, 0, _PAGE_SIZE
+    return {"location": {"id": dev_id, "type": where}, "page_size": page, "rsv": [0, 0, 0, 0]}
+
+
 __all__ = ["malloc", "malloc_cached", "malloc_align32", "free", "malloc_host", "free_host",
            "memcpy", "memcpy_async", "memset", "memset_async", "memcpy2d", "memcpy2d_async",
-           "get_mem_info", "mem_flush", "mem_invalidate"]
+           "get_mem_info", "mem_flush", "mem_invalidate", "malloc_with_cfg", "malloc_host_with_cfg",
+           "pointer_get_attributes"]

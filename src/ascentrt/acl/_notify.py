@@ -7,7 +7,7 @@ from typing import Any
 from ..errors import ErrorCode
 from ..notify import Notify
 from . import constants as C
-from ._api import NOTIFIES, AclTypeError, api, fail, need_context, stream_of
+from ._api import NOTIFIES, AclTypeError, api, fail, need_context, note_task, stream_of
 
 
 @api("I", out=(0,))
@@ -28,7 +28,9 @@ def destroy_notify(notify: int) -> None:
 @api("kk")
 def record_notify(notify: int, stream: int) -> None:
     """Set the notify once the stream reaches this point (aclrtRecordNotify)."""
-    stream_of(stream).record_notify(NOTIFIES.get(notify))
+    s = stream_of(stream)
+    s.record_notify(NOTIFIES.get(notify))
+    note_task(stream, s)
 
 
 @api("kkO")
@@ -40,7 +42,9 @@ def wait_and_reset_notify(notify: int, stream: int, timeout: int) -> None:
         raise AclTypeError("timeout can't be a negative number!")
     if timeout >= 1 << 32:
         raise AclTypeError("timeout should be less than 2**32!")
-    stream_of(stream).wait_notify(NOTIFIES.get(notify), None if timeout == 0 else timeout / 1000.0)
+    s = stream_of(stream)
+    s.wait_notify(NOTIFIES.get(notify), None if timeout == 0 else timeout / 1000.0)
+    note_task(stream, s)
 
 
 @api("k", out=(0,))

@@ -5,12 +5,12 @@ from __future__ import annotations
 from .. import context
 from ..callback import forget_destroyed_streams
 from ..context import is_default_stream
-from ..engine import PRIORITY_LEVELS
+from ..engine import ENGINE, PRIORITY_LEVELS
 from ..errors import ErrorCode
 from ..stream import FailureMode, Stream
 from . import constants as C
-from ._api import EVENTS, STREAMS, api, fail, need_context, stream_of, timeout_ms
-from ._event import check_sync_flag, note_wait
+from ._api import EVENTS, STREAMS, AclTypeError, api, fail, need_context, note_task, stream_of, timeout_ms
+from ._event import NO_LIMIT, check_sync_flag, note_wait
 
 
 @api("", out=(0,))
@@ -100,6 +100,7 @@ def stream_wait_event(stream: int, event: int) -> None:
     ev = EVENTS.get(event)
     check_sync_flag(event, "stream_wait_event")
     s.wait(ev)
+    note_task(stream, s)  # (before note_wait's own marker task)
     note_wait(event, s)
 
 
@@ -109,6 +110,56 @@ def stream_get_id(stream: int) -> int:
     return stream_of(stream).id
 
 
+@api("", out=(0,))
+def get_stream_available_num() -> int:
+    """(n, ret): streams the current device can still create (aclrtGetStreamAvailableNum)."""
+    dev = need_context().device
+    limit = dev._backend.properties().max_streams or NO_LIMIT
+    with ENGINE.lock:  # (streams come and go under it)
+        alive = sum(not x._internal for x in list(dev._dq.streams.values()))
+    return max(limit - alive, 0)
+
+
+_MODELLED_STREAM_ATTRS = (C.ACL_STREAM_ATTR_FAILURE_MODE, C.ACL_STREAM_ATTR_PRIORITY)
+_KNOWN_STREAM_ATTRS = range(C.ACL_STREAM_ATTR_FAILURE_MODE, C.ACL_STREAM_ATTR_PRIORITY + 1)
+
+
+def _check_stream_attr(attr: int) -> None:
+    if attr not in _KNOWN_STREAM_ATTRS:
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"unknown stream attribute {attr}")
+    if attr not in _MODELLED_STREAM_ATTRS:  # overflow check, custom tag, op-info cache
+        raise fail(ErrorCode.RT_FEATURE_NOT_SUPPORT, f"stream attribute {attr} has no model in ascentrt")
+
+
+@api("ki", out=(None,))
+def get_stream_attribute(stream: int, attr: int) -> dict[str, int | list[int]]:
+    """(dict, ret): {"failureMode": m} (attr 1), {"reserved": [priority, 0, 0, 0]} (5) (aclrtGetStreamAttribute)."""
+    s = stream_of(stream)
+    _check_stream_attr(attr)
+    if attr == C.ACL_STREAM_ATTR_FAILURE_MODE:
+        return {"failureMode": int(s.failure_mode)}
+    # pyACL returns the value union's reserve words for attributes it has no key for.
+    return {"reserved": [s.priority, 0, 0, 0]}
+
+
+@api("kiO")
+def set_stream_attribute(stream: int, attr: int, value: object) -> None:
+    """Set attribute 1, the failure mode ({"failureMode": 0 or 1}) (aclrtSetStreamAttribute)."""
+    if not isinstance(value, dict):
+        raise AclTypeError("the aclrtStreamAttrValue argument is not dict")
+    s = stream_of(stream)
+    _check_stream_attr(attr)
+    if attr == C.ACL_STREAM_ATTR_PRIORITY:
+        raise fail(ErrorCode.RT_FEATURE_NOT_SUPPORT, "a stream's priority is fixed when it is created")
+    mode = value.get("failureMode", 0)  # (pyACL leaves a missing member 0)
+    if isinstance(mode, bool) or not isinstance(mode, int):
+        raise AclTypeError("acl.rt.set_stream_attribute args parse failed!")
+    if mode not in (C.ACL_CONTINUE_ON_FAILURE, C.ACL_STOP_ON_FAILURE):
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"failure mode must be 0 or 1, got {mode}")
+    s.set_failure_mode(FailureMode(mode))
+
+
 __all__ = ["create_stream", "create_stream_with_config", "destroy_stream", "destroy_stream_force",
            "synchronize_stream", "synchronize_stream_with_timeout", "stream_query",
-           "set_stream_failure_mode", "stream_wait_event", "stream_get_id"]
+           "set_stream_failure_mode", "stream_wait_event", "stream_get_id", "get_stream_available_num",
+           "get_stream_attribute", "set_stream_attribute"]

@@ -1,0 +1,397 @@
+"""ascentrt.acl's device-info, resource-count, attribute, timeout and system-parameter calls
+against CANN's semantics: normal use, bad handles and ints, and the sim backend's values."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+import ascentrt.acl as acl
+from ascentrt import context
+from ascentrt.acl import constants as C
+from ascentrt.device import Device
+
+from subprocess_util import run_program
+from test_acl_conformance import rt, stream  # noqa: F401  (the fixtures: device 0 set, a stream)
+
+
+def released_without_device():
+    """Make sure no context is current on this thread (no set_device)."""
+    context.set_current_context(None)
+
+
+# ---- get_device_info / device_get_uuid / get_primary_ctx_state --------------------------------
+
+def test_device_info_answers_from_the_device_properties(rt):
+    props = Device(0).properties
+    assert rt.get_device_info(0, C.ACL_DEV_ATTR_AICORE_CORE_NUM) == (props.compute_units, 0)
+    assert rt.get_device_info(0, C.ACL_DEV_ATTR_CUBE_CORE_NUM) == (props.compute_units, 0)
+    assert rt.get_device_info(0, C.ACL_DEV_ATTR_VECTOR_CORE_NUM) == (props.compute_units, 0)
+    assert rt.get_device_info(0, C.ACL_DEV_ATTR_AICPU_CORE_NUM) == (0, 0)  # the cpu backend has none
+    assert rt.get_device_info(0, C.ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE) == (Device(0).mem_info()[1], 0)
+    assert rt.get_device_info(0, C.ACL_DEV_ATTR_PHY_CHIP_ID) == (0, 0)
+    assert rt.get_device_info(0, C.ACL_DEV_ATTR_IS_VIRTUAL) == (0, 0)
+
+
+def test_device_info_refuses_unknown_and_unmodelled_attributes_and_bad_devices(rt):
+    assert rt.get_device_info(0, 999) == (0, C.ACL_ERROR_RT_PARAM_INVALID)
+    assert rt.get_device_info(0, 0) == (0, C.ACL_ERROR_RT_PARAM_INVALID)
+    for attr in (C.ACL_DEV_ATTR_WARP_SIZE, C.ACL_DEV_ATTR_L2_CACHE_SIZE, C.ACL_DEV_ATTR_SUPER_POD_ID,
+                 C.ACL_DEV_ATTR_NPU_ARCH):
+        assert rt.get_device_info(0, attr) == (0, C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+    assert rt.get_device_info(64, C.ACL_DEV_ATTR_AICORE_CORE_NUM) == (0, C.ACL_ERROR_RT_PARAM_INVALID)
+    assert rt.get_device_info(-1, C.ACL_DEV_ATTR_AICORE_CORE_NUM)[1] == C.ACL_ERROR_RT_PARAM_INVALID
+    with pytest.raises(TypeError, match="acl.rt.get_device_info args parse failed"):
+        rt.get_device_info(0, None)
+
+
+def test_device_info_needs_no_context():
+    released_without_device()
+    assert acl.rt.get_device_info(0, C.ACL_DEV_ATTR_AICORE_CORE_NUM)[1] == 0
+
+
+def test_uuid_is_16_bytes_stable_and_per_device(rt):
+    first, ret = rt.device_get_uuid(0)
+    assert ret == 0 and set(first) == {"bytes"}
+    assert len(first["bytes"]) == 16 and all(type(b) is int and 0 <= b < 256 for b in first["bytes"])
+    assert rt.device_get_uuid(0) == (first, 0)
+    assert rt.device_get_uuid(-1) == (None, C.ACL_ERROR_RT_INVALID_DEVICEID)
+    assert rt.device_get_uuid(64) == (None, C.ACL_ERROR_RT_INVALID_DEVICEID)
+
+
+def test_uuid_is_the_same_in_another_run_and_differs_by_device():
+    code = """
+        import json
+        import ascentrt.acl as acl
+        print(json.dumps([acl.rt.device_get_uuid(i)[0]["bytes"] for i in range(2)]))
+    """
+    a = json.loads(run_program(code, {"ASCENTRT_DEVICES": "2"}))
+    b = json.loads(run_program(code, {"ASCENTRT_DEVICES": "2"}))
+    assert a == b and a[0] != a[1]
+    assert acl.rt.device_get_uuid(0)[0]["bytes"] == a[0]  # (this process: cpu backend too)
+
+
+def test_primary_context_state_follows_set_and_reset():
+    released_without_device()
+    assert acl.rt.get_primary_ctx_state(0) == (0, 0, 0)
+    assert acl.rt.set_device(0) == 0
+    try:
+        assert acl.rt.get_primary_ctx_state(0) == (1, 0, 0)
+    finally:
+        assert acl.rt.reset_device(0) == 0
+        context.set_current_context(None)
+    assert acl.rt.get_primary_ctx_state(0) == (0, 0, 0)
+    assert acl.rt.get_primary_ctx_state(64) == (0, 0, C.ACL_ERROR_RT_INVALID_DEVICEID)
+
+
+# ---- resource counts -------------------------------------------------------------------------
+
+def test_stream_and_event_counts_fall_with_each_one_made(rt):
+    streams, ret = rt.get_stream_available_num()
+    assert ret == 0 and streams > 1000
+    events, ret = rt.get_event_avail_num()
+    assert ret == 0 and events > 1000
+    s, _ = rt.create_stream()
+    e, _ = rt.create_event()
+    assert rt.get_stream_available_num() == (streams - 1, 0)
+    assert rt.get_event_avail_num() == (events - 1, 0)
+    assert rt.destroy_stream(s) == 0 and rt.destroy_event(e) == 0
+    assert rt.get_stream_available_num() == (streams, 0)
+    assert rt.get_event_avail_num() == (events, 0)
+
+
+def test_counts_on_the_cpu_backend_are_the_no_limit_value(rt):
+    from ascentrt.acl._event import NO_LIMIT
+    assert NO_LIMIT == 1 << 30
+    assert rt.get_stream_available_num()[0] <= NO_LIMIT
+
+
+def test_counts_need_a_context():
+    released_without_device()
+    assert acl.rt.get_stream_available_num() == (0, C.ACL_ERROR_RT_CONTEXT_NULL)
+    assert acl.rt.get_event_avail_num() == (0, C.ACL_ERROR_RT_CONTEXT_NULL)
+
+
+# ---- get_thread_last_task_id -----------------------------------------------------------------
+
+def test_last_task_id_is_this_threads_last_task_on_a_created_stream(rt, stream):
+    n = 256
+    dev, _ = rt.malloc(n, 0)
+    host, _ = rt.malloc_host(n)
+    assert rt.memcpy_async(dev, n, host, n, C.ACL_MEMCPY_HOST_TO_DEVICE, stream) == 0
+    first, ret = rt.get_thread_last_task_id()
+    assert ret == 0 and first > 0
+    assert rt.memset_async(dev, n, 1, n, stream) == 0
+    assert rt.get_thread_last_task_id() == (first + 1, 0)
+    assert rt.launch_kernel("noop", (), stream) == 0
+    assert rt.get_thread_last_task_id() == (first + 2, 0)
+    # The default stream is not one the program created: CANN does not count its tasks.
+    assert rt.memset_async(dev, n, 2, n, 0) == 0
+    assert rt.get_thread_last_task_id() == (first + 2, 0)
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(acl.rt.get_thread_last_task_id()))
+    t.start()
+    t.join()
+    assert seen == [(0, 0)]  # another thread has submitted nothing
+    assert rt.synchronize_stream(stream) == 0
+    assert rt.free(dev) == 0 and rt.free_host(host) == 0
+
+
+def test_last_task_id_matches_the_exception_infos_task_id(rt, stream):
+    infos = []
+    assert rt.set_exception_info_callback(lambda info: infos.append(
+        acl.rt.get_task_id_from_exception_info(info))) == 0
+
+    def boom():
+        raise RuntimeError("kernel failed")
+    assert rt.launch_kernel(boom, (), stream) == 0
+    task_id, _ = rt.get_thread_last_task_id()
+    assert rt.synchronize_stream(stream) != 0
+    assert infos == [task_id]
+
+
+# ---- operator execution timeouts -------------------------------------------------------------
+
+@pytest.fixture
+def op_timeout(rt):
+    yield rt
+    rt.set_op_execute_timeout_v2(0)  # back to the default (the most)
+
+
+def test_op_timeout_rounds_to_whole_intervals_and_reads_back(op_timeout):
+    rt = op_timeout
+    interval, ret = rt.get_op_timeout_interval()
+    assert ret == 0 and interval == (1 << 32) // 1000
+    assert rt.get_op_execute_timeout() == (254 * interval // 1000, 0)  # default: the most (1091 s)
+    assert rt.set_op_execute_timeout_v2(1) == (interval, 0)            # up to one interval
+    assert rt.get_op_execute_timeout() == (interval // 1000, 0)
+    assert rt.set_op_execute_timeout_v2(3 * interval - 5) == (3 * interval, 0)
+    assert rt.set_op_execute_timeout_v2(1 << 40) == (254 * interval, 0)  # clamped
+    assert rt.set_op_execute_timeout_v2(0) == (254 * interval, 0)        # 0: the most
+    assert rt.set_op_execute_time_out(10) == 0                           # seconds
+    assert rt.get_op_execute_timeout() == (3 * interval // 1000, 0)
+    assert rt.set_op_execute_time_out(0) == 0
+    assert rt.get_op_execute_timeout() == (254 * interval // 1000, 0)
+
+
+def test_op_timeout_argument_parsing(op_timeout):
+    rt = op_timeout
+    with pytest.raises(TypeError, match="acl.rt.set_op_execute_timeout_v2 args parse failed"):
+        rt.set_op_execute_timeout_v2(1.5)
+    with pytest.raises(TypeError):
+        rt.set_op_execute_time_out("10")
+    assert rt.set_op_execute_timeout_v2(np.uint64(2)) == (rt.get_op_timeout_interval()[0], 0)
+
+
+# ---- memory: malloc_with_cfg, malloc_host_with_cfg, pointer_get_attributes --------------------
+
+def test_malloc_with_cfg_allocates_like_malloc(rt):
+    ptr, ret = rt.malloc_with_cfg(1000, C.ACL_MEM_MALLOC_HUGE_FIRST, {})
+    assert ret == 0 and ptr
+    cfg = {"numAttrs": 2, "attrs": [{"attr": C.ACL_RT_MEM_ATTR_MODULE_ID, "value": {"moduleId": 7}},
+                                    {"attr": C.ACL_RT_MEM_ATTR_DEVICE_ID, "value": {"deviceId": 0}}]}
+    other, ret = rt.malloc_with_cfg(64, 0, cfg)
+    assert ret == 0
+    assert rt.memset(ptr, 1000, 3, 1000) == 0
+    assert rt.free(ptr) == 0 and rt.free(other) == 0
+
+
+def test_malloc_with_cfg_checks_its_config(rt):
+    bad_attr = {"numAttrs": 1, "attrs": [{"attr": C.ACL_RT_MEM_ATTR_VA_FLAG, "value": {"rsv": [1]}}]}
+    assert rt.malloc_with_cfg(64, 0, bad_attr) == (0, C.ACL_ERROR_RT_PARAM_INVALID)
+    bad_dev = {"numAttrs": 1, "attrs": [{"attr": C.ACL_RT_MEM_ATTR_DEVICE_ID, "value": {"deviceId": 64}}]}
+    assert rt.malloc_with_cfg(64, 0, bad_dev) == (0, C.ACL_ERROR_RT_INVALID_DEVICEID)
+    assert rt.malloc_with_cfg(0, 0, {}) == (0, C.ACL_ERROR_INVALID_PARAM)
+    for cfg in (None, [], {"numAttrs": 2, "attrs": []}, {"numAttrs": 1, "attrs": [{"attr": 1}]},
+                {"numAttrs": 1, "attrs": [{"attr": 1, "value": {"other": 1}}]}, {"attrs": 3}):
+        with pytest.raises(TypeError):
+            rt.malloc_with_cfg(64, 0, cfg)
+
+
+def test_malloc_with_cfg_on_another_device():
+    out = run_program("""
+        import ascentrt.acl as acl
+        assert acl.rt.set_device(0) == 0
+        cfg = {"numAttrs": 1, "attrs": [{"attr": 2, "value": {"deviceId": 1}}]}
+        ptr, ret = acl.rt.malloc_with_cfg(4096, 0, cfg)
+        attrs, ret2 = acl.rt.pointer_get_attributes(ptr)
+        print(ret, ret2, attrs["location"]["type"], attrs["location"]["id"], acl.rt.free(ptr))
+    """, {"ASCENTRT_DEVICES": "2"})
+    assert out.split() == ["0", "0", "1", "1", "0"]
+
+
+def test_malloc_with_cfg_needs_a_context():
+    released_without_device()
+    assert acl.rt.malloc_with_cfg(64, 0, {}) == (0, C.ACL_ERROR_RT_CONTEXT_NULL)
+
+
+def test_malloc_host_with_cfg(rt):
+    ptr, ret = rt.malloc_host_with_cfg(100, {})
+    assert ret == 0 and ptr
+    cfg = {"numAttrs": 2, "attrs": [{"attr": C.ACL_RT_MEM_ATTR_MODULE_ID, "value": {"moduleId": 3}},
+                                    {"attr": C.ACL_RT_MEM_ATTR_VA_FLAG, "value": {"rsv": [1]}}]}
+    other, ret = rt.malloc_host_with_cfg(100, cfg)
+    assert ret == 0
+    dev_attr = {"numAttrs": 1, "attrs": [{"attr": C.ACL_RT_MEM_ATTR_DEVICE_ID, "value": {"deviceId": 0}}]}
+    assert rt.malloc_host_with_cfg(100, dev_attr) == (0, C.ACL_ERROR_RT_PARAM_INVALID)
+    assert rt.malloc_host_with_cfg(0, {}) == (0, C.ACL_ERROR_INVALID_PARAM)
+    with pytest.raises(TypeError, match="pyCfg is not dict"):
+        rt.malloc_host_with_cfg(100, None)
+    assert rt.free_host(ptr) == 0 and rt.free_host(other) == 0
+
+
+def test_pointer_attributes_of_device_host_and_unknown_memory(rt):
+    dev, _ = rt.malloc(1000, 0)
+    host, _ = rt.malloc_host(1000)
+    attrs, ret = rt.pointer_get_attributes(dev + 100)  # inside the allocation
+    assert ret == 0
+    assert attrs["location"] == {"id": 0, "type": C.ACL_MEM_LOCATION_TYPE_DEVICE}
+    assert attrs["page_size"] > 0 and attrs["rsv"] == [0, 0, 0, 0]
+    attrs, ret = rt.pointer_get_attributes(host)
+    assert ret == 0 and attrs["location"]["type"] == C.ACL_MEM_LOCATION_TYPE_HOST
+    data = bytes(64)
+    attrs, ret = rt.pointer_get_attributes(acl.util.bytes_to_ptr(data))  # registered pageable
+    assert ret == 0 and attrs["location"]["type"] == C.ACL_MEM_LOCATION_TYPE_UNREGISTERED
+    assert rt.free(dev) == 0 and rt.free_host(host) == 0
+    attrs, ret = rt.pointer_get_attributes(dev)  # freed: no longer the runtime's memory
+    assert ret == 0 and attrs["location"]["type"] == C.ACL_MEM_LOCATION_TYPE_UNREGISTERED
+    assert rt.pointer_get_attributes(0) == (None, C.ACL_ERROR_INVALID_PARAM)
+    with pytest.raises(TypeError, match="acl.rt.pointer_get_attributes args parse failed"):
+        rt.pointer_get_attributes(None)
+
+
+# ---- stream attributes -----------------------------------------------------------------------
+
+def test_stream_failure_mode_attribute_reads_and_sets_the_streams_mode(rt, stream):
+    assert rt.get_stream_attribute(stream, C.ACL_STREAM_ATTR_FAILURE_MODE) == ({"failureMode": 0}, 0)
+    assert rt.set_stream_attribute(stream, C.ACL_STREAM_ATTR_FAILURE_MODE, {"failureMode": 1}) == 0
+    assert rt.get_stream_attribute(stream, C.ACL_STREAM_ATTR_FAILURE_MODE) == ({"failureMode": 1}, 0)
+    from ascentrt.acl._api import STREAMS
+    from ascentrt.stream import FailureMode
+    assert STREAMS.get(stream).failure_mode == FailureMode.STOP
+
+
+def test_stream_priority_attribute_reads_the_priority(rt):
+    s, _ = rt.create_stream_with_config(5, 0)
+    assert rt.get_stream_attribute(s, C.ACL_STREAM_ATTR_PRIORITY) == ({"reserved": [5, 0, 0, 0]}, 0)
+    assert rt.set_stream_attribute(s, C.ACL_STREAM_ATTR_PRIORITY, {"reserved": [1, 0, 0, 0]}) == \
+        C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert rt.destroy_stream(s) == 0
+
+
+def test_stream_attributes_bad_input(rt, stream):
+    assert rt.get_stream_attribute(stream, 0) == (None, C.ACL_ERROR_RT_PARAM_INVALID)
+    assert rt.get_stream_attribute(stream, 9) == (None, C.ACL_ERROR_RT_PARAM_INVALID)
+    assert rt.get_stream_attribute(stream, C.ACL_STREAM_ATTR_USER_CUSTOM_TAG) == \
+        (None, C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+    assert rt.set_stream_attribute(stream, 1, {"failureMode": 2}) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.get_stream_attribute(0xDEAD0, 1) == (None, C.ACL_ERROR_RT_INVALID_HANDLE)
+    assert rt.set_stream_attribute(0xDEAD0, 1, {"failureMode": 1}) == C.ACL_ERROR_RT_INVALID_HANDLE
+    assert rt.get_stream_attribute(0, 1) == ({"failureMode": 0}, 0)  # 0: the default stream
+    with pytest.raises(TypeError, match="the aclrtStreamAttrValue argument is not dict"):
+        rt.set_stream_attribute(stream, 1, 1)
+    with pytest.raises(TypeError):
+        rt.set_stream_attribute(stream, 1, {"failureMode": "1"})
+
+
+# ---- system parameters -----------------------------------------------------------------------
+
+@pytest.fixture
+def process_opts():
+    from ascentrt.acl import _device
+    saved = dict(_device._process_opts)
+    yield
+    _device._process_opts.update(saved)
+
+
+def test_context_system_parameters_are_per_context_and_unset_until_set(rt, process_opts):
+    assert rt.ctx_get_sys_param_opt(C.ACL_OPT_DETERMINISTIC) == (0, C.ACL_ERROR_RT_SYSPARAMOPT_NOT_SET)
+    assert rt.ctx_set_sys_param_opt(C.ACL_OPT_DETERMINISTIC, 1) == 0
+    assert rt.ctx_set_sys_param_opt(C.ACL_OPT_DETERMINISTIC, 3) == 0  # last call wins
+    assert rt.ctx_get_sys_param_opt(C.ACL_OPT_DETERMINISTIC) == (3, 0)
+    assert rt.get_sys_param_opt(C.ACL_OPT_DETERMINISTIC) == (3, 0)  # CANN stores it process-wide too
+    primary, _ = rt.get_context()
+    other, ret = rt.create_context(0)  # (now current)
+    assert ret == 0
+    assert rt.ctx_get_sys_param_opt(C.ACL_OPT_DETERMINISTIC) == (0, C.ACL_ERROR_RT_SYSPARAMOPT_NOT_SET)
+    assert rt.set_context(primary) == 0
+    assert rt.ctx_get_sys_param_opt(C.ACL_OPT_DETERMINISTIC) == (3, 0)
+    assert rt.destroy_context(other) == 0
+
+
+def test_context_system_parameters_bad_input(rt, process_opts):
+    assert rt.ctx_set_sys_param_opt(C.ACL_OPT_ENABLE_KERNEL_EARLY_START, 1) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.ctx_set_sys_param_opt(-1, 0) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.ctx_get_sys_param_opt(7) == (0, C.ACL_ERROR_INVALID_PARAM)
+    assert rt.ctx_set_sys_param_opt(C.ACL_OPT_DETERMINISTIC, 4) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.ctx_set_sys_param_opt(C.ACL_OPT_ENABLE_DEBUG_KERNEL, 2) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.ctx_set_sys_param_opt(C.ACL_OPT_ENABLE_DEBUG_KERNEL, -1) == C.ACL_ERROR_RT_PARAM_INVALID
+    with pytest.raises(TypeError, match="acl.rt.ctx_set_sys_param_opt args parse failed"):
+        rt.ctx_set_sys_param_opt(0, 1 << 64)
+    released_without_device()
+    assert acl.rt.ctx_set_sys_param_opt(C.ACL_OPT_DETERMINISTIC, 1) == C.ACL_ERROR_RT_CONTEXT_NULL
+    assert acl.rt.ctx_get_sys_param_opt(C.ACL_OPT_DETERMINISTIC) == (0, C.ACL_ERROR_RT_CONTEXT_NULL)
+
+
+def test_process_system_parameters_default_to_0_and_need_no_context(process_opts):
+    released_without_device()
+    rt = acl.rt
+    assert rt.get_sys_param_opt(C.ACL_OPT_ENABLE_KERNEL_EARLY_START)[1] == 0
+    assert rt.set_sys_param_opt(C.ACL_OPT_ENABLE_KERNEL_EARLY_START, 1) == 0
+    assert rt.get_sys_param_opt(C.ACL_OPT_ENABLE_KERNEL_EARLY_START) == (1, 0)
+    assert rt.set_sys_param_opt(4, 0) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.get_sys_param_opt(4) == (0, C.ACL_ERROR_INVALID_PARAM)
+    assert rt.set_sys_param_opt(C.ACL_OPT_ENABLE_KERNEL_EARLY_START, 2) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert acl.get_recent_err_msg()  # the refusal says why
+
+
+def test_a_fresh_process_reads_0_for_every_process_parameter():
+    out = run_program("""
+        import ascentrt.acl as acl
+        print(*[acl.rt.get_sys_param_opt(o)[0] for o in range(4)])
+    """)
+    assert out.split() == ["0", "0", "0", "0"]
+
+
+# ---- the sim backend: the preset's numbers ---------------------------------------------------
+
+def test_sim_backend_answers_with_the_presets_numbers():
+    out = run_program("""
+        import json
+        import ascentrt.acl as acl
+        from ascentrt.acl import constants as C
+        rt = acl.rt
+        assert rt.set_device(0) == 0
+        info = {a: rt.get_device_info(0, a) for a in (C.ACL_DEV_ATTR_AICPU_CORE_NUM,
+                C.ACL_DEV_ATTR_AICORE_CORE_NUM, C.ACL_DEV_ATTR_VECTOR_CORE_NUM,
+                C.ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE)}
+        streams0, events0 = rt.get_stream_available_num()[0], rt.get_event_avail_num()[0]
+        s, _ = rt.create_stream()
+        e, _ = rt.create_event()
+        counts = [streams0, rt.get_stream_available_num()[0], events0, rt.get_event_avail_num()[0]]
+        print(json.dumps({"info": info, "counts": counts, "uuid": rt.device_get_uuid(0)[0]["bytes"]}))
+    """, {"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "ascend910b"})
+    got = json.loads(out)
+    info = {int(k): v for k, v in got["info"].items()}
+    assert info[C.ACL_DEV_ATTR_AICPU_CORE_NUM] == [6, 0]      # CANN ini Ascend910B2: ai_cpu_cnt
+    assert info[C.ACL_DEV_ATTR_AICORE_CORE_NUM] == [24, 0]    # ai_core_cnt
+    assert info[C.ACL_DEV_ATTR_VECTOR_CORE_NUM] == [24, 0]
+    assert info[C.ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE][1] == 0
+    streams0, streams1, events0, events1 = got["counts"]
+    assert streams0 <= 1984 and streams1 == streams0 - 1     # the preset's max_streams
+    assert events0 <= 65536 and events1 == events0 - 1       # and max_events
+    assert got["uuid"] != acl.rt.device_get_uuid(0)[0]["bytes"]  # another backend, another device
+
+
+def test_sim_stream_count_reaches_0_at_the_limit():
+    out = run_program("""
+        import ascentrt.acl as acl
+        rt = acl.rt
+        assert rt.set_device(0) == 0
+        left, _ = rt.get_stream_available_num()
+        made = [rt.create_stream() for _ in range(left)]
+        assert all(ret == 0 for _, ret in made)
+        print(rt.get_stream_available_num()[0], rt.create_stream()[1])
+    """, {"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "ascend310p"})
+    assert out.split() == ["0", "207008"]  # ACL_ERROR_RT_NO_STREAM_RESOURCE
