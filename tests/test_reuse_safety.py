@@ -113,3 +113,35 @@ def test_a_copy_queued_on_another_stream_before_a_stream_ordered_free_is_refused
     assert (new.numpy() == 0x11).all(), "a copy queued before the free wrote into the new owner"
     new.free()
     host.free()
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("order", ["event", "inserted"])
+def test_a_stream_destroyed_with_force_holds_its_records_until_its_running_task_ends(dev, gate, order):
+    # (the discard released the waiters of the records behind the running kernel at once: the
+    # block's next owner went on, and the old kernel then overwrote its bytes)
+    a, b = dev.create_stream(), dev.create_stream()
+    pool = art.MemPool()
+    buf = pool.malloc_async(2 << 20, a)
+    started = threading.Event()
+
+    def slow_writer(x):
+        started.set()
+        gate.wait(TIMEOUT)
+        x[:] = 0xEE
+    art.launch(slow_writer, buf, stream=a)
+    assert started.wait(TIMEOUT)
+    buf.free(stream=a)
+    if order == "event":
+        b.wait(a.record())  # b's later work waits for a's kernel: the pool may reuse the block
+    new = pool.malloc_async(2 << 20, b)  # ("inserted": the pool inserts that wait itself)
+    assert new.ptr == buf.ptr  # the block is reused, behind a's kernel
+    art.memset_async(new, 0x11, stream=b)
+    a.destroy(force=True)  # (the running kernel cannot be stopped)
+    assert not b.query()  # b still waits for the kernel
+    gate.set()
+    b.synchronize(timeout=TIMEOUT)
+    assert (new.numpy() == 0x11).all()
+    new.free()
+    b.destroy()
+    pool.destroy()

@@ -79,6 +79,7 @@ class Stream:
         self._sync_waiters: list[tuple[int, Signal]] = []
         self._refuse: str | None = None  # None, "destroyed" or "failed"
         self._cut: int | None = None   # set by a discard: later tasks of the running batch are dropped
+        self._after_running: list | None = None  # records a discard dropped behind a running task
         self._failure: ExceptionInfo | None = None
         self._stop_on_failure = check_flag(stop_on_failure, "stop_on_failure")
         self._capture: Any = None      # set while the stream is being captured into a graph

@@ -587,20 +587,19 @@ class Engine:
             s._cut = running.id
             dropped = last - running.id  # the worker completes them when its batch ends
         queued = len(tasks)
+        records = []
         while tasks:
             t = tasks.popleft()
             if t.on_discard is not None:  # (first: what its record releases must know)
                 t.on_discard()
-            if t.kind == EVENT_RECORD:
-                released: list = []  # nothing will run before it any more: release its waiters
-                self._mark_done(t.marker, released)
-                for w in released:
-                    self._advance(w, None)
-            elif t.kind == NOTIFY_RECORD:
-                released = []  # as for an event record: its waiter must not be stranded
-                self._control(s, t, released)
-                for w in released:
-                    self._advance(w, None)
+            if t.kind == EVENT_RECORD or t.kind == NOTIFY_RECORD:
+                records.append(t)
+        if s._running is not None:
+            # A task still runs: the records behind it release their waiters once it ends (a
+            # stream that waits on one, or a block reused after it, must not overlap with it).
+            s._after_running = (s._after_running or []) + records
+        else:
+            self._release_records(s, records)
         self._completed(s, queued)
         for ready in s._dq.ready:
             ready.remove(s)
@@ -608,6 +607,18 @@ class Engine:
             s._active = False
             s._dq.active.discard(s)
         return dropped + queued
+
+    def _release_records(self, s, records: list) -> None:
+        """Release the waiters of event and notify records a discard dropped: nothing will run
+        before them any more (none would ever be released otherwise)."""
+        for t in records:
+            released: list = []
+            if t.kind == EVENT_RECORD:
+                self._mark_done(t.marker, released)
+            else:
+                self._control(s, t, released)
+            for w in released:
+                self._advance(w, None)
 
     def _cut_off(self, s, t: Task) -> bool:
         """Whether _discard dropped `t`, a task of a batch running outside the lock."""
@@ -736,6 +747,9 @@ class Engine:
             else:
                 self._completed(s, len(rest))      # the stream stopped: they are discarded
         s._cut = None
+        if s._after_running is not None:  # the records a discard dropped behind this batch
+            records, s._after_running = s._after_running, None
+            self._release_records(s, records)
         self._advance(s, ex)  # (with no task left, it marks the stream idle)
         prof = Hooks.profiler
         if prof is not None or infos:
@@ -1059,7 +1073,7 @@ def _after_fork_in_child() -> None:
             dq.idle = [[] for _ in dq.sizes]
             dq.busy = [0 for _ in dq.sizes]
             for s in list(dq.streams.values()):
-                s._running, s._cut = None, None
+                s._running, s._cut, s._after_running = None, None, None
                 s._sync_waiters = []
                 engine._discard(s)
 
