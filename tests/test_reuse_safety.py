@@ -145,3 +145,46 @@ def test_a_stream_destroyed_with_force_holds_its_records_until_its_running_task_
     new.free()
     b.destroy()
     pool.destroy()
+
+
+@pytest.mark.cpu_only
+def test_with_the_pool_off_a_free_still_comes_after_the_work_queued_before_it():
+    # (without a pool the range went back to the arena at once: a kernel queued before
+    # free(stream=s) failed with 107017, a running one wrote into the next owner, and a queued
+    # copy from freed pinned memory delivered zeros)
+    code = textwrap.dedent('''
+        import threading, time, numpy as np, ascentrt as art
+        s = art.Stream()
+        gate = threading.Event()
+        buf = art.malloc(1 << 16)
+        art.memset(buf, 7)
+        seen = []
+        art.launch(lambda: gate.wait(10), stream=s)
+        art.launch(lambda x: seen.append(int(x.max())), buf, stream=s)
+        threading.Timer(0.2, gate.set).start()
+        buf.free(stream=s)  # the kernel queued before it still sees the bytes
+        s.synchronize(timeout=10)
+        buf = art.malloc(1 << 16)
+        started = threading.Event()
+        def slow(x):
+            started.set(); time.sleep(0.3); x[:] = 0xEE
+        art.launch(slow, buf, stream=s)
+        started.wait(5)
+        buf.free()  # waits for the running kernel
+        new = art.malloc(1 << 16)
+        art.memset(new, 0x11)
+        s.synchronize(timeout=10)
+        h, d = art.malloc_host(4096), art.malloc(4096)
+        h.numpy()[:] = 0x5A
+        gate2 = threading.Event()
+        art.launch(lambda: gate2.wait(10), stream=s)
+        art.memcpy_async(d, h, stream=s)
+        threading.Timer(0.2, gate2.set).start()
+        h.free()  # the queued copy still reads the pinned bytes
+        s.synchronize(timeout=10)
+        print(seen, np.unique(new.numpy()).tolist(), np.unique(d.numpy()).tolist())
+    ''')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "ASCENTRT_MEM_POOL_ENABLE": "0", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "[7] [17] [90]"

@@ -46,7 +46,9 @@ class _Operand:
 
     def __init__(self, data: np.ndarray, addr: int, where: str, pinned: bool, device, owner=None):
         self.data, self.addr, self.where, self.pinned, self.device = data, addr, where, pinned, device
-        self.owner = owner  # the device allocation the bytes belong to (checked again at run time)
+        # The allocation the bytes belong to (device or pinned host memory, or a registration):
+        # checked again when queued work runs, and what a captured graph checks at each replay.
+        self.owner = owner
 
 
 def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
@@ -55,7 +57,7 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
         data = x._bytes()
         base: Any = x.base  # a DeviceBuffer, or a HostBuffer (which has .pinned) when kind is "host"
         return _Operand(data, x.addr, base.kind, base.kind == "host" and base.pinned, base.device,
-                        base if base.kind == "device" else None)
+                        base)
     if isinstance(x, np.ndarray):
         if not x.flags.c_contiguous:
             raise InvalidArgumentError(f"{role} array must be C-contiguous")
@@ -69,7 +71,7 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
         alloc = REGISTRY.find(addr) if x.nbytes else None
         if alloc is not None and addr + x.nbytes <= alloc.addr + alloc.nbytes:
             return _Operand(data, addr, alloc.kind, alloc.kind == "host" and alloc.pinned, alloc.device,
-                            alloc if alloc.kind == "device" else None)
+                            alloc)
         return _Operand(data, addr, "pageable", False, None)
     if isinstance(x, (bytes, bytearray, memoryview)):
         view = memoryview(x)
@@ -91,14 +93,13 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
                                        f"into a bytes(n) made at run time, or a bytearray",
                                        code=ErrorCode.RT_PARAM_INVALID)
         return _Operand(alloc._bytes()[off:off + nbytes], x, alloc.kind,
-                        alloc.kind == "host" and alloc.pinned, alloc.device,
-                        alloc if alloc.kind == "device" else None)
+                        alloc.kind == "host" and alloc.pinned, alloc.device, alloc)
     if isinstance(x, TypedView):  # the bytes the view covers (not a DLPack export: ours)
         buf = x.buffer
         base = buf.base
         data = task_view(x).reshape(-1).view(np.uint8)
         return _Operand(data, buf.addr, base.kind, base.kind == "host" and base.pinned,
-                        base.device, base if base.kind == "device" else None)
+                        base.device, base)
     if hasattr(x, "__dlpack__"):  # a torch CPU tensor and the like: its memory, zero-copy
         return _operand(from_dlpack(x), nbytes, writable, role)
     raise InvalidArgumentError(f"{role} must be a buffer, slice, numpy array, DLPack exporter "
@@ -182,7 +183,7 @@ def _backend_of(*ops: _Operand):
 
 
 def _still_live(*ops: _Operand):
-    """The run-time check of a queued copy or fill: its device allocations are still its own.
+    """The run-time check of a queued copy or fill: its allocations are still its own.
 
     The same rule as a kernel's buffer arguments: a buffer freed after the task was queued
     raises InvalidHandleError when the task runs (unless the free was stream-ordered behind
@@ -200,8 +201,14 @@ def _still_live(*ops: _Operand):
 
 
 def _copy_op(n: int, d: _Operand, s: _Operand):
-    """The backend operation copying n bytes from s to d (both kept alive until it ran)."""
-    return (d.addr, n, s.addr, n, n, 1), (d.data, s.data)
+    """The backend operation copying n bytes from s to d (both kept alive until it ran, with
+    the allocations they are in: a graph that captures it checks those)."""
+    return (d.addr, n, s.addr, n, n, 1), _kept(d, s)
+
+
+def _kept(*ops: _Operand) -> tuple:
+    """What a queued operation keeps: its operands' bytes and the allocations they are in."""
+    return tuple(op.data for op in ops) + tuple(op.owner for op in ops if op.owner is not None)
 
 
 _WHOLE = (DeviceBuffer, HostBuffer)
@@ -322,7 +329,7 @@ def memset_async(dst: _Memory, value: int, nbytes: int | None = None, *, stream:
         raise InvalidArgumentError(f"dst on device {op.device.id} set on a stream of device "
                                    f"{stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
     task = Task(MEMSET, None, (op.addr, value, n), "memset")
-    task.keep = op.data
+    task.keep = _kept(op)
     task.resolve = _still_live(op)
     task.nbytes = n
     _submit_maybe_sync(stream, task, op.where == "pageable")
@@ -371,7 +378,7 @@ def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: 
     args, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
     _check_peer(do, so, stream.device)
     task = Task(COPY, None, args, "memcpy2d")
-    task.keep = (do.data, so.data)
+    task.keep = _kept(do, so)
     task.resolve = _still_live(do, so)
     task.nbytes = width * height
     _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")

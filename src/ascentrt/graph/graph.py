@@ -26,6 +26,7 @@ from ..engine.task import (COMPUTE, COPY, COPY_ENGINE, DETACH, EVENT_RECORD, EVE
 from ..errors import (AscentError, CaptureError, ErrorCode, InvalidArgumentError,
                       InvalidHandleError, NotSupportedError)
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
+from ..memory.external import ExternalHostBuffer
 from ..memory.registry import REGISTRY
 from ..stream import Stream, resolve_stream
 from ..validate import check_timeout, write_text_file
@@ -114,15 +115,22 @@ def _allocations(nodes: Iterable[GraphNode]) -> tuple:
     for node in nodes:
         args = node.fn.args if node.kind == DETACH else node.args
         keep = node.keep if isinstance(node.keep, tuple) else (node.keep,)
-        for a in (*args, *keep):
+        # A copy or fill keeps the allocations its operands were in when it was captured: those
+        # are what it uses (an address looked up now may have a new owner since).
+        owners = [a for a in keep if isinstance(a, (DeviceBuffer, HostBuffer, ExternalHostBuffer))]
+        for a in (*args, *owners):
             if type(a) is TypedView:
                 a = a.buffer
             if isinstance(a, (DeviceBuffer, HostBuffer, BufferSlice)):
                 found[id(a.base)] = a.base
-            elif hasattr(a, "ctypes") and getattr(a, "nbytes", None):
-                alloc = REGISTRY.find(a.ctypes.data)
-                if alloc is not None:
-                    found[id(alloc)] = alloc
+            elif isinstance(a, ExternalHostBuffer):
+                found[id(a)] = a
+        if not owners:  # (plain arrays only: memory the runtime does not own, or registered)
+            for a in keep:
+                if hasattr(a, "ctypes") and getattr(a, "nbytes", None):
+                    alloc = REGISTRY.find(a.ctypes.data)
+                    if alloc is not None:
+                        found[id(alloc)] = alloc
     return tuple(found.values())
 
 
@@ -565,9 +573,20 @@ def segment_nodes(task: Task) -> list[GraphNode] | None:
     return [graph.nodes[index] for _, index in entries]
 
 
+def _check_buffers(graph: Graph) -> None:
+    """Raise InvalidHandleError when a buffer the graph uses was freed: checked as each
+    segment runs, not only at launch (a replay queued behind other work may run after a free
+    whose block has a new owner by then)."""
+    for alloc in graph._buffers:
+        if not alloc.alive:
+            raise InvalidHandleError(f"graph {graph.id} uses {alloc!r}, which was freed before "
+                                     f"this replay ran")
+
+
 def _run_segment(entries: tuple[tuple[PlainOp, int], ...], errors: list[tuple[int, BaseException]] | None,
                  graph: Graph, backend: Backend) -> None:
     """Run a segment's nodes back to back through the backend (one engine task); a failure names its node."""
+    _check_buffers(graph)
     if Hooks.profiler is not None:
         return _run_segment_profiled(entries, errors, graph, backend)
     execute = backend.execute

@@ -173,6 +173,10 @@ class DeviceAllocator:
             self.host_call("free")
         block: Block | None = buf._block
         if block is None:
+            # No pool to keep the block until queued work is done: wait for that work here (the
+            # stream's, or all of it: another device's peer copy may write into the block), so
+            # nothing queued before the free meets a new owner.
+            Links.wait_streams([stream] if stream is not None else Links.busy_streams())
             if self.live.pop(buf.addr, None) is not buf:
                 return False  # freed meanwhile by another thread
             _REGISTRY.remove(buf)

@@ -47,7 +47,9 @@ def _release(buf: HostBuffer) -> bool:
 
 
 def _release_unpooled(buf: HostBuffer) -> bool:
-    """Free a pinned buffer that has its own mapping (pool off); False if already freed."""
+    """Free a pinned buffer that has its own mapping (pool off), after all queued work (which
+    may still copy it); False if already freed."""
+    Links.wait_streams(Links.busy_streams())
     with _state_lock:  # one of two racing frees claims it: its mapping is freed once
         if buf._mem is None:
             return False
