@@ -400,3 +400,32 @@ def test_a_destroy_racing_launches_from_another_thread_runs_every_launch_it_acce
         g.launch(st)
     for x in (s, lane, st):
         x.destroy()
+
+
+@pytest.mark.parametrize("how", ["stream", "free_async", "after"])
+def test_a_replay_queued_before_a_stream_ordered_free_still_runs_on_its_buffer(how):
+    # (the run-time check once took any free as fatal: the replay failed with 107017 though
+    # the free was ordered behind it, where a plain kernel runs)
+    s = art.Stream()
+    x = art.malloc(4096)
+    art.memset(x, 0)
+
+    def bump(a):
+        a[:] = a + 1
+    s.begin_capture()
+    art.launch(bump, x, stream=s)
+    g = s.end_capture()
+    other = art.Stream()
+    blocker = art.Notify()
+    s.wait_notify(blocker)  # the replay is queued behind this
+    g.launch(s)
+    if how == "stream":
+        x.free(stream=s)
+    elif how == "free_async":
+        art.free_async(x, s)
+    blocker.record(other)
+    if how == "after":
+        x.free()
+    s.synchronize(timeout=10)
+    g.destroy()
+    s.destroy(), other.destroy()

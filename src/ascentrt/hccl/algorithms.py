@@ -106,8 +106,8 @@ def reduce_scatter(plan: Plan) -> None:
                                  [at(calls[q].send, c * size, size) for q in range(n)],
                                  c0.dtype, c0.reduce, what)
             plan.mark(r, steps[r][s])
-    for r in range(n):
-        plan.finish(r, steps[(r + 1) % n][-1])
+    for r in range(n):  # (every rank's last step reads rank r's send: its part ends after them)
+        plan.finish(r, *(steps[q][-1] for q in range(n) if q != r))
 
 
 def all_gather(plan: Plan) -> None:
