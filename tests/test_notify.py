@@ -305,17 +305,34 @@ def test_a_discarded_notify_record_releases_its_waiter(dev, how):
         producer.destroy(force=True)
 
 
-def test_an_endless_wait_for_a_notify_only_this_thread_could_record_is_a_deadlock(dev, monkeypatch):
-    # (it hung for ever: a warning after 10 s, nothing more)
-    monkeypatch.setenv("ASCENTRT_DEADLOCK_CHECK_S", "0.05")
-    a = dev.create_stream()
-    notify = dev.create_notify()
+ENDLESS_WAIT = """
+    import signal, sys, threading, time
+    import ascentrt as art
+    a, notify = art.Stream(), art.Notify()
     notify.wait_and_reset(a)
-    with pytest.raises(art.DeadlockError, match="only the host can record it"):
-        a.synchronize()
-    notify.record(dev.create_stream())  # the stream goes on once the host records it
-    a.synchronize(timeout=10)
-    a.destroy()
+    if sys.argv[1] == "kernel":  # a kernel on another stream records it later
+        art.launch(lambda: (time.sleep(0.3), notify.record(art.Stream())), stream=art.Stream())
+    elif sys.argv[1] == "signal":  # a signal handler of the program's records it
+        signal.signal(signal.SIGALRM, lambda *_: notify.record(art.Stream()))
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        a.synchronize()  # (no timeout: the program would otherwise wait for ever)
+        print("done")
+    except art.DeadlockError as e:
+        print(int(e.code), "only the host can record it" in str(e))
+        notify.record(art.Stream())  # the stream goes on once the host records it
+        a.synchronize(timeout=10)
+"""
+
+
+@pytest.mark.parametrize("who, expect", [("nobody", "507950 True"), ("kernel", "done"),
+                                         ("signal", "done")])
+def test_an_endless_wait_for_a_notify_only_this_thread_could_record_is_a_deadlock(who, expect):
+    # (it hung for ever: a warning after 10 s, nothing more) But a kernel or a signal handler
+    # of the program's may record the notify: then the wait goes on.
+    out = run_program(ENDLESS_WAIT.replace("sys.argv[1]", repr(who)),
+                      env={"ASCENTRT_DEADLOCK_CHECK_S": "0.05"}, timeout=60)
+    assert out.strip() == expect
 
 
 def test_an_endless_wait_goes_on_while_another_thread_may_record_the_notify(dev, monkeypatch):

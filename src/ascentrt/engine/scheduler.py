@@ -12,6 +12,7 @@ import collections
 import heapq
 import atexit
 import itertools
+import signal
 import logging
 import os
 import sys
@@ -911,15 +912,21 @@ class Engine:
                                f"{text}", RuntimeWarning)  # (at the user's call, whichever API it came through)
 
     def _no_host_can_act(self) -> bool:
-        """Whether no thread but the calling one could still record a notify (called under the
-        lock, by a thread about to wait without end): no other thread of the program lives (the
-        runtime's own, named ascentrt-*, only run host functions), and no host function is
-        queued or running, which might."""
+        """Whether no code but the calling thread's could still record a notify (called under
+        the lock, by a thread about to wait without end): no other thread of the program lives
+        (the runtime's own, named ascentrt-*, run only kernels and host functions), no kernel
+        or host function is queued or running (any may record it), and no signal handler of
+        the program's is installed (one may too)."""
         me = threading.current_thread()
         if any(t is not me and not t.name.startswith("ascentrt") for t in threading.enumerate()):
             return False
-        return not any(t.kind in (HOST_FUNC, DETACH) for s in self._all_streams()
-                       for t in ([s._running] if s._running is not None else []) + list(s._tasks))
+        for s in self._all_streams():  # (a blocked stream's tasks wait as this thread does)
+            work = [s._running] if s._running is not None else []
+            if s._blocked is None:
+                work += s._tasks
+            if any(t.kind in (KERNEL, HOST_FUNC, DETACH) for t in work):
+                return False
+        return not _program_signal_handlers()
 
     def diagnose(self, streams, timed: bool = False):
         """Why `streams` cannot progress: ('cycle', text, streams in it), ('never', text, []) for
@@ -1030,6 +1037,20 @@ def _time_left(s, t) -> str:
 
 
 ENGINE = Engine()
+
+
+def _program_signal_handlers() -> bool:
+    """Whether the program installed a Python handler for any signal (Python's defaults and
+    the runtime's own Ctrl-C deferral are none)."""
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (ValueError, OSError):
+            continue
+        if callable(handler) and handler is not signal.default_int_handler \
+                and getattr(handler, "__module__", "").split(".")[0] != "ascentrt":
+            return True
+    return False
 
 
 def _stop_idle_executors() -> None:
