@@ -182,9 +182,25 @@ def test_with_the_pool_off_a_free_still_comes_after_the_work_queued_before_it():
         threading.Timer(0.2, gate2.set).start()
         h.free()  # the queued copy still reads the pinned bytes
         s.synchronize(timeout=10)
-        print(seen, np.unique(new.numpy()).tolist(), np.unique(d.numpy()).tolist())
+        t, seen2, gate3 = art.Stream(), [], threading.Event()
+        buf = art.malloc(1 << 16)
+        art.memset(buf, 7)
+        art.launch(lambda: gate3.wait(10), stream=t)
+        art.launch(lambda x: seen2.append(int(x.max())), buf, stream=t)
+        art.record_stream(buf, t)
+        buf.free(stream=s)  # waits for t too
+        art.memset(art.malloc(1 << 16), 0x11)
+        gate3.set()
+        t.synchronize(timeout=10)
+        done = []
+        x = art.malloc(4096)
+        art.launch_host_func(lambda: (x.free(), done.append("freed")), stream=s)
+        t.wait(s.record())  # t waits for the host function that frees (it must not wait for t)
+        art.launch(lambda: None, stream=t)
+        s.synchronize(timeout=10), t.synchronize(timeout=10)
+        print(seen, np.unique(new.numpy()).tolist(), np.unique(d.numpy()).tolist(), seen2, done)
     ''')
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "ASCENTRT_MEM_POOL_ENABLE": "0", "ASCENTRT_LEAK_CHECK": "off"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[0] == "[7] [17] [90]"
+    assert out.stdout.split("\n")[0] == "[7] [17] [90] [7] ['freed']"

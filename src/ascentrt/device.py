@@ -125,17 +125,6 @@ def resolve_device(device: Device | int | None = None) -> "Device":
     return device if isinstance(device, Device) else Device(device)
 
 
-def _wait_streams(streams: list) -> None:
-    """Wait, without a timeout, for the work submitted so far to `streams`, except the stream
-    the calling task runs on (its own work before this point is done); task errors are left
-    for the program's own synchronize."""
-    task = current_task()
-    for s in streams:
-        if task is None or s is not task.stream:
-            ENGINE.wait_completed(s, None, "a free with the pool off (it waits for the work "
-                                           "queued before it, as cudaFree does)")
-
-
 def _busy_streams() -> list:
     """Every stream with work in flight, on any device that exists."""
     busy = []
@@ -335,5 +324,5 @@ def _host_backend():
 
 atexit.register(_report_leaks_at_exit)
 links.register(resolve_device=resolve_device, current_device=current_device, current_task=current_task,
-               busy_streams=_busy_streams, wait_streams=_wait_streams, host_backend=_host_backend,
+               busy_streams=_busy_streams, host_backend=_host_backend,
                active_sets=ENGINE.active_sets, thread=_current)

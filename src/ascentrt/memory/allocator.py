@@ -10,7 +10,7 @@ import numpy as np
 from .. import config
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .arena import Arena, round_size
-from .buffer import GRANULE, DeviceBuffer, check_size
+from .buffer import GRANULE, DeviceBuffer, check_size, pending_positions, positions_reached
 from . import leaks
 from .chunks import ArenaChunks
 from .links import Links
@@ -77,6 +77,10 @@ class DeviceAllocator:
         self.arena: Arena | None = None
         self.pools: list[BlockPool] = []  # explicit MemPools of this device (for device-wide stats)
         self.explicit: list[DeviceAllocator] = []  # their allocators (see forget_stream)
+        # The plain arena's (pool off): frees waiting for queued work, (offset, waits), and the
+        # streams record_stream named per buffer address.
+        self.late_frees: list[tuple[int, tuple]] = []
+        self.used_on: dict[int, list] = {}
         self.record_sites = leaks.recording_sites()
         backend = device._backend
         # A simulated device charges each malloc and free its modelled host cost.
@@ -124,6 +128,13 @@ class DeviceAllocator:
             leaks.note_site(buf)
         return buf
 
+    def _reap_late_frees(self) -> None:
+        """Return to the arena the ranges whose queued work has completed since their free."""
+        done = [entry for entry in self.late_frees if positions_reached(entry[1])]
+        for entry in done:
+            self.late_frees.remove(entry)
+            self.arena.free(entry[0])  # type: ignore[union-attr]  # (plain mode: the arena is set)
+
     def forget_stream(self, stream: Any) -> None:
         """`stream` is being destroyed: no allocator of the device may pass it unchecked."""
         for alloc in [self, *self.explicit]:
@@ -153,6 +164,8 @@ class DeviceAllocator:
         else:
             if self.host_call is not None:
                 self.host_call("malloc_driver")
+            if self.late_frees:
+                self._reap_late_frees()
             off = self.arena.alloc(round_size(size))  # type: ignore[union-attr]  # no pool: the plain arena is set
             buf = DeviceBuffer(self.device, self.base + off, size, nbytes,
                                self.mem[off:off + size], self)
@@ -173,15 +186,22 @@ class DeviceAllocator:
             self.host_call("free")
         block: Block | None = buf._block
         if block is None:
-            # No pool to keep the block until queued work is done: wait for that work here (the
-            # stream's, or all of it: another device's peer copy may write into the block), so
-            # nothing queued before the free meets a new owner.
-            Links.wait_streams([stream] if stream is not None else Links.busy_streams())
             if self.live.pop(buf.addr, None) is not buf:
                 return False  # freed meanwhile by another thread
             _REGISTRY.remove(buf)
+            # No pool: the range goes back to the arena once the work queued before the free
+            # is done (the stream's and those record_stream named, or all work: another
+            # device's peer copy may write into it), which until then still sees the bytes.
+            named = self.used_on.pop(buf.addr, ())
+            streams = [stream, *named] if stream is not None else Links.busy_streams()
+            waits = pending_positions(streams)
+            mem = buf._mem
+            if waits and mem is not None:
+                buf._late = (mem, waits)
+                self.late_frees.append((buf.addr - self.base, waits))
+            else:
+                self.arena.free(buf.addr - self.base)  # type: ignore[union-attr]  # no block: the plain arena's
             buf._mem = None
-            self.arena.free(buf.addr - self.base)  # type: ignore[union-attr]  # no block: the plain arena's
         else:
             pool = self.pool  # (a block: the pool's; a direct call when it is a BlockPool)
             freed = pool.deallocate(block, stream, None, buf) \
@@ -200,6 +220,8 @@ class DeviceAllocator:
         buf._bytes()  # raises if freed
         if buf._block is not None:
             self.pool.record_stream(buf._block, stream)  # (a block: the pool's)
+        else:  # (the plain arena's: its free waits for the stream too)
+            self.used_on.setdefault(buf.addr, []).append(stream)
         if _REGISTRY.observers:
             _REGISTRY.used_on(buf, stream)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import mmap
 import threading
+from typing import Any
 
 import numpy as np
 
 from .. import config
 from . import leaks
-from .buffer import HostBuffer, check_size
+from .buffer import HostBuffer, check_size, pending_positions, positions_reached
 from .chunks import HostChunks
 from .links import Links
 from .registry import REGISTRY
@@ -47,16 +48,35 @@ def _release(buf: HostBuffer) -> bool:
 
 
 def _release_unpooled(buf: HostBuffer) -> bool:
-    """Free a pinned buffer that has its own mapping (pool off), after all queued work (which
-    may still copy it); False if already freed."""
-    Links.wait_streams(Links.busy_streams())
+    """Free a pinned buffer that has its own mapping (pool off): its mapping goes once the
+    work queued before the free (which may still copy it, and still sees the bytes) is done;
+    False if already freed."""
     with _state_lock:  # one of two racing frees claims it: its mapping is freed once
         if buf._mem is None:
             return False
+        waits = pending_positions(Links.busy_streams())
+        if waits:
+            buf._late = (buf._mem, waits)
+            _late_frees.append((buf._handle, waits))
         buf._mem = None
     REGISTRY.remove(buf)
-    Links.host_backend().free(buf._handle)
+    if not waits:
+        Links.host_backend().free(buf._handle)
+    _reap_late_frees()
     return True
+
+
+_late_frees: list[tuple[Any, tuple]] = []  # (mapping, waits) of frees waiting for queued work
+
+
+def _reap_late_frees() -> None:
+    """Free the mappings whose queued work has completed since their free (pool off)."""
+    with _state_lock:
+        done = [entry for entry in _late_frees if positions_reached(entry[1])]
+        for entry in done:
+            _late_frees.remove(entry)
+    for handle, _ in done:
+        Links.host_backend().free(handle)
 
 
 def malloc_host(nbytes: int) -> HostBuffer:
@@ -65,6 +85,8 @@ def malloc_host(nbytes: int) -> HostBuffer:
         nbytes = check_size(nbytes)
     pool = _state["pool"] if "pool" in _state else host_pool()
     if pool is None:
+        if _late_frees:
+            _reap_late_frees()
         backend = Links.host_backend()
         handle = backend.alloc(nbytes, host=True)
         mem = np.frombuffer(backend.host_view(handle), dtype=np.uint8)

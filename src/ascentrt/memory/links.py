@@ -28,8 +28,6 @@ class Links:
     stream_type: type[Any] = type(None)     # the Stream class (nothing is one until registered)
     current_task: Callable[[], Any] = staticmethod(lambda: None)  # the task the calling executor thread runs
     busy_streams: Callable[[], list] = staticmethod(lambda: [])  # every stream with work in flight, any device
-    # Block until the work submitted so far to these streams has run (a free without the pool)
-    wait_streams: Callable[[list], None] = staticmethod(lambda streams: None)
     host_backend: Callable[[], Backend] = staticmethod(_unset)  # the backend that allocates pinned host memory
     # Each device's set of streams with work in flight (the engine's own sets, in one list that
     # grows as devices are made): a stream-less free whose sets are all empty waits for nothing.
