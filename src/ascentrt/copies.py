@@ -203,12 +203,7 @@ def _still_live(*ops: _Operand):
 def _copy_op(n: int, d: _Operand, s: _Operand):
     """The backend operation copying n bytes from s to d (both kept alive until it ran, with
     the allocations they are in: a graph that captures it checks those)."""
-    return (d.addr, n, s.addr, n, n, 1), _kept(d, s)
-
-
-def _kept(*ops: _Operand) -> tuple:
-    """What a queued operation keeps: its operands' bytes and the allocations they are in."""
-    return tuple(op.data for op in ops) + tuple(op.owner for op in ops if op.owner is not None)
+    return (d.addr, n, s.addr, n, n, 1), (d.data, s.data, d.owner, s.owner)
 
 
 _WHOLE = (DeviceBuffer, HostBuffer)
@@ -329,7 +324,7 @@ def memset_async(dst: _Memory, value: int, nbytes: int | None = None, *, stream:
         raise InvalidArgumentError(f"dst on device {op.device.id} set on a stream of device "
                                    f"{stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
     task = Task(MEMSET, None, (op.addr, value, n), "memset")
-    task.keep = _kept(op)
+    task.keep = (op.data, op.owner)  # (bytes kept alive, and the allocation they are in)
     task.resolve = _still_live(op)
     task.nbytes = n
     _submit_maybe_sync(stream, task, op.where == "pageable")
@@ -378,7 +373,7 @@ def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: 
     args, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
     _check_peer(do, so, stream.device)
     task = Task(COPY, None, args, "memcpy2d")
-    task.keep = _kept(do, so)
+    task.keep = (do.data, so.data, do.owner, so.owner)
     task.resolve = _still_live(do, so)
     task.nbytes = width * height
     _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")
