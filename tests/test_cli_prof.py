@@ -149,6 +149,11 @@ def test_demo_writes_its_report(tmp_path):
     assert "profile written to" in out.stdout
     for name in OUTPUTS:
         assert (tmp_path / "demo" / name).exists(), name
+    # Its diagnosis is of the timed pipelines (a range each): the host's staging and checking
+    # around them once made every demo read as host-bound.
+    assert "finding(s) in the timed pipelines" in out.stdout
+    prof = art.profiler.load(tmp_path / "demo")
+    assert len([r for r in prof.ranges if r.name == "pipeline"]) == 2 * 3 + 1  # warm-up + 3 x 2
 
 
 def test_demo_json_reports_the_median_of_the_runs_asked_for():

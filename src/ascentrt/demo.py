@@ -18,8 +18,10 @@ from .event import elapsed_time
 from .launch import launch
 from .copies import memcpy_async
 from .memory import malloc, malloc_host
+from .profiler.ranges import range as profiler_range
 
 STAGES = ("h2d", "compute", "d2h")
+PIPELINE_RANGE = "pipeline"  # the profiler range around each timed loop
 
 
 def transform(out: np.ndarray, x: np.ndarray) -> None:
@@ -85,31 +87,33 @@ def run_pipeline(num_streams: int, batches: int = 12, elements: int = 3 << 19,
         if staged:
             stream.wait(event)
 
-    start = dev.now_ns()  # the device clock: real time on cpu, virtual time on sim
-    for b in range(batches):
-        slot = b % depth
-        if b >= depth:
-            wait(s_in, computed[b - depth])                # dev_in[slot] was read by that kernel
-        s_in.record(ev["h2d", b, 0])
-        memcpy_async(dev_in[slot], hosts_in[b], stream=s_in)
-        s_in.record(ev["h2d", b, 1])
-        s_in.record(in_ready[b])
-        wait(s_comp, in_ready[b])
-        if b >= depth:
-            wait(s_comp, out_copied[b - depth])            # dev_out[slot] was copied out
-        s_comp.record(ev["compute", b, 0])
-        launch(transform, dev_out[slot].view(np.float64), dev_in[slot].view(np.float64),
-               stream=s_comp, name="transform")
-        s_comp.record(ev["compute", b, 1])
-        s_comp.record(computed[b])
-        wait(s_out, computed[b])
-        s_out.record(ev["d2h", b, 0])
-        memcpy_async(hosts_out[b], dev_out[slot], stream=s_out)
-        s_out.record(ev["d2h", b, 1])
-        s_out.record(out_copied[b])
-    for s in streams:
-        s.synchronize()
-    seconds = (dev.now_ns() - start) / 1e9
+    # The timed loop is a profiler range: the demo diagnoses it, not the staging around it.
+    with profiler_range(PIPELINE_RANGE):
+        start = dev.now_ns()  # the device clock: real time on cpu, virtual time on sim
+        for b in range(batches):
+            slot = b % depth
+            if b >= depth:
+                wait(s_in, computed[b - depth])                # dev_in[slot] was read by that kernel
+            s_in.record(ev["h2d", b, 0])
+            memcpy_async(dev_in[slot], hosts_in[b], stream=s_in)
+            s_in.record(ev["h2d", b, 1])
+            s_in.record(in_ready[b])
+            wait(s_comp, in_ready[b])
+            if b >= depth:
+                wait(s_comp, out_copied[b - depth])            # dev_out[slot] was copied out
+            s_comp.record(ev["compute", b, 0])
+            launch(transform, dev_out[slot].view(np.float64), dev_in[slot].view(np.float64),
+                   stream=s_comp, name="transform")
+            s_comp.record(ev["compute", b, 1])
+            s_comp.record(computed[b])
+            wait(s_out, computed[b])
+            s_out.record(ev["d2h", b, 0])
+            memcpy_async(hosts_out[b], dev_out[slot], stream=s_out)
+            s_out.record(ev["d2h", b, 1])
+            s_out.record(out_copied[b])
+        for s in streams:
+            s.synchronize()
+        seconds = (dev.now_ns() - start) / 1e9
     result = PipelineResult(num_streams, seconds, batches=batches)
     for stage in STAGES:
         times = [elapsed_time(ev[stage, b, 0], ev[stage, b, 1]) for b in range(batches)]
