@@ -241,7 +241,9 @@ def test_every_command_error_ends_with_its_code(tmp_path, capsys):
     bad = tmp_path / "neg.toml"
     bad.write_text("name = 'x'\n")  # (fields missing)
     for argv in (["info", "--preset", str(bad)], ["calibrate", "-o", "/proc/nope/cal.toml"],
-                 ["info", "--preset", "no_such_preset"]):
+                 ["info", "--preset", "no_such_preset"], ["run"], ["run", "--"],
+                 ["run", "--", "python", str(tmp_path / "missing.py")],
+                 ["run", "--", str(tmp_path / "no_such_program")]):
         assert main(argv) == 1, argv
         err = capsys.readouterr().err.strip()
         assert err.startswith("ascentrt: error:") and err.count("\n") == 0, err
