@@ -222,7 +222,7 @@ class Device:
         reservation is not free to malloc)."""
         memory = self._memory
         pool = memory.pool
-        cached = 0 if pool is None else pool.reserved - pool.allocated
+        cached = 0 if pool is None else pool.free_bytes()
         return memory.chunks.unreserved_bytes() + cached, memory.capacity
 
     def _peer(self, other: Device | int) -> "Device":

@@ -65,14 +65,12 @@ def make_cost(cost, block_dim, device) -> Cost | None:
                                        f"of device {device.id}), got {block_dim!r}")
     if cost is None:
         return None if block_dim is None else Cost(block_dim=block_dim)
-    if isinstance(cost, Cost):
-        pass
-    elif isinstance(cost, dict):
+    if isinstance(cost, dict):
         unknown = set(cost) - {"seconds", "flops", "bytes"}
         if unknown:
             raise InvalidArgumentError(f"cost takes seconds, flops and bytes, not {sorted(unknown)[0]!r}")
         fields = dict(cost)
-    else:
+    elif not isinstance(cost, Cost):
         fields = {"seconds": cost}
     seconds = fields.get("seconds")
     seconds = None if seconds is None else check_finite(seconds, "cost seconds")

@@ -41,21 +41,11 @@ def _mesh_reduce(outs, ins, ufunc, acc) -> None:
 
 
 def _ordered_fold(out, ins, ufunc) -> None:
-    """out = ufunc folded over ins in their order, tile by tile through a host scratch tile
-    (out may be one of ins: an in-place collective); views resolved at run time, None: the
-    meeting failed. The scratch is the simulation's, not the device's: the transfer it stands
-    for (an inline reduce) needs none."""
-    if out is None:
-        return
-    size = len(out)
-    acc = np.empty(min(size, MESH_TILE // out.itemsize or 1), out.dtype)
-    for lo in range(0, size, len(acc)):
-        hi = min(lo + len(acc), size)
-        tile = acc[:hi - lo]
-        ufunc(ins[0][lo:hi], ins[1][lo:hi], out=tile)
-        for x in ins[2:]:
-            ufunc(tile, x[lo:hi], out=tile)
-        out[lo:hi] = tile
+    """out = ufunc folded over ins in their order (out may be one of ins: an in-place
+    collective), as _mesh_reduce does, through a host scratch tile: the transfer it stands for
+    (an inline reduce) needs none on the device. None: the meeting failed."""
+    if out is not None:
+        _mesh_reduce((out,), ins, ufunc, np.empty(min(len(out), MESH_TILE // out.itemsize or 1), out.dtype))
 
 
 def _modelled_step() -> None:

@@ -10,11 +10,11 @@ import numpy as np
 from .. import config
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .arena import Arena, round_size
-from .buffer import GRANULE, DeviceBuffer, check_size, pending_positions, positions_reached
+from .buffer import GRANULE, DeviceBuffer, check_size
 from . import leaks
 from .chunks import ArenaChunks
 from .links import Links
-from .pool import Block, BlockPool
+from .pool import Block, BlockPool, DeferredFrees, busy_positions
 from .registry import REGISTRY
 
 # Final: a compiled build keeps these in C statics (no module-dict lookup per malloc) and
@@ -75,11 +75,10 @@ class DeviceAllocator:
         # A BlockPool, or what stands in for one (record_trace's TraceRecorder): typed loosely.
         self.pool: Any = pool
         self.arena: Arena | None = None
-        self.pools: list[BlockPool] = []  # explicit MemPools of this device (for device-wide stats)
-        self.explicit: list[DeviceAllocator] = []  # their allocators (see forget_stream)
+        self.explicit: list[DeviceAllocator] = []  # the allocators of this device's MemPools
         # The plain arena's (pool off): frees waiting for queued work, (offset, waits), and the
         # streams record_stream named per buffer address.
-        self.late_frees: list[tuple[int, tuple]] = []
+        self.late_frees = DeferredFrees()
         self.used_on: dict[int, list] = {}
         self.record_sites = leaks.recording_sites()
         backend = device._backend
@@ -128,12 +127,9 @@ class DeviceAllocator:
             leaks.note_site(buf)
         return buf
 
-    def _reap_late_frees(self) -> None:
-        """Return to the arena the ranges whose queued work has completed since their free."""
-        done = [entry for entry in self.late_frees if positions_reached(entry[1])]
-        for entry in done:
-            self.late_frees.remove(entry)
-            self.arena.free(entry[0])  # type: ignore[union-attr]  # (plain mode: the arena is set)
+    def pools(self) -> list[BlockPool]:
+        """The pools of this device's MemPools (device-wide stats count them)."""
+        return [alloc.pool for alloc in self.explicit]
 
     def forget_stream(self, stream: Any) -> None:
         """`stream` is being destroyed: no allocator of the device may pass it unchecked."""
@@ -164,8 +160,8 @@ class DeviceAllocator:
         else:
             if self.host_call is not None:
                 self.host_call("malloc_driver")
-            if self.late_frees:
-                self._reap_late_frees()
+            if self.late_frees.entries:
+                self.late_frees.reap(self.arena.free)  # type: ignore[union-attr]  # (plain mode: the arena is set)
             off = self.arena.alloc(round_size(size))  # type: ignore[union-attr]  # no pool: the plain arena is set
             buf = DeviceBuffer(self.device, self.base + off, size, nbytes,
                                self.mem[off:off + size], self)
@@ -194,11 +190,11 @@ class DeviceAllocator:
             # device's peer copy may write into it), which until then still sees the bytes.
             named = self.used_on.pop(buf.addr, ())
             streams = [stream, *named] if stream is not None else Links.busy_streams()
-            waits = pending_positions(streams)
+            waits = busy_positions(streams)
             mem = buf._mem
             if waits and mem is not None:
                 buf._late = (mem, waits)
-                self.late_frees.append((buf.addr - self.base, waits))
+                self.late_frees.add(buf.addr - self.base, waits)
             else:
                 self.arena.free(buf.addr - self.base)  # type: ignore[union-attr]  # no block: the plain arena's
             buf._mem = None
@@ -244,13 +240,13 @@ class DeviceAllocator:
         Buffers the program never freed are reported first (a LeakWarning)."""
         bufs = self.live_buffers()
         # (and those of the device's MemPools: a reset frees every buffer of the device)
-        pooled = [buf for pool in self.pools for chunk in pool.chunks() for buf in chunk.buffers()]
+        pooled = [buf for alloc in self.explicit for buf in alloc.live_buffers()]
         leaks.report(bufs + pooled, f"device {self.device.id} reset")
         for buf in bufs:
             self.release(buf)
         for buf in pooled:
             buf._owner.release(buf)
-        for pool in [self.pool, *self.pools]:
+        for pool in [self.pool, *self.pools()]:
             if pool is not None:
                 pool.empty_cache()
         return len(bufs) + len(pooled)

@@ -276,17 +276,6 @@ class DeviceBuffer(_Allocation):
         return f"DeviceBuffer(ptr={self.addr:#x}, nbytes={self.nbytes}, device={self.device.id}{state})"
 
 
-def pending_positions(streams: list) -> tuple:
-    """(stream, last task id) of each stream with work queued now: what a free without a pool
-    must wait for (the `waits` of a buffer's `_late`)."""
-    return tuple((s, s._submitted) for s in streams if s._submitted > s._completed)
-
-
-def positions_reached(waits: tuple) -> bool:
-    """Whether every stream of `waits` has completed its work up to the position given."""
-    return all(s._completed >= last for s, last in waits)
-
-
 def _queued_before_free(waits: tuple) -> bool:
     """Whether the calling executor thread runs a task that was queued before the buffer's free."""
     task = Links.current_task()

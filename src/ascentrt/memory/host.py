@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import mmap
 import threading
-from typing import Any
 
 import numpy as np
 
 from .. import config
 from . import leaks
-from .buffer import HostBuffer, check_size, pending_positions, positions_reached
+from .buffer import HostBuffer, check_size
 from .chunks import HostChunks
+from .pool import DeferredFrees, busy_positions
 from .links import Links
 from .registry import REGISTRY
 
@@ -54,29 +54,21 @@ def _release_unpooled(buf: HostBuffer) -> bool:
     with _state_lock:  # one of two racing frees claims it: its mapping is freed once
         if buf._mem is None:
             return False
-        waits = pending_positions(Links.busy_streams())
+        waits = busy_positions(Links.busy_streams())
         if waits:
             buf._late = (buf._mem, waits)
-            _late_frees.append((buf._handle, waits))
         buf._mem = None
     REGISTRY.remove(buf)
-    if not waits:
+    if waits:
+        _late_frees.add(buf._handle, waits)
+    else:
         Links.host_backend().free(buf._handle)
-    _reap_late_frees()
+    if _late_frees.entries:
+        _late_frees.reap(Links.host_backend().free)
     return True
 
 
-_late_frees: list[tuple[Any, tuple]] = []  # (mapping, waits) of frees waiting for queued work
-
-
-def _reap_late_frees() -> None:
-    """Free the mappings whose queued work has completed since their free (pool off)."""
-    with _state_lock:
-        done = [entry for entry in _late_frees if positions_reached(entry[1])]
-        for entry in done:
-            _late_frees.remove(entry)
-    for handle, _ in done:
-        Links.host_backend().free(handle)
+_late_frees = DeferredFrees()  # the mappings of frees waiting for queued work (pool off)
 
 
 def malloc_host(nbytes: int) -> HostBuffer:
@@ -85,8 +77,8 @@ def malloc_host(nbytes: int) -> HostBuffer:
         nbytes = check_size(nbytes)
     pool = _state["pool"] if "pool" in _state else host_pool()
     if pool is None:
-        if _late_frees:
-            _reap_late_frees()
+        if _late_frees.entries:
+            _late_frees.reap(Links.host_backend().free)
         backend = Links.host_backend()
         handle = backend.alloc(nbytes, host=True)
         mem = np.frombuffer(backend.host_view(handle), dtype=np.uint8)

@@ -47,7 +47,6 @@ class MemPool:
                                name=f"MemPool on device {dev.id}")
         self._alloc = DeviceAllocator(dev, base.mem, base.base, base.capacity, pool=self._pool)
         self._destroyed = False
-        base.pools.append(self._pool)
         base.explicit.append(self._alloc)
 
     def _check_alive(self) -> None:
@@ -117,10 +116,9 @@ class MemPool:
         self._destroyed = True
         self._pool.release_threshold = 0  # chunks go back as soon as their last buffer is freed
         self._pool.empty_cache()
-        pools = self.device._memory.pools
-        if self._pool.allocated == 0 and self._pool in pools:
-            pools.remove(self._pool)      # nothing left to account for in the device's stats
-            self.device._memory.explicit.remove(self._alloc)
+        explicit = self.device._memory.explicit
+        if self._pool.allocated == 0 and self._alloc in explicit:
+            explicit.remove(self._alloc)  # nothing left to account for in the device's stats
 
     close = destroy
 
@@ -168,7 +166,7 @@ def record_stream(buf: DeviceBuffer, stream: Any) -> None:
 def empty_cache(device: Any = None) -> int:
     """Return the device pool's wholly free cached chunks to the device; returns bytes released."""
     alloc = _device(device)._memory
-    return sum(p.empty_cache() for p in [base_pool(alloc.pool), *alloc.pools] if p is not None)
+    return sum(p.empty_cache() for p in [base_pool(alloc.pool), *alloc.pools()] if p is not None)
 
 
 def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType = ...,

@@ -114,13 +114,42 @@ def _absorb(left: Block, right: Block) -> None:
     left.view_n = -1
 
 
-def _busy_positions(streams) -> tuple:
-    """(stream, submitted) for each stream that still has queued or running work."""
+def busy_positions(streams) -> tuple:
+    """(stream, submitted) for each stream that still has queued or running work: the waits
+    of a free that must come after that work."""
     busy: tuple = ()
     for s in streams:  # a loop, not a generator: the common answer (nothing busy) costs ~nothing
         if s._completed < s._submitted:
             busy += ((s, s._submitted),)
     return busy
+
+
+def positions_reached(waits: tuple) -> bool:
+    """Whether every stream of `waits` has completed its work up to the position given."""
+    return all(s._completed >= pos for s, pos in waits)
+
+
+class DeferredFrees:
+    """Frees without a pool (its own mapping, or a range of the plain arena) that wait for the
+    work queued before them: (what, waits), released once every wait is reached."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[Any, tuple]] = []
+        self.lock = threading.Lock()
+
+    def add(self, what: Any, waits: tuple) -> None:
+        """Hold `what` until `waits` are reached."""
+        with self.lock:
+            self.entries.append((what, waits))
+
+    def reap(self, release: Any) -> None:
+        """release(what) for each entry whose waits were reached since it was added."""
+        with self.lock:
+            done = [what for what, waits in self.entries if positions_reached(waits)]
+            if done:
+                self.entries = [e for e in self.entries if not positions_reached(e[1])]
+        for what in done:
+            release(what)
 
 
 class _SizeCache:
@@ -484,7 +513,7 @@ class BlockPool:
             else:
                 return ()  # no stream of any device has work in flight: nothing to wait for
         if stream is None:
-            return _busy_positions(self.all_streams())
+            return busy_positions(self.all_streams())
         if block.stream is stream and not block.uses:  # the common case: freed where it was used
             return ((stream, stream._submitted),) if stream._completed < stream._submitted else ()
         streams = [stream]
@@ -492,7 +521,7 @@ class BlockPool:
             streams.append(block.stream)
         if block.uses:
             streams.extend(s for s in block.uses if s is not stream)
-        return _busy_positions(streams)
+        return busy_positions(streams)
 
     def deallocate(self, block: Block, stream=None, waits: tuple | None = None,
                    buf: _Allocation | None = None) -> bool:
@@ -597,7 +626,7 @@ class BlockPool:
         if key == self._collect_key:
             return 0  # no stream moved since the last look: nothing new can be done
         self._collect_key = key
-        done = [b for b in self._pending if all(s._completed >= pos for s, pos in b.waits)]
+        done = [b for b in self._pending if positions_reached(b.waits)]
         for block in done:
             self._unlist_pending(block)
             del self._pending[block]

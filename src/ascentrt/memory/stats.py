@@ -19,7 +19,7 @@ def _pools(device: Any = None, pool: Any = None) -> list[BlockPool]:
             raise InvalidArgumentError(f"pool must be a MemPool, got {type(pool).__name__}")
         return [inner]
     alloc = Links.resolve_device(device)._memory
-    return [p for p in [base_pool(alloc.pool), *alloc.pools] if p is not None]
+    return [p for p in [base_pool(alloc.pool), *alloc.pools()] if p is not None]
 
 
 def reserved_bytes(device: Any = None) -> int:

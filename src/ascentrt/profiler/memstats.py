@@ -1,14 +1,14 @@
 """What the profiler asks of a device's memory: the one place that knows the allocator's API.
 
 Two shapes exist: the caching pool (DeviceAllocator.pool, over chunks of the device mapping,
-plus explicit MemPools in DeviceAllocator.pools) and, with the pool off, a plain first-fit arena.
+plus explicit MemPools in DeviceAllocator.pools()) and, with the pool off, a plain first-fit arena.
 """
 
 from __future__ import annotations
 
 
 def _pools(mem) -> list:
-    pools = [p for p in [getattr(mem, "pool", None)] + list(getattr(mem, "pools", [])) if p]
+    pools = [p for p in [mem.pool, *mem.pools()] if p]
     return list({id(p): p for p in pools}.values())
 
 
