@@ -269,12 +269,8 @@ def _run(args) -> int:
     from .validate import program_command, program_env, start_program, wait_exit_status
     command = program_command(args.command, "ascentrt run [--backend cpu|sim] [--preset P] -- "
                                             "python prog.py [args]")
-    env = dict(os.environ)
-    if args.backend:
-        env["ASCENTRT_BACKEND"] = args.backend
-    if args.preset:
-        env["ASCENTRT_SIM_PRESET"] = args.preset
-    child = start_program(command, program_env(env, always=True))
+    _use_backend(args)  # (in this process's environment, which the program inherits)
+    child = start_program(command, program_env(dict(os.environ), always=True))
     try:
         return wait_exit_status(child)
     except KeyboardInterrupt:  # the program got the interrupt too: its exit status is the answer

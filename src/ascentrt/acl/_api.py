@@ -72,21 +72,8 @@ class AclFunction(Protocol):
     def __call__(self, *args: Any) -> Any: ...
 
 
-class _PyaclCodeError(AscentError):
-    """An error with a pyACL code the core's ErrorCode does not name (e.g. 107021)."""
-
-    def __init__(self, message: str, code: int) -> None:
-        Exception.__init__(self, f"[{code}] {message}")
-        self.code = code  # type: ignore[assignment]  # (a plain int: no ErrorCode member names it)
-        self.info = None
-        self.message = message
-        set_last_error(code)
-
-
 def fail(code: int, message: str) -> AscentError:
     """An error carrying a pyACL return code, for the facade's own checks."""
-    if code not in ErrorCode._value2member_map_:
-        return _PyaclCodeError(message, code)
     return AscentError(message, code=code)
 
 
@@ -318,13 +305,14 @@ class _ThreadTask(threading.local):
 _last_task = _ThreadTask()
 
 
-def note_task(handle: int, stream: Stream) -> None:
-    """Remember the task just submitted to `stream` as this thread's last one
-    (get_thread_last_task_id); CANN counts tasks on streams the program created only."""
+def note_task(handle: int, stream: Stream, task_id: int | None = None) -> None:
+    """Remember the task just submitted to `stream` (its id when the submit returned one) as
+    this thread's last one (get_thread_last_task_id); CANN counts tasks on streams the program
+    created only."""
     if handle and not stream._internal:
-        # (the stream's count right after the submit: another thread submitting to the same
-        # stream in between would make this its task's id)
-        _last_task.task_id = stream._submitted
+        # (without an id, the stream's count right after the submit: another thread submitting
+        # to the same stream in between would make this its task's id)
+        _last_task.task_id = stream._submitted if task_id is None else task_id
 
 
 def last_task_id() -> int:

@@ -31,8 +31,7 @@ def launch_callback(fn: Callable[..., Any], user_data: object, block_type: int, 
     if block_type not in (C.ACL_CALLBACK_NO_BLOCK, C.ACL_CALLBACK_BLOCK):
         raise fail(ErrorCode.INVALID_PARAM, f"block type must be 0 or 1, got {block_type}")
     s = stream_of(stream)
-    _cb.launch_callback(fn, user_data, s, blocking=block_type == C.ACL_CALLBACK_BLOCK)
-    note_task(stream, s)
+    note_task(stream, s, _cb.launch_callback(fn, user_data, s, blocking=block_type == C.ACL_CALLBACK_BLOCK))
 
 
 @api("i")

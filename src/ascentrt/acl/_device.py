@@ -274,7 +274,7 @@ def ctx_get_sys_param_opt(opt: int) -> int:
     with _opts_lock:
         value = _ctx_opts.get(ctx, {}).get(opt)
     if value is None:
-        raise fail(C.ACL_ERROR_RT_SYSPARAMOPT_NOT_SET, f"system parameter {opt} was not set in this context")
+        raise fail(ErrorCode.RT_SYSPARAMOPT_NOT_SET, f"system parameter {opt} was not set in this context")
     return value
 
 

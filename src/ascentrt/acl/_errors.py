@@ -8,6 +8,7 @@ import threading
 from typing import Any, Callable
 
 from .. import errors as _errors
+from ..callback import _live_thread
 from ..engine.scheduler import Hooks
 from . import constants as C
 from ._api import AclTypeError
@@ -15,9 +16,9 @@ from ._api import AclTypeError
 _INVALID = 0xFFFFFFFF  # what the C API returns for fields of an invalid exception info
 _KEEP = 4096           # exception infos kept addressable (oldest forgotten first)
 _lock = threading.Lock()
-_infos: collections.OrderedDict[int, _errors.ExceptionInfo] = collections.OrderedDict()
+# handle -> (the info, the failing task's thread as an OS id, found when it was reported)
+_infos: collections.OrderedDict[int, tuple[_errors.ExceptionInfo, int]] = collections.OrderedDict()
 _handles = itertools.count(0x5E0000001000, 0x40)
-_os_ids: dict[int, int] = {}  # handle -> the failing task's thread, as an OS thread id
 _user_callback: list[Callable[[int], object] | None] = [None]
 
 
@@ -44,11 +45,9 @@ def peek_at_last_error(*args: Any) -> int:
 def _os_thread_id(ident: int) -> int:
     """The OS thread id (32 bits, as CANN reports it) of the live thread `ident` (Python's
     threading.get_ident), found when the failure is reported; 0xFFFFFFFF once it has ended."""
-    for thread in threading.enumerate():  # (only when a task fails)
-        if thread.ident == ident:
-            native = thread.native_id
-            return native if native is not None and 0 <= native < _INVALID else _INVALID
-    return _INVALID
+    thread = _live_thread(ident)
+    native = None if thread is None else thread.native_id
+    return native if native is not None and 0 <= native < _INVALID else _INVALID
 
 
 def _dispatch(info: _errors.ExceptionInfo) -> None:
@@ -58,10 +57,9 @@ def _dispatch(info: _errors.ExceptionInfo) -> None:
         return
     with _lock:
         handle = next(_handles)
-        _infos[handle] = info
-        _os_ids[handle] = _os_thread_id(info.thread_id)
+        _infos[handle] = (info, _os_thread_id(info.thread_id))
         while len(_infos) > _KEEP:
-            _os_ids.pop(_infos.popitem(last=False)[0], None)
+            _infos.popitem(last=False)
     fn(handle)
 
 
@@ -81,32 +79,27 @@ def set_exception_info_callback(*args: Any) -> int:
     return C.ACL_SUCCESS
 
 
-def _field(name: str, attr: str) -> Callable[..., int]:
+def _field(name: str, attr: str, what: str = "") -> Callable[..., int]:
     def read(*args: Any) -> int:
         if len(args) != 1 or not isinstance(args[0], int):
             raise AclTypeError(f"acl.rt.{name} args parse failed")
         with _lock:
-            info = _infos.get(args[0])
-        return _INVALID if info is None else int(getattr(info, attr))
+            entry = _infos.get(args[0])
+        if entry is None:
+            return _INVALID
+        info, os_thread = entry
+        return os_thread if attr == "os_thread" else int(getattr(info, attr))
     read.__name__ = read.__qualname__ = name
-    read.__doc__ = (f"int: the {attr.replace('_', ' ')} of an exception info, 0xFFFFFFFF for an "
-                    f"unknown one (aclrt{''.join(w.title() for w in name.split('_'))}).")
+    read.__doc__ = (f"int: the {what or attr.replace('_', ' ')} of an exception info, 0xFFFFFFFF "
+                    f"for an unknown one (aclrt{''.join(w.title() for w in name.split('_'))}).")
     return read
 
 
 get_task_id_from_exception_info = _field("get_task_id_from_exception_info", "task_id")
 get_stream_id_from_exception_info = _field("get_stream_id_from_exception_info", "stream_id")
-
-
-def get_thread_id_from_exception_info(*args: Any) -> int:
-    """int: the OS id (32 bits) of the thread that submitted the failed task, 0xFFFFFFFF for an
-    unknown info or a thread that had ended (aclrtGetThreadIdFromExceptionInfo)."""
-    if len(args) != 1 or not isinstance(args[0], int):
-        raise AclTypeError("acl.rt.get_thread_id_from_exception_info args parse failed")
-    with _lock:
-        return _os_ids.get(args[0], _INVALID)
-
-
+get_thread_id_from_exception_info = _field(
+    "get_thread_id_from_exception_info", "os_thread",
+    "OS id (32 bits; 0xFFFFFFFF once it had ended) of the thread that submitted the failed task")
 get_device_id_from_exception_info = _field("get_device_id_from_exception_info", "device_id")
 get_error_code_from_exception_info = _field("get_error_code_from_exception_info", "error_code")
 
@@ -114,7 +107,8 @@ get_error_code_from_exception_info = _field("get_error_code_from_exception_info"
 def exception_info(handle: int) -> _errors.ExceptionInfo | None:
     """The core ExceptionInfo behind an info handle (for programs that want the whole story)."""
     with _lock:
-        return _infos.get(handle)
+        entry = _infos.get(handle)
+    return None if entry is None else entry[0]
 
 
 __all__ = ["get_last_error", "peek_at_last_error", "set_exception_info_callback",

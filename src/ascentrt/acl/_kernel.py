@@ -69,8 +69,8 @@ def launch_kernel(kernel: Callable[..., Any] | str, args: tuple[Any, ...] | list
         raise AclTypeError("acl.rt.launch_kernel args parse failed")
     s = stream_of(stream)
     ev = EVENTS.get(event) if event else None
-    launch(kernel, *[_translate(a) for a in args] if args else (), stream=s)
-    note_task(stream, s)
+    task_id = launch(kernel, *[_translate(a) for a in args] if args else (), stream=s)
+    note_task(stream, s, task_id)
     if ev is not None:
         ev.record(s)
 

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 
 from ..config import sanitize_mode
 from ..engine import Hooks
-from ..errors import ErrorCode, InvalidArgumentError, os_cause, warn_at_caller
+from ..errors import InvalidArgumentError, warn_at_caller
 from ..memory.registry import REGISTRY
-from ..validate import check_path
+from ..validate import check_path, write_text_file
 from .report import Access, Race, RaceError, RaceWarning
 from .state import Sanitizer
 
@@ -100,11 +100,8 @@ def write_reports_at_exit(path: str) -> None:
     def write():
         texts = [str(r) for r in reports()]
         try:
-            with open(path, "w") as fh:
-                json.dump(texts, fh)
-        except OSError as exc:  # (at exit no caller can catch it: say it, with the races)
-            err = InvalidArgumentError(f"cannot write the race report to {path!r}: "
-                                       f"{os_cause(exc)}", code=ErrorCode.INVALID_FILE)
+            write_text_file(path, json.dumps(texts), "the race report to")
+        except InvalidArgumentError as err:  # (at exit no caller can catch it: say it, with the races)
             print(f"ascentrt: error: {err.in_words()}; {len(texts)} race(s) found"
                   f"{':' if texts else ''}", file=sys.stderr)
             for text in texts:
