@@ -13,12 +13,7 @@ from ascentrt.acl import constants as C
 from ascentrt.device import Device
 
 from subprocess_util import run_program
-from test_acl_conformance import rt, stream  # noqa: F401  (the fixtures: device 0 set, a stream)
-
-
-def released_without_device():
-    """Make sure no context is current on this thread (no set_device)."""
-    context.set_current_context(None)
+from test_acl_conformance import released_without_device, rt, stream  # noqa: F401  (fixtures: device 0 set, a stream)
 
 
 # ---- get_device_info / device_get_uuid / get_primary_ctx_state --------------------------------

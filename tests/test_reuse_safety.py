@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import ascentrt as art
+from subprocess_util import run_program
 
 TIMEOUT = 20
 N = 1 << 16
@@ -200,7 +201,5 @@ def test_with_the_pool_off_a_free_still_comes_after_the_work_queued_before_it():
         s.synchronize(timeout=10), t.synchronize(timeout=10)
         print(seen, np.unique(new.numpy()).tolist(), np.unique(d.numpy()).tolist(), seen2, done)
     ''')
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "ASCENTRT_MEM_POOL_ENABLE": "0", "ASCENTRT_LEAK_CHECK": "off"})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[0] == "[7] [17] [90] [7] ['freed']"
+    out = run_program(code, env={"ASCENTRT_MEM_POOL_ENABLE": "0", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split("\n")[0] == "[7] [17] [90] [7] ['freed']"
