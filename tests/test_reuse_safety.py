@@ -203,3 +203,66 @@ def test_with_the_pool_off_a_free_still_comes_after_the_work_queued_before_it():
     ''')
     out = run_program(code, env={"ASCENTRT_MEM_POOL_ENABLE": "0", "ASCENTRT_LEAK_CHECK": "off"})
     assert out.split("\n")[0] == "[7] [17] [90] [7] ['freed']"
+
+
+# ---- an allocation refused while memory waits for queued work ---------------------------------
+# Memory freed after queued work is the program's again once that work ends (as after CANN's
+# synchronous aclrtFree): an allocation that only it could satisfy waits for the work, where the
+# calling thread may wait, instead of failing.
+
+_WAITS_FOR_FREES = '''
+import time, numpy as np, ascentrt as art
+cap = art.Device(0).properties.total_memory
+n = int(cap * 0.6) & ~63
+s = art.Stream()
+def busy(seconds):  # (the same length of work on cpu, where it runs, and on sim, from its cost)
+    art.launch(time.sleep, seconds, stream=s, cost=seconds)
+seen = []
+buf = art.malloc(n)
+art.memset(buf, 7)
+busy(0.3)
+art.launch(lambda x: seen.append(int(x.max())), buf, stream=s)
+buf.free(stream=s)
+again = art.malloc(n)  # waits for the two kernels, then reuses their memory
+assert s.query() and seen == [7], (s.query(), seen)
+art.memset(again, 1)
+again.free()
+# Inside a task it may not wait (its own stream may be what it waits for): refused at once.
+big = art.malloc(n)
+busy(0.5)
+big.free(stream=s)
+out = []
+def inside():
+    try:
+        art.malloc(n)
+        out.append("allocated")
+    except art.OutOfMemoryError as e:
+        out.append(str(e))
+t = art.Stream()
+art.launch_host_func(inside, stream=t)
+t.synchronize(timeout=10)
+assert out and "queued work not done yet" in out[0], out
+s.synchronize(timeout=10)
+# Work that can never finish (its stream waits on a notify only this thread would record
+# later): a deadlock, so the allocation reports the memory it lacks instead of hanging.
+note = art.Notify()
+blocked = art.malloc(n)
+s.wait_notify(note)
+art.memset_async(blocked, 3, n, stream=s)
+blocked.free(stream=s)
+try:
+    art.malloc(n)
+    print("allocated")
+except art.OutOfMemoryError as e:
+    assert "queued work not done yet" in str(e), str(e)
+    print("refused")
+'''
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("pool", ["1", "0"])
+@pytest.mark.parametrize("backend", ["cpu", "sim"])
+def test_an_allocation_waits_for_the_work_its_memory_is_freed_after(pool, backend):
+    env = {"ASCENTRT_MEM_POOL_ENABLE": pool, "ASCENTRT_BACKEND": backend,
+           "ASCENTRT_DEVICE_MEMORY": str(64 << 20)}
+    assert run_program(_WAITS_FOR_FREES, env=env, timeout=60).strip() == "refused"

@@ -21,7 +21,8 @@ from .backends.presets import variant_fields
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
 from .engine.sync import synchronize_streams
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
-from .errors import ErrorCode, InvalidArgumentError, InvalidDeviceError, OutOfMemoryError
+from .errors import (DeadlockError, ErrorCode, InvalidArgumentError, InvalidDeviceError,
+                     OutOfMemoryError, StreamStateError)
 from .memory import leaks, links
 from .memory.registry import REGISTRY
 from .memory.allocator import DeviceAllocator
@@ -322,7 +323,25 @@ def _host_backend():
     return _table()[0]._backend
 
 
+def _wait_reached(waits: tuple) -> bool:
+    """Block until each (stream, position) of `waits` is done: the work that frees still wait
+    for, which an allocation refused for lack of memory waits out once. False at once inside
+    a task (its own stream may be among them), during a capture (it may not wait), and when
+    the work can never finish (a deadlock: the allocation then reports the memory it lacks)."""
+    if current_task() is not None:
+        return False
+    try:
+        check_sync_allowed("an allocation that waits for memory freed after queued work")
+        for stream, position in waits:
+            ENGINE.wait_completed(stream, None, f"an allocation that waits for memory freed "
+                                  f"after stream {stream.id}'s work",
+                                  behind=max(0, stream._submitted - position))
+    except (DeadlockError, StreamStateError):  # (a capture's refusal is a StreamStateError)
+        return False
+    return True
+
+
 atexit.register(_report_leaks_at_exit)
 links.register(resolve_device=resolve_device, current_device=current_device, current_task=current_task,
                busy_streams=_busy_streams, host_backend=_host_backend,
-               active_sets=ENGINE.active_sets, thread=_current)
+               active_sets=ENGINE.active_sets, thread=_current, wait_reached=_wait_reached)

@@ -8,7 +8,7 @@ from typing import Any, Final
 import numpy as np
 
 from .. import config
-from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError, OutOfMemoryError
 from .arena import Arena, round_size
 from .buffer import GRANULE, DeviceBuffer, check_size
 from . import leaks
@@ -112,9 +112,14 @@ class DeviceAllocator:
         # Typed: a compiled build reads the block's fields natively (a stand-in for the pool,
         # such as record_trace's recorder, hands out the pool's own blocks).
         n: int = nbytes  # (checked: a compiled build does the size arithmetic on native ints)
-        if type(pool) is BlockPool:  # (compiled: a direct call, not one through the method's name)
-            block: Block = pool.allocate(n, stream)
-        else:
+        try:
+            if type(pool) is BlockPool:  # (compiled: a direct call, not one through the method's name)
+                block: Block = pool.allocate(n, stream)
+            else:
+                block = pool.allocate(n, stream)
+        except OutOfMemoryError:
+            if not self._waited_for_frees():
+                raise
             block = pool.allocate(n, stream)
         size = (n + _GRANULE - 1) & -_GRANULE
         # (requested: the caller's own int object; a compiled build would box n again)
@@ -152,7 +157,12 @@ class DeviceAllocator:
             host_call: Callable[[str], None] = self.host_call  # type: ignore[assignment]
             host_call("malloc")
             before = pool.reserved
-            block = pool.allocate(nbytes, stream)
+            try:
+                block = pool.allocate(nbytes, stream)
+            except OutOfMemoryError:
+                if not self._waited_for_frees():
+                    raise
+                block = pool.allocate(nbytes, stream)
             if pool.reserved > before:
                 host_call("malloc_driver")  # the pool had to grow: a driver allocation
             buf = DeviceBuffer(self.device, block.addr, size, nbytes, block.bytes(size), self, block)
@@ -162,7 +172,18 @@ class DeviceAllocator:
                 self.host_call("malloc_driver")
             if self.late_frees.entries:
                 self.late_frees.reap(self.arena.free)  # type: ignore[union-attr]  # (plain mode: the arena is set)
-            off = self.arena.alloc(round_size(size))  # type: ignore[union-attr]  # no pool: the plain arena is set
+            arena: Arena = self.arena  # type: ignore[assignment]  # no pool: the plain arena is set
+            try:
+                off = arena.alloc(round_size(size))
+            except OutOfMemoryError as exc:
+                if not self._waited_for_frees():
+                    if self.late_frees.entries:  # (the arena counts their ranges in use)
+                        raise OutOfMemoryError(
+                            f"{exc}; some of the memory in use is freed after queued work not "
+                            f"done yet (an allocation waits for that work, except inside a "
+                            f"task, during a capture, or when it can never finish)") from None
+                    raise
+                off = arena.alloc(round_size(size))
             buf = DeviceBuffer(self.device, self.base + off, size, nbytes,
                                self.mem[off:off + size], self)
             self.live[buf.addr] = buf
@@ -172,6 +193,21 @@ class DeviceAllocator:
         if self.record_sites:
             leaks.note_site(buf)
         return buf
+
+    def _waited_for_frees(self) -> bool:
+        """After a refused allocation: wait until the work that this allocator's pending frees
+        wait for is done, and make their memory free (memory freed after queued work is the
+        program's again once it ends, as after a synchronous free, so an allocation must not
+        fail for it); False when there were none, or this thread may not wait (Links.wait_reached)."""
+        pool = self.pool
+        waits = pool.pending_waits() if pool is not None else self.late_frees.waits()
+        if not waits or not Links.wait_reached(waits):
+            return False
+        if pool is not None:
+            pool.synchronize_pending()
+        else:
+            self.late_frees.reap(self.arena.free)  # type: ignore[union-attr]  # no pool: the plain arena is set
+        return True
 
     def release(self, buf: DeviceBuffer, stream: Any = None) -> bool:
         """Free a buffer after `stream`'s work (None: after all queued work of the device);

@@ -33,6 +33,9 @@ class Links:
     # grows as devices are made): a stream-less free whose sets are all empty waits for nothing.
     active_sets: list[set] = []
     thread: Any = None  # the runtime's thread-local holder of `.device` (None until set_device or current_device)
+    # (stream, position) pairs -> True once each stream's work up to its position is done;
+    # False at once where the calling thread may not wait for them (see device._wait_reached)
+    wait_reached: Callable[[tuple], bool] = staticmethod(lambda waits: False)
 
 
 def register(**callbacks: Any) -> None:

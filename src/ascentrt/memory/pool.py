@@ -129,6 +129,17 @@ def positions_reached(waits: tuple) -> bool:
     return all(s._completed >= pos for s, pos in waits)
 
 
+def furthest_positions(waits: Any) -> tuple:
+    """The (stream, position) pairs of several frees' waits, one per stream (its furthest)
+    and only those not reached yet: what all those frees wait for together."""
+    furthest: dict[Any, int] = {}
+    for stream_waits in waits:
+        for s, pos in stream_waits:
+            if s._completed < pos and pos > furthest.get(s, -1):
+                furthest[s] = pos
+    return tuple(furthest.items())
+
+
 class DeferredFrees:
     """Frees without a pool (its own mapping, or a range of the plain arena) that wait for the
     work queued before them: (what, waits), released once every wait is reached."""
@@ -141,6 +152,11 @@ class DeferredFrees:
         """Hold `what` until `waits` are reached."""
         with self.lock:
             self.entries.append((what, waits))
+
+    def waits(self) -> tuple:
+        """What the held frees still wait for (furthest_positions)."""
+        with self.lock:
+            return furthest_positions([waits for _, waits in self.entries])
 
     def reap(self, release: Any) -> None:
         """release(what) for each entry whose waits were reached since it was added."""
@@ -763,6 +779,11 @@ class BlockPool:
         with self._lock:
             return self._collect()
 
+    def pending_waits(self) -> tuple:
+        """What the pending blocks still wait for (furthest_positions)."""
+        with self._lock:
+            return furthest_positions([block.waits for block in self._pending])
+
     # ---- introspection ---------------------------------------------------------------------
 
     def chunks(self) -> list:
@@ -807,13 +828,16 @@ class BlockPool:
         unreserved = self.upstream.unreserved_bytes()
         largest = max(frag["largest_free_block"], self.upstream.largest_unreserved())
         free_total = frag["free_bytes"] + unreserved
-        fragmented = free_total >= size
+        # (pending blocks are free but not yet reusable: fragmentation only where the ready
+        # ones and the unreserved range could hold it)
+        fragmented = free_total - self.pending_bytes >= size
         hint = ("free memory is fragmented: set ASCENTRT_MEM_POOL_SPLIT_LIMIT (e.g. 64M) so large "
                 "blocks stay whole, or free long-lived small buffers first" if fragmented else
                 "free buffers you no longer need, or raise ASCENTRT_DEVICE_MEMORY")
         if self.pending_bytes:
-            hint += (f"; {self.pending_bytes} bytes wait for streams to finish: synchronize "
-                     "before allocating to reuse them")
+            hint += (f"; {self.pending_bytes} bytes are freed after queued work not done yet (a "
+                     "device allocation waits for that work, except inside a task, during a "
+                     "capture, or when it can never finish)")
         return OutOfMemoryError(
             f"{self.name}: cannot allocate {nbytes} bytes (block {size}): capacity {cap}, "
             f"allocated {self.allocated}, reserved {self.reserved} of which reserved-but-free "
