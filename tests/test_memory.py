@@ -412,3 +412,22 @@ def test_with_the_pool_off_large_and_small_buffers_free_in_every_build():
             print(b.alive)
     """, env={"ASCENTRT_MEM_POOL_ENABLE": "0"})
     assert out.split() == ["False"] * 3
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("pool", ["1", "0"])
+def test_pinned_memory_the_host_cannot_map_is_an_out_of_memory_error(pool):
+    # (with the pool off the OS's refusal escaped as a bare OSError; with it on, the message
+    # called the host's 2**62-byte stand-in capacity fragmented)
+    from subprocess_util import run_program
+    out = run_program('''
+        import ascentrt as art
+        try:
+            art.malloc_host(1 << 58)  # past any address space: no host maps it
+        except art.OutOfMemoryError as e:
+            assert e.code == 207001 and "could not map" in str(e), str(e)
+            assert "fragment" not in str(e), str(e)
+            print("refused")
+        art.malloc_host(1 << 20).free()  # and nothing was left half made
+    ''', env={"ASCENTRT_MEM_POOL_ENABLE": pool})
+    assert out.strip() == "refused"

@@ -195,19 +195,13 @@ class DeviceAllocator:
         return buf
 
     def _waited_for_frees(self) -> bool:
-        """After a refused allocation: wait until the work that this allocator's pending frees
-        wait for is done, and make their memory free (memory freed after queued work is the
-        program's again once it ends, as after a synchronous free, so an allocation must not
-        fail for it); False when there were none, or this thread may not wait (Links.wait_reached)."""
-        pool = self.pool
-        waits = pool.pending_waits() if pool is not None else self.late_frees.waits()
-        if not waits or not Links.wait_reached(waits):
-            return False
-        if pool is not None:
-            pool.synchronize_pending()
-        else:
-            self.late_frees.reap(self.arena.free)  # type: ignore[union-attr]  # no pool: the plain arena is set
-        return True
+        """After a refused allocation: wait for the work that this allocator's pending frees
+        wait for, and make their memory free (memory freed after queued work is the program's
+        again once it ends, as after a synchronous free: an allocation must not fail for it);
+        False when there were none, or this thread may not wait (Links.wait_reached)."""
+        if self.pool is not None:
+            return self.pool.wait_for_pending()
+        return self.late_frees.wait_for(self.arena.free)  # type: ignore[union-attr]  # no pool: the plain arena is set
 
     def release(self, buf: DeviceBuffer, stream: Any = None) -> bool:
         """Free a buffer after `stream`'s work (None: after all queued work of the device);

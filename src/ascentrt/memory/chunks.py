@@ -141,6 +141,7 @@ class HostChunks:
         self._lock = threading.Lock()
         self.reserved = 0
         self.mlock_calls = 0
+        self.refusal = ""  # why the last chunk could not be mapped ("" once one could)
 
     def allocate(self, nbytes: int, stream: Any = None) -> Chunk | None:
         """Map and lock a chunk of round_chunk(nbytes) bytes; None if the host cannot map it."""
@@ -151,10 +152,12 @@ class HostChunks:
             self.reserved += size
         try:
             handle = self.backend.alloc(size, host=True)
-        except OSError:
+        except OSError as exc:
             with self._lock:
                 self.reserved -= size
+            self.refusal = f"the host could not map {size} bytes ({exc})"
             return None
+        self.refusal = ""
         self.mlock_calls += 1
         view = np.frombuffer(self.backend.host_view(handle), dtype=np.uint8)
         chunk = Chunk(handle.addr, size, view, handle, handle.pinned)

@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 from .. import config
+from ..errors import OutOfMemoryError
 from . import leaks
 from .buffer import HostBuffer, check_size
 from .chunks import HostChunks
@@ -71,6 +72,15 @@ def _release_unpooled(buf: HostBuffer) -> bool:
 _late_frees = DeferredFrees()  # the mappings of frees waiting for queued work (pool off)
 
 
+def _map_host(backend, nbytes: int):
+    """backend.alloc(nbytes, host=True), its refusal an OutOfMemoryError."""
+    try:
+        return backend.alloc(nbytes, host=True)
+    except OSError as exc:
+        raise OutOfMemoryError(f"pinned host: cannot allocate {nbytes} bytes: the host could "
+                               f"not map them ({exc})") from None
+
+
 def malloc_host(nbytes: int) -> HostBuffer:
     """Allocate page-locked host memory; `.pinned` is False where mlock is not permitted."""
     if type(nbytes) is not int or not 0 < nbytes < 1 << 62:  # one test on the hot path
@@ -80,12 +90,22 @@ def malloc_host(nbytes: int) -> HostBuffer:
         if _late_frees.entries:
             _late_frees.reap(Links.host_backend().free)
         backend = Links.host_backend()
-        handle = backend.alloc(nbytes, host=True)
+        try:
+            handle = _map_host(backend, nbytes)
+        except OutOfMemoryError:  # (memory freed after queued work is the program's once it ends)
+            if not _late_frees.wait_for(backend.free):
+                raise
+            handle = _map_host(backend, nbytes)
         mem = np.frombuffer(backend.host_view(handle), dtype=np.uint8)
         buf = HostBuffer(handle.addr, nbytes, handle.pinned, mem, handle, _release_unpooled)
         REGISTRY.add(buf)
     else:
-        block = pool.allocate(nbytes)
+        try:
+            block = pool.allocate(nbytes)
+        except OutOfMemoryError:  # (as a device allocation: see DeviceAllocator._waited_for_frees)
+            if not pool.wait_for_pending():
+                raise
+            block = pool.allocate(nbytes)
         buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes), block, _release)
         block.buf = buf  # from here on its pointers resolve (through the chunk)
     if REGISTRY.observers:

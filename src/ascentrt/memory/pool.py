@@ -153,10 +153,15 @@ class DeferredFrees:
         with self.lock:
             self.entries.append((what, waits))
 
-    def waits(self) -> tuple:
-        """What the held frees still wait for (furthest_positions)."""
+    def wait_for(self, release: Any) -> bool:
+        """Wait until the work the held frees wait for is done, then release them as reap()
+        does; False when none were held, or the calling thread may not wait (Links.wait_reached)."""
         with self.lock:
-            return furthest_positions([waits for _, waits in self.entries])
+            waits = furthest_positions([waits for _, waits in self.entries])
+        if not waits or not Links.wait_reached(waits):
+            return False
+        self.reap(release)
+        return True
 
     def reap(self, release: Any) -> None:
         """release(what) for each entry whose waits were reached since it was added."""
@@ -779,10 +784,16 @@ class BlockPool:
         with self._lock:
             return self._collect()
 
-    def pending_waits(self) -> tuple:
-        """What the pending blocks still wait for (furthest_positions)."""
+    def wait_for_pending(self) -> bool:
+        """Wait until the work the pending blocks wait for is done and make them free (the
+        pool's lock not held: called after a refused allocation, which then tries again);
+        False when none were pending, or the calling thread may not wait (Links.wait_reached)."""
         with self._lock:
-            return furthest_positions([block.waits for block in self._pending])
+            waits = furthest_positions([block.waits for block in self._pending])
+        if not waits or not Links.wait_reached(waits):
+            return False
+        self.synchronize_pending()
+        return True
 
     # ---- introspection ---------------------------------------------------------------------
 
@@ -823,6 +834,13 @@ class BlockPool:
         }
 
     def _oom_error(self, size: int, nbytes: int) -> OutOfMemoryError:
+        refusal = getattr(self.upstream, "refusal", "")  # (host chunks: the OS said no)
+        if refusal:
+            pending = f", {self.pending_bytes} freed after queued work" if self.pending_bytes else ""
+            return OutOfMemoryError(
+                f"{self.name}: cannot allocate {nbytes} bytes: {refusal}; this pool holds "
+                f"{self.reserved} bytes ({self.allocated} allocated{pending}); free buffers you "
+                f"no longer need", code=ErrorCode.RT_MEMORY_ALLOCATION)
         frag = self._fragmentation()
         cap = getattr(self.upstream, "capacity", 0)
         unreserved = self.upstream.unreserved_bytes()
