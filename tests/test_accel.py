@@ -11,6 +11,7 @@ from importlib.machinery import EXTENSION_SUFFIXES
 import pytest
 
 from ascentrt import accel
+from ascentrt.memory import ArenaChunks
 
 # A deterministic pool workload: each step frees one live buffer (on a stream or not) and
 # allocates another size; prints what a user can observe (addresses, stats, counts).
@@ -150,7 +151,7 @@ def test_only_the_compiled_pool_takes_its_cache_paths_without_the_lock():
     from ascentrt.memory import pool
     compiled = "ascentrt.memory.pool" in accel.compiled()
     assert pool.ATOMIC == compiled
-    lock = pool.BlockPool(None)._lock
+    lock = pool.BlockPool(ArenaChunks(1 << 30))._lock
     # From source the lock is reentrant (an interrupted acquire can be undone); compiled, a
     # plain lock, whose holder the lock-free paths can see.
     assert hasattr(lock, "_is_owned") is not compiled

@@ -766,3 +766,48 @@ def test_a_registered_array_that_numpy_moved_is_refused_not_written(buf):
         art.memcpy(ptr, buf, 64)
     assert err.value.code == E.INVALID_PARAM and "moved" in str(err.value)
     unregister_host(ptr)
+
+
+# ---- the memory layer's own classes (art.memory: pools and chunk sources to study strategies) --
+
+_M = art.memory
+_BAD_VALUES = [1.5, True, -1, "64", None, 2 ** 64, np.float64(3), []]
+_MEMORY_ENTRY_POINTS = {
+    "ArenaChunks(capacity)": lambda v: _M.ArenaChunks(v),
+    "ArenaChunks(base)": lambda v: _M.ArenaChunks(1 << 30, base=v),
+    "ArenaChunks(view)": lambda v: _M.ArenaChunks(1 << 30, view=v),
+    "ArenaChunks.allocate": lambda v: _M.ArenaChunks(1 << 30).allocate(v),
+    "BlockPool(upstream)": lambda v: _M.BlockPool(v),
+    "BlockPool(align)": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30), align=v),
+    "BlockPool(split_limit)": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30), split_limit=v),
+    "BlockPool(release_threshold)": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30), release_threshold=v),
+    "BlockPool(gc_threshold)": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30), gc_threshold=v),
+    "BlockPool(policy)": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30), policy=v),
+    "BlockPool(name)": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30), name=v),
+    "BlockPool.allocate": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30)).allocate(v),
+    "BlockPool.deallocate": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30)).deallocate(v),
+    "BlockPool.record_stream": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30)).record_stream(v, None),
+    "BlockPool.prereserve": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30)).prereserve(v),
+    "BlockPool.trim_to": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30)).trim_to(v),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(_MEMORY_ENTRY_POINTS))
+def test_the_memory_layers_classes_refuse_bad_values_with_a_code(entry):
+    # (each took them: a float size hit the memo of the last int size, a bool aligned to 1,
+    # and strings, None or a block of another pool escaped as TypeError / AttributeError, or
+    # corrupted both pools' accounting; a compiled build raised TypeError at the call)
+    make = _MEMORY_ENTRY_POINTS[entry]
+    for value in _BAD_VALUES:
+        try:
+            made = make(value)
+        except art.AscentError as e:
+            assert e.code == E.INVALID_PARAM, (entry, value, e)
+            continue
+        if isinstance(made, _M.BlockPool):  # (a value it may take: the pool still works)
+            made.deallocate(made.allocate(100))
+    other = _M.BlockPool(_M.ArenaChunks(1 << 30), name="other")
+    block = other.allocate(100)
+    with pytest.raises(art.InvalidArgumentError, match="not a block this pool allocated"):
+        _M.BlockPool(_M.ArenaChunks(1 << 30)).deallocate(block)
+    assert other.allocated == block.size

@@ -17,8 +17,8 @@ from .engine import Hooks, Task, check_sync_allowed
 from .engine.task import COPY, MEMSET
 from . import config
 from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_caller
-from .validate import enum_member
-from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, check_size, task_view
+from .validate import check_size, enum_member
+from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 from .memory.external import from_dlpack
 from .memory.links import Links
 from .memory.registry import REGISTRY

@@ -26,6 +26,18 @@ def check_finite(value, what: str) -> float:
     return float(value)
 
 
+def check_size(nbytes: object, what: str = "nbytes", allow_zero: bool = False) -> int:
+    """Validate a byte count (a real int, not negative or absurd); raises InvalidArgumentError."""
+    if type(nbytes) is not int and not isinstance(nbytes, np.integer):
+        raise InvalidArgumentError(f"{what} must be an int, got {type(nbytes).__name__}")
+    nbytes = int(nbytes)
+    if nbytes < 0 or (nbytes == 0 and not allow_zero):
+        raise InvalidArgumentError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {nbytes}")
+    if nbytes >= 1 << 62:
+        raise InvalidArgumentError(f"{what} is too large: {nbytes}")
+    return nbytes
+
+
 def as_group(group, singles: tuple, what: str) -> tuple:
     """What a call declares as a group (reads, writes, tasks to wait for), as a tuple taken once
     (a generator is read only once); one object of the `singles` types counts as one."""

@@ -10,7 +10,8 @@ import numpy as np
 from .. import config
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError, OutOfMemoryError
 from .arena import Arena, round_size
-from .buffer import GRANULE, DeviceBuffer, check_size
+from ..validate import check_size
+from .buffer import GRANULE, DeviceBuffer
 from . import leaks
 from .chunks import ArenaChunks
 from .links import Links

@@ -71,18 +71,6 @@ def check_no_exports(buf: object) -> None:
             f"holds): free it once they are gone", code=ErrorCode.RT_MEMORY_FREE)
 
 
-def check_size(nbytes: object, what: str = "nbytes", allow_zero: bool = False) -> int:
-    """Validate a byte count (a real int, not negative or absurd); raises InvalidArgumentError."""
-    if type(nbytes) is not int and not isinstance(nbytes, np.integer):
-        raise InvalidArgumentError(f"{what} must be an int, got {type(nbytes).__name__}")
-    nbytes = int(nbytes)
-    if nbytes < 0 or (nbytes == 0 and not allow_zero):
-        raise InvalidArgumentError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {nbytes}")
-    if nbytes >= 1 << 62:
-        raise InvalidArgumentError(f"{what} is too large: {nbytes}")
-    return nbytes
-
-
 def _plain_dtype(dtype: DTypeLike) -> np.dtype:
     """A numpy dtype of plain bytes (no Python objects inside); raises InvalidArgumentError."""
     try:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
+from ..validate import check_size
 from .arena import Arena
 
 if TYPE_CHECKING:
@@ -93,8 +95,15 @@ class ArenaChunks:
 
     def __init__(self, capacity: int, base: int = 1 << 44, view: np.ndarray | None = None,
                  decommit: Callable[[int, int], None] | None = None, registry: Any = None):
+        capacity = check_size(capacity, "capacity")
         self.capacity = capacity
-        self.base = base
+        self.base = check_size(base, "base", allow_zero=True)
+        if view is not None and not (isinstance(view, np.ndarray) and view.dtype == np.uint8
+                                     and view.ndim == 1 and view.size >= capacity):
+            raise InvalidArgumentError(f"view must be None (fake address space) or a 1-D uint8 "
+                                       f"array of at least capacity ({capacity}) bytes")
+        if decommit is not None and not callable(decommit):
+            raise InvalidArgumentError("decommit must be a function (offset, nbytes) -> None")
         self.view = view
         self.decommit = decommit  # (offset, nbytes) -> None: the backend takes the pages back
         self.registry = registry  # an AddressRegistry the chunks are entered in (real memory)
@@ -102,7 +111,7 @@ class ArenaChunks:
 
     def allocate(self, nbytes: int, stream: Any = None) -> Chunk | None:
         """Reserve a chunk of round_chunk(nbytes) bytes, or None when the range has no room."""
-        size = round_chunk(nbytes)
+        size = round_chunk(check_size(nbytes))
         if size > self.capacity:
             return None
         off = self.arena.try_alloc(size)  # no exception: a miss is not an error the caller sees
@@ -134,10 +143,12 @@ class ArenaChunks:
 class HostChunks:
     """Pinned host chunks from a backend: one allocation each, locked once when the chunk is made."""
 
-    def __init__(self, backend: Backend, capacity: int = 1 << 62, registry: Any = None):
+    def __init__(self, backend: Backend, capacity: int = (1 << 62) - 1, registry: Any = None):
+        if not all(callable(getattr(backend, m, None)) for m in ("alloc", "free", "host_view")):
+            raise InvalidArgumentError(f"backend must be a Backend, got {type(backend).__name__}")
         self.backend = backend
         self.registry = registry  # an AddressRegistry the chunks are entered in
-        self.capacity = capacity
+        self.capacity = check_size(capacity, "capacity")
         self._lock = threading.Lock()
         self.reserved = 0
         self.mlock_calls = 0
@@ -145,7 +156,7 @@ class HostChunks:
 
     def allocate(self, nbytes: int, stream: Any = None) -> Chunk | None:
         """Map and lock a chunk of round_chunk(nbytes) bytes; None if the host cannot map it."""
-        size = round_chunk(nbytes)
+        size = round_chunk(check_size(nbytes))
         with self._lock:
             if self.reserved + size > self.capacity:
                 return None

@@ -10,7 +10,8 @@ import numpy as np
 from .. import config
 from ..errors import OutOfMemoryError
 from . import leaks
-from .buffer import HostBuffer, check_size
+from ..validate import check_size
+from .buffer import HostBuffer
 from .chunks import HostChunks
 from .pool import DeferredFrees, busy_positions
 from .links import Links

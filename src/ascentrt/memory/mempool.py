@@ -7,7 +7,8 @@ from typing import Any
 
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .allocator import DeviceAllocator, check_stream
-from .buffer import DeviceBuffer, check_size
+from ..validate import check_size
+from .buffer import DeviceBuffer
 from .links import Links
 from .pool import BlockPool
 from .trace import base_pool

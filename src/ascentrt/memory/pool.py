@@ -18,6 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
+from ..validate import check_finite, check_size
 from .chunks import CHUNK
 from .links import Links
 from .policy import ReusePolicy
@@ -214,21 +215,38 @@ _NO_SIZE: Final = _SizeCache(-1)  # what the last-used-size memo holds before an
 class BlockPool:
     """Best-fit caching allocator over an upstream chunk resource (allocate/deallocate on a stream)."""
 
-    def __init__(self, upstream, *, align: int = 64, split_limit: int | None = None,
-                 release_threshold: int | None = None, gc_threshold: float = 0.0,
-                 policy: ReusePolicy | None = None, all_streams: Any = None,
-                 busy_sets: list[set] | None = None, name: str = "pool"):
+    # (Arguments typed Any: they are checked here, with InvalidArgumentError, where a compiled
+    # build would raise a bare TypeError at the call.)
+    def __init__(self, upstream: Any, *, align: Any = 64, split_limit: Any = None,
+                 release_threshold: Any = None, gc_threshold: Any = 0.0, policy: Any = None,
+                 all_streams: Any = None, busy_sets: list[set] | None = None, name: Any = "pool"):
+        if not all(callable(getattr(upstream, m, None)) for m in ("allocate", "deallocate")):
+            raise InvalidArgumentError(f"a pool's upstream allocates and deallocates chunks "
+                                       f"(ArenaChunks, HostChunks), got {type(upstream).__name__}")
         self.upstream = upstream
-        self.align = align
-        self.split_limit = split_limit
-        self.release_threshold = release_threshold
-        self.gc_threshold = gc_threshold
-        self.policy = policy or ReusePolicy()
+        self.align: int = check_size(align, "align")
+        if self.align & (self.align - 1):
+            raise InvalidArgumentError(f"align must be a power of two, got {align}")
+        self.split_limit: int | None = None if split_limit is None else \
+            check_size(split_limit, "split_limit")
+        self.release_threshold: int | None = None if release_threshold is None else \
+            check_size(release_threshold, "release_threshold", allow_zero=True)
+        self.gc_threshold: float = check_finite(gc_threshold, "gc_threshold")
+        if self.gc_threshold > 1:
+            raise InvalidArgumentError(f"gc_threshold is a fraction of the capacity (0 to 1), "
+                                       f"got {gc_threshold}")
+        if policy is not None and not isinstance(policy, ReusePolicy):
+            raise InvalidArgumentError(f"policy must be a ReusePolicy, got {type(policy).__name__}")
+        if all_streams is not None and not callable(all_streams):
+            raise InvalidArgumentError("all_streams must be a function returning streams")
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"name must be a str, got {type(name).__name__}")
+        self.policy: ReusePolicy = policy or ReusePolicy()
         self.all_streams = all_streams or (lambda: ())  # streams a stream-less free waits for
         # Sets that hold every stream all_streams() may return while it has work in flight: when
         # all are empty, a stream-less free waits for nothing without calling all_streams().
         self.busy_sets: list[set] | None = busy_sets
-        self.name = name
+        self.name: str = name
         lock: Any = threading.Lock() if ATOMIC else threading.RLock()  # (see ATOMIC)
         self._lock: Any = lock
         self._acquire: Any = lock.acquire  # bound once: the hot paths skip a method lookup
@@ -271,7 +289,7 @@ class BlockPool:
         # (request, size class) of the request seen last: one field, so that a thread never
         # reads one request's class with another's size. It starts as a real request's: an
         # unset pair such as (-1, 0) once handed a request of -1 a block of 0 bytes.
-        self._last_class: tuple[int, int] = (1, size_class(1, align))
+        self._last_class: tuple[int, int] = (1, size_class(1, self.align))
 
     @property
     def counts(self) -> dict:
@@ -280,10 +298,13 @@ class BlockPool:
 
     # ---- allocate (hot path first) ---------------------------------------------------------
 
-    def allocate(self, nbytes: int, stream=None) -> Block:
-        """A block of at least `nbytes` usable on `stream`; raises OutOfMemoryError."""
+    def allocate(self, nbytes: Any, stream=None) -> Block:
+        """A block of at least `nbytes` usable on `stream`; raises OutOfMemoryError (and
+        InvalidArgumentError for a size that is no int > 0)."""
+        # (an int first: 1024.0 == 1024 would otherwise hit the memo of the last request)
+        n: int = nbytes if type(nbytes) is int else check_size(nbytes)
         last = self._last_class
-        size = last[1] if last[0] == nbytes else self._size_class(nbytes)
+        size = last[1] if last[0] == n else self._size_class(n)
         # (Compiled, no lock held: see ATOMIC. A stream of the runtime's own class hashes in C.)
         if ATOMIC and not self._locked() and (stream is None or (
                 type(stream) is self._stream_type
@@ -291,7 +312,7 @@ class BlockPool:
             cached = self._size_cache(size)
             if cached is not None and cached.n:
                 self._cached_bytes -= size
-                return self._hand_out(cached.pop(), stream, nbytes)
+                return self._hand_out(cached.pop(), stream, n)
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             self._acquire()
@@ -311,8 +332,8 @@ class BlockPool:
                         block = cached.pop()  # an exact-size block freed with no work pending
                         self._cached_bytes -= size
                     else:
-                        block = self._allocate_slow(size, stream, nbytes)
-                return self._hand_out(block, stream, nbytes)
+                        block = self._allocate_slow(size, stream, n)
+                return self._hand_out(block, stream, n)
             finally:
                 self._release()
         except BaseException:
@@ -516,8 +537,9 @@ class BlockPool:
             self._split(block, size)
         return block
 
-    def prereserve(self, nbytes: int) -> None:
+    def prereserve(self, nbytes: Any) -> None:
         """Reserve a chunk of `nbytes` up front and keep it as a free block; raises OutOfMemoryError."""
+        nbytes = check_size(nbytes)
         with self._lock:
             block = self._reserve(chunk_size_for(nbytes), nbytes)
             self._add_ready(block)
@@ -544,7 +566,7 @@ class BlockPool:
             streams.extend(s for s in block.uses if s is not stream)
         return busy_positions(streams)
 
-    def deallocate(self, block: Block, stream=None, waits: tuple | None = None,
+    def deallocate(self, block: Any, stream=None, waits: tuple | None = None,
                    buf: _Allocation | None = None) -> bool:
         """Free a block after `stream`'s work so far (None: after all work queued on the device).
 
@@ -552,28 +574,37 @@ class BlockPool:
         queued before the free still see its bytes), unless another free got there first;
         returns False then, and when the block was not allocated.
         """
+        blk = self._own(block)  # (typed: a compiled build reads its fields natively)
         if waits is None:
-            waits = self.waits_for(block, stream)
+            waits = self.waits_for(blk, stream)
         # (Compiled, no lock held: see ATOMIC. A free that goes to an existing cache list
         # with room does only what that path of _put_back does. Its block may hold no other
         # stream than the caller's: dropping the last reference to one could run Python code,
         # a weak reference's callback, in the middle.)
-        if ATOMIC and not waits and block.stream is stream and block.uses is None \
+        if ATOMIC and not waits and blk.stream is stream and blk.uses is None \
                 and not self._locked():
-            cached = self._size_cache(block.size)
-            if cached is not None and cached.n < CACHE_PER_SIZE and self._may_cache(block.size):
-                return self._put_back(block, stream, waits, buf)
+            cached = self._size_cache(blk.size)
+            if cached is not None and cached.n < CACHE_PER_SIZE and self._may_cache(blk.size):
+                return self._put_back(blk, stream, waits, buf)
         lock = self._lock
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             self._acquire()
             try:
-                return self._put_back(block, stream, waits, buf)
+                return self._put_back(blk, stream, waits, buf)
             finally:
                 self._release()
         except BaseException:
             if not ATOMIC and lock._is_owned():  # interrupted between acquire and try
                 lock.release()
             raise
+
+    def _own(self, block: Any) -> Block:
+        """`block`, if it is one of this pool's (a chunk it holds shares its lock: a block of
+        another pool would corrupt both pools' accounting); else InvalidArgumentError."""
+        if type(block) is not Block or block.chunk.lock is not self._lock:
+            raise InvalidArgumentError(f"{self.name}: {type(block).__name__} {block!r:.60} is not "
+                                       f"a block this pool allocated")
+        return block
 
     def _may_cache(self, size: int) -> bool:
         """Whether a freed block of `size` with no work pending may stay unmerged in the cache."""
@@ -631,8 +662,9 @@ class BlockPool:
                 same = bins[block.size] = {}
             same[block] = None
 
-    def record_stream(self, block: Block, stream) -> None:
+    def record_stream(self, block: Any, stream) -> None:
         """Mark that `stream` uses the block: a free waits for that stream's work too."""
+        block = self._own(block)
         with self._lock:
             if block.uses is None:
                 block.uses = []
@@ -770,8 +802,9 @@ class BlockPool:
             self._release_chunk(chunk)
         return freed
 
-    def trim_to(self, nbytes: int) -> int:
+    def trim_to(self, nbytes: Any) -> int:
         """Return cached whole chunks upstream until at most `nbytes` stay reserved; returns bytes freed."""
+        nbytes = check_size(nbytes, allow_zero=True)
         with self._lock:
             return self._release_free_chunks(nbytes)
 

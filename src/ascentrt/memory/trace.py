@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError, os_cause
 from ..validate import check_path, write_text_file
-from .buffer import check_size
+from ..validate import check_size
 from .chunks import ArenaChunks
 from .links import Links
 from .pool import BlockPool
