@@ -11,6 +11,7 @@ import pytest
 
 import ascentrt as art
 from ascentrt.demo import run_pipeline
+from ascentrt.profiler.trace import trace_events
 
 
 def _spin_host(seconds: float) -> None:
@@ -300,3 +301,58 @@ def test_a_failed_task_is_named_in_the_diagnosis_summary_report_and_trace(tmp_pa
     for name in ("summary.txt", "report.html", "trace.json"):
         assert "bad shape 3x4" in (tmp_path / "prof" / name).read_text(), name
     s.destroy()
+
+
+# ---- work that never finished ------------------------------------------------------------------
+# (a hung pipeline had no trace of its blocked stream and its diagnosis read "no problems
+# found"; after a deadlock, the record that force-destroying a stream dropped showed as having
+# run and released the other stream)
+
+def test_a_stream_blocked_to_the_end_is_shown_and_diagnosed(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    right, wrong = art.Notify(dev), art.Notify(dev)
+    try:
+        with art.profile() as prof:
+            art.launch(lambda: None, stream=a, name="producer")
+            a.record_notify(wrong)  # (the bug: the consumer waits on `right`)
+            b.wait_notify(right)
+            art.launch(lambda: None, stream=b, name="consumer")
+            a.synchronize(timeout=10)
+            with pytest.raises(art.AscentError) as err:
+                b.synchronize(timeout=0.3)
+        assert err.value.code == art.ErrorCode.RT_STREAM_SYNC_TIMEOUT
+        data = prof.snapshot()
+        stuck = [t for t in data.tasks if t.fate == "unfinished"]
+        assert [(t.stream, t.kind) for t in stuck] == [(b.id, "notify_wait")]
+        assert stuck[0].end_ns - stuck[0].start_ns >= 0.25e9
+        assert "consumer" not in {t.name for t in data.tasks}  # it never ran
+        first = prof.diagnose()[0]
+        assert first.kind == "never_finished" and first.task_ids == [f"0/{b.id}/{stuck[0].task_id}"]
+        assert "notify_wait" in first.cause and "timed out (507046)" in first.cause
+        names = {e["name"] for e in trace_events(data)}
+        assert "notify_wait (unfinished)" in names
+    finally:
+        right.record(a)  # (lets the consumer go)
+        b.synchronize(timeout=10)
+        a.destroy(), b.destroy()
+
+
+def test_a_deadlock_shows_the_dropped_wait_and_the_record_that_never_ran(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    ab, ba = art.Notify(dev), art.Notify(dev)
+    with art.profile() as prof:
+        a.wait_notify(ba)
+        a.record_notify(ab)
+        b.wait_notify(ab)
+        b.record_notify(ba)
+        with pytest.raises(art.DeadlockError):
+            dev.synchronize(timeout=30)
+        a.destroy(force=True)
+        b.destroy(force=True)
+    by_key = {(t.stream, t.kind): t for t in prof.snapshot().tasks}
+    assert by_key[a.id, "notify_wait"].fate == "dropped"   # cut short by the destroy
+    assert by_key[a.id, "notify_record"].fate == "dropped"  # never ran
+    released = by_key[b.id, "notify_wait"].released_by
+    assert released == (0, a.id, by_key[a.id, "notify_record"].task_id)
+    first = prof.diagnose()[0]
+    assert first.kind == "never_finished" and "found a deadlock (507950)" in first.cause

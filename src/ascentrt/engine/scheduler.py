@@ -574,8 +574,14 @@ class Engine:
 
     def _discard(self, s) -> int:
         """Drop the pending tasks of `s` (the one running finishes) and release their waiters."""
-        if s._blocked is not None:
+        blocked = s._blocked
+        if blocked is not None:
             self._unblock(s)  # first: a record released below must not hand `s` a notify
+            prof = Hooks.profiler
+            if prof is not None:  # the wait blocked until now: the profile shows it cut short
+                blocked.dropped = True
+                blocked.t_end = s._dq.backend.now_ns()
+                prof.task_done(blocked)
         tasks = s._tasks
         dropped = 0
         if s._running is not None:
@@ -594,6 +600,7 @@ class Engine:
             if t.on_discard is not None:  # (first: what its record releases must know)
                 t.on_discard()
             if t.kind == EVENT_RECORD or t.kind == NOTIFY_RECORD:
+                t.dropped = True  # (a profile shows it dropped, not run, where it lets waiters go)
                 records.append(t)
         if s._running is not None:
             # A task still runs: the records behind it release their waiters once it ends (a
@@ -616,6 +623,7 @@ class Engine:
             released: list = []
             if t.kind == EVENT_RECORD:
                 self._mark_done(t.marker, released)
+                self._profile_control(t)
             else:
                 self._control(s, t, released)
             for w in released:

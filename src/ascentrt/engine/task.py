@@ -61,6 +61,7 @@ class Task(Op):
     group: Any = None
     cost: Cost | None = None  # the Op's cost on a simulated device (None: the backend's default)
     released_ns = 0     # on a virtual device: when the wait before it let its stream go on
+    dropped = False     # its stream dropped it unrun (destroyed, or stopped after a failure)
     clock: tuple[Any, dict] | None = None  # a host function's vector clock, kept by the race sanitizer
     # Set by ascentrt.graph on the tasks of a graph launch (annotations only: others have none),
     # and graph_segment on the task running a segment of nodes (which reach the profiler too).

@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
 from .data import COMPUTE_KINDS, WORK_KINDS, ProfileData
 from .hosttime import attribute
@@ -45,7 +46,7 @@ class Finding:
 
     kind: str          # host_bound, small_tasks, too_many_streams, device_sync_in_loop,
                        # needless_sync, needless_wait, no_overlap, memory_peak, fragmentation,
-                       # pool_cache, never_freed, failed_tasks
+                       # pool_cache, never_freed, failed_tasks, never_finished
     title: str
     cause: str
     advice: str
@@ -198,12 +199,53 @@ def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None)
     findings += _needless_syncs(profile)
     findings += _memory(profile, devices)
     findings.sort(key=lambda f: -f.impact_ns)
-    return _failed_tasks(profile) + findings  # a failure comes before any speed finding
+    # (work that never finished, then failures, before any speed finding)
+    return _never_finished(profile) + _failed_tasks(profile) + findings
 
 
 def _within(intervals, windows) -> list[tuple[int, int]]:
     """Sorted disjoint `intervals` cut to the analysed windows (None: the whole profile)."""
     return intervals if windows is None else intersection(intervals, windows)
+
+
+_WAITS = ("event_wait", "notify_wait")
+_GAVE_UP = {ErrorCode.RT_STREAM_SYNC_TIMEOUT: "timed out", ErrorCode.RT_EVENT_SYNC_TIMEOUT: "timed out",
+            ErrorCode.RT_WAIT_TIMEOUT: "timed out", ErrorCode.RT_DEADLOCK: "found a deadlock"}
+
+
+def _never_finished(profile: ProfileData) -> list[Finding]:
+    """Work that never finished: streams stopped at a task that never ended (still blocked or
+    running when profiling ended, or a wait cut short when its stream was dropped), and the
+    host calls that gave up waiting for it (a timeout, a deadlock)."""
+    stuck = [t for t in profile.tasks if t.fate == "unfinished"
+             or (t.fate == "dropped" and t.kind in _WAITS)]
+    gave_up = [c for c in profile.api_calls if c.error in _GAVE_UP]
+    if not stuck and not gave_up:
+        return []
+    where = []
+    for t in stuck:
+        if t.fate == "dropped":
+            how = f"blocked from {_us(t.start_ns)} until its stream was dropped at {_us(t.end_ns)}"
+        elif t.kind in _WAITS:
+            how = f"blocked from {_us(t.start_ns)} to the end of the profile"
+        else:
+            how = f"had not finished (running or waiting for an executor) since {_us(t.start_ns)}"
+        where.append(f"device {t.device} stream {t.stream}: {t.name} (task {t.task_id}) {how}")
+    calls = [f"{c.name}{f' of {c.target}' if c.target else ''} {_GAVE_UP[c.error]} ({c.error}) "
+             f"at {_us(c.end_ns)}" for c in gave_up]
+    waits = sum(t.kind in _WAITS for t in stuck)
+    cause = "; ".join(where + calls)
+    return [Finding(
+        "never_finished",
+        f"Work never finished: {len(stuck)} stream(s) stopped at a task that did not end"
+        if stuck else f"{len(gave_up)} wait(s) for the device gave up", cause,
+        "a wait that never ends waits for a record nothing makes: check that the event or "
+        "notify each blocked stream waits on is recorded (and not another one), and that no two "
+        "streams wait for each other (a DeadlockError's message names the cycle); a kernel or "
+        "host function that never returns holds its stream",
+        {"streams stopped": len(stuck), "of them at a wait": waits,
+         "host waits that gave up": len(gave_up)},
+        [task_ref(t) for t in stuck])]
 
 
 def _failed_tasks(profile: ProfileData) -> list[Finding]:

@@ -24,13 +24,13 @@ def iter_task_rows(profile: ProfileData) -> Iterator[list]:
     "waiting": the gap since the previous task of the same stream ended (0 for its first).
     The rows are made one by one (50k tasks: tens of MB as a list)."""
     yield ["device", "stream", "task_id", "kind", "name", "enqueue_us", "start_us",
-           "duration_us", "queued_us", "wait_us", "bytes", "failed"]
+           "duration_us", "queued_us", "wait_us", "bytes", "failed", "fate"]
     for t, waited in zip(profile.tasks, _waits(profile.tasks)):
         start = t.start_ns
         yield [t.device, t.stream, t.task_id, t.kind, t.name, f"{t.enqueue_ns / 1000:.3f}",
                f"{start / 1000:.3f}", f"{(t.end_ns - start) / 1000:.3f}",
                f"{(start - t.enqueue_ns) / 1000:.3f}", f"{waited / 1000:.3f}", t.nbytes,
-               int(t.failed)]
+               int(t.failed), t.fate]
 
 
 def _waits(tasks: list) -> list:

@@ -44,6 +44,11 @@ class TaskRecord:
     failed: bool = False
     released_by: tuple | None = None  # event waits: (device, stream, task_id) of the record
     error: str = ""    # a failed task: "ExceptionType: message"
+    # "": it ran to its end. "dropped": its stream was destroyed or stopped (failure mode
+    # STOP) before it ran, or, a wait, while it blocked (end_ns: then); a dropped record still
+    # lets its waiters go. "unfinished": it still blocked, ran or waited for an executor when
+    # profiling ended (end_ns: then; start_ns: when it blocked or started, else its enqueue).
+    fate: str = ""
 
     @property
     def duration_ns(self) -> int:
@@ -305,7 +310,8 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
               "nbytes": _COUNT, "enqueue_ns": _NS, "start_ns": _NS, "end_ns": _NS,
               "thread": _INT, "failed": _BOOL, "error": _STR,
               "released_by": ("null or [device, stream, task id]",
-                              lambda v: v is None or _int_list(3)(v))},
+                              lambda v: v is None or _int_list(3)(v)),
+              "fate": ("'', 'dropped' or 'unfinished'", lambda v: v in ("", "dropped", "unfinished"))},
     "api_calls": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT,
                   "error": _ints(-1), "target": _STR, "already_done": _OPT_BOOL,
                   "done_for_ns": _NS},

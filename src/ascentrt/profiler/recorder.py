@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from . import clock
 
 from ..callsite import site_text, user_code_site
-from ..engine import Hooks
+from ..engine import ENGINE, Hooks
 from ..engine.task import EVENT_WAIT, KIND_NAMES, NOTIFY_WAIT
 from ..errors import ErrorCode
 from ..memory.registry import REGISTRY
@@ -95,7 +95,7 @@ class Recorder:
         kind = SEGMENT if task.graph_segment else task.kind
         bucket.append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                        task.t_enqueue, task.t_start, task.t_end, task.thread, _error_text(task),
-                       released))
+                       released, "dropped" if task.dropped else ""))
 
     def tasks_done(self, stream, tasks) -> None:
         """A batch of finished tasks of one stream (one call per executor batch, not per task)."""
@@ -107,7 +107,7 @@ class Recorder:
             kind = SEGMENT if task.graph_segment else task.kind
             append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                     task.t_enqueue, task.t_start, task.t_end, task.thread,
-                    "" if task.error is None else _error_text(task), None))
+                    "" if task.error is None else _error_text(task), None, ""))
 
     # ---- start / stop --------------------------------------------------------------------
 
@@ -126,10 +126,29 @@ class Recorder:
         Hooks.profiler = self
 
     def stop(self) -> None:
-        """Detach everything; the recorded data stays."""
+        """Detach everything; the recorded data stays (with the work that never finished)."""
         self.detach()
         self.t_end = clock.now_ns()
+        self._note_unfinished(self.t_end)
         self._sample_devices()
+
+    def _note_unfinished(self, now: int) -> None:
+        """Record the task that holds up each stream with work left (a wait that still blocks,
+        a task that still runs, or the head waiting for an executor) as unfinished at `now`:
+        a hang or a deadlock then shows where each stream stopped."""
+        with ENGINE.lock:
+            heads = []
+            for dq in ENGINE.devices:
+                for s in list(dq.streams.values()):
+                    head = s._running if s._running is not None else s._tasks[0] if s._tasks else None
+                    if head is not None and head.id:
+                        heads.append((s, head))
+        for s, t in heads:
+            start = t.t_start or t.t_enqueue or now
+            bucket = self.per_stream.setdefault(s, [])
+            bucket.append((t.id, SEGMENT if t.graph_segment else t.kind,
+                           t.name or getattr(t.fn, "__name__", None), t.nbytes, t.t_enqueue,
+                           min(start, now), now, t.thread, "", None, "unfinished"))
 
     def detach(self) -> None:
         """Stop being told anything (the engine, the API, the registry); touches no device."""
@@ -251,7 +270,7 @@ class Recorder:
             streams[(dev.id, s.id)] = s
             count = len(tasks)
             for (tid, kind, label, nbytes, t_enq, t_start, t_end, thread, error,
-                 released) in (_drained(bucket) if consume else list(bucket)):
+                 released, fate) in (_drained(bucket) if consume else list(bucket)):
                 if not t_end or t_start < t0 or t_start > last:
                     continue  # started before profiling (no complete timing) or after it
                 kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
@@ -259,7 +278,7 @@ class Recorder:
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
                                         enqueue - t0, t_start - t0, t_end - t0,
                                         idents.setdefault(thread, thread), bool(error), released,
-                                        error))
+                                        error, fate))
             if len(tasks) > count:
                 ran.add((dev.id, s.id))
         # By (start, end), ties in completion order: two stable sorts need no key tuples.

@@ -71,14 +71,24 @@ def _slice(name: str, cat: str, pid: int, tid: int, start_ns, end_ns, args: str,
             f'"ts":{ts(start_ns)!r},"dur":{_dur(start_ns, end_ns)!r},"args":{args}}}')
 
 
+_FATES = {"dropped": "dropped unrun (or, a wait, cut short) when its stream was destroyed or "
+                      "stopped after a failure",
+          "unfinished": "never finished while profiling: it still blocked, ran or waited for an "
+                        "executor at the end"}
+
+
 def _task_slice(t, pid: int, tid: int, ts: Callable) -> str:
     """A task's slice, with its id, kind, times queued and, when it has them, bytes and error."""
     extra = f',"bytes":{t.nbytes}' if t.nbytes else ""
     if t.failed:
         extra += f',"failed":true,"error":{_str(t.error)}'
+    name = t.name
+    if t.fate:  # (in the name too: the timeline shows where a stream stopped)
+        extra += f',"fate":{_str(_FATES[t.fate])}'
+        name = f"{name} ({t.fate})"
     kind = _str(t.kind)
     start, enqueue = t.start_ns, t.enqueue_ns
-    return (f'{{"name":{_str(t.name)},"cat":{kind},"ph":"X","pid":{pid},"tid":{tid},'
+    return (f'{{"name":{_str(name)},"cat":{kind},"ph":"X","pid":{pid},"tid":{tid},'
             f'"ts":{ts(start)!r},"dur":{_dur(start, t.end_ns)!r},"args":{{"task id":'
             f'{t.task_id},"kind":{kind},"enqueue (us)":{us(enqueue)!r},'
             f'"queued (us)":{us(start - enqueue)!r}{extra}}}}}')
@@ -280,8 +290,9 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         rpid, rtid = where(rec)
         pid, tid = where(t)
         released = min(t.end_ns, max(t.start_ns, rec.end_ns, t.end_ns - 1000))
-        yield _slice(f"released by {what} record", what, pid, tid, released, t.end_ns,
-                     compact_json({"record": f"stream {rec.stream} task {rec.task_id}"}), ts)
+        dropped = " (dropped unrun)" if rec.fate == "dropped" else ""
+        yield _slice(f"released by {what} record{dropped}", what, pid, tid, released, t.end_ns,
+                     compact_json({"record": f"stream {rec.stream} task {rec.task_id}{dropped}"}), ts)
         yield _flow(what, what, False, flow_id + flows, rpid, rtid, ts(rec.end_ns))
         yield _flow(what, what, True, flow_id + flows, pid, tid, ts(released))
 
