@@ -334,3 +334,66 @@ def test_a_device_reset_reports_the_buffers_it_reclaims(dev):
     art.malloc(4096)
     with pytest.warns(LeakWarning, match="1 buffer\\(s\\), 4.0 KiB, never freed, reclaimed at device 0 reset"):
         dev.reset()
+
+
+# ---- red team 5 ------------------------------------------------------------------------------
+
+def test_bad_streams_for_a_schedule_and_bad_events_for_record_get_a_code(dev):
+    b = art.malloc(64)
+    tg = art.TaskGraph()
+    tg.add_memset(b, 1)
+    plan = tg.schedule(1)
+    for call in (lambda: plan.run(5), lambda: plan.run([None]), lambda: plan.submit(5),
+                 lambda: plan.capture(5), lambda: dev.create_stream().record(1)):
+        with pytest.raises(art.InvalidArgumentError):  # (TypeError, AttributeError before)
+            call()
+    b.free()
+
+
+@pytest.mark.cpu_only
+def test_an_event_whose_record_was_dropped_has_no_timestamp(dev):
+    # (it read as complete at timestamp 0: a negative elapsed time)
+    s, gate = dev.create_stream(), threading.Event()
+    a, b = art.Event(timing=True), art.Event(timing=True)
+    a.record(s)
+    art.launch(lambda: gate.wait(5), stream=s)
+    b.record(s)
+    s.destroy(force=True)
+    gate.set()
+    b.synchronize(timeout=5)  # (its waiters were let go)
+    with pytest.raises(art.AscentError) as err:
+        art.elapsed_time(a, b)
+    assert err.value.code == art.ErrorCode.RT_EVENT_TIMESTAMP_INVALID and "dropped" in str(err.value)
+
+
+def test_an_address_inside_overlapping_host_registrations_resolves(dev):
+    # (only the registration with the nearest start was looked at: a slice registered before
+    # its array hid the array's other bytes)
+    from ascentrt.memory.external import register_host
+    big = np.zeros(1 << 20, np.uint8)
+    part = big[100:200]
+    register_host(part)
+    p = register_host(big)
+    d = art.malloc(4096)
+    d.numpy()[:] = 7
+    for off in (0, 190, 4096):
+        art.memcpy(p + off, d.ptr, 16)
+        assert big[off:off + 16].tolist() == [7] * 16
+    d.free()
+
+
+def test_streams_made_and_destroyed_by_many_threads_keep_the_limit(dev):
+    errors = []
+
+    def churn():
+        try:
+            for _ in range(200):
+                dev.create_stream().destroy()
+        except Exception as e:  # (RuntimeError: dictionary changed size during iteration)
+            errors.append(e)
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors

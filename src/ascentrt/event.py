@@ -125,8 +125,9 @@ class Event:
         if not self.timing:
             raise InvalidArgumentError(f"event {self.id} was created without timing=True; no {what}",
                                        code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
-        if m is None or not m.done:
-            state = "never recorded" if m is None else "not completed yet"
+        if m is None or not m.done or m.dropped:
+            state = "never recorded" if m is None else "not completed yet" if not m.done else \
+                "a record its stream dropped unrun (destroyed, or stopped after a failure)"
             raise InvalidArgumentError(f"event {self.id} is {state}; no {what}",
                                        code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
         return m

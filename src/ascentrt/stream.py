@@ -56,12 +56,6 @@ class Stream:
         if type(priority) is not int or not 0 <= priority < PRIORITY_LEVELS:
             raise InvalidArgumentError(f"priority must be an int in [0, {PRIORITY_LEVELS - 1}] "
                                        f"(0 is highest), got {priority!r}")
-        limit = device._backend.properties().max_streams
-        if limit and not _internal:
-            if sum(not x._internal for x in device._dq.streams.values()) >= limit:
-                raise StreamStateError(f"device {device.id} already has {limit} streams, the most its "
-                                       f"{device.properties.backend} model allows: destroy one first",
-                                       code=ErrorCode.RT_NO_STREAM_RESOURCE)
         self.id = next(_ids)
         self.device = device
         self._priority = priority
@@ -83,7 +77,13 @@ class Stream:
         self._failure: ExceptionInfo | None = None
         self._stop_on_failure = check_flag(stop_on_failure, "stop_on_failure")
         self._capture: Any = None      # set while the stream is being captured into a graph
-        with ENGINE.lock:
+        limit = device._backend.properties().max_streams
+        with ENGINE.lock:  # (the count and the entry at once: other threads create streams too)
+            if limit and not _internal \
+                    and sum(not x._internal for x in self._dq.streams.values()) >= limit:
+                raise StreamStateError(f"device {device.id} already has {limit} streams, the "
+                                       f"most its {device.properties.backend} model allows: "
+                                       f"destroy one first", code=ErrorCode.RT_NO_STREAM_RESOURCE)
             self._dq.streams[self.id] = self
 
     # ---- submission --------------------------------------------------------------------------
@@ -154,6 +154,8 @@ class Stream:
         """Record `event` (a new one when None) after the work submitted so far; returns it."""
         if event is None:
             event = self.device.create_event()
+        elif getattr(type(event), "handle_kind", None) != "event":
+            raise InvalidArgumentError(f"record() takes an Event, got {type(event).__name__}")
         event.record(self)
         return event
 

@@ -622,6 +622,7 @@ class Engine:
         for t in records:
             released: list = []
             if t.kind == EVENT_RECORD:
+                t.marker.dropped = True  # (done, for its waiters, but it has no time)
                 self._mark_done(t.marker, released)
                 self._profile_control(t)
             else:

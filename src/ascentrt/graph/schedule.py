@@ -19,11 +19,10 @@ from ..engine import check_sync_allowed
 from ..errors import ErrorCode, InvalidArgumentError
 from ..validate import check_timeout
 from ..launch import launch, launch_host_func
-from ..stream import resolve_stream
+from ..stream import Stream, resolve_stream
 
 if TYPE_CHECKING:
     from ..event import Event
-    from ..stream import Stream
     from .graph import Graph
 
 POLICIES = ("critical_path", "round_robin")
@@ -168,11 +167,15 @@ class Schedule:
 
     def submit(self, streams: Sequence[Stream]) -> None:
         """Submit every task to `streams` (one per scheduled stream) with the planned waits."""
+        streams = _stream_list(streams)
         if len(streams) != self.num_streams:
             raise InvalidArgumentError(f"the schedule needs {self.num_streams} streams, got {len(streams)}")
         dev = self.graph.device
         for i in sorted(set(self.assignment)):  # all of them before any task is submitted
-            s = resolve_stream(streams[i])
+            s = streams[i]
+            if s is None:
+                raise InvalidArgumentError(f"the schedule runs tasks on stream {i}: it needs a "
+                                           f"Stream there, got None")
             if s.device is not dev:
                 raise InvalidArgumentError(f"stream {s.id} is on device {s.device.id}, the graph's "
                                            f"buffers on device {dev.id}", code=ErrorCode.RT_STREAM_CONTEXT)
@@ -200,7 +203,7 @@ class Schedule:
         timeout = check_timeout(timeout)  # (before anything is submitted)
         check_sync_allowed("a task graph run")
         own = streams is None
-        streams = self.make_streams() if streams is None else list(streams)
+        streams = self.make_streams() if streams is None else _stream_list(streams)
         try:
             self.submit(streams)
             synchronize_streams(streams, timeout, "task graph run")
@@ -212,7 +215,7 @@ class Schedule:
     def capture(self, stream: Stream | None = None, mode: int = 0) -> Graph:
         """Capture the schedule into a replayable Graph (fork from `stream`, join back at the end)."""
         dev = self.graph.device
-        origin = dev.create_stream(priority=0) if stream is None else stream
+        origin = dev.create_stream(priority=0) if stream is None else resolve_stream(stream)
         used = sorted(set(self.assignment) - {0})
         helpers = {i: dev.create_stream(priority=1) for i in used}
         # None for a stream no task uses: submit never reaches it
@@ -238,6 +241,18 @@ class Schedule:
                 h.destroy(force=True)
             if stream is None:
                 origin.destroy(force=True)
+
+
+def _stream_list(streams: Any) -> list[Any]:
+    """`streams` as a list of live streams (a list or tuple of them, one per scheduled stream,
+    None where none is used); InvalidArgumentError for anything else."""
+    if not isinstance(streams, (list, tuple)):
+        raise InvalidArgumentError(f"streams must be a list of Streams, one per scheduled "
+                                   f"stream, got {type(streams).__name__}")
+    for s in streams:  # (None: a stream the schedule leaves unused, as capture() passes)
+        if s is not None and not isinstance(s, Stream):
+            raise InvalidArgumentError(f"streams must be Streams, got {type(s).__name__}")
+    return [s if s is None else resolve_stream(s) for s in streams]
 
 
 def _submit_node(node: Any, stream: Stream) -> None:

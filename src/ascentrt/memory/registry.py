@@ -129,9 +129,11 @@ class AddressRegistry:
                     return
                 i += 1
 
-    def find(self, addr: int, wait: bool = True):
-        """The live allocation containing `addr`, or None. wait=False never takes a pool's lock
-        (for callers that hold the engine's): a lookup racing a split may then miss."""
+    def find(self, addr: int, wait: bool = True, end: int = 0):
+        """The live allocation containing `addr`, or None (with `end`: one that holds all of
+        [addr, end) where overlapping host registrations offer several). wait=False never
+        takes a pool's lock (for callers that hold the engine's): a lookup racing a split may
+        then miss."""
         if type(addr) is not int:
             return None
         chunks = self._pages.get(addr >> _SHIFT)  # no lock: a dict read of a whole tuple
@@ -139,35 +141,36 @@ class AddressRegistry:
             for chunk in chunks:
                 if chunk.addr <= addr < chunk.addr + chunk.size:
                     return chunk.find(addr, wait)  # may take its pool's lock
-        return self._entry(addr)
+        return self._entry(addr, end)
 
-    def _entry(self, addr: int):
-        """The entry (allocation or chunk) that contains `addr`, or None."""
+    def _entry(self, addr: int, end: int = 0):
+        """The entry (allocation or chunk) that contains `addr`, or None; with `end`, one that
+        holds all of [addr, end) if any does. Host registrations may overlap (a slice of an
+        array, then the array): where the nearest start does not hold it, earlier ones are
+        looked at too (a small entry starts at most a bucket before what it holds)."""
+        end = max(end, addr + 1)
+        found = None
         key = addr >> _SHIFT
         with self._lock:
-            lists = self._buckets.get(key)
-            if lists is not None:
-                i = bisect.bisect_right(lists[0], addr) - 1
-                if i >= 0:
-                    alloc = lists[1][i]
-                    if addr < alloc.addr + alloc.nbytes:
+            for lists, lowest in ((self._buckets.get(key), addr - _BUCKET),
+                                  (self._buckets.get(key - 1), addr - _BUCKET),
+                                  (self._large, -1)):
+                if lists is None:
+                    continue
+                starts, allocs = lists
+                i = bisect.bisect_right(starts, addr) - 1
+                while i >= 0 and starts[i] >= lowest:
+                    alloc = allocs[i]
+                    stop = alloc.addr + alloc.nbytes
+                    if end <= stop:
                         return alloc
-            lists = self._buckets.get(key - 1)
-            if lists is not None:
-                alloc = lists[1][-1]
-                if addr < alloc.addr + alloc.nbytes:
-                    return alloc
-            starts, allocs = self._large
-            i = bisect.bisect_right(starts, addr) - 1
-            if i >= 0:
-                alloc = allocs[i]
-                if addr < alloc.addr + alloc.nbytes:
-                    return alloc
-        return None
-
+                    if found is None and addr < stop:
+                        found = alloc  # (holds the address, not the whole range)
+                    i -= 1
+        return found
     def resolve(self, addr: int, nbytes: int):
         """(allocation, offset) for a range that lies wholly inside one live allocation; raises."""
-        alloc = self.find(addr)
+        alloc = self.find(addr, True, addr + nbytes if type(nbytes) is int else 0)
         if alloc is None:
             raise InvalidAddressError(f"address {addr:#x} is not inside any live allocation (host "
                                       f"memory of your own, such as a numpy array's .ctypes.data, "
