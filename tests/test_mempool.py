@@ -30,6 +30,7 @@ class FakeStream:
         self.id = ident
         self._submitted = self._completed = 0
         self._capture = None
+        self._spawned = ()  # (it queues no work on other streams)
 
     def _awaited_positions(self) -> dict:
         return {}  # it never waits on an event

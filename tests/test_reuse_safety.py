@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -266,3 +267,69 @@ def test_an_allocation_waits_for_the_work_its_memory_is_freed_after(pool, backen
     env = {"ASCENTRT_MEM_POOL_ENABLE": pool, "ASCENTRT_BACKEND": backend,
            "ASCENTRT_DEVICE_MEMORY": str(64 << 20)}
     assert run_program(_WAITS_FOR_FREES, env=env, timeout=60).strip() == "refused"
+
+
+# ---- work queued on other streams as part of a stream's (red team 5) ---------------------------
+
+def test_a_free_after_a_non_blocking_host_function_waits_for_it(dev):
+    # (the host function runs on a stream of its own: the free went through at once, and the
+    # next owner's bytes showed through it)
+    s = dev.create_stream()
+    b = art.malloc(4096)
+    b.numpy()[:] = 1
+    seen = {}
+
+    def reader(buf):
+        a = buf.numpy()
+        time.sleep(0.2)
+        seen["sum"] = int(a.sum())
+    art.launch_host_func(reader, b, stream=s, blocking=False)
+    b.free(stream=s)
+    b2 = art.malloc(4096)
+    b2.numpy()[:] = 9
+    dev.synchronize(timeout=10)
+    assert seen["sum"] == 4096
+    b2.free()
+    s.destroy()
+
+
+def test_a_free_after_a_graph_replay_waits_for_its_forked_lanes_and_they_see_the_bytes(dev):
+    # (a forked lane's copy found the buffer freed, failed on the lane's own stream, and the
+    # launch stream's synchronize reported nothing)
+    s, cap, left = (dev.create_stream() for _ in range(3))
+    x = art.malloc(4096)
+    x.numpy()[:] = 1
+    out = art.malloc_host(4096)
+    out.numpy()[:] = 0
+    cap.begin_capture()
+    left.wait(cap.record())
+    art.memcpy_async(out[:2048], x[:2048], stream=cap)
+    art.memcpy_async(out[2048:], x[2048:], stream=left)
+    cap.wait(left.record())
+    g = cap.end_capture()
+    g.launch(s)
+    x.free(stream=s)
+    s.synchronize(timeout=10)
+    assert int(out.numpy().sum()) == 4096
+    dev.synchronize(timeout=10)
+    out.free()
+    g.destroy()
+
+
+def test_a_buffer_allocated_in_a_capture_never_takes_a_block_the_streams_earlier_work_uses(dev):
+    # (it took the stream's own pending block: the graph, replayed on another stream, was not
+    # ordered after the kernel still writing it)
+    s, t = dev.create_stream(), dev.create_stream()
+    a = art.malloc(4096, stream=s)
+    art.launch(lambda x: (time.sleep(0.2), x.fill(1)), a.view(), stream=s, cost=0.2)
+    a.free(stream=s)
+    s.begin_capture()
+    b = art.malloc(4096, stream=s)
+    art.memset_async(b, 9, stream=s)
+    g = s.end_capture()
+    g.launch(t)
+    t.synchronize(timeout=10)
+    dev.synchronize(timeout=10)
+    assert b.ptr != a.ptr and np.unique(b.numpy()).tolist() == [9]
+    b.free()
+    g.destroy()

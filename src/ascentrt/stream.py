@@ -49,6 +49,10 @@ class Stream:
     """A queue of tasks that run one at a time, in submission order, on one device."""
 
     role = ""  # what an internal stream is for (a communicator's lane): the profiler shows it
+    # (stream, position) of work queued on other streams as part of this one's (a non-blocking
+    # host function it handed off, a graph replay's forked lanes; see engine.task.with_spawned):
+    # a free ordered after this stream waits for it too, as work queued before the free
+    _spawned: tuple = ()
 
     def __init__(self, device: Device | int | None = None, priority: int = 0, *,
                  stop_on_failure: bool = False, _internal: bool = False) -> None:

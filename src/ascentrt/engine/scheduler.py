@@ -23,7 +23,7 @@ from typing import Any
 from .. import config
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, note_async_error, warn_at_caller)
-from .task import (DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_EXECUTOR, HOST_FUNC, KERNEL,
+from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_EXECUTOR, HOST_FUNC, KERNEL,
                    KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, Task)
 
 BATCH = 64  # most tasks one executor takes from a stream per lock round trip
@@ -441,7 +441,11 @@ class Engine:
         if kind == DETACH:
             t.fn.thread = t.thread          # its errors belong to the thread and stream
             t.fn.origin = (s, t.id)         # that launched it, not to the hidden detached stream
-            self.submit_locked(s._dq.detached, t.fn)
+            detached = s._dq.detached
+            self.submit_locked(detached, t.fn)
+            # A free ordered after `s` waits for it too: it was queued before the free, and
+            # still reads the bytes.
+            s._spawned = with_spawned(s._spawned, ((detached, t.fn.id),))
             return True
         raise AssertionError(f"not a control task: {t!r}")  # pragma: no cover
 

@@ -12,7 +12,7 @@ MEMSET, HOST_FUNC = FILL, HOST
 EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, DETACH = range(4, 9)
 __all__ = ["COMPUTE", "COPY", "COPY_ENGINE", "DETACH", "EVENT_RECORD", "EVENT_WAIT",
            "EXECUTOR_NAMES", "EXECUTOR_OF", "HOST_EXECUTOR", "HOST_FUNC", "KERNEL", "KIND_NAMES",
-           "MEMSET", "NOTIFY_RECORD", "NOTIFY_WAIT", "Marker", "Task"]
+           "MEMSET", "NOTIFY_RECORD", "NOTIFY_WAIT", "Marker", "Task", "with_spawned"]
 KIND_NAMES = ("kernel", "copy", "memset", "host_func", "event_record", "event_wait",
               "notify_record", "notify_wait", "host_func_nonblocking")
 
@@ -88,6 +88,13 @@ class Task(Op):
 
     def __repr__(self) -> str:
         return f"<task {self.id} {self.kind_name} {self.label}>"
+
+
+def with_spawned(spawned: tuple, pairs: tuple) -> tuple:
+    """A stream's `_spawned` (stream, position) pairs after it queued more work on other
+    streams (`pairs`): the latest position per other stream (each runs its tasks in order)."""
+    others = {o for o, _ in pairs}
+    return tuple(p for p in spawned if p[0] not in others) + pairs
 
 
 class Marker:

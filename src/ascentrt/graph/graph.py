@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..backends.base import Cost, PlainOp
 from ..engine import ENGINE, Marker, Task
+from ..engine.task import with_spawned
 from ..engine.scheduler import BATCH, Hooks, current_task
 from ..engine.sync import synchronize_streams
 from ..engine.task import (COMPUTE, COPY, COPY_ENGINE, DETACH, EVENT_RECORD, EVENT_WAIT,
@@ -301,6 +302,9 @@ class Graph:
             t.marker = end
             work.append((stream, t))
             ENGINE.submit_all(streams, work)
+            if lanes:  # (a free ordered after `stream` waits for the lanes' work too)
+                stream._spawned = with_spawned(stream._spawned,
+                                               tuple((lane, lane._submitted) for lane in lanes))
             self._last_end = end
             self.launches += 1
 
@@ -585,7 +589,11 @@ def _check_buffers(graph: Graph) -> None:
 def _run_segment(entries: tuple[tuple[PlainOp, int], ...], errors: list[tuple[int, BaseException]] | None,
                  graph: Graph, backend: Backend) -> None:
     """Run a segment's nodes back to back through the backend (one engine task); a failure names its node."""
-    _check_buffers(graph)
+    try:
+        _check_buffers(graph)
+    except BaseException as exc:  # (a forked lane's surfaces on the launch stream, as a node's)
+        _report((entries[0][1], exc), errors, graph)
+        return
     if Hooks.profiler is not None:
         return _run_segment_profiled(entries, errors, graph, backend)
     execute = backend.execute

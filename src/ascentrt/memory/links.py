@@ -2,7 +2,7 @@
 is imported (device.py): the memory layer never imports upward (see DESIGN.md, Layers).
 
 Streams reach the memory layer as objects with this protocol: `.device`, `._completed`,
-`._submitted`, `._awaited_positions()`, `._order_after(event)`; devices with `._memory`,
+`._submitted`, `._spawned`, `._awaited_positions()`, `._order_after(event)`; devices with `._memory`,
 `._backend`, `.create_event()`.
 """
 

@@ -116,12 +116,16 @@ def _absorb(left: Block, right: Block) -> None:
 
 
 def busy_positions(streams) -> tuple:
-    """(stream, submitted) for each stream that still has queued or running work: the waits
-    of a free that must come after that work."""
+    """(stream, submitted) for each stream that still has queued or running work, and the
+    positions of the work it queued on other streams that has not run yet (`_spawned`: it was
+    queued before the free too): the waits of a free that must come after that work."""
     busy: tuple = ()
     for s in streams:  # a loop, not a generator: the common answer (nothing busy) costs ~nothing
         if s._completed < s._submitted:
             busy += ((s, s._submitted),)
+        for other, pos in s._spawned:
+            if other._completed < pos:
+                busy += ((other, pos),)
     return busy
 
 
@@ -318,7 +322,9 @@ class BlockPool:
             self._acquire()
             try:
                 block = None
-                if stream is not None:
+                # (A stream being captured may not take its own pending blocks: the graph may
+                # replay on another stream, not ordered after the work they wait for.)
+                if stream is not None and stream._capture is None:
                     bins = self._stream_bins.get(stream)
                     if bins:
                         same = bins.get(size)
@@ -479,8 +485,9 @@ class BlockPool:
     def _covered(self, block: Block, stream, awaited: dict) -> bool:
         """True when every stream in the block's waits is `stream`, done, or awaited by `stream`."""
         opportunistic = self.policy.opportunistic
+        own = stream._capture is None  # (captured: its own order is not the replay's, see allocate)
         for s, pos in block.waits:
-            if s is stream:
+            if s is stream and own:
                 continue
             if opportunistic and s._completed >= pos:
                 continue
