@@ -164,6 +164,25 @@ def test_a_collective_is_ordered_with_the_work_around_it_on_each_stream():
     assert out.split() == ["False", "[3.0,", "3.0]"]
 
 
+def test_a_buffer_freed_right_after_its_ranks_call_still_feeds_the_collective():
+    # (NCCL's usual pattern: the steps on the communicator's lanes found it freed and every
+    # rank failed with E_PTR, with a plain free() and with free(stream=s) alike)
+    out = run('''
+        comms = hccl.comm_init_all([0, 1])
+        s = [art.Device(r).create_stream() for r in range(2)]
+        for stream_ordered in (False, True):
+            send = [art.malloc(4096, device=r) for r in range(2)]
+            recv = [art.malloc(4096, device=r) for r in range(2)]
+            for r in range(2):
+                send[r].numpy(np.float32)[:] = r + 1
+                hccl.all_reduce(send[r], recv[r], 1024, D.FP32, O.SUM, comms[r], s[r])
+                send[r].free(stream=s[r]) if stream_ordered else send[r].free()
+            for r in range(2): s[r].synchronize(timeout=20)
+            print([np.unique(recv[r].numpy(np.float32)).tolist() for r in range(2)])
+    ''')
+    assert out.split("\n")[:2] == ["[[3.0], [3.0]]"] * 2
+
+
 def test_mismatched_calls_fail_every_rank_with_e_para_naming_each_call_and_site():
     out = run('''
         comms, s, b = ranks(3, 4096)

@@ -171,6 +171,11 @@ class Plan:
         what drains it may be the very thread submitting)."""
         lanes = list(dict.fromkeys(lane for lane, _ in self.work))
         if lanes:
+            # Every step runs as part of each rank's task: a buffer a rank freed after its call
+            # (its free waits for that task) still shows the steps its bytes.
+            parts = tuple((c.stream, c.task.id) for c in self.meeting.calls.values())
+            for _, t in self.work:
+                t.acting_for = parts
             ENGINE.submit_all(lanes, self.work, internal=True)
 
     def release(self) -> None:

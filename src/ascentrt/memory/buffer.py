@@ -265,11 +265,18 @@ class DeviceBuffer(_Allocation):
 
 
 def _queued_before_free(waits: tuple) -> bool:
-    """Whether the calling executor thread runs a task that was queued before the buffer's free."""
+    """Whether the calling executor thread runs a task that was queued before the buffer's
+    free (itself, or a task it runs as part of: a collective's step)."""
     task = Links.current_task()
     if task is None:
         return False
-    return any(task.stream is s and task.id <= last for s, last in waits)
+    for s, last in waits:
+        if task.stream is s and task.id <= last:
+            return True
+        for other, tid in task.acting_for:
+            if other is s and tid <= last:
+                return True
+    return False
 
 
 class HostBuffer(_Allocation):
