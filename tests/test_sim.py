@@ -915,3 +915,22 @@ def test_a_held_back_ctrl_c_is_raised_on_the_main_thread_only():
         assert not TIMELINE.interrupted
     finally:
         TIMELINE.interrupted = False
+
+
+@sim_only
+def test_a_polling_host_moves_to_the_devices_next_event_and_a_single_query_does_not(dev):
+    # (each poll moved virtual time by host_query_ns alone: `while not ev.query():
+    # time.sleep(0.1)` over an 8 MB copy took 339 real sleeps)
+    s = dev.create_stream()
+    art.launch(lambda: None, stream=s, cost=0.5)
+    ev = s.record()
+    t0 = dev.now_ns()
+    assert not ev.query()                  # one query, then other host work: no jump
+    art.launch(lambda: None, stream=dev.create_stream(), cost=1e-6)
+    assert dev.now_ns() - t0 < 1e6
+    polls = 0
+    while not ev.query():
+        polls += 1
+        assert polls < 10, "a poll loop must reach the end of the work"
+    assert dev.now_ns() - t0 >= 0.5e9 and polls <= 3
+    s.destroy()

@@ -76,6 +76,8 @@ class Event:
             return True
         if m.done and Hooks.sanitizer is not None:
             Hooks.sanitizer.marker_waited(m)  # a completed query orders the host after it
+        if not m.done:
+            self.device._backend.host_call("poll_miss")  # (a simulated device: see sim._poll_missed)
         return m.done
 
     def synchronize(self, timeout: float | None = None) -> None:

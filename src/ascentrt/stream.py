@@ -266,6 +266,8 @@ class Stream:
         done = self._completed >= self._submitted
         if done and seen is not None:
             sanitizer.host_waited(seen)  # a completed query orders the host after the work
+        if not done:
+            self._dq.backend.host_call("poll_miss")  # (a simulated device: see sim._poll_missed)
         return done
 
     def destroy(self, force: bool = False, timeout: float | None = None) -> int:

@@ -59,6 +59,7 @@ IDLE_HOST_S = 0.2
 # A kernel, copy or fill runs on the host thread whose call stepped the simulation to it: one
 # that runs this long (real seconds) is reported, since it may wait for that thread itself.
 LONG_STEP_S = 10.0
+POLL_MISS = "poll_miss"  # the host_call of a query that found the work not done (see _poll_missed)
 
 
 def _say_long_step(task: Any) -> None:
@@ -144,6 +145,7 @@ class Timeline:
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
         self.step: Any = None           # the task a host thread runs for the simulation now
+        self.polled = -2                # `generation` at the last query that found work not done
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -604,9 +606,29 @@ class SimBackend(CpuBackend):
             if not local.frames:
                 if not local.noted:
                     tl.note_caller()
-                tl.advance_host(self._host_cost.get(what, 0))
+                if what == POLL_MISS:
+                    self._poll_missed(tl)
+                else:
+                    tl.advance_host(self._host_cost.get(what, 0))
         finally:
             lock.release()
+
+    def _poll_missed(self, tl: Timeline) -> None:
+        """A query found the work not done. The second such miss in a row (nothing but the
+        query between them) is a host polling: real time passes between its polls (it sleeps,
+        or spins) that virtual time does not see, so the host moves on to the device's next
+        event (a task's end, a timed wait's deadline) instead of polling it a host_query_ns
+        at a time: a loop of `while not ev.query(): time.sleep(0.1)` would otherwise take
+        (remaining device time / host_query_ns) real sleeps. Deterministic: it depends on the
+        sequence of calls only."""
+        if tl.generation == tl.polled + 1:
+            nxt = tl.next_end()
+            deadline = tl.next_deadline()
+            if deadline is not None and (nxt is None or deadline < nxt):
+                nxt = deadline
+            if nxt is not None and nxt > tl.now:
+                tl.advance_host(nxt - tl.now)
+        tl.polled = tl.generation
 
     def now_ns(self) -> int:
         """The virtual time (inside a task: its start plus the time of its nodes so far)."""
