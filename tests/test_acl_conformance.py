@@ -600,7 +600,8 @@ def test_free_of_a_pointer_freed_and_reallocated_through_the_core(rt):
     from ascentrt.acl import _memory
     ptr, _ = rt.malloc(4096, 0)
     ascentrt.free(ptr)                       # freed behind acl's back
-    again = ascentrt.malloc(4096)            # the pool hands the same block out again
+    again = ascentrt.malloc(4096 + 32)       # the pool hands the same block out again (acl's
+                                             # malloc adds 32 bytes of padding)
     assert again.addr == ptr
     assert rt.free(ptr) == 0 and not again.alive  # found in the registry, not acl's stale record
     assert ptr not in _memory._handed["device"]
@@ -779,7 +780,8 @@ def test_launch_kernel_with_pointers_and_event(rt, stream):
     raw = []
     assert rt.launch_kernel(lambda buf: raw.append(buf.nbytes), (a + 64,), stream) == 0
     rt.synchronize_stream(stream)
-    assert raw == [n * 4 - 64]   # a bare pointer: bytes up to its allocation's end
+    assert raw == [n * 4 + 32 - 64]   # a bare pointer: bytes up to its allocation's end
+                                      # (malloc's 32 bytes of padding included)
 
 
 def test_launch_kernel_rejects_bad_pointers(rt, stream):
@@ -945,9 +947,72 @@ def test_destroy_stream_behind_an_unrecorded_notify_says_why_at_the_callers_line
     notify, ret = rt.create_notify(0)
     assert rt.wait_and_reset_notify(notify, stream, 0) == 0
     other, _ = rt.create_stream()
-    threading.Timer(1.0, rt.record_notify, (notify, other)).start()  # the host records it later
+    ctx, _ = rt.get_context()
+
+    def record_later():  # (a thread of its own needs the context, as on the device)
+        rt.set_context(ctx)
+        rt.record_notify(notify, other)
+    threading.Timer(1.0, record_later).start()  # the host records it later
     with pytest.warns(RuntimeWarning, match="only the host can record it") as caught:
         assert rt.destroy_stream(stream) == 0
     assert {w.filename for w in caught} == {__file__}
     assert rt.destroy_stream(other) == 0
     assert rt.destroy_notify(notify) == 0
+
+
+# ---- contexts: a thread needs one, and a stream belongs to one --------------------------------
+# (a worker thread that forgot set_context, or used a stream of another context, was served:
+# the classic porting bug passed here and failed on the device)
+
+def test_a_thread_without_a_context_is_refused_107002_by_stream_and_copy_calls(rt, stream):
+    d, _ = rt.malloc(64, 0)
+    h, _ = rt.malloc_host(64)
+    event, _ = rt.create_event()
+    got = []
+
+    def worker():
+        got.extend([rt.get_context()[1], rt.memcpy_async(d, 64, h, 64, 1, stream),
+                    rt.record_event(event, stream), rt.synchronize_stream(stream),
+                    rt.memcpy(d, 64, h, 64, 1), rt.memset(d, 64, 0, 64), rt.destroy_stream(stream)])
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(10)
+    assert got == [C.ACL_ERROR_RT_CONTEXT_NULL] * 7
+    ctx, _ = rt.get_context()
+    done = []
+
+    def with_context():
+        rt.set_context(ctx)
+        done.append(rt.memcpy_async(d, 64, h, 64, 1, stream))
+        done.append(rt.synchronize_stream(stream))
+    t = threading.Thread(target=with_context)
+    t.start()
+    t.join(10)
+    assert done == [0, 0]
+    assert rt.destroy_event(event) == 0 and rt.free(d) == 0 and rt.free_host(h) == 0
+
+
+def test_a_stream_of_another_context_is_refused_107003_where_cann_checks(rt):
+    first, _ = rt.create_context(0)
+    theirs, _ = rt.create_stream()
+    event, _ = rt.create_event_with_flag(C.ACL_EVENT_SYNC)
+    d, _ = rt.malloc(64, 0)
+    second, _ = rt.create_context(0)  # current now
+    refused = [rt.record_event(event, theirs), rt.stream_wait_event(theirs, event),
+               rt.reset_event(event, theirs), rt.memset_async(d, 64, 0, 64, theirs),
+               rt.set_stream_failure_mode(theirs, 1), rt.destroy_stream(theirs)]
+    assert refused == [C.ACL_ERROR_RT_STREAM_CONTEXT] * 6
+    assert rt.synchronize_stream(theirs) == 0  # (a synchronize checks only for a context)
+    assert rt.set_context(first) == 0
+    assert rt.destroy_stream(theirs) == 0
+    for call in (lambda: rt.destroy_context(second), lambda: rt.destroy_context(first)):
+        assert call() == 0
+
+
+def test_malloc_pads_each_allocation_by_32_bytes_as_cann_does(rt):
+    # (a copy of round_up(size, 32) + 32 bytes into malloc(size) is in bounds on the device)
+    d, _ = rt.malloc(1000, 0)
+    h, _ = rt.malloc_host(2048)
+    assert [rt.memcpy(d, 2048, h, n, 1) for n in (1000, 1024, 1056, 1057)] == \
+        [0, 0, 0, C.ACL_ERROR_INVALID_PARAM]
+    assert rt.free(d) == 0 and rt.free_host(h) == 0

@@ -63,11 +63,12 @@ class Context:
         stream = self.device.create_stream(priority, stop_on_failure=stop_on_failure)
         self._streams = [s for s in self._streams if s._refuse != "destroyed"]
         self._streams.append(stream)
+        stream._context = self  # (owns() in O(1): the facade asks it on every stream call)
         return stream
 
     def owns(self, stream) -> bool:
         """Whether `stream` is this context's default stream or was made through it."""
-        return stream is self._default or any(s is stream for s in self._streams)
+        return stream is self._default or getattr(stream, "_context", None) is self
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for the work of the context's device (as CANN's aclrtSynchronizeDevice)."""

@@ -350,14 +350,22 @@ def _tables() -> tuple[Handles[Context], Handles[Stream], Handles[Event], Handle
 CONTEXTS, STREAMS, EVENTS, NOTIFIES = _tables()
 
 
-def stream_of(handle: int) -> Stream:
-    """The stream behind a handle; 0 is the current context's default stream."""
+def stream_of(handle: int, own: bool = False) -> Stream:
+    """The stream behind a handle; 0 is the current context's default stream. The calling
+    thread needs a current context (107002, as CANN's stream calls check); with `own`, the
+    stream must be that context's (107003, as CANN's destroy, record, reset, wait, async copy
+    and memset and failure-mode calls check: a worker thread that forgot set_context, or uses
+    a stream of another context, is refused as on the device)."""
     if handle == 0:
         return need_context().default_stream
-    stream = STREAMS.get(handle)
+    stream = STREAMS.get(handle)  # (a bad handle first: 107017 with or without a context)
     if stream._refuse == "destroyed":
         STREAMS.remove(handle)
         raise fail(ErrorCode.RT_INVALID_HANDLE, f"stream {handle:#x} was destroyed")
+    ctx = need_context()
+    if own and not ctx.owns(stream):
+        raise fail(ErrorCode.RT_STREAM_CONTEXT, f"stream {handle:#x} belongs to another context "
+                                                f"than this thread's current one (set_context)")
     return stream
 
 

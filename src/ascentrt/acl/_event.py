@@ -86,7 +86,7 @@ def destroy_event(event: int) -> None:
 def record_event(event: int, stream: int) -> None:
     """Capture the work submitted to the stream so far, 0 = default stream (aclrtRecordEvent)."""
     ev = EVENTS.get(event)
-    s = stream_of(stream)
+    s = stream_of(stream, own=True)
     ev.record(s)
     note_task(stream, s)
 
@@ -95,7 +95,7 @@ def record_event(event: int, stream: int) -> None:
 def reset_event(event: int, stream: int) -> None:
     """Forget the event's last record (ACL_EVENT_SYNC events; waits already queued keep it) (aclrtResetEvent)."""
     ev = EVENTS.get(event)
-    stream_of(stream)
+    stream_of(stream, own=True)
     check_sync_flag(event, "reset_event", ex_allowed=False)
     ev.reset()
 

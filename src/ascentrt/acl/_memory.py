@@ -26,10 +26,15 @@ _handed: dict[str, dict[int, DeviceBuffer | HostBuffer]] = {"device": {}, "host"
 _handed_device = _handed["device"]
 
 
+# aclrtMalloc rounds a size up to 32 bytes and adds 32 more (reference §11): a copy of up to
+# that many bytes into the allocation is in bounds there, so it is here.
+PADDING = 32
+
+
 def _refusal(memory, size: int, exc: Exception) -> Exception:
     """What a refused device allocation reports: pyACL's allocation code for more than the
     device's memory (the core calls that size bad input), else the core's own error."""
-    if isinstance(exc, InvalidArgumentError) and size > memory.capacity:
+    if isinstance(exc, InvalidArgumentError) and size + PADDING > memory.capacity:
         return fail(ErrorCode.RT_MEMORY_ALLOCATION,
                     f"{size} bytes exceed device {memory.device.id}'s {memory.capacity}")
     return exc
@@ -47,7 +52,7 @@ def _malloc_hot(checked: Callable[..., Any]) -> Callable[..., Any]:
             return checked(size, policy, *rest)
         memory = ctx.device._memory
         try:
-            buf = memory.malloc(size)
+            buf = memory.malloc(size + PADDING)
         except Exception as exc:
             return ret_of(_refusal(memory, size, exc), (0,))
         ptr = buf.addr
@@ -65,9 +70,10 @@ def malloc(size: int, policy: int) -> int:
 
 
 def _malloc_on(memory: Any, size: int) -> int:
-    """Allocate on one device's memory, handed out for free; pyACL's codes for refusals."""
+    """Allocate on one device's memory (size and PADDING), handed out for free; pyACL's codes
+    for refusals."""
     try:
-        buf = memory.malloc(size)
+        buf = memory.malloc(size + PADDING)
     except Exception as exc:
         err = _refusal(memory, size, exc)
         if err is exc:
@@ -200,7 +206,9 @@ def memcpy(dst: int, dest_max: int, src: int, count: int, kind: int) -> None:
     """Copy count bytes now; both pointers must lie in live allocations (aclrtMemcpy)."""
     if count == 0:
         return
-    _memcpy(dst, src, count, _copy_args(dst, dest_max, src, count, kind))
+    core_kind = _copy_args(dst, dest_max, src, count, kind)
+    need_context()  # (as CANN's synchronous copy: a thread without one is refused, 107002)
+    _memcpy(dst, src, count, core_kind)
 
 
 @api("kkkkik")
@@ -209,7 +217,7 @@ def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, strea
     if count == 0:
         return
     core_kind = _copy_args(dst, dest_max, src, count, kind)
-    s = stream_of(stream)
+    s = stream_of(stream, own=True)
     _memcpy_async(dst, src, count, stream=s, kind=core_kind)
     note_task(stream, s)
 
@@ -227,6 +235,7 @@ def memset(dev_ptr: int, max_count: int, value: int, count: int) -> None:
     if count == 0:
         return
     _fill_args(dev_ptr, max_count, count)
+    need_context()
     _memset(dev_ptr, value & 0xFF, count)
 
 
@@ -236,7 +245,7 @@ def memset_async(dev_ptr: int, max_count: int, value: int, count: int, stream: i
     if count == 0:
         return
     _fill_args(dev_ptr, max_count, count)
-    s = stream_of(stream)
+    s = stream_of(stream, own=True)
     _memset_async(dev_ptr, value & 0xFF, count, stream=s)
     note_task(stream, s)
 
@@ -259,6 +268,7 @@ _2D_KINDS = (C.ACL_MEMCPY_HOST_TO_DEVICE, C.ACL_MEMCPY_DEVICE_TO_HOST)
 def memcpy2d(dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: int) -> None:
     """Copy height rows of width bytes between pitched layouts now; H2D or D2H (aclrtMemcpy2d)."""
     _copy2d_args(dst, dpitch, src, spitch, width, height, kind, _2D_KINDS)
+    need_context()
     _memcpy2d(dst, dpitch, src, spitch, width, height, kind)
 
 
@@ -268,7 +278,7 @@ def memcpy2d_async(dst: int, dpitch: int, src: int, spitch: int, width: int, hei
     """Pitched copy after the stream's earlier work; H2D, D2H or D2D (aclrtMemcpy2dAsync)."""
     _copy2d_args(dst, dpitch, src, spitch, width, height, kind,
                  _2D_KINDS + (C.ACL_MEMCPY_DEVICE_TO_DEVICE,))
-    s = stream_of(stream)
+    s = stream_of(stream, own=True)
     _memcpy2d_async(dst, dpitch, src, spitch, width, height, stream=s, kind=kind)
     note_task(stream, s)
 

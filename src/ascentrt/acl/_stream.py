@@ -28,7 +28,7 @@ def create_stream_with_config(priority: int, flag: int) -> int:
 
 
 def _destroy(handle: int, force: bool) -> None:
-    stream = stream_of(handle)
+    stream = stream_of(handle, own=True)
     if handle == 0 or is_default_stream(stream):
         raise fail(ErrorCode.INVALID_PARAM, "a default stream cannot be destroyed")
     if force:
@@ -87,7 +87,7 @@ def stream_query(stream: int) -> int:
 @api("kI")
 def set_stream_failure_mode(stream: int, mode: int) -> None:
     """0 continue on failure (default), 1 stop the stream at the first failed task (aclrtSetStreamFailureMode)."""
-    s = stream_of(stream)
+    s = stream_of(stream, own=True)
     if mode not in (C.ACL_CONTINUE_ON_FAILURE, C.ACL_STOP_ON_FAILURE):
         raise fail(ErrorCode.INVALID_PARAM, f"failure mode must be 0 or 1, got {mode}")
     s.set_failure_mode(FailureMode(mode))
@@ -96,7 +96,7 @@ def set_stream_failure_mode(stream: int, mode: int) -> None:
 @api("kk")
 def stream_wait_event(stream: int, event: int) -> None:
     """Later tasks of the stream wait for the work the event's last record captured (aclrtStreamWaitEvent)."""
-    s = stream_of(stream)
+    s = stream_of(stream, own=True)
     ev = EVENTS.get(event)
     check_sync_flag(event, "stream_wait_event")
     s.wait(ev)
