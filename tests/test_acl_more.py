@@ -363,7 +363,8 @@ def test_sim_backend_answers_with_the_presets_numbers():
                 C.ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE)}
         streams0, events0 = rt.get_stream_available_num()[0], rt.get_event_avail_num()[0]
         s, _ = rt.create_stream()
-        e, _ = rt.create_event()
+        e, _ = rt.create_event()  # (takes its device event only as it records: not counted)
+        e2, _ = rt.create_event_with_flag(C.ACL_EVENT_SYNC)  # (takes one at creation)
         counts = [streams0, rt.get_stream_available_num()[0], events0, rt.get_event_avail_num()[0]]
         print(json.dumps({"info": info, "counts": counts, "uuid": rt.device_get_uuid(0)[0]["bytes"]}))
     """, {"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "ascend910b"})
@@ -377,6 +378,23 @@ def test_sim_backend_answers_with_the_presets_numbers():
     assert streams0 <= 1984 and streams1 == streams0 - 1     # the preset's max_streams
     assert events0 <= 65536 and events1 == events0 - 1       # and max_events
     assert got["uuid"] != acl.rt.device_get_uuid(0)[0]["bytes"]  # another backend, another device
+
+
+def test_sim_plain_and_ex_events_take_no_device_event_at_creation():
+    # (on ascend310p, 1024 device events, the 1024th create_event was refused with 207007: a
+    # program making an event per frame failed; CANN takes a plain event's resource at record)
+    out = run_program("""
+        import ascentrt.acl as acl
+        from ascentrt.acl import constants as C
+        rt = acl.rt
+        assert rt.set_device(0) == 0
+        plain = [rt.create_event()[1] for _ in range(1100)]
+        ex = [rt.create_event_ex_with_flag(C.ACL_EVENT_SYNC)[1] for _ in range(1100)]
+        left, _ = rt.get_event_avail_num()
+        sync = [rt.create_event_with_flag(C.ACL_EVENT_SYNC)[1] for _ in range(left + 1)]
+        print(set(plain), set(ex), sync[-1], set(sync[:-1]))
+    """, {"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "ascend310p"})
+    assert out.split() == ["{0}", "{0}", "207007", "{0}"]  # (SYNC events are capped)
 
 
 def test_sim_stream_count_reaches_0_at_the_limit():

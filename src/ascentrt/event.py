@@ -28,10 +28,13 @@ class Event:
 
     handle_kind = "event"
 
-    def __init__(self, device: Device | int | None = None, timing: bool = False) -> None:
+    def __init__(self, device: Device | int | None = None, timing: bool = False, *,
+                 limited: bool = True) -> None:
+        """`limited`: it takes one of the device's events at creation (a modelled device holds
+        a bounded number; pyACL's plain and ex events take theirs only as they record)."""
         self.device = resolve_device(device)
         limit = self.device._backend.properties().max_events
-        if limit:  # a modelled device holds a bounded number of events
+        if limit and check_flag(limited, "limited"):  # a modelled device holds a bounded number
             live = self.device._events
             if len(live) >= limit:
                 raise StreamStateError(f"device {self.device.id} already has {limit} events, the "

@@ -27,8 +27,11 @@ _waits: dict[int, list[Event]] = {}               # handle -> markers after its 
 def _create(flag: int | None, ex: bool) -> int:
     if flag is not None and flag & ~_KNOWN_FLAGS:
         raise fail(ErrorCode.INVALID_PARAM, f"unknown event flag bits {flag & ~_KNOWN_FLAGS:#x}")
-    # CANN's runtime timestamps every record, whatever the flags: so does the facade.
-    handle = EVENTS.add(Event(need_context().device, timing=True))
+    # CANN's runtime timestamps every record, whatever the flags: so does the facade. Only a
+    # SYNC event of create_event_with_flag takes a device event at creation; the others take
+    # theirs as they record (reference §8), and never run out at creation.
+    limited = flag is not None and not ex and bool(flag & C.ACL_EVENT_SYNC)
+    handle = EVENTS.add(Event(need_context().device, timing=True, limited=limited))
     with _lock:
         _flags[handle] = (flag, ex)
     return handle
