@@ -397,3 +397,23 @@ def test_streams_made_and_destroyed_by_many_threads_keep_the_limit(dev):
     for t in threads:
         t.join(30)
     assert not errors
+
+
+def test_a_host_function_waiting_for_a_stream_only_the_host_could_free_is_a_deadlock():
+    # (the main thread waited for the host function's stream, the host function for a stream
+    # behind a notify only a host thread could record: each counted the other as a thread
+    # that might still act, and it hung)
+    from subprocess_util import run_program
+    out = run_program('''
+        import ascentrt as art
+        dev = art.set_device(0)
+        s, t = dev.create_stream(), dev.create_stream()
+        n = art.Notify()
+        t.wait_notify(n)
+        art.launch_host_func(lambda: t.synchronize(), stream=s)
+        try:
+            s.synchronize()
+        except art.AscentError as e:
+            print(e.code)
+    ''', env={"ASCENTRT_DEADLOCK_CHECK_S": "0.1"}, timeout=60)
+    assert out.split() == ["507950"]

@@ -260,6 +260,9 @@ class Engine:
         # stream -> (thread id, streams, what) while a task of that stream waits in wait_host:
         # the stream (and the executor running it) then depends on those streams.
         self._host_waits: dict = {}
+        # thread id -> the streams it waits for in wait_host (any host thread, for the
+        # deadlock check: a program thread that waits for stuck streams cannot act either)
+        self._thread_waits: dict = {}
 
     # ---- submission (hot path) -------------------------------------------------------------
 
@@ -878,6 +881,19 @@ class Engine:
         deadline = None if timeout is None else seconds() + timeout
         seen, stalled_since, warned = self.progress, seconds(), False
         self._claim_held(own, streams, what, cancel)
+        me = threading.get_ident()
+        with self.lock:
+            self._thread_waits[me] = streams
+        try:
+            self._wait_loop(ev, timeout, streams, what, timeout_code, cancel, own, backend,
+                            seconds, deadline, seen, stalled_since, warned, check, warn_after)
+        finally:
+            with self.lock:
+                self._thread_waits.pop(me, None)
+
+    def _wait_loop(self, ev, timeout, streams, what, timeout_code, cancel, own, backend,
+                   seconds, deadline, seen, stalled_since, warned, check, warn_after) -> None:
+        """_wait_host's loop: wait in slices, checking for progress, timeouts and deadlocks."""
         while True:
             slice_ = check if deadline is None else max(0.0, min(check, deadline - seconds()))
             if backend.host_wait(ev, slice_):
@@ -905,10 +921,13 @@ class Engine:
             self._claim_held(own, streams, what, cancel)
             with self.lock:
                 report = self.diagnose(streams)
+                # (what waits: the cycle's streams, or, waiting for the host, these streams)
+                stuck = [*report[2], *streams] if report is not None else []
                 fatal = report is not None and (report[0] in ("cycle", "never") or report[0] == "host"
-                                                and timeout is None and self._no_host_can_act())
-                if fatal and not any(o in report[2] for o in own) and \
-                        any(m in self._host_waits for m in report[2]):
+                                                and timeout is None
+                                                and self._no_host_can_act(stuck))
+                if fatal and not any(o in stuck for o in own) and \
+                        any(m in self._host_waits for m in stuck):
                     fatal = False  # a task waiting inside the cycle raises and so breaks it
                 if fatal:
                     cancel()
@@ -924,16 +943,32 @@ class Engine:
                 warn_at_caller(f"ascentrt: {what} has made no progress for {now - stalled_since:.0f} s: "
                                f"{text}", RuntimeWarning)  # (at the user's call, whichever API it came through)
 
-    def _no_host_can_act(self) -> bool:
+    def _no_host_can_act(self, stuck_streams) -> bool:
         """Whether no code but the calling thread's could still record a notify (called under
-        the lock, by a thread about to wait without end): no other thread of the program lives
-        (the runtime's own, named ascentrt-*, run only kernels and host functions), no kernel
-        or host function is queued or running (any may record it), and no signal handler of
-        the program's is installed (one may too)."""
+        the lock, by a thread about to wait without end on `stuck_streams`, which only the
+        host could move on): no other thread of the program lives, or each waits in the
+        runtime itself for stuck streams (the runtime's own threads, named ascentrt-*, run
+        only kernels and host functions); no kernel or host function is queued or running
+        (any may record it) but one that waits for stuck streams too; and no signal handler
+        of the program's is installed (one may record it)."""
+        stuck = set(stuck_streams)
+        grew = True
+        while grew:  # a stream whose running task waits only for stuck streams is stuck too
+            grew = False
+            for s, (_, waited, _) in self._host_waits.items():
+                if s not in stuck and all(w in stuck for w in waited):
+                    stuck.add(s)
+                    grew = True
         me = threading.current_thread()
-        if any(t is not me and not t.name.startswith("ascentrt") for t in threading.enumerate()):
-            return False
+        for t in threading.enumerate():
+            if t is me or t.name.startswith("ascentrt"):
+                continue
+            waited = self._thread_waits.get(t.ident)
+            if waited is None or not all(w in stuck for w in waited):
+                return False  # it may still act (or its wait ends, and then it may)
         for s in self._all_streams():  # (a blocked stream's tasks wait as this thread does)
+            if s in stuck and s._running is not None and s in self._host_waits:
+                continue  # its task waits inside the runtime for stuck streams
             work = [s._running] if s._running is not None else []
             if s._blocked is None:
                 work += s._tasks
