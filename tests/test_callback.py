@@ -1,6 +1,7 @@
 """ascentrt.callback: report threads subscribed to streams run their callbacks, in stream order."""
 
 import threading
+import time
 
 import pytest
 
@@ -165,3 +166,29 @@ def test_a_report_thread_synchronizing_the_stream_it_must_serve_gets_a_deadlock_
     assert len(outcome) == 2 and all("can never finish" in m for m in outcome), outcome
     stream.synchronize(timeout=10)
     other.destroy()
+
+
+def test_a_callback_interrupted_by_ctrl_c_leaves_the_rest_of_its_batch_queued(dev):
+    # (the rest of the batch was dropped: a blocking callback's stream waited for ever)
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    me = threading.get_ident()
+    callback.subscribe(me, s1)
+    callback.subscribe(me, s2)
+    try:
+        def interrupted(_):
+            raise KeyboardInterrupt
+        ran = []
+        callback.launch_callback(interrupted, None, s1, blocking=False)
+        s1.synchronize(timeout=5)
+        callback.launch_callback(lambda _: ran.append(1), None, s2)  # blocking: s2 waits for it
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(callback._reporters[me].queue) < 2:
+            time.sleep(0.01)
+        with pytest.raises(KeyboardInterrupt):
+            callback.process_reports(timeout=1)
+        assert callback.process_reports(timeout=1) == 1 and ran == [1]
+        s2.synchronize(timeout=5)
+    finally:
+        callback.unsubscribe(me, s1)
+        callback.unsubscribe(me, s2)
+        s1.destroy(), s2.destroy()

@@ -195,7 +195,8 @@ def process_reports(timeout: float | None = None) -> int:
                                    code=ErrorCode.RT_THREAD_SUBSCRIBE)
         if not rep.queue:
             rep.cond.wait_for(lambda: rep.queue or _reporters.get(me) is not rep, timeout)
-        batch = [r for _, r in rep.queue if not r.cancelled]
+        entries = [e for e in rep.queue if not e[1].cancelled]
+        batch = [r for _, r in entries]
         rep.queue.clear()
         gone = _reporters.get(me) is not rep
     if not batch:
@@ -204,7 +205,7 @@ def process_reports(timeout: float | None = None) -> int:
                                    code=ErrorCode.RT_THREAD_SUBSCRIBE)
         raise AscentTimeoutError(f"no callback arrived within {timeout} s",
                                  code=ErrorCode.RT_REPORT_TIMEOUT)
-    for report in batch:
+    for i, report in enumerate(batch):
         # While a blocking callback runs, its stream is held by it: marking the thread as
         # running that task makes a synchronize of the same stream fail (107011), not hang.
         held = report.task.stream if report.done is not None and report.task is not None else None
@@ -215,6 +216,14 @@ def process_reports(timeout: float | None = None) -> int:
             report.fn(report.user_data)
         except Exception:
             _log.exception("callback %r raised", report.fn)
+        except BaseException:
+            # A Ctrl-C (or SystemExit) reaches the program; the callbacks after it in the batch
+            # did not run: they go back to the front of the queue for the next call, and their
+            # streams stay held until then (none is lost, none is left waiting for ever).
+            with _lock:
+                rep.queue.extendleft(reversed(entries[i + 1:]))
+                rep.cond.notify_all()
+            raise
         finally:
             restore_stream_mark(prev)
             if report.done is not None:
