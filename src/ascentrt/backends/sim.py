@@ -32,12 +32,12 @@ import heapq
 import itertools
 import math
 import os
-import signal as os_signal  # (`signal` names the awaited Signal here)
 import sys
 import threading
 import time
 from typing import Any
 
+from ..interrupts import add_deferrer
 from .base import COPY, HOST, KERNEL, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
 from .presets import Preset
@@ -347,12 +347,13 @@ class Timeline:
             self.raise_interrupt()
 
 
-def _on_sigint(signum: int, frame: Any) -> None:
-    """Ctrl-C: as Python's own handler, except while the main thread runs a step of the
-    simulation (it has taken a task, or started one), which an exception would leave half
-    done: the device would then wait for ever for a task nobody runs, or a kernel would fail
-    with the interrupt. The step ends (the next event boundary), then the interrupt is raised;
-    a second Ctrl-C before that is raised at once (a kernel that never returns).
+def _defer_in_step() -> bool:
+    """A Ctrl-C's deferrer (see interrupts): as Python's own handler, except while the main
+    thread runs a step of the simulation (it has taken a task, or started one), which an
+    exception would leave half done: the device would then wait for ever for a task nobody
+    runs, or a kernel would fail with the interrupt. The step ends (the next event boundary),
+    then the interrupt is raised; a second Ctrl-C before that is raised at once (a kernel that
+    never returns).
 
     A step runs under the timeline's lock, and a task it runs is in the thread's frames (even
     while a kernel's own synchronize waits with the lock let go): that is what tells one (a
@@ -363,16 +364,9 @@ def _on_sigint(signum: int, frame: Any) -> None:
     tl = TIMELINE
     if not tl.interrupted and (tl.lock._is_owned() or tl.local.frames):  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
         tl.interrupted = True
-        return
+        return True
     tl.interrupted = False  # (a second Ctrl-C, or none held: at once, as asked)
-    os_signal.default_int_handler(signum, frame)
-
-
-def _defer_interrupts_in_steps() -> None:
-    """Take over SIGINT (once, from the main thread, only while Python's own handler has it)."""
-    if threading.current_thread() is threading.main_thread() \
-            and os_signal.getsignal(os_signal.SIGINT) is os_signal.default_int_handler:
-        os_signal.signal(os_signal.SIGINT, _on_sigint)
+    return False
 
 
 TIMELINE = Timeline()
@@ -442,7 +436,7 @@ class SimBackend(CpuBackend):
         }.items()}
         with TIMELINE.lock:
             TIMELINE.backends.append(self)
-            _defer_interrupts_in_steps()
+            add_deferrer(_defer_in_step)
             TIMELINE.start_pump()
 
     # ---- the contract ------------------------------------------------------------------------
@@ -456,7 +450,7 @@ class SimBackend(CpuBackend):
         host the preset's host_malloc_driver_ns."""
         handle = super().alloc(nbytes, host, reserve=not host)
         tl = self.timeline
-        with tl.lock:  # (a Ctrl-C meanwhile waits for the next host call: see _on_sigint)
+        with tl.lock:  # (a Ctrl-C meanwhile waits for the next host call: see _defer_in_step)
             bisect.insort(tl.memory, self._memory_entry(handle))
             if not tl.frames():  # charged at the host's next call: the pool's lock is held now
                 tl.owed_ns += int(self.preset.host_malloc_driver_ns)

@@ -18,6 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
+from ..interrupts import hold, release
 from ..validate import check_finite, check_size
 from .chunks import CHUNK
 from .links import Links
@@ -318,6 +319,7 @@ class BlockPool:
                 self._cached_bytes -= size
                 return self._hand_out(cached.pop(), stream, n)
         lock = self._lock
+        held = False if ATOMIC else hold()  # (from source a Ctrl-C may land anywhere: held)
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             self._acquire()
             try:
@@ -346,6 +348,8 @@ class BlockPool:
             if not ATOMIC and lock._is_owned():  # interrupted between acquire and try
                 lock.release()
             raise
+        finally:
+            release(held)  # (a Ctrl-C held meanwhile is raised now, the pool whole)
 
     def _size_class(self, nbytes: int) -> int:
         """size_class(nbytes), memoised (and remembered as the last request); a request of
@@ -520,29 +524,33 @@ class BlockPool:
             # Idle whole chunks could hold it: give them back first, so the range they leave
             # is reused instead of the pool growing (halves the reserved/live overhead).
             self._release_free_chunks(0)
-        chunk = self.upstream.allocate(want)
-        if chunk is None and want > size:
-            chunk = self.upstream.allocate(size)  # no room for a shared chunk: just the block
-        if chunk is None:
-            self._counts["retries"] += 1
-            self._release_free_chunks(0)
-            chunk = self.upstream.allocate(size)
-        if chunk is None:
-            self._counts["ooms"] += 1
-            raise self._oom_error(size, nbytes)
-        self._chunks[chunk.addr] = chunk
-        self.reserved += chunk.size
-        self._counts["reserves"] += 1
-        if self.reserved > self.peak_reserved:
-            self.peak_reserved = self.reserved
-        block = Block(chunk.addr, chunk.size, chunk)
-        chunk.first = block
-        chunk.starts, chunk.blocks = [chunk.addr], [block]
-        chunk.lock = self._lock  # lookups of interior pointers read the blocks under it
-        limit = self.split_limit
-        if limit is None or chunk.size <= limit or size <= limit:
-            self._split(block, size)
-        return block
+        held = hold()  # (as _release_chunk: a chunk taken upstream must reach the pool)
+        try:
+            chunk = self.upstream.allocate(want)
+            if chunk is None and want > size:
+                chunk = self.upstream.allocate(size)  # no room for a shared chunk: just the block
+            if chunk is None:
+                self._counts["retries"] += 1
+                self._release_free_chunks(0)
+                chunk = self.upstream.allocate(size)
+            if chunk is None:
+                self._counts["ooms"] += 1
+                raise self._oom_error(size, nbytes)
+            self._chunks[chunk.addr] = chunk
+            self.reserved += chunk.size
+            self._counts["reserves"] += 1
+            if self.reserved > self.peak_reserved:
+                self.peak_reserved = self.reserved
+            block = Block(chunk.addr, chunk.size, chunk)
+            chunk.first = block
+            chunk.starts, chunk.blocks = [chunk.addr], [block]
+            chunk.lock = self._lock  # lookups of interior pointers read the blocks under it
+            limit = self.split_limit
+            if limit is None or chunk.size <= limit or size <= limit:
+                self._split(block, size)
+            return block
+        finally:
+            release(held)
 
     def prereserve(self, nbytes: Any) -> None:
         """Reserve a chunk of `nbytes` up front and keep it as a free block; raises OutOfMemoryError."""
@@ -594,6 +602,7 @@ class BlockPool:
             if cached is not None and cached.n < CACHE_PER_SIZE and self._may_cache(blk.size):
                 return self._put_back(blk, stream, waits, buf)
         lock = self._lock
+        held = False if ATOMIC else hold()
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             self._acquire()
             try:
@@ -604,6 +613,8 @@ class BlockPool:
             if not ATOMIC and lock._is_owned():  # interrupted between acquire and try
                 lock.release()
             raise
+        finally:
+            release(held)
 
     def _own(self, block: Any) -> Block:
         """`block`, if it is one of this pool's (a chunk it holds shares its lock: a block of
@@ -760,12 +771,18 @@ class BlockPool:
     # ---- chunks ----------------------------------------------------------------------------
 
     def _release_chunk(self, chunk) -> None:
-        del self._chunks[chunk.addr]
-        self.reserved -= chunk.size
-        self._counts["releases"] += 1
-        chunk.first = None
-        chunk.starts, chunk.blocks, chunk.lock = [], [], None
-        self.upstream.deallocate(chunk)
+        # (held whole, compiled too: the upstream is Python, where a Ctrl-C can land, and a
+        # chunk out of the pool but not back upstream would be lost for good)
+        held = hold()
+        try:
+            del self._chunks[chunk.addr]
+            self.reserved -= chunk.size
+            self._counts["releases"] += 1
+            chunk.first = None
+            chunk.starts, chunk.blocks, chunk.lock = [], [], None
+            self.upstream.deallocate(chunk)
+        finally:
+            release(held)
 
     def _flush_cache(self) -> None:
         """Merge every cached block into the free lists.
@@ -812,8 +829,12 @@ class BlockPool:
     def trim_to(self, nbytes: Any) -> int:
         """Return cached whole chunks upstream until at most `nbytes` stay reserved; returns bytes freed."""
         nbytes = check_size(nbytes, allow_zero=True)
-        with self._lock:
-            return self._release_free_chunks(nbytes)
+        held = False if ATOMIC else hold()
+        try:
+            with self._lock:
+                return self._release_free_chunks(nbytes)
+        finally:
+            release(held)
 
     def empty_cache(self) -> int:
         """Release every wholly free chunk; returns bytes freed."""

@@ -1,0 +1,78 @@
+"""Ctrl-C held back while the runtime changes state that must not be left half changed.
+
+Python raises KeyboardInterrupt between any two bytecodes of the main thread. Raised in the
+middle of a pool's bookkeeping (a chunk taken out of the pool but not yet back in the device's
+range), it would lose that memory for good. Such sections are entered with hold() and left
+with release(): a Ctrl-C meanwhile is delivered again as the outermost one ends. Other parts of the
+runtime that hold a Ctrl-C back themselves (the simulator, while a step runs) register a
+deferrer, asked first.
+
+The handler is installed only where Python's own one is in place: a program's own SIGINT
+handler is left alone.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any, Callable
+
+
+class _Held:
+    """The main thread's held sections: how deep, and whether a Ctrl-C came meanwhile."""
+
+    depth = 0
+    pending = False
+
+
+_deferrers: list[Callable[[], bool]] = []  # fn() -> True when it took the Ctrl-C itself
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """Ctrl-C: to a deferrer that takes it, else held until the outermost section ends, else
+    Python's own handler."""
+    for defer in _deferrers:
+        if defer():
+            return
+    if _Held.depth:
+        _Held.pending = True
+        return
+    signal.default_int_handler(signum, frame)
+
+
+def install() -> None:
+    """Take over SIGINT (from the main thread, only while Python's own handler has it)."""
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def add_deferrer(defer: Callable[[], bool]) -> None:
+    """Ask defer() first at each Ctrl-C: True when it took the interrupt (to raise it later)."""
+    if defer not in _deferrers:
+        _deferrers.append(defer)
+    install()
+
+
+def hold() -> bool:
+    """Enter a section a Ctrl-C must not cut; returns whether it counts (the main thread's,
+    where a handler of ours is in place). Pass the result to release()."""
+    if threading.get_ident() != threading.main_thread().ident:
+        return False  # (Python raises KeyboardInterrupt in the main thread only)
+    if signal.getsignal(signal.SIGINT) is not _on_sigint:
+        install()
+        if signal.getsignal(signal.SIGINT) is not _on_sigint:
+            return False  # the program's own handler decides
+    _Held.depth += 1
+    return True
+
+
+def release(held: bool) -> None:
+    """Leave a section entered with hold(); the outermost delivers a Ctrl-C held meanwhile
+    again, so that it is raised at the next point Python checks for signals (in compiled
+    code: once it returns to Python, past the bookkeeping that called it)."""
+    if held:
+        _Held.depth -= 1
+        if not _Held.depth and _Held.pending:
+            _Held.pending = False
+            signal.raise_signal(signal.SIGINT)
