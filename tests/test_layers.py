@@ -15,7 +15,7 @@ PKG = Path(ascentrt.__file__).parent
 LAYERS = [
     ("backends", {"ascentrt.backends"}),
     ("base", {"ascentrt.errors", "ascentrt.config", "ascentrt.accel", "ascentrt.validate", "ascentrt.kernels", "ascentrt.units",
-              "ascentrt.callsite"}),
+              "ascentrt.callsite", "ascentrt.interrupts"}),
     ("memory", {"ascentrt.memory"}),
     ("engine", {"ascentrt.engine"}),
     ("runtime", {"ascentrt.device", "ascentrt.stream", "ascentrt.event", "ascentrt.notify",

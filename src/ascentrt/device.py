@@ -18,6 +18,8 @@ import numpy as np
 from . import config
 from .backends import PresetError, load_preset, make_backend
 from .backends.presets import variant_fields
+from .backends.sim import defer_in_step
+from .interrupts import add_deferrer
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
 from .engine.sync import synchronize_streams
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
@@ -161,6 +163,7 @@ class Device:
             capacity = capacity if config.is_set("ASCENTRT_DEVICE_MEMORY") else 0
             self._backend = backend = make_backend(kind, f"{preset.name}-sim{device_id}", capacity,
                                                    executors, preset)
+            add_deferrer(defer_in_step)  # (a Ctrl-C waits for the step the main thread runs)
         else:
             self._backend = backend = make_backend(kind, f"ascentrt-{kind}{device_id}", capacity,
                                                    executors)

@@ -37,7 +37,6 @@ import threading
 import time
 from typing import Any
 
-from ..interrupts import add_deferrer
 from .base import COPY, HOST, KERNEL, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
 from .presets import Preset
@@ -347,8 +346,9 @@ class Timeline:
             self.raise_interrupt()
 
 
-def _defer_in_step() -> bool:
-    """A Ctrl-C's deferrer (see interrupts): as Python's own handler, except while the main
+def defer_in_step() -> bool:
+    """A Ctrl-C's deferrer (the runtime registers it with ascentrt.interrupts for a simulated
+    device): as Python's own handler, except while the main
     thread runs a step of the simulation (it has taken a task, or started one), which an
     exception would leave half done: the device would then wait for ever for a task nobody
     runs, or a kernel would fail with the interrupt. The step ends (the next event boundary),
@@ -436,7 +436,6 @@ class SimBackend(CpuBackend):
         }.items()}
         with TIMELINE.lock:
             TIMELINE.backends.append(self)
-            add_deferrer(_defer_in_step)
             TIMELINE.start_pump()
 
     # ---- the contract ------------------------------------------------------------------------
@@ -450,7 +449,7 @@ class SimBackend(CpuBackend):
         host the preset's host_malloc_driver_ns."""
         handle = super().alloc(nbytes, host, reserve=not host)
         tl = self.timeline
-        with tl.lock:  # (a Ctrl-C meanwhile waits for the next host call: see _defer_in_step)
+        with tl.lock:  # (a Ctrl-C meanwhile waits for the next host call: see defer_in_step)
             bisect.insort(tl.memory, self._memory_entry(handle))
             if not tl.frames():  # charged at the host's next call: the pool's lock is held now
                 tl.owed_ns += int(self.preset.host_malloc_driver_ns)
