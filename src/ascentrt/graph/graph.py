@@ -282,7 +282,7 @@ class Graph:
                     kind, entries, name = what
                     t = Task(kind, _run_segment, (entries, errors if lane else None, self,
                                                   self.device._backend), name)
-                    t.cost = RUN_OF_NODES  # on sim each node takes its own time
+                    t.cost = _segment_cost(entries)  # on sim each node takes its own time
                 elif op == "record":
                     t = Task(EVENT_RECORD, name="graph_record")
                     t.marker = m = markers[what]
@@ -566,6 +566,20 @@ def _update_mismatch(old: list[GraphNode], tasks: list[Task]) -> str | None:
 # ---- what the executors run ------------------------------------------------------------------
 
 RUN_OF_NODES = Cost(seconds=0.0)  # a segment costs nothing of its own: its nodes do
+
+
+def _segment_cost(entries: tuple) -> Cost:
+    """A segment's cost on a simulated device: nothing of its own (its nodes add theirs as
+    they run), holding the compute units its widest node occupies (its nodes run one at a
+    time; a node that declares no block_dim occupies them all, as an eager launch does), so
+    that segments of other lanes run beside it as their eager kernels would."""
+    widest = 0
+    for op, _ in entries:
+        cost = op.cost
+        if cost is None or not cost.block_dim:
+            return RUN_OF_NODES
+        widest = max(widest, cost.block_dim)
+    return Cost(seconds=0.0, block_dim=widest) if widest else RUN_OF_NODES
 # The task an executor runs: a segment always runs inside its engine task, so never None there.
 _running = cast("Callable[[], Task]", current_task)
 
