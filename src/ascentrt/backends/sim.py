@@ -820,7 +820,10 @@ class SimBackend(CpuBackend):
         fixed = self._dispatch_ns
         if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
             fixed += max(0, t.released_ns + self._event_latency_ns - start)
-        t.t_start = start
+        # It runs once dispatched (and released): a profile shows its work alone, the fixed
+        # latencies before it as time queued. (A segment keeps its start: its nodes' times
+        # were taken from it as they ran.)
+        t.t_start = start + fixed if not frame.offset else start
         computes = self._on_processors
         if work and not frame.offset and (frame.mem or computes):
             # It shares memory bandwidth or processors: its end moves with the others'. (Not a
