@@ -65,3 +65,16 @@ def test_wait_us_of_a_replayed_graph_shows_the_idle_gap_before_it():
     rows = task_rows(_profile(tasks))
     wait = rows[0].index("wait_us")
     assert [r[wait] for r in rows[1:]] == ["0.000", "5.000", "0.000", "0.000", "0.000"]
+
+
+def test_waiting_for_an_executor_another_stream_holds_is_not_dispatch_latency():
+    # (kb waited 38 us each step for the cores ka held, and the report called it dispatch
+    # latency, then found the tasks too small for it: dispatch itself was 1 us)
+    tasks = []
+    for i in range(150):
+        t0 = i * 100_000
+        tasks.append(_task(2 * i + 1, t0, t0 + 1000, t0 + 41_000, stream=1))      # ka
+        tasks.append(_task(2 * i + 2, t0 + 500, t0 + 42_000, t0 + 82_000, stream=2))  # kb
+    latencies = dispatch_latencies(_profile(tasks))
+    assert sorted(set(latencies)) == [1000] and len(latencies) == 300
+    assert "small_tasks" not in {f.kind for f in diagnose(_profile(tasks))}
