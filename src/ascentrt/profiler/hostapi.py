@@ -89,13 +89,14 @@ PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_strea
 
 
 def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str],
-          on_error: Callable[[str, int], None]) -> Callable[..., Any]:
+          on_error: Callable[[str, int], None], inside: dict) -> Callable[..., Any]:
     """A wrapper that records each call of `fn` as (name, start, end, thread[, error, facts]),
     and the name of a thread it sees first in `threads` (ident -> name).
 
-    Calls the runtime makes inside another API call are recorded too and dropped when the
-    profile is assembled (they nest inside the outer call on the same thread): no per-thread
-    depth counter on the hot path.
+    Only a thread's outermost calls are recorded: `inside` holds the threads in a recorded call
+    now, and a call the runtime makes inside another one is not (its time is the outer one's).
+    Telling them apart by their times would not do: in virtual time a call can take none, and
+    one that ended at the instant the next began looked nested in it.
     """
     probe = PROBES.get(name)
     get_ident = threading.get_ident
@@ -105,30 +106,42 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
 
     if probe is None:
         def api(*args, **kwargs):
-            t0 = now()
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                _failed(append, threads, on_error, name, t0, exc, None)
-                raise
             thread = get_ident()
+            if thread in inside:
+                return fn(*args, **kwargs)
+            inside[thread] = True
+            try:
+                t0 = now()
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:
+                    _failed(append, threads, on_error, name, t0, exc, None)
+                    raise
+            finally:
+                del inside[thread]
             if thread not in threads:  # one lookup per call; the name only once per thread
                 threads[thread] = current_thread().name
             append((name, t0, now(), thread))  # plain values: cheap to keep
             return result
     else:
         def api(*args, **kwargs):
+            thread = get_ident()
+            if thread in inside:
+                return fn(*args, **kwargs)
             try:
                 facts = probe(args, kwargs)
             except Exception:
                 facts = None  # bad arguments: the call itself reports them
-            t0 = now()
+            inside[thread] = True
             try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                _failed(append, threads, on_error, name, t0, exc, facts)
-                raise
-            thread = get_ident()
+                t0 = now()
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:
+                    _failed(append, threads, on_error, name, t0, exc, facts)
+                    raise
+            finally:
+                del inside[thread]
             if thread not in threads:
                 threads[thread] = current_thread().name
             append((name, t0, now(), thread, 0, facts))
@@ -151,21 +164,10 @@ def _failed(append, threads, on_error, name, t0, exc, facts) -> None:
     on_error(name, code)
 
 
-def outermost(calls: list[tuple]) -> list[tuple]:
-    """The calls by start, less those that ran inside another recorded call of the same
-    thread."""
-    out = []
-    open_until: dict[int, int] = {}  # thread -> end of its current outermost call
-    # By start, the longer first: two stable sorts, no key tuple per call (50k of them).
-    ordered = sorted(calls, key=itemgetter(2), reverse=True)
-    ordered.sort(key=itemgetter(1))
-    for call in ordered:
-        _, t0, t1, thread = call[:4]
-        if t1 <= open_until.get(thread, -1):
-            continue
-        open_until[thread] = t1
-        out.append(call)
-    return out
+def by_start(calls: list[tuple]) -> list[tuple]:
+    """The recorded calls (each a thread's outermost: see _wrap) by start; calls that start at
+    the same instant (in virtual time a call may take none) stay in the order they were made."""
+    return sorted(calls, key=itemgetter(1))
 
 
 class Instrumentation:
@@ -175,6 +177,7 @@ class Instrumentation:
         self.calls = calls
         self.threads = threads  # ident -> name of every thread that made a recorded call
         self.on_error = on_error
+        self.inside: dict[int, bool] = {}  # threads in a recorded call now (see _wrap)
         self.methods: list[tuple[type, str, object]] = []  # (class, attribute, original)
         self.functions: dict[int, tuple[object, object]] = {}  # id(original) -> (original, wrapper)
 
@@ -193,11 +196,12 @@ class Instrumentation:
                         hasattr(original, "_ascentrt_api"):
                     continue
                 label = f"{cls.__name__}.{_ALIASES.get(attr, attr)}"
-                setattr(cls, attr, _wrap(original, label, self.calls, self.threads, self.on_error))
+                setattr(cls, attr, _wrap(original, label, self.calls, self.threads, self.on_error, self.inside))
                 self.methods.append((cls, attr, original))
         for name, original in FUNCTIONS.items():
             self.functions[id(original)] = (original, _wrap(original, name, self.calls,
-                                                            self.threads, self.on_error))
+                                                            self.threads, self.on_error,
+                                                            self.inside))
         _rebind(self.functions)
 
     def uninstall(self) -> None:

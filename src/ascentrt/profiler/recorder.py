@@ -22,7 +22,7 @@ from . import memstats
 from ..hccl.comm import groups as hccl_groups
 from .data import (GRAPH_SEGMENT, Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord,
                    MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
-from .hostapi import Instrumentation, outermost
+from .hostapi import Instrumentation, by_start
 from .profile import Profile
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ class Recorder:
         tasks.sort(key=attrgetter("end_ns"))
         tasks.sort(key=attrgetter("start_ns"))
         prof.tasks = tasks
-        calls = outermost(self.calls)  # (in start order)
+        calls = by_start(self.calls)
         if consume:
             self.calls.clear()
         prof.api_calls = [ApiCall(c[0], c[1] - t0, c[2] - t0, idents.setdefault(c[3], c[3]),
