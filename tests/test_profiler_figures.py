@@ -78,3 +78,17 @@ def test_waiting_for_an_executor_another_stream_holds_is_not_dispatch_latency():
     latencies = dispatch_latencies(_profile(tasks))
     assert sorted(set(latencies)) == [1000] and len(latencies) == 300
     assert "small_tasks" not in {f.kind for f in diagnose(_profile(tasks))}
+
+
+def test_a_synchronize_on_another_thread_does_not_hide_a_starved_device():
+    # (a thread waiting on device 1 made device 0's idle time count as "waiting on the device",
+    # and the host-bound finding vanished)
+    from ascentrt.profiler.data import ApiCall
+    tasks = [TaskRecord(0, 1, i + 1, "kernel", "work", 0, i * 2_000_000, i * 2_000_000 + 1000,
+                        i * 2_000_000 + 201_000, 7) for i in range(40)]
+    calls = [ApiCall("launch", i * 2_000_000, i * 2_000_000 + 1000, 7) for i in range(40)]
+    calls.append(ApiCall("Stream.synchronize", 0, 80_000_000, 8, target="stream 9"))
+    prof = _profile(tasks)
+    prof.api_calls = calls
+    kinds = {f.kind for f in diagnose(prof)}
+    assert "host_bound" in kinds

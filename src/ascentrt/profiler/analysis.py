@@ -295,7 +295,10 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
     idle_ns = total(idle)
     if util >= STARVED_UTILIZATION or idle_ns < 0.4 * span:
         return []
-    host = attribute(idle, profile.api_calls)
+    # (the threads that gave this device its work: a synchronize on another thread, of
+    # another device, says nothing of why this one starved)
+    feeders = {t.thread for t in work}
+    host = attribute(idle, [c for c in profile.api_calls if c.thread in feeders])
     if host.largest == "waiting":
         return []  # the host was waiting on the device, not starving it
     starts = sorted(work, key=lambda t: t.start_ns)
