@@ -92,3 +92,18 @@ def test_a_synchronize_on_another_thread_does_not_hide_a_starved_device():
     prof.api_calls = calls
     kinds = {f.kind for f in diagnose(prof)}
     assert "host_bound" in kinds
+
+
+def test_the_critical_path_follows_executor_contention_and_a_replayed_graphs_nodes():
+    # (a kernel waiting for the cores another stream's kernel held was blamed on the host, and
+    # the nodes of a replayed graph, which share their task's id, collapsed into one)
+    from ascentrt.profiler.critical import critical_path
+    contended = [_task(1, 0, 0, 100_000, stream=2),             # b1
+                 _task(1, 0, 101_000, 2_101_000, stream=1),     # a1: waited for b1's cores
+                 _task(2, 1_000, 2_102_000, 3_102_000, stream=2)]  # b2: waited for a1's
+    path = critical_path(_profile(contended))
+    assert path["tasks"] == 3 and path["by_kind"]["kernel"] == 3_100_000
+    assert path["by_kind"].get("host", 0) == 0 and path["by_kind"]["dispatch"] == 2_000
+    nodes = [_task(5, 0, i * 1_000_000, (i + 1) * 1_000_000) for i in range(3)]  # one task id
+    path = critical_path(_profile(nodes))
+    assert path["tasks"] == 3 and path["length_ns"] == 3_000_000

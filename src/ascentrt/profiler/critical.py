@@ -3,6 +3,7 @@ waits) that ended last, and what its time went to."""
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 
 from .data import GRAPH_SEGMENT, ProfileData
@@ -10,42 +11,69 @@ from .data import GRAPH_SEGMENT, ProfileData
 WORK = ("kernel", "copy", "memset", "host_func")
 
 
+_EXECUTOR = {"kernel": "compute", "memset": "compute", "copy": "copy", "host_func": "host"}
+
+
 def critical_path(profile: ProfileData) -> dict:
     """{'length_ns', 'by_kind' (ns per task kind on the path, plus 'host' for the gaps where
-    the next task was not yet submitted), 'tasks' (work tasks on it), 'top' [(name, ns)]}.
+    the next task was not yet submitted and 'dispatch' for those where it was, waiting to be
+    dispatched), 'tasks' (work tasks on it), 'top' [(name, ns)]}.
 
     Walks back from the task that ended last; each step goes to whichever of its predecessors
-    (the stream's previous task, the record that released a wait) ended latest.
+    ended latest: the stream's previous task, the record that released a wait, and the task
+    of its executor class on the device that ended last before it started (it may have held
+    the executor this one waited for). A replayed graph's nodes share their task's id: tasks
+    are told apart as objects, not by id.
     """
     tasks = [t for t in profile.tasks if t.kind != GRAPH_SEGMENT]
     if not tasks:
         return {"length_ns": 0, "by_kind": {}, "tasks": 0, "top": []}
     by_key = {t.key: t for t in tasks}
     per_stream = defaultdict(list)
+    ends: dict = defaultdict(list)  # (device, executor class) -> [(end, task)], sorted
     for t in tasks:
         per_stream[(t.device, t.stream)].append(t)
+        cls = _EXECUTOR.get(t.kind)
+        if cls is not None:
+            ends[(t.device, cls)].append((t.end_ns, id(t), t))
+    for items in ends.values():
+        items.sort(key=lambda e: (e[0], e[1]))
     prev = {}
     for items in per_stream.values():
         items.sort(key=lambda t: (t.task_id, t.start_ns))
         for a, b in zip(items, items[1:]):
-            prev[b.key] = a
+            prev[id(b)] = a
+
+    def holder(t):
+        """The task of t's executor class that ended last before t started (not t)."""
+        items = ends.get((t.device, _EXECUTOR.get(t.kind)))
+        if not items:
+            return None
+        i = bisect.bisect_right(items, (t.start_ns, float("inf"))) - 1
+        while i >= 0 and items[i][2] is t:
+            i -= 1
+        return items[i][2] if i >= 0 else None
+
     cur = max(tasks, key=lambda t: t.end_ns)
     end = cur.end_ns
     by_kind: dict[str, int] = defaultdict(int)
     names: dict[str, int] = defaultdict(int)
     count = 0
     seen = set()
-    while cur is not None and cur.key not in seen:
-        seen.add(cur.key)
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
         if cur.kind in WORK:
             by_kind[cur.kind] += cur.duration_ns
             names[cur.name] += cur.duration_ns
             count += 1
-        preds = [p for p in (prev.get(cur.key), by_key.get(tuple(cur.released_by))
-                             if cur.released_by else None) if p is not None]
+        preds = [p for p in (prev.get(id(cur)), by_key.get(tuple(cur.released_by))
+                             if cur.released_by else None, holder(cur)) if p is not None]
         nxt = max(preds, key=lambda p: p.end_ns) if preds else None
         if nxt is not None and cur.start_ns > nxt.end_ns:
-            by_kind["host"] += cur.start_ns - nxt.end_ns  # it was submitted after nxt ended
+            gap = cur.start_ns - nxt.end_ns
+            late = max(0, min(gap, cur.enqueue_ns - nxt.end_ns))  # submitted after nxt ended
+            by_kind["host"] += late
+            by_kind["dispatch"] += gap - late
         start = cur.start_ns
         cur = nxt
     top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
