@@ -270,3 +270,21 @@ def test_calls_that_take_no_virtual_time_are_all_recorded_and_nested_ones_are_no
     assert names.count("Device.create_stream") == 3 and "malloc_host" in names
     assert "set_device" in names and "HostBuffer.free" in names
     assert "Stream.record" in names and "Device.create_event" not in names
+
+
+def test_a_non_blocking_host_function_is_enqueued_when_the_program_launched_it():
+    # (it took the time its stream reached it, when it was handed to its own stream: queued
+    # 0, and the submit arrow started inside a later synchronize)
+    from subprocess_util import run_program
+    out = run_program('''
+        import ascentrt as art
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        with art.profile() as prof:
+            art.launch(lambda: None, stream=s, cost=1e-3)
+            art.launch_host_func(lambda: None, stream=s, blocking=False)
+            dev.synchronize()
+        (t,) = [t for t in prof.snapshot().tasks if t.kind == "host_func"]
+        print(t.enqueue_ns < 100_000 < 1_000_000 <= t.start_ns)
+    ''', env={"ASCENTRT_BACKEND": "sim"})
+    assert out.strip() == "True"

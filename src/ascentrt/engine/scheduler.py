@@ -446,6 +446,8 @@ class Engine:
             t.fn.origin = (s, t.id)         # that launched it, not to the hidden detached stream
             detached = s._dq.detached
             self.submit_locked(detached, t.fn)
+            if t.t_enqueue:  # (profiling: it was submitted when the program launched it)
+                t.fn.t_enqueue = t.t_enqueue
             # A free ordered after `s` waits for it too: it was queued before the free, and
             # still reads the bytes.
             s._spawned = with_spawned(s._spawned, ((detached, t.fn.id),))
