@@ -156,3 +156,21 @@ def test_the_acl_shim_keeps_out_of_the_way_of_a_real_pyacl(tmp_path, monkeypatch
     assert validate.program_env(env) == env  # prof, sanitize and whatif: the real one
     assert validate.program_env(env, always=True)["PYTHONPATH"].split(os.pathsep) == \
         [validate.ACL_SHIM_DIR, "elsewhere"]  # ascentrt run: asked for
+
+
+def test_the_pyacl_modules_outside_the_runtime_say_so_with_a_code(tmp_path):
+    # (acl.mdl and its kin were missing: a sample died with a bare AttributeError at import)
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent('''
+        import acl, acl.mdl
+        print(hasattr(acl.mdl, "load_from_file"))
+        for call in (lambda: acl.mdl.load_from_file("m.om"), lambda: acl.media.dvpp_malloc(0, 64)):
+            try:
+                call()
+            except AttributeError as e:
+                print(e.code)
+    '''))
+    out = subprocess.run([sys.executable, "-m", "ascentrt", "run", "--", "python", str(prog)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "200001", "200001"]

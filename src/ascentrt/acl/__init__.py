@@ -12,9 +12,11 @@ import json as _json
 import os as _os
 import sys as _sys
 import threading as _threading
+import types as _types
 from typing import Any as _Any
 
 from .. import config as _config
+from ..errors import AscentError as _AscentError, ErrorCode as _ErrorCode
 from . import constants, rt, util
 from ._api import CONTEXTS as _CONTEXTS, EVENTS as _EVENTS, NOTIFIES as _NOTIFIES
 from ._api import STREAMS as _STREAMS, AclTypeError as _AclTypeError, api as _api, fail as _fail
@@ -151,5 +153,35 @@ def get_cann_version(package: object) -> dict[str, str | int]:
             "release_version": 0, "patch_version": int(patch), "reserved": 0}
 
 
+class UnsupportedModuleError(_AscentError, AttributeError):
+    """A name of a pyACL module this runtime does not provide (an AttributeError too: code
+    that probes with hasattr sees the name missing)."""
+
+    default_code = _ErrorCode.API_NOT_SUPPORT
+
+
+class _Unsupported(_types.ModuleType):
+    """A pyACL module outside this runtime (models, operators, media): each name of it raises
+    UnsupportedModuleError (200001) that says so, where a bare AttributeError would not."""
+
+    def __init__(self, name: str, what: str):
+        super().__init__(f"acl.{name}", f"pyACL's acl.{name} ({what}): not provided by ascentrt")
+        self._what = what
+
+    def __getattr__(self, attr: str) -> _Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise UnsupportedModuleError(
+            f"acl.{self.__name__.split('.')[-1]}.{attr}: pyACL's {self._what} are not part of "
+            f"ascentrt, which runs streams, events, memory and kernels (acl.rt, acl.util); "
+            f"load and run models with a framework on top of it")
+
+
+mdl = _Unsupported("mdl", "offline models (.om) and their datasets")
+op = _Unsupported("op", "single operators")
+media = _Unsupported("media", "DVPP media processing")
+prof = _Unsupported("prof", "msprof profiling calls (use ascentrt prof)")
+
 __all__ = ["init", "finalize", "finalize_reference", "get_version", "get_soc_name",
-           "get_recent_err_msg", "get_cann_version", "app_log", "rt", "util", "constants"]
+           "get_recent_err_msg", "get_cann_version", "app_log", "rt", "util", "constants",
+           "mdl", "op", "media", "prof"]
