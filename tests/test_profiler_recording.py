@@ -288,3 +288,29 @@ def test_a_non_blocking_host_function_is_enqueued_when_the_program_launched_it()
         print(t.enqueue_ns < 100_000 < 1_000_000 <= t.start_ns)
     ''', env={"ASCENTRT_BACKEND": "sim"})
     assert out.strip() == "True"
+
+
+def test_callbacks_and_collectives_are_recorded_as_host_api_calls():
+    # (launch_callback, process_reports and every hccl call were missing from the Host API
+    # table, their time counted as the program's own code)
+    from subprocess_util import run_program
+    out = run_program('''
+        import threading, numpy as np, ascentrt as art
+        from ascentrt import callback, hccl
+        with art.profile() as prof:
+            comms = hccl.comm_init_all([0, 1])
+            s = [art.Device(r).create_stream() for r in range(2)]
+            b = [art.malloc(64, device=r) for r in range(2)]
+            for r in range(2):
+                hccl.all_reduce(b[r], b[r], 16, hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM,
+                                comms[r], s[r])
+            callback.subscribe(threading.get_ident(), s[0])
+            callback.launch_callback(lambda _: None, None, s[0], blocking=False)
+            callback.process_reports(timeout=10)
+            for r in range(2):
+                s[r].synchronize(timeout=10)
+        print(" ".join(sorted({c.name for c in prof.snapshot().api_calls})))
+    ''', env={"ASCENTRT_DEVICES": "2"})
+    names = set(out.split())
+    assert {"hccl.comm_init_all", "hccl.all_reduce", "launch_callback", "process_reports",
+            "subscribe"} <= names

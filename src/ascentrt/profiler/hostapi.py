@@ -16,6 +16,9 @@ from operator import itemgetter
 from typing import Any
 from . import clock
 
+from .. import hccl
+from ..callback import launch_callback, process_reports
+from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe_report
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
 from ..device import Device, set_device, synchronize
 from ..event import Event, elapsed_time
@@ -29,10 +32,16 @@ from ..stream import Stream
 # Module-level API functions (the `ascentrt` package exports each under the same name).
 # Taken from the modules that define them when the profiler loads, so later wrapping
 # always starts from the originals.
-FUNCTIONS = {f.__name__: f for f in (
+FUNCTIONS: dict[str, Callable[..., Any]] = {f.__name__: f for f in (
     launch, launch_host_func, malloc, malloc_host, free, memcpy, memcpy_async, memcpy2d,
     memcpy2d_async, memset, memset_async, synchronize, set_device, record_notify,
-    wait_and_reset_notify, elapsed_time, malloc_async, free_async, record_stream, empty_cache)}
+    wait_and_reset_notify, elapsed_time, malloc_async, free_async, record_stream, empty_cache,
+    launch_callback, process_reports, subscribe_report, unsubscribe_report)}
+# Collectives and communicators, under their module's name (hccl.send is not a stream's send).
+FUNCTIONS.update({f"hccl.{f.__name__}": f for f in (
+    hccl.all_reduce, hccl.broadcast, hccl.all_gather, hccl.reduce_scatter, hccl.all_to_all,
+    hccl.barrier, hccl.send, hccl.recv, hccl.group_start, hccl.group_end, hccl.comm_init_all,
+    hccl.comm_init_root_info, hccl.comm_destroy)})
 METHODS = {
     Stream: ("record", "wait", "record_notify", "wait_notify", "synchronize", "query", "destroy",
              "close", "begin_capture", "end_capture"),
