@@ -314,3 +314,25 @@ def test_callbacks_and_collectives_are_recorded_as_host_api_calls():
     names = set(out.split())
     assert {"hccl.comm_init_all", "hccl.all_reduce", "launch_callback", "process_reports",
             "subscribe"} <= names
+
+
+def test_on_sim_each_submit_arrow_starts_inside_the_call_that_submitted():
+    # (the enqueue time is the end of the submitting call, which is the start of the next: every
+    # arrow was bound to the next call, a synchronize for the last launch)
+    from subprocess_util import run_program
+    out = run_program('''
+        import ascentrt as art
+        from ascentrt.profiler.trace import trace_events
+        s = art.Device(0).create_stream()
+        with art.profile() as prof:
+            for _ in range(5):
+                art.launch(lambda: None, stream=s, cost=1e-4)
+            s.synchronize()
+        ev = trace_events(prof.snapshot())
+        api = [e for e in ev if e["ph"] == "X" and e["cat"] == "api"]
+        flows = [e for e in ev if e["ph"] == "s" and e["cat"] == "launch"]
+        inside = [[a["name"] for a in api if a["tid"] == f["tid"]
+                   and a["ts"] < f["ts"] < a["ts"] + a["dur"]] for f in flows]
+        print(len(flows), all(names == ["launch"] for names in inside))
+    ''', env={"ASCENTRT_BACKEND": "sim"})
+    assert out.split() == ["5", "True"]

@@ -263,15 +263,24 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         if not found or not found[0]:
             continue
         starts, ends, tids = found
-        i = bisect.bisect_right(starts, t.enqueue_ns) - 1
-        if i < 0:
-            continue
-        i = bisect.bisect_left(starts, starts[i])  # of the calls starting then, the longest
-        if ends[i] < t.enqueue_ns:
-            continue
+        # The call that started before the enqueue and had not ended (in virtual time a call
+        # ends at the instant it enqueued, and the next may begin then: that one did not
+        # submit it); else one starting at that instant (the longest of them).
+        i = bisect.bisect_left(starts, t.enqueue_ns) - 1
+        if i < 0 or ends[i] < t.enqueue_ns:
+            i = bisect.bisect_right(starts, t.enqueue_ns) - 1
+            if i < 0:
+                continue
+            i = bisect.bisect_left(starts, starts[i])  # of the calls starting then, the longest
+            if ends[i] < t.enqueue_ns:
+                continue
         flow_id += 1
         pid, tid = where(t)
-        yield _flow("submit", "launch", False, flow_id + flows, host, tids[i], ts(t.enqueue_ns))
+        # (strictly inside the call where it can be: a viewer binds an arrow starting at the
+        # instant one call ends and the next begins to the next one)
+        at = t.enqueue_ns if ends[i] - starts[i] < 2 else \
+            max(starts[i] + 1, min(t.enqueue_ns, ends[i] - 1))
+        yield _flow("submit", "launch", False, flow_id + flows, host, tids[i], ts(at))
         yield _flow("submit", "launch", True, flow_id + flows, pid, tid, ts(t.start_ns))
     # A wait that really waited starts before the record that released it: an arrow bound to
     # the wait slice would point back in time. It binds instead to a "released" slice inside
