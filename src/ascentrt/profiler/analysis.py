@@ -19,7 +19,8 @@ from .intervals import gaps, intersection, total, union
 MIN_WORK_TASKS = 20           # fewer device tasks than this: too little to judge utilization
 MIN_WINDOW_NS = 5_000_000     # ... or a busy window shorter than 5 ms
 STARVED_UTILIZATION = 0.5     # device busy less than half the time
-MIN_GAP_NS = 20_000           # idle stretches shorter than 20 us are scheduling noise
+MIN_GAP_NS = 20_000           # idle stretches shorter than 20 us are scheduling noise ...
+MIN_GAP_VIRTUAL_NS = 1_000    # ... where time is real; in virtual time (sim) none is noise
 SMALL_TASK_NS = 50_000        # median device task under 50 us ...
 MIN_SMALL_TASKS = 100         # ... over at least this many tasks
 STREAMS_PER_EXECUTOR = 2      # more streams than 2 per executor ...
@@ -291,7 +292,9 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
         return []
     busy = union((t.start_ns, t.end_ns) for t in work)
     util = total(_within(busy, windows)) / span
-    idle = [g for g in _within(gaps(busy, start, end), windows) if g[1] - g[0] >= MIN_GAP_NS]
+    dev = next((d for d in profile.devices if d.id == dev_id), None)
+    min_gap = MIN_GAP_VIRTUAL_NS if dev is not None and dev.backend == "sim" else MIN_GAP_NS
+    idle = [g for g in _within(gaps(busy, start, end), windows) if g[1] - g[0] >= min_gap]
     idle_ns = total(idle)
     if util >= STARVED_UTILIZATION or idle_ns < 0.4 * span:
         return []
