@@ -124,3 +124,20 @@ def test_in_virtual_time_short_idle_stretches_count():
         prof = _profile(tasks, backend=backend)
         prof.api_calls = calls
         assert ("host_bound" in {f.kind for f in diagnose(prof)}) is found, backend
+
+
+def test_a_device_sync_in_the_loop_costs_from_the_moment_the_device_ran_dry():
+    # (it counted from the synchronize's return only: its own 10 us of latency were left out,
+    # and the finding ranked below smaller ones)
+    from ascentrt.profiler.data import ApiCall
+    tasks, calls = [], []
+    for i in range(50):
+        t0 = i * 30_000
+        calls.append(ApiCall("launch", t0, t0 + 3_000, 7))
+        tasks.append(TaskRecord(0, 1, i + 1, "kernel", "k", 0, t0 + 3_000, t0 + 4_000,
+                                t0 + 14_000, 7))
+        calls.append(ApiCall("Device.synchronize", t0 + 3_000, t0 + 24_000, 7))  # dry at 14 us
+    prof = _profile(tasks)
+    prof.api_calls = calls
+    (found,) = [f for f in diagnose(prof) if f.kind == "device_sync_in_loop"]
+    assert found.impact_ns == 49 * (30_000 + 4_000 - 14_000)  # dry -> the next task's start

@@ -480,12 +480,19 @@ def _device_sync_in_loop(profile, windows) -> list[Finding]:
         between += i < len(submits) and submits[i] < b.start_ns
     if between < 0.8 * (len(device_syncs) - 1):
         return []
-    starts = sorted(t.start_ns for t in profile.tasks if t.kind in WORK_KINDS)
-    after = []  # from each synchronization's return to the next task's start
+    work = [t for t in profile.tasks if t.kind in WORK_KINDS]
+    starts = sorted(t.start_ns for t in work)
+    ends = sorted(t.end_ns for t in work)
+    # Idle from the moment the device ran dry inside each synchronization (its last task
+    # ended; not before the call began) to the next task's start: the synchronization's own
+    # latency and the host's next submissions (returning from it alone left out the first).
+    after = []
     for c in device_syncs:
         i = bisect.bisect_left(starts, c.end_ns)
         if i < len(starts):
-            after.append((c.end_ns, starts[i]))
+            j = bisect.bisect_right(ends, c.end_ns) - 1
+            dry = max(c.start_ns, ends[j]) if j >= 0 else c.start_ns
+            after.append((min(dry, c.end_ns), starts[i]))
     after = _within(union(after), windows)
     idle_after = total(after)
     blocked = sum(c.duration_ns for c in device_syncs)
@@ -496,7 +503,8 @@ def _device_sync_in_loop(profile, windows) -> list[Finding]:
         "synchronize only the stream or event whose results the host needs, and only where it "
         "reads them; let several iterations queue up before waiting",
         {"device synchronizations": len(device_syncs), "with submissions in between": between,
-         "host blocked in them": format_ms(blocked), "device idle after them": format_ms(idle_after),
+         "host blocked in them": format_ms(blocked),
+         "device idle from running dry in them to the next task": format_ms(idle_after),
          **attribute(after, profile.api_calls).evidence("after them")},
         [], idle_after)]
 
