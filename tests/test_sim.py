@@ -964,3 +964,16 @@ def test_a_replayed_graph_runs_its_forked_branches_side_by_side_as_eager_launche
         return took
     eager, replayed = run(False), run(True)
     assert 2.5e6 <= replayed < 2.6e6 and abs(replayed - eager) < 0.1e6, (eager, replayed)
+
+
+@sim_only
+def test_compute_utilization_counts_the_units_each_kernel_held(dev):
+    # (each kernel counted as one AI core: two 1 ms kernels on all 24 cores showed 4%)
+    a, b = dev.create_stream(), dev.create_stream()
+    with art.profile() as prof:
+        art.launch(lambda: None, stream=a, cost=1e-3)              # every core (the default)
+        art.launch(lambda: None, stream=b, cost=1e-3)
+        dev.synchronize()
+    busy = prof.snapshot().metrics()["executors"][f"{dev.id}/compute"]["utilization"]
+    assert busy > 0.99
+    a.destroy(), b.destroy()

@@ -658,7 +658,7 @@ class SimBackend(CpuBackend):
         t = q.take(None, True)  # (all units free: the first ready task fits)
         if t is None:
             return False
-        units = self._units_of(t)
+        units = t.units = self._units_of(t)
         self.free_units -= units
         if self.free_units and compute.count:  # more start at this instant: the generic way
             self._start(q, t, units)
@@ -706,6 +706,7 @@ class SimBackend(CpuBackend):
                         break
                     units = self._last_units  # what _fits_compute found for the task it accepted
                 self.free_units -= units
+                t.units = units  # (a profile counts the units it held)
                 self._start(q, t, units)
                 if not (self.free_units and compute.count):
                     break

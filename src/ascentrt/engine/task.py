@@ -62,6 +62,7 @@ class Task(Op):
     cost: Cost | None = None  # the Op's cost on a simulated device (None: the backend's default)
     released_ns = 0     # on a virtual device: when the wait before it let its stream go on
     dropped = False     # its stream dropped it unrun (destroyed, or stopped after a failure)
+    units = 1           # executor units it held while it ran (a simulated kernel: its block_dim)
     # (stream, task id) of tasks of other streams it runs as part of (a collective's lane step:
     # each rank's own task): a buffer freed after one of those still shows it its bytes
     acting_for: tuple = ()

@@ -639,6 +639,7 @@ def _run_segment_profiled(entries: tuple[tuple[PlainOp, int], ...],
         node = graph.nodes[index]
         t = Task(node.kind, op.fn, op.args, node.label)
         t.id, t.stream, t.thread, t.t_enqueue = seg.id, seg.stream, seg.thread, seg.t_enqueue
+        t.units = seg.units  # (what its segment held while it ran)
         t.graph_id, t.graph_node = graph.id, index
         t.nbytes = node.nbytes
         t.t_start = now()

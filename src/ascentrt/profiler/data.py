@@ -49,6 +49,7 @@ class TaskRecord:
     # lets its waiters go. "unfinished": it still blocked, ran or waited for an executor when
     # profiling ended (end_ns: then; start_ns: when it blocked or started, else its enqueue).
     fate: str = ""
+    units: int = 1     # executor units it held while it ran (a simulated kernel: its block_dim)
 
     @property
     def duration_ns(self) -> int:
@@ -311,7 +312,8 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
               "thread": _INT, "failed": _BOOL, "error": _STR,
               "released_by": ("null or [device, stream, task id]",
                               lambda v: v is None or _int_list(3)(v)),
-              "fate": ("'', 'dropped' or 'unfinished'", lambda v: v in ("", "dropped", "unfinished"))},
+              "fate": ("'', 'dropped' or 'unfinished'", lambda v: v in ("", "dropped", "unfinished")),
+              "units": _ints(1)},
     "api_calls": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT,
                   "error": _ints(-1), "target": _STR, "already_done": _OPT_BOOL,
                   "done_for_ns": _NS},

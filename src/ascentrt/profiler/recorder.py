@@ -95,7 +95,7 @@ class Recorder:
         kind = SEGMENT if task.graph_segment else task.kind
         bucket.append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                        task.t_enqueue, task.t_start, task.t_end, task.thread, _error_text(task),
-                       released, "dropped" if task.dropped else ""))
+                       released, "dropped" if task.dropped else "", task.units))
 
     def tasks_done(self, stream, tasks) -> None:
         """A batch of finished tasks of one stream (one call per executor batch, not per task)."""
@@ -107,7 +107,7 @@ class Recorder:
             kind = SEGMENT if task.graph_segment else task.kind
             append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                     task.t_enqueue, task.t_start, task.t_end, task.thread,
-                    "" if task.error is None else _error_text(task), None, ""))
+                    "" if task.error is None else _error_text(task), None, "", task.units))
 
     # ---- start / stop --------------------------------------------------------------------
 
@@ -148,7 +148,7 @@ class Recorder:
             bucket = self.per_stream.setdefault(s, [])
             bucket.append((t.id, SEGMENT if t.graph_segment else t.kind,
                            t.name or getattr(t.fn, "__name__", None), t.nbytes, t.t_enqueue,
-                           min(start, now), now, t.thread, "", None, "unfinished"))
+                           min(start, now), now, t.thread, "", None, "unfinished", t.units))
 
     def detach(self) -> None:
         """Stop being told anything (the engine, the API, the registry); touches no device."""
@@ -270,7 +270,7 @@ class Recorder:
             streams[(dev.id, s.id)] = s
             count = len(tasks)
             for (tid, kind, label, nbytes, t_enq, t_start, t_end, thread, error,
-                 released, fate) in (_drained(bucket) if consume else list(bucket)):
+                 released, fate, units) in (_drained(bucket) if consume else list(bucket)):
                 if not t_end or t_start < t0 or t_start > last:
                     continue  # started before profiling (no complete timing) or after it
                 kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
@@ -278,7 +278,7 @@ class Recorder:
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
                                         enqueue - t0, t_start - t0, t_end - t0,
                                         idents.setdefault(thread, thread), bool(error), released,
-                                        error, fate))
+                                        error, fate, units))
             if len(tasks) > count:
                 ran.add((dev.id, s.id))
         # By (start, end), ties in completion order: two stable sorts need no key tuples.
