@@ -1016,3 +1016,11 @@ def test_malloc_pads_each_allocation_by_32_bytes_as_cann_does(rt):
     assert [rt.memcpy(d, 2048, h, n, 1) for n in (1000, 1024, 1056, 1057)] == \
         [0, 0, 0, C.ACL_ERROR_INVALID_PARAM]
     assert rt.free(d) == 0 and rt.free_host(h) == 0
+
+
+def test_malloc_align32_only_rounds_to_32_bytes(rt):
+    # (aclrtMallocAlign32 adds no 32 bytes of padding, unlike aclrtMalloc)
+    d, _ = rt.malloc_align32(1000, 0)
+    h, _ = rt.malloc_host(2048)
+    assert [rt.memcpy(d, 2048, h, n, 1) for n in (1024, 1056)] == [0, C.ACL_ERROR_INVALID_PARAM]
+    assert rt.free(d) == 0 and rt.free_host(h) == 0

@@ -456,3 +456,59 @@ def test_ctrl_c_storms_during_malloc_free_and_empty_cache_lose_no_memory(pure):
         print(handled > 0, free == total)
     ''', env={"ASCENTRT_PURE_PYTHON": pure, "ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
     assert out.split() == ["True", "True"]
+
+
+def test_another_threads_timed_wait_on_a_stuck_stream_is_no_deadlock():
+    # (the thread that waited with a timeout counted as one that could never act: the main
+    # thread's wait raised DeadlockError, though the helper recorded the notify after its
+    # timeout)
+    from subprocess_util import run_program
+    out = run_program('''
+        import threading, time, ascentrt as art
+        dev = art.set_device(0)
+        t, u = dev.create_stream(), dev.create_stream()
+        n = art.Notify()
+        t.wait_notify(n)
+        def helper():
+            try:
+                t.synchronize(timeout=1.0)
+            except art.AscentError:
+                pass
+            n.record(u)
+        threading.Thread(target=helper).start()
+        time.sleep(0.3)
+        t.synchronize()
+        print("ok")
+    ''', env={"ASCENTRT_DEADLOCK_CHECK_S": "0.1"}, timeout=60)
+    assert out.strip() == "ok"
+
+
+def test_a_child_forked_while_the_main_thread_held_ctrl_c_gets_its_own_ctrl_c():
+    # (the child inherited the held section: every Ctrl-C it got was held for ever)
+    from subprocess_util import run_program
+    out = run_program('''
+        import os, signal, threading, time
+        import ascentrt as art
+        from ascentrt import interrupts
+        art.set_device(0)
+        art.malloc(64).free()  # (the runtime's handler is in place)
+        res = {}
+        def forker():
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    for _ in range(100):
+                        time.sleep(0.01)
+                    os._exit(3)
+                except KeyboardInterrupt:
+                    os._exit(0)
+            res["rc"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        held = interrupts.hold()  # (the main thread inside the pool's bookkeeping)
+        t = threading.Thread(target=forker)
+        t.start()
+        t.join()
+        interrupts.release(held)
+        print(held, res["rc"])
+    ''', env={"ASCENTRT_PURE_PYTHON": "1"}, timeout=60)
+    assert out.split() == ["True", "0"]

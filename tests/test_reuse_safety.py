@@ -333,3 +333,29 @@ def test_a_buffer_allocated_in_a_capture_never_takes_a_block_the_streams_earlier
     assert b.ptr != a.ptr and np.unique(b.numpy()).tolist() == [9]
     b.free()
     g.destroy()
+
+
+def test_a_free_after_a_non_blocking_host_function_still_queued_behind_work_waits_for_it(dev):
+    # (the free came before the stream reached the hand-off: it waited for the stream only,
+    # and the block was reused while the host function read it)
+    s = dev.create_stream()
+    gate = threading.Event()
+    b = art.malloc(4096)
+    b.numpy()[:] = 1
+    seen = {}
+
+    def reader(buf):
+        a = buf.numpy()
+        time.sleep(0.2)
+        seen["sum"] = int(a.sum())
+    art.launch_host_func(lambda: gate.wait(10), stream=s)
+    art.launch_host_func(reader, b, stream=s, blocking=False)
+    b.free(stream=s)
+    gate.set()
+    s.synchronize(timeout=10)
+    b2 = art.malloc(4096)
+    b2.numpy()[:] = 9
+    dev.synchronize(timeout=10)
+    assert seen["sum"] == 4096
+    b2.free()
+    s.destroy()

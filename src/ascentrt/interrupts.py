@@ -13,6 +13,7 @@ handler is left alone.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Any, Callable
@@ -65,6 +66,17 @@ def hold() -> bool:
             return False  # the program's own handler decides
     _Held.depth += 1
     return True
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while the main thread held a section starts with none held (its main
+    thread is the forking one, which held nothing)."""
+    _Held.depth = 0
+    _Held.pending = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def release(held: bool) -> None:

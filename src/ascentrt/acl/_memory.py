@@ -69,11 +69,11 @@ def malloc(size: int, policy: int) -> int:
     return _malloc_on((current_context() or need_context()).device._memory, size)
 
 
-def _malloc_on(memory: Any, size: int) -> int:
-    """Allocate on one device's memory (size and PADDING), handed out for free; pyACL's codes
+def _malloc_on(memory: Any, size: int, padding: int = PADDING) -> int:
+    """Allocate on one device's memory (size and `padding`), handed out for free; pyACL's codes
     for refusals."""
     try:
-        buf = memory.malloc(size + PADDING)
+        buf = memory.malloc(size + padding)
     except Exception as exc:
         err = _refusal(memory, size, exc)
         if err is exc:
@@ -92,8 +92,11 @@ def malloc_cached(size: int, policy: int) -> int:
 
 @api("ki", out=(0,))
 def malloc_align32(size: int, policy: int) -> int:
-    """(dev_ptr, ret): as malloc (aclrtMallocAlign32)."""
-    return malloc.__wrapped__(size, policy)
+    """(dev_ptr, ret): as malloc, but the size only rounded up to 32 bytes, with no 32 more
+    (aclrtMallocAlign32)."""
+    if size <= 0:
+        raise fail(ErrorCode.INVALID_PARAM, f"size must be > 0, got {size}")
+    return _malloc_on((current_context() or need_context()).device._memory, size, padding=0)
 
 
 def _free(ptr: int, kind: str) -> None:

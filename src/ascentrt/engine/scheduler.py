@@ -260,8 +260,9 @@ class Engine:
         # stream -> (thread id, streams, what) while a task of that stream waits in wait_host:
         # the stream (and the executor running it) then depends on those streams.
         self._host_waits: dict = {}
-        # thread id -> the streams it waits for in wait_host (any host thread, for the
-        # deadlock check: a program thread that waits for stuck streams cannot act either)
+        # thread id -> (the streams it waits for in wait_host, whether without end): any host
+        # thread, for the deadlock check (one that waits without end for stuck streams cannot
+        # act either)
         self._thread_waits: dict = {}
 
     # ---- submission (hot path) -------------------------------------------------------------
@@ -884,8 +885,8 @@ class Engine:
         seen, stalled_since, warned = self.progress, seconds(), False
         self._claim_held(own, streams, what, cancel)
         me = threading.get_ident()
-        with self.lock:
-            self._thread_waits[me] = streams
+        with self.lock:  # (a timed wait ends by itself: its thread may act after it)
+            self._thread_waits[me] = (streams, timeout is None)
         try:
             self._wait_loop(ev, timeout, streams, what, timeout_code, cancel, own, backend,
                             seconds, deadline, seen, stalled_since, warned, check, warn_after)
@@ -966,7 +967,7 @@ class Engine:
             if t is me or t.name.startswith("ascentrt"):
                 continue
             waited = self._thread_waits.get(t.ident)
-            if waited is None or not all(w in stuck for w in waited):
+            if waited is None or not waited[1] or not all(w in stuck for w in waited[0]):
                 return False  # it may still act (or its wait ends, and then it may)
         for s in self._all_streams():  # (a blocked stream's tasks wait as this thread does)
             if s in stuck and s._running is not None and s in self._host_waits:

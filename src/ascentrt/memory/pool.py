@@ -131,8 +131,16 @@ def busy_positions(streams) -> tuple:
 
 
 def positions_reached(waits: tuple) -> bool:
-    """Whether every stream of `waits` has completed its work up to the position given."""
-    return all(s._completed >= pos for s, pos in waits)
+    """Whether every stream of `waits` has completed its work up to the position given, and
+    the work it queued on other streams so far (`_spawned`: a host function it handed off
+    only after the free, when it reached it) too."""
+    for s, pos in waits:
+        if s._completed < pos:
+            return False
+        for other, p in s._spawned:
+            if other._completed < p:
+                return False
+    return True
 
 
 def furthest_positions(waits: Any) -> tuple:
@@ -141,8 +149,9 @@ def furthest_positions(waits: Any) -> tuple:
     furthest: dict[Any, int] = {}
     for stream_waits in waits:
         for s, pos in stream_waits:
-            if s._completed < pos and pos > furthest.get(s, -1):
-                furthest[s] = pos
+            for w, p in ((s, pos), *s._spawned):
+                if w._completed < p and p > furthest.get(w, -1):
+                    furthest[w] = p
     return tuple(furthest.items())
 
 
@@ -693,7 +702,9 @@ class BlockPool:
         """Turn pending blocks whose streams finished their work into ready blocks; returns how many."""
         if not self._pending:
             return 0
-        key = [(s, s._completed) for s in self._pending_streams]
+        # (what the pending blocks wait for: their streams' progress, and that of the work
+        # those streams queued elsewhere)
+        key = [(s, s._completed, [o._completed for o, _ in s._spawned]) for s in self._pending_streams]
         if key == self._collect_key:
             return 0  # no stream moved since the last look: nothing new can be done
         self._collect_key = key
