@@ -408,3 +408,20 @@ def test_sim_stream_count_reaches_0_at_the_limit():
         print(rt.get_stream_available_num()[0], rt.create_stream()[1])
     """, {"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "ascend310p"})
     assert out.split() == ["0", "207008"]  # ACL_ERROR_RT_NO_STREAM_RESOURCE
+
+
+def test_stream_abort_and_device_task_abort(rt=None):
+    import ascentrt.acl as acl
+    assert acl.rt.set_device(0) == 0
+    try:
+        s, _ = acl.rt.create_stream()
+        d, _ = acl.rt.malloc(64, 0)
+        for _ in range(3):
+            assert acl.rt.memset_async(d, 64, 7, 64, s) == 0
+        assert acl.rt.stream_abort(s) == 0 and acl.rt.synchronize_stream(s) == 0
+        assert acl.rt.memset_async(d, 64, 1, 64, s) == 0 and acl.rt.synchronize_stream(s) == 0
+        assert acl.rt.device_task_abort(0, 1000) == 0
+        assert acl.rt.stream_abort(0x7fff) != 0 and acl.rt.device_task_abort(0, -5) != 0
+        assert acl.rt.free(d) == 0 and acl.rt.destroy_stream(s) == 0
+    finally:
+        acl.rt.reset_device_force(0)

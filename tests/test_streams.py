@@ -332,3 +332,28 @@ def test_bad_priority_raises_and_creates_nothing(dev, priority):
 
 def test_priority_range_is_reported(dev):
     assert dev.properties.stream_priority_range == (7, 0)
+
+
+def test_abort_discards_the_tasks_not_started_and_the_stream_goes_on(dev):
+    # (CANN's aclrtStreamAbort: the running task finishes, waits on dropped records are let go)
+    s, t = dev.create_stream(), dev.create_stream()
+    ran = []
+    art.launch(lambda: ran.append("first"), stream=s, cost=1e-3)
+    s.synchronize(timeout=10)
+    art.launch(lambda: (time.sleep(0.3), ran.append("slow")), stream=s, cost=0.3)  # (running)
+    for i in range(4):
+        art.launch(lambda i=i: ran.append(i), stream=s, cost=1e-3)
+    ev = s.record()
+    t.wait(ev)
+    art.launch(lambda: ran.append("t"), stream=t)
+    dropped = s.abort()
+    assert dropped >= 5  # (4 kernels and the record; the slow one may have started)
+    s.synchronize(timeout=10)
+    t.synchronize(timeout=10)
+    art.launch(lambda: ran.append("after"), stream=s)
+    s.synchronize(timeout=10)
+    assert [r for r in ran if isinstance(r, int)] == [] and ran[-1] == "after" and "t" in ran
+    s.destroy()
+    with pytest.raises(art.InvalidHandleError):
+        s.abort()
+    t.destroy()

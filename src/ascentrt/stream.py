@@ -298,6 +298,19 @@ class Stream:
 
     close = destroy
 
+    def abort(self) -> int:
+        """Discard the tasks not started yet (CANN's aclrtStreamAbort): the running one
+        finishes, waits on the records it drops are let go, as a destroy with force does, and
+        the stream stays usable. Returns how many tasks were discarded."""
+        self._check_alive()
+        if self._capture is not None:
+            self._capture.refuse(self, "abort")
+        self._dq.backend.host_call("synchronize")  # (a simulated device catches up first)
+        with ENGINE.lock:
+            if self._refuse == "destroyed":
+                raise InvalidHandleError(f"stream {self.id} was destroyed")
+            return ENGINE._discard(self)
+
     def __enter__(self) -> "Stream":
         return self
 

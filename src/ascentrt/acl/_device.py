@@ -9,7 +9,7 @@ import weakref
 from .. import context as _ctx
 from ..device import Device, device_count
 from ..engine.task import COMPUTE
-from ..errors import ErrorCode
+from ..errors import ErrorCode, TaskError
 from . import constants as C
 from ._api import CONTEXTS, api, fail, need_context, sweep, timeout_ms, STREAMS
 
@@ -69,6 +69,21 @@ def synchronize_device_with_timeout(timeout: int) -> None:
     if timeout < -1:
         raise fail(ErrorCode.RT_PARAM_INVALID, f"timeout must be -1 or > 0 ms, got {timeout}")
     need_context().device.synchronize(timeout_ms(timeout))
+
+
+@api("ii")
+def device_task_abort(device_id: int, timeout: int) -> None:
+    """Discard the tasks not started yet on every stream of the device, then wait up to
+    timeout ms (-1 or 0: for ever) for the running ones (aclrtDeviceTaskAbort)."""
+    seconds = timeout_ms(timeout, zero_means_forever=True)
+    dev = _device(device_id)
+    for stream in list(dev._dq.streams.values()):
+        if stream._refuse != "destroyed":
+            stream.abort()
+    try:
+        dev.synchronize(seconds)
+    except TaskError:
+        pass  # (the tasks that failed before the abort: reported at their streams' next sync)
 
 
 def _peer_pair(device_id: int, peer_id: int) -> None:
@@ -302,4 +317,4 @@ __all__ = ["set_device", "reset_device", "reset_device_force", "get_device", "ge
            "device_get_stream_priority_range", "create_context", "destroy_context", "set_context",
            "get_context", "ctx_get_current_default_stream", "get_device_info", "device_get_uuid",
            "get_primary_ctx_state", "ctx_set_sys_param_opt", "ctx_get_sys_param_opt",
-           "set_sys_param_opt", "get_sys_param_opt"]
+           "set_sys_param_opt", "get_sys_param_opt", "device_task_abort"]

@@ -159,7 +159,14 @@ def set_stream_attribute(stream: int, attr: int, value: object) -> None:
     s.set_failure_mode(FailureMode(mode))
 
 
+@api("k")
+def stream_abort(stream: int) -> None:
+    """Discard the stream's tasks not started yet; the stream stays usable (aclrtStreamAbort)."""
+    stream_of(stream, own=True).abort()
+
+
 __all__ = ["create_stream", "create_stream_with_config", "destroy_stream", "destroy_stream_force",
            "synchronize_stream", "synchronize_stream_with_timeout", "stream_query",
            "set_stream_failure_mode", "stream_wait_event", "stream_get_id", "get_stream_available_num",
-           "get_stream_attribute", "set_stream_attribute"]
+           "get_stream_attribute", "set_stream_attribute", "stream_abort"]
+
