@@ -271,10 +271,13 @@ def test_an_allocation_waits_for_the_work_its_memory_is_freed_after(pool, backen
 
 # ---- work queued on other streams as part of a stream's (red team 5) ---------------------------
 
-def test_a_free_after_a_non_blocking_host_function_waits_for_it(dev):
+@pytest.mark.parametrize("queued_behind_work", [False, True])
+def test_a_free_after_a_non_blocking_host_function_waits_for_it(dev, queued_behind_work):
     # (the host function runs on a stream of its own: the free went through at once, and the
-    # next owner's bytes showed through it)
+    # next owner's bytes showed through it; and where the free came before the stream reached
+    # the hand-off, it waited for the stream only)
     s = dev.create_stream()
+    gate = threading.Event()
     b = art.malloc(4096)
     b.numpy()[:] = 1
     seen = {}
@@ -283,8 +286,13 @@ def test_a_free_after_a_non_blocking_host_function_waits_for_it(dev):
         a = buf.numpy()
         time.sleep(0.2)
         seen["sum"] = int(a.sum())
+    if queued_behind_work:
+        art.launch_host_func(lambda: gate.wait(10), stream=s)
     art.launch_host_func(reader, b, stream=s, blocking=False)
     b.free(stream=s)
+    gate.set()
+    if queued_behind_work:
+        s.synchronize(timeout=10)
     b2 = art.malloc(4096)
     b2.numpy()[:] = 9
     dev.synchronize(timeout=10)
@@ -333,29 +341,3 @@ def test_a_buffer_allocated_in_a_capture_never_takes_a_block_the_streams_earlier
     assert b.ptr != a.ptr and np.unique(b.numpy()).tolist() == [9]
     b.free()
     g.destroy()
-
-
-def test_a_free_after_a_non_blocking_host_function_still_queued_behind_work_waits_for_it(dev):
-    # (the free came before the stream reached the hand-off: it waited for the stream only,
-    # and the block was reused while the host function read it)
-    s = dev.create_stream()
-    gate = threading.Event()
-    b = art.malloc(4096)
-    b.numpy()[:] = 1
-    seen = {}
-
-    def reader(buf):
-        a = buf.numpy()
-        time.sleep(0.2)
-        seen["sum"] = int(a.sum())
-    art.launch_host_func(lambda: gate.wait(10), stream=s)
-    art.launch_host_func(reader, b, stream=s, blocking=False)
-    b.free(stream=s)
-    gate.set()
-    s.synchronize(timeout=10)
-    b2 = art.malloc(4096)
-    b2.numpy()[:] = 9
-    dev.synchronize(timeout=10)
-    assert seen["sum"] == 4096
-    b2.free()
-    s.destroy()

@@ -178,9 +178,7 @@ class Timeline:
                     seen, since = self.generation, time.monotonic()
                 elif time.monotonic() - since >= IDLE_HOST_S and self._pending():
                     # Unattended: run one instant of device time, as a waiting host would.
-                    nxt = self.next_end()
-                    if nxt is None:
-                        nxt = self.next_deadline()
+                    nxt = self.next_event()
                     self.run(self.now if nxt is None else max(nxt, self.now))
                     self.moved.notify_all()
             finally:
@@ -301,6 +299,12 @@ class Timeline:
         """The engine's earliest timed-wait deadline, or None."""
         return self.deadlines[0][0] if self.deadlines else None
 
+    def next_event(self) -> int | None:
+        """When the device next changes by itself: a running task's end or a timed wait's
+        deadline, whichever comes first (None: neither)."""
+        nxt, deadline = self.next_end(), self.next_deadline()
+        return deadline if deadline is not None and (nxt is None or deadline < nxt) else nxt
+
     def attach(self, queue) -> None:
         """Learn, from the first executor queue, where the engine keeps its timed waits."""
         if self.fire_deadlines is None:
@@ -348,12 +352,11 @@ class Timeline:
 
 def defer_in_step() -> bool:
     """A Ctrl-C's deferrer (the runtime registers it with ascentrt.interrupts for a simulated
-    device): as Python's own handler, except while the main
-    thread runs a step of the simulation (it has taken a task, or started one), which an
-    exception would leave half done: the device would then wait for ever for a task nobody
-    runs, or a kernel would fail with the interrupt. The step ends (the next event boundary),
-    then the interrupt is raised; a second Ctrl-C before that is raised at once (a kernel that
-    never returns).
+    device): it takes the interrupt while the main thread runs a step of the simulation (it
+    has taken a task, or started one), which an exception would leave half done: the device
+    would then wait for ever for a task nobody runs, or a kernel would fail with the
+    interrupt. The step ends (the next event boundary), then the interrupt is raised; a second
+    Ctrl-C before that is raised at once (a kernel that never returns).
 
     A step runs under the timeline's lock, and a task it runs is in the thread's frames (even
     while a kernel's own synchronize waits with the lock let go): that is what tells one (a
@@ -615,10 +618,7 @@ class SimBackend(CpuBackend):
         (remaining device time / host_query_ns) real sleeps. Deterministic: it depends on the
         sequence of calls only."""
         if tl.generation == tl.polled + 1:
-            nxt = tl.next_end()
-            deadline = tl.next_deadline()
-            if deadline is not None and (nxt is None or deadline < nxt):
-                nxt = deadline
+            nxt = tl.next_event()
             if nxt is not None and nxt > tl.now:
                 tl.advance_host(nxt - tl.now)
         tl.polled = tl.generation

@@ -445,6 +445,7 @@ class Engine:
         if kind == DETACH:
             t.fn.thread = t.thread          # its errors belong to the thread and stream
             t.fn.origin = (s, t.id)         # that launched it, not to the hidden detached stream
+            t.fn.acting_for = (t.fn.origin,)  # (a free after it on `s` still shows it the bytes)
             detached = s._dq.detached
             self.submit_locked(detached, t.fn)
             if t.t_enqueue:  # (profiling: it was submitted when the program launched it)
@@ -848,13 +849,16 @@ class Engine:
         # Streams that cannot go on until this thread acts: the one whose task it runs, and
         # (found again at each check) those whose blocking callback waits for this thread.
         own = [task.stream] if task is not None else []
+        me = threading.get_ident()
+        with self.lock:  # (a timed wait ends by itself: its thread may act after it)
+            self._thread_waits[me] = (streams, timeout is None)
         try:
             return self._wait_host(ev, timeout, streams, what, timeout_code, cancel, own)
         finally:
-            if own:
-                with self.lock:
-                    for h in own:
-                        self._host_waits.pop(h, None)
+            with self.lock:
+                self._thread_waits.pop(me, None)
+                for h in own:
+                    self._host_waits.pop(h, None)
 
     def _claim_held(self, own: list, streams, what: str, cancel) -> None:
         """Add to `own` the streams that wait for this thread (registered as host waits on
@@ -884,19 +888,6 @@ class Engine:
         deadline = None if timeout is None else seconds() + timeout
         seen, stalled_since, warned = self.progress, seconds(), False
         self._claim_held(own, streams, what, cancel)
-        me = threading.get_ident()
-        with self.lock:  # (a timed wait ends by itself: its thread may act after it)
-            self._thread_waits[me] = (streams, timeout is None)
-        try:
-            self._wait_loop(ev, timeout, streams, what, timeout_code, cancel, own, backend,
-                            seconds, deadline, seen, stalled_since, warned, check, warn_after)
-        finally:
-            with self.lock:
-                self._thread_waits.pop(me, None)
-
-    def _wait_loop(self, ev, timeout, streams, what, timeout_code, cancel, own, backend,
-                   seconds, deadline, seen, stalled_since, warned, check, warn_after) -> None:
-        """_wait_host's loop: wait in slices, checking for progress, timeouts and deadlocks."""
         while True:
             slice_ = check if deadline is None else max(0.0, min(check, deadline - seconds()))
             if backend.host_wait(ev, slice_):

@@ -64,7 +64,8 @@ class Task(Op):
     dropped = False     # its stream dropped it unrun (destroyed, or stopped after a failure)
     units = 1           # executor units it held while it ran (a simulated kernel: its block_dim)
     # (stream, task id) of tasks of other streams it runs as part of (a collective's lane step:
-    # each rank's own task): a buffer freed after one of those still shows it its bytes
+    # each rank's own task; a non-blocking host function: the task that handed it off): a
+    # buffer freed after one of those still shows it its bytes
     acting_for: tuple = ()
     clock: tuple[Any, dict] | None = None  # a host function's vector clock, kept by the race sanitizer
     # Set by ascentrt.graph on the tasks of a graph launch (annotations only: others have none),

@@ -113,15 +113,7 @@ class DeviceAllocator:
         # Typed: a compiled build reads the block's fields natively (a stand-in for the pool,
         # such as record_trace's recorder, hands out the pool's own blocks).
         n: int = nbytes  # (checked: a compiled build does the size arithmetic on native ints)
-        try:
-            if type(pool) is BlockPool:  # (compiled: a direct call, not one through the method's name)
-                block: Block = pool.allocate(n, stream)
-            else:
-                block = pool.allocate(n, stream)
-        except OutOfMemoryError:
-            if not self._waited_for_frees():
-                raise
-            block = pool.allocate(n, stream)
+        block: Block = self._block(pool, n, stream)
         size = (n + _GRANULE - 1) & -_GRANULE
         # (requested: the caller's own int object; a compiled build would box n again)
         buf = DeviceBuffer(self.device, block.addr, size, nbytes,
@@ -132,6 +124,18 @@ class DeviceAllocator:
         if self.record_sites:
             leaks.note_site(buf)
         return buf
+
+    def _block(self, pool: Any, n: int, stream: Any) -> Block:
+        """pool.allocate(n, stream), once more after waiting for the pending frees when the pool
+        refuses it (see _waited_for_frees)."""
+        try:
+            if type(pool) is BlockPool:  # (compiled: a direct call, not one through the method's name)
+                return pool.allocate(n, stream)
+            return pool.allocate(n, stream)
+        except OutOfMemoryError:
+            if not self._waited_for_frees():
+                raise
+            return pool.allocate(n, stream)
 
     def pools(self) -> list[BlockPool]:
         """The pools of this device's MemPools (device-wide stats count them)."""
@@ -158,12 +162,7 @@ class DeviceAllocator:
             host_call: Callable[[str], None] = self.host_call  # type: ignore[assignment]
             host_call("malloc")
             before = pool.reserved
-            try:
-                block = pool.allocate(nbytes, stream)
-            except OutOfMemoryError:
-                if not self._waited_for_frees():
-                    raise
-                block = pool.allocate(nbytes, stream)
+            block = self._block(pool, nbytes, stream)
             if pool.reserved > before:
                 host_call("malloc_driver")  # the pool had to grow: a driver allocation
             buf = DeviceBuffer(self.device, block.addr, size, nbytes, block.bytes(size), self, block)

@@ -266,16 +266,13 @@ class DeviceBuffer(_Allocation):
 
 def _queued_before_free(waits: tuple) -> bool:
     """Whether the calling executor thread runs a task that was queued before the buffer's
-    free (itself, the task that launched it, or a task it runs as part of: a collective's
-    step)."""
+    free (itself, or a task it runs as part of: a collective's step for each rank's task, a
+    non-blocking host function for the task that handed it off)."""
     task = Links.current_task()
     if task is None:
         return False
-    origin = task.origin  # (a non-blocking host function: the task that launched it)
     for s, last in waits:
         if task.stream is s and task.id <= last:
-            return True
-        if origin is not None and origin[0] is s and origin[1] <= last:
             return True
         for other, tid in task.acting_for:
             if other is s and tid <= last:

@@ -11,6 +11,7 @@ from operator import attrgetter
 
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
+from .critical import executor_holders
 from .data import COMPUTE_KINDS, WORK_KINDS, ProfileData
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
@@ -101,21 +102,12 @@ _DEVICE, _STREAM, _TASK_ID = attrgetter("device"), attrgetter("stream"), attrget
 _DURATION = attrgetter("duration_ns")
 
 
-_EXECUTOR_OF_KIND = {"kernel": "compute", "memset": "compute", "copy": "copy", "host_func": "host"}
-
-
 def dispatch_latencies(profile: ProfileData) -> list[int]:
     """Ready-to-start of device tasks (kernels, copies, memsets) whose stream had nothing
     else to run: the dispatch latency alone, with no queueing behind earlier work of their
     stream, and none for an executor of their class that another stream's task held (ready
     is then when the last such task before it ended: contention, not dispatch)."""
-    ends: dict = {}  # (device, executor class) -> sorted end times of its tasks
-    for t in profile.tasks:
-        cls = _EXECUTOR_OF_KIND.get(t.kind)
-        if cls is not None:
-            ends.setdefault((t.device, cls), []).append(t.end_ns)
-    for values in ends.values():
-        values.sort()
+    holder = executor_holders(profile.tasks)
     last_end: dict = {}
     out = []
     ordered = sorted(profile.tasks, key=_TASK_ID)  # by (device, stream, task id): three stable
@@ -125,11 +117,9 @@ def dispatch_latencies(profile: ProfileData) -> list[int]:
         key = (t.device, t.stream)
         if t.kind in DISPATCHED_KINDS and last_end.get(key, -1) <= t.enqueue_ns:
             ready = t.enqueue_ns
-            same = ends.get((t.device, _EXECUTOR_OF_KIND.get(t.kind)))
-            if same:
-                i = bisect.bisect_right(same, t.start_ns) - 1  # (its own end is later)
-                if i >= 0 and same[i] > ready:
-                    ready = same[i]
+            held = holder(t)
+            if held is not None and held.end_ns > ready:
+                ready = held.end_ns
             out.append(max(0, t.start_ns - ready))
         last_end[key] = t.end_ns
     return out

@@ -5,13 +5,34 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
-from .data import GRAPH_SEGMENT, ProfileData
+from .data import EXECUTOR_OF_KIND, GRAPH_SEGMENT, ProfileData
 
 WORK = ("kernel", "copy", "memset", "host_func")
 
 
-_EXECUTOR = {"kernel": "compute", "memset": "compute", "copy": "copy", "host_func": "host"}
+def executor_holders(tasks) -> Callable[[Any], Any]:
+    """holder(t): the task of t's executor class on t's device that ended last before t
+    started (not t itself), or None: the one whose executor t may have waited for."""
+    ends: dict = defaultdict(list)  # (device, executor class) -> [(end, id, task)], sorted
+    for t in tasks:
+        cls = EXECUTOR_OF_KIND.get(t.kind)
+        if cls is not None:
+            ends[(t.device, cls)].append((t.end_ns, id(t), t))
+    for items in ends.values():
+        items.sort(key=lambda e: (e[0], e[1]))
+
+    def holder(t):
+        items = ends.get((t.device, EXECUTOR_OF_KIND.get(t.kind)))
+        if not items:
+            return None
+        i = bisect.bisect_right(items, (t.start_ns, float("inf"))) - 1
+        while i >= 0 and items[i][2] is t:
+            i -= 1
+        return items[i][2] if i >= 0 else None
+    return holder
 
 
 def critical_path(profile: ProfileData) -> dict:
@@ -30,29 +51,14 @@ def critical_path(profile: ProfileData) -> dict:
         return {"length_ns": 0, "by_kind": {}, "tasks": 0, "top": []}
     by_key = {t.key: t for t in tasks}
     per_stream = defaultdict(list)
-    ends: dict = defaultdict(list)  # (device, executor class) -> [(end, task)], sorted
     for t in tasks:
         per_stream[(t.device, t.stream)].append(t)
-        cls = _EXECUTOR.get(t.kind)
-        if cls is not None:
-            ends[(t.device, cls)].append((t.end_ns, id(t), t))
-    for items in ends.values():
-        items.sort(key=lambda e: (e[0], e[1]))
+    holder = executor_holders(tasks)
     prev = {}
     for items in per_stream.values():
         items.sort(key=lambda t: (t.task_id, t.start_ns))
         for a, b in zip(items, items[1:]):
             prev[id(b)] = a
-
-    def holder(t):
-        """The task of t's executor class that ended last before t started (not t)."""
-        items = ends.get((t.device, _EXECUTOR.get(t.kind)))
-        if not items:
-            return None
-        i = bisect.bisect_right(items, (t.start_ns, float("inf"))) - 1
-        while i >= 0 and items[i][2] is t:
-            i -= 1
-        return items[i][2] if i >= 0 else None
 
     cur = max(tasks, key=lambda t: t.end_ns)
     end = cur.end_ns

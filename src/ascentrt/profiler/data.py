@@ -22,6 +22,8 @@ WORK_KINDS = ("kernel", "copy", "memset", "host_func")
 # (which count as the work), so analyses that take WORK_KINDS do not count its time twice.
 GRAPH_SEGMENT = "graph"
 COMPUTE_KINDS = ("kernel", "memset")
+# The executor class each kind of work runs on (a device's units of it are shared by its streams).
+EXECUTOR_OF_KIND = {"kernel": "compute", "memset": "compute", "copy": "copy", "host_func": "host"}
 SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.synchronize")
 
 
