@@ -357,3 +357,16 @@ def test_abort_discards_the_tasks_not_started_and_the_stream_goes_on(dev):
     with pytest.raises(art.InvalidHandleError):
         s.abort()
     t.destroy()
+
+
+def test_abort_and_event_limits_refuse_bad_input_with_a_code(dev):
+    s = dev.create_stream()
+    s.begin_capture()
+    with pytest.raises(art.AscentError) as err:  # (a capture runs nothing: nothing to abort)
+        s.abort()
+    assert err.value.code == art.ErrorCode.RT_STREAM_CAPTURED
+    with pytest.raises(art.AscentError):
+        s.end_capture()  # (the refusal invalidated the capture)
+    s.destroy(force=True)
+    with pytest.raises(art.InvalidArgumentError):
+        art.Event(limited="no")

@@ -33,8 +33,9 @@ class Event:
         """`limited`: it takes one of the device's events at creation (a modelled device holds
         a bounded number; pyACL's plain and ex events take theirs only as they record)."""
         self.device = resolve_device(device)
+        limited = check_flag(limited, "limited")
         limit = self.device._backend.properties().max_events
-        if limit and check_flag(limited, "limited"):  # a modelled device holds a bounded number
+        if limit and limited:  # a modelled device holds a bounded number
             live = self.device._events
             if len(live) >= limit:
                 raise StreamStateError(f"device {self.device.id} already has {limit} events, the "
