@@ -143,12 +143,40 @@ def test_device_sync_every_iteration_is_diagnosed(stream, buf):
     assert found[0].evidence["device synchronizations"] == 8
 
 
+def test_stream_sync_every_iteration_is_diagnosed(stream, buf):
+    with art.profile() as prof:
+        for _ in range(8):
+            art.launch(_kernel_work, buf.view(np.float64), stream=stream)
+            stream.synchronize(timeout=30)
+    found = [f for f in prof.diagnose() if f.kind == "stream_sync_in_loop"]
+    assert found, prof.diagnose()
+    assert found[0].evidence["stream synchronizations"] == 8
+    assert f"stream {stream.id}" in found[0].title
+    assert found[0].impact_ns > 0
+
+
+def test_a_stream_sync_while_another_stream_keeps_the_device_busy_costs_nothing(dev, stream, buf):
+    # (the synchronized stream waits, but the device never runs dry: no idle time to report)
+    other = dev.create_stream()
+    view = buf[:64].view(np.float64)
+    with art.profile() as prof:
+        art.launch(_spin_host, 0.3, stream=other)
+        for _ in range(8):
+            art.launch(_noop, view, stream=stream)
+            stream.synchronize(timeout=30)
+        other.synchronize(timeout=30)
+    other.destroy()
+    assert "stream_sync_in_loop" not in kinds(prof)
+
+
 def test_one_sync_at_the_end_is_not_a_sync_in_the_loop(stream, buf):
     with art.profile() as prof:
         for _ in range(8):
             art.launch(_kernel_work, buf.view(np.float64), stream=stream)
         art.synchronize(timeout=30)
+        stream.synchronize(timeout=30)
     assert "device_sync_in_loop" not in kinds(prof)
+    assert "stream_sync_in_loop" not in kinds(prof)
 
 
 def test_syncing_long_completed_events_is_diagnosed(stream, buf):

@@ -47,6 +47,7 @@ class Finding:
     """One diagnosed problem: what, why (with figures and task ids), and what to try."""
 
     kind: str          # host_bound, small_tasks, too_many_streams, device_sync_in_loop,
+                       # stream_sync_in_loop,
                        # needless_sync, needless_wait, no_overlap, memory_peak, fragmentation,
                        # pool_cache, never_freed, failed_tasks, never_finished
     title: str
@@ -204,7 +205,7 @@ def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None)
         findings += _small_tasks(dev_id, work, profile)
         findings += _too_many_streams(dev_id, work, devices.get(dev_id), profile)
         findings += _no_overlap(dev_id, work, profile)
-    findings += _device_sync_in_loop(profile, windows)
+    findings += _sync_in_loop(profile, windows)
     findings += _needless_syncs(profile)
     findings += _memory(profile, devices)
     findings.sort(key=lambda f: -f.impact_ns)
@@ -459,44 +460,76 @@ def _synchronous_copies(copies, profile) -> int:
     return count
 
 
-def _device_sync_in_loop(profile, windows) -> list[Finding]:
+def _sync_in_loop(profile, windows) -> list[Finding]:
+    """Device-wide synchronizations, and synchronizations of one stream, that alternate with
+    submissions: the host waits out the work every iteration instead of queueing ahead."""
     device_syncs = [c for c in profile.api_calls if c.name in ("synchronize", "Device.synchronize")]
-    if len(device_syncs) < MIN_DEVICE_SYNCS:
-        return []
+    by_stream = defaultdict(list)
+    for c in profile.api_calls:
+        if c.name == "Stream.synchronize":
+            by_stream[c.target].append(c)
     submits = sorted(c.start_ns for c in _submit_calls(profile))
-    between = 0
-    for a, b in zip(device_syncs, device_syncs[1:]):
-        i = bisect.bisect_left(submits, a.end_ns)
-        between += i < len(submits) and submits[i] < b.start_ns
-    if between < 0.8 * (len(device_syncs) - 1):
-        return []
     work = [t for t in profile.tasks if t.kind in WORK_KINDS]
     starts = sorted(t.start_ns for t in work)
     ends = sorted(t.end_ns for t in work)
+    out: list[Finding] = []
+    busy = union((t.start_ns, t.end_ns) for t in work)
+    found = _syncs_in_loop(device_syncs, submits, starts, ends, busy, windows, profile)
+    if found:
+        between, idle_after, evidence = found
+        out.append(Finding(
+            "device_sync_in_loop", "Device-wide synchronization inside the loop",
+            f"{len(device_syncs)} device-wide synchronizations alternate with submissions: each "
+            f"one drains every stream, so the device runs dry until the host submits again",
+            "synchronize only the stream or event whose results the host needs, and only where "
+            "it reads them; let several iterations queue up before waiting",
+            {"device synchronizations": len(device_syncs), "with submissions in between": between,
+             **evidence}, [], idle_after))
+    for target, syncs in sorted(by_stream.items()):
+        found = _syncs_in_loop(syncs, submits, starts, ends, busy, windows, profile)
+        if found and found[1]:  # (other streams kept the device busy meanwhile: no cost)
+            between, idle_after, evidence = found
+            out.append(Finding(
+                "stream_sync_in_loop", f"Synchronization of {target} inside the loop",
+                f"{len(syncs)} synchronizations of {target} alternate with submissions: the host "
+                f"waits for the stream's last task every iteration, so nothing of the next "
+                f"iteration is queued while this one runs and the device runs dry in between",
+                "wait on an event recorded after the results the host reads, and queue the next "
+                "iteration before waiting (double-buffer so copies of batch n+1 overlap batch n)",
+                {"stream synchronizations": len(syncs), "with submissions in between": between,
+                 **evidence}, [], idle_after))
+    return out
+
+
+def _syncs_in_loop(syncs, submits, starts, ends, busy, windows, profile):
+    """(syncs with submissions in between, device idle after them, evidence) when at least
+    MIN_DEVICE_SYNCS synchronizations mostly alternate with submissions; else None."""
+    if len(syncs) < MIN_DEVICE_SYNCS:
+        return None
+    between = 0
+    for a, b in zip(syncs, syncs[1:]):
+        i = bisect.bisect_left(submits, a.end_ns)
+        between += i < len(submits) and submits[i] < b.start_ns
+    if between < 0.8 * (len(syncs) - 1):
+        return None
     # Idle from the moment the device ran dry inside each synchronization (its last task
     # ended; not before the call began) to the next task's start: the synchronization's own
     # latency and the host's next submissions (returning from it alone left out the first).
     after = []
-    for c in device_syncs:
+    for c in syncs:
         i = bisect.bisect_left(starts, c.end_ns)
         if i < len(starts):
             j = bisect.bisect_right(ends, c.end_ns) - 1
             dry = max(c.start_ns, ends[j]) if j >= 0 else c.start_ns
             after.append((min(dry, c.end_ns), starts[i]))
-    after = _within(union(after), windows)
-    idle_after = total(after)
-    blocked = sum(c.duration_ns for c in device_syncs)
-    return [Finding(
-        "device_sync_in_loop", "Device-wide synchronization inside the loop",
-        f"{len(device_syncs)} device-wide synchronizations alternate with submissions: each one "
-        f"drains every stream, so the device runs dry until the host submits again",
-        "synchronize only the stream or event whose results the host needs, and only where it "
-        "reads them; let several iterations queue up before waiting",
-        {"device synchronizations": len(device_syncs), "with submissions in between": between,
-         "host blocked in them": format_ms(blocked),
-         "device idle from running dry in them to the next task": format_ms(idle_after),
-         **attribute(after, profile.api_calls).evidence("after them")},
-        [], idle_after)]
+    # (only where no task ran: a stream's synchronization leaves the others running)
+    idle = gaps(busy, busy[0][0], busy[-1][1]) + [(busy[-1][1], max(b for _, b in after))] \
+        if busy and after else []
+    after = _within(intersection(union(after), idle), windows)
+    return between, total(after), {
+        "host blocked in them": format_ms(sum(c.duration_ns for c in syncs)),
+        "device idle from running dry in them to the next task": format_ms(total(after)),
+        **attribute(after, profile.api_calls).evidence("after them")}
 
 
 def _stream_done_for(profile) -> dict:
