@@ -359,6 +359,75 @@ def test_abort_discards_the_tasks_not_started_and_the_stream_goes_on(dev):
     t.destroy()
 
 
+def _stuck_stream(dev):
+    """A stream whose queued copy waits behind a notify nothing records: it never runs."""
+    s = dev.create_stream()
+    n = art.Notify()
+    s.wait_notify(n)
+    return s
+
+
+def _synchronize_in_thread(wait):
+    """Run wait() in a thread that starts waiting now; returns (thread, the error it got)."""
+    got = []
+
+    def run():
+        try:
+            wait()
+            got.append(None)
+        except art.AscentError as exc:
+            got.append(exc)
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(0.2)  # (it waits now)
+    return th, got
+
+
+@pytest.mark.parametrize("how", ["abort", "destroy"])
+def test_a_synchronize_whose_work_is_discarded_meanwhile_gets_107023(dev, how):
+    # (CANN: a synchronize that waited on a stream aborted meanwhile exits with STREAM_ABORT;
+    # it returned as if the work had run, and the program went on with stale results)
+    s = _stuck_stream(dev)
+    buf = art.malloc(64)
+    art.memset_async(buf, 7, stream=s)
+    th, got = _synchronize_in_thread(lambda: s.synchronize(timeout=30))
+    s.abort() if how == "abort" else s.destroy(force=True)
+    th.join(30)
+    assert not th.is_alive()
+    assert isinstance(got[0], art.StreamStateError) and got[0].code == art.ErrorCode.RT_STREAM_ABORT
+    assert "never ran" in str(got[0])
+    if how == "abort":
+        s.synchronize(timeout=10)  # (reported once, to the synchronize that waited)
+        s.destroy()
+    buf.free()
+
+
+def test_an_event_synchronize_whose_record_is_discarded_meanwhile_gets_107023(dev):
+    s = _stuck_stream(dev)
+    ev = s.record()
+    th, got = _synchronize_in_thread(lambda: ev.synchronize(timeout=30))
+    s.abort()
+    th.join(30)
+    assert isinstance(got[0], art.StreamStateError) and got[0].code == art.ErrorCode.RT_STREAM_ABORT
+    s.destroy()
+
+
+def test_a_reset_that_discards_stuck_work_says_so(dev):
+    s = _stuck_stream(dev)
+    th, got = _synchronize_in_thread(lambda: s.synchronize(timeout=30))
+    with pytest.warns(RuntimeWarning, match=r"device 0 reset discarded 1 pending task"):
+        dev.reset()
+    th.join(30)
+    assert got[0].code == art.ErrorCode.RT_STREAM_ABORT
+
+
+def test_an_abort_before_a_synchronize_is_no_error_for_it(dev):
+    s = _stuck_stream(dev)
+    s.abort()
+    s.synchronize(timeout=10)  # (nothing left to wait for, nothing was waited for)
+    s.destroy()
+
+
 def test_abort_and_event_limits_refuse_bad_input_with_a_code(dev):
     s = dev.create_stream()
     s.begin_capture()

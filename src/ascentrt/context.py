@@ -12,7 +12,7 @@ import itertools
 import threading
 
 from .engine import ENGINE
-from .engine.sync import synchronize_streams
+from .engine.sync import synchronize_streams, warn_discarded
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, InvalidHandleError
 from .validate import check_flag
 
@@ -86,7 +86,8 @@ class Context:
 
     close = destroy
 
-    def _teardown(self, wait: bool) -> None:
+    def _teardown(self, wait: bool, what: str = "") -> None:
+        """Destroy the context and its streams (`what` did it: warnings name it)."""
         self.destroyed = True
         with _lock:
             peers = _contexts.get(self.device.id, [])
@@ -97,11 +98,13 @@ class Context:
             if wait:
                 settle(owned)
         finally:  # (a Ctrl-C while it waits: the context is gone, so are its streams)
+            dropped = {}
             for s in owned:
                 try:
-                    s.destroy(force=True)
+                    dropped[s.id] = s.destroy(force=True)
                 except InvalidHandleError:
                     pass  # destroyed concurrently
+            warn_discarded(what or f"destroying context {self.id}", dropped)
         if _current.context is self:
             _current.context = None
 
@@ -187,7 +190,7 @@ def release_primary(device, *, force: bool = False) -> int:
     except Exception:
         pass  # failed or stuck work is discarded by the reset below
     for ctx in doomed:
-        ctx._teardown(wait=False)
+        ctx._teardown(wait=False, what=f"device {dev.id} reset")
     dev.reset()
     return 0
 

@@ -21,7 +21,7 @@ from .backends.presets import variant_fields
 from .backends.sim import defer_in_step
 from .interrupts import add_deferrer
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
-from .engine.sync import synchronize_streams
+from .engine.sync import synchronize_streams, warn_discarded
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
 from .errors import (DeadlockError, ErrorCode, InvalidArgumentError, InvalidDeviceError,
                      OutOfMemoryError, StreamStateError)
@@ -283,15 +283,15 @@ class Device:
         with ENGINE.lock:
             live = self._dq.streams.values()
             streams = [s for s in live if not s._internal]
-        for s in streams:
-            s.destroy(force=True)
+        dropped = {s.id: s.destroy(force=True) for s in streams}
         for s in (self._default_stream, self._dq.detached):
             if s is not None:
                 with ENGINE.lock:
-                    ENGINE._discard(s)
                     s._errors.clear()
+                    dropped[s.id] = ENGINE._discard(s, f"device {self.id} reset")
                     s._refuse = s._failure = None   # a STOP-mode failure does not outlive reset
                     s._stop_on_failure = False
+        warn_discarded(f"device {self.id} reset", dropped)
         self._memory.reset()
         self._peers.clear()  # as a reset device: peer access is enabled again after it
 

@@ -8,7 +8,7 @@ import threading
 from .device import Device, register_handle_type, resolve_device
 from .validate import check_flag
 from .engine import ENGINE, Hooks, Marker, Task
-from .engine.sync import raise_stream_errors
+from .engine.sync import raise_if_aborted, raise_stream_errors
 from .engine.task import EVENT_RECORD
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError, StreamStateError
 from .stream import Stream, resolve_stream
@@ -94,6 +94,7 @@ class Event:
         if m.capture is not None:
             m.capture.refuse_event(self, m)
         m.stream._dq.backend.host_call("synchronize")  # a simulated device charges the call
+        aborts = m.stream._aborts
         ev = m.stream._dq.backend.new_signal()
         with ENGINE.lock:
             if not m.done:
@@ -107,6 +108,8 @@ class Event:
         if Hooks.sanitizer is not None:
             Hooks.sanitizer.marker_waited(m)
         raise_stream_errors([m.stream], before=m.position)
+        if m.dropped:  # (its record was discarded, with the work before it, while this waited)
+            raise_if_aborted([m.stream], [aborts])
 
     def reset(self) -> None:
         """Forget the last record: the event reads as never recorded again."""

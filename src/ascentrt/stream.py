@@ -79,6 +79,10 @@ class Stream:
         self._cut: int | None = None   # set by a discard: later tasks of the running batch are dropped
         self._after_running: list | None = None  # records a discard dropped behind a running task
         self._failure: ExceptionInfo | None = None
+        # Discards of pending work (abort, destroy with force, a reset) so far, and what the
+        # last one dropped: a synchronization that waited meanwhile reports it (107023).
+        self._aborts = 0
+        self._abort_what = ""
         self._stop_on_failure = check_flag(stop_on_failure, "stop_on_failure")
         self._capture: Any = None      # set while the stream is being captured into a graph
         limit = device._backend.properties().max_streams
@@ -285,12 +289,12 @@ class Stream:
         if not force:
             try:
                 self.synchronize(timeout)
-            except TaskError:
+            except (TaskError, StreamStateError):
                 pass  # destroying is not the place to report task errors: they die with the stream
         with ENGINE.lock:
             if self._refuse == "destroyed":
                 raise InvalidHandleError(f"stream {self.id} was destroyed")
-            dropped = ENGINE._discard(self) if force else 0
+            dropped = ENGINE._discard(self, f"destroy(force=True) of stream {self.id}") if force else 0
             self._refuse = "destroyed"
             self._dq.streams.pop(self.id, None)
         self.device._memory.forget_stream(self)  # (its allocators check a stream once)
@@ -309,7 +313,7 @@ class Stream:
         with ENGINE.lock:
             if self._refuse == "destroyed":
                 raise InvalidHandleError(f"stream {self.id} was destroyed")
-            return ENGINE._discard(self)
+            return ENGINE._discard(self, f"Stream.abort of stream {self.id}")
 
     def __enter__(self) -> "Stream":
         return self

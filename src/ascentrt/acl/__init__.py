@@ -52,7 +52,7 @@ def _teardown() -> None:
         explicit = [ctx for _, ctx in _CONTEXTS.items() if not ctx.primary and not ctx.destroyed]
         _ctx.drain(explicit)  # one drain budget for all of them, then destroy without waiting
         for ctx in explicit:
-            ctx._teardown(wait=False)
+            ctx._teardown(wait=False, what="acl.finalize")
         for h, _ in _CONTEXTS.items():
             _CONTEXTS.remove(h)
         for dev_id in range(device_count()):

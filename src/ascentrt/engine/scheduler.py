@@ -583,8 +583,10 @@ class Engine:
             self._discard(s)
         return info
 
-    def _discard(self, s) -> int:
-        """Drop the pending tasks of `s` (the one running finishes) and release their waiters."""
+    def _discard(self, s, why: str = "") -> int:
+        """Drop the pending tasks of `s` (the one running finishes) and release their waiters;
+        `why` (an abort, a destroy, a reset) is what synchronizations that waited meanwhile
+        report (none for a STOP-mode failure: they report the failure itself)."""
         blocked = s._blocked
         if blocked is not None:
             self._unblock(s)  # first: a record released below must not hand `s` a notify
@@ -625,6 +627,9 @@ class Engine:
         if s._running is None:
             s._active = False
             s._dq.active.discard(s)
+        if why and dropped + queued:
+            s._aborts += 1
+            s._abort_what = f"{dropped + queued} pending task(s) of stream {s.id} discarded by {why}"
         return dropped + queued
 
     def _release_records(self, s, records: list) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ExceptionInfo, TaskError
+from ..errors import ErrorCode, ExceptionInfo, StreamStateError, TaskError, warn_at_caller
 from .scheduler import ENGINE, Hooks
 
 
@@ -12,6 +12,7 @@ def synchronize_streams(streams: list, timeout: float | None, what: str) -> None
     sanitizer = Hooks.sanitizer
     seen = sanitizer.stream_clocks(streams) if sanitizer is not None else None
     clock = ENGINE.devices[0].backend.now_ns
+    aborts = [s._aborts for s in streams]
     deadline = None if timeout is None else clock() + timeout * 1e9
     for s in streams:
         remaining = None if deadline is None else max((deadline - clock()) / 1e9, 1e-6)
@@ -19,6 +20,17 @@ def synchronize_streams(streams: list, timeout: float | None, what: str) -> None
     if seen is not None:
         sanitizer.host_waited(seen)  # the host now comes after all that work
     raise_stream_errors(streams)
+    raise_if_aborted(streams, aborts)
+
+
+def raise_if_aborted(streams: list, aborts: list[int]) -> None:
+    """Raise StreamStateError (107023) when pending work of `streams` was discarded since their
+    discard counts were `aborts`: the synchronization that waited for it did not get it done
+    (as aclrtSynchronizeStream returns ACL_ERROR_RT_STREAM_ABORT after aclrtStreamAbort)."""
+    for s, seen in zip(streams, aborts):
+        if s._aborts != seen:
+            raise StreamStateError(f"{s._abort_what} while the synchronization waited: that work "
+                                   f"never ran", code=ErrorCode.RT_STREAM_ABORT)
 
 
 def raise_stream_errors(streams: list, before: int | None = None) -> None:
@@ -34,3 +46,13 @@ def raise_stream_errors(streams: list, before: int | None = None) -> None:
         first = errors[0]
         more = f" (and {len(errors) - 1} more failed tasks)" if len(errors) > 1 else ""
         raise TaskError(f"{first}{more}", code=first.error_code, info=first) from first.cause
+
+
+def warn_discarded(what: str, dropped: dict[int, int]) -> None:
+    """Say (RuntimeWarning) how many pending tasks a teardown discarded, per stream id: work
+    that could not finish in time never ran, and its results are not there."""
+    lost = {sid: n for sid, n in dropped.items() if n}
+    if lost:
+        where = ", ".join(f"{n} on stream {sid}" for sid, n in sorted(lost.items()))
+        warn_at_caller(f"ascentrt: {what} discarded {sum(lost.values())} pending task(s) that "
+                     f"could not finish ({where}): that work never ran", RuntimeWarning)
