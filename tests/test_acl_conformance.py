@@ -384,6 +384,16 @@ def test_event_statuses(rt, stream, gate):
     assert rt.destroy_event(ev) == 0 and rt.destroy_event(ev) == C.ACL_ERROR_RT_INVALID_HANDLE
 
 
+def test_a_wait_on_an_ex_event_never_recorded_passes(rt, stream):
+    # (CANN queues no wait task for a new-mode event with no record: complete before it)
+    ex, _ = rt.create_event_ex_with_flag(C.ACL_EVENT_SYNC)
+    plain, _ = rt.create_event_with_flag(C.ACL_EVENT_SYNC)
+    assert rt.stream_wait_event(stream, ex) == 0
+    assert rt.stream_wait_event(stream, plain) == C.ACL_ERROR_RT_PARAM_INVALID  # (never recorded)
+    assert rt.synchronize_stream(stream) == 0
+    assert rt.destroy_event(ex) == 0 and rt.destroy_event(plain) == 0
+
+
 def test_synchronize_event_timeout_arguments(rt):
     ev, _ = rt.create_event()
     assert rt.synchronize_event_with_timeout(ev, -2) == C.ACL_ERROR_RT_PARAM_INVALID

@@ -46,6 +46,12 @@ def check_sync_flag(handle: int, what: str, ex_allowed: bool = True) -> None:
         raise fail(ErrorCode.RT_PARAM_INVALID, f"{what} needs an event created with ACL_EVENT_SYNC")
 
 
+def complete_before_record(handle: int, event: Event) -> bool:
+    """Whether the event is one of create_event_ex_with_flag never recorded: complete, so a
+    wait on it passes at once (CANN's runtime queues no wait task for it)."""
+    return _flags.get(handle, (None, False))[1] and not event.recorded
+
+
 def note_wait(handle: int, stream: Stream) -> None:
     """Remember where `stream` passes its wait on the event, for query_event_wait_status."""
     marker = Event(stream.device)

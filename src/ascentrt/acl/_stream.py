@@ -10,7 +10,7 @@ from ..errors import ErrorCode
 from ..stream import FailureMode, Stream
 from . import constants as C
 from ._api import EVENTS, STREAMS, AclTypeError, api, fail, need_context, note_task, stream_of, timeout_ms
-from ._event import NO_LIMIT, check_sync_flag, note_wait
+from ._event import NO_LIMIT, check_sync_flag, complete_before_record, note_wait
 
 
 @api("", out=(0,))
@@ -99,6 +99,8 @@ def stream_wait_event(stream: int, event: int) -> None:
     s = stream_of(stream, own=True)
     ev = EVENTS.get(event)
     check_sync_flag(event, "stream_wait_event")
+    if complete_before_record(event, ev):
+        return
     s.wait(ev)
     note_task(stream, s)  # (before note_wait's own marker task)
     note_wait(event, s)
