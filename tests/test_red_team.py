@@ -512,3 +512,32 @@ def test_a_child_forked_while_the_main_thread_held_ctrl_c_gets_its_own_ctrl_c():
         print(held, res["rc"])
     ''', env={"ASCENTRT_PURE_PYTHON": "1"}, timeout=60)
     assert out.split() == ["True", "0"]
+
+
+@pytest.mark.parametrize("direction", ["from", "into"])
+def test_a_peer_copy_queued_before_a_device_reset_fails_instead_of_touching_freed_memory(direction):
+    # (it read from, or wrote into, the reset device's freed buffers as if they were still its
+    # own, and the synchronize reported nothing: on one device the same copy fails with 107017)
+    code = f"""
+import threading, numpy as np, ascentrt as art
+d0 = art.set_device(0); d1 = art.Device(1)
+s1 = d1.create_stream()
+d1.enable_peer_access(0)
+a = d0.malloc(4096); b = d1.malloc(4096)
+art.memset(a, 5, 4096); art.memset(b, 0, 4096)
+gate = threading.Event()
+art.launch_host_func(gate.wait, stream=s1)
+dst, src = (b, a) if "{direction}" == "from" else (a, b)
+art.memcpy_async(dst, src, stream=s1)
+d0.reset()
+gate.set()
+try:
+    s1.synchronize(timeout=30)
+    print("no error")
+except art.TaskError as e:
+    print(int(e.code), int(b.numpy(np.uint8)[0]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "ASCENTRT_DEVICES": "2", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["107017", "0"]

@@ -274,8 +274,10 @@ class DeviceAllocator:
         leaks.report(bufs + pooled, f"device {self.device.id} reset")
         for buf in bufs:
             self.release(buf)
+            buf._revoke()
         for buf in pooled:
             buf._owner.release(buf)
+            buf._revoke()
         for pool in [self.pool, *self.pools()]:
             if pool is not None:
                 pool.empty_cache()

@@ -214,6 +214,13 @@ class _Allocation(_ByteRange):
         """Offset inside the allocation (always 0 for the allocation itself)."""
         return 0
 
+    def _revoke(self) -> None:
+        """After a reset's free: tasks queued before it no longer see the bytes (they fail with
+        107017 as they run, another device's queued copy too), as if the memory were gone."""
+        late = getattr(self, "_late", None)
+        if late is not None:
+            self._late = (late[0], ())
+
     def _bytes(self) -> np.ndarray:
         mem = self._mem
         if mem is None:
