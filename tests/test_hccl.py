@@ -228,6 +228,24 @@ def test_a_rank_that_never_arrives_times_out_the_others_naming_it():
                            "2]", "True"]
 
 
+def test_a_rank_whose_communicator_is_destroyed_fails_the_others_at_once_naming_it():
+    # (they waited out HCCL_EXEC_TIMEOUT, 30 minutes by default, told the rank "has not called it")
+    out = run('''
+        import time
+        comms, s, b = ranks(3, 4096)
+        for r in (0, 2):                                     # rank 1 never calls #0 ...
+            hccl.all_reduce(b[r], b[r], 8, D.FP32, O.SUM, comms[r], s[r])
+        t0 = time.monotonic()
+        hccl.comm_destroy(comms[1])                          # ... and is gone
+        errors = [sync_error(s[r]) for r in (0, 2)]
+        print(time.monotonic() - t0 < 10, [e.__cause__.code == R.E_REMOTE for e in errors])
+        print("rank 1's communicator was destroyed" in str(errors[0].__cause__))
+        hccl.all_reduce(b[0], b[0], 8, D.FP32, O.SUM, comms[0], s[0])   # a later one: at once too
+        print(sync_error(s[0]).__cause__.code == R.E_REMOTE)
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["True", "[True,", "True]", "True", "True"]
+
+
 def test_a_wait_cycle_through_a_collective_is_reported_as_a_deadlock():
     out = run('''
         comms = hccl.comm_init_all([0, 1])

@@ -126,6 +126,9 @@ def _register(comm, call: Call, pair: tuple | None) -> _Posted:
             meeting = group.meetings[key] = Meeting(group, key, seq, ranks)
             group.flight.add(meeting)
         arrive = meeting.post(call)
+        gone = [r for r in ranks if group.destroyed[r] and r not in meeting.calls]
+        if gone and meeting.error is None:
+            meeting.fail(meeting.abandoned_by(gone[0]))
     rec = Task(EVENT_RECORD, name=f"{meeting.name}: arrive")
     rec.marker = arrive
     rec.on_discard = lambda: meeting.fail(HcclError(

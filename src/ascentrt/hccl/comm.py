@@ -257,8 +257,16 @@ def comm_destroy(comm: Communicator) -> None:
     group = comm.group
     with group.lock:
         group.destroyed[comm.rank] = True
-        last = group.transport == "process" and all(group.destroyed) and \
+        local = group.transport == "process"
+        # (the collectives this rank never called: the others would wait for it until
+        # HCCL_EXEC_TIMEOUT, 30 minutes by default; they fail now, naming it)
+        abandoned = [m for m in cast(Group, group).meetings.values()
+                     if m.error is None and comm.rank in m.ranks and comm.rank not in m.calls] \
+            if local else []
+        last = local and all(group.destroyed) and \
             all(m.error is not None for m in cast(Group, group).meetings.values())
+    for m in abandoned:
+        m.fail(m.abandoned_by(comm.rank))
     if last:
         cast(Group, group).retire_lanes()
 
