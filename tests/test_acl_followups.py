@@ -301,12 +301,12 @@ def test_reuse_through_an_inserted_wait_is_safe_when_device_waits_time_out(dev):
     pool = art.MemPool(dev, policy=only_inserted)
     gate, seen = threading.Event(), []
     try:
-        buf = pool.malloc_async(2 << 20, a)
+        buf = pool.malloc_async(16 << 20, a)
         art.memset(buf, 7)
         art.launch(lambda x: (gate.wait(10), seen.append(int(x.max()))), buf.view(np.uint8), stream=a)
         buf.free(stream=a)
         art.set_wait_timeout(0.05)                # every device-side wait gives up after 50 ms
-        new = pool.malloc_async(2 << 20, b)
+        new = pool.malloc_async(16 << 20, b)
         assert new.ptr == buf.ptr and pool.stats()["num_inserted_waits"] == 1   # the path under test
         art.memset_async(new, 0xFF, stream=b)
         time.sleep(0.3)                           # (not a synchronization: six wait timeouts pass)

@@ -8,6 +8,8 @@ import pytest
 
 import ascentrt as art
 from ascentrt.errors import MemcpyKindWarning
+from ascentrt.memory.chunks import ArenaChunks
+from ascentrt.memory.pool import BlockPool
 
 K = art.MemcpyKind
 
@@ -431,3 +433,32 @@ def test_pinned_memory_the_host_cannot_map_is_an_out_of_memory_error(pool):
         art.malloc_host(1 << 20).free()  # and nothing was left half made
     ''', env={"ASCENTRT_MEM_POOL_ENABLE": pool})
     assert out.strip() == "refused"
+
+
+def test_medium_buffers_pack_into_shared_chunks_instead_of_wasting_a_quarter(dev):
+    # (each 3 MiB buffer took a 4 MiB chunk of its own: 600 of them, 1.76 GiB on a 2 GiB
+    # device, failed after 512 with nothing freed, and the error blamed fragmentation)
+    pool = dev._memory.pool
+    if pool is None:
+        pytest.skip("the pool is off")
+    before = pool.reserved
+    bufs = [art.malloc(3 << 20) for _ in range(600)]
+    try:
+        grown = pool.reserved - before
+        assert grown <= 1.15 * 600 * (3 << 20)
+    finally:
+        for b in bufs:
+            b.free()
+
+
+def test_an_oom_from_fragmentation_names_the_piece_it_lacked_and_every_way_out(dev):
+    pool = BlockPool(ArenaChunks(64 << 20))
+    held = [pool.allocate(12 << 20) for _ in range(5)]   # 60 MiB in 5 chunks of their own
+    for b in held[::2]:
+        pool.deallocate(b)                                # 36 MiB free, in 12 MiB pieces
+    with pytest.raises(art.OutOfMemoryError) as err:
+        pool.allocate(20 << 20)
+    text = str(err.value)
+    assert "no free piece holds" in text and "ASCENTRT_MEM_POOL_ENABLE=0" in text
+    for b in held[1::2]:
+        pool.deallocate(b)

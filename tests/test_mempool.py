@@ -533,7 +533,7 @@ def test_split_limit_keeps_large_free_blocks_whole():
 
 def test_gc_threshold_releases_cached_chunks_before_growing():
     pool = BlockPool(ArenaChunks(64 * MiB), gc_threshold=0.5)
-    blocks = [pool.allocate(4 * MiB) for _ in range(6)]          # 24 MiB reserved
+    blocks = [pool.allocate(12 * MiB) for _ in range(2)]         # 24 MiB reserved
     for b in blocks:
         pool.deallocate(b)
     pool.allocate(20 * MiB)                                      # would pass 32 MiB: cached chunks go first

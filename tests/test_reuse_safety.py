@@ -124,7 +124,7 @@ def test_a_stream_destroyed_with_force_holds_its_records_until_its_running_task_
     # block's next owner went on, and the old kernel then overwrote its bytes)
     a, b = dev.create_stream(), dev.create_stream()
     pool = art.MemPool()
-    buf = pool.malloc_async(2 << 20, a)
+    buf = pool.malloc_async(16 << 20, a)
     started = threading.Event()
 
     def slow_writer(x):
@@ -136,7 +136,7 @@ def test_a_stream_destroyed_with_force_holds_its_records_until_its_running_task_
     buf.free(stream=a)
     if order == "event":
         b.wait(a.record())  # b's later work waits for a's kernel: the pool may reuse the block
-    new = pool.malloc_async(2 << 20, b)  # ("inserted": the pool inserts that wait itself)
+    new = pool.malloc_async(16 << 20, b)  # ("inserted": the pool inserts that wait itself)
     assert new.ptr == buf.ptr  # the block is reused, behind a's kernel
     art.memset_async(new, 0x11, stream=b)
     a.destroy(force=True)  # (the running kernel cannot be stopped)

@@ -9,19 +9,21 @@ import numpy as np
 
 from .. import config
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError, OutOfMemoryError
+from ..interrupts import hold, release
 from .arena import Arena, round_size
 from ..validate import check_size
 from .buffer import GRANULE, DeviceBuffer
 from . import leaks
 from .chunks import ArenaChunks
 from .links import Links
-from .pool import Block, BlockPool, DeferredFrees, busy_positions
+from .pool import Block, BlockPool, DeferredFrees, busy_positions, give_back
 from .registry import REGISTRY
 
 # Final: a compiled build keeps these in C statics (no module-dict lookup per malloc) and
 # does GRANULE's arithmetic on native ints. The module uses these names throughout.
 _GRANULE: Final[int] = GRANULE
 _REGISTRY: Final = REGISTRY
+_FROM_SOURCE: Final[bool] = __file__.endswith(".py")  # (not compiled: see malloc)
 
 
 def check_stream(stream: Any, device: Any) -> None:
@@ -107,6 +109,18 @@ class DeviceAllocator:
                                            f"capacity {self.capacity}")
         if stream is not None and stream is not self._checked_stream:
             self._check_stream(stream)
+        if _FROM_SOURCE:
+            # The pool holds a Ctrl-C through its work and raises it as it returns: here, before
+            # the block backs a buffer, it would be lost. Held until the buffer is whole.
+            held = hold()
+            try:
+                return self._malloc(nbytes, stream)
+            finally:
+                release(held)
+        return self._malloc(nbytes, stream)
+
+    def _malloc(self, nbytes: int, stream: Any) -> DeviceBuffer:
+        """malloc() of a checked size and stream."""
         pool = self.pool
         if self.host_call is not None or pool is None:
             return self._malloc_slow(nbytes, stream)
@@ -115,10 +129,14 @@ class DeviceAllocator:
         n: int = nbytes  # (checked: a compiled build does the size arithmetic on native ints)
         block: Block = self._block(pool, n, stream)
         size = (n + _GRANULE - 1) & -_GRANULE
-        # (requested: the caller's own int object; a compiled build would box n again)
-        buf = DeviceBuffer(self.device, block.addr, size, nbytes,
-                           block.view if block.view_n == size else block.bytes(size), self, block)
-        block.buf = buf  # from here on its pointers resolve (through the chunk)
+        try:
+            # (requested: the caller's own int object; a compiled build would box n again)
+            buf = DeviceBuffer(self.device, block.addr, size, nbytes,
+                               block.view if block.view_n == size else block.bytes(size), self, block)
+            block.buf = buf  # from here on its pointers resolve (through the chunk)
+        except BaseException:
+            give_back(pool, block)
+            raise
         if _REGISTRY.observers:
             _REGISTRY.allocated(buf)
         if self.record_sites:
@@ -163,10 +181,15 @@ class DeviceAllocator:
             host_call("malloc")
             before = pool.reserved
             block = self._block(pool, nbytes, stream)
-            if pool.reserved > before:
-                host_call("malloc_driver")  # the pool had to grow: a driver allocation
-            buf = DeviceBuffer(self.device, block.addr, size, nbytes, block.bytes(size), self, block)
-            block.buf = buf
+            try:
+                if pool.reserved > before:
+                    host_call("malloc_driver")  # the pool had to grow: a driver allocation
+                buf = DeviceBuffer(self.device, block.addr, size, nbytes, block.bytes(size), self,
+                                   block)
+                block.buf = buf
+            except BaseException:
+                give_back(pool, block)
+                raise
         else:
             if self.host_call is not None:
                 self.host_call("malloc_driver")

@@ -13,7 +13,7 @@ from . import leaks
 from ..validate import check_size
 from .buffer import HostBuffer
 from .chunks import HostChunks
-from .pool import DeferredFrees, busy_positions
+from .pool import DeferredFrees, busy_positions, give_back
 from .links import Links
 from .registry import REGISTRY
 
@@ -107,8 +107,13 @@ def malloc_host(nbytes: int) -> HostBuffer:
             if not pool.wait_for_pending():
                 raise
             block = pool.allocate(nbytes)
-        buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes), block, _release)
-        block.buf = buf  # from here on its pointers resolve (through the chunk)
+        try:  # (a Ctrl-C held through the pool's work lands here, once it returned)
+            buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes), block,
+                             _release)
+            block.buf = buf  # from here on its pointers resolve (through the chunk)
+        except BaseException:
+            give_back(pool, block)
+            raise
     if REGISTRY.observers:
         REGISTRY.allocated(buf)
     if _state["sites"]:

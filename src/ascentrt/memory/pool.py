@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from ..interrupts import hold, release
 from ..validate import check_finite, check_size
-from .chunks import CHUNK
+from .chunks import CHUNK, round_chunk
 from .links import Links
 from .policy import ReusePolicy
 
@@ -36,7 +36,10 @@ CACHE_PER_SIZE: Final = 8           # freed blocks kept unmerged per size, for e
 CACHE_BYTES: Final = 64 << 20       # at most this many bytes kept unmerged
 CACHE_SIZES_KEPT: Final = 512       # emptied per-size caches kept across a flush, at most
 MIN_SPLIT: Final = 512              # a remainder smaller than this stays inside the block
-SMALL_LIMIT: Final = 1 << 20        # requests up to 1 MiB share 2 MiB chunks; larger get their own
+SMALL_LIMIT: Final = 1 << 20        # requests up to 1 MiB share 2 MiB chunks ...
+MEDIUM_LIMIT: Final = 10 << 20      # ... those under 10 MiB share 20 MiB ones; larger get their own
+MEDIUM_CHUNK: Final = 20 << 20      # (as PyTorch's caching allocator: 3 MiB blocks in chunks of
+                                    # their own would leave a quarter of each 4 MiB chunk unusable)
 MAX_CLASS_STEP: Final = 512 << 10   # size classes above 8 MiB are 512 KiB apart
 OVERSIZE_SLACK: Final = 20 << 20    # an unsplittable block serves a request at most this much smaller
 
@@ -65,6 +68,8 @@ def chunk_size_for(size: int) -> int:
     """How much to reserve upstream for a block of `size` that found no free block."""
     if size <= SMALL_LIMIT:
         return CHUNK
+    if size < MEDIUM_LIMIT:
+        return MEDIUM_CHUNK
     return -(-size // CHUNK) * CHUNK
 
 
@@ -114,6 +119,13 @@ def _absorb(left: Block, right: Block) -> None:
     if right.next is not None:
         right.next.prev = left
     left.view_n = -1
+
+
+def give_back(pool: Any, block: Block) -> None:
+    """Return a block its taker could not hand out (an interrupt came between the two) to the
+    pool; one that already backs a buffer stays: that buffer is live and can be freed."""
+    if block.buf is None:
+        pool.deallocate(block)
 
 
 def busy_positions(streams) -> tuple:
@@ -523,9 +535,10 @@ class BlockPool:
                 return False
         return True
 
-    def _reserve(self, size: int, nbytes: int) -> Block:
-        """Reserve a new chunk (after GC and, on failure, after releasing cached chunks)."""
-        want = chunk_size_for(size)
+    def _reserve(self, size: int, nbytes: int, want: int = 0) -> Block:
+        """Reserve a new chunk of `want` bytes (0: chunk_size_for(size)) for a block of `size`
+        (after GC and, on failure, after releasing cached chunks)."""
+        want = want or chunk_size_for(size)
         cap = getattr(self.upstream, "capacity", None)
         if self.gc_threshold and cap and self.reserved + want > self.gc_threshold * cap:
             self._release_free_chunks(max(0, int(self.gc_threshold * cap) - want))
@@ -565,7 +578,8 @@ class BlockPool:
         """Reserve a chunk of `nbytes` up front and keep it as a free block; raises OutOfMemoryError."""
         nbytes = check_size(nbytes)
         with self._lock:
-            block = self._reserve(chunk_size_for(nbytes), nbytes)
+            size = round_chunk(nbytes)
+            block = self._reserve(size, nbytes, size)
             self._add_ready(block)
 
     # ---- deallocate ------------------------------------------------------------------------
@@ -921,8 +935,10 @@ class BlockPool:
         # (pending blocks are free but not yet reusable: fragmentation only where the ready
         # ones and the unreserved range could hold it)
         fragmented = free_total - self.pending_bytes >= size
-        hint = ("free memory is fragmented: set ASCENTRT_MEM_POOL_SPLIT_LIMIT (e.g. 64M) so large "
-                "blocks stay whole, or free long-lived small buffers first" if fragmented else
+        hint = (f"free memory is fragmented (no free piece holds {size} bytes): free long-lived "
+                f"buffers so that whole chunks come free; if small buffers split large blocks, set "
+                f"ASCENTRT_MEM_POOL_SPLIT_LIMIT (e.g. 64M); ASCENTRT_MEM_POOL_ENABLE=0 reserves "
+                f"each buffer alone, without a pool's spare room" if fragmented else
                 "free buffers you no longer need, or raise ASCENTRT_DEVICE_MEMORY")
         if self.pending_bytes:
             hint += (f"; {self.pending_bytes} bytes are freed after queued work not done yet (a "
