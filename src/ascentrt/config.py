@@ -142,6 +142,9 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_SIM_VARY", "", str.strip,
             "set by ascentrt whatif: the variant this run is, as JSON (preset fields change the "
             "preset; program.NAME knobs are read by ascentrt.sim.variant())"),
+    Setting("ASCENTRT_SIM_VARY_READS", "", str.strip,
+            "set by ascentrt whatif: a file where the run notes the program knobs it read, so "
+            "that a knob nobody reads is reported"),
     Setting("ASCENTRT_DEVICE_MEMORY", "2G", parse_size,
             "memory capacity of each device (bytes, or with a K/M/G suffix)"),
     Setting("ASCENTRT_COMPUTE_UNITS", str(os.cpu_count() or 1), _positive_int,

@@ -3,10 +3,44 @@ sweep, the virtual time, and the kernels that declared no cost."""
 
 from __future__ import annotations
 
+import atexit
+import json
+
 from . import config
 from .backends.presets import PROGRAM_PREFIX, PresetError, variant_doc
 from .errors import InvalidArgumentError
 from .device import Device
+
+
+_read: set[str] = set()  # the knobs this run looked up (see _Variant)
+_telling: set[str] = set()  # the files _write_reads fills at exit
+
+
+class _Variant(dict):
+    """The variant's knobs, noting which ones the program looks up: `ascentrt whatif` reports
+    a varied knob that no run read (a misspelt name gives the same row for every value)."""
+
+    def __getitem__(self, name):
+        _read.add(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        """The knob's value (default when the variant has none), noted as read."""
+        _read.add(name)
+        return super().get(name, default)
+
+    def __contains__(self, name) -> bool:
+        _read.add(name)
+        return super().__contains__(name)
+
+
+def _write_reads(path: str) -> None:
+    """Tell `ascentrt whatif` which knobs this run read (at exit)."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(sorted(_read), f)
+    except OSError:
+        pass  # (whatif then says nothing about unread knobs)
 
 
 def variant() -> dict:
@@ -16,11 +50,17 @@ def variant() -> dict:
         doc = variant_doc(config.get("ASCENTRT_SIM_VARY"))
     except PresetError as exc:
         raise InvalidArgumentError(f"ASCENTRT_SIM_VARY: {exc}") from None
-    return {k[len(PROGRAM_PREFIX):] if k.startswith(PROGRAM_PREFIX) else k: v for k, v in doc.items()}
+    reads = config.get("ASCENTRT_SIM_VARY_READS")
+    if reads and reads not in _telling:
+        _telling.add(reads)
+        atexit.register(_write_reads, reads)
+    return _Variant({k[len(PROGRAM_PREFIX):] if k.startswith(PROGRAM_PREFIX) else k: v
+                     for k, v in doc.items()})
 
 
 def now_s(device: int = 0) -> float:
-    """The device clock in seconds (virtual time on sim)."""
+    """The device clock in seconds: virtual time since the process began on sim, this
+    machine's monotonic clock (an arbitrary origin) on cpu; take differences."""
     return Device(device).now_ns() / 1e9
 
 

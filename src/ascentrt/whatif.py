@@ -82,21 +82,51 @@ def run(preset_name: str, specs: list[str], command: list[str], out: str) -> lis
     combos = variants(parse_vary(specs, preset))
     for i, combo in enumerate(combos):
         folder = claim(os.path.join(out, f"variant-{i}"), overwrite=True)  # (whatif's own)
+        reads = os.path.abspath(os.path.join(out, f"variant-{i}.reads.json"))
+        if os.path.exists(reads):
+            os.remove(reads)  # (an earlier sweep's)
         env = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_SIM_PRESET=preset.path,
-                   ASCENTRT_SIM_VARY=json.dumps(combo), ASCENTRT_PROFILE=os.path.abspath(folder))
+                   ASCENTRT_SIM_VARY=json.dumps(combo), ASCENTRT_PROFILE=os.path.abspath(folder),
+                   ASCENTRT_SIM_VARY_READS=reads)
         env.pop("ASCENTRT_PROFILE_PID", None)
         try:
             done = subprocess.run(command, env=program_env(env), capture_output=True, text=True)
         except OSError as exc:
             raise InvalidArgumentError(f"cannot run {command[0]!r}: {exc.strerror or exc}",
                                        code=ErrorCode.INVALID_PARAM) from None
-        row = {"variant": i, **combo, "exit": done.returncode}
+        row = {"variant": i, **combo, "exit": done.returncode, "read": _knobs_read(reads)}
         if done.returncode == 0:
             row.update(summarize(load_profile(folder)))
         else:
-            row["error"] = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            row["error"] = failure_reason(done.stderr)
         rows.append(row)
     return rows
+
+
+def _knobs_read(path: str) -> list[str]:
+    """The program knobs a run looked up through ascentrt.sim.variant() (none: it never asked)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return list(json.load(f))
+    except (OSError, ValueError):
+        return []
+
+
+def failure_reason(stderr: str) -> str:
+    """What a failed run died of: its exception's last line (not a warning printed at exit
+    after it), else its last line of output."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        head = line.split(":", 1)[0].split(" ")[0]
+        if head.endswith(("Error", "Exception", "Interrupt", "Exit")) and "Warning" not in head:
+            return line
+    return lines[-1] if lines else "(no output)"
+
+
+def unread_knobs(rows: list[dict], varied: list[str]) -> list[str]:
+    """The varied program knobs no run looked up (a misspelt name: every row alike)."""
+    read = {name for r in rows for name in r.get("read", ())}
+    return [n for n in varied if n.startswith(PROGRAM_PREFIX) and n[len(PROGRAM_PREFIX):] not in read]
 
 
 def table(rows: list[dict], varied: list[str]) -> str:
@@ -110,17 +140,22 @@ def table(rows: list[dict], varied: list[str]) -> str:
             vals += [f"{r['virtual_ms']:.3f}", f"{b['compute']:.0%}", f"{b['copy']:.0%}",
                      f"{b['host']:.0%}", r["critical_path"]]
         else:
-            vals += [f"failed (exit {r['exit']}): {r.get('error', '')}", "", "", "", ""]
+            vals += [f"failed (exit {r['exit']})", "", "", "", ""]
         lines.append(vals)
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines)
+    text = "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines)
+    failed = [f"variant {r['variant']} ({', '.join(f'{n}={r[n]}' for n in varied)}) failed: "
+              f"{r.get('error', '')}" for r in rows if "virtual_ms" not in r]
+    unread = [f"warning: no run read {n} (ascentrt.sim.variant() never looked it up: a "
+              f"misspelt knob gives every value the same row)" for n in unread_knobs(rows, varied)]
+    return "\n".join([text, *failed, *unread])
 
 
 def write(rows: list[dict], varied: list[str], out: str) -> tuple[str, str]:
     """whatif.csv and whatif.html (the table and a bar chart of virtual time) in `out`."""
     csv_path, html_path = os.path.join(out, "whatif.csv"), os.path.join(out, "whatif.html")
     fields = ["variant", *varied, "virtual_ms", "busy_compute", "busy_copy", "busy_host",
-              "critical_ms", "critical_path", "exit"]
+              "critical_ms", "critical_path", "exit", "error"]
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
