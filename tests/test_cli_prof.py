@@ -89,6 +89,29 @@ def test_prof_passes_on_the_exit_code_and_still_writes_the_profile(tmp_path):
     assert (tmp_path / "p" / "profile.json").exists()
 
 
+def test_work_cut_off_by_an_uncaught_exception_is_not_diagnosed_as_a_stuck_wait(tmp_path):
+    # (the finding advised about events and notifies for a copy the program's crash cut off)
+    prog = tmp_path / "crash.py"
+    prog.write_text(textwrap.dedent("""
+        import ascentrt as art
+        s = art.set_device(0).create_stream()
+        h, d = art.malloc_host(64 << 20), art.malloc(64 << 20)
+        for _ in range(8):
+            art.memcpy_async(d, h, stream=s)
+        raise RuntimeError("bad slice")
+    """))
+    # (on sim, deterministic: no virtual time passes between the copies and the raise)
+    out = subprocess.run([sys.executable, "-m", "ascentrt.cli", "prof", "-q", "-o",
+                          str(tmp_path / "p"), "--", "python", str(prog)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "ASCENTRT_BACKEND": "sim"})
+    assert out.returncode == 1
+    (found,) = [f for f in art.profiler.load(str(tmp_path / "p")).diagnose()
+                if f.kind == "never_finished"]
+    assert found.title.startswith("Work cut off")
+    assert found.evidence["the program ended with"] == "RuntimeError: bad slice"
+    assert "notify" not in found.advice
+
+
 def test_prof_and_sanitize_pass_on_a_signal_as_a_shell_does(tmp_path, capsys):
     killed = ["python", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
     assert main(["prof", "-q", "-o", str(tmp_path / "p"), "--", *killed]) == 128 + 15

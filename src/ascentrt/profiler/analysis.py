@@ -12,7 +12,7 @@ from operator import attrgetter
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
 from .critical import executor_holders
-from .data import COMPUTE_KINDS, WORK_KINDS, ProfileData
+from .data import COMPUTE_KINDS, EXIT_MARK, WORK_KINDS, ProfileData
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 
@@ -232,6 +232,8 @@ def _never_finished(profile: ProfileData) -> list[Finding]:
     gave_up = [c for c in profile.api_calls if c.error in _GAVE_UP]
     if not stuck and not gave_up:
         return []
+    # (the program's end: an uncaught exception cuts queued work off; it is not stuck)
+    ended = next((m for m in profile.marks if m.name.startswith(EXIT_MARK)), None)
     where = []
     for t in stuck:
         if t.fate == "dropped":
@@ -245,17 +247,30 @@ def _never_finished(profile: ProfileData) -> list[Finding]:
              f"at {_us(c.end_ns)}" for c in gave_up]
     waits = sum(t.kind in _WAITS for t in stuck)
     cause = "; ".join(where + calls)
-    return [Finding(
-        "never_finished",
-        f"Work never finished: {len(stuck)} stream(s) stopped at a task that did not end"
-        if stuck else f"{len(gave_up)} wait(s) for the device gave up", cause,
-        "a wait that never ends waits for a record nothing makes: check that the event or "
-        "notify each blocked stream waits on is recorded (and not another one), and that no two "
-        "streams wait for each other (a DeadlockError's message names the cycle); a kernel or "
-        "host function that never returns holds its stream",
-        {"streams stopped": len(stuck), "of them at a wait": waits,
-         "host waits that gave up": len(gave_up)},
-        [task_ref(t) for t in stuck])]
+    advice = []
+    if waits or gave_up:
+        advice.append("a wait that never ends waits for a record nothing makes: check that the "
+                      "event or notify each blocked stream waits on is recorded (and not another "
+                      "one), and that no two streams wait for each other (a DeadlockError's "
+                      "message names the cycle)")
+    if len(stuck) > waits:
+        advice.append("work still queued or running when the profile ended was cut off by the "
+                      "program's end, not stuck, unless a kernel or host function never returns: "
+                      "synchronize before the program ends" + (" and fix the exception that "
+                                                               "ended it" if ended else ""))
+    title = (f"Work never finished: {len(stuck)} stream(s) stopped at a task that did not end"
+             if stuck else f"{len(gave_up)} wait(s) for the device gave up")
+    evidence: dict[str, object] = {"streams stopped": len(stuck), "of them at a wait": waits,
+                                   "host waits that gave up": len(gave_up)}
+    if ended is not None:
+        exception = ended.name[len(EXIT_MARK):]
+        evidence["the program ended with"] = exception
+        if stuck and not waits and not gave_up:
+            title = (f"Work cut off: the program ended with an uncaught exception while "
+                     f"{len(stuck)} stream(s) still had work")
+            cause = f"{exception} at {_us(ended.ts_ns)} ended the program; {cause}"
+    return [Finding("never_finished", title, cause, "; ".join(advice), evidence,
+                    [task_ref(t) for t in stuck])]
 
 
 def _failed_tasks(profile: ProfileData) -> list[Finding]:

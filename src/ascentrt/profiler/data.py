@@ -70,6 +70,8 @@ class TaskRecord:
         return (self.device, self.stream, self.task_id)
 
 
+EXIT_MARK = "uncaught exception: "  # the name of the mark of what ended a profiled program
+
 @dataclass(frozen=True, slots=True)
 class ApiCall:
     """One outermost runtime API call on a host thread."""

@@ -8,11 +8,12 @@ import os
 import sys
 import threading
 import time
+import traceback
 
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
 from ..validate import check_flag, check_path
-from . import folders
-from .data import part_path
+from . import clock, folders
+from .data import EXIT_MARK, part_path
 from .export import collector_paused
 from .profile import Profile
 from .recorder import Checkpoint, Recorder
@@ -217,10 +218,26 @@ def start_from_env(path: str) -> Session:
     s = _from_env = Session(path, overwrite=child).start()
     s._report_progress()
     atexit.register(s._stop_at_exit)
+    _note_uncaught_exceptions()
     mp_util = sys.modules.get("multiprocessing.util")
     if child and mp_util is not None:  # a multiprocessing child ends with os._exit, no atexit
         mp_util.register_after_fork(s, _stop_at_multiprocessing_exit)
     return s
+
+
+def _note_uncaught_exceptions() -> None:
+    """Mark the profile with an exception that ends the program (before the hook prints it):
+    the diagnosis then tells work cut off by it from work stuck on a wait."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        rec = _recorder
+        if rec is not None and kind is not SystemExit:
+            text = "".join(traceback.format_exception_only(kind, value)).strip().splitlines()
+            rec.add_mark(EXIT_MARK + (text[-1] if text else kind.__name__), clock.now_ns(),
+                         threading.get_ident())
+        previous(kind, value, tb)
+    sys.excepthook = hook
 
 
 def _after_fork_in_child() -> None:
