@@ -580,3 +580,43 @@ def test_the_sanitize_command_without_a_program_is_one_line_with_a_code():
     proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", "off", "--",
                            "python", "-c", "pass"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "warn, raise or log" in proc.stderr
+
+
+def test_what_a_host_function_touches_is_its_own_access_at_its_place_in_the_stream(streams, bufs):
+    # (a synchronous copy inside a host function counted as the main thread's, racing the
+    # stream's earlier kernel; a numpy view inside one was not checked at all)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    host = np.zeros(N, np.uint8)
+
+    def read_back():  # ordered after the producer: its stream runs it after
+        art.memcpy(host, buf, N)
+        art.memset(out, 0)
+
+    with art.sanitize("raise") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        art.launch_host_func(read_back, stream=s1)
+        s1.synchronize(TIMEOUT)
+    assert found == [] and host[0] == 1.0
+
+    def touch():  # not ordered with s2's consumer, which reads buf
+        buf.numpy()[:] = 3
+
+    with art.sanitize("log") as found:
+        art.launch_host_func(touch, stream=s1)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        art.synchronize(TIMEOUT)
+    assert len(found) == 1 and "touch" in (found[0].first.name + found[0].second.name)
+
+
+def test_a_non_blocking_host_function_is_not_ordered_before_its_stream_s_later_work(streams, bufs):
+    # (its buffer argument counted as its stream's, so the kernel after it looked ordered)
+    s1, _ = streams
+    buf, _, _ = bufs
+    gate = threading.Event()
+    with art.sanitize("log") as found:
+        art.launch_host_func(lambda b: gate.wait(TIMEOUT), buf, stream=s1, blocking=False)
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])  # runs while it waits
+        gate.set()
+        art.synchronize(TIMEOUT)
+    assert len(found) == 1 and found[0].second.name == "producer"

@@ -186,6 +186,8 @@ class Sanitizer:
         # which is queued when the last rank calls) holds its stream as a notify wait does:
         self.record_waiters: dict[int, list] = {}  # id(marker) -> streams held until its record
         self.held_records: set[int] = set()        # id(marker) of records sitting in a held list
+        self.detached_of: dict[int, int] = {}  # stream id -> its device's hidden stream for
+                                               # non-blocking host functions
         self.snapshots: dict[int, dict] = {}  # held stream id -> {tasks submitted: clock} that
                                               # synchronizes begun while it was held wait for
 
@@ -232,8 +234,18 @@ class Sanitizer:
             self.freed[region] = keep
 
     def buffer_viewed(self, alloc, lo: int, hi: int) -> None:
-        """A host thread took a numpy view of bytes [lo, hi): an access (read and write) by the
-        thread, ordered after what it synchronized with."""
+        """A host thread took a numpy view of bytes [lo, hi), or a synchronous copy or fill
+        touched them: an access (read and write) by the thread, ordered after what it
+        synchronized with; inside a host function, an access of that function, at its place
+        in its stream's order (inside a kernel: its declared buffers say what it touches)."""
+        running = _executing.stream  # current_task(), inlined
+        if running is not None:
+            task = running._running
+            tagged = task.clock if task is not None else None
+            if tagged is None or tagged[0] is not self:
+                return  # a kernel's own view, or a task submitted before the sanitizer ran
+            self._function_accessed(task, tagged, alloc, lo, hi)
+            return
         tid = threading.get_ident()
         actor = HOST  # (stream ids are positive)
         site = user_code_site(3)
@@ -246,6 +258,19 @@ class Sanitizer:
             host[actor] = self.latest[actor] = time
             self.host_version += 1
             reports = self._take_accesses((access,), actor, time, tid, site, host)
+        for race, new in reports:
+            self.on_race(race, new)
+
+    def _function_accessed(self, task, tagged: tuple, alloc, lo: int, hi: int) -> None:
+        """buffer_viewed() from inside a host function: its access, by the actor it runs as
+        (its stream; the hidden stream of non-blocking ones), at its time."""
+        _, vc, actor = tagged
+        site = user_code_site(3)
+        access = (alloc, lo, hi, True, False, "host function", task.label)
+        with self.lock:
+            if self.mode == "raise":
+                self._refuse_races((access,), actor, task.id, site, vc, "host function access")
+            reports = self._take_accesses((access,), actor, vc[actor], task.id, site, vc)
         for race, new in reports:
             self.on_race(race, new)
 
@@ -366,6 +391,8 @@ class Sanitizer:
             vc = self.streams.get(sid)
             if vc is None:
                 vc = self.streams[sid] = {sid: 0}
+            if kind == DETACH:
+                self.detached_of[sid] = stream._dq.detached.id
             if self.joined.get(sid) != self.host_version:  # (the host's clock moved since)
                 _join(vc, self.host)  # what the host waited for comes before what it submits
                 self.joined[sid] = self.host_version
@@ -389,16 +416,23 @@ class Sanitizer:
     def _apply(self, sid: int, task, accesses, site, task_id: int, raising: bool) -> list:
         """Take one task into the clocks and the accesses (under our lock); returns the reports
         [(race, new)]; with `raising`, a race raises RaceError instead, changing nothing."""
-        if not accesses:
+        kind = task.kind
+        if kind == DETACH:
+            # A non-blocking host function runs beside its stream's later work, after its
+            # earlier work: as the device's hidden stream for them (which runs them in turn).
+            detached = self.detached_of[sid]
+            vc = self.streams.setdefault(detached, {detached: 0})
+            _join(vc, self.streams[sid])
+            sid, task = detached, task.fn
+        if not accesses and kind != DETACH:
             return self._apply_order(sid, task)
         vc = self.streams[sid]
-        if raising:
+        if raising and accesses:
             self._refuse_races(accesses, sid, task_id, site, vc, "launch")
         vc[sid] = self.latest[sid] = time = vc[sid] + 1
-        kind = task.kind
-        if kind in (HOST_FUNC, DETACH):  # what the work it submits itself comes after
-            (task.fn if kind == DETACH else task).clock = (self, dict(vc))
-        return self._take_accesses(accesses, sid, time, task_id, site, vc)
+        if kind in (HOST_FUNC, DETACH):  # what it accesses and submits itself comes after
+            task.clock = (self, dict(vc), sid)
+        return self._take_accesses(accesses, sid, time, task_id, site, vc) if accesses else []
 
     def _refuse_races(self, accesses, actor: int, task_id: int, site, vc: dict, what: str) -> None:
         """Raise RaceError (raise mode) if any of `accesses` by `actor` races a kept access."""
@@ -511,8 +545,9 @@ class Sanitizer:
                 self.notify_waiters.setdefault(id(task.notify), []).append(sid)
                 self.held[sid] = []
             return []
-        if kind in (HOST_FUNC, DETACH):
-            (task.fn if kind == DETACH else task).clock = (self, dict(vc))
+        if kind == HOST_FUNC:  # (its own time: what it touches comes after the records before it)
+            vc[sid] = self.latest[sid] = vc[sid] + 1
+            task.clock = (self, dict(vc), sid)
         return []
 
     def _release(self, sid: int) -> list:
