@@ -7,6 +7,7 @@ import threading
 import numpy as np
 import pytest
 
+import ascentrt as art
 import ascentrt.acl as acl
 from ascentrt import context
 from ascentrt.acl import constants as C
@@ -425,3 +426,140 @@ def test_stream_abort_and_device_task_abort(rt=None):
         assert acl.rt.free(d) == 0 and acl.rt.destroy_stream(s) == 0
     finally:
         acl.rt.reset_device_force(0)
+
+
+# ---- overflow mode, schedulers, capabilities, core limits, topology, id mapping ------------------
+
+def test_device_settings_read_back_and_refuse_what_ascentrt_does_not_do(rt):
+    assert rt.get_device_sat_mode() == (C.ACL_RT_OVERFLOW_MODE_INFNAN, 0)
+    assert rt.set_device_sat_mode(C.ACL_RT_OVERFLOW_MODE_INFNAN) == 0
+    assert rt.set_device_sat_mode(C.ACL_RT_OVERFLOW_MODE_SATURATION) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert rt.set_device_sat_mode(C.ACL_RT_OVERFLOW_MODE_UNDEF) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.set_ts_device(C.ACL_TS_ID_AIVECTOR) == 0
+    assert rt.set_ts_device(C.ACL_TS_ID_RESERVED) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.get_device_capability(0, C.ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV) == (1, 0)
+    assert rt.get_device_capability(0, C.ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV) == (0, 0)
+    assert rt.get_device_capability(0, 99)[1] == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.get_device_capability(7, 1)[1] == C.ACL_ERROR_RT_INVALID_DEVICEID
+    for mapping in (rt.get_logic_dev_id_by_user_dev_id, rt.get_user_dev_id_by_logic_dev_id,
+                    rt.get_logic_dev_id_by_phy_dev_id, rt.get_phy_dev_id_by_logic_dev_id):
+        assert mapping(0) == (0, 0) and mapping(99)[1] == C.ACL_ERROR_RT_INVALID_DEVICEID
+    assert rt.get_logic_dev_id_by_user_dev_id(-1)[1] == C.ACL_ERROR_RT_INVALID_DEVICEID
+    assert rt.get_phy_dev_id_by_logic_dev_id(-1)[1] == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.get_devices_topo(0, 0)[1] == C.ACL_ERROR_RT_PARAM_INVALID
+    with pytest.raises(TypeError, match="acl.rt.get_devices_topo args parse failed"):
+        rt.get_devices_topo(0, "1")
+
+
+def test_a_core_limit_caps_the_units_later_kernels_occupy(rt, stream):
+    units = Device(0).properties.compute_units
+    assert rt.get_device_res_limit(0, C.ACL_RT_DEV_RES_CUBE_CORE) == (units, 0)
+    assert rt.set_device_res_limit(0, C.ACL_RT_DEV_RES_VECTOR_CORE, units + 1) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.set_device_res_limit(0, 2, 1) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.set_device_res_limit(0, C.ACL_RT_DEV_RES_CUBE_CORE, 1) == 0
+    try:
+        assert rt.get_device_res_limit(0, C.ACL_RT_DEV_RES_CUBE_CORE) == (1, 0)
+        seen = []
+        with art.profile() as prof:
+            assert rt.launch_kernel(lambda: seen.append(1), (), stream) == 0
+            assert rt.synchronize_stream(stream) == 0
+        assert seen == [1] and [t.units for t in prof.stop().tasks if t.kind == "kernel"] == [1]
+    finally:
+        assert rt.reset_device_res_limit(0) == 0
+    assert rt.get_device_res_limit(0, C.ACL_RT_DEV_RES_CUBE_CORE) == (units, 0)
+
+
+def test_stream_overflow_detection_is_off_and_cannot_be_turned_on(rt, stream):
+    assert rt.get_stream_overflow_switch(stream) == (0, 0)
+    assert rt.set_stream_overflow_switch(stream, 0) == 0
+    assert rt.set_stream_overflow_switch(stream, 1) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert rt.set_stream_overflow_switch(stream, 2) == C.ACL_ERROR_INVALID_PARAM
+
+
+# ---- reduce, cache maintenance, value write / wait, and the refused memory features ----------------
+
+def _device_array(rt, values):
+    ptr, ret = rt.malloc(values.nbytes, 0)
+    assert ret == 0
+    art.memcpy(ptr, np.ascontiguousarray(values), values.nbytes)
+    return ptr
+
+
+def _read(ptr, dtype, n):
+    out = np.zeros(n, dtype)
+    art.memcpy(out, ptr, out.nbytes)
+    return out
+
+
+@pytest.mark.parametrize("kind, expect", [(C.ACL_RT_MEMCPY_SDMA_AUTOMATIC_SUM, [5, 5, 5, 5]),
+                                          (C.ACL_RT_MEMCPY_SDMA_AUTOMATIC_MAX, [4, 3, 3, 4]),
+                                          (C.ACL_RT_MEMCPY_SDMA_AUTOMATIC_MIN, [1, 2, 2, 1])])
+def test_reduce_async_combines_in_place_after_the_stream_s_earlier_work(rt, stream, kind, expect):
+    dst = _device_array(rt, np.array([1, 2, 3, 4], np.int32))
+    src = _device_array(rt, np.array([4, 3, 2, 1], np.int32))
+    assert rt.reduce_async(dst, src, 16, kind, C.ACL_INT32, stream, 0) == 0
+    assert rt.synchronize_stream(stream) == 0
+    assert list(_read(dst, np.int32, 4)) == expect
+    assert rt.reduce_async(dst, src, 0, kind, C.ACL_INT32, stream, 0) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.reduce_async(dst, src, 16, 9, C.ACL_INT32, stream, 0) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.reduce_async(dst, src, 16, kind, C.ACL_INT64, stream, 0) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.reduce_async(dst, src, 16, kind, C.ACL_INT32, stream, 1) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.reduce_async(dst, src, 4096, kind, C.ACL_INT32, stream, 0) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.free(dst) == 0 and rt.free(src) == 0
+
+
+def test_cmo_async_takes_its_place_in_the_stream_and_checks_its_memory(rt, stream):
+    dev, _ = rt.malloc(4096, 0)
+    host, _ = rt.malloc_host(4096)
+    for op in range(4):
+        assert rt.cmo_async(dev, 4096, op, stream) == 0
+    assert rt.synchronize_stream(stream) == 0
+    assert rt.cmo_async(dev, 4096, 4, stream) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert rt.cmo_async(host, 4096, 0, stream) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.cmo_async(dev, 0, 0, stream) == C.ACL_ERROR_INVALID_PARAM
+    with pytest.raises(TypeError):
+        rt.cmo_async(dev, 4096, 0)
+    assert rt.free(dev) == 0 and rt.free_host(host) == 0
+
+
+def test_value_wait_holds_a_stream_until_another_stream_writes_the_word(rt, stream):
+    other, _ = rt.create_stream()
+    word, _ = rt.malloc(8, 0)
+    art.memset(word, 0, 8)
+    out, _ = rt.malloc(8, 0)
+    art.memset(out, 0, 8)
+    assert rt.value_wait(word, 3, C.ACL_STREAM_WAIT_VALUE_GEQ, other) == 0
+    assert rt.memset_async(out, 8, 9, 8, other) == 0           # held behind the wait
+    assert rt.stream_query(other) == (C.ACL_STREAM_STATUS_NOT_READY, 0)
+    assert rt.value_write(word, 3, 0, stream) == 0
+    assert rt.synchronize_stream(other) == 0
+    assert list(_read(out, np.uint8, 8)) == [9] * 8 and _read(word, np.uint64, 1)[0] == 3
+    assert rt.value_write(word + 4, 1, 0, stream) == C.ACL_ERROR_RT_PARAM_INVALID  # unaligned
+    assert rt.value_write(word, 1, 1, stream) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.value_wait(word, 1, 4, stream) == C.ACL_ERROR_RT_PARAM_INVALID
+    assert rt.set_op_wait_timeout(1) == 0                      # a word nobody writes: 107019
+    assert rt.value_wait(word, 99, C.ACL_STREAM_WAIT_VALUE_EQ, other) == 0
+    assert rt.synchronize_stream(other) == C.ACL_ERROR_RT_WAIT_TIMEOUT
+    assert rt.free(word) == 0 and rt.free(out) == 0 and rt.destroy_stream(other) == 0
+
+
+def test_virtual_memory_ipc_and_descriptor_copies_are_refused_after_the_argument_checks(rt, stream):
+    dev, _ = rt.malloc(64, 0)
+    assert rt.reserve_mem_address(1 << 21, 0, 0, 0) == (0, C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+    assert rt.reserve_mem_address(0, 0, 0, 0) == (0, C.ACL_ERROR_INVALID_PARAM)
+    assert rt.malloc_physical(1 << 21, {}, 0) == (0, C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+    with pytest.raises(TypeError, match="not dict"):
+        rt.malloc_physical(1 << 21, [], 0)
+    assert rt.map_mem(0, 1, 0, 1, 0) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.ipc_mem_get_export_key(dev, 64, 65, 0) == ("", C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+    with pytest.raises(ValueError):
+        rt.ipc_mem_get_export_key(dev, 64, 2048, 0)
+    with pytest.raises(ValueError):
+        rt.ipc_mem_set_import_pid("key", 5)
+    assert rt.memcpy_async_with_desc(dev, C.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, 0) == C.ACL_ERROR_INVALID_PARAM
+    other, _ = rt.malloc(64, 0)
+    assert rt.memcpy_async_with_condition(other, 64, dev, 64, C.ACL_MEMCPY_DEVICE_TO_DEVICE, stream) == 0
+    assert rt.memcpy_async_with_condition(other, 64, dev, 0, 9, stream) == 0   # (count 0 first)
+    assert rt.memcpy_async_with_condition(other, 64, dev, 64, 5, stream) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.synchronize_stream(stream) == 0
+    assert rt.free(dev) == 0 and rt.free(other) == 0

@@ -18,6 +18,11 @@ _ids = itertools.count(1)
 _wait_timeout: list[float | None] = [None]  # bound on device-side event waits (None = forever)
 
 
+def wait_timeout() -> float | None:
+    """The bound set_wait_timeout put on device-side waits (None: none)."""
+    return _wait_timeout[0]
+
+
 def set_wait_timeout(seconds: float | None) -> None:
     """Bound every later device-side event wait (stream.wait) to `seconds`; None = no bound."""
     _wait_timeout[0] = check_timeout(seconds)

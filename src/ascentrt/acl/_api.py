@@ -61,6 +61,10 @@ class AclTypeError(TypeError):
     """A TypeError pyACL itself raises (argument parsing, non-callable callbacks)."""
 
 
+class AclValueError(ValueError):
+    """A ValueError pyACL's wrappers raise (a list argument that is no list, a key too long)."""
+
+
 class AclFunction(Protocol):
     """What `api` makes: a pyACL-style call returning (values..., ret), tagged with its name and format."""
 
@@ -166,14 +170,15 @@ def call(*rest):
     try:
         values = fn()
 """
-        source = head + f"""    except AclTypeError:
+        source = head + f"""    except (AclTypeError, AclValueError):
         raise
     except Exception as exc:
         return ret_of(exc, out)
     return {returned}
 """
         scope: dict[str, Any] = {"fn": fn, "parse_slow": parse_slow, "out": out, "ret_of": ret_of,
-                                 "_MISSING": _MISSING, "AclTypeError": AclTypeError}
+                                 "_MISSING": _MISSING, "AclTypeError": AclTypeError,
+                                 "AclValueError": AclValueError}
         # (named as generated code, which call sites and warnings skip like ascentrt's own; its
         # lines in linecache, as attrs does, so that a traceback shows them)
         where = f"{GENERATED_PREFIX}acl wrapper of {module}.{fn.__name__}>"

@@ -310,6 +310,151 @@ def get_sys_param_opt(opt: int) -> int:
         return _process_opts[opt]
 
 
+# ---- overflow mode, task scheduler, capabilities, resource limits, topology, id mapping -------
+# Process-wide settings per device id, as CANN keeps them per process: read back by the getters
+# (and the resource limit by launch_kernel).
+_settings_lock = threading.Lock()
+_sat_mode: dict[int, int] = {}                 # device id -> aclrtFloatOverflowMode set
+_res_limits: dict[tuple[int, int], int] = {}   # (device id, aclrtDevResLimitType) -> cores
+
+
+@api("i")
+def set_device_sat_mode(mode: int) -> None:
+    """Set the current device's float overflow mode (aclrtSetDeviceSatMode): INFNAN, what numpy
+    kernels compute; SATURATION is refused (207000): no kernel here clamps its results."""
+    dev = need_context().device
+    if mode not in (C.ACL_RT_OVERFLOW_MODE_SATURATION, C.ACL_RT_OVERFLOW_MODE_INFNAN):
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"overflow mode must be 0 (saturation) or 1 "
+                                               f"(inf/nan), got {mode}")
+    if mode == C.ACL_RT_OVERFLOW_MODE_SATURATION:
+        raise fail(ErrorCode.RT_FEATURE_NOT_SUPPORT, "saturation mode: kernels here compute IEEE "
+                                                     "infinities and NaNs (ACL_RT_OVERFLOW_MODE_INFNAN)")
+    with _settings_lock:
+        _sat_mode[dev.id] = mode
+
+
+@api("", out=(0,))
+def get_device_sat_mode() -> int:
+    """(mode, ret): the current device's float overflow mode, INFNAN (aclrtGetDeviceSatMode)."""
+    dev = need_context().device
+    with _settings_lock:
+        return _sat_mode.get(dev.id, C.ACL_RT_OVERFLOW_MODE_INFNAN)
+
+
+@api("i")
+def set_ts_device(ts_id: int) -> None:
+    """Choose the task scheduler later work goes to (aclrtSetTsDevice): one scheduler runs every
+    task here, so AICORE and AIVECTOR both mean it; any other id is refused (100000)."""
+    if ts_id not in (C.ACL_TS_ID_AICORE, C.ACL_TS_ID_AIVECTOR):
+        raise fail(ErrorCode.INVALID_PARAM, f"ts_id must be 0 (AICORE) or 1 (AIVECTOR), got {ts_id}")
+
+
+_FEATURES = {  # aclrtDevFeatureType -> whether ascentrt's devices have it
+    C.ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV: C.ACL_DEV_FEATURE_SUPPORT,  # Graph.update
+    C.ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV: C.ACL_DEV_FEATURE_NOT_SUPPORT,    # no memory queues
+}
+_FEATURE_MAX = 22  # (the enum's values stop at 21)
+
+
+@api("iI", out=(0,))
+def get_device_capability(device_id: int, feature: int) -> int:
+    """(value, ret): 1 when the device supports the aclrtDevFeatureType, else 0 (aclrtGetDeviceCapability)."""
+    if not 0 <= feature < _FEATURE_MAX:
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"unknown device feature {feature}")
+    _device_in_range(device_id, ErrorCode.RT_INVALID_DEVICEID)
+    return _FEATURES.get(feature, C.ACL_DEV_FEATURE_NOT_SUPPORT)
+
+
+def _res_type(kind: int) -> int:
+    if kind not in (C.ACL_RT_DEV_RES_CUBE_CORE, C.ACL_RT_DEV_RES_VECTOR_CORE):
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"resource type must be 0 (cube) or 1 (vector), got {kind}")
+    return kind
+
+
+@api("iI", out=(0,))
+def get_device_res_limit(device_id: int, kind: int) -> int:
+    """(cores, ret): the cores this process's kernels may use on the device, by default all of
+    its compute units (one kind runs cube and vector work alike) (aclrtGetDeviceResLimit)."""
+    _res_type(kind)
+    dev = _device_in_range(device_id, ErrorCode.RT_INVALID_DEVICEID)
+    with _settings_lock:
+        return _res_limits.get((device_id, kind), dev.properties.compute_units)
+
+
+@api("iII")
+def set_device_res_limit(device_id: int, kind: int, value: int) -> None:
+    """Cap the cores this process's later kernels use on the device (aclrtSetDeviceResLimit):
+    launch_kernel gives them that block_dim (on sim, the compute units they occupy)."""
+    _res_type(kind)
+    dev = _device_in_range(device_id, ErrorCode.RT_INVALID_DEVICEID)
+    units = dev.properties.compute_units
+    if not 1 <= value <= units:
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"core limit must be in [1, {units}] (the device's "
+                                               f"compute units), got {value}")
+    with _settings_lock:
+        _res_limits[(device_id, kind)] = value
+
+
+@api("i")
+def reset_device_res_limit(device_id: int) -> None:
+    """Drop this process's core limits on the device (aclrtResetDeviceResLimit)."""
+    _device_in_range(device_id, ErrorCode.RT_INVALID_DEVICEID)
+    with _settings_lock:
+        for kind in (C.ACL_RT_DEV_RES_CUBE_CORE, C.ACL_RT_DEV_RES_VECTOR_CORE):
+            _res_limits.pop((device_id, kind), None)
+
+
+def core_limit(device_id: int) -> int | None:
+    """The smallest core limit set for the device (None: none set), for launch_kernel."""
+    with _settings_lock:
+        limits = [v for (d, _), v in _res_limits.items() if d == device_id]
+    return min(limits) if limits else None
+
+
+@api("II", out=(0,))
+def get_devices_topo(device_id: int, other_device_id: int) -> int:
+    """(link bits, ret): how two devices are connected (aclrtGetDevicesTopo): HCCS on a sim
+    preset with a peer link, else PHB (cpu devices share this host's memory bus)."""
+    dev = _device_in_range(device_id, ErrorCode.RT_INVALID_DEVICEID)
+    _device_in_range(other_device_id, ErrorCode.RT_INVALID_DEVICEID)
+    if device_id == other_device_id:
+        raise fail(ErrorCode.RT_PARAM_INVALID, "a device has no link to itself")
+    preset = getattr(dev._backend, "preset", None)
+    return C.ACL_RT_DEVS_TOPOLOGY_HCCS if preset is not None and preset.peer_link_bandwidth \
+        else C.ACL_RT_DEVS_TOPOLOGY_PHB
+
+
+def _same_id(device_id: int, code: int) -> int:
+    """Ids map to themselves here (no ASCEND_RT_VISIBLE_DEVICES renumbering, no containers)."""
+    if device_id < 0:
+        raise fail(code, f"device id must be >= 0, got {device_id}")
+    return _device_in_range(device_id, ErrorCode.RT_INVALID_DEVICEID).id
+
+
+@api("i", out=(0,))
+def get_logic_dev_id_by_user_dev_id(user_dev_id: int) -> int:
+    """(logic id, ret): the same id (aclrtGetLogicDevIdByUserDevId)."""
+    return _same_id(user_dev_id, ErrorCode.RT_INVALID_DEVICEID)
+
+
+@api("i", out=(0,))
+def get_user_dev_id_by_logic_dev_id(logic_dev_id: int) -> int:
+    """(user id, ret): the same id (aclrtGetUserDevIdByLogicDevId)."""
+    return _same_id(logic_dev_id, ErrorCode.RT_INVALID_DEVICEID)
+
+
+@api("i", out=(0,))
+def get_logic_dev_id_by_phy_dev_id(phy_dev_id: int) -> int:
+    """(logic id, ret): the same id (aclrtGetLogicDevIdByPhyDevId)."""
+    return _same_id(phy_dev_id, ErrorCode.RT_PARAM_INVALID)
+
+
+@api("i", out=(0,))
+def get_phy_dev_id_by_logic_dev_id(logic_dev_id: int) -> int:
+    """(physical id, ret): the same id (aclrtGetPhyDevIdByLogicDevId)."""
+    return _same_id(logic_dev_id, ErrorCode.RT_PARAM_INVALID)
+
+
 __all__ = ["set_device", "reset_device", "reset_device_force", "get_device", "get_device_count",
            "get_run_mode", "synchronize_device", "synchronize_device_with_timeout",
            "device_can_access_peer", "device_enable_peer_access", "device_disable_peer_access",
@@ -317,4 +462,8 @@ __all__ = ["set_device", "reset_device", "reset_device_force", "get_device", "ge
            "device_get_stream_priority_range", "create_context", "destroy_context", "set_context",
            "get_context", "ctx_get_current_default_stream", "get_device_info", "device_get_uuid",
            "get_primary_ctx_state", "ctx_set_sys_param_opt", "ctx_get_sys_param_opt",
-           "set_sys_param_opt", "get_sys_param_opt", "device_task_abort"]
+           "set_sys_param_opt", "get_sys_param_opt", "device_task_abort", "set_device_sat_mode",
+           "get_device_sat_mode", "set_ts_device", "get_device_capability", "get_device_res_limit",
+           "set_device_res_limit", "reset_device_res_limit", "get_devices_topo",
+           "get_logic_dev_id_by_user_dev_id", "get_user_dev_id_by_logic_dev_id",
+           "get_logic_dev_id_by_phy_dev_id", "get_phy_dev_id_by_logic_dev_id"]

@@ -11,6 +11,7 @@ from ..errors import ErrorCode
 from ..launch import launch
 from ..memory import REGISTRY, BufferSlice, TypedView
 from ._api import EVENTS, AclTypeError, api, fail, last_task_id, note_task, stream_of
+from ._device import core_limit
 
 
 _ranges: list[tuple[int, int]] = []  # (start, end) of each device's memory mapping, made once
@@ -69,7 +70,9 @@ def launch_kernel(kernel: Callable[..., Any] | str, args: tuple[Any, ...] | list
         raise AclTypeError("acl.rt.launch_kernel args parse failed")
     s = stream_of(stream)
     ev = EVENTS.get(event) if event else None
-    task_id = launch(kernel, *[_translate(a) for a in args] if args else (), stream=s)
+    # (a core limit set with set_device_res_limit: the kernel occupies that many units)
+    task_id = launch(kernel, *[_translate(a) for a in args] if args else (), stream=s,
+                     block_dim=core_limit(s.device.id))
     note_task(stream, s, task_id)
     if ev is not None:
         ev.record(s)
@@ -99,6 +102,12 @@ def _set_op_timeout_us(timeout_us: int) -> int:
     with _timeout_lock:
         _op_timeout_us[0] = actual
     return actual
+
+
+def op_timeout_s() -> float:
+    """The operator execution timeout in effect, in seconds."""
+    with _timeout_lock:
+        return _op_timeout_us[0] / 1e6
 
 
 @api("I")

@@ -14,7 +14,7 @@ from ..copies import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_
 from ..copies import memset as _memset, memset_async as _memset_async
 from . import constants as C
 from ..context import _current, current_context
-from ._api import _INT32, _MISSING, AclTypeError, api, fail, need_context, note_task, ret_of, stream_of
+from ._api import _INT32, _MISSING, AclTypeError, AclValueError, api, fail, need_context, note_task, ret_of, stream_of
 
 _MAX_2D_WIDTH, _MAX_2D_HEIGHT = 5_000_000, 5_242_880
 
@@ -225,6 +225,126 @@ def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, strea
     note_task(stream, s)
 
 
+@api("kkkkik")
+def memcpy_async_with_condition(dst: int, dest_max: int, src: int, count: int, kind: int,
+                                stream: int) -> None:
+    """memcpy_async, which here already copies pageable (not page-locked) host memory before it
+    returns, as this older call documents (aclrtMemcpyAsyncWithCondition, deprecated)."""
+    if count == 0:
+        return
+    if kind > C.ACL_MEMCPY_DEFAULT:  # (its kinds are 0..4)
+        raise fail(ErrorCode.INVALID_PARAM, f"memcpy kind must be 0..4, got {kind}")
+    memcpy_async.__wrapped__(dst, dest_max, src, count, kind, stream)
+
+
+def _not_provided(what: str) -> Exception:
+    """The refusal (207000) of a memory feature ascentrt's devices do not have."""
+    return fail(ErrorCode.RT_FEATURE_NOT_SUPPORT, f"{what} is not provided by ascentrt's devices")
+
+
+_VMM = ("virtual memory management (reserve_mem_address, malloc_physical, map_mem): device "
+        "memory comes from malloc and the stream-ordered pool")
+_IPC = ("IPC memory sharing (ipc_mem_*): each process has its own devices; share data across "
+        "processes with hccl over MPI")
+
+
+@api("kkkK", out=(0,))
+def reserve_mem_address(size: int, alignment: int, expect_ptr: int, flags: int) -> int:
+    """(vir_ptr, ret): refused, 207000 after CANN's argument checks (aclrtReserveMemAddress)."""
+    if size == 0 or flags not in (0, 1):
+        raise fail(ErrorCode.INVALID_PARAM, "size must be > 0 and flags 0 or 1")
+    raise _not_provided(_VMM)
+
+
+@api("k")
+def release_mem_address(vir_ptr: int) -> None:
+    """Refused, 207000 (aclrtReleaseMemAddress): nothing was ever reserved."""
+    if vir_ptr == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "null address")
+    raise _not_provided(_VMM)
+
+
+@api("kOK", out=(0,))
+def malloc_physical(size: int, prop: object, flags: int) -> int:
+    """(handle, ret): refused, 207000 after CANN's argument checks (aclrtMallocPhysical)."""
+    if not isinstance(prop, dict):
+        raise AclTypeError("the aclrtPhysicalMemProp argument is not dict")
+    if size == 0 or flags != 0:
+        raise fail(ErrorCode.INVALID_PARAM, "size must be > 0 and flags 0")
+    raise _not_provided(_VMM)
+
+
+@api("k")
+def free_physical(handle: int) -> None:
+    """Refused, 207000 (aclrtFreePhysical): no physical handle is ever made."""
+    if handle == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "null handle")
+    raise _not_provided(_VMM)
+
+
+@api("kkkkK")
+def map_mem(vir_ptr: int, size: int, offset: int, handle: int, flags: int) -> None:
+    """Refused, 207000 after CANN's argument checks (aclrtMapMem)."""
+    if vir_ptr == 0 or handle == 0 or size == 0 or flags != 0:
+        raise fail(ErrorCode.INVALID_PARAM, "address, handle and size must be non-zero, flags 0")
+    raise _not_provided(_VMM)
+
+
+@api("k")
+def unmap_mem(vir_ptr: int) -> None:
+    """Refused, 207000 (aclrtUnmapMem)."""
+    if vir_ptr == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "null address")
+    raise _not_provided(_VMM)
+
+
+@api("kkkK", out=("",))
+def ipc_mem_get_export_key(dev_ptr: int, size: int, length: int, flags: int) -> str:
+    """(key, ret): refused, ("", 207000) after CANN's checks (aclrtIpcMemGetExportKey)."""
+    if length >= 1024:
+        raise AclValueError("key len should be less than 1024")
+    if dev_ptr == 0:
+        raise fail(ErrorCode.INVALID_PARAM, "null device pointer")
+    if size == 0 or length == 0 or flags > 1:
+        raise fail(ErrorCode.RT_PARAM_INVALID, "size and len must be > 0, flags 0 or 1")
+    raise _not_provided(_IPC)
+
+
+@api("s")
+def ipc_mem_close(key: str) -> None:
+    """Refused, 207000 (aclrtIpcMemClose)."""
+    raise _not_provided(_IPC)
+
+
+@api("sK", out=(0,))
+def ipc_mem_import_by_key(key: str, flags: int) -> int:
+    """(dev_ptr, ret): refused, 207000 after CANN's checks (aclrtIpcMemImportByKey)."""
+    if flags > 1:
+        raise fail(ErrorCode.RT_PARAM_INVALID, f"flags must be 0 or 1, got {flags}")
+    raise _not_provided(_IPC)
+
+
+@api("sO")
+def ipc_mem_set_import_pid(key: str, pids: object) -> None:
+    """Refused, 207000 after CANN's checks (aclrtIpcMemSetImportPid)."""
+    if not isinstance(pids, list):
+        raise AclValueError("argument 2 only support the format of list")
+    if not all(type(p) is int for p in pids):
+        raise AclValueError("get values from PyList failed")
+    if not pids:
+        raise fail(ErrorCode.RT_PARAM_INVALID, "the pid list is empty")
+    raise _not_provided(_IPC)
+
+
+@api("kik")
+def memcpy_async_with_desc(desc: int, kind: int, stream: int) -> None:
+    """Refused, 207000 after CANN's checks (aclrtMemcpyAsyncWithDesc): copies described in
+    device memory have no model in ascentrt; use memcpy_async."""
+    if desc == 0 or stream == 0 or not 0 <= kind <= C.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE:
+        raise fail(ErrorCode.INVALID_PARAM, "desc and stream must be non-zero, kind 0..7")
+    raise _not_provided("a copy described in device memory (memcpy_async_with_desc)")
+
+
 def _fill_args(ptr: int, max_count: int, count: int) -> None:
     if ptr == 0:
         raise fail(ErrorCode.INVALID_PARAM, "null pointer")
@@ -394,4 +514,7 @@ def pointer_get_attributes(ptr: int) -> dict[str, Any]:
 __all__ = ["malloc", "malloc_cached", "malloc_align32", "free", "malloc_host", "free_host",
            "memcpy", "memcpy_async", "memset", "memset_async", "memcpy2d", "memcpy2d_async",
            "get_mem_info", "mem_flush", "mem_invalidate", "malloc_with_cfg", "malloc_host_with_cfg",
-           "pointer_get_attributes"]
+           "pointer_get_attributes", "memcpy_async_with_condition", "reserve_mem_address",
+           "release_mem_address", "malloc_physical", "free_physical", "map_mem", "unmap_mem",
+           "ipc_mem_get_export_key", "ipc_mem_close", "ipc_mem_import_by_key",
+           "ipc_mem_set_import_pid", "memcpy_async_with_desc"]

@@ -167,8 +167,35 @@ def stream_abort(stream: int) -> None:
     stream_of(stream, own=True).abort()
 
 
+def _overflow_stream(stream: int) -> Stream:
+    s = stream_of(stream)
+    if s._capture is not None:
+        raise fail(ErrorCode.RT_STREAM_CAPTURED, f"stream {s.id} is being captured")
+    return s
+
+
+@api("kI")
+def set_stream_overflow_switch(stream: int, flag: int) -> None:
+    """Turn float overflow detection of the stream's later tasks off (0) (aclrtSetStreamOverflowSwitch);
+    on (1) is refused (207000): kernels here compute IEEE infinities and NaNs, nothing detects."""
+    if flag not in (0, 1):
+        raise fail(ErrorCode.INVALID_PARAM, f"overflow switch must be 0 or 1, got {flag}")
+    _overflow_stream(stream)
+    if flag:
+        raise fail(ErrorCode.RT_FEATURE_NOT_SUPPORT, "float overflow detection has no model in "
+                                                     "ascentrt (ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK)")
+
+
+@api("k", out=(0,))
+def get_stream_overflow_switch(stream: int) -> int:
+    """(flag, ret): 0, overflow detection off (aclrtGetStreamOverflowSwitch)."""
+    stream_of(stream)
+    return 0
+
+
 __all__ = ["create_stream", "create_stream_with_config", "destroy_stream", "destroy_stream_force",
            "synchronize_stream", "synchronize_stream_with_timeout", "stream_query",
            "set_stream_failure_mode", "stream_wait_event", "stream_get_id", "get_stream_available_num",
-           "get_stream_attribute", "set_stream_attribute", "stream_abort"]
+           "get_stream_attribute", "set_stream_attribute", "stream_abort",
+           "set_stream_overflow_switch", "get_stream_overflow_switch"]
 
