@@ -11,6 +11,7 @@ import pytest
 import ascentrt
 import ascentrt.acl as acl
 from ascentrt import context
+from ascentrt.device import Device
 from ascentrt.acl import constants as C
 from ascentrt.acl._api import STREAMS
 from ascentrt.errors import MemcpyKindWarning
@@ -152,7 +153,9 @@ def test_finalize_releases_devices_and_handles():
 def test_version_soc_and_messages():
     major, minor, patch, ret = acl.get_version()
     assert ret == 0 and (major, minor) == (1, 17)
-    assert isinstance(acl.get_soc_name(), str)
+    props = Device(0).properties  # (the preset's name on sim: programs pick files by it)
+    assert acl.get_soc_name() == ("ascentrt-cpu" if props.backend == "cpu"
+                                  else f"ascentrt-sim-{props.preset}")
     released_without_device()
     acl.rt.create_stream()
     assert "context" in acl.get_recent_err_msg()

@@ -16,6 +16,7 @@ import types as _types
 from typing import Any as _Any
 
 from .. import config as _config
+from ..device import Device as _Device
 from ..errors import AscentError as _AscentError, ErrorCode as _ErrorCode
 from . import constants, rt, util
 from ._api import CONTEXTS as _CONTEXTS, EVENTS as _EVENTS, NOTIFIES as _NOTIFIES
@@ -98,8 +99,10 @@ def get_version() -> tuple[int, int, int]:
 
 
 def get_soc_name() -> str:
-    """str: the device's name, "ascentrt-cpu" (aclrtGetSocName)."""
-    return "ascentrt-cpu"
+    """str: the device's name, "ascentrt-cpu", or "ascentrt-sim-<preset>" on the simulated NPU
+    (aclrtGetSocName)."""
+    props = _Device(0).properties
+    return f"ascentrt-{props.backend}" + (f"-{props.preset}" if props.preset else "")
 
 
 def get_recent_err_msg() -> str | None:
