@@ -271,3 +271,25 @@ def test_every_command_error_ends_with_its_code(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith("ascentrt: error:") and err.count("\n") == 0, err
         assert re.search(r"\(\d{6} [A-Z_]+\)$", err), err
+
+
+def test_a_reader_that_stops_early_ends_a_command_quietly(tmp_path):
+    # (`ascentrt info | head` printed "ascentrt: error: broken pipe")
+    r, w = os.pipe()
+    os.close(r)
+    done = subprocess.run([sys.executable, "-m", "ascentrt.cli", "info", "--preset", "ascend910b"],
+                          stdout=w, stderr=subprocess.PIPE, text=True, timeout=60)
+    os.close(w)
+    assert done.returncode == 128 + 13 and done.stderr == ""
+
+
+def test_a_program_that_cannot_start_leaves_no_profile_folder(tmp_path):
+    out = ascentrt("prof", "-o", str(tmp_path / "p"), "--", "no-such-program-here")
+    assert out.returncode == 1 and "cannot run" in out.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_bad_setting_says_its_code_once(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ascentrt.cli", "info"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "ASCENTRT_DEVICES": "x"})
+    assert done.returncode == 1 and done.stderr.count("100000") == 1

@@ -360,6 +360,7 @@ def main(args) -> int:
     if config.get("ASCENTRT_BACKEND") != "cpu":
         os.environ["ASCENTRT_BACKEND"] = "cpu"  # (no device exists yet in this process)
     path = write(measure(), args.out or calibrated_path())
-    print(f"wrote {path}: ASCENTRT_SIM_PRESET=calibrated (or the path) makes the simulator "
-          f"predict this machine's cpu backend")
+    name = path if args.out else "calibrated"  # (`calibrated` names the default file only)
+    print(f"wrote {path}: ASCENTRT_SIM_PRESET={name} makes the simulator predict this "
+          f"machine's cpu backend")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -135,11 +136,17 @@ def _prof(args) -> int:
     if args.progress is not None and not 0.01 <= args.progress < float("inf"):  # (NaN too)
         raise InvalidArgumentError(f"--progress takes seconds >= 0.01 between progress lines, "
                                    f"got {args.progress}")
+    made = not os.path.exists(args.out)
     out = claim(os.path.abspath(args.out), args.force)  # (before the run, not after it)
     # This process holds the folder: the program and every process it starts that imports
     # ascentrt write a part (child-<pid>/), assembled into one profile when the program exits.
     env = dict(os.environ, ASCENTRT_PROFILE=out, ASCENTRT_PROFILE_PID=str(os.getpid()))
-    child = start_program(command, program_env(env))
+    try:
+        child = start_program(command, program_env(env))
+    except Exception:
+        if made and not os.listdir(out):  # (a program that never started leaves no folder)
+            os.rmdir(out)
+        raise
     started = time.monotonic()
     tty = sys.stderr.isatty()
     every = args.progress if args.progress is not None else 1.0 if tty else PROGRESS_EVERY_S
@@ -288,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="subcommand", required=True)
     p_demo = sub.add_parser("demo", parents=[common],
                             help="run the multi-stream pipeline demo and write its profile report")
-    p_demo.add_argument("--batches", type=int, default=12)
+    p_demo.add_argument("--batches", type=int, default=12,
+                        help="batches each pipeline run moves (default: 12)")
     p_demo.add_argument("-o", "--out", default="ascentrt-demo-profile",
                         help="folder for the profile (default: ascentrt-demo-profile)")
     p_demo.add_argument("--backend", choices=("cpu", "sim"), default="cpu",
@@ -359,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     p_whatif.set_defaults(fn=lambda args: __import__("ascentrt.whatif", fromlist=["main"]).main(args))
     p_cal = sub.add_parser("calibrate", parents=[common],
                            help="measure this machine's cpu backend and write the 'calibrated' preset")
-    p_cal.add_argument("-o", "--out", help="preset file to write (default: the 'calibrated' preset)")
+    p_cal.add_argument("-o", "--out", help="preset file to write (default: the one the preset "
+                                           "name 'calibrated' reads; another is used by its path)")
     p_cal.set_defaults(fn=lambda args: __import__("ascentrt.calibrate", fromlist=["main"]).main(args))
     p_report = sub.add_parser("report", parents=[common],
                               help="print the summary and diagnosis of a profile folder")
@@ -375,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         sub.choices[args.subcommand].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.fn(args)
+    except BrokenPipeError:  # (`ascentrt info | head`: the reader had enough; say nothing more)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # (as a program killed by SIGPIPE)
     except Exception as exc:  # one clear line for users; --debug for the traceback
         if args.debug:
             raise

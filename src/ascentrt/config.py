@@ -225,7 +225,7 @@ def get(env: str):
     try:
         return setting.parse(raw)
     except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"{env}={raw!r}: {exc}") from None
+        raise InvalidArgumentError(f"{env}={raw!r}: {exc.message}") from None
 
 
 def table() -> list[tuple[str, str, str]]:
