@@ -54,7 +54,7 @@ def test_info_lists_another_process_with_its_memory_and_streams_then_ignores_it_
         (dev0,) = mine[0].devices
         assert dev0.device == 0 and dev0.streams == 2
         assert dev0.memory_used == 3 * MiB and dev0.memory_reserved >= 3 * MiB
-        assert mine[0].program.startswith("python")
+        assert mine[0].program.startswith("python") and mine[0].backend == "cpu"
 
         monkeypatch.setenv("ASCENTRT_USAGE_DIR", str(tmp_path))
         assert cli.main(["info", "--json"]) == 0
@@ -63,7 +63,8 @@ def test_info_lists_another_process_with_its_memory_and_streams_then_ignores_it_
             [(child.pid, 3 * MiB, 2)]
         assert cli.main(["info"]) == 0
         table = capsys.readouterr().out
-        assert f"0      {child.pid:<9}3.0 MiB / " in table
+        assert f"0      {child.pid:<9}{'cpu':<20}3.0 MiB / " in table
+        assert "each on its own devices" in table  # (not a share of this process's devices)
     finally:
         child.send_signal(signal.SIGKILL)  # no exit handler runs: its file stays behind
         child.wait(timeout=30)

@@ -59,12 +59,14 @@ def _info(args) -> int:
                                                  "compute_units": None, "copy_engines": None,
                                                  "streams": None, "processes": []})
                 row["processes"].append({"pid": proc.pid, "program": proc.program,
+                                         "backend": proc.backend,
                                          "memory_used": u.memory_used,
                                          "memory_reserved": u.memory_reserved,
                                          "streams": u.streams})
     if args.json:
         print(json.dumps([rows[i] for i in sorted(rows)], indent=2))
         return 0
+    print("This process's devices (each process has devices of its own):")
     header = (f"{'Device':<7}{'Name':<18}{'Backend':<9}{'Memory used / total':<28}"
               f"{'Compute':<9}{'Copy':<6}{'Streams'}")
     print(header)
@@ -81,11 +83,14 @@ def _info(args) -> int:
     if not users:
         print("\nNo other process uses these devices.")
         return 0
-    header = f"{'Device':<7}{'PID':<9}{'Memory used / reserved':<31}{'Streams':<9}Program"
-    print(f"\n{header}\n{'-' * len(header)}")
+    header = (f"{'Device':<7}{'PID':<9}{'Backend':<20}{'Memory used / reserved':<31}"
+              f"{'Streams':<9}Program")
+    print(f"\nOther processes using ascentrt on this machine, each on its own devices:\n"
+          f"{header}\n{'-' * len(header)}")
     for i, p in users:
         mem = f"{format_bytes(p['memory_used'])} / {format_bytes(p['memory_reserved'])}"
-        print(f"{i:<7}{p['pid']:<9}{mem:<31}{p['streams']:<9}{p['program']}")
+        print(f"{i:<7}{p['pid']:<9}{p['backend'] or '?':<20}{mem:<31}{p['streams']:<9}"
+              f"{p['program']}")
     return 0
 
 

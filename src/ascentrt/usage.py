@@ -52,6 +52,7 @@ class ProcessUsage:
     program: str               # its command line, cut to 200 characters
     since: float               # when it began publishing (seconds since the epoch)
     devices: tuple[DeviceUsage, ...]
+    backend: str = ""          # its devices' backend: cpu, or sim:<preset>
 
 
 def folder() -> str:
@@ -120,8 +121,12 @@ class _Publisher:
         self.folder = where
         self.path = os.path.join(where, f"{os.getpid()}.json")
         stat = _proc_stat(os.getpid())
+        backend = config.get("ASCENTRT_BACKEND")
+        if backend == "sim":
+            backend += ":" + config.get("ASCENTRT_SIM_PRESET")
         self.header = {"format": FORMAT, "pid": os.getpid(), "program": _program(),
-                       "since": time.time(), "start_ticks": stat[1] if stat else None}
+                       "since": time.time(), "start_ticks": stat[1] if stat else None,
+                       "backend": backend}
         self.lock = threading.Lock()  # one writer at a time: the thread, publish(), exit
         self.stopped = threading.Event()
         self.written: str | None = None  # the text the file holds
@@ -219,7 +224,8 @@ def _parse(text: str, pid: int) -> tuple[ProcessUsage, int | None]:
     devices = tuple(DeviceUsage(_count(d["device"]), _count(d["memory_used"]),
                                 _count(d["memory_reserved"]), _count(d["streams"]))
                     for d in data["devices"])
-    usage = ProcessUsage(pid, str(data["program"]), float(data["since"]), devices)
+    usage = ProcessUsage(pid, str(data["program"]), float(data["since"]), devices,
+                         str(data.get("backend", "")))
     return usage, None if ticks is None else _count(ticks)
 
 
