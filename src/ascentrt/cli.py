@@ -118,7 +118,7 @@ def _demo(args) -> int:
     findings = prof.diagnose(PIPELINE_RANGE)
     print(f"profile written to {args.out}/ (report.html, trace.json, CSV summaries); "
           f"{len(findings)} finding(s) in the timed pipelines{':' if findings else ''} (ascentrt "
-          f"report {args.out} for the whole run)")
+          f"report {args.out} for the whole run, the demo's set-up and checks included)")
     for f in findings:
         print(f"  - {f.title}")
     return code

@@ -106,7 +106,7 @@ def timing_source(profile: ProfileData) -> str:
 def findings_text(findings, scope: str = "") -> str:
     """The diagnosis as text ('no problems found' when empty); `scope` says what it covers
     when that is not the whole profile (scope.Scope.label())."""
-    title = f"Diagnosis of {scope}" if scope else "Diagnosis"
+    title = f"Diagnosis of {scope} (the tables above cover the whole run)" if scope else "Diagnosis"
     if not findings:
         return f"{title}: no problems found."
     parts = [f"{title}: {len(findings)} finding(s)"]
