@@ -620,3 +620,23 @@ def test_a_non_blocking_host_function_is_not_ordered_before_its_stream_s_later_w
         gate.set()
         art.synchronize(TIMEOUT)
     assert len(found) == 1 and found[0].second.name == "producer"
+
+
+def test_a_host_function_that_waits_for_the_producer_itself_may_read_after(streams, bufs):
+    # (its accesses were checked with its clock at submission: a wait inside it ordered nothing)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    ev = art.Event()
+
+    def read_after_waiting():
+        s1.synchronize(TIMEOUT)
+        buf.numpy().sum()
+        ev.synchronize(TIMEOUT)
+        art.memcpy(out, buf, N)
+
+    with art.sanitize("raise") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        ev.record(s1)
+        art.launch_host_func(read_after_waiting, stream=s2)
+        s2.synchronize(TIMEOUT)
+    assert found == []

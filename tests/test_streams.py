@@ -439,3 +439,39 @@ def test_abort_and_event_limits_refuse_bad_input_with_a_code(dev):
     s.destroy(force=True)
     with pytest.raises(art.InvalidArgumentError):
         art.Event(limited="no")
+
+
+def test_a_discard_of_work_queued_after_a_synchronize_began_is_not_its_error(dev):
+    s = dev.create_stream()
+    gate = threading.Event()
+    art.launch_host_func(gate.wait, 30, stream=s)         # what the synchronize waits for
+    th, got = _synchronize_in_thread(lambda: s.synchronize(timeout=30))
+    blocked = _stuck_stream(dev)
+    s.wait(blocked.record())                              # queued later: never runs
+    later = art.malloc(64)
+    art.memset_async(later, 1, stream=s)
+    gate.set()
+    time.sleep(0.2)
+    s.abort()                                             # drops only the later work
+    th.join(30)
+    assert got == [None]
+    s.destroy()
+    blocked.destroy(force=True)
+    later.free()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_destroying_a_capturing_stream_is_refused_or_ends_its_capture(dev, force):
+    s = dev.create_stream()
+    s.begin_capture()
+    art.launch(lambda: None, stream=s)
+    if not force:
+        with pytest.raises(art.CaptureError) as err:
+            s.destroy()
+        assert err.value.code == art.ErrorCode.RT_STREAM_CAPTURED
+    else:
+        s.destroy(force=True)
+    with pytest.raises(art.AscentError):  # (the capture is invalid: no graph comes of it)
+        s.end_capture()
+    if not force:
+        s.destroy()

@@ -99,7 +99,7 @@ class Event:
         if m.capture is not None:
             m.capture.refuse_event(self, m)
         m.stream._dq.backend.host_call("synchronize")  # a simulated device charges the call
-        aborts = m.stream._aborts
+        aborts = (m.stream._aborts, m.position)
         ev = m.stream._dq.backend.new_signal()
         with ENGINE.lock:
             if not m.done:

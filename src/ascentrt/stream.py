@@ -79,10 +79,11 @@ class Stream:
         self._cut: int | None = None   # set by a discard: later tasks of the running batch are dropped
         self._after_running: list | None = None  # records a discard dropped behind a running task
         self._failure: ExceptionInfo | None = None
-        # Discards of pending work (abort, destroy with force, a reset) so far, and what the
-        # last one dropped: a synchronization that waited meanwhile reports it (107023).
+        # Discards of pending work (abort, destroy with force, a reset) so far, and the latest
+        # ones as (count, first task dropped, what): a synchronization that waited meanwhile
+        # for a task they dropped reports it (107023).
         self._aborts = 0
-        self._abort_what = ""
+        self._abort_log: list[tuple[int, int, str]] = []
         self._stop_on_failure = check_flag(stop_on_failure, "stop_on_failure")
         self._capture: Any = None      # set while the stream is being captured into a graph
         limit = device._backend.properties().max_streams
@@ -289,8 +290,14 @@ class Stream:
         if not force:
             try:
                 self.synchronize(timeout)
-            except (TaskError, StreamStateError):
+            except TaskError:
                 pass  # destroying is not the place to report task errors: they die with the stream
+            except StreamStateError as exc:
+                if exc.code != ErrorCode.RT_STREAM_ABORT:
+                    raise  # (a capture refuses the destroy)
+        elif self._capture is not None:  # (its capture cannot go on: end_capture then raises)
+            self._capture.invalidate(ErrorCode.RT_STREAM_CAPTURED,
+                                     f"destroy(force=True) of captured stream {self.id}")
         with ENGINE.lock:
             if self._refuse == "destroyed":
                 raise InvalidHandleError(f"stream {self.id} was destroyed")

@@ -597,6 +597,8 @@ class Engine:
                 prof.task_done(blocked)
         tasks = s._tasks
         dropped = 0
+        # (the first task this drops: the one after the running one, else the queue's head)
+        first = tasks[0].id if tasks else 0
         if s._running is not None:
             # A worker runs a batch outside the lock: its tasks after the running one must not
             # start. Publish the cut before reading _running; the worker publishes _running
@@ -606,6 +608,7 @@ class Engine:
             last = tasks[0].id - 1 if tasks else s._submitted
             s._cut = running.id
             dropped = last - running.id  # the worker completes them when its batch ends
+            first = running.id + 1
         queued = len(tasks)
         records = []
         while tasks:
@@ -629,7 +632,8 @@ class Engine:
             s._dq.active.discard(s)
         if why and dropped + queued:
             s._aborts += 1
-            s._abort_what = f"{dropped + queued} pending task(s) of stream {s.id} discarded by {why}"
+            s._abort_log = s._abort_log[-7:] + [(
+                s._aborts, first, f"{dropped + queued} pending task(s) of stream {s.id} discarded by {why}")]
         return dropped + queued
 
     def _release_records(self, s, records: list) -> None:

@@ -12,7 +12,7 @@ def synchronize_streams(streams: list, timeout: float | None, what: str) -> None
     sanitizer = Hooks.sanitizer
     seen = sanitizer.stream_clocks(streams) if sanitizer is not None else None
     clock = ENGINE.devices[0].backend.now_ns
-    aborts = [s._aborts for s in streams]
+    aborts = [(s._aborts, s._submitted) for s in streams]
     deadline = None if timeout is None else clock() + timeout * 1e9
     for s in streams:
         remaining = None if deadline is None else max((deadline - clock()) / 1e9, 1e-6)
@@ -23,14 +23,18 @@ def synchronize_streams(streams: list, timeout: float | None, what: str) -> None
     raise_if_aborted(streams, aborts)
 
 
-def raise_if_aborted(streams: list, aborts: list[int]) -> None:
-    """Raise StreamStateError (107023) when pending work of `streams` was discarded since their
-    discard counts were `aborts`: the synchronization that waited for it did not get it done
-    (as aclrtSynchronizeStream returns ACL_ERROR_RT_STREAM_ABORT after aclrtStreamAbort)."""
-    for s, seen in zip(streams, aborts):
-        if s._aborts != seen:
-            raise StreamStateError(f"{s._abort_what} while the synchronization waited: that work "
-                                   f"never ran", code=ErrorCode.RT_STREAM_ABORT)
+def raise_if_aborted(streams: list, aborts: list[tuple[int, int]]) -> None:
+    """Raise StreamStateError (107023) when a discard since `aborts` ((discard count, last task
+    waited for) per stream) dropped work the synchronization waited for: it did not get it
+    done (as aclrtSynchronizeStream returns ACL_ERROR_RT_STREAM_ABORT after aclrtStreamAbort).
+    Work queued after the synchronization began is not its business."""
+    for s, (seen, upto) in zip(streams, aborts):
+        if s._aborts == seen:
+            continue
+        for count, first, what in s._abort_log:
+            if count > seen and first <= upto:
+                raise StreamStateError(f"{what} while the synchronization waited: that work "
+                                       f"never ran", code=ErrorCode.RT_STREAM_ABORT)
 
 
 def raise_stream_errors(streams: list, before: int | None = None) -> None:

@@ -331,9 +331,16 @@ class Sanitizer:
             return tuple(out)
 
     def host_waited(self, clocks) -> None:
-        """The calling host thread waited for the work these clocks cover."""
+        """The calling host thread waited for the work these clocks cover (inside a host
+        function: what the function does from now on comes after that work)."""
+        running = _executing.stream
+        task = running._running if running is not None else None
+        tagged = task.clock if task is not None else None
         with self.lock:
-            host = self.host
+            if tagged is not None and tagged[0] is self:
+                host = tagged[1]  # (the function's own clock: its later accesses read it)
+            else:
+                host = self.host
             for c in clocks:
                 if type(c) is tuple:  # a held stream's: the snapshot its release took
                     sid, upto = c
