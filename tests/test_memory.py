@@ -462,3 +462,12 @@ def test_an_oom_from_fragmentation_names_the_piece_it_lacked_and_every_way_out(d
     assert "no free piece holds" in text and "ASCENTRT_MEM_POOL_ENABLE=0" in text
     for b in held[1::2]:
         pool.deallocate(b)
+
+
+def test_with_a_split_limit_under_a_shared_chunk_medium_buffers_get_chunks_of_their_own():
+    # (each 3 MiB buffer took a whole 20 MiB chunk whose rest the limit kept unsplittable)
+    pool = BlockPool(ArenaChunks(256 << 20), split_limit=16 << 20)
+    blocks = [pool.allocate(3 << 20) for _ in range(40)]
+    assert pool.reserved <= 40 * (4 << 20)
+    for b in blocks:
+        pool.deallocate(b)

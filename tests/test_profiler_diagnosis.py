@@ -150,9 +150,18 @@ def test_stream_sync_every_iteration_is_diagnosed(stream, buf):
             stream.synchronize(timeout=30)
     found = [f for f in prof.diagnose() if f.kind == "stream_sync_in_loop"]
     assert found, prof.diagnose()
-    assert found[0].evidence["stream synchronizations"] == 8
+    assert found[0].evidence["synchronizations"] == 8
     assert f"stream {stream.id}" in found[0].title
     assert found[0].impact_ns > 0
+
+
+def test_an_event_synchronized_every_iteration_is_diagnosed(stream, buf):
+    with art.profile() as prof:
+        for _ in range(8):
+            art.launch(_kernel_work, buf.view(np.float64), stream=stream)
+            stream.record().synchronize(timeout=30)
+    found = [f for f in prof.diagnose() if f.kind == "stream_sync_in_loop"]
+    assert found and found[0].title.startswith("Event synchronization"), prof.diagnose()
 
 
 def test_a_stream_sync_while_another_stream_keeps_the_device_busy_costs_nothing(dev, stream, buf):

@@ -33,6 +33,26 @@ class _Variant(dict):
         _read.add(name)
         return super().__contains__(name)
 
+    # Taken whole ({**defaults, **variant()}, dict(), update(), a loop): every knob is read.
+    def __iter__(self):
+        _read.update(super().keys())
+        return super().__iter__()
+
+    def keys(self):
+        """The knobs' names (all noted as read)."""
+        _read.update(super().keys())
+        return super().keys()
+
+    def items(self):
+        """(name, value) of every knob (all noted as read)."""
+        _read.update(super().keys())
+        return super().items()
+
+    def values(self):
+        """Every knob's value (all noted as read)."""
+        _read.update(super().keys())
+        return super().values()
+
 
 def _write_reads(path: str) -> None:
     """Tell `ascentrt whatif` which knobs this run read (at exit)."""

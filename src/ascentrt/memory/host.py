@@ -9,11 +9,12 @@ import numpy as np
 
 from .. import config
 from ..errors import OutOfMemoryError
+from ..interrupts import hold, release
 from . import leaks
 from ..validate import check_size
 from .buffer import HostBuffer
 from .chunks import HostChunks
-from .pool import DeferredFrees, busy_positions, give_back
+from .pool import ATOMIC, DeferredFrees, busy_positions, give_back
 from .links import Links
 from .registry import REGISTRY
 
@@ -101,19 +102,25 @@ def malloc_host(nbytes: int) -> HostBuffer:
         buf = HostBuffer(handle.addr, nbytes, handle.pinned, mem, handle, _release_unpooled)
         REGISTRY.add(buf)
     else:
+        # From source the pool raises a Ctrl-C it held as it returns, before the block reaches
+        # us: held here until the buffer is whole (compiled, it lands once the pool returned).
+        held = False if ATOMIC else hold()
         try:
-            block = pool.allocate(nbytes)
-        except OutOfMemoryError:  # (as a device allocation: see DeviceAllocator._waited_for_frees)
-            if not pool.wait_for_pending():
+            try:
+                block = pool.allocate(nbytes)
+            except OutOfMemoryError:  # (as a device allocation: see DeviceAllocator._waited_for_frees)
+                if not pool.wait_for_pending():
+                    raise
+                block = pool.allocate(nbytes)
+            try:
+                buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes),
+                                 block, _release)
+                block.buf = buf  # from here on its pointers resolve (through the chunk)
+            except BaseException:
+                give_back(pool, block)
                 raise
-            block = pool.allocate(nbytes)
-        try:  # (a Ctrl-C held through the pool's work lands here, once it returned)
-            buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes), block,
-                             _release)
-            block.buf = buf  # from here on its pointers resolve (through the chunk)
-        except BaseException:
-            give_back(pool, block)
-            raise
+        finally:
+            release(held)
     if REGISTRY.observers:
         REGISTRY.allocated(buf)
     if _state["sites"]:

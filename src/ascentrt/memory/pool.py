@@ -64,11 +64,12 @@ def size_class(nbytes: int, align: int = 64) -> int:
     return size or align
 
 
-def chunk_size_for(size: int) -> int:
-    """How much to reserve upstream for a block of `size` that found no free block."""
+def chunk_size_for(size: int, split_limit: int | None = None) -> int:
+    """How much to reserve upstream for a block of `size` that found no free block (a split
+    limit under a shared chunk's size would leave its rest unsplittable: no sharing then)."""
     if size <= SMALL_LIMIT:
         return CHUNK
-    if size < MEDIUM_LIMIT:
+    if size < MEDIUM_LIMIT and (split_limit is None or split_limit >= MEDIUM_CHUNK):
         return MEDIUM_CHUNK
     return -(-size // CHUNK) * CHUNK
 
@@ -538,7 +539,7 @@ class BlockPool:
     def _reserve(self, size: int, nbytes: int, want: int = 0) -> Block:
         """Reserve a new chunk of `want` bytes (0: chunk_size_for(size)) for a block of `size`
         (after GC and, on failure, after releasing cached chunks)."""
-        want = want or chunk_size_for(size)
+        want = want or chunk_size_for(size, self.split_limit)
         cap = getattr(self.upstream, "capacity", None)
         if self.gc_threshold and cap and self.reserved + want > self.gc_threshold * cap:
             self._release_free_chunks(max(0, int(self.gc_threshold * cap) - want))

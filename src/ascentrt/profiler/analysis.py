@@ -476,20 +476,25 @@ def _synchronous_copies(copies, profile) -> int:
 
 
 def _sync_in_loop(profile, windows) -> list[Finding]:
-    """Device-wide synchronizations, and synchronizations of one stream, that alternate with
-    submissions: the host waits out the work every iteration instead of queueing ahead."""
-    device_syncs = [c for c in profile.api_calls if c.name in ("synchronize", "Device.synchronize")]
+    """Device-wide synchronizations, synchronizations of one stream, and event
+    synchronizations that alternate with submissions: the host waits out the work every
+    iteration instead of queueing ahead."""
+    device_syncs, event_syncs = [], []
     by_stream = defaultdict(list)
     for c in profile.api_calls:
-        if c.name == "Stream.synchronize":
+        if c.name in ("synchronize", "Device.synchronize"):
+            device_syncs.append(c)
+        elif c.name == "Stream.synchronize":
             by_stream[c.target].append(c)
+        elif c.name == "Event.synchronize":
+            event_syncs.append(c)
     submits = sorted(c.start_ns for c in _submit_calls(profile))
     work = [t for t in profile.tasks if t.kind in WORK_KINDS]
-    starts = sorted(t.start_ns for t in work)
-    ends = sorted(t.end_ns for t in work)
+    everywhere = _timeline(work)
+    device_of = {f"stream {t.stream}": t.device for t in work}
+    on_device: dict[int, tuple] = {}
     out: list[Finding] = []
-    busy = union((t.start_ns, t.end_ns) for t in work)
-    found = _syncs_in_loop(device_syncs, submits, starts, ends, busy, windows, profile)
+    found = _syncs_in_loop(device_syncs, submits, everywhere, windows, profile)
     if found:
         between, idle_after, evidence = found
         out.append(Finding(
@@ -500,27 +505,45 @@ def _sync_in_loop(profile, windows) -> list[Finding]:
             "it reads them; let several iterations queue up before waiting",
             {"device synchronizations": len(device_syncs), "with submissions in between": between,
              **evidence}, [], idle_after))
-    for target, syncs in sorted(by_stream.items()):
-        found = _syncs_in_loop(syncs, submits, starts, ends, busy, windows, profile)
+    groups = [(f"Synchronization of {target}", target, syncs) for target, syncs in sorted(by_stream.items())]
+    if event_syncs:
+        groups.append(("Event synchronization", "", event_syncs))
+    for title, target, syncs in groups:
+        device = device_of.get(target)
+        if device is None:
+            timeline = everywhere  # (events: their streams are not named in the calls)
+        else:
+            if device not in on_device:
+                on_device[device] = _timeline([t for t in work if t.device == device])
+            timeline = on_device[device]
+        found = _syncs_in_loop(syncs, submits, timeline, windows, profile)
         if found and found[1]:  # (other streams kept the device busy meanwhile: no cost)
             between, idle_after, evidence = found
+            what = target or "events"
             out.append(Finding(
-                "stream_sync_in_loop", f"Synchronization of {target} inside the loop",
-                f"{len(syncs)} synchronizations of {target} alternate with submissions: the host "
-                f"waits for the stream's last task every iteration, so nothing of the next "
-                f"iteration is queued while this one runs and the device runs dry in between",
-                "wait on an event recorded after the results the host reads, and queue the next "
-                "iteration before waiting (double-buffer so copies of batch n+1 overlap batch n)",
-                {"stream synchronizations": len(syncs), "with submissions in between": between,
+                "stream_sync_in_loop", f"{title} inside the loop",
+                f"{len(syncs)} synchronizations of {what} alternate with submissions: the host "
+                f"waits for the work every iteration, so nothing of the next iteration is "
+                f"queued while this one runs and the device runs dry in between",
+                "wait only where the host reads results, and queue the next iteration before "
+                "waiting (double-buffer so copies of batch n+1 overlap batch n)",
+                {"synchronizations": len(syncs), "with submissions in between": between,
                  **evidence}, [], idle_after))
     return out
 
 
-def _syncs_in_loop(syncs, submits, starts, ends, busy, windows, profile):
+def _timeline(work) -> tuple[list, list, list]:
+    """(sorted starts, sorted ends, merged busy intervals) of these tasks."""
+    return (sorted(t.start_ns for t in work), sorted(t.end_ns for t in work),
+            union((t.start_ns, t.end_ns) for t in work))
+
+
+def _syncs_in_loop(syncs, submits, timeline, windows, profile):
     """(syncs with submissions in between, device idle after them, evidence) when at least
     MIN_DEVICE_SYNCS synchronizations mostly alternate with submissions; else None."""
     if len(syncs) < MIN_DEVICE_SYNCS:
         return None
+    starts, ends, busy = timeline
     between = 0
     for a, b in zip(syncs, syncs[1:]):
         i = bisect.bisect_left(submits, a.end_ns)

@@ -233,9 +233,10 @@ def _note_uncaught_exceptions() -> None:
     def hook(kind, value, tb):
         rec = _recorder
         if rec is not None and kind is not SystemExit:
-            text = "".join(traceback.format_exception_only(kind, value)).strip().splitlines()
-            rec.add_mark(EXIT_MARK + (text[-1] if text else kind.__name__), clock.now_ns(),
-                         threading.get_ident())
+            # (its first line: the type and the start of the message, however many lines)
+            text = traceback.format_exception_only(kind, value)
+            first = text[0].strip().splitlines()[0] if text and text[0].strip() else kind.__name__
+            rec.add_mark(EXIT_MARK + first, clock.now_ns(), threading.get_ident())
         previous(kind, value, tb)
     sys.excepthook = hook
 
