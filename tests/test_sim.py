@@ -1002,3 +1002,9 @@ def test_compute_utilization_counts_the_units_each_kernel_held(dev):
     busy = prof.snapshot().metrics()["executors"][f"{dev.id}/compute"]["utilization"]
     assert busy > 0.99
     a.destroy(), b.destroy()
+
+
+def test_calibrate_warns_before_measuring_a_busy_machine():
+    from ascentrt.calibrate import busy_warning
+    assert busy_warning(0.1) is None
+    assert "busy (1-minute load average 1.30" in busy_warning(1.3)

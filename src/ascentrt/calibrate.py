@@ -18,6 +18,7 @@ import datetime
 import os
 import platform
 import statistics
+import sys
 import time
 from typing import Callable
 
@@ -355,10 +356,26 @@ def write(values: dict, path: str) -> str:
     return write_text_file(path, "\n".join(lines) + "\n", "the preset file", make_folder=True)
 
 
+BUSY_LOAD = 0.5  # a 1-minute load average from this high up means other processes run too
+
+
+def busy_warning(load: float) -> str | None:
+    """What calibrate says before measuring on a busy machine (None on a quiet one)."""
+    if load < BUSY_LOAD:
+        return None
+    return (f"ascentrt calibrate: this machine is busy (1-minute load average {load:.2f} on "
+            f"{os.cpu_count()} cores): other processes take time from the measurements (the "
+            f"copy bandwidth and the cores' sharing most), so the preset will predict a busy "
+            f"machine; calibrate on a quiet one for this machine's own figures")
+
+
 def main(args) -> int:
     """The `ascentrt calibrate` command."""
     if config.get("ASCENTRT_BACKEND") != "cpu":
         os.environ["ASCENTRT_BACKEND"] = "cpu"  # (no device exists yet in this process)
+    warning = busy_warning(os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
+    if warning:
+        print(warning, file=sys.stderr)
     path = write(measure(), args.out or calibrated_path())
     name = path if args.out else "calibrated"  # (`calibrated` names the default file only)
     print(f"wrote {path}: ASCENTRT_SIM_PRESET={name} makes the simulator predict this "
