@@ -3,6 +3,7 @@ against CANN's semantics: normal use, bad handles and ints, and the sim backend'
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -563,3 +564,31 @@ def test_virtual_memory_ipc_and_descriptor_copies_are_refused_after_the_argument
     assert rt.memcpy_async_with_condition(other, 64, dev, 64, 5, stream) == C.ACL_ERROR_INVALID_PARAM
     assert rt.synchronize_stream(stream) == 0
     assert rt.free(dev) == 0 and rt.free(other) == 0
+
+
+def test_an_abort_stops_a_value_wait_at_once_and_geq_compares_signed_words(rt, stream):
+    # (the wait went on polling for the operator timeout, 18 minutes, holding the stream;
+    # GEQ compared (int64)(word - value) >= 0, CUDA's rule, not CANN's signed word >= value)
+    word, _ = rt.malloc(8, 0)
+    art.memcpy(word, np.array([np.iinfo(np.int64).max], np.int64), 8)
+    assert rt.value_wait(word, (1 << 64) - 1, C.ACL_STREAM_WAIT_VALUE_GEQ, stream) == 0  # >= -1
+    assert rt.synchronize_stream(stream) == 0
+    art.memcpy(word, np.array([np.iinfo(np.int64).min], np.int64), 8)
+    assert rt.value_wait(word, 1, C.ACL_STREAM_WAIT_VALUE_GEQ, stream) == 0     # min >= 1: waits
+    time.sleep(0.1)                                   # (its watch has begun)
+    started = time.monotonic()
+    assert rt.stream_abort(stream) == 0
+    # (the running watch stops and fails with 107023; one not started yet is dropped)
+    assert rt.synchronize_stream(stream) in (0, C.ACL_ERROR_RT_STREAM_ABORT)
+    assert time.monotonic() - started < 10
+    assert rt.free(word) == 0
+
+
+def test_an_asynchronous_host_to_host_copy_is_refused_as_on_an_ep_server(rt, stream):
+    a, _ = rt.malloc_host(64)
+    b, _ = rt.malloc_host(64)
+    assert rt.get_run_mode() == (C.ACL_HOST, 0)
+    assert rt.memcpy_async(b, 64, a, 64, C.ACL_MEMCPY_HOST_TO_HOST, stream) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert rt.memcpy_async(b, 64, a, 64, C.ACL_MEMCPY_DEFAULT, stream) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert rt.memcpy(b, 64, a, 64, C.ACL_MEMCPY_HOST_TO_HOST) == 0   # (the synchronous one is fine)
+    assert rt.free_host(a) == 0 and rt.free_host(b) == 0

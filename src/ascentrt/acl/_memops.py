@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, TimeoutError_
+from ..errors import ErrorCode, StreamStateError, TimeoutError_
 from ..event import wait_timeout
 from ..launch import launch, launch_host_func
 from ..memory import REGISTRY
@@ -124,8 +124,13 @@ def _write_word(word: np.ndarray, value: int) -> None:
     word[0] = value
 
 
+def _signed(x: int) -> int:
+    """A 64-bit word read as int64."""
+    return x - (1 << 64) if x >> 63 else x
+
+
 _CONDITIONS = {  # ACL_STREAM_WAIT_VALUE_*: whether the word at the address lets the stream go
-    C.ACL_STREAM_WAIT_VALUE_GEQ: lambda w, v: ((w - v) & (1 << 63)) == 0,  # (int64)(w - v) >= 0
+    C.ACL_STREAM_WAIT_VALUE_GEQ: lambda w, v: _signed(w) >= _signed(v),  # (a signed compare)
     C.ACL_STREAM_WAIT_VALUE_EQ: lambda w, v: w == v,
     C.ACL_STREAM_WAIT_VALUE_AND: lambda w, v: (w & v) != 0,
     C.ACL_STREAM_WAIT_VALUE_NOR: lambda w, v: (~(w | v)) & 0xFFFFFFFFFFFFFFFF != 0,
@@ -141,14 +146,19 @@ def value_wait(dev_addr: int, value: int, flag: int, stream: int) -> None:
     s, word = _value_args(dev_addr, flag, len(_CONDITIONS), stream)
     met, value = _CONDITIONS[flag], value & 0xFFFFFFFFFFFFFFFF
     bound = wait_timeout() or op_timeout_s()
-    launch_host_func(watch_value, word, met, value, bound, stream=s)
+    launch_host_func(watch_value, word, met, value, bound, s, stream=s)
     note_task(stream, s)
 
 
-def watch_value(word, met, value: int, bound: float) -> None:
-    """The value_wait task: poll the word until it meets the condition or `bound` s passed."""
-    deadline, pause = time.monotonic() + bound, 20e-6
+def watch_value(word, met, value: int, bound: float, stream) -> None:
+    """The value_wait task: poll the word until it meets the condition, `bound` s passed
+    (107019), or its stream's pending work is discarded (107023: an abort stops the wait, as
+    it stops a device-side one)."""
+    deadline, pause, aborts = time.monotonic() + bound, 20e-6, stream._aborts
     while not met(int(word.numpy(np.uint64)[0]), value):
+        if stream._aborts != aborts:
+            raise StreamStateError(f"value_wait on stream {stream.id}: the stream was aborted "
+                                   f"while it waited", code=ErrorCode.RT_STREAM_ABORT)
         if time.monotonic() > deadline:
             raise TimeoutError_(f"value_wait: the word at {word.addr:#x} did not meet its condition "
                                 f"within {bound:g} s", code=ErrorCode.RT_WAIT_TIMEOUT)

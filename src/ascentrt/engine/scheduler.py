@@ -630,10 +630,14 @@ class Engine:
         if s._running is None:
             s._active = False
             s._dq.active.discard(s)
-        if why and dropped + queued:
+        if why and (dropped + queued or s._running is not None):
+            # (counted with only a task running too: a task that waits by itself, value_wait's,
+            # looks at the count and stops)
             s._aborts += 1
-            s._abort_log = s._abort_log[-7:] + [(
-                s._aborts, first, f"{dropped + queued} pending task(s) of stream {s.id} discarded by {why}")]
+            if dropped + queued:
+                s._abort_log = s._abort_log[-7:] + [(
+                    s._aborts, first, f"{dropped + queued} pending task(s) of stream {s.id} "
+                                      f"discarded by {why}")]
         return dropped + queued
 
     def _release_records(self, s, records: list) -> None:
