@@ -1007,4 +1007,4 @@ def test_compute_utilization_counts_the_units_each_kernel_held(dev):
 def test_calibrate_warns_before_measuring_a_busy_machine():
     from ascentrt.calibrate import busy_warning
     assert busy_warning(0.1) is None
-    assert "busy (1-minute load average 1.30" in busy_warning(1.3)
+    assert "was busy (1-minute load average 1.30" in busy_warning(1.3)

@@ -360,12 +360,13 @@ BUSY_LOAD = 0.5  # a 1-minute load average from this high up means other process
 
 
 def busy_warning(load: float) -> str | None:
-    """What calibrate says before measuring on a busy machine (None on a quiet one)."""
+    """What calibrate says of a preset measured on a busy machine (None on a quiet one), from
+    the load before it measured."""
     if load < BUSY_LOAD:
         return None
-    return (f"ascentrt calibrate: this machine is busy (1-minute load average {load:.2f} on "
-            f"{os.cpu_count()} cores): other processes take time from the measurements (the "
-            f"copy bandwidth and the cores' sharing most), so the preset will predict a busy "
+    return (f"ascentrt calibrate: this machine was busy (1-minute load average {load:.2f} on "
+            f"{os.cpu_count()} cores): other processes took time from the measurements (the "
+            f"copy bandwidth and the cores' sharing most), so the preset predicts a busy "
             f"machine; calibrate on a quiet one for this machine's own figures")
 
 
@@ -374,9 +375,9 @@ def main(args) -> int:
     if config.get("ASCENTRT_BACKEND") != "cpu":
         os.environ["ASCENTRT_BACKEND"] = "cpu"  # (no device exists yet in this process)
     warning = busy_warning(os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
-    if warning:
-        print(warning, file=sys.stderr)
     path = write(measure(), args.out or calibrated_path())
+    if warning:  # (said with the result: a refused output path stays a one-line error)
+        print(warning, file=sys.stderr)
     name = path if args.out else "calibrated"  # (`calibrated` names the default file only)
     print(f"wrote {path}: ASCENTRT_SIM_PRESET={name} makes the simulator predict this "
           f"machine's cpu backend")
