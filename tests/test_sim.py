@@ -962,6 +962,25 @@ def test_a_polling_host_moves_to_the_devices_next_event_and_a_single_query_does_
 
 
 @sim_only
+def test_queries_of_different_streams_in_a_row_are_not_polling_until_one_comes_round(dev):
+    # (a program that looked at two streams once each jumped to the device's next event, as
+    # if it had polled: its later launches went in late)
+    a, b = dev.create_stream(), dev.create_stream()
+    art.launch(lambda: None, stream=a, cost=0.5)
+    art.launch(lambda: None, stream=b, cost=0.5)
+    t0 = dev.now_ns()
+    assert not a.query() and not b.query()       # each looked at once: no jump
+    assert dev.now_ns() - t0 < 1e6
+    rounds = 0
+    while not (a.query() and b.query()):         # a poll loop over both: a comes round again
+        rounds += 1
+        assert rounds < 10
+    assert dev.now_ns() - t0 >= 0.5e9
+    a.destroy()
+    b.destroy()
+
+
+@sim_only
 def test_a_replayed_graph_runs_its_forked_branches_side_by_side_as_eager_launches_do(dev):
     # (each segment task held every AI core: a fork/join replayed its branches one after the
     # other, 3.5 ms instead of the 2.5 ms of the same launches made eagerly)

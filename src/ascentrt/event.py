@@ -86,7 +86,8 @@ class Event:
         if m.done and Hooks.sanitizer is not None:
             Hooks.sanitizer.marker_waited(m)  # a completed query orders the host after it
         if not m.done:
-            self.device._backend.host_call("poll_miss")  # (a simulated device: see sim._poll_missed)
+            # (a simulated device: see sim._poll_missed)
+            self.device._backend.host_call(f"poll_miss event {self.id}")
         return m.done
 
     def synchronize(self, timeout: float | None = None) -> None:

@@ -272,7 +272,8 @@ class Stream:
         if done and seen is not None:
             sanitizer.host_waited(seen)  # a completed query orders the host after the work
         if not done:
-            self._dq.backend.host_call("poll_miss")  # (a simulated device: see sim._poll_missed)
+            # (a simulated device: see sim._poll_missed)
+            self._dq.backend.host_call(f"poll_miss stream {self.device.id}.{self.id}")
         return done
 
     def destroy(self, force: bool = False, timeout: float | None = None) -> int:

@@ -58,7 +58,8 @@ IDLE_HOST_S = 0.2
 # A kernel, copy or fill runs on the host thread whose call stepped the simulation to it: one
 # that runs this long (real seconds) is reported, since it may wait for that thread itself.
 LONG_STEP_S = 10.0
-POLL_MISS = "poll_miss"  # the host_call of a query that found the work not done (see _poll_missed)
+POLL_MISS = "poll_miss"  # the host_call of a query that found the work not done, followed by
+                         # what it queried, e.g. "poll_miss stream 3" (see _poll_missed)
 
 
 def _say_long_step(task: Any) -> None:
@@ -145,6 +146,9 @@ class Timeline:
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
         self.step: Any = None           # the task a host thread runs for the simulation now
         self.polled = -2                # `generation` at the last query that found work not done
+        self.missed: set[str] = set()   # what the queries missed since then, in a row
+        self.queries = 0                # queries so far (host calls "query")
+        self.polled_queries = 0         # `queries` at the last query that found work not done
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -602,26 +606,37 @@ class SimBackend(CpuBackend):
             if not local.frames:
                 if not local.noted:
                     tl.note_caller()
-                if what == POLL_MISS:
-                    self._poll_missed(tl)
+                cost = self._host_cost.get(what)
+                if cost is not None:
+                    tl.advance_host(cost)
+                    if what == "query":
+                        tl.queries += 1  # (a poll loop's other queries: see _poll_missed)
+                elif what.startswith(POLL_MISS):
+                    self._poll_missed(tl, what)
                 else:
-                    tl.advance_host(self._host_cost.get(what, 0))
+                    tl.advance_host(0)
         finally:
             lock.release()
 
-    def _poll_missed(self, tl: Timeline) -> None:
-        """A query found the work not done. The second such miss in a row (nothing but the
-        query between them) is a host polling: real time passes between its polls (it sleeps,
-        or spins) that virtual time does not see, so the host moves on to the device's next
-        event (a task's end, a timed wait's deadline) instead of polling it a host_query_ns
-        at a time: a loop of `while not ev.query(): time.sleep(0.1)` would otherwise take
-        (remaining device time / host_query_ns) real sleeps. Deterministic: it depends on the
-        sequence of calls only."""
-        if tl.generation == tl.polled + 1:
+    def _poll_missed(self, tl: Timeline, what: str) -> None:
+        """A query found the work not done. A second miss of the same stream or event, with
+        nothing but queries since the first, is a host polling: real time passes
+        between its polls (it sleeps, or spins) that virtual time does not see, so the host
+        moves on to the device's next event (a task's end, a timed wait's deadline) instead
+        of polling it a host_query_ns at a time: a loop of `while not ev.query():
+        time.sleep(0.1)` would otherwise take (remaining device time / host_query_ns) real
+        sleeps. Misses of different streams or events in a row (a program that looks at
+        each once) are not polling, until one of them comes round again. Deterministic: it
+        depends on the sequence of calls only."""
+        if tl.generation - tl.polled != tl.queries - tl.polled_queries:
+            tl.missed = set()  # (a call other than a query came between: a fresh run)
+        elif what in tl.missed:
             nxt = tl.next_event()
             if nxt is not None and nxt > tl.now:
                 tl.advance_host(nxt - tl.now)
-        tl.polled = tl.generation
+            tl.missed = set()
+        tl.missed.add(what)
+        tl.polled, tl.polled_queries = tl.generation, tl.queries
 
     def now_ns(self) -> int:
         """The virtual time (inside a task: its start plus the time of its nodes so far)."""
