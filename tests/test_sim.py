@@ -1027,3 +1027,44 @@ def test_calibrate_warns_before_measuring_a_busy_machine():
     from ascentrt.calibrate import busy_warning
     assert busy_warning(0.1) is None
     assert "was busy (1-minute load average 1.30" in busy_warning(1.3)
+
+
+@sim_only
+def test_a_driver_allocation_is_charged_once_to_the_call_that_made_it(dev):
+    # (a device malloc that grew the pool paid the driver twice; a malloc_host paid nothing
+    # and the launch after it paid its 20 us)
+    p = dev._backend.preset
+    pool, driver = int(p.host_malloc_pool_ns), int(p.host_malloc_driver_ns)
+    def cost(call):
+        t0 = dev.now_ns()
+        out = call()
+        return dev.now_ns() - t0, out
+    took, big = cost(lambda: art.malloc(160 << 20))       # a chunk of its own: the driver once
+    assert took == pool + driver
+    took, again = cost(lambda: art.malloc(160 << 20))     # a new chunk again
+    assert took == pool + driver
+    again.free()
+    took, hit = cost(lambda: art.malloc(160 << 20))       # the cached block: a pool hit
+    assert took == pool
+    took, host = cost(lambda: art.malloc_host(64 << 20))  # a pinned mapping
+    assert took == pool + driver
+    took, _ = cost(lambda: art.launch(art.kernels.noop, stream=dev.create_stream()))
+    assert took == int(p.host_launch_ns)
+    for b in (big, hit, host):
+        b.free()
+
+
+@sim_only
+def test_a_graph_with_a_fork_adds_no_time_of_its_own_at_its_join(dev):
+    # (its lane-error check ran as an uncosted kernel: 10 us on every AI core per launch)
+    m, side = dev.create_stream(), dev.create_stream()
+    m.begin_capture(art.CaptureMode.GLOBAL)
+    side.wait(m.record())
+    art.launch(lambda: None, stream=side, cost=1e-5, block_dim=1)
+    art.launch(lambda: None, stream=m, cost=1e-5, block_dim=1)
+    m.wait(side.record())
+    graph = m.end_capture()
+    graph.launch(m)
+    m.synchronize()
+    assert not any(name.endswith("_join") for name in dev._backend.uncosted)
+    graph.destroy()

@@ -452,13 +452,15 @@ class SimBackend(CpuBackend):
         return self._properties
 
     def alloc(self, nbytes: int, host: bool = False) -> MemHandle:  # type: ignore[override]  # sets cpu's `reserve` itself
-        """As on cpu (device memory reserved without backing); a driver allocation costs the
-        host the preset's host_malloc_driver_ns."""
+        """As on cpu (device memory reserved without backing); a driver allocation of pinned
+        memory costs the host the preset's host_malloc_driver_ns, charged at its next call
+        (malloc_host makes one as it returns). (A device allocator charges its own, with
+        host_call("malloc_driver"), where its pool grew.)"""
         handle = super().alloc(nbytes, host, reserve=not host)
         tl = self.timeline
         with tl.lock:  # (a Ctrl-C meanwhile waits for the next host call: see defer_in_step)
             bisect.insort(tl.memory, self._memory_entry(handle))
-            if not tl.frames():  # charged at the host's next call: the pool's lock is held now
+            if host and not tl.frames():  # (the pool's lock is held now: charged after it)
                 tl.owed_ns += int(self.preset.host_malloc_driver_ns)
         return handle
 

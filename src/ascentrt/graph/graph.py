@@ -295,8 +295,9 @@ class Graph:
                              what.label)
                 work.append((streams[lane], t))
             if errors is not None:  # failures of forked lanes surface on the launch stream
-                work.append((stream, Task(KERNEL, _raise_lane_errors, (errors, self),
-                                          f"graph{self.id}_join")))
+                join = Task(KERNEL, _raise_lane_errors, (errors, self), f"graph{self.id}_join")
+                join.cost = _NO_WORK  # (bookkeeping: on sim it takes no time and one unit)
+                work.append((stream, join))
             end = Marker(stream, 0, False)
             t = Task(EVENT_RECORD, name="graph_end")
             t.marker = end
@@ -679,6 +680,9 @@ def _rename(task: Task, graph: Graph, index: int) -> None:
     node = graph.nodes[index]
     task.name = f"{node.label} (graph {graph.id} node {index})"
     task.kind = node.kind
+
+
+_NO_WORK = Cost(seconds=0.0, block_dim=1)
 
 
 def _raise_lane_errors(errors: list[tuple[int, BaseException]], graph: Graph) -> None:

@@ -39,7 +39,9 @@ MIN_FRAGMENT_FREE = 1 << 20   # ... with at least 1 MiB free
 CACHED_SHARE = 0.5            # a pool caching free blocks worth half the device (less is
                               # what a caching pool is for)
 
-SUBMIT_APIS = ("launch", "launch_host_func", "memcpy_async", "memcpy2d_async", "memset_async")
+SUBMIT_APIS = ("launch", "launch_host_func", "memcpy_async", "memcpy2d_async", "memset_async",
+               "Graph.launch", "hccl.all_reduce", "hccl.broadcast", "hccl.all_gather",
+               "hccl.reduce_scatter", "hccl.all_to_all", "hccl.send", "hccl.recv")
 
 
 @dataclass
@@ -265,10 +267,11 @@ def _never_finished(profile: ProfileData) -> list[Finding]:
     if ended is not None:
         exception = ended.name[len(EXIT_MARK):]
         evidence["the program ended with"] = exception
-        if stuck and not waits and not gave_up:
+        if stuck:  # (a wait among them may only have waited for work the end cut off too)
             title = (f"Work cut off: the program ended with an uncaught exception while "
                      f"{len(stuck)} stream(s) still had work")
             cause = f"{exception} at {_us(ended.ts_ns)} ended the program; {cause}"
+            advice.reverse()  # (the end first: a wait's advice only if one had truly stuck)
     return [Finding("never_finished", title, cause, "; ".join(advice), evidence,
                     [task_ref(t) for t in stuck])]
 

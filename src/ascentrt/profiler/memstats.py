@@ -35,5 +35,7 @@ def free_ranges(device) -> tuple[int, int]:
 
 
 def live_device_bytes(device) -> int:
-    """Bytes in the device's live buffers right now."""
-    return sum(b.nbytes for b in list(getattr(device._memory, "live", {}).values()))
+    """Bytes in the device's live buffers right now, those of its MemPools too (each
+    buffer's size, as the profiler counts the ones allocated while it runs)."""
+    mem = device._memory
+    return sum(b.nbytes for alloc in [mem, *mem.explicit] for b in alloc.live_buffers())
