@@ -496,30 +496,40 @@ def _sync_in_loop(profile, windows) -> list[Finding]:
     everywhere = _timeline(work)
     device_of = {f"stream {t.stream}": t.device for t in work}
     on_device: dict[int, tuple] = {}
+
+    def timeline_of(device: int | None) -> tuple:
+        """The device's tasks' timeline (None: every device's)."""
+        if device is None:
+            return everywhere
+        if device not in on_device:
+            on_device[device] = _timeline([t for t in work if t.device == device])
+        return on_device[device]
     out: list[Finding] = []
-    found = _syncs_in_loop(device_syncs, submits, everywhere, windows, profile)
-    if found:
-        between, idle_after, evidence = found
-        out.append(Finding(
-            "device_sync_in_loop", "Device-wide synchronization inside the loop",
-            f"{len(device_syncs)} device-wide synchronizations alternate with submissions: each "
-            f"one drains every stream, so the device runs dry until the host submits again",
-            "synchronize only the stream or event whose results the host needs, and only where "
-            "it reads them; let several iterations queue up before waiting",
-            {"device synchronizations": len(device_syncs), "with submissions in between": between,
-             **evidence}, [], idle_after))
+    # (each synchronized device's own idle time: another device busy meanwhile hides nothing)
+    by_device = defaultdict(list)
+    for c in device_syncs:
+        by_device[c.target].append(c)
+    for target, syncs in sorted(by_device.items()):
+        device = int(target.split()[1]) if target.startswith("device ") else None
+        found = _syncs_in_loop(syncs, submits, timeline_of(device), windows, profile)
+        if found:
+            between, idle_after, evidence = found
+            out.append(Finding(
+                "device_sync_in_loop", "Device-wide synchronization inside the loop"
+                + (f" ({target})" if len(by_device) > 1 else ""),
+                f"{len(syncs)} device-wide synchronizations alternate with submissions: each "
+                f"one drains every stream, so the device runs dry until the host submits again",
+                "synchronize only the stream or event whose results the host needs, and only "
+                "where it reads them; let several iterations queue up before waiting",
+                {"device synchronizations": len(syncs), "with submissions in between": between,
+                 **evidence}, [], idle_after))
     groups = [(f"Synchronization of {target}", target, syncs) for target, syncs in sorted(by_stream.items())]
     if event_syncs:
         groups.append(("Event synchronization", "", event_syncs))
     for title, target, syncs in groups:
-        device = device_of.get(target)
-        if device is None:
-            timeline = everywhere  # (events: their streams are not named in the calls)
-        else:
-            if device not in on_device:
-                on_device[device] = _timeline([t for t in work if t.device == device])
-            timeline = on_device[device]
-        found = _syncs_in_loop(syncs, submits, timeline, windows, profile)
+        # (events: their streams are not named in the calls, so every device's idle counts)
+        found = _syncs_in_loop(syncs, submits, timeline_of(device_of.get(target)), windows,
+                               profile)
         if found and found[1]:  # (other streams kept the device busy meanwhile: no cost)
             between, idle_after, evidence = found
             what = target or "events"
