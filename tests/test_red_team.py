@@ -243,6 +243,32 @@ print("ran", ran, len(calls) == sum((dev.properties.compute_units, dev.propertie
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.cpu_only
+def test_a_forked_child_runs_its_own_work_behind_a_task_running_at_the_fork():
+    # (the task an executor of the parent ran was never counted done in the child: the
+    # child's synchronize of that stream waited for ever, for its own work too)
+    code = '''
+import os, threading
+import ascentrt as art
+gate, started = threading.Event(), threading.Event()
+s = art.Device(0).create_stream()
+art.launch(lambda: (started.set(), gate.wait(30)), stream=s)
+started.wait(30)
+pid = os.fork()
+if pid == 0:
+    art.launch(art.kernels.noop, stream=s)
+    s.synchronize(timeout=10)
+    os._exit(0)
+gate.set()
+s.synchronize(timeout=10)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "child 0"
+
+
 def test_a_forked_child_runs_its_own_work():
     code = '''
 import os, threading

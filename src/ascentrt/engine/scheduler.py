@@ -1149,9 +1149,14 @@ def _after_fork_in_child() -> None:
             dq.idle = [[] for _ in dq.sizes]
             dq.busy = [0 for _ in dq.sizes]
             for s in list(dq.streams.values()):
+                # The tasks a parent's executor ran (or had taken in its batch) end with it:
+                # counted done here, or a synchronize of the stream would wait for them for ever.
+                in_flight = (s._tasks[0].id - 1 if s._tasks else s._submitted) - s._completed
                 s._running, s._cut, s._after_running = None, None, None
                 s._sync_waiters = []
                 engine._discard(s)
+                if in_flight > 0:
+                    engine._completed(s, in_flight)
 
 
 if hasattr(os, "register_at_fork"):
