@@ -1069,3 +1069,19 @@ def test_a_graph_with_a_fork_adds_no_time_of_its_own_at_its_join(dev):
     m.synchronize()
     assert not any(name.endswith("_join") for name in dev._backend.uncosted)
     graph.destroy()
+
+
+@sim_only
+def test_long_virtual_waits_take_no_real_time(dev):
+    # (a host wait stepped virtual time 0.25 s at a time: a 1e9 s task or timeout never ended)
+    s = dev.create_stream()
+    art.launch(art.kernels.noop, stream=s, cost=1e9)
+    started = time.monotonic()
+    s.synchronize()
+    stuck = dev.create_stream()
+    stuck.wait_notify(art.Notify(dev))             # nothing will record it
+    with pytest.raises(art.AscentTimeoutError):
+        stuck.synchronize(timeout=1e9)
+    assert time.monotonic() - started < 5
+    stuck.destroy(force=True)
+    s.destroy()

@@ -900,9 +900,14 @@ class Engine:
 
         deadline = None if timeout is None else seconds() + timeout
         seen, stalled_since, warned = self.progress, seconds(), False
+        # In virtual time a wait checks nothing new between the device's events: each slice
+        # that saw work running but no progress doubles (a 1e6 s task took 4 million slices,
+        # 30 s of real time), and a timed wait that nothing but this thread could release
+        # goes to its deadline at once; progress brings the slice back to `check`.
+        virtual, step = streams[0]._dq.virtual, check
         self._claim_held(own, streams, what, cancel)
         while True:
-            slice_ = check if deadline is None else max(0.0, min(check, deadline - seconds()))
+            slice_ = step if deadline is None else max(0.0, min(step, deadline - seconds()))
             if backend.host_wait(ev, slice_):
                 return
             if sys.is_finalizing():  # executors cannot run any more: waiting would hang the exit
@@ -923,7 +928,7 @@ class Engine:
                 why = f": {stuck[1]}" if stuck is not None else ""
                 raise TimeoutError_(f"{what} timed out after {timeout:.3g} s{why}", code=timeout_code)
             if self.progress != seen:
-                seen, stalled_since = self.progress, now
+                seen, stalled_since, step = self.progress, now, check
                 continue
             self._claim_held(own, streams, what, cancel)
             with self.lock:
@@ -939,8 +944,16 @@ class Engine:
                 if fatal:
                     cancel()
             if report is None:
+                if virtual:  # (work runs: in virtual time nothing moves until its next event)
+                    step *= 2
                 continue
             kind, text, _ = report
+            if virtual and not fatal:
+                # Stuck and timed: nothing but the host could move it, and when no other code
+                # can act (no thread, handler or task), nothing will before the deadline.
+                with self.lock:
+                    alone = self._no_host_can_act(stuck)
+                step = (deadline - now if deadline is not None else check) if alone else check
             if fatal:
                 if kind == "host":
                     text += ", and this thread, the only one left that could, waits here"
