@@ -811,3 +811,26 @@ def test_the_memory_layers_classes_refuse_bad_values_with_a_code(entry):
     with pytest.raises(art.InvalidArgumentError, match="not a block this pool allocated"):
         _M.BlockPool(_M.ArenaChunks(1 << 30)).deallocate(block)
     assert other.allocated == block.size
+
+
+def test_views_unregistering_and_costs_refuse_what_numpy_or_the_clock_cannot_hold(dev):
+    # (bare ValueError / TypeError from inside the package, and a cost whose end the virtual
+    # clock could not hold, accepted at launch and failing as a kernel exception)
+    import numpy as np
+    from ascentrt.memory.external import register_host, unregister_host
+    b = art.malloc(256)
+    for args in [(np.float32, (2**62, 2**62, 0)), (np.uint8, (2**63, 0)),
+                 (np.dtype(("f4", (1000,))),)]:
+        for call in (b.view, b.numpy, b[0:64].view):
+            with pytest.raises(art.InvalidArgumentError):
+                call(*args)
+    keep = np.zeros(64, np.uint8)
+    ptr = register_host(keep)
+    for bad in ([1, 2], {}, 1.0, True):
+        with pytest.raises(art.InvalidArgumentError):
+            unregister_host(bad)
+    unregister_host(np.int64(ptr))
+    for cost in (1e300, {"flops": 1e30}, {"bytes": 1e300}):
+        with pytest.raises(art.InvalidArgumentError):
+            art.launch(art.kernels.noop, cost=cost)
+    b.free()

@@ -50,14 +50,29 @@ def _resolve_kernel(kernel):
                                f"{type(kernel).__name__}")
 
 
+# The most a declared cost may say: a duration in the virtual clock's range (ns in an int64)
+# with room to add, and work that no device takes longer than that over.
+MAX_COST_SECONDS = 1e9     # ~32 years
+MAX_COST_WORK = 1e24       # flops or bytes
+
+
+def _bounded(value: float, most: float, what: str) -> float:
+    if value > most:
+        raise InvalidArgumentError(f"{what} must be at most {most:g}, got {value!r:.40}")
+    return value
+
+
 def make_cost(cost, block_dim, device) -> Cost | None:
     """The checked Cost of a launch: `cost` is seconds, a Cost, or a dict of seconds / flops /
-    bytes; `block_dim` (or a Cost's own) the compute units it occupies (1 .. the device's)."""
+    bytes; `block_dim` (or a Cost's own) the compute units it occupies (1 .. the device's).
+    Seconds above MAX_COST_SECONDS, or flops and bytes above MAX_COST_WORK, are refused: the
+    virtual clock could not hold their end."""
     link_bytes = 0.0
     if isinstance(cost, Cost):  # (every field checked as the keyword and dict forms are)
         fields = {"seconds": cost.seconds, "flops": cost.flops, "bytes": cost.bytes}
         block_dim = cost.block_dim if block_dim is None else block_dim
-        link_bytes = check_finite(cost.link_bytes or 0.0, "cost link_bytes")
+        link_bytes = _bounded(check_finite(cost.link_bytes or 0.0, "cost link_bytes"),
+                              MAX_COST_WORK, "cost link_bytes")
     if block_dim is not None:
         units = device.properties.compute_units
         if type(block_dim) is not int or not 1 <= block_dim <= units:
@@ -73,9 +88,13 @@ def make_cost(cost, block_dim, device) -> Cost | None:
     elif not isinstance(cost, Cost):
         fields = {"seconds": cost}
     seconds = fields.get("seconds")
-    seconds = None if seconds is None else check_finite(seconds, "cost seconds")
-    return Cost(seconds=seconds, flops=check_finite(fields.get("flops", 0.0) or 0.0, "cost flops"),
-                bytes=check_finite(fields.get("bytes", 0.0) or 0.0, "cost bytes"), block_dim=block_dim,
+    seconds = None if seconds is None else _bounded(check_finite(seconds, "cost seconds"),
+                                                    MAX_COST_SECONDS, "cost seconds")
+    flops = _bounded(check_finite(fields.get("flops", 0.0) or 0.0, "cost flops"), MAX_COST_WORK,
+                     "cost flops")
+    nbytes = _bounded(check_finite(fields.get("bytes", 0.0) or 0.0, "cost bytes"), MAX_COST_WORK,
+                      "cost bytes")
+    return Cost(seconds=seconds, flops=flops, bytes=nbytes, block_dim=block_dim,
                 link_bytes=link_bytes)
 
 

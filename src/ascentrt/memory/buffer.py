@@ -79,6 +79,9 @@ def _plain_dtype(dtype: DTypeLike) -> np.dtype:
         raise InvalidArgumentError(f"not a numpy dtype: {dtype!r}") from None
     if dtype.hasobject or dtype.itemsize == 0:
         raise InvalidArgumentError(f"device memory holds plain bytes; {dtype} cannot view it")
+    if dtype.subdtype is not None:  # (it would add dimensions of its own to the view)
+        raise InvalidArgumentError(f"{dtype} is a subarray dtype: view as {dtype.subdtype[0]} "
+                                   f"with the shape instead")
     return dtype
 
 
@@ -149,7 +152,10 @@ class _ByteRange:
         if need > raw.nbytes:
             raise InvalidArgumentError(f"a {dtype} array of shape {shape} needs {need} bytes; "
                                        f"the buffer has {raw.nbytes}")
-        return raw[:need].view(dtype).reshape(shape)
+        try:
+            return raw[:need].view(dtype).reshape(shape)
+        except (ValueError, OverflowError):  # (dimensions numpy cannot hold, a 0 among them)
+            raise InvalidArgumentError(f"numpy cannot make an array of shape {shape!r:.60}") from None
 
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         """DLPack export of the bytes (uint8, 1-D): zero-copy for np.from_dlpack and

@@ -140,6 +140,11 @@ def _register(obj: object, writable: bool | None) -> int:
 
 def unregister_host(addr: int) -> None:
     """Forget the registration starting at `addr`; raises InvalidArgumentError when there is none."""
+    if isinstance(addr, bool) or not isinstance(addr, (int, np.integer)):
+        # (an int address only: a list is unhashable, 1.0 would match 1)
+        raise InvalidArgumentError(f"unregister_host takes the int address register_host "
+                                   f"returned, got {type(addr).__name__}")
+    addr = int(addr)
     with _lock:
         entry = _external.pop(addr, None)
     if entry is None:
