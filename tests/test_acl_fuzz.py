@@ -179,6 +179,8 @@ def cleanup():
             pass                          # its fn raised: reported, joined
     acl.rt.set_exception_info_callback()
     acl.rt.set_op_wait_timeout(0)
+    acl.rt.set_op_execute_timeout_v2(0)   # (process-wide settings a random call may have made)
+    acl.rt.reset_device_res_limit(0)
     acl._teardown()
     acl._init_count[0] = 0
     context.set_current_context(None)

@@ -152,6 +152,7 @@ def test_last_task_id_matches_the_exception_infos_task_id(rt, stream):
 
 @pytest.fixture
 def op_timeout(rt):
+    rt.set_op_execute_timeout_v2(0)  # (from the default, whatever an earlier test set)
     yield rt
     rt.set_op_execute_timeout_v2(0)  # back to the default (the most)
 
