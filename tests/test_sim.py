@@ -1093,3 +1093,24 @@ def test_long_virtual_waits_take_no_real_time():
         stuck.destroy(force=True)
     """, env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
     assert out.split() == ["timed", "out", "True"]
+
+
+@sim_only
+@pytest.mark.parametrize("waits_for, found", [("the batch before", False), ("this batch", True)])
+def test_an_event_synchronized_every_iteration_is_diagnosed_only_where_the_device_runs_dry(
+        dev, waits_for, found):
+    # (a double-buffered loop, which waits for the batch before the one it just queued, got
+    # the finding for its dispatch gaps alone)
+    s = dev.create_stream()
+    with art.profile() as prof:
+        events = []
+        for i in range(20):
+            art.launch(art.kernels.noop, stream=s, cost=1e-3)
+            events.append(s.record())
+            if waits_for == "this batch":
+                events[i].synchronize()
+            elif i >= 1:
+                events[i - 1].synchronize()
+        s.synchronize()
+    assert ("stream_sync_in_loop" in {f.kind for f in prof.diagnose()}) is found
+    s.destroy()

@@ -380,7 +380,10 @@ TIMELINE = Timeline()
 
 
 def _after_fork_in_child() -> None:
-    """A forked child has no pump thread and may have inherited a held timeline lock."""
+    """A forked child has no pump thread and may have inherited a held timeline lock; the
+    tasks the parent's simulation was running are the parent's (the engine counts them done
+    in the child): their ends and the units they held go, or the child's work would wait
+    behind them."""
     TIMELINE.lock = threading.RLock()
     TIMELINE.moved = threading.Condition(TIMELINE.lock)
     TIMELINE.local = _ThreadFrames()
@@ -388,8 +391,15 @@ def _after_fork_in_child() -> None:
     TIMELINE.interrupted = False  # (the parent's Ctrl-C, not the child's)
     TIMELINE.inflight = 0
     TIMELINE.attending = 0  # (a parent thread inside host_wait does not exist here)
+    TIMELINE.ends = []
+    TIMELINE.sharing = 0
     for b in TIMELINE.backends:
         b._host_threads = []
+        b.sharing = []
+        p = b.preset
+        b.free_units = p.compute_units
+        b.free_copy = [p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d]
+        b.free_host = p.host_func_threads
     if TIMELINE.backends:
         TIMELINE.start_pump()
 
@@ -440,6 +450,7 @@ class SimBackend(CpuBackend):
             "graph_launch": p.host_graph_launch_ns, "synchronize": p.host_sync_ns,
             "malloc": p.host_malloc_pool_ns, "malloc_driver": p.host_malloc_driver_ns,
             "free": p.host_free_ns, "query": p.host_query_ns,
+            "settle": 0,  # (costs nothing itself: charges what the host owes, see alloc)
         }.items()}
         with TIMELINE.lock:
             TIMELINE.backends.append(self)

@@ -121,9 +121,9 @@ def malloc_host(nbytes: int) -> HostBuffer:
                 raise
         finally:
             release(held)
-    # (a simulated host pays for the call here, the pinned mapping it may have made with it,
-    # not the host call after it)
-    Links.host_backend().host_call("malloc")
+    # (a simulated host pays for the call here, with the pinned mapping it may have made, not
+    # the host call after it; without the pool every call is a driver allocation alone)
+    Links.host_backend().host_call("malloc" if pool is not None else "settle")
     if REGISTRY.observers:
         REGISTRY.allocated(buf)
     if _state["sites"]:
