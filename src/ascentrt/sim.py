@@ -34,23 +34,26 @@ class _Variant(dict):
         return super().__contains__(name)
 
     # Taken whole ({**defaults, **variant()}, dict(), update(), a loop): every knob is read.
+    def _all_read(self) -> None:
+        _read.update(dict.keys(self))
+
     def __iter__(self):
-        _read.update(super().keys())
+        self._all_read()
         return super().__iter__()
 
     def keys(self):
         """The knobs' names (all noted as read)."""
-        _read.update(super().keys())
+        self._all_read()
         return super().keys()
 
     def items(self):
         """(name, value) of every knob (all noted as read)."""
-        _read.update(super().keys())
+        self._all_read()
         return super().items()
 
     def values(self):
         """Every knob's value (all noted as read)."""
-        _read.update(super().keys())
+        self._all_read()
         return super().values()
 
 

@@ -83,7 +83,7 @@ class Stream:
         # ones as (count, first task dropped, what): a synchronization that waited meanwhile
         # for a task they dropped reports it (107023).
         self._aborts = 0
-        self._abort_log: list[tuple[int, int, str]] = []
+        self._abort_log: tuple[tuple[int, int, str], ...] = ()
         self._stop_on_failure = check_flag(stop_on_failure, "stop_on_failure")
         self._capture: Any = None      # set while the stream is being captured into a graph
         limit = device._backend.properties().max_streams

@@ -635,9 +635,9 @@ class Engine:
             # looks at the count and stops)
             s._aborts += 1
             if dropped + queued:
-                s._abort_log = s._abort_log[-7:] + [(
+                s._abort_log = (*s._abort_log[-7:], (
                     s._aborts, first, f"{dropped + queued} pending task(s) of stream {s.id} "
-                                      f"discarded by {why}")]
+                                      f"discarded by {why}"))
         return dropped + queued
 
     def _release_records(self, s, records: list) -> None:

@@ -40,6 +40,8 @@ def host_pool():
                         pool.release_threshold = HOST_RELEASE_THRESHOLD
                     if pool.split_limit is None:
                         pool.split_limit = HOST_SPLIT_LIMIT
+                backend = Links.host_backend()  # (a simulated one charges malloc_host's time)
+                _state["charge"] = backend.host_call if backend.properties().virtual else None
                 _state["pool"] = pool
                 _state["sites"] = leaks.recording_sites()
     return _state["pool"]
@@ -123,7 +125,9 @@ def malloc_host(nbytes: int) -> HostBuffer:
             release(held)
     # (a simulated host pays for the call here, with the pinned mapping it may have made, not
     # the host call after it; without the pool every call is a driver allocation alone)
-    Links.host_backend().host_call("malloc" if pool is not None else "settle")
+    charge = _state["charge"]
+    if charge is not None:
+        charge("malloc" if pool is not None else "settle")
     if REGISTRY.observers:
         REGISTRY.allocated(buf)
     if _state["sites"]:

@@ -482,34 +482,32 @@ def _sync_in_loop(profile, windows) -> list[Finding]:
     """Device-wide synchronizations, synchronizations of one stream, and event
     synchronizations that alternate with submissions: the host waits out the work every
     iteration instead of queueing ahead."""
-    device_syncs, event_syncs = [], []
-    by_stream = defaultdict(list)
+    by_device, by_stream, event_syncs = defaultdict(list), defaultdict(list), []
     for c in profile.api_calls:
         if c.name in ("synchronize", "Device.synchronize"):
-            device_syncs.append(c)
+            by_device[c.target].append(c)
         elif c.name == "Stream.synchronize":
             by_stream[c.target].append(c)
         elif c.name == "Event.synchronize":
             event_syncs.append(c)
+    if not any(len(syncs) >= MIN_DEVICE_SYNCS for syncs in
+               [*by_device.values(), *by_stream.values(), event_syncs]):
+        return []  # (the usual case: nothing below to sort or merge)
     submits = sorted(c.start_ns for c in _submit_calls(profile))
     work = [t for t in profile.tasks if t.kind in WORK_KINDS]
-    everywhere = _timeline(work)
     device_of = {f"stream {t.stream}": t.device for t in work}
-    on_device: dict[int, tuple] = {}
+    timelines: dict[int | None, tuple] = {}
 
     def timeline_of(device: int | None) -> tuple:
-        """The device's tasks' timeline (None: every device's)."""
-        if device is None:
-            return everywhere
-        if device not in on_device:
-            on_device[device] = _timeline([t for t in work if t.device == device])
-        return on_device[device]
+        """The device's tasks' timeline (None: every device's), made once."""
+        if device not in timelines:
+            timelines[device] = _timeline([t for t in work if device is None or t.device == device])
+        return timelines[device]
     out: list[Finding] = []
     # (each synchronized device's own idle time: another device busy meanwhile hides nothing)
-    by_device = defaultdict(list)
-    for c in device_syncs:
-        by_device[c.target].append(c)
     for target, syncs in sorted(by_device.items()):
+        if len(syncs) < MIN_DEVICE_SYNCS:
+            continue
         device = int(target.split()[1]) if target.startswith("device ") else None
         found = _syncs_in_loop(syncs, submits, timeline_of(device), windows, profile)
         if found:
@@ -528,6 +526,8 @@ def _sync_in_loop(profile, windows) -> list[Finding]:
         groups.append(("Event synchronization", "", event_syncs))
     virtual = any(d.backend == "sim" for d in profile.devices)
     for title, target, syncs in groups:
+        if len(syncs) < MIN_DEVICE_SYNCS:
+            continue
         # (events: their streams are not named in the calls, so every device's idle counts)
         found = _syncs_in_loop(syncs, submits, timeline_of(device_of.get(target)), windows,
                                profile)
