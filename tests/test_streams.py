@@ -379,7 +379,10 @@ def _synchronize_in_thread(wait):
             got.append(exc)
     th = threading.Thread(target=run)
     th.start()
-    time.sleep(0.2)  # (it waits now)
+    waits = art.engine.ENGINE._thread_waits  # (the engine notes each host thread that waits)
+    deadline = time.monotonic() + 10
+    while th.ident not in waits and th.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
     return th, got
 
 
