@@ -14,7 +14,7 @@ from . import leaks
 from ..validate import check_size
 from .buffer import HostBuffer
 from .chunks import HostChunks
-from .pool import ATOMIC, DeferredFrees, busy_positions, give_back
+from .pool import DeferredFrees, busy_positions, give_back
 from .links import Links
 from .registry import REGISTRY
 
@@ -56,18 +56,22 @@ def _release_unpooled(buf: HostBuffer) -> bool:
     """Free a pinned buffer that has its own mapping (pool off): its mapping goes once the
     work queued before the free (which may still copy it, and still sees the bytes) is done;
     False if already freed."""
-    with _state_lock:  # one of two racing frees claims it: its mapping is freed once
-        if buf._mem is None:
-            return False
-        waits = busy_positions(Links.busy_streams())
+    held = hold()  # (a buffer marked freed must reach the late frees or the backend)
+    try:
+        with _state_lock:  # one of two racing frees claims it: its mapping is freed once
+            if buf._mem is None:
+                return False
+            waits = busy_positions(Links.busy_streams())
+            if waits:
+                buf._late = (buf._mem, waits)
+            buf._mem = None
+        REGISTRY.remove(buf)
         if waits:
-            buf._late = (buf._mem, waits)
-        buf._mem = None
-    REGISTRY.remove(buf)
-    if waits:
-        _late_frees.add(buf._handle, waits)
-    else:
-        Links.host_backend().free(buf._handle)
+            _late_frees.add(buf._handle, waits)
+        else:
+            Links.host_backend().free(buf._handle)
+    finally:
+        release(held)
     if _late_frees.entries:
         _late_frees.reap(Links.host_backend().free)
     return True
@@ -104,9 +108,9 @@ def malloc_host(nbytes: int) -> HostBuffer:
         buf = HostBuffer(handle.addr, nbytes, handle.pinned, mem, handle, _release_unpooled)
         REGISTRY.add(buf)
     else:
-        # From source the pool raises a Ctrl-C it held as it returns, before the block reaches
-        # us: held here until the buffer is whole (compiled, it lands once the pool returned).
-        held = False if ATOMIC else hold()
+        # Held until the buffer is whole: this module is Python, and a Ctrl-C raised as the
+        # pool's call returns (the eval loop checks for one there) would lose the block.
+        held = hold()
         try:
             try:
                 block = pool.allocate(nbytes)

@@ -341,7 +341,9 @@ class BlockPool:
                 self._cached_bytes -= size
                 return self._hand_out(cached.pop(), stream, n)
         lock = self._lock
-        held = False if ATOMIC else hold()  # (from source a Ctrl-C may land anywhere: held)
+        # Held compiled too: the slow path calls Python code (the upstream's, hold()'s own),
+        # where a Ctrl-C lands; held, it is raised only once the pool is whole (below).
+        held = hold()
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             self._acquire()
             try:
@@ -363,15 +365,21 @@ class BlockPool:
                         self._cached_bytes -= size
                     else:
                         block = self._allocate_slow(size, stream, n)
-                return self._hand_out(block, stream, n)
+                block = self._hand_out(block, stream, n)
             finally:
                 self._release()
         except BaseException:
             if not ATOMIC and lock._is_owned():  # interrupted between acquire and try
                 lock.release()
+            release(held)
             raise
-        finally:
+        try:
             release(held)  # (a Ctrl-C held meanwhile is raised now, the pool whole)
+        except BaseException:  # ... and undoes this allocation: its block would be lost
+            with lock:
+                self._put_back(block, None, (), None)
+            raise
+        return block
 
     def _size_class(self, nbytes: int) -> int:
         """size_class(nbytes), memoised (and remembered as the last request); a request of
@@ -538,7 +546,9 @@ class BlockPool:
 
     def _reserve(self, size: int, nbytes: int, want: int = 0) -> Block:
         """Reserve a new chunk of `want` bytes (0: chunk_size_for(size)) for a block of `size`
-        (after GC and, on failure, after releasing cached chunks)."""
+        (after GC and, on failure, after releasing cached chunks). The caller holds a Ctrl-C
+        (hold()) until the block is in use or in the bins: a chunk taken upstream must reach
+        the pool, and the block its caller."""
         want = want or chunk_size_for(size, self.split_limit)
         cap = getattr(self.upstream, "capacity", None)
         if self.gc_threshold and cap and self.reserved + want > self.gc_threshold * cap:
@@ -547,41 +557,40 @@ class BlockPool:
             # Idle whole chunks could hold it: give them back first, so the range they leave
             # is reused instead of the pool growing (halves the reserved/live overhead).
             self._release_free_chunks(0)
-        held = hold()  # (as _release_chunk: a chunk taken upstream must reach the pool)
-        try:
-            chunk = self.upstream.allocate(want)
-            if chunk is None and want > size:
-                chunk = self.upstream.allocate(size)  # no room for a shared chunk: just the block
-            if chunk is None:
-                self._counts["retries"] += 1
-                self._release_free_chunks(0)
-                chunk = self.upstream.allocate(size)
-            if chunk is None:
-                self._counts["ooms"] += 1
-                raise self._oom_error(size, nbytes)
-            self._chunks[chunk.addr] = chunk
-            self.reserved += chunk.size
-            self._counts["reserves"] += 1
-            if self.reserved > self.peak_reserved:
-                self.peak_reserved = self.reserved
-            block = Block(chunk.addr, chunk.size, chunk)
-            chunk.first = block
-            chunk.starts, chunk.blocks = [chunk.addr], [block]
-            chunk.lock = self._lock  # lookups of interior pointers read the blocks under it
-            limit = self.split_limit
-            if limit is None or chunk.size <= limit or size <= limit:
-                self._split(block, size)
-            return block
-        finally:
-            release(held)
+        chunk = self.upstream.allocate(want)
+        if chunk is None and want > size:
+            chunk = self.upstream.allocate(size)  # no room for a shared chunk: just the block
+        if chunk is None:
+            self._counts["retries"] += 1
+            self._release_free_chunks(0)
+            chunk = self.upstream.allocate(size)
+        if chunk is None:
+            self._counts["ooms"] += 1
+            raise self._oom_error(size, nbytes)
+        self._chunks[chunk.addr] = chunk
+        self.reserved += chunk.size
+        self._counts["reserves"] += 1
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+        block = Block(chunk.addr, chunk.size, chunk)
+        chunk.first = block
+        chunk.starts, chunk.blocks = [chunk.addr], [block]
+        chunk.lock = self._lock  # lookups of interior pointers read the blocks under it
+        limit = self.split_limit
+        if limit is None or chunk.size <= limit or size <= limit:
+            self._split(block, size)
+        return block
 
     def prereserve(self, nbytes: Any) -> None:
         """Reserve a chunk of `nbytes` up front and keep it as a free block; raises OutOfMemoryError."""
         nbytes = check_size(nbytes)
-        with self._lock:
-            size = round_chunk(nbytes)
-            block = self._reserve(size, nbytes, size)
-            self._add_ready(block)
+        held = hold()  # (see _reserve)
+        try:
+            with self._lock:
+                size = round_chunk(nbytes)
+                self._add_ready(self._reserve(size, nbytes, size))
+        finally:
+            release(held)
 
     # ---- deallocate ------------------------------------------------------------------------
 
@@ -722,14 +731,14 @@ class BlockPool:
         key = [(s, s._completed, [o._completed for o, _ in s._spawned]) for s in self._pending_streams]
         if key == self._collect_key:
             return 0  # no stream moved since the last look: nothing new can be done
-        self._collect_key = key
         done = [b for b in self._pending if positions_reached(b.waits)]
         for block in done:
             self._unlist_pending(block)
             del self._pending[block]
             self._track(block, -1)
             self.pending_bytes -= block.size
-            self._free_ready(block)
+            self._free_ready(block)  # (may release a chunk: a Ctrl-C there leaves the rest pending)
+        self._collect_key = key  # (only now: after a Ctrl-C above, the next look tries again)
         return len(done)
 
     def _unlist_pending(self, block: Block) -> None:
@@ -756,12 +765,11 @@ class BlockPool:
             self._remove_ready(prev)
             _absorb(prev, block)
             block = prev
+        self._add_ready(block)  # (first: a Ctrl-C at the release below leaves it in the bins)
         threshold = self.release_threshold
         if block.prev is None and block.next is None and threshold is not None \
                 and self.reserved > threshold:
             self._release_chunk(block.chunk)
-            return
-        self._add_ready(block)
 
     # ---- bins ------------------------------------------------------------------------------
 
@@ -797,10 +805,13 @@ class BlockPool:
     # ---- chunks ----------------------------------------------------------------------------
 
     def _release_chunk(self, chunk) -> None:
+        """Give a wholly free chunk (its one block in the bins) back upstream."""
         # (held whole, compiled too: the upstream is Python, where a Ctrl-C can land, and a
-        # chunk out of the pool but not back upstream would be lost for good)
+        # chunk out of the pool but not back upstream would be lost for good; hold() is
+        # Python too, so nothing changes before it)
         held = hold()
         try:
+            self._remove_ready(chunk.first)
             del self._chunks[chunk.addr]
             self.reserved -= chunk.size
             self._counts["releases"] += 1
@@ -838,7 +849,9 @@ class BlockPool:
         return list(self._idle)
 
     def _release_free_chunks(self, target: int) -> int:
-        """Release wholly free chunks (largest first) until reserved <= target; returns bytes freed."""
+        """Release wholly free chunks (largest first) until reserved <= target; returns bytes
+        freed. The caller holds a Ctrl-C (hold()): the cache's blocks, taken out to merge,
+        must all reach the bins."""
         self._collect()
         self._flush_cache()
         whole = self._whole_free_chunks()
@@ -847,7 +860,6 @@ class BlockPool:
         for chunk in whole:
             if self.reserved <= target:
                 break
-            self._remove_ready(chunk.first)
             freed += chunk.size
             self._release_chunk(chunk)
         return freed
@@ -855,7 +867,7 @@ class BlockPool:
     def trim_to(self, nbytes: Any) -> int:
         """Return cached whole chunks upstream until at most `nbytes` stay reserved; returns bytes freed."""
         nbytes = check_size(nbytes, allow_zero=True)
-        held = False if ATOMIC else hold()
+        held = hold()  # (compiled too: see _release_free_chunks)
         try:
             with self._lock:
                 return self._release_free_chunks(nbytes)
