@@ -53,6 +53,9 @@ def check_pool(pool, live):
                 seen[b["address"]] = b["size"]
         assert at == chunk["address"] + chunk["size"]
     assert sorted(seen.items()) == sorted((blk.addr, blk.size) for blk, _ in live.values())
+    for chunk in pool.chunks():  # (the index that resolves interior pointers agrees)
+        assert chunk.starts == [b.addr for b in pool.blocks(chunk)]
+        assert chunk.blocks == list(pool.blocks(chunk))
     stats = pool_stats(pool)
     assert stats["allocated_bytes.current"] == allocated == pool.allocated
     assert stats["requested_bytes.current"] == requested
@@ -69,11 +72,12 @@ class PoolMachine(RuleBasedStateMachine):
     """Random alloc/free/stream progress on a pool over fake address space vs a reference model."""
 
     @initialize(split_limit=st.sampled_from([None, 4 * MiB]),
-                threshold=st.sampled_from([None, 0, 64 * MiB]))
-    def make_pool(self, split_limit, threshold):
+                threshold=st.sampled_from([None, 0, 64 * MiB]),
+                capacity=st.sampled_from([512 * MiB, 48 * MiB]))  # (small: OOMs, chunk ends given back)
+    def make_pool(self, split_limit, threshold, capacity):
         self.streams = [FakeStream(1), FakeStream(2)]
         policy = ReusePolicy(allow_internal_dependencies=False)
-        self.pool = BlockPool(ArenaChunks(512 * MiB), split_limit=split_limit,
+        self.pool = BlockPool(ArenaChunks(capacity), split_limit=split_limit,
                               release_threshold=threshold, policy=policy,
                               all_streams=lambda: self.streams)
         self.live = {}       # id -> (block, requested)
@@ -141,6 +145,41 @@ def test_pool_matches_reference_model_over_100k_operations():
         max_examples=25, stateful_step_count=20, deadline=None,
         suppress_health_check=list(HealthCheck)))
     assert OPS[0] >= 100_000
+
+
+def test_a_chunks_free_end_goes_back_when_a_large_allocation_needs_the_room():
+    # (a 3 MiB block kept its whole 20 MiB chunk: 1010 MiB then failed on a 1 GiB device that
+    # mem_info said had 1021 MiB free)
+    pool = BlockPool(ArenaChunks(1 << 30))
+    small = pool.allocate(3 * MiB)
+    big = pool.allocate(1010 * MiB)
+    live = {1: (small, 3 * MiB), 2: (big, 1010 * MiB)}
+    check_pool(pool, live)
+    assert pool.reserved == 4 * MiB + 1010 * MiB  # the small block's chunk kept its first 4 MiB
+    pool.deallocate(small)
+    pool.deallocate(big)
+    check_pool(pool, {})
+    pool.empty_cache()
+    assert pool.reserved == 0 and pool.upstream.unreserved_bytes() == 1 << 30
+
+
+def test_a_devices_buffer_keeps_its_bytes_and_pointers_when_its_chunk_shrinks(dev):
+    total = dev.mem_info()[1]
+    small = art.malloc(3 * MiB)
+    small.numpy()[:] = 7
+    inner = small.ptr + 3 * MiB - 64
+    big = art.malloc(total - 4 * MiB)  # fits only once the small block's chunk gives back its end
+    try:
+        big.numpy()[-1] = 9
+        assert (small.numpy() == 7).all()
+        assert art.memory.registry.REGISTRY.find(inner) is small
+        art.memcpy(big[:64], small[3 * MiB - 64:])
+        assert (big.numpy()[:64] == 7).all()
+    finally:
+        big.free()
+        small.free()
+        art.empty_cache()
+    assert dev.mem_info()[0] == total
 
 
 def test_size_classes_are_aligned_and_waste_little():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import threading
 
-from ..errors import OutOfMemoryError
+from ..errors import InvalidArgumentError, OutOfMemoryError
 
 ALIGNMENT = 64   # every allocation starts 64-byte aligned (CANN and CUDA guarantee at least this)
 GRANULE = 32     # sizes round up to 32 bytes, as CANN does
@@ -62,23 +62,36 @@ class Arena:
         self._used[off] = nbytes
         self.used_bytes += nbytes
 
+    def shrink(self, off: int, nbytes: int) -> None:
+        """Keep the first `nbytes` (a multiple of 64, > 0) of the range at `off`; free the rest."""
+        with self._lock:
+            size = self._used[off]
+            if not 0 < nbytes < size:
+                raise InvalidArgumentError(f"cannot shrink a range of {size} bytes to {nbytes}")
+            self._used[off] = nbytes
+            self._used[off + nbytes] = size - nbytes
+            self._free_locked(off + nbytes)
+
     def free(self, off: int) -> None:
         """Return a range to the free list, merging it with free neighbours."""
         with self._lock:
-            nbytes = self._used.pop(off)
-            self.used_bytes -= nbytes
-            i = bisect.bisect_left(self._free_offsets, off)
-            end = off + nbytes
-            if i < len(self._free_offsets) and self._free_offsets[i] == end:  # merge right
-                nbytes += self._free_sizes.pop(end)
-                del self._free_offsets[i]
-            if i > 0:
-                left = self._free_offsets[i - 1]
-                if left + self._free_sizes[left] == off:                       # merge left
-                    self._free_sizes[left] += nbytes
-                    return
-            self._free_offsets.insert(i, off)
-            self._free_sizes[off] = nbytes
+            self._free_locked(off)
+
+    def _free_locked(self, off: int) -> None:
+        nbytes = self._used.pop(off)
+        self.used_bytes -= nbytes
+        i = bisect.bisect_left(self._free_offsets, off)
+        end = off + nbytes
+        if i < len(self._free_offsets) and self._free_offsets[i] == end:  # merge right
+            nbytes += self._free_sizes.pop(end)
+            del self._free_offsets[i]
+        if i > 0:
+            left = self._free_offsets[i - 1]
+            if left + self._free_sizes[left] == off:                       # merge left
+                self._free_sizes[left] += nbytes
+                return
+        self._free_offsets.insert(i, off)
+        self._free_sizes[off] = nbytes
 
     def free_bytes(self) -> int:
         """Bytes not handed out."""

@@ -131,6 +131,21 @@ class ArenaChunks:
             self.decommit(chunk.handle, chunk.size)  # touched pages would stay resident: drop them
         self.arena.free(chunk.handle)
 
+    def shrink(self, chunk: Chunk, nbytes: int) -> None:
+        """Give back a chunk's end: keep its first `nbytes` (a multiple of 2 MiB, > 0); the
+        caller has no block there."""
+        if nbytes % CHUNK or not 0 < nbytes < chunk.size:
+            raise InvalidArgumentError(f"cannot shrink a chunk of {chunk.size} bytes to {nbytes}")
+        tail = chunk.size - nbytes
+        if self.registry is not None:
+            self.registry.shrink_chunk(chunk, nbytes)  # (lookups in the part kept never miss)
+        chunk.size = nbytes
+        if chunk.view is not None:
+            chunk.view = chunk.view[:nbytes]
+        if self.decommit is not None:
+            self.decommit(chunk.handle + nbytes, tail)
+        self.arena.shrink(chunk.handle, nbytes)
+
     def unreserved_bytes(self) -> int:
         """Bytes of the range not held by any chunk."""
         return self.arena.free_bytes()

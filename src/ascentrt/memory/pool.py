@@ -564,6 +564,8 @@ class BlockPool:
             self._counts["retries"] += 1
             self._release_free_chunks(0)
             chunk = self.upstream.allocate(size)
+        if chunk is None and self._trim_free_tails():
+            chunk = self.upstream.allocate(size)  # (a chunk's free end may border the room)
         if chunk is None:
             self._counts["ooms"] += 1
             raise self._oom_error(size, nbytes)
@@ -862,6 +864,36 @@ class BlockPool:
                 break
             freed += chunk.size
             self._release_chunk(chunk)
+        return freed
+
+    def _trim_free_tails(self) -> int:
+        """Give back the free end of every chunk that a live block keeps (from its first 2 MiB
+        boundary past the last block in use); returns bytes given back. The caller holds a
+        Ctrl-C (hold()), as for _release_free_chunks."""
+        shrink = getattr(self.upstream, "shrink", None)
+        if shrink is None:
+            return 0  # (pinned host chunks are mappings of their own: all or nothing)
+        freed = 0
+        for chunk in list(self._chunks.values()):
+            tail: Block = chunk.blocks[-1]
+            if tail.state is not READY or tail.prev is None:
+                continue  # (a wholly free chunk goes back whole: _release_free_chunks)
+            keep = round_chunk(tail.addr - chunk.addr)
+            if keep >= chunk.size:
+                continue
+            self._remove_ready(tail)
+            if chunk.addr + keep == tail.addr:  # the whole block goes
+                tail.prev.next = None
+                chunk.starts.pop()
+                chunk.blocks.pop()
+            else:
+                tail.size = chunk.addr + keep - tail.addr
+                tail.view_n = -1
+                self._add_ready(tail)
+            given = chunk.size - keep
+            self.reserved -= given
+            freed += given
+            shrink(chunk, keep)
         return freed
 
     def trim_to(self, nbytes: Any) -> int:

@@ -99,6 +99,21 @@ class AddressRegistry:
                 lock.release()
             raise
 
+    def shrink_chunk(self, chunk: Chunk, nbytes: int) -> None:
+        """A chunk keeps only its first `nbytes`: forget it on the pages past them (it is
+        resized by the caller, after this)."""
+        with self._lock:
+            pages = self._pages
+            keep = range(chunk.addr >> _SHIFT, ((chunk.addr + nbytes - 1) >> _SHIFT) + 1)
+            for page in self._chunk_pages(chunk):
+                if page in keep:
+                    continue
+                rest = tuple(c for c in pages.get(page, ()) if c is not chunk)
+                if rest:
+                    pages[page] = rest
+                else:
+                    pages.pop(page, None)
+
     def remove(self, alloc) -> None:
         """Forget an allocation; later lookups of its addresses fail."""
         if alloc.__class__ is Chunk:
