@@ -386,7 +386,9 @@ def test_an_event_whose_record_was_dropped_has_no_timestamp(dev):
     b.record(s)
     s.destroy(force=True)
     gate.set()
-    b.synchronize(timeout=5)  # (its waiters were let go)
+    with pytest.raises(art.AscentError) as err:  # (its waiters were let go, with the news)
+        b.synchronize(timeout=5)
+    assert err.value.code == art.ErrorCode.RT_STREAM_ABORT
     with pytest.raises(art.AscentError) as err:
         art.elapsed_time(a, b)
     assert err.value.code == art.ErrorCode.RT_EVENT_TIMESTAMP_INVALID and "dropped" in str(err.value)

@@ -431,6 +431,26 @@ def test_an_abort_before_a_synchronize_is_no_error_for_it(dev):
     s.destroy()
 
 
+def test_an_event_whose_record_an_abort_dropped_says_so_until_recorded_again(dev):
+    # (it read as complete: a synchronize, a query or another stream's wait went on as if the
+    # work before it had run; CANN's event synchronize returns STREAM_ABORT after an abort)
+    s, t = _stuck_stream(dev), dev.create_stream()
+    ev = art.Event()
+    ev.record(s)
+    s.abort()
+    for use in (ev.synchronize, ev.query, lambda: t.wait(ev)):
+        with pytest.raises(art.AscentError) as err:
+            use()
+        assert err.value.code == art.ErrorCode.RT_STREAM_ABORT and "abort" in str(err.value)
+    ev.record(s)  # a new record is a new point: waits on it work again
+    t.wait(ev)
+    ev.synchronize(timeout=10)
+    t.synchronize(timeout=10)
+    assert ev.query()
+    for x in (s, t):
+        x.destroy()
+
+
 def test_abort_and_event_limits_refuse_bad_input_with_a_code(dev):
     s = dev.create_stream()
     s.begin_capture()

@@ -8,7 +8,7 @@ import threading
 from .device import Device, register_handle_type, resolve_device
 from .validate import check_flag
 from .engine import ENGINE, Hooks, Marker, Task
-from .engine.sync import raise_if_aborted, raise_stream_errors
+from .engine.sync import raise_stream_errors
 from .engine.task import EVENT_RECORD
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError, StreamStateError
 from .stream import Stream, resolve_stream
@@ -27,6 +27,14 @@ def set_wait_timeout(seconds: float | None) -> None:
     """Bound every later device-side event wait (stream.wait) to `seconds`; None = no bound."""
     _wait_timeout[0] = check_timeout(seconds)
 
+
+
+def _discarded_error(event: Event, m: Marker) -> StreamStateError:
+    """What a wait on a record that an abort, destroy or reset dropped unrun gets (CANN's
+    ACL_ERROR_RT_STREAM_ABORT): the work before it may never have run."""
+    return StreamStateError(f"event {event.id}'s last record never ran: {m.discarded_by} "
+                            f"dropped it, with the work before it that had not started "
+                            f"(record the event again)", code=ErrorCode.RT_STREAM_ABORT)
 
 class Event:
     """Captures a stream's submitted work at record time; `timing=True` also takes a timestamp."""
@@ -83,6 +91,8 @@ class Event:
         self.device._backend.host_call("query")  # a simulated device catches up to now first
         if m is None:
             return True
+        if m.discarded_by:
+            raise _discarded_error(self, m)
         if m.done and Hooks.sanitizer is not None:
             Hooks.sanitizer.marker_waited(m)  # a completed query orders the host after it
         if not m.done:
@@ -100,7 +110,6 @@ class Event:
         if m.capture is not None:
             m.capture.refuse_event(self, m)
         m.stream._dq.backend.host_call("synchronize")  # a simulated device charges the call
-        aborts = (m.stream._aborts, m.position)
         ev = m.stream._dq.backend.new_signal()
         with ENGINE.lock:
             if not m.done:
@@ -114,8 +123,8 @@ class Event:
         if Hooks.sanitizer is not None:
             Hooks.sanitizer.marker_waited(m)
         raise_stream_errors([m.stream], before=m.position)
-        if m.dropped:  # (its record was discarded, with the work before it, while this waited)
-            raise_if_aborted([m.stream], [aborts])
+        if m.discarded_by:  # (before or while this waited, as CANN's aclrtSynchronizeEvent)
+            raise _discarded_error(self, m)
 
     def reset(self) -> None:
         """Forget the last record: the event reads as never recorded again."""

@@ -24,6 +24,7 @@ _ids = itertools.count(1)
 class _EventLike(Protocol):
     """What a stream needs of an Event (event.py imports this module, so it is not named here)."""
 
+    id: int
     def record(self, stream: Stream | None = None) -> None: ...
     def _marker_for_wait(self) -> Marker: ...
     def _wait_timeout(self) -> float | None: ...
@@ -181,6 +182,11 @@ class Stream:
             if marker.done:
                 if self._refuse is not None:
                     raise self._refusal()  # a stopped stream refuses work, even a no-op wait
+                if marker.discarded_by:  # (its work never came: this stream would run without it)
+                    raise StreamStateError(
+                        f"stream {self.id} cannot wait on event {event.id}: its last record "
+                        f"never ran ({marker.discarded_by} dropped it; record it again)",
+                        code=ErrorCode.RT_STREAM_ABORT)
                 if Hooks.sanitizer is not None:
                     Hooks.sanitizer.stream_waited(self, marker)  # the order holds all the same
                 return  # already satisfied: nothing to order (and nothing to wait for)

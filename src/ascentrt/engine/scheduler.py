@@ -618,6 +618,8 @@ class Engine:
             if t.kind == EVENT_RECORD or t.kind == NOTIFY_RECORD:
                 t.dropped = True  # (a profile shows it dropped, not run, where it lets waiters go)
                 records.append(t)
+                if t.kind == EVENT_RECORD and why:
+                    t.marker.discarded_by = why  # (its event's later syncs report it)
         if s._running is not None:
             # A task still runs: the records behind it release their waiters once it ends (a
             # stream that waits on one, or a block reused after it, must not overlap with it).

@@ -106,7 +106,7 @@ class Marker:
     """The point an event record captured: done once the stream's work before it completed."""
 
     __slots__ = ("stream", "position", "done", "ts_ns", "waiters", "host_waiters", "timing",
-                 "capture", "clock", "note", "dropped")
+                 "capture", "clock", "note", "dropped", "discarded_by")
 
     def __init__(self, stream: Any, position: int, timing: bool):
         self.stream: Any = stream     # the Stream that records it (None: not known yet)
@@ -121,3 +121,4 @@ class Marker:
         self.note: Callable[[], str] | None = None  # fn() -> what will record it, while `stream` is
                                       # None (a collective's part no rank has been given yet)
         self.dropped = False          # done because its stream dropped the record unrun (no ts_ns)
+        self.discarded_by = ""        # what dropped it, when an abort, destroy or reset did
