@@ -212,6 +212,23 @@ def test_a_notify_record_has_a_forward_arrow_to_the_wait_it_released(dev, two_st
     assert (flow["s"]["tid"], flow["f"]["tid"]) == (a.id, b.id)
 
 
+def test_a_graph_replays_tasks_belong_to_the_thread_that_launched_it(dev, two_streams):
+    # (they carried thread 0: no launch arrows, and the host-bound finding saw none of the
+    # launching thread's calls, blaming the program's own code)
+    cap, run = two_streams
+    cap.begin_capture(art.CaptureMode.GLOBAL)
+    art.launch(lambda: None, stream=cap, name="node")
+    g = cap.end_capture()
+    with art.profile() as prof:
+        for _ in range(3):
+            g.launch(run)
+        run.synchronize(timeout=30)
+    nodes = [t for t in prof.profile.tasks if t.name == "node"]
+    assert len(nodes) == 3 and {t.thread for t in nodes} == {threading.get_ident()}
+    groups = validate_trace(trace_json(prof.profile))
+    assert sum(cat == "launch" for cat, _ in groups["flows"]) >= 3
+
+
 @pytest.mark.parametrize("chunk", [1, 3, 4096])
 def test_the_streamed_writers_write_the_documents_whole(dev, two_streams, chunk):
     # write_trace and write_json encode a chunk of events / rows at a time: what they write

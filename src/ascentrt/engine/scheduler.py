@@ -519,9 +519,12 @@ class Engine:
         if observe and Hooks.sanitizer is not None:
             Hooks.sanitizer.submitted_all(work)  # may refuse a task: nothing queued yet
         stamp = Hooks.profiler is not None
+        me = threading.get_ident()
         for s, t in work:
             s._submitted = t.id = s._submitted + 1
             t.stream = s
+            if not t.thread:
+                t.thread = me  # (a graph's or a collective's tasks: the thread that launched them)
             if stamp:
                 t.t_enqueue = s._dq.backend.now_ns()
             if t.kind == EVENT_RECORD:
