@@ -652,6 +652,35 @@ def test_a_d2d_copy_and_a_memory_bound_kernel_share_the_memory_bandwidth(dev):
     s1.destroy(), s2.destroy(), a.free(), b.free()
 
 
+LINK = textwrap.dedent("""
+    import ascentrt as art
+    n = 64 << 20
+    dev = art.Device(0)
+    p = dev._backend.preset
+    hosts = [art.malloc_host(n) for _ in range(3)]
+    devs = [art.malloc(n) for _ in range(3)]
+    streams = [dev.create_stream() for _ in range(3)]
+    with art.profile() as prof:
+        art.memcpy_async(devs[0], hosts[0], stream=streams[0])  # two H2D copies: one link
+        art.memcpy_async(devs[1], hosts[1], stream=streams[1])
+        art.memcpy_async(hosts[2], devs[2], stream=streams[2])  # D2H: the other direction's
+        dev.synchronize()
+    h2d = [t for t in prof.snapshot().tasks if t.kind == "copy"]
+    link = n / p.host_link_bandwidth * 1e9
+    print(*(round(t.duration_ns / link, 3) for t in h2d))
+""")
+
+
+def test_copies_over_one_link_share_its_bandwidth_however_many_engines_move_them():
+    # (two engines moved two H2D copies at twice the link's bandwidth: 100 GB/s over a 50 GB/s
+    # link; the D2H copy crosses the other direction's link and keeps its full rate)
+    out = run_program(LINK, env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_PURE_PYTHON": "1",
+                                 "ASCENTRT_SIM_VARY": '{"copy_engines_h2d": 2}'}, timeout=60)
+    first, second, d2h = map(float, out.split())
+    assert 1.99 <= first <= 2.0 and 1.99 <= second <= 2.0  # each at half the link (less its latency)
+    assert 1.0 <= d2h <= 1.05                              # alone on its link: latency + bytes
+
+
 SHARED = textwrap.dedent("""
     import ascentrt as art
     dev = art.Device(0)

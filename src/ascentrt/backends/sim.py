@@ -75,10 +75,12 @@ class _Frame:
     """A task the simulation is running on this thread: when it started, and the time its
     nested operations (graph nodes) took so far."""
 
-    __slots__ = ("task", "start", "offset", "own", "mem")
+    __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns")
 
     def __init__(self, task: Any, start: int):
         self.task, self.start, self.offset, self.own, self.mem = task, start, 0, 0, 0.0
+        self.link: Any = None    # the link its bytes cross (a copy over the host or a peer link)
+        self.link_ns = 0.0       # the ns they take on it at its full bandwidth
 
 
 class _HostThread:
@@ -511,6 +513,8 @@ class SimBackend(CpuBackend):
         kind = op.kind
         kernel = op.fn if kind == KERNEL else None
         mem = 0.0
+        link: Any = None
+        link_ns = 0.0
         ns: float  # (declared: mypyc keeps ints and floats apart)
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
@@ -522,8 +526,14 @@ class SimBackend(CpuBackend):
         elif kind == COPY:
             dst, dpitch, src, spitch, width, height = op.args
             # (a pitched copy is no single memmove on a cpu backend: no small-copy rate for it)
-            ns, mem = self.copy_ns(self.direction(dst, src), width * height, dst, src,
+            direction = self.direction(dst, src)
+            nbytes = width * height
+            ns, mem = self.copy_ns(direction, nbytes, dst, src,
                                    height == 1 or dpitch == spitch == width)
+            link = self.link_of(direction, dst, src)
+            if link is not None:  # (its bytes' time on the link: what others crossing it share)
+                link_ns = ns - (p.peer_link_latency_ns if direction == D2D
+                                else p.host_link_latency_ns)
         else:  # FILL
             dst, _, nbytes = op.args
             on_device = tl.where(dst) == "device"
@@ -539,6 +549,7 @@ class SimBackend(CpuBackend):
             frame.mem += mem
             if frame.task is op:
                 frame.own = took
+                frame.link, frame.link_ns = link, link_ns
         if kernel is not None:
             kernel(*args)
         else:
@@ -698,6 +709,7 @@ class SimBackend(CpuBackend):
         frame = self._alone_frame
         if frame.task is None:
             frame.task, frame.start, frame.offset, frame.own, frame.mem = t, tl.now, 0, 0, 0.0
+            frame.link, frame.link_ns = None, 0.0
         else:
             frame = _Frame(t, tl.now)
         try:
@@ -854,13 +866,13 @@ class SimBackend(CpuBackend):
         # were taken from it as they ran.)
         t.t_start = start + fixed if not frame.offset else start
         computes = self._on_processors
-        if work and not frame.offset and (frame.mem or computes):
+        if work and not frame.offset and (frame.mem or computes or frame.link is not None):
             # It shares memory bandwidth or processors: its end moves with the others'. (Not a
             # graph segment or a host function whose nested operations took time: their nodes'
             # times were fixed at full rate as they ran.)
             self._settle(tl.now)
             self.sharing.append([float(work), fixed, queue, t, units, min(1.0, frame.mem / work),
-                                 1.0, computes])
+                                 1.0, computes, frame.link, min(1.0, frame.link_ns / work)])
             tl.sharing += 1
             self._share()
             return None
@@ -874,8 +886,12 @@ class SimBackend(CpuBackend):
     # each running task (a kernel, copy, fill or host function: every engine is a thread
     # there) needs one processor at its full rate. Rates are max-min fair (every task's
     # rate rises alike until a resource it uses is full, as in a fluid network model);
+    # A copy over the host link (one per direction) or a peer link (one per pair and direction) needs
+    # that link at its full rate too: copies crossing one link share its bandwidth, however
+    # many engines move them.
     # `sharing` holds [work ns left at full rate, fixed ns after it, queue, task, units,
-    # demand, rate, uses a processor] and is brought up to date (_settle) whenever it changes.
+    # demand, rate, uses a processor, link, link demand] and is brought up to date (_settle)
+    # whenever it changes.
 
     def _settle(self, now: int) -> None:
         """Bring the sharing tasks' work left up to `now` at the rates they had since."""
@@ -895,6 +911,7 @@ class SimBackend(CpuBackend):
             entry[6] = 0.0
         rising = list(entries)
         mem_left, procs_left = 1.0, float(procs)
+        links_left: dict = {e[8]: 1.0 for e in entries if e[8] is not None}
         while rising:
             step = min(1.0 - e[6] for e in rising)
             load = sum(e[5] for e in rising)
@@ -903,14 +920,24 @@ class SimBackend(CpuBackend):
                 step = min(step, mem_left / load)
             if procs and users:
                 step = min(step, procs_left / users)
+            link_load: dict = {}
+            for e in rising:
+                if e[8] is not None:
+                    link_load[e[8]] = link_load.get(e[8], 0.0) + e[9]
+            for key, lload in link_load.items():
+                if lload > 0:
+                    step = min(step, links_left[key] / lload)
             for e in rising:
                 e[6] += step
             mem_left -= step * load
             procs_left -= step * users
+            for key, lload in link_load.items():
+                links_left[key] -= step * lload
             full_mem = mem_left <= 1e-12
             full_procs = procs and procs_left <= 1e-12
             rising = [e for e in rising if e[6] < 1.0 - 1e-12 and not (full_procs and e[7])
-                      and not (full_mem and e[5] > 0)]
+                      and not (full_mem and e[5] > 0)
+                      and not (e[8] is not None and e[9] > 0 and links_left[e[8]] <= 1e-12)]
         for entry in entries:
             entry[6] = max(entry[6], 1e-9)  # (never stalled for good: float dust)
 
@@ -929,7 +956,7 @@ class SimBackend(CpuBackend):
         left = []
         for entry in self.sharing:
             if entry[0] <= 0.5 * entry[6] or entry[0] <= 1e-6:  # (within half a ns of done)
-                _, fixed, queue, t, units, _, _, _ = entry
+                fixed, queue, t, units = entry[1], entry[2], entry[3], entry[4]
                 t.t_end = end = now + fixed
                 heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
                 tl.sharing -= 1
@@ -960,6 +987,15 @@ class SimBackend(CpuBackend):
         bw = self._copy_rate(nbytes, p.host_link_bandwidth, contiguous) \
             if self.timeline.where(host) == "pinned" else p.pageable_bandwidth
         return p.host_link_latency_ns + nbytes / bw * 1e9, mem * (2 if p.unified_memory else 1)
+
+    def link_of(self, direction: int, dst: int, src: int) -> Any:
+        """The link a copy's bytes cross: the host link of its direction (pinned or pageable
+        host memory), the peer link to the other device, or None (a copy inside the device)."""
+        if direction == D2D:
+            device_of = self.timeline.device_of
+            a, b = device_of(src), device_of(dst)
+            return None if a is b else (D2D, id(a), id(b))  # (one link each way per pair)
+        return (direction, 0, 0)
 
     def _copy_rate(self, nbytes: int, rate: float, contiguous: bool) -> float:
         """`rate`, or small_copy_bandwidth for a contiguous copy under small_copy_bytes."""
