@@ -243,11 +243,10 @@ def test_the_device_reports_the_sim_backend_and_its_preset(dev):
 # ---- bad input (every session) ----------------------------------------------------------------
 
 def test_bad_costs_and_block_dims_are_refused(stream):
-    units = stream.device.properties.compute_units
     for bad in (-1.0, float("nan"), float("inf"), "fast", {"flops": -5}, {"speed": 1}):
         with pytest.raises(art.InvalidArgumentError, match="cost"):
             art.launch(lambda: None, stream=stream, cost=bad)
-    for bad in (0, units + 1, 2.5, "4"):
+    for bad in (0, 65536, 2.5, "4", True):
         with pytest.raises(art.InvalidArgumentError, match="block_dim") as err:
             art.launch(lambda: None, stream=stream, block_dim=bad)
         assert err.value.code == art.ErrorCode.INVALID_PARAM
@@ -522,7 +521,7 @@ def test_block_dim_alone_keeps_a_built_in_kernels_cost(stream):
                    block_dim=4)
         stream.synchronize()
     a, b = sorted(_tasks(prof, "kernel"), key=lambda t: t.name)
-    assert a.duration_ns == b.duration_ns != P.default_kernel_ns  # memory-bound
+    assert P.default_kernel_ns != a.duration_ns < b.duration_ns  # memory-bound: 4 cores draw less
     assert "b" not in stream.device._backend.uncosted
     x.free()
 
@@ -629,27 +628,54 @@ def test_variant_refuses_a_malformed_variant_as_device_creation_does(text, monke
 
 @sim_only
 def test_a_d2d_copy_and_a_memory_bound_kernel_share_the_memory_bandwidth(dev):
-    # Each needs all of the memory bandwidth at its full rate: while both run, each gets half.
+    # The copy needs all of the memory bandwidth at its full rate, the kernel the share its
+    # cores can draw (units x memory_bandwidth_per_unit, at most all): while both run, their
+    # rates rise alike until the memory is full.
     n = 64 << 20
     a, b = art.malloc(n), art.malloc(n)
     s1, s2 = dev.create_stream(), dev.create_stream()
-    work = 2 * n / P.memory_bandwidth * 1e9  # the copy reads and writes n bytes; so does the kernel
+    units = P.compute_units
+    work = 2 * n / P.memory_bandwidth * 1e9  # the copy reads and writes n bytes, at full rate
+    draw = min(P.memory_bandwidth, units * P.memory_bandwidth_per_unit or P.memory_bandwidth)
+    kernel_work = 2 * n / draw * 1e9         # the kernel moves as many, at what its cores draw
+    demand = work / kernel_work              # its share of the memory at its full rate
     with art.profile() as prof:
         art.memcpy_async(b, a, stream=s1)
-        art.launch(lambda: None, stream=s2, cost={"bytes": 2 * n}, block_dim=1, name="k")
+        art.launch(lambda: None, stream=s2, cost={"bytes": 2 * n}, block_dim=units, name="k")
         dev.synchronize()
     (copy,), (kernel,) = _tasks(prof, "copy"), _tasks(prof, "kernel")
     alone = kernel.start_ns - copy.start_ns   # the copy ran alone this long, at its full rate
     assert 0 < alone < work / 4
-    # Then both at half rate until the copy is done; the kernel finishes its last part alone.
-    assert abs(copy.duration_ns - (alone + 2 * (work - alone))) <= 3
-    assert abs(kernel.duration_ns - (2 * (work - alone) + alone)) <= 3
+    # Then both at 1 / (1 + demand) until the copy is done; the kernel finishes alone.
+    assert abs(copy.duration_ns - (alone + (1 + demand) * (work - alone))) <= 3
+    assert abs(kernel.duration_ns - (kernel_work + demand * (work - alone))) <= 3
     with art.profile() as prof:  # one at a time: each at its full rate
         art.memcpy_async(b, a, stream=s1)
         s1.synchronize()
     (copy,) = _tasks(prof, "copy")
     assert abs(copy.duration_ns - work) <= 2
     s1.destroy(), s2.destroy(), a.free(), b.free()
+
+
+@sim_only
+def test_a_kernel_runs_its_blocks_in_waves_and_few_cores_draw_less_memory(stream):
+    # (a block_dim over the compute units was refused, though CANN runs up to 65535 blocks
+    # in waves; and one core drew the whole memory bandwidth)
+    units, flops = P.compute_units, P.compute_flops_per_unit
+    with art.profile() as prof:
+        for blocks in (units, units + 1, 2 * units):
+            art.launch(lambda: None, stream=stream, cost={"flops": flops * 1e-3 * blocks},
+                       block_dim=blocks, name=f"f{blocks}")  # 1 ms of one core per block
+        for blocks in (1, units):
+            art.launch(lambda: None, stream=stream, cost={"bytes": 1e9}, block_dim=blocks,
+                       name=f"m{blocks}")
+        stream.synchronize()
+    took = {t.name: t.duration_ns for t in _tasks(prof, "kernel")}
+    assert took[f"f{units}"] == 1_000_000                     # one wave
+    assert took[f"f{units + 1}"] == took[f"f{2 * units}"] == 2_000_000  # a partial wave is whole
+    assert abs(took["m1"] - 1e9 / P.memory_bandwidth_per_unit * 1e9) <= 1
+    assert abs(took[f"m{units}"] - 1e9 / min(P.memory_bandwidth,
+                                             units * P.memory_bandwidth_per_unit) * 1e9) <= 1
 
 
 LINK = textwrap.dedent("""
@@ -817,10 +843,12 @@ def test_copies_up_to_small_copy_bytes_move_at_the_small_copy_rate(stream):
 def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     path = _write_preset(tmp_path, shared_processors=None, default_block_dim=None,
                          unified_memory=None, copy_engine_bandwidth=None, crowded_processors=None,
-                         small_copy_bytes=None, small_copy_bandwidth=None)
+                         small_copy_bytes=None, small_copy_bandwidth=None,
+                         memory_bandwidth_per_unit=None)
     p = presets.load(path)
     assert (p.shared_processors, p.default_block_dim, p.unified_memory, p.copy_engine_bandwidth,
-            p.crowded_processors, p.small_copy_bytes, p.small_copy_bandwidth) == (0, 0, 0, 0, 0, 0, 0)
+            p.crowded_processors, p.small_copy_bytes, p.small_copy_bandwidth,
+            p.memory_bandwidth_per_unit) == (0, 0, 0, 0, 0, 0, 0, 0)
     assert all(p.sources[f][0] == "documented" for f in presets.DEFAULTS)
 
 

@@ -62,9 +62,13 @@ def _bounded(value: float, most: float, what: str) -> float:
     return value
 
 
+MAX_BLOCK_DIM = 65535  # CANN's blockDim range: [1, 65535]
+
+
 def make_cost(cost, block_dim, device) -> Cost | None:
     """The checked Cost of a launch: `cost` is seconds, a Cost, or a dict of seconds / flops /
-    bytes; `block_dim` (or a Cost's own) the compute units it occupies (1 .. the device's).
+    bytes; `block_dim` (or a Cost's own) the logical blocks it runs, 1 .. MAX_BLOCK_DIM (CANN's
+    blockDim: as many run at once as there are compute units, the rest in later waves).
     Seconds above MAX_COST_SECONDS, or flops and bytes above MAX_COST_WORK, are refused: the
     virtual clock could not hold their end."""
     link_bytes = 0.0
@@ -74,10 +78,10 @@ def make_cost(cost, block_dim, device) -> Cost | None:
         link_bytes = _bounded(check_finite(cost.link_bytes or 0.0, "cost link_bytes"),
                               MAX_COST_WORK, "cost link_bytes")
     if block_dim is not None:
-        units = device.properties.compute_units
-        if type(block_dim) is not int or not 1 <= block_dim <= units:
-            raise InvalidArgumentError(f"block_dim must be an int in [1, {units}] (the compute units "
-                                       f"of device {device.id}), got {block_dim!r}")
+        if type(block_dim) is not int or not 1 <= block_dim <= MAX_BLOCK_DIM:
+            raise InvalidArgumentError(f"block_dim must be an int in [1, {MAX_BLOCK_DIM}] (blocks: "
+                                       f"device {device.id} runs {device.properties.compute_units} "
+                                       f"at once), got {block_dim!r}")
     if cost is None:
         return None if block_dim is None else Cost(block_dim=block_dim)
     if isinstance(cost, dict):

@@ -769,7 +769,8 @@ class SimBackend(CpuBackend):
                 self._start(q, t, 1)
 
     def _block_dim(self, declared: int | None) -> int:
-        """The compute units a kernel occupies: what it declared, else the preset's default."""
+        """The compute units a kernel occupies: its blocks (what it declared, else the preset's
+        default), at most the device's units (more blocks run in waves on them)."""
         return min(declared, self._units) if declared else self._default_units
 
     def _units_of(self, t) -> int:
@@ -1028,10 +1029,16 @@ class SimBackend(CpuBackend):
         if seconds is not None:
             return seconds * 1e9, (memory if memory < seconds else seconds) * 1e9
         units = self._block_dim(cost.block_dim)
-        compute = cost.flops / (p.compute_flops_per_unit * units)
+        blocks = cost.block_dim or units
+        # The blocks run `units` at a time: a last partial wave takes as long as a whole one.
+        waves = -(-blocks // units)
+        compute = cost.flops / blocks * waves / p.compute_flops_per_unit
+        per_unit = p.memory_bandwidth_per_unit
+        reach = memory if not per_unit or units * per_unit >= p.memory_bandwidth \
+            else cost.bytes / (units * per_unit)  # (few cores draw less than the whole memory)
         link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
             if cost.link_bytes else 0.0
-        return max(compute, memory, link) * 1e9, memory * 1e9
+        return max(compute, reach, link) * 1e9, memory * 1e9
 
 
 

@@ -36,6 +36,9 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "copy_engines_d2d": (int, 1, "", "copy engines for device-to-device copies"),
     "memory_bytes": (int, 1, "B", "device memory capacity"),
     "memory_bandwidth": (float, 1, "B/s", "device memory bandwidth (D2D copies read and write it)"),
+    "memory_bandwidth_per_unit": (float, 0, "B/s", "memory bandwidth one compute unit can draw: "
+                                  "a kernel's declared bytes move at most at its units times "
+                                  "this (0: any unit draws the whole memory bandwidth)"),
     "copy_engine_bandwidth": (float, 0, "B/s", "bytes per second one copy engine moves within "
                               "device memory (a D2D copy or a fill) when nothing else runs (0: "
                               "half the memory bandwidth, a copy reading and writing it once)"),
@@ -89,6 +92,8 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "shared_processors": (0.0, "not in the file: engines are independent hardware (no sharing)"),
     "crowded_processors": (0.0, "not in the file: as shared_processors (no loss when crowded)"),
     "unified_memory": (0, "not in the file: host and device memory are apart"),
+    "memory_bandwidth_per_unit": (0.0, "not in the file: any compute unit draws the whole memory "
+                                  "bandwidth"),
     "small_copy_bytes": (0, "not in the file: copies of every size move at the same rate"),
     "small_copy_bandwidth": (0.0, "not in the file: copies of every size move at the same rate"),
 }
