@@ -59,6 +59,8 @@ def released_without_device():
 
 @pytest.mark.parametrize("fn", RT_FUNCTIONS, ids=acl.rt.__all__)
 def test_wrong_argument_count_raises_pyacl_type_error(fn):
+    if getattr(fn, "__acl_fmt__", None) == "":
+        return  # (pyACL's calls without parameters ignore what they are given: see test_acl_dropin)
     with pytest.raises(TypeError):
         fn(*([0] * 12))
 

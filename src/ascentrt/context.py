@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from .device import Device, resolve_device, set_device
 from .engine import ENGINE
 from .engine.sync import synchronize_streams, warn_discarded
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, InvalidHandleError
@@ -37,7 +38,6 @@ class Context:
     """A device and a default stream; streams made through it are destroyed with it."""
 
     def __init__(self, device=None, *, _primary: bool = False):
-        from .device import resolve_device
         self.device = resolve_device(device)
         self.id = next(_ids)
         self.primary = _primary
@@ -132,7 +132,6 @@ def set_current_context(ctx: Context | None) -> None:
         if not isinstance(ctx, Context):
             raise InvalidArgumentError(f"set_current_context takes a Context, got {type(ctx).__name__}")
         ctx._check_alive()
-        from .device import set_device
         set_device(ctx.device.id)
     _current.context = ctx
 
@@ -146,7 +145,6 @@ def create_context(device) -> Context:
 
 def retain_primary(device) -> Context:
     """Count one more use of `device`'s primary context (creating it) and make it current."""
-    from .device import Device
     dev = device if isinstance(device, Device) else Device(device)
     with _lock:
         ctx = _primary.get(dev.id)
@@ -171,7 +169,6 @@ def release_primary(device, *, force: bool = False) -> int:
     a short grace period, then is discarded). Raises InvalidArgumentError (507007) when the
     device has no use left to release.
     """
-    from .device import Device
     force = check_flag(force, "force")
     dev = device if isinstance(device, Device) else Device(device)
     with _lock:

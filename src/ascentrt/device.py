@@ -314,7 +314,7 @@ def default_stream() -> Any:
 
 def _report_leaks_at_exit() -> None:
     """At exit: the device and pinned host buffers the program never freed (a LeakWarning)."""
-    if _devices is None:
+    if _devices is None or not leaks.exit_report_due():
         return
     live = [b for d in _devices for b in d._memory.live_buffers()]
     live += [a for a in REGISTRY.live() if a.kind == "host"]

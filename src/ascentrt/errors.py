@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import enum
 import threading
+import warnings
 from dataclasses import dataclass
+
+from .callsite import user_frame
 
 
 class ErrorCode(enum.IntEnum):
@@ -229,9 +232,6 @@ class MemcpyKindWarning(UserWarning):
 def warn_at_caller(message: str, category: type[Warning]) -> None:
     """Warn as if from the first frame outside ascentrt: the default filter then shows each
     warning once per call site of the user's program, whichever facade layer it came through."""
-    import warnings
-
-    from .callsite import user_frame
     frame = user_frame(2)
     if frame is None:
         warnings.warn(message, category, stacklevel=2)

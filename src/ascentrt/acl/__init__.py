@@ -16,15 +16,20 @@ import types as _types
 from typing import Any as _Any
 
 from .. import config as _config
-from ..device import Device as _Device
+from .. import context as _ctx
+from ..device import Device as _Device, device_count as _device_count
+from ..memory import leaks as _leaks
 from ..errors import AscentError as _AscentError, ErrorCode as _ErrorCode
-from . import constants, rt, util
+from . import _event, _memory, constants, rt, util
 from ._api import CONTEXTS as _CONTEXTS, EVENTS as _EVENTS, NOTIFIES as _NOTIFIES
 from ._api import STREAMS as _STREAMS, AclTypeError as _AclTypeError, api as _api, fail as _fail
 from ._api import recent_error_message as _recent_error_message, sweep as _sweep
 
 _init_lock = _threading.Lock()
 _init_count = [0]
+# (pyACL programs commonly tear down in a destructor that runs after the exit handlers: the
+# leak report at exit waits for acl.finalize, which reports what is still unfreed then)
+_leaks.teardown_pending.append(lambda: _init_count[0] > 0)
 
 
 @_api("s", module="acl", optional=1)
@@ -45,18 +50,14 @@ def init(config_path: str = "") -> None:
 def _teardown() -> None:
     """Release everything the facade made: contexts, devices, streams, events, notifies; the
     memory never freed among it is reported once (a LeakWarning), as reclaimed at acl.finalize."""
-    from .. import context as _ctx
-    from ..device import device_count
-    from ..memory import leaks
-    from . import _event, _memory
-    with leaks.reclaiming("acl.finalize"):
+    with _leaks.reclaiming("acl.finalize"):
         explicit = [ctx for _, ctx in _CONTEXTS.items() if not ctx.primary and not ctx.destroyed]
         _ctx.drain(explicit)  # one drain budget for all of them, then destroy without waiting
         for ctx in explicit:
             ctx._teardown(wait=False, what="acl.finalize")
         for h, _ in _CONTEXTS.items():
             _CONTEXTS.remove(h)
-        for dev_id in range(device_count()):
+        for dev_id in range(_device_count()):
             if _ctx.primary_uses(dev_id):
                 _ctx.release_primary(dev_id, force=True)
         for table in (_STREAMS, _EVENTS, _NOTIFIES):

@@ -7,19 +7,18 @@ import inspect
 import itertools
 import linecache
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar, cast
+from typing import Any, Callable, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
+from ..callback import forget_destroyed_streams
 from ..callsite import GENERATED_PREFIX
-from ..context import current_context
+from ..context import Context, current_context
 from ..errors import AscentError, ErrorCode, InvalidArgumentError, set_last_error
 
-if TYPE_CHECKING:
-    from ..context import Context
-    from ..event import Event
-    from ..notify import Notify
-    from ..stream import Stream
+from ..event import Event
+from ..notify import Notify
+from ..stream import Stream
 
 T = TypeVar("T")
 
@@ -161,6 +160,15 @@ def call({params}/, *rest):
         {names}, = parse_slow(tuple(a for a in ({names},) if a is not _MISSING) + rest)
     try:
         values = fn({names})
+"""
+        elif module == "acl.rt":
+            # pyACL's acl.rt calls without parameters never parse their arguments (variadic C
+            # wrappers): public code passes one, acl.rt.synchronize_device(device_id), and
+            # pyACL ignores it.
+            head = """
+def call(*rest):
+    try:
+        values = fn()
 """
         else:
             head = """
@@ -344,10 +352,6 @@ def timeout_ms(value: int, zero_means_forever: bool = False) -> float | None:
 
 
 def _tables() -> tuple[Handles[Context], Handles[Stream], Handles[Event], Handles[Notify]]:
-    from ..context import Context
-    from ..event import Event
-    from ..notify import Notify
-    from ..stream import Stream
     return (Handles(Context, "context"), Handles(Stream, "stream"), Handles(Event, "event"),
             Handles(Notify, "notify"))
 
@@ -376,7 +380,6 @@ def stream_of(handle: int, own: bool = False) -> Stream:
 
 def sweep() -> None:
     """Forget handles (and report subscriptions) of objects a reset or context destruction destroyed."""
-    from ..callback import forget_destroyed_streams
     forget_destroyed_streams()
     CONTEXTS.drop_dead(lambda c: c.destroyed)
     STREAMS.drop_dead(lambda s: s._refuse == "destroyed")

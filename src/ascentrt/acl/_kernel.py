@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..device import Device, device_count
 from ..errors import ErrorCode
 from ..launch import launch
 from ..memory import REGISTRY, BufferSlice, TypedView
@@ -20,7 +21,6 @@ _ranges: list[tuple[int, int]] = []  # (start, end) of each device's memory mapp
 def _device_ranges() -> list[tuple[int, int]]:
     """Where device memory lives: ints in these ranges are pointers, not scalars."""
     if not _ranges:
-        from ..device import Device, device_count
         for i in range(device_count()):
             mem = Device(i)._memory
             base, size = getattr(mem, "base", None), getattr(mem, "capacity", None)

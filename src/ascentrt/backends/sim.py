@@ -163,7 +163,6 @@ class Timeline:
                     or any(r.count for b in self.backends for r in b.ready))
 
     def _pump(self) -> None:
-        import time
         seen, since = -1, time.monotonic()
         step, step_since, said = None, since, None
         while True:

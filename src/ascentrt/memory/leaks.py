@@ -22,6 +22,16 @@ class _ThreadGathering(threading.local):
 
 _gathering = _ThreadGathering()
 
+# fn() -> True while the program's own teardown may still come after exit (a pyACL program
+# that has not finalized frees in a destructor, which runs after the exit handlers): the
+# report at exit then says nothing.
+teardown_pending: list[Any] = []
+
+
+def exit_report_due() -> bool:
+    """Whether the report at exit should be made (no teardown may still come)."""
+    return not any(pending() for pending in teardown_pending)
+
 
 class LeakWarning(UserWarning):
     """Memory the program never freed was reclaimed (ASCENTRT_LEAK_CHECK=off silences it)."""

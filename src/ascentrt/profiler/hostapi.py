@@ -20,7 +20,7 @@ from .. import hccl
 from ..callback import launch_callback, process_reports
 from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe_report
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
-from ..device import Device, set_device, synchronize
+from ..device import Device, current_device, set_device, synchronize
 from ..event import Event, elapsed_time
 from ..launch import launch, launch_host_func
 from ..memory import free, malloc, malloc_host
@@ -72,7 +72,6 @@ def _probe_event(args, kwargs):
 
 
 def _probe_device_sync(args, kwargs):
-    from ..device import current_device
     dev = args[0] if args and isinstance(args[0], Device) else current_device()
     live = list(dev._dq.streams.values())
     idle = all(s._completed >= s._submitted for s in live)

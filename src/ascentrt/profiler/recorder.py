@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 from . import clock
+from .. import device as _device  # (its _devices: read as the module's, it is reassigned)
 
 from ..callsite import site_text, user_code_site
 from ..engine import ENGINE, Hooks
@@ -113,8 +114,7 @@ class Recorder:
 
     def start(self) -> None:
         """Attach to the engine, the public API and the memory registry."""
-        from ..device import _devices
-        for dev in _devices or []:
+        for dev in _device._devices or []:
             self._note_device(dev)
             self.allocated[dev.id] = memstats.live_device_bytes(dev)
             self._sample(dev, measure_layout=True)
@@ -238,8 +238,7 @@ class Recorder:
 
     def _api_error(self, name: str, code: int) -> None:
         if code in _OOM_CODES:  # an OOM: record the free-range layout that caused it
-            from ..device import current_device
-            self._sample(current_device(), measure_layout=True)
+            self._sample(_device.current_device(), measure_layout=True)
 
     # ---- the result ------------------------------------------------------------------------
 
