@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from . import interrupts
 from .device import Device, register_handle_type, resolve_device
 from .validate import check_flag
 from .engine import ENGINE, Hooks, Marker, Task
@@ -186,6 +187,7 @@ class Event:
 
 
 register_handle_type("event", Event)
+interrupts.protect(Event.record)  # (a record queued must be the event's marker)
 
 
 def elapsed_time(start: Event, end: Event) -> float:

@@ -7,6 +7,11 @@ with release(): a Ctrl-C meanwhile is delivered again as the outermost one ends.
 runtime that hold a Ctrl-C back themselves (the simulator, while a step runs) register a
 deferrer, asked first.
 
+Sections of the runtime's Python code (a submission: a stream marked active must reach a
+ready queue) are registered with protect() instead, at no cost per call: a Ctrl-C that finds
+the main thread inside one is sent again a moment later, until it lands outside. Waits inside
+them (a full submission queue) are registered with interruptible(): a Ctrl-C ends those.
+
 The handler is installed only where Python's own one is in place: a program's own SIGINT
 handler is left alone.
 """
@@ -38,6 +43,45 @@ _held = _Held()  # (an instance: a compiled build reads its fields natively)
 
 
 _deferrers: list[Callable[[], bool]] = []  # fn() -> True when it took the Ctrl-C itself
+_protected: set = set()  # code objects of sections a Ctrl-C must not cut
+_waits: set = set()      # code objects of waits inside them, which a Ctrl-C may end
+_OURS = os.path.dirname(os.path.abspath(__file__))
+_LIBRARY = os.path.dirname(os.path.abspath(os.__file__))  # the standard library, site-packages
+_REDELIVER_S = 0.002     # how soon a Ctrl-C that landed in a protected section comes again
+_resend_due = [False]
+
+
+def protect(*functions: Any) -> None:
+    """Register sections of Python code a Ctrl-C must not cut (compiled ones use hold())."""
+    _protected.update(f.__code__ for f in functions if hasattr(f, "__code__"))
+
+
+def interruptible(*functions: Any) -> None:
+    """Register waits inside protected sections that a Ctrl-C may end (nothing is half done)."""
+    _waits.update(f.__code__ for f in functions if hasattr(f, "__code__"))
+
+
+def _in_protected(frame: Any) -> bool:
+    """Whether the main thread, stopped at `frame`, is in a protected section: a protected
+    frame comes before any wait of _waits and any code of the program's own (a kernel or
+    callback the runtime called runs the program's code: a Ctrl-C may stop it)."""
+    depth = 0
+    while frame is not None and depth < 200:
+        code = frame.f_code
+        if code in _waits:
+            return False
+        if code in _protected:
+            return True
+        if not code.co_filename.startswith((_OURS, _LIBRARY)):
+            return False
+        frame = frame.f_back
+        depth += 1
+    return False
+
+
+def _resend() -> None:
+    _resend_due[0] = False
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
@@ -48,6 +92,13 @@ def _on_sigint(signum: int, frame: Any) -> None:
             return
     if _held.depth:
         _held.pending = True
+        return
+    if _protected and _in_protected(frame):
+        if not _resend_due[0]:  # (one on its way stands for any that came meanwhile)
+            _resend_due[0] = True
+            timer = threading.Timer(_REDELIVER_S, _resend)
+            timer.daemon = True
+            timer.start()
         return
     signal.default_int_handler(signum, frame)
 
@@ -99,3 +150,21 @@ def release(held: bool) -> None:
         if not _held.depth and _held.pending:
             _held.pending = False
             signal.raise_signal(signal.SIGINT)
+
+
+def release_or_undo(held: bool, undo: Callable[[], Any]) -> None:
+    """release(held), for a section that made something for its caller: when a Ctrl-C held
+    meanwhile is to be raised, undo() first (the caller will never get what was made), then
+    raise it. A Ctrl-C during undo() joins the one raised."""
+    if not held:
+        return
+    _held.depth -= 1
+    if _held.depth or not _held.pending:
+        return
+    _held.depth += 1
+    try:
+        undo()
+    finally:
+        _held.depth -= 1
+        _held.pending = False
+    signal.raise_signal(signal.SIGINT)

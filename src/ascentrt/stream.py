@@ -8,6 +8,7 @@ import itertools
 import threading
 from typing import Any, Protocol
 
+from . import interrupts
 from .backends.base import Signal
 from .device import Device, current_device, register_handle_type, resolve_device
 from .engine import ENGINE, PRIORITY_LEVELS, Hooks, Marker, Task
@@ -366,4 +367,5 @@ def resolve_stream(stream: object) -> Stream:
 
 
 register_handle_type("stream", Stream)
+interrupts.protect(Stream.destroy, Stream.abort)  # (their bookkeeping around the engine's)
 links.register(stream_type=Stream)

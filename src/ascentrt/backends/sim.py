@@ -696,7 +696,7 @@ class SimBackend(CpuBackend):
         t = q.take(None, True)  # (all units free: the first ready task fits)
         if t is None:
             return False
-        units = t.units = self._units_of(t)
+        units = t.units = self.units_of(t)
         self.free_units -= units
         if self.free_units and compute.count:  # more start at this instant: the generic way
             self._start(q, t, units)
@@ -738,7 +738,7 @@ class SimBackend(CpuBackend):
                     t = q.take(None, True)
                     if t is None:
                         break
-                    units = self._units_of(t)
+                    units = self.units_of(t)
                 else:
                     t = q.take(self._fits_compute, True)
                     if t is None:
@@ -772,7 +772,7 @@ class SimBackend(CpuBackend):
         default), at most the device's units (more blocks run in waves on them)."""
         return min(declared, self._units) if declared else self._default_units
 
-    def _units_of(self, t) -> int:
+    def units_of(self, t) -> int:
         """The compute units `t` occupies (a memset occupies one)."""
         if t.kind == KERNEL:
             cost = t.cost
@@ -781,7 +781,7 @@ class SimBackend(CpuBackend):
 
     def _fits_compute(self, t) -> bool:
         """Whether the compute units `t` occupies are free."""
-        units = self._last_units = self._units_of(t)
+        units = self._last_units = self.units_of(t)
         return units <= self.free_units
 
     def _fits_copy(self, t) -> bool:

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from .. import config
+from .. import config, interrupts
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, note_async_error, warn_at_caller)
 from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_EXECUTOR, HOST_FUNC, KERNEL,
@@ -29,6 +29,9 @@ from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAME
 BATCH = 64  # most tasks one executor takes from a stream per lock round trip
 SLICE_NS = 1_000_000  # a batch yields to a waiting stream of equal priority after this long
 PRIORITY_LEVELS = 8  # 0 (highest) .. 7 (lowest), as CANN's create_stream_with_config
+# A virtual wait's slice doubles while work runs without progress, up to this (a task's cost is
+# at most 1e9 s: the clock must stay an int64 of ns)
+MAX_VIRTUAL_SLICE_S = 1e6
 
 _ERROR_OF_KIND = {KERNEL: ErrorCode.RT_AICORE_EXCEPTION}
 _log = logging.getLogger("ascentrt")
@@ -606,11 +609,14 @@ class Engine:
             # A worker runs a batch outside the lock: its tasks after the running one must not
             # start. Publish the cut before reading _running; the worker publishes _running
             # before reading _cut, so one of the two always sees the other (see _worker).
+            cut_before = s._cut
             s._cut = -1
             running = s._running
             last = tasks[0].id - 1 if tasks else s._submitted
             s._cut = running.id
-            dropped = last - running.id  # the worker completes them when its batch ends
+            # (the worker completes them when its batch ends; an earlier discard during this
+            # task counted them already)
+            dropped = 0 if cut_before == running.id else last - running.id
             first = running.id + 1
         queued = len(tasks)
         records = []
@@ -654,8 +660,10 @@ class Engine:
                 t.marker.dropped = True  # (done, for its waiters, but it has no time)
                 self._mark_done(t.marker, released)
                 self._profile_control(t)
+            elif t.notify._waiters:
+                self._control(s, t, released)  # (a wait queued already: let it go)
             else:
-                self._control(s, t, released)
+                self._profile_control(t)  # it never ran: it sets nothing a later wait would take
             for w in released:
                 self._advance(w, None)
 
@@ -950,7 +958,7 @@ class Engine:
                     cancel()
             if report is None:
                 if virtual:  # (work runs: in virtual time nothing moves until its next event)
-                    step *= 2
+                    step = min(2 * step, MAX_VIRTUAL_SLICE_S)
                 continue
             kind, text, _ = report
             if virtual and not fatal:
@@ -1041,8 +1049,10 @@ class Engine:
                     return "stuck", f"{_describe_wait(s)}", []
                 producers = [t.marker.stream]
             else:
-                producers = [p for p in self._all_streams()
-                             if any(x.kind == NOTIFY_RECORD and x.notify is t.notify for x in p._tasks)]
+                # (copies of the queues: a signal handler of the program's may record meanwhile,
+                # on this thread, under the lock this holds)
+                producers = [p for p in self._all_streams() if any(
+                    x.kind == NOTIFY_RECORD and x.notify is t.notify for x in list(p._tasks))]
                 if not producers:
                     text = f"{_describe_wait(s)}, and no stream has a pending record of notify {t.notify.id}"
                     if getattr(t.notify, "_destroyed", False):  # not even the host can record it
@@ -1062,7 +1072,11 @@ class Engine:
             return None
         holders = [r for r in list(dq.streams.values())
                    if r._running is not None and r._running.executor == ex]
-        if len(holders) < dq.sizes[ex] or any(r not in self._host_waits for r in holders):
+        # (a simulated device's kernels occupy several units each: one may hold them all)
+        units_of = getattr(dq.backend, "units_of", None)
+        need = 1 if units_of is None else units_of(s._tasks[0])
+        held = sum(r._running.units or 1 for r in holders)
+        if held + need <= dq.sizes[ex] or any(r not in self._host_waits for r in holders):
             return None  # a worker is between tasks, or runs a task that will end by itself
         return holders
 
@@ -1110,6 +1124,15 @@ def _time_left(s, t) -> str:
 
 
 ENGINE = Engine()
+# A Ctrl-C must not cut the engine's bookkeeping (a stream marked active but on no ready queue
+# would never run again); the waits inside it may end.
+interrupts.protect(Engine.submit, Engine.submit_locked, Engine.submit_all,
+                   Engine.submit_all_locked, Engine._advance, Engine._control,
+                   Engine.release_markers, Engine._discard, Engine._release_records,
+                   Engine._completed, Engine._fail, Engine._unblock, Engine._profile_control)
+interrupts.interruptible(Engine._wait_for_room, Engine._wait_for_lock, Engine.wait_host,
+                         Engine._wait_host, Engine.wait_completed)
+interrupts.install()
 
 
 def _program_signal_handlers() -> bool:

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from .. import interrupts
 from ..backends.base import Cost, PlainOp
 from ..engine import ENGINE, Marker, Task
 from ..engine.task import with_spawned
@@ -691,3 +692,6 @@ def _raise_lane_errors(errors: list[tuple[int, BaseException]], graph: Graph) ->
         index, exc = errors[0]
         _rename(_running(), graph, index)
         raise exc
+
+
+interrupts.protect(Graph.launch)  # (a launch queued must be the graph's last, its lanes spawned)

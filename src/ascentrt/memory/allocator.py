@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import config
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError, OutOfMemoryError
-from ..interrupts import hold, release
+from ..interrupts import hold, release, release_or_undo
 from .arena import Arena, round_size
 from ..validate import check_size
 from .buffer import GRANULE, DeviceBuffer
@@ -114,9 +114,12 @@ class DeviceAllocator:
             # the block backs a buffer, it would be lost. Held until the buffer is whole.
             held = hold()
             try:
-                return self._malloc(nbytes, stream)
-            finally:
+                buf = self._malloc(nbytes, stream)
+            except BaseException:
                 release(held)
+                raise
+            release_or_undo(held, buf.free)  # (a Ctrl-C meanwhile: the caller never gets it)
+            return buf
         return self._malloc(nbytes, stream)
 
     def _malloc(self, nbytes: int, stream: Any) -> DeviceBuffer:

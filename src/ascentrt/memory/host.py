@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import config
 from ..errors import OutOfMemoryError
-from ..interrupts import hold, release
+from ..interrupts import hold, release, release_or_undo
 from . import leaks
 from ..validate import check_size
 from .buffer import HostBuffer
@@ -125,8 +125,10 @@ def malloc_host(nbytes: int) -> HostBuffer:
             except BaseException:
                 give_back(pool, block)
                 raise
-        finally:
+        except BaseException:
             release(held)
+            raise
+        release_or_undo(held, buf.free)  # (a Ctrl-C meanwhile: the caller never gets it)
     # (a simulated host pays for the call here, with the pinned mapping it may have made, not
     # the host call after it; without the pool every call is a driver allocation alone)
     charge = _state["charge"]
