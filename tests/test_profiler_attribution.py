@@ -193,3 +193,37 @@ def test_prof_and_report_print_the_diagnosis_of_a_range(tmp_path, capsys):
     printed = capsys.readouterr()
     assert "Diagnosis" in printed.out and "outputs in" in printed.out
     assert "no range 'stpe'; its ranges: 'step'" in printed.err
+
+
+def test_a_query_that_finds_the_work_not_done_is_waiting_not_a_runtime_call():
+    # (a poll loop, `while not e.query()`, was a host "starved by its runtime calls" with the
+    # advice to call Event.query less often: the host was waiting for the device)
+    calls = [ApiCall("Event.query", 0, 400 * US, HOST, already_done=False),
+             ApiCall("Event.query", 400 * US, 401 * US, HOST, already_done=True),
+             ApiCall("launch", 401 * US, 500 * US, HOST)]
+    host = attribute([(0, 1 * MS)], calls)
+    assert host.waiting_ns == 400 * US
+    assert list(host.calls) == ["launch", "Event.query"] and host.calls["Event.query"] == (1 * US, 1)
+
+
+SYNC_THEN_MALLOC = textwrap.dedent("""
+    import ascentrt as art
+    dev = art.set_device(0)
+    a = dev.create_stream()
+    with art.profile(None) as prof:
+        for i in range(30):
+            art.launch(lambda: None, stream=a, cost=100e-6)
+            dev.synchronize()
+            for j in range(50):
+                art.malloc(4096).free()  # (driver allocations: the device idles here)
+    found = {f.kind: f.impact_ns for f in prof.diagnose()}
+    print(found["host_bound"] > 20 * found["device_sync_in_loop"] > 0)
+""")
+
+
+def test_a_sync_loop_finding_leaves_the_idle_of_other_runtime_calls_to_the_host_bound_one():
+    # (both claimed the same 30 ms of a 34 ms run: the synchronizations cost 3 ms)
+    from subprocess_util import run_program
+    out = run_program(SYNC_THEN_MALLOC, env={"ASCENTRT_BACKEND": "sim",
+                                             "ASCENTRT_MEM_POOL_ENABLE": "0"}, timeout=60)
+    assert out.strip() == "True"

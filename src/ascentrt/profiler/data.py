@@ -24,7 +24,15 @@ GRAPH_SEGMENT = "graph"
 COMPUTE_KINDS = ("kernel", "memset")
 # The executor class each kind of work runs on (a device's units of it are shared by its streams).
 EXECUTOR_OF_KIND = {"kernel": "compute", "memset": "compute", "copy": "copy", "host_func": "host"}
-SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.synchronize")
+SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.synchronize",
+             "Graph.execute")  # (a replay and the wait for it)
+QUERY_APIS = ("Stream.query", "Event.query")  # one that finds the work not done polls: it waits
+
+
+def waits(call: "ApiCall") -> bool:
+    """Whether the host spent `call` waiting for the device: a synchronization, or a query
+    that found the work not done yet (a poll loop's)."""
+    return call.name in SYNC_APIS or (call.name in QUERY_APIS and call.already_done is False)
 
 
 # The records are frozen and slotted: a 50k-task profile holds 100k of them.

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from ..units import format_ms
-from .data import SYNC_APIS
+from .data import waits
 from .intervals import gaps, intersection, total, union
 
 _START, _END = attrgetter("start_ns"), attrgetter("end_ns")
@@ -113,19 +113,20 @@ def call_advice(name: str) -> str:
 def attribute(stretches: list[tuple[int, int]], calls) -> HostTime:
     """Split the host's time over `stretches` (sorted, disjoint) using the API `calls`.
 
-    A moment inside a synchronization (on any thread) is waiting; the rest of a moment inside
+    A moment inside a synchronization or a query that found the work not done (on any
+    thread) is waiting; the rest of a moment inside
     runtime calls goes to the call that started first (calls of several threads at once, and
     calls nested in another, count once); whatever no call covers is the program's own code.
     """
     if not stretches:
         return HostTime(0, 0)
-    sync = union((c.start_ns, c.end_ns) for c in calls if c.name in SYNC_APIS)
+    sync = union((c.start_ns, c.end_ns) for c in calls if waits(c))
     waiting = total(intersection(stretches, sync))
     free = intersection(stretches, gaps(sync, stretches[0][0], stretches[-1][1]))
     per: dict[str, list[int]] = {}
     covered = stretches[0][0]  # host time up to here is attributed already
     first = 0  # free[:first] end before the part of any call still to come
-    ordered = sorted((c for c in calls if c.name not in SYNC_APIS), key=_END, reverse=True)
+    ordered = sorted((c for c in calls if not waits(c)), key=_END, reverse=True)
     ordered.sort(key=_START)  # by start, the longer first (two stable sorts: no key tuples)
     for c in ordered:
         a, b = max(c.start_ns, covered), c.end_ns  # (a never decreases from call to call)
