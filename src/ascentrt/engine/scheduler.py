@@ -429,8 +429,8 @@ class Engine:
                 consumed.releaser = t           # (for the profiler's record -> wait arrow)
                 self._completed(w)
                 self._profile_control(consumed)
-            else:
-                n._set = t                      # set, by this record
+            elif not n._set:
+                n._set = t  # set, by this record (a second one finds it set: the first released)
             return True
         if kind == NOTIFY_WAIT:
             n = t.notify

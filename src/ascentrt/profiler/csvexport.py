@@ -7,7 +7,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterator
 
-from .data import ProfileData
+from .data import WORK_KINDS, ProfileData
 
 
 def _us(ns: float) -> str:
@@ -64,8 +64,8 @@ def _stats_rows(groups: dict, header_name: str, extra=None) -> list[list]:
 def kernel_rows(profile: ProfileData) -> list[list]:
     """kernel_statistic.csv: per kernel (and copy/memset/host function) name, time statistics."""
     groups = defaultdict(list)
-    for t in profile.tasks:
-        if t.kind in ("kernel", "copy", "memset", "host_func"):
+    for t in profile.tasks:  # (runs that completed: a task cut off or dropped has no duration)
+        if t.kind in WORK_KINDS and not t.fate:
             groups[f"{t.kind}:{t.name}"].append(t.duration_ns)
     rows = _stats_rows(groups, "name")
     rows[0].insert(1, "kind")

@@ -34,6 +34,12 @@ def free_ranges(device) -> tuple[int, int]:
     return int(arena.free_bytes()), int(arena.largest_free())
 
 
+def live_host_bytes(registry) -> int:
+    """Bytes of the live host allocations the registry's observers are told of (pinned
+    buffers, registered host memory): those of no device."""
+    return sum(a.nbytes for a in registry.live() if getattr(a, "device", 0) is None)
+
+
 def live_device_bytes(device) -> int:
     """Bytes in the device's live buffers right now, those of its MemPools too (each
     buffer's size, as the profiler counts the ones allocated while it runs)."""

@@ -89,12 +89,14 @@ class Recorder:
         # Plain values only, filed per stream: such tuples drop out of the garbage collector's
         # view at its first pass, and the task itself may be reused (graph replays).
         released = _released_by(task)
-        stream = task.stream
+        stream, task_id = task.stream, task.id
+        if task.origin is not None:  # a non-blocking host function: the program's stream's
+            stream, task_id = task.origin  # (not the hidden stream that ran it)
         bucket = self.per_stream.get(stream)
         if bucket is None:  # setdefault is atomic: a racing first task of the stream shares it
             bucket = self.per_stream.setdefault(stream, [])
         kind = SEGMENT if task.graph_segment else task.kind
-        bucket.append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
+        bucket.append((task_id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                        task.t_enqueue, task.t_start, task.t_end, task.thread, _error_text(task),
                        released, "dropped" if task.dropped else "", task.units))
 
@@ -105,6 +107,9 @@ class Recorder:
             bucket = self.per_stream.setdefault(stream, [])
         append = bucket.append
         for task in tasks:  # executor tasks: no waits among them, rarely an error
+            if task.origin is not None:  # (see task_done)
+                self.task_done(task)
+                continue
             kind = SEGMENT if task.graph_segment else task.kind
             append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                     task.t_enqueue, task.t_start, task.t_end, task.thread,
@@ -118,7 +123,7 @@ class Recorder:
             self._note_device(dev)
             self.allocated[dev.id] = memstats.live_device_bytes(dev)
             self._sample(dev, measure_layout=True)
-        self.allocated.setdefault(-1, 0)
+        self.allocated[-1] = memstats.live_host_bytes(REGISTRY)  # (as the devices': live before)
         self._instrumentation.install()
         REGISTRY.observe(self)
         self._sanitizer = Hooks.sanitizer  # races found from now on go into the profile too

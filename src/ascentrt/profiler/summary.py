@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from ..units import format_bytes
 from .analysis import diagnose, metrics
-from .data import PART_DIR, ProfileData
+from .data import PART_DIR, WORK_KINDS, ProfileData
 
 
 def _ms(ns) -> str:
@@ -34,8 +34,8 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
              f"{v['utilization']:.0%}"] for v in m["executors"].values() if v["busy_ns"]]
     out.append(("Executors", ["device", "executor", "units", "busy ms", "utilization"], rows))
     kernels = defaultdict(list)
-    for t in profile.tasks:
-        if t.kind in ("kernel", "copy", "memset", "host_func"):
+    for t in profile.tasks:  # (runs that completed: a task cut off or dropped has no duration)
+        if t.kind in WORK_KINDS and not t.fate:
             kernels[(t.kind, t.name)].append(t.duration_ns)
     top = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[:8]
     rows = [[name, kind, str(len(d)), _ms(sum(d)), f"{sum(d) / len(d) / 1e3:.1f}"]

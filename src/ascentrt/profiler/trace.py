@@ -300,8 +300,14 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         pid, tid = where(t)
         released = min(t.end_ns, max(t.start_ns, rec.end_ns, t.end_ns - 1000))
         dropped = " (dropped unrun)" if rec.fate == "dropped" else ""
-        yield _slice(f"released by {what} record{dropped}", what, pid, tid, released, t.end_ns,
-                     compact_json({"record": f"stream {rec.stream} task {rec.task_id}{dropped}"}), ts)
+        # (a wait whose record was done before its stream reached it never blocked: the arrow
+        # shows the order it kept, the slice that nothing had to release it)
+        done_before = rec.end_ns <= t.start_ns and t.end_ns == t.start_ns and what == "event"
+        label = f"{what} record done before: no wait" if done_before \
+            else f"released by {what} record{dropped}"
+        yield _slice(label, what, pid, tid, released, t.end_ns,
+                     compact_json({"record": f"stream {rec.stream} task {rec.task_id}{dropped}",
+                                   "blocked": not done_before}), ts)
         yield _flow(what, what, False, flow_id + flows, rpid, rtid, ts(rec.end_ns))
         yield _flow(what, what, True, flow_id + flows, pid, tid, ts(released))
 
