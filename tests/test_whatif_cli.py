@@ -1,0 +1,94 @@
+"""`ascentrt whatif` and the preset files it varies: what a user's sweep, preset file or
+interrupted run must get (each case from a user's report)."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from ascentrt.backends import presets
+from ascentrt.backends.presets import PresetError
+
+SHIPPED = os.path.join(os.path.dirname(presets.__file__), "ascend910b.toml")
+
+
+def _preset_file(tmp_path, replace: dict | None = None, extra: str = "") -> str:
+    """The shipped ascend910b preset with some lines replaced (None: left out) and text added."""
+    lines = []
+    for line in open(SHIPPED).read().splitlines():
+        key = line.split("=", 1)[0].strip()
+        if replace and key in replace:
+            if replace[key] is None:
+                continue
+            line = f'{key} = {{ value = {replace[key]}, kind = "estimated", source = "test" }}'
+        lines.append(line)
+    path = tmp_path / "mine.toml"
+    path.write_text("\n".join(lines) + "\n" + extra)
+    return str(path)
+
+
+def _cli(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "ascentrt", *args], capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+# ---- preset files --------------------------------------------------------------------------------
+
+def test_a_field_the_file_leaves_out_is_labelled_a_default_not_documented():
+    p = presets.load("ascend910b")  # (it leaves out small_copy_bytes and others)
+    kind, source = p.sources["small_copy_bytes"]
+    assert kind == "default" and source.startswith("not in the file: default of 0")
+    assert p.sources["compute_units"][0] == "documented"
+
+
+def test_a_misspelt_scalar_key_is_refused_naming_the_nearest_field(tmp_path):
+    # (copy_engine_h2d = 4 was silently ignored: the run used 1 engine)
+    path = _preset_file(tmp_path, extra="copy_engine_h2d = 4\n")
+    with pytest.raises(PresetError, match="unknown key 'copy_engine_h2d' .*did you mean "
+                                          "'copy_engines_h2d'"):
+        presets.load(path)
+
+
+def test_a_misspelt_required_field_is_named_as_unknown_not_missing(tmp_path):
+    path = _preset_file(tmp_path, replace={"compute_units": None},
+                        extra='compute_unit = { value = 24, kind = "documented", source = "x" }\n')
+    with pytest.raises(PresetError, match="unknown key 'compute_unit' .*'compute_units'"):
+        presets.load(path)
+
+
+def test_a_misspelt_key_inside_a_field_is_refused(tmp_path):
+    path = _preset_file(tmp_path, extra='small_copy_bytes = { value = 0, knd = "estimated", '
+                                        'kind = "estimated", source = "x" }\n')
+    with pytest.raises(PresetError, match="unknown key 'knd' .*'kind'"):
+        presets.load(path)
+
+
+def test_a_quoted_number_in_a_file_is_refused(tmp_path):
+    # (value = "24" was read as 24; value = "fast" was refused: text is no number either way)
+    path = _preset_file(tmp_path, replace={"compute_units": '"24"'})
+    with pytest.raises(PresetError, match="'compute_units' must be a number, got the string '24'"):
+        presets.load(path)
+
+
+@pytest.mark.parametrize("value", ["0", "-5e9", "1e-3"])
+def test_a_bandwidth_below_its_bound_is_told_the_real_bound(tmp_path, value):
+    # (0 was told "at least 1", -5e9 "at least 1000": the bound is 1000 B/s in both)
+    path = _preset_file(tmp_path, replace={"host_link_bandwidth": value})
+    with pytest.raises(PresetError) as err:
+        presets.load(path)
+    text = str(err.value)
+    assert "must be at least 1000, got" in text and "at least 1," not in text
+    assert text.count("at least") == 1 and "(or 0)" not in text
+
+
+def test_a_default_kind_cannot_be_claimed_by_a_file(tmp_path):
+    path = _preset_file(tmp_path, extra='small_copy_bytes = { value = 0, kind = "default", '
+                                        'source = "x" }\n')
+    with pytest.raises(PresetError, match="needs kind = one of documented, measured, estimated"):
+        presets.load(path)
