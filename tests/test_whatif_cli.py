@@ -92,3 +92,16 @@ def test_a_default_kind_cannot_be_claimed_by_a_file(tmp_path):
                                         'source = "x" }\n')
     with pytest.raises(PresetError, match="needs kind = one of documented, measured, estimated"):
         presets.load(path)
+
+
+def test_info_preset_json_gives_every_field_with_its_value_unit_kind_and_source():
+    r = _cli("info", "--preset", "ascend910b", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["name"] == "ascend910b" and doc["file"].endswith("ascend910b.toml")
+    assert set(doc["fields"]) == set(presets.FIELDS)
+    assert doc["fields"]["compute_units"] == {
+        "value": 24, "unit": None, "kind": "documented",
+        "source": "CANN ini Ascend910B2: ai_core_cnt = cube_core_cnt = 24"}
+    assert doc["fields"]["host_link_bandwidth"]["unit"] == "B/s"
+    assert doc["fields"]["small_copy_bytes"]["kind"] == "default"

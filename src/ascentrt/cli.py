@@ -9,9 +9,16 @@ import sys
 from typing import Any
 
 
-def _info_preset(name: str) -> int:
-    from .backends.presets import describe, load
+def _info_preset(name: str, as_json: bool = False) -> int:
+    from .backends.presets import FIELDS, describe, load
     p = load(name)
+    if as_json:  # (the numbers themselves, not the text the table shows)
+        fields = {field: {"value": p.values[field], "unit": FIELDS[field][2] or None,
+                          "kind": p.sources[field][0], "source": p.sources[field][1]}
+                  for field in FIELDS}
+        print(json.dumps({"name": p.name, "description": p.description, "file": p.path,
+                          "fields": fields}, indent=2))
+        return 0
     print(f"preset {p.name}: {p.description}\nfile: {p.path}\n")
     rows = describe(p)
     w = max(len(r[0]) for r in rows)
@@ -23,7 +30,7 @@ def _info_preset(name: str) -> int:
 
 def _info(args) -> int:
     if args.preset:
-        return _info_preset(args.preset)
+        return _info_preset(args.preset, args.json)
     _use_backend(args)
     import os
     import ascentrt
