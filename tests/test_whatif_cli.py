@@ -38,7 +38,7 @@ def _cli(*args, env=None, timeout=300):
                           text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
 
 
-# ---- preset files --------------------------------------------------------------------------------
+# ---- preset files -----------------------------------------------------------------------------
 
 def test_a_field_the_file_leaves_out_is_labelled_a_default_not_documented():
     p = presets.load("ascend910b")  # (it leaves out small_copy_bytes and others)
@@ -105,3 +105,73 @@ def test_info_preset_json_gives_every_field_with_its_value_unit_kind_and_source(
         "source": "CANN ini Ascend910B2: ai_core_cnt = cube_core_cnt = 24"}
     assert doc["fields"]["host_link_bandwidth"]["unit"] == "B/s"
     assert doc["fields"]["small_copy_bytes"]["kind"] == "default"
+
+
+# ---- ascentrt whatif: the preset and the variants ---------------------------------------------
+
+KERNEL = textwrap.dedent("""
+    import ascentrt as art
+    s = art.Stream()
+    art.launch(lambda: None, stream=s, cost=1e-3)
+    s.synchronize()
+    print("compute_units", art.Device(0).properties.compute_units)
+""")
+
+
+def _rows(folder) -> list[dict]:
+    with open(os.path.join(folder, "whatif.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_whatif_takes_its_preset_from_the_setting_and_names_it(tmp_path):
+    # (it ran ascend910b whatever ASCENTRT_SIM_PRESET said, and no output named the preset)
+    prog = tmp_path / "prog.py"
+    prog.write_text(KERNEL)
+    out = tmp_path / "wi"
+    r = _cli("whatif", "--vary", "dispatch_ns=500", "-o", str(out), "--", "python", str(prog),
+             env={"ASCENTRT_SIM_PRESET": "h200"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "preset h200"
+    assert _rows(out)[0]["preset"] == "h200" and _rows(out)[0]["virtual_ms"]
+    assert "preset h200" in (out / "whatif.html").read_text()
+    summary = (out / "variant-0" / "summary.txt").read_text().splitlines()
+    assert "preset h200" in summary[0] and "dispatch_ns=500" in summary[0]
+    assert any("preset h200" in line for line in summary[1:])  # (the run's own profile says so)
+
+
+def test_whatif_validates_each_variant_whole_so_coupled_fields_can_vary(tmp_path):
+    # (each value was checked alone against the base preset: 48 > its 24 compute units, and
+    # small_copy_bytes without small_copy_bandwidth, were refused)
+    prog = tmp_path / "prog.py"
+    prog.write_text(KERNEL)
+    out = tmp_path / "wi"
+    r = _cli("whatif", "--vary", "compute_units=48", "--vary", "default_block_dim=48",
+             "--vary", "small_copy_bytes=4096", "--vary", "small_copy_bandwidth=5e9",
+             "-o", str(out), "--", "python", str(prog))
+    assert r.returncode == 0, r.stderr
+    row = _rows(out)[0]
+    assert (row["compute_units"], row["default_block_dim"], row["small_copy_bytes"]) == \
+        ("48", "48", "4096") and row["virtual_ms"]
+
+
+def test_whatif_refuses_a_variant_that_breaks_a_rule_before_anything_runs(tmp_path):
+    out = tmp_path / "wi"
+    r = _cli("whatif", "--vary", "compute_units=24,48", "--vary", "default_block_dim=48",
+             "-o", str(out), "--", "python", "-c", "pass")
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr
+    assert "variant 0 (compute_units=24, default_block_dim=48)" in r.stderr
+    assert "must be at most compute_units (24)" in r.stderr and "100000 INVALID_PARAM" in r.stderr
+    assert not out.exists()
+
+
+def test_whatif_prints_varied_values_without_a_spurious_point_zero(tmp_path):
+    # (25e9 showed as 25000000000.0 in the table, the CSV and the HTML)
+    prog = tmp_path / "prog.py"
+    prog.write_text(KERNEL)
+    out = tmp_path / "wi"
+    r = _cli("whatif", "--vary", "host_link_bandwidth=25e9,2.5e3", "-o", str(out), "--",
+             "python", str(prog))
+    assert r.returncode == 0, r.stderr
+    assert "25000000000" in r.stdout and "25000000000.0" not in r.stdout + r.stderr
+    assert [x["host_link_bandwidth"] for x in _rows(out)] == ["25000000000", "2500"]
+    assert "host_link_bandwidth=25000000000<" in (out / "whatif.html").read_text()

@@ -370,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                     "and compare total virtual time, busy shares and the critical path. A name is "
                     "a preset field (see ascentrt info --preset NAME) or program.NAME, a knob the "
                     "program reads with ascentrt.sim.variant().")
-    p_whatif.add_argument("--preset", default="ascend910b", help="preset name or .toml path")
+    p_whatif.add_argument("--preset", help="preset name or .toml path (default: "
+                                           "ASCENTRT_SIM_PRESET, else ascend910b)")
     p_whatif.add_argument("--vary", action="append", default=[], metavar="NAME=V1,V2",
                           help="a field and its values (repeat for a grid)")
     p_whatif.add_argument("-o", "--out", default="ascentrt-whatif",
