@@ -175,3 +175,125 @@ def test_whatif_prints_varied_values_without_a_spurious_point_zero(tmp_path):
     assert "25000000000" in r.stdout and "25000000000.0" not in r.stdout + r.stderr
     assert [x["host_link_bandwidth"] for x in _rows(out)] == ["25000000000", "2500"]
     assert "host_link_bandwidth=25000000000<" in (out / "whatif.html").read_text()
+
+
+# ---- ascentrt whatif: running the variants ----------------------------------------------------
+
+def test_a_failure_reason_is_the_exception_not_a_warning_printed_at_exit():
+    from ascentrt.whatif import failure_reason
+    stderr = ("Traceback (most recent call last):\n  File \"p.py\", line 3, in <module>\n"
+              "    raise RuntimeError('boom')\nRuntimeError: boom\n"
+              "sys:1: LeakWarning: ascentrt: 1 buffer(s), 1.0 KiB, never freed\n"
+              "/x/y.py:9: ResourceWarning: unclosed file\n  open('f')\n")
+    assert failure_reason(stderr, 1) == "RuntimeError: boom"
+
+
+def test_a_failure_reason_skips_warnings_and_names_a_signal():
+    from ascentrt.whatif import failure_reason
+    leak = "sys:1: LeakWarning: ascentrt: 1 buffer(s), 1.0 KiB, never freed\n"
+    assert failure_reason("config missing\n" + leak, 2) == "config missing"
+    assert "LeakWarning" not in failure_reason(leak, 3) and "3" in failure_reason(leak, 3)
+    assert failure_reason("", -11) == "killed by SIGSEGV"
+    ignored = ("Exception ignored in: <function Pool.__del__ at 0x7f>\nTraceback (most recent "
+               "call last):\n  File \"p.py\", line 9, in __del__\nValueError: at exit\n")
+    assert failure_reason("bad input file\n" + ignored, 1) == "bad input file"
+
+
+def test_a_failed_variant_names_its_signal_and_keeps_its_output(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""
+        import os, sys
+        import ascentrt as art
+        from ascentrt import sim
+        kept = art.malloc(1024)   # never freed: a LeakWarning at exit, after the program's end
+        print("to stdout"); print("to stderr", file=sys.stderr)
+        if sim.variant()["mode"] == "exit":
+            sys.exit(3)
+        os.kill(os.getpid(), 11)
+    """))
+    out = tmp_path / "wi"
+    r = _cli("whatif", "--vary", "program.mode=exit,segv", "-o", str(out), "--", "python", str(prog))
+    assert r.returncode == 1
+    exit_row, segv_row = _rows(out)
+    assert exit_row["error"] == "to stderr" and "LeakWarning" not in r.stdout
+    assert segv_row["error"].startswith("killed by SIGSEGV") and segv_row["exit"] == "139"
+    assert (out / "variant-1" / "stdout.txt").read_text() == "to stdout\n"
+    assert "to stderr" in (out / "variant-1" / "stderr.txt").read_text()
+    assert any("killed by SIGSEGV" in line and "variant-1" in line and "stderr.txt" in line
+               for line in r.stdout.splitlines())
+
+
+# Variant 0 finishes; the others start a child (same process group) and block: both pids are
+# written to pids.txt beside the script so a test can see they were stopped.
+BLOCKS = textwrap.dedent("""
+    import os, subprocess, sys, time
+    import ascentrt as art
+    from ascentrt import sim
+    s = art.Stream()
+    art.launch(lambda: None, stream=s, cost=1e-3)
+    s.synchronize()
+    if int(sim.variant().get("block", 0)):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        with open(os.path.join(os.path.dirname(__file__), "pids.txt"), "w") as f:
+            f.write(f"{os.getpid()} {child.pid}")
+        time.sleep(120)
+""")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie no init reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_whatif_kills_a_variant_past_its_timeout_with_its_process_group(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(BLOCKS)
+    out = tmp_path / "wi"
+    r = _cli("whatif", "--timeout", "1.5", "--vary", "program.block=0,1", "-o", str(out), "--",
+             "python", str(prog), timeout=120)
+    assert r.returncode == 1, r.stderr
+    rows = _rows(out)
+    assert rows[0]["error"] == "" and rows[1]["error"].startswith("timed out after 1.5 s")
+    assert any("timed out" in line for line in r.stdout.splitlines()[1:4])
+    assert all(not _alive(int(pid)) for pid in (tmp_path / "pids.txt").read_text().split())
+    # one progress line per finished variant, on stderr
+    progress = [line for line in r.stderr.splitlines() if line.startswith("ascentrt whatif: variant")]
+    assert len(progress) == 2 and "1/2" in progress[0] and "timed out" in progress[1]
+
+
+def test_ctrl_c_stops_the_running_variant_and_keeps_the_finished_ones(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(BLOCKS)
+    out = tmp_path / "wi"
+    # Its own session, as a terminal's foreground job: SIGINT goes to its whole process group.
+    p = subprocess.Popen([sys.executable, "-m", "ascentrt", "whatif", "--vary",
+                          "program.block=0,1,0", "-o", str(out), "--", "python", str(prog)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    pids = tmp_path / "pids.txt"
+    try:
+        deadline = time.monotonic() + 60
+        while not pids.exists() or len(pids.read_text().split()) < 2:  # (variant 1 is running)
+            assert time.monotonic() < deadline and p.poll() is None, "variant 1 never started"
+            time.sleep(0.05)
+        os.killpg(p.pid, signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted (SIGINT) during variant 1" in stderr
+    assert [x["program.block"] for x in _rows(out)] == ["0"]  # the finished variant, written
+    assert "ascentrt whatif: variant 1/3" in stderr  # (its progress line)
+    assert "virtual ms" in stdout and (out / "whatif.html").exists()
+    assert all(not _alive(int(pid)) for pid in pids.read_text().split())
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
+def test_whatif_refuses_a_timeout_that_is_no_positive_number(value):
+    r = _cli("whatif", "--timeout", value, "--vary", "dispatch_ns=1", "--", "python", "-c", "pass")
+    assert r.returncode == 1 and "--timeout" in r.stderr and "100000 INVALID_PARAM" in r.stderr

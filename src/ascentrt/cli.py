@@ -369,9 +369,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Run a program on the sim backend once per combination of the --vary values "
                     "and compare total virtual time, busy shares and the critical path. A name is "
                     "a preset field (see ascentrt info --preset NAME) or program.NAME, a knob the "
-                    "program reads with ascentrt.sim.variant().")
+                    "program reads with ascentrt.sim.variant(). Each variant's output is in "
+                    "variant-N/stdout.txt and stderr.txt; Ctrl-C keeps the finished ones.")
     p_whatif.add_argument("--preset", help="preset name or .toml path (default: "
                                            "ASCENTRT_SIM_PRESET, else ascend910b)")
+    p_whatif.add_argument("--timeout", metavar="SECONDS",
+                          help="real seconds a variant may run; past them it is killed with its "
+                               "process group and reported as timed out (default: no limit)")
     p_whatif.add_argument("--vary", action="append", default=[], metavar="NAME=V1,V2",
                           help="a field and its values (repeat for a grid)")
     p_whatif.add_argument("-o", "--out", default="ascentrt-whatif",

@@ -9,7 +9,12 @@ import html
 import itertools
 import json
 import os
+import re
+import signal
 import subprocess
+import sys
+import threading
+import time
 
 from . import config
 from .backends import presets as preset_files
@@ -23,6 +28,18 @@ from .profiler.intervals import total, union
 from .validate import check_path, program_command, program_env
 
 CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_func",)}
+STDOUT, STDERR = "stdout.txt", "stderr.txt"  # a variant's own output, in its folder
+TAIL_BYTES = 1 << 16  # what a failure's reason is looked for in: the end of its stderr
+# "file:line: SomeWarning: text" (then, indented, the line that warned): warnings.warn's format
+_WARNING = re.compile(r"^\S.*:[0-9]+: [A-Za-z_][\w.]*Warning: ")
+
+
+class Stopped(BaseException):
+    """A sweep stopped by a signal (SIGTERM, SIGHUP) other than Ctrl-C, handled as Ctrl-C is."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def parse_vary(specs: list[str]) -> list[tuple[str, list]]:
@@ -107,32 +124,62 @@ def summarize(profile) -> dict:
             "critical_ms": path["length_ns"] / 1e6}
 
 
-def run(preset: Preset, combos: list[dict], command: list[str], out: str) -> list[dict]:
-    """Run `command` once per variant under `out`/variant-N; returns one row per variant."""
-    rows = []
-    for i, combo in enumerate(combos):
-        folder = claim(os.path.join(out, f"variant-{i}"), overwrite=True)  # (whatif's own)
-        reads = os.path.abspath(os.path.join(out, f"variant-{i}.reads.json"))
-        if os.path.exists(reads):
-            os.remove(reads)  # (an earlier sweep's)
-        env = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_SIM_PRESET=preset.path,
-                   ASCENTRT_SIM_VARY=json.dumps(combo), ASCENTRT_PROFILE=os.path.abspath(folder),
-                   ASCENTRT_SIM_VARY_READS=reads)
-        env.pop("ASCENTRT_PROFILE_PID", None)
+def run_variant(i: int, combo: dict, preset: Preset, command: list[str], out: str,
+                timeout: float | None) -> dict:
+    """Run `command` as variant `i` under `out`/variant-i (its profile, stdout.txt, stderr.txt)
+    and return its row; past `timeout` seconds it is killed with its process group."""
+    folder = claim(os.path.join(out, f"variant-{i}"), overwrite=True)  # (whatif's own)
+    reads = os.path.abspath(os.path.join(out, f"variant-{i}.reads.json"))
+    if os.path.exists(reads):
+        os.remove(reads)  # (an earlier sweep's)
+    env = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_SIM_PRESET=preset.path,
+               ASCENTRT_SIM_VARY=json.dumps(combo), ASCENTRT_PROFILE=os.path.abspath(folder),
+               ASCENTRT_SIM_VARY_READS=reads)
+    env.pop("ASCENTRT_PROFILE_PID", None)
+    timed_out = False
+    with open(os.path.join(folder, STDOUT), "wb") as fout, \
+            open(os.path.join(folder, STDERR), "wb") as ferr:
         try:
-            done = subprocess.run(command, env=program_env(env), capture_output=True, text=True)
+            # Its own process group: a timeout or Ctrl-C stops what it started too, and the
+            # terminal's Ctrl-C comes to whatif, which decides (the finished rows are kept).
+            child = subprocess.Popen(command, env=program_env(env), stdin=subprocess.DEVNULL,
+                                     stdout=fout, stderr=ferr, process_group=0)
         except OSError as exc:
-            raise InvalidArgumentError(f"cannot run {command[0]!r}: {exc.strerror or exc}",
+            raise InvalidArgumentError(f"cannot run {command[0]!r}: {os_cause(exc)}",
                                        code=ErrorCode.INVALID_PARAM) from None
-        row = {"variant": i, "preset": preset.name, **combo, "exit": done.returncode,
-               "read": _knobs_read(reads)}
-        if done.returncode == 0:
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            code = _kill_group(child)
+        except BaseException:  # Ctrl-C or SIGTERM: the running variant stops with its group
+            _kill_group(child)
+            raise
+    row = {"variant": i, "preset": preset.name, **combo, "exit": 128 - code if code < 0 else code,
+           "read": _knobs_read(reads)}
+    if timed_out:
+        row["error"] = f"timed out after {shown(timeout)} s (killed with its process group)"
+    elif code == 0:
+        try:
             row.update(summarize(load_profile(folder)))
-        else:
-            row["error"] = failure_reason(done.stderr)
-        _note_variant(folder, i, combo, preset)
-        rows.append(row)
-    return rows
+        except InvalidArgumentError as exc:  # (one variant's missing profile loses no other row)
+            row["error"] = (f"no profile was written ({exc.message}): the program must import "
+                            f"ascentrt and exit normally")
+    else:
+        with open(os.path.join(folder, STDERR), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))  # (its end says why)
+            row["error"] = failure_reason(f.read().decode("utf-8", "replace"), code)
+    _note_variant(folder, i, combo, preset)
+    return row
+
+
+def _kill_group(child: subprocess.Popen) -> int:
+    """Kill `child` and every process in its group; its Popen exit status."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # (gone already)
+        pass
+    return child.wait()
 
 
 def _note_variant(folder: str, i: int, combo: dict, preset: Preset) -> None:
@@ -157,21 +204,54 @@ def _knobs_read(path: str) -> list[str]:
         return []
 
 
-def failure_reason(stderr: str) -> str:
-    """What a failed run died of: its exception's last line (not a warning printed at exit
-    after it), else its last line of output."""
-    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    for line in reversed(lines):
-        head = line.split(":", 1)[0].split(" ")[0]
-        if head.endswith(("Error", "Exception", "Interrupt", "Exit")) and "Warning" not in head:
-            return line
-    return lines[-1] if lines else "(no output)"
+def failure_reason(stderr: str, code: int = 1) -> str:
+    """What a failed run (Popen exit status `code`) died of: its traceback's exception line,
+    else its last stderr line that is no warning (a LeakWarning printed at exit comes after
+    the error) nor an exception ignored at exit; a signal is named (killed by SIGSEGV)."""
+    kept, skip = [], ""  # skip: a "warning"'s indented lines, or an "ignored" one's traceback
+    for line in stderr.splitlines():
+        if _WARNING.match(line) or line.startswith("Exception ignored"):
+            skip = "warning" if _WARNING.match(line) else "ignored"
+        elif skip and (line[:1].isspace() or line.startswith("Traceback") and skip == "ignored"):
+            pass
+        elif skip == "ignored" and line.strip():
+            skip = ""  # (the ignored exception's own line)
+        elif line.strip():
+            skip = ""
+            kept.append(line)
+    reason = kept[-1].strip() if kept else ""
+    for k in range(len(kept) - 1, -1, -1):
+        if kept[k].startswith("Traceback (most recent call last)"):
+            raised = [line for line in kept[k + 1:] if not line[:1].isspace()]
+            reason = raised[0].strip() if raised else reason
+            break
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}" + (f" (last on stderr: {reason})" if reason else "")
+    return reason or f"exited with code {code}, no error message on stderr"
 
 
 def unread_knobs(rows: list[dict], varied: list[str]) -> list[str]:
-    """The varied program knobs no run looked up (a misspelt name: every row alike)."""
-    read = {name for r in rows for name in r.get("read", ())}
+    """The varied program knobs no run looked up (a misspelt name: every row alike); a run
+    killed (a signal, a timeout) wrote none, so only one that exited is asked."""
+    exited = [r for r in rows if r["exit"] < 128]
+    if not exited:
+        return []
+    read = {name for r in exited for name in r.get("read", ())}
     return [n for n in varied if n.startswith(PROGRAM_PREFIX) and n[len(PROGRAM_PREFIX):] not in read]
+
+
+def _status(r: dict) -> str:
+    """A failed row's cell: why in a word or two."""
+    error = r.get("error", "")
+    if error.startswith("timed out"):
+        return "timed out"
+    if error.startswith("killed by "):
+        return f"failed ({error.split()[2]})"
+    return f"failed (exit {r['exit']})"
 
 
 def preset_line(preset: Preset) -> str:
@@ -180,7 +260,7 @@ def preset_line(preset: Preset) -> str:
     return f"preset {preset.name}" + ("" if shipped else f" ({preset.path})")
 
 
-def table(rows: list[dict], varied: list[str], preset: Preset) -> str:
+def table(rows: list[dict], varied: list[str], preset: Preset, out: str = "") -> str:
     """The comparison as aligned text, under the preset's name."""
     head = [*varied, "virtual ms", "compute", "copy", "host", "critical path"]
     lines = [head]
@@ -191,18 +271,26 @@ def table(rows: list[dict], varied: list[str], preset: Preset) -> str:
             vals += [f"{r['virtual_ms']:.3f}", f"{b['compute']:.0%}", f"{b['copy']:.0%}",
                      f"{b['host']:.0%}", r["critical_path"]]
         else:
-            vals += [f"failed (exit {r['exit']})", "", "", "", ""]
+            vals += [_status(r), "", "", "", ""]
         lines.append(vals)
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     text = "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines)
     failed = [f"variant {r['variant']} ({label({n: r[n] for n in varied})}) failed: "
-              f"{r.get('error', '')}" for r in rows if "virtual_ms" not in r]
+              f"{r.get('error', '')} (its output: {_output(out, r['variant'])})"
+              for r in rows if "virtual_ms" not in r]
     unread = [f"warning: no run read {n} (ascentrt.sim.variant() never looked it up: a "
               f"misspelt knob gives every value the same row)" for n in unread_knobs(rows, varied)]
     return "\n".join([preset_line(preset), text, *failed, *unread])
 
 
-def write(rows: list[dict], varied: list[str], out: str, preset: Preset) -> tuple[str, str]:
+def _output(out: str, i: int) -> str:
+    """Where variant `i`'s own output is, as the failure text says it."""
+    folder = os.path.join(out, f"variant-{i}")
+    return f"{os.path.join(folder, STDOUT)}, {STDERR}"
+
+
+def write(rows: list[dict], varied: list[str], out: str, preset: Preset,
+          note: str = "") -> tuple[str, str]:
     """whatif.csv and whatif.html (the table and a bar chart of virtual time) in `out`."""
     csv_path, html_path = os.path.join(out, "whatif.csv"), os.path.join(out, "whatif.html")
     fields = ["variant", "preset", *varied, "virtual_ms", "busy_compute", "busy_copy",
@@ -229,9 +317,9 @@ def write(rows: list[dict], varied: list[str], out: str, preset: Preset) -> tupl
     title = f"ascentrt whatif: preset {preset.name}"
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
             f"</title></head><body><h1>{html.escape(title)}</h1><p>preset file: "
-            f"{html.escape(preset.path)}</p>"
+            f"{html.escape(preset.path)}</p>{f'<p>{html.escape(note)}</p>' if note else ''}"
             f"<h2>Total virtual time per variant</h2>{svg}<h2>Table</h2>"
-            f"<pre>{html.escape(table(rows, varied, preset))}</pre></body></html>")
+            f"<pre>{html.escape(table(rows, varied, preset, out))}</pre></body></html>")
     with open(html_path, "w", encoding="utf-8") as f:
         f.write(page)
     return csv_path, html_path
@@ -247,10 +335,48 @@ def base_preset(name: str | None) -> Preset:
         raise InvalidArgumentError(f"ASCENTRT_SIM_PRESET: {exc}") from None
 
 
+def parse_timeout(text) -> float | None:
+    """--timeout's seconds per variant (None: no limit); InvalidArgumentError unless > 0."""
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):  # (NaN too)
+        raise InvalidArgumentError(f"--timeout takes the seconds a variant may run, > 0, got "
+                                   f"{text!r}")
+    return seconds
+
+
+def _progress(i: int, count: int, combo: dict, row: dict, seconds: float, out: str) -> None:
+    """One line on stderr per finished variant."""
+    if "virtual_ms" in row:
+        what = f"{row['virtual_ms']:.3f} ms virtual"
+    else:
+        what = f"failed: {row['error']} (its output: {_output(out, i)})"
+    print(f"ascentrt whatif: variant {i + 1}/{count} ({label(combo)}) in {seconds:.1f} s: {what}",
+          file=sys.stderr, flush=True)
+
+
+def _raise_stopped(signum, frame) -> None:
+    """SIGTERM / SIGHUP's handler during a sweep: unwind as Ctrl-C does."""
+    raise Stopped(signum)
+
+
 def main(args) -> int:
-    """The `ascentrt whatif` command."""
+    """The `ascentrt whatif` command; 130 (128 + the signal) when Ctrl-C stops the sweep."""
+    try:
+        return _main(args)
+    except KeyboardInterrupt:  # (before the sweep, or again while its results are written)
+        print("ascentrt whatif: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def _main(args) -> int:
     command = program_command(args.command, "ascentrt whatif --vary name=v1,v2 -- python prog.py")
     out = check_path(args.out, "the whatif folder (-o)")
+    timeout = parse_timeout(getattr(args, "timeout", None))
     preset = base_preset(args.preset)
     varies = parse_vary(args.vary)
     combos = variants(varies)
@@ -260,13 +386,53 @@ def main(args) -> int:
     except OSError as exc:
         raise InvalidArgumentError(f"cannot create the whatif folder {out!r}: {os_cause(exc)}",
                                    code=ErrorCode.INVALID_FILE) from None
-    rows = run(preset, combos, command, out)
+    rows, stopped = sweep(preset, combos, command, out, timeout)
     varied = [name for name, _ in varies]
-    print(table(rows, varied, preset))
+    print(table(rows, varied, preset, out))
+    note = _stopped_note(stopped, combos, len(rows), out) if stopped else ""
+    if note:
+        print(f"ascentrt whatif: {note}", file=sys.stderr)
     try:
-        csv_path, html_path = write(rows, varied, out, preset)
+        csv_path, html_path = write(rows, varied, out, preset, note)
     except OSError as exc:  # (the rows are printed above: the runs are not lost)
         raise InvalidArgumentError(f"cannot write the whatif results into {out!r}: "
                                    f"{os_cause(exc)}", code=ErrorCode.INVALID_FILE) from None
     print(f"written: {csv_path}, {html_path}")
-    return 0 if all(r["exit"] == 0 for r in rows) else 1
+    if stopped is not None:
+        return 128 + stopped[1]
+    return 0 if all(r["exit"] == 0 and "error" not in r for r in rows) else 1
+
+
+def _stopped_note(stopped: tuple[int, int], combos: list[dict], done: int, out: str) -> str:
+    """What an interrupted sweep left undone."""
+    i, signum = stopped
+    if i == len(combos):
+        return f"interrupted ({signal.Signals(signum).name}) as the sweep ended"
+    return (f"interrupted ({signal.Signals(signum).name}) during variant {i} "
+            f"({label(combos[i])}; its output so far: {_output(out, i)}): it and the "
+            f"{len(combos) - i - 1} after it did not finish; {done} did, in the table")
+
+
+def sweep(preset: Preset, combos: list[dict], command: list[str], out: str,
+          timeout: float | None) -> tuple[list[dict], tuple[int, int] | None]:
+    """Run every variant in turn, a progress line each; the rows that finished, and (variant,
+    signal) when Ctrl-C (or SIGTERM / SIGHUP) stopped the sweep, else None."""
+    rows: list[dict] = []
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():  # (signals reach only that one)
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            handlers[signum] = signal.signal(signum, _raise_stopped)
+    try:
+        for i, combo in enumerate(combos):
+            started = time.monotonic()
+            row = run_variant(i, combo, preset, command, out, timeout)
+            rows.append(row)
+            _progress(i, len(combos), combo, row, time.monotonic() - started, out)
+    except KeyboardInterrupt:  # (the variant it stopped is the first without a row)
+        return rows, (len(rows), int(signal.SIGINT))
+    except Stopped as exc:
+        return rows, (len(rows), exc.signum)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return rows, None
