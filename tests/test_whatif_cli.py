@@ -297,3 +297,26 @@ def test_ctrl_c_stops_the_running_variant_and_keeps_the_finished_ones(tmp_path):
 def test_whatif_refuses_a_timeout_that_is_no_positive_number(value):
     r = _cli("whatif", "--timeout", value, "--vary", "dispatch_ns=1", "--", "python", "-c", "pass")
     assert r.returncode == 1 and "--timeout" in r.stderr and "100000 INVALID_PARAM" in r.stderr
+
+
+def test_whatif_removes_the_variant_folders_an_earlier_larger_sweep_left(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(KERNEL)
+    out = tmp_path / "wi"
+    for i in (3, 4):  # what an earlier sweep of five variants left
+        (out / f"variant-{i}").mkdir(parents=True)
+        (out / f"variant-{i}" / "summary.txt").write_text("old")
+        (out / f"variant-{i}" / "stderr.txt").write_text("old")
+        (out / f"variant-{i}.reads.json").write_text("[]")
+    r = _cli("whatif", "--vary", "dispatch_ns=500", "-o", str(out), "--", "python", str(prog))
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(out)) == ["variant-0", "whatif.csv", "whatif.html"]
+
+
+def test_whatif_refuses_an_earlier_variant_folder_holding_files_it_did_not_write(tmp_path):
+    out = tmp_path / "wi"
+    (out / "variant-7").mkdir(parents=True)
+    (out / "variant-7" / "notes.txt").write_text("mine")
+    r = _cli("whatif", "--vary", "dispatch_ns=500", "-o", str(out), "--", "python", "-c", "pass")
+    assert r.returncode == 1 and "variant-7" in r.stderr and "notes.txt" in r.stderr
+    assert "100003 INVALID_FILE" in r.stderr and not (out / "variant-0").exists()

@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,14 +23,18 @@ from .backends.presets import FIELDS, PROGRAM_PREFIX, Preset, PresetError, load,
 from .errors import ErrorCode, InvalidArgumentError, os_cause
 from .profiler import load as load_profile
 from .profiler.critical import critical_path, describe
+from .profiler.data import PART_DIR
 from .profiler.export import SUMMARY_FILE
-from .profiler.folders import claim
+from .profiler.folders import OUTPUTS, claim
 from .profiler.intervals import total, union
 from .validate import check_path, program_command, program_env
 
 CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_func",)}
 STDOUT, STDERR = "stdout.txt", "stderr.txt"  # a variant's own output, in its folder
 TAIL_BYTES = 1 << 16  # what a failure's reason is looked for in: the end of its stderr
+_VARIANT = re.compile(r"variant-([0-9]+)$")
+_READS = re.compile(r"variant-([0-9]+)\.reads\.json$")
+_PART = re.compile(re.escape(PART_DIR).replace(r"\{pid\}", "[0-9]+") + "$")
 # "file:line: SomeWarning: text" (then, indented, the line that warned): warnings.warn's format
 _WARNING = re.compile(r"^\S.*:[0-9]+: [A-Za-z_][\w.]*Warning: ")
 
@@ -124,14 +129,44 @@ def summarize(profile) -> dict:
             "critical_ms": path["length_ns"] / 1e6}
 
 
+def prepare(out: str, count: int) -> None:
+    """Remove what an earlier sweep left in `out` (its variant-N folders and knob files), so
+    that none reads as this sweep's; InvalidArgumentError (100003), before anything runs, for
+    a variant-N folder beyond this sweep's that holds files whatif did not write."""
+    try:
+        entries = sorted(os.listdir(out))
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read the whatif folder {out!r}: {os_cause(exc)}",
+                                   code=ErrorCode.INVALID_FILE) from None
+    stale = []
+    for name in entries:
+        path = os.path.join(out, name)
+        if _READS.match(name) and os.path.isfile(path):
+            stale.append(path)
+        elif (numbered := _VARIANT.match(name)) and os.path.isdir(path):
+            foreign = [n for n in os.listdir(path)
+                       if n not in OUTPUTS and n not in (STDOUT, STDERR) and not _PART.match(n)]
+            if not foreign:
+                stale.append(path)
+            elif int(numbered.group(1)) >= count:  # (it would read as a result)
+                raise InvalidArgumentError(
+                    f"{path!r} is left from an earlier, larger sweep and holds files whatif did "
+                    f"not write ({', '.join(sorted(foreign)[:3])}): move it away or choose "
+                    f"another folder (-o)", code=ErrorCode.INVALID_FILE)
+    for path in stale:
+        try:
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot remove {path!r}, an earlier sweep's: "
+                                       f"{os_cause(exc)}", code=ErrorCode.INVALID_FILE) from None
+
+
 def run_variant(i: int, combo: dict, preset: Preset, command: list[str], out: str,
                 timeout: float | None) -> dict:
     """Run `command` as variant `i` under `out`/variant-i (its profile, stdout.txt, stderr.txt)
     and return its row; past `timeout` seconds it is killed with its process group."""
     folder = claim(os.path.join(out, f"variant-{i}"), overwrite=True)  # (whatif's own)
     reads = os.path.abspath(os.path.join(out, f"variant-{i}.reads.json"))
-    if os.path.exists(reads):
-        os.remove(reads)  # (an earlier sweep's)
     env = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_SIM_PRESET=preset.path,
                ASCENTRT_SIM_VARY=json.dumps(combo), ASCENTRT_PROFILE=os.path.abspath(folder),
                ASCENTRT_SIM_VARY_READS=reads)
@@ -386,6 +421,7 @@ def _main(args) -> int:
     except OSError as exc:
         raise InvalidArgumentError(f"cannot create the whatif folder {out!r}: {os_cause(exc)}",
                                    code=ErrorCode.INVALID_FILE) from None
+    prepare(out, len(combos))
     rows, stopped = sweep(preset, combos, command, out, timeout)
     varied = [name for name, _ in varies]
     print(table(rows, varied, preset, out))
