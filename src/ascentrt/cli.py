@@ -9,9 +9,16 @@ import sys
 from typing import Any
 
 
-def _info_preset(name: str) -> int:
-    from .backends.presets import describe, load
+def _info_preset(name: str, as_json: bool = False) -> int:
+    from .backends.presets import FIELDS, describe, load
     p = load(name)
+    if as_json:  # (the numbers themselves, not the text the table shows)
+        fields = {field: {"value": p.values[field], "unit": FIELDS[field][2] or None,
+                          "kind": p.sources[field][0], "source": p.sources[field][1]}
+                  for field in FIELDS}
+        print(json.dumps({"name": p.name, "description": p.description, "file": p.path,
+                          "fields": fields}, indent=2))
+        return 0
     print(f"preset {p.name}: {p.description}\nfile: {p.path}\n")
     rows = describe(p)
     w = max(len(r[0]) for r in rows)
@@ -23,7 +30,7 @@ def _info_preset(name: str) -> int:
 
 def _info(args) -> int:
     if args.preset:
-        return _info_preset(args.preset)
+        return _info_preset(args.preset, args.json)
     _use_backend(args)
     import os
     import ascentrt
@@ -362,8 +369,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Run a program on the sim backend once per combination of the --vary values "
                     "and compare total virtual time, busy shares and the critical path. A name is "
                     "a preset field (see ascentrt info --preset NAME) or program.NAME, a knob the "
-                    "program reads with ascentrt.sim.variant().")
-    p_whatif.add_argument("--preset", default="ascend910b", help="preset name or .toml path")
+                    "program reads with ascentrt.sim.variant(). Each variant's output is in "
+                    "variant-N/stdout.txt and stderr.txt; Ctrl-C keeps the finished ones.")
+    p_whatif.add_argument("--preset", help="preset name or .toml path (default: "
+                                           "ASCENTRT_SIM_PRESET, else ascend910b)")
+    p_whatif.add_argument("--timeout", metavar="SECONDS",
+                          help="real seconds a variant may run; past them it is killed with its "
+                               "process group and reported as timed out (default: no limit)")
     p_whatif.add_argument("--vary", action="append", default=[], metavar="NAME=V1,V2",
                           help="a field and its values (repeat for a grid)")
     p_whatif.add_argument("-o", "--out", default="ascentrt-whatif",

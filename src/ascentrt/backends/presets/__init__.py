@@ -3,11 +3,14 @@
 A preset is a TOML file with a name, a description and one table per field:
 `field = { value = 24, kind = "documented", source = "where the number comes from" }`,
 kind being "documented", "measured" or "estimated". Every field in FIELDS must be there, except
-those with a DEFAULTS entry (fields added later, whose default keeps the older model).
+those with a DEFAULTS entry (fields added later, whose default keeps the older model): such a
+field a file leaves out has the kind "default". Any other key is refused, naming the nearest
+valid one.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -21,7 +24,11 @@ class PresetError(ValueError):
     """A preset that cannot be used: unknown, unreadable, or a field missing or out of range
     (the runtime layer and the command say it as an InvalidArgumentError's code, 100000)."""
 
-KINDS_OF_SOURCE = ("documented", "measured", "estimated")
+FILE_KINDS = ("documented", "measured", "estimated")  # what a file may say of its numbers
+DEFAULT_KIND = "default"  # a field the file leaves out: its value is DEFAULTS', no one's claim
+KINDS_OF_SOURCE = (*FILE_KINDS, DEFAULT_KIND)
+_ENTRY_KEYS = ("value", "kind", "source")
+_OTHER_KEYS = ("name", "description")
 _MOST_BYTES = 1 << 20  # a preset file is a page of text
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -84,18 +91,17 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
                        "host copy moves its bytes through that memory's bandwidth at both ends"),
 }
 
-# Fields a preset file may leave out: (value, why it keeps the model of older preset files).
+# Fields a preset file may leave out: (value, why that value keeps the model of older preset
+# files). A loaded preset's source says "not in the file: default of VALUE (WHY)".
 DEFAULTS: dict[str, tuple[float, str]] = {
-    "default_block_dim": (0, "not in the file: a kernel without block_dim occupies every compute unit"),
-    "copy_engine_bandwidth": (0.0, "not in the file: a D2D copy reads and writes the memory at "
-                              "its full bandwidth"),
-    "shared_processors": (0.0, "not in the file: engines are independent hardware (no sharing)"),
-    "crowded_processors": (0.0, "not in the file: as shared_processors (no loss when crowded)"),
-    "unified_memory": (0, "not in the file: host and device memory are apart"),
-    "memory_bandwidth_per_unit": (0.0, "not in the file: any compute unit draws the whole memory "
-                                  "bandwidth"),
-    "small_copy_bytes": (0, "not in the file: copies of every size move at the same rate"),
-    "small_copy_bandwidth": (0.0, "not in the file: copies of every size move at the same rate"),
+    "default_block_dim": (0, "a kernel without block_dim occupies every compute unit"),
+    "copy_engine_bandwidth": (0.0, "a D2D copy reads and writes the memory at its full bandwidth"),
+    "shared_processors": (0.0, "engines are independent hardware (no sharing)"),
+    "crowded_processors": (0.0, "all of shared_processors: no loss when crowded"),
+    "unified_memory": (0, "host and device memory are apart"),
+    "memory_bandwidth_per_unit": (0.0, "any compute unit draws the whole memory bandwidth"),
+    "small_copy_bytes": (0, "copies of every size move at the same rate"),
+    "small_copy_bandwidth": (0.0, "copies of every size move at the same rate"),
 }
 
 
@@ -118,14 +124,17 @@ class Preset:
     if TYPE_CHECKING:
         def __getattr__(self, field: str) -> Any: ...  # the fields, set by __post_init__
 
-    def varied(self, changes: dict) -> "Preset":
-        """A copy with some fields set to new values (checked as a file's would be)."""
+    def varied(self, changes: dict, where: str = "") -> "Preset":
+        """A copy with some fields set to new values, all of them applied before the rules
+        between fields are checked (as a file's would be); PresetError naming `where`."""
+        where = where or f"variant of {self.name}"
         values = dict(self.values)
         sources = dict(self.sources)
         for field, raw in changes.items():
-            values[field] = _check_value(field, raw, f"variant of {self.name}")
-            sources[field] = ("varied", f"set for this run (preset value {self.values[field]})")
-        _check_together(values, f"variant of {self.name}")
+            values[field] = _check_value(field, raw, where, from_text=True)
+            sources[field] = ("varied", f"set for this run (preset value "
+                                        f"{shown(self.values[field])})")
+        _check_together(values, where)
         return Preset(self.name, self.path, self.description, values, sources)
 
 
@@ -145,12 +154,44 @@ def calibrated_path() -> str:
     return os.path.join(base, "calibrated.toml")
 
 
-def _check_value(field: str, raw, where: str):
+def parse_value(field: str, text: str, where: str):
+    """One field's value from text (a command line's), checked alone: type and bounds, not
+    the rules between fields; PresetError naming `where`, the field and the bound."""
+    return _check_value(field, text, where, from_text=True)
+
+
+def shown(value) -> str:
+    """A value as people write it: 25000000000 (not 25000000000.0), 0.5, 1e-05."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return str(value)
+
+
+def _nearest(name: str, known) -> str:
+    """' (did you mean X?)' for the known name closest to a misspelt one, else ''."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _number(text: str) -> bool:
+    """Whether `text` reads as a number."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_value(field: str, raw, where: str, from_text: bool = False):
     if field not in FIELDS:
-        raise PresetError(f"{where}: unknown preset field {field!r} (known: "
-                                   f"{', '.join(FIELDS)})")
+        raise PresetError(f"{where}: unknown preset field {field!r}{_nearest(field, FIELDS)} "
+                          f"(known: {', '.join(FIELDS)})")
     typ, low, unit, _ = FIELDS[field]
     if isinstance(raw, str):
+        if not from_text:  # (a file's "24" is text: quoted by mistake, or not meant as a number)
+            hint = f" (write value = {raw.strip():.40}, without quotes)" if _number(raw) else ""
+            raise PresetError(f"{where}: field {field!r} must be a number, got the string "
+                              f"{raw!r:.40}{hint}")
         try:
             raw = float(raw)
         except ValueError:
@@ -165,10 +206,13 @@ def _check_value(field: str, raw, where: str):
         if raw != int(raw):
             raise PresetError(f"{where}: field {field!r} must be a whole number, got {raw!r}")
         raw = int(raw)
-    least = max(low, _RATE_AT_LEAST) if unit.endswith("/s") and raw else low
+    # A rate's real bound is _RATE_AT_LEAST (or 0 where the field allows 0): say that one,
+    # not the field's nominal 1 (a zero bandwidth was told "at least 1", then 1000 said "at least 1000").
+    rate = unit.endswith("/s")
+    least = max(low, _RATE_AT_LEAST) if rate and (raw or low) else low
     if raw < least:
         raise PresetError(f"{where}: field {field!r} must be at least {least:g}"
-                          f"{' (or 0)' if least > low == 0 else ''}, got {raw!r}")
+                          f"{' (or 0)' if rate and low == 0 else ''}, got {shown(raw)}")
     most = _AT_MOST.get(field, _NS_AT_MOST if unit == "ns" else _AT_MOST_ANY)
     if raw > most:
         raise PresetError(f"{where}: field {field!r} must be at most {most:g}, got {raw!r:.40}")
@@ -232,30 +276,41 @@ def load(name_or_path: str) -> Preset:
                           f"down (create the device earlier)") from None
     except tomllib.TOMLDecodeError as exc:
         raise PresetError(f"preset file {path}: not valid TOML ({exc})") from None
+    # Every key is checked before any field: a misspelt one is named with the nearest valid
+    # one (a misspelt required field said "missing", a misspelt optional one was ignored).
+    known = (*_OTHER_KEYS, *FIELDS)
+    for key in doc:
+        if key not in known:
+            raise PresetError(f"preset file {path}: unknown key {key!r}{_nearest(key, known)}: a "
+                              f"preset has name, description and the fields ascentrt info "
+                              f"--preset lists")
     values, sources = {}, {}
     for field in FIELDS:
         entry = doc.get(field)
         if entry is None and field in DEFAULTS:
             values[field], why = DEFAULTS[field]
-            sources[field] = ("documented", why)
+            sources[field] = (DEFAULT_KIND, f"not in the file: default of {shown(values[field])} "
+                                            f"({why})")
             continue
         if entry is None:
             raise PresetError(f"preset file {path}: field {field!r} is missing")
         if not isinstance(entry, dict) or "value" not in entry:
             raise PresetError(f"preset file {path}: field {field!r} must be a table "
                                        f"{{ value = ..., kind = ..., source = ... }}")
+        for key in entry:
+            if key not in _ENTRY_KEYS:
+                raise PresetError(f"preset file {path}: field {field!r} has an unknown key "
+                                  f"{key!r}{_nearest(key, _ENTRY_KEYS)} (its keys: "
+                                  f"{', '.join(_ENTRY_KEYS)})")
         values[field] = _check_value(field, entry["value"], f"preset file {path}")
         kind = entry.get("kind")
-        if kind not in KINDS_OF_SOURCE:
+        if kind not in FILE_KINDS:
             raise PresetError(f"preset file {path}: field {field!r} needs kind = one of "
-                                       f"{', '.join(KINDS_OF_SOURCE)} (got {kind!r})")
+                                       f"{', '.join(FILE_KINDS)} (got {kind!r})")
         source = entry.get("source")
         if not isinstance(source, str) or not source.strip():
             raise PresetError(f"preset file {path}: field {field!r} needs a source")
         sources[field] = (kind, source.strip())
-    unknown = sorted(k for k, v in doc.items() if isinstance(v, dict) and k not in FIELDS)
-    if unknown:
-        raise PresetError(f"preset file {path}: unknown field {unknown[0]!r}")
     _check_together(values, f"preset file {path}")
     name = doc.get("name", os.path.basename(path)[:-5] if path.endswith(".toml") else path)
     description = doc.get("description", "")
