@@ -7,8 +7,8 @@ from ascentrt.profiler.data import DeviceInfo, ProfileData, TaskRecord
 from ascentrt.profiler.summary import sections
 
 
-def _task(tid, enqueue, start, end, stream=1, kind="kernel"):
-    return TaskRecord(0, stream, tid, kind, f"k{tid}", 0, enqueue, start, end, 1)
+def _task(tid, enqueue, start, end, stream=1, kind="kernel", units=1):
+    return TaskRecord(0, stream, tid, kind, f"k{tid}", 0, enqueue, start, end, 1, units=units)
 
 
 def _profile(tasks, backend="cpu"):
@@ -73,8 +73,8 @@ def test_waiting_for_an_executor_another_stream_holds_is_not_dispatch_latency():
     tasks = []
     for i in range(150):
         t0 = i * 100_000
-        tasks.append(_task(2 * i + 1, t0, t0 + 1000, t0 + 41_000, stream=1))      # ka
-        tasks.append(_task(2 * i + 2, t0 + 500, t0 + 42_000, t0 + 82_000, stream=2))  # kb
+        tasks.append(_task(2 * i + 1, t0, t0 + 1000, t0 + 41_000, stream=1, units=2))      # ka
+        tasks.append(_task(2 * i + 2, t0 + 500, t0 + 42_000, t0 + 82_000, stream=2, units=2))  # kb
     latencies = dispatch_latencies(_profile(tasks))
     assert sorted(set(latencies)) == [1000] and len(latencies) == 300
     assert "small_tasks" not in {f.kind for f in diagnose(_profile(tasks))}
@@ -98,9 +98,9 @@ def test_the_critical_path_follows_executor_contention_and_a_replayed_graphs_nod
     # (a kernel waiting for the cores another stream's kernel held was blamed on the host, and
     # the nodes of a replayed graph, which share their task's id, collapsed into one)
     from ascentrt.profiler.critical import critical_path
-    contended = [_task(1, 0, 0, 100_000, stream=2),             # b1
-                 _task(1, 0, 101_000, 2_101_000, stream=1),     # a1: waited for b1's cores
-                 _task(2, 1_000, 2_102_000, 3_102_000, stream=2)]  # b2: waited for a1's
+    contended = [_task(1, 0, 0, 100_000, stream=2, units=2),             # b1: every core
+                 _task(1, 0, 101_000, 2_101_000, stream=1, units=2),     # a1: waited for b1's cores
+                 _task(2, 1_000, 2_102_000, 3_102_000, stream=2, units=2)]  # b2: waited for a1's
     path = critical_path(_profile(contended))
     assert path["tasks"] == 3 and path["by_kind"]["kernel"] == 3_100_000
     assert path["by_kind"].get("host", 0) == 0 and path["by_kind"]["dispatch"] == 2_000
@@ -141,3 +141,15 @@ def test_a_device_sync_in_the_loop_costs_from_the_moment_the_device_ran_dry():
     prof.api_calls = calls
     (found,) = [f for f in diagnose(prof) if f.kind == "device_sync_in_loop"]
     assert found.impact_ns == 49 * (30_000 + 4_000 - 14_000)  # dry -> the next task's start
+
+
+def test_a_task_on_units_that_were_free_held_by_no_one():
+    # (a kernel on 1 of 2 units was taken for the holder of the other's: the critical path went
+    # through it, not through the host time before the kernel, and dispatch latency halved)
+    from ascentrt.profiler.critical import critical_path
+    tasks = [_task(1, 0, 0, 1_000_000, stream=1),                       # ka
+             _task(1, 0, 0, 8_999_000, stream=2),                       # unrelated, 1 unit
+             _task(2, 9_000_000, 9_001_000, 10_001_000, stream=1)]      # kb: submitted late
+    path = critical_path(_profile(tasks))
+    assert path["by_kind"]["host"] == 8_000_000 and path["by_kind"]["kernel"] == 2_000_000
+    assert sorted(dispatch_latencies(_profile(tasks))) == [0, 0, 1000]

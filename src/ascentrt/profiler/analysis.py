@@ -11,7 +11,7 @@ from operator import attrgetter
 
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
-from .critical import executor_holders
+from .critical import capacities, executor_holders
 from .data import COMPUTE_KINDS, EXIT_MARK, WORK_KINDS, ProfileData
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
@@ -110,7 +110,7 @@ def dispatch_latencies(profile: ProfileData) -> list[int]:
     else to run: the dispatch latency alone, with no queueing behind earlier work of their
     stream, and none for an executor of their class that another stream's task held (ready
     is then when the last such task before it ended: contention, not dispatch)."""
-    holder = executor_holders(profile.tasks)
+    holder = executor_holders(profile.tasks, capacities(profile))
     last_end: dict = {}
     out = []
     ordered = sorted(profile.tasks, key=_TASK_ID)  # by (device, stream, task id): three stable

@@ -13,26 +13,66 @@ from .data import EXECUTOR_OF_KIND, GRAPH_SEGMENT, ProfileData
 WORK = ("kernel", "copy", "memset", "host_func")
 
 
-def executor_holders(tasks) -> Callable[[Any], Any]:
+def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any]:
     """holder(t): the task of t's executor class on t's device that ended last before t
-    started (not t itself), or None: the one whose executor t may have waited for."""
+    started (not t itself), when the units in use just before it ended left too few for t
+    (`capacity`: (device, class) -> units; without it, any such task); else None: nothing
+    held what t needed (a kernel on one of 24 AI cores is no holder of another's)."""
     ends: dict = defaultdict(list)  # (device, executor class) -> [(end, id, task)], sorted
+    steps: dict = defaultdict(list)  # (device, class) -> [(time, units change)]
     for t in tasks:
         cls = EXECUTOR_OF_KIND.get(t.kind)
         if cls is not None:
             ends[(t.device, cls)].append((t.end_ns, id(t), t))
+            steps[(t.device, cls)] += [(t.start_ns, t.units or 1), (t.end_ns, -(t.units or 1))]
     for items in ends.values():
         items.sort(key=lambda e: (e[0], e[1]))
+    busy: dict = {}  # (device, class) -> (times, units in use from each time on)
+    for key, changes in steps.items():
+        changes.sort()
+        times: list[int] = []
+        levels: list[int] = []
+        level = 0
+        for at, delta in changes:
+            level += delta
+            if times and times[-1] == at:
+                levels[-1] = level
+            else:
+                times.append(at)
+                levels.append(level)
+        busy[key] = (times, levels)
+
+    def in_use(key, at: int) -> int:
+        times, levels = busy[key]
+        i = bisect.bisect_right(times, at) - 1
+        return levels[i] if i >= 0 else 0
 
     def holder(t):
-        items = ends.get((t.device, EXECUTOR_OF_KIND.get(t.kind)))
+        key = (t.device, EXECUTOR_OF_KIND.get(t.kind))
+        items = ends.get(key)
         if not items:
             return None
         i = bisect.bisect_right(items, (t.start_ns, float("inf"))) - 1
         while i >= 0 and items[i][2] is t:
             i -= 1
-        return items[i][2] if i >= 0 else None
+        if i < 0:
+            return None
+        last = items[i][2]
+        units = capacity.get(key) if capacity else None
+        if units is not None and in_use(key, last.end_ns - 1) + (t.units or 1) <= units:
+            return None  # there was room for t before that task ended
+        return last
     return holder
+
+
+def capacities(profile: ProfileData) -> dict:
+    """(device, executor class) -> the units it has, from the profile's devices."""
+    out = {}
+    for d in profile.devices:
+        out[(d.id, "compute")] = d.compute_units
+        out[(d.id, "copy")] = d.copy_engines
+        out[(d.id, "host")] = d.host_func_threads
+    return out
 
 
 def critical_path(profile: ProfileData) -> dict:
@@ -53,7 +93,7 @@ def critical_path(profile: ProfileData) -> dict:
     per_stream = defaultdict(list)
     for t in tasks:
         per_stream[(t.device, t.stream)].append(t)
-    holder = executor_holders(tasks)
+    holder = executor_holders(tasks, capacities(profile))
     prev = {}
     for items in per_stream.values():
         items.sort(key=lambda t: (t.task_id, t.start_ns))
