@@ -393,3 +393,32 @@ def test_a_deadlock_shows_the_dropped_wait_and_the_record_that_never_ran(dev):
     assert released == (0, a.id, by_key[a.id, "notify_record"].task_id)
     first = prof.diagnose()[0]
     assert first.kind == "never_finished" and "found a deadlock (507950)" in first.cause
+
+
+PING_PONG = """
+import ascentrt as art
+dev = art.set_device(0)
+cp, kc = dev.create_stream(), dev.create_stream()
+host, buf = art.malloc_host(8_000_000), art.malloc(8_000_000)
+with art.profile(None) as prof:
+    done = None
+    for i in range(40):  # one buffer: each copy waits for the kernel before it, and back
+        if done is not None:
+            cp.wait(done)
+        art.memcpy_async(buf, host, stream=cp)
+        kc.wait(cp.record())
+        art.launch(lambda: None, stream=kc, cost=150e-6)
+        done = kc.record()
+    dev.synchronize()
+found = [f for f in prof.diagnose() if f.kind == "no_overlap"]
+print(len(found), "each copy waits for the kernel before it" in found[0].cause if found else "")
+buf.free(); host.free()
+"""
+
+
+def test_copies_and_kernels_on_two_streams_that_wait_on_each_other_in_turn_are_found():
+    # (one buffer ordered by events both ways: 0 overlap, yet no finding; the same work on
+    # one stream got one)
+    from subprocess_util import run_program
+    out = run_program(PING_PONG, env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
+    assert out.split() == ["1", "True"]

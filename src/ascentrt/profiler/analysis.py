@@ -442,13 +442,30 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
     shared = sorted(set(c_streams) & set(k_streams))
     sync_copies = _synchronous_copies(copies, profile)
     on_shared = sum(t.stream in shared for t in copies)
-    # Structural causes only: a shared stream or blocking copies serialize by construction;
-    # separate streams that still take turns are host-bound or dependent, reported elsewhere.
-    if on_shared < len(copies) / 2 and sync_copies < len(copies) / 2:
+    # Waits between the copy and the compute streams, both ways: each copy waits for the
+    # kernel before it and each kernel for its copy (one buffer, ordered by events).
+    keys = {t.key: t for t in work}
+    c_set, k_set = set(c_streams), set(k_streams)
+    to_copy = to_compute = 0
+    for t in profile.tasks:
+        if t.device == dev_id and t.released_by is not None and t.kind in ("event_wait", "notify_wait"):
+            rec = tuple(t.released_by)
+            src = keys.get(rec)
+            src_stream = src.stream if src is not None else rec[1] if rec[0] == dev_id else None
+            to_copy += t.stream in c_set and src_stream in k_set
+            to_compute += t.stream in k_set and src_stream in c_set
+    ping_pong = min(to_copy, to_compute) >= min(len(copies), len(compute)) / 2
+    # Structural causes only: a shared stream, blocking copies or waits both ways serialize
+    # by construction; separate streams that take turns otherwise are host-bound (reported
+    # by that finding).
+    if on_shared < len(copies) / 2 and sync_copies < len(copies) / 2 and not ping_pong:
         return []
     why = (f"copies and kernels are issued on the same stream ({', '.join(map(str, shared))}), "
            f"which runs them one after the other" if on_shared >= len(copies) / 2 else
-           "the copies block the host until they finish, so nothing can be queued beside them")
+           "the copies block the host until they finish, so nothing can be queued beside them"
+           if sync_copies >= len(copies) / 2 else
+           f"each copy waits for the kernel before it and each kernel for its copy (event waits "
+           f"between streams {c_streams} and {k_streams}: one buffer, used in turn)")
     evidence: dict[str, object] = {"copy time": format_ms(c_ns), "compute time": format_ms(k_ns),
                                    "overlapped": format_ms(both), "copy streams": c_streams,
                                    "compute streams": k_streams, "could save up to": format_ms(smaller - both)}
