@@ -1171,3 +1171,24 @@ def test_an_event_synchronized_every_iteration_is_diagnosed_only_where_the_devic
         s.synchronize()
     assert ("stream_sync_in_loop" in {f.kind for f in prof.diagnose()}) is found
     s.destroy()
+
+
+def test_a_device_that_moved_on_without_the_host_says_so():
+    # (a host busy longer than IDLE_HOST_S between calls got 2 s of virtual time instead of
+    # 1 s, with nothing said: the figure depended on the machine's speed)
+    code = textwrap.dedent("""
+        import time, ascentrt as art
+        a, b = art.Stream(), art.Stream()
+        art.launch(lambda: None, stream=a, cost=1.0, block_dim=12)
+        end = time.perf_counter() + {busy}
+        while time.perf_counter() < end:
+            pass
+        art.launch(lambda: None, stream=b, cost=1.0, block_dim=12)
+        a.synchronize(); b.synchronize()
+    """)
+    env = {"ASCENTRT_BACKEND": "sim"}
+    for busy, said in ((0.6, True), (0.0, False)):
+        proc = subprocess.run([sys.executable, "-c", code.format(busy=busy)], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, **env})
+        assert proc.returncode == 0, proc.stderr
+        assert ("moved on without it" in proc.stderr) is said

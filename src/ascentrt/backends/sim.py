@@ -71,6 +71,15 @@ def _say_long_step(task: Any) -> None:
           file=sys.stderr, flush=True)
 
 
+def _say_unattended() -> None:
+    """The report, once per process, that the device moved on without the host."""
+    print(f"ascentrt: the host made no runtime call for {IDLE_HOST_S:g} s of real time while "
+          f"work was pending, so the simulated device moved on without it: virtual time now "
+          f"depends on how fast this machine ran the program's own code (a host busy that long "
+          f"between calls, or blocked outside the runtime); the same program on a faster or "
+          f"quieter machine may give other times", file=sys.stderr, flush=True)
+
+
 class _Frame:
     """A task the simulation is running on this thread: when it started, and the time its
     nested operations (graph nodes) took so far."""
@@ -151,6 +160,7 @@ class Timeline:
         self.missed: set[str] = set()   # what the queries missed since then, in a row
         self.queries = 0                # queries so far (host calls "query")
         self.polled_queries = 0         # `queries` at the last query that found work not done
+        self.unattended = 0             # times the pump moved the device without the host
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -186,6 +196,9 @@ class Timeline:
                     nxt = self.next_event()
                     self.run(self.now if nxt is None else max(nxt, self.now))
                     self.moved.notify_all()
+                    self.unattended += 1
+                    if self.unattended == 1:
+                        _say_unattended()
             finally:
                 self.lock.release()
 
