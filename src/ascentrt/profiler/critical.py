@@ -77,8 +77,9 @@ def capacities(profile: ProfileData) -> dict:
 
 def critical_path(profile: ProfileData) -> dict:
     """{'length_ns', 'by_kind' (ns per task kind on the path, plus 'host' for the gaps where
-    the next task was not yet submitted and 'dispatch' for those where it was, waiting to be
-    dispatched), 'tasks' (work tasks on it), 'top' [(name, ns)]}.
+    the next task was not yet submitted, the time before its first task included, and
+    'dispatch' for those where it was, waiting to be dispatched), 'tasks' (work tasks on it),
+    'top' [(name, ns)]}; the path runs from the profile's start to its last task's end.
 
     Walks back from the task that ended last; each step goes to whichever of its predecessors
     ended latest: the stream's previous task, the record that released a wait, and the task
@@ -122,6 +123,11 @@ def critical_path(profile: ProfileData) -> dict:
             by_kind["dispatch"] += gap - late
         start = cur.start_ns
         cur = nxt
+    # Before the chain's first task the host had not submitted it yet (its setup, or a submit
+    # held by a full queue): the path starts with the profile, so it explains the whole run.
+    if start > 0:
+        by_kind["host"] += start
+        start = 0
     top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
     return {"length_ns": end - start, "by_kind": dict(by_kind), "tasks": count, "top": top}
 
