@@ -164,6 +164,18 @@ def metrics(profile: ProfileData) -> dict:
             out["executors"][f"{dev_id}/{ex}"] = {"device": dev_id, "executor": ex,
                                                   "units": units[ex], "busy_ns": b,
                                                   "utilization": b / (span * units[ex])}
+        # Per copy direction (each has engines of its own): how long at least one of its
+        # copies ran. A copy-bound pipeline shows here as one direction busy all the time,
+        # though the copy class, pooled over every direction, looks a third used.
+        directions = defaultdict(list)
+        for t in work:
+            if t.kind == "copy":
+                directions[t.name].append((t.start_ns, t.end_ns))
+        for name, spans in sorted(directions.items()):
+            b = total(union(spans))
+            out["executors"][f"{dev_id}/copy {name}"] = {
+                "device": dev_id, "executor": f"copy {name}", "units": "-", "busy_ns": b,
+                "utilization": b / span}
     # Time queued in the stream (enqueue -> start, behind earlier work) is not a latency of
     # the runtime; the dispatch latency is that of tasks whose stream was idle.
     out["queued_ns"] = _spread([t.queued_ns for t in profile.tasks if t.kind in DISPATCHED_KINDS])
