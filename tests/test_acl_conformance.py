@@ -861,11 +861,11 @@ def test_util_conversions(rt):
     assert acl.util.ptr_to_numpy(dev, (4,), C.NPY_DOUBLE).tolist() == [7.0] * 4
     assert acl.util.ptr_to_numpy(dev, (100,), C.NPY_DOUBLE) is None   # past the allocation
     arr = np.arange(8, dtype=np.float64)
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(Warning, match="will be deprecated"):
         ptr = acl.util.numpy_to_ptr(arr)
     assert rt.memcpy(dev, 64, ptr, 64, C.ACL_MEMCPY_HOST_TO_DEVICE) == 0
     assert acl.util.ptr_to_numpy(dev, (8,), C.NPY_DOUBLE).tolist() == arr.tolist()
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(Warning, match="will be deprecated"):
         ptr2, contiguous = acl.util.numpy_contiguous_to_ptr(arr[::2])
     assert contiguous.tolist() == [0, 2, 4, 6] and acl.util.ptr_to_bytes(ptr2, 32) == contiguous.tobytes()
 
@@ -875,11 +875,11 @@ def test_numpy_to_ptr_of_a_strided_array_gives_the_raw_pointer_into_its_memory(r
     # of the memory the array lies in (its base array), and never past that memory.
     dev, _ = rt.malloc(4096, 0)
     base = np.arange(1024, dtype=np.float32)
-    with pytest.warns(RuntimeWarning), pytest.warns(DeprecationWarning):
+    with pytest.warns(RuntimeWarning), pytest.warns(Warning, match="will be deprecated"):
         ptr = acl.util.numpy_to_ptr(base[::2])
     assert rt.memcpy(dev, 4096, ptr, 4096, C.ACL_MEMCPY_HOST_TO_DEVICE) == 0
     assert acl.util.ptr_to_numpy(dev, (1024,), C.NPY_FLOAT).tolist() == base.tolist()
-    with pytest.warns(RuntimeWarning), pytest.warns(DeprecationWarning):
+    with pytest.warns(RuntimeWarning), pytest.warns(Warning, match="will be deprecated"):
         ptr = acl.util.numpy_to_ptr(base[::-1])  # points at the last element: 4 bytes are left
     assert rt.memcpy(dev, 4096, ptr, 8, C.ACL_MEMCPY_HOST_TO_DEVICE) == C.ACL_ERROR_INVALID_PARAM
     assert rt.memcpy(dev, 4096, ptr, 4, C.ACL_MEMCPY_HOST_TO_DEVICE) == 0

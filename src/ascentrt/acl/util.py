@@ -74,7 +74,9 @@ def numpy_to_ptr(*args: _Any) -> int:
     arr = args[0]
     if not isinstance(arr, _np.ndarray):
         raise ValueError("needs a numpy array as argument")
-    _warnings.warn("acl.util.numpy_to_ptr is deprecated", DeprecationWarning, stacklevel=2)
+    # (pyACL's category: Warning, shown by default, where DeprecationWarning would be hidden)
+    _warnings.warn("acl.util.numpy_to_ptr will be deprecated. Please use acl.util.bytes_to_ptr "
+                   "instead.", Warning, stacklevel=2)
     if not arr.flags.c_contiguous:
         _warnings.warn("array is not C-contiguous: its pointer does not address its elements in order",
                       RuntimeWarning, stacklevel=2)
@@ -110,14 +112,19 @@ def numpy_contiguous_to_ptr(*args: _Any) -> tuple[int, _np.ndarray]:
     _parse("numpy_contiguous_to_ptr", args, lambda x: True)
     if not isinstance(args[0], _np.ndarray):
         raise ValueError("needs a numpy array as argument")
-    _warnings.warn("acl.util.numpy_contiguous_to_ptr is deprecated", DeprecationWarning, stacklevel=2)
+    _warnings.warn("acl.util.numpy_contiguous_to_ptr will be deprecated. Please use "
+                   "acl.util.bytes_to_ptr instead.", Warning, stacklevel=2)
     arr = _np.ascontiguousarray(args[0])
     return _register_host(arr), arr
 
 
 def ptr_to_numpy(*args: _Any) -> _np.ndarray | None:
     """ndarray: a zero-copy view of shape/npy_type at ptr; None when it is not inside one live allocation."""
+    if len(args) == 3 and not isinstance(args[1], tuple) and _int(args[0]) and _int(args[2]):
+        raise ValueError("shape is empty")  # (pyACL's answer to a shape that is no tuple: a list)
     _parse("ptr_to_numpy", args, _int, lambda s: isinstance(s, tuple) and all(_int(d) for d in s), _int)
+    _warnings.warn("acl.util.ptr_to_numpy will be deprecated. Please use acl.util.ptr_to_bytes "
+                   "instead.", Warning, stacklevel=2)
     ptr, shape, npy_type = args
     dtype = _DTYPE_OF_NUM.get(int(npy_type))
     # numpy's limits too: at most 64 dimensions, each (even beside a zero) below 2**63.
