@@ -376,3 +376,20 @@ def test_execute_times_out_with_a_code_instead_of_hanging(streams):
     gate.set()
     g.synchronize(T)
     g.destroy()
+
+
+def test_timing_a_captured_event_gets_the_captured_event_error(dev):
+    # (elapsed_time said "not completed yet", 107006, which would never change)
+    s = dev.create_stream()
+    a, b = art.Event(timing=True), art.Event(timing=True)
+    s.begin_capture()
+    a.record(s)
+    art.launch(lambda: None, stream=s)
+    b.record(s)
+    g = s.end_capture()
+    g.launch(s)
+    s.synchronize(timeout=30)
+    for call in (lambda: art.elapsed_time(a, b), lambda: b.timestamp_ns):
+        with pytest.raises(art.AscentError) as err:
+            call()
+        assert err.value.code == art.ErrorCode.RT_EVENT_CAPTURED

@@ -150,6 +150,8 @@ class Event:
         if not self.timing:
             raise InvalidArgumentError(f"event {self.id} was created without timing=True; no {what}",
                                        code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
+        if m is not None and m.capture is not None:
+            m.capture.refuse_event(self, m)  # (graph work: it never completes as stream work)
         if m is None or not m.done or m.dropped:
             state = "never recorded" if m is None else "not completed yet" if not m.done else \
                 "a record its stream dropped unrun (destroyed, or stopped after a failure)"
