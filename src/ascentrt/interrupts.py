@@ -167,4 +167,4 @@ def release_or_undo(held: bool, undo: Callable[[], Any]) -> None:
     finally:
         _held.depth -= 1
         _held.pending = False
-    signal.raise_signal(signal.SIGINT)
+    raise KeyboardInterrupt  # (here, whatever frame: what was made is undone already)

@@ -52,12 +52,19 @@ def complete_before_record(handle: int, event: Event) -> bool:
     return _flags.get(handle, (None, False))[1] and not event.recorded
 
 
+def _passed(marker: Event) -> bool:
+    """Whether a stream passed the point `marker` holds (its work there done, or dropped by
+    an abort: either way nothing waits there any more)."""
+    m = marker._marker
+    return m is None or m.done
+
+
 def note_wait(handle: int, stream: Stream) -> None:
     """Remember where `stream` passes its wait on the event, for query_event_wait_status."""
     marker = Event(stream.device)
     marker.record(stream)
     with _lock:
-        pending = [m for m in _waits.get(handle, ()) if not m.query()]
+        pending = [m for m in _waits.get(handle, ()) if not _passed(m)]
         pending.append(marker)
         _waits[handle] = pending
 
@@ -133,7 +140,7 @@ def query_event_wait_status(event: int) -> int:
     EVENTS.get(event)
     check_sync_flag(event, "query_event_wait_status", ex_allowed=False)
     with _lock:
-        pending = [m for m in _waits.get(event, ()) if not m.query()]
+        pending = [m for m in _waits.get(event, ()) if not _passed(m)]
         _waits[event] = pending
     return C.ACL_EVENT_WAIT_STATUS_NOT_READY if pending else C.ACL_EVENT_WAIT_STATUS_COMPLETE
 

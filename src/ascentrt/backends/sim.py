@@ -543,9 +543,10 @@ class SimBackend(CpuBackend):
             ns, mem = self.copy_ns(direction, nbytes, dst, src,
                                    height == 1 or dpitch == spitch == width)
             link = self.link_of(direction, dst, src)
-            if link is not None:  # (its bytes' time on the link: what others crossing it share)
-                link_ns = ns - (p.peer_link_latency_ns if direction == D2D
-                                else p.host_link_latency_ns)
+            if link is not None:  # (its bytes' time on the link at the link's bandwidth: the
+                # share of it the copy needs; a pageable copy, staged slower, needs less)
+                link_ns = nbytes / (p.peer_link_bandwidth if direction == D2D
+                                    else p.host_link_bandwidth) * 1e9
         else:  # FILL
             dst, _, nbytes = op.args
             on_device = tl.where(dst) == "device"
@@ -1046,8 +1047,9 @@ class SimBackend(CpuBackend):
         waves = -(-blocks // units)
         compute = cost.flops / blocks * waves / p.compute_flops_per_unit
         per_unit = p.memory_bandwidth_per_unit
-        reach = memory if not per_unit or units * per_unit >= p.memory_bandwidth \
-            else cost.bytes / (units * per_unit)  # (few cores draw less than the whole memory)
+        # (few cores draw less than the whole memory; all of them reach all of it)
+        reach = memory if not per_unit or units >= self._units \
+            or units * per_unit >= p.memory_bandwidth else cost.bytes / (units * per_unit)
         link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
             if cost.link_bytes else 0.0
         return max(compute, reach, link) * 1e9, memory * 1e9

@@ -135,6 +135,7 @@ class DeviceQueues:
         """Start the executors through the backend (under the engine lock, before the first task
         is queued). Raises StreamStateError (207005) when one cannot start, queuing nothing;
         the next submission starts the missing ones."""
+        interrupts.install()  # (from the first submission on: see interrupts.protect)
         if sys.is_finalizing():
             raise StreamStateError("the interpreter is shutting down: no executor can start, so "
                                    "work submitted now would never run",
@@ -420,23 +421,18 @@ class Engine:
             n = t.notify
             self._profile_control(t)  # first: the record happens, then the wait it releases ends
             if n._waiters:
-                w = n._waiters.popleft()
-                w._blocked = None
-                if w._dq.virtual:
-                    w._released_ns = w._dq.backend.now_ns()
-                work.append(w)
-                consumed = w._tasks.popleft()  # the waiter's wait task completes here
-                consumed.releaser = t           # (for the profiler's record -> wait arrow)
-                self._completed(w)
-                self._profile_control(consumed)
+                self._let_go(n._waiters.popleft(), t, work)
             elif not n._set:
                 n._set = t  # set, by this record (a second one finds it set: the first released)
             return True
         if kind == NOTIFY_WAIT:
             n = t.notify
-            if n._set:
-                t.releaser = n._set
-                n._set = False
+            if n._set or t.let_go:
+                if t.let_go:  # (a record dropped unrun let this queued wait go: see _discard)
+                    t.let_go = False
+                else:
+                    t.releaser = n._set
+                    n._set = False
                 self._profile_control(t)
                 return True
             n._waiters.append(s)
@@ -458,6 +454,29 @@ class Engine:
             s._spawned = with_spawned(s._spawned, ((detached, t.fn.id),))
             return True
         raise AssertionError(f"not a control task: {t!r}")  # pragma: no cover
+
+    def _let_go(self, w, t: Task, work: list) -> None:
+        """Release stream `w`, blocked at a notify wait, by record `t`."""
+        w._blocked = None
+        if w._dq.virtual:
+            w._released_ns = w._dq.backend.now_ns()
+        work.append(w)
+        consumed = w._tasks.popleft()  # the waiter's wait task completes here
+        consumed.releaser = t           # (for the profiler's record -> wait arrow)
+        self._completed(w)
+        self._profile_control(consumed)
+
+    def _wait_to_let_go(self, n):
+        """The wait a notify record dropped unrun lets go, chosen as it is dropped: the first
+        stream blocked on `n`, else the first wait on `n` queued on a stream (a wait queued
+        later must not pass: nothing was produced for it); None when there is none."""
+        if n._waiters:
+            return n._waiters[0]
+        for s in self._all_streams():
+            for x in list(s._tasks):
+                if x.kind == NOTIFY_WAIT and x.notify is n:
+                    return x
+        return None
 
     @staticmethod
     def _mark_done(m, work: list) -> None:
@@ -629,6 +648,8 @@ class Engine:
                 records.append(t)
                 if t.kind == EVENT_RECORD and why:
                     t.marker.discarded_by = why  # (its event's later syncs report it)
+                elif t.kind == NOTIFY_RECORD:
+                    t.lets_go = self._wait_to_let_go(t.notify)
         if s._running is not None:
             # A task still runs: the records behind it release their waiters once it ends (a
             # stream that waits on one, or a block reused after it, must not overlap with it).
@@ -660,10 +681,22 @@ class Engine:
                 t.marker.dropped = True  # (done, for its waiters, but it has no time)
                 self._mark_done(t.marker, released)
                 self._profile_control(t)
-            elif t.notify._waiters:
-                self._control(s, t, released)  # (a wait queued already: let it go)
             else:
-                self._profile_control(t)  # it never ran: it sets nothing a later wait would take
+                # It never ran: it sets nothing a later wait would take; the wait that existed
+                # when it was dropped goes on (none would let it go otherwise).
+                self._profile_control(t)
+                target, t.lets_go = t.lets_go, None
+                n = t.notify
+                if target in n._waiters:  # (blocked now: released here)
+                    n._waiters.remove(target)
+                    self._let_go(target, t, released)
+                elif isinstance(target, Task):
+                    blocked = next((w for w in n._waiters if w._blocked is target), None)
+                    if blocked is not None:  # (its stream reached it meanwhile)
+                        n._waiters.remove(blocked)
+                        self._let_go(blocked, t, released)
+                    else:
+                        target.let_go = True  # (when its stream reaches it)
             for w in released:
                 self._advance(w, None)
 
@@ -1132,7 +1165,6 @@ interrupts.protect(Engine.submit, Engine.submit_locked, Engine.submit_all,
                    Engine._completed, Engine._fail, Engine._unblock, Engine._profile_control)
 interrupts.interruptible(Engine._wait_for_room, Engine._wait_for_lock, Engine.wait_host,
                          Engine._wait_host, Engine.wait_completed)
-interrupts.install()
 
 
 def _program_signal_handlers() -> bool:

@@ -58,6 +58,8 @@ class Task(Op):
                                                              # with buffer arguments)
     keep: object = None  # what the Op's addresses point into, kept alive until it ran
     releaser: Task | None = None  # a notify wait, when profiling: the record task that set it going
+    lets_go: Any = None  # a notify record dropped unrun: the wait it lets go (stream or task)
+    let_go = False      # a queued notify wait a dropped record let go: it passes when reached
     group: Any = None
     cost: Cost | None = None  # the Op's cost on a simulated device (None: the backend's default)
     released_ns = 0     # on a virtual device: when the wait before it let its stream go on

@@ -14,7 +14,7 @@ from . import leaks
 from ..validate import check_size
 from .buffer import HostBuffer
 from .chunks import HostChunks
-from .pool import DeferredFrees, busy_positions, give_back
+from .pool import BlockPool, DeferredFrees, busy_positions, give_back
 from .links import Links
 from .registry import REGISTRY
 
@@ -45,6 +45,28 @@ def host_pool():
                 _state["pool"] = pool
                 _state["sites"] = leaks.recording_sites()
     return _state["pool"]
+
+
+def _pooled(pool: BlockPool, nbytes: int) -> HostBuffer:
+    """A pinned buffer from the pool, whole or not made: held against a Ctrl-C until it is
+    (this module is Python, and one raised as the pool's call returns, where the eval loop
+    checks for one, would lose the block), and given back if one came meanwhile."""
+    held = hold()
+    try:
+        block = pool.allocate(nbytes)
+        try:
+            buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes),
+                             block, _release)
+            block.buf = buf  # from here on its pointers resolve (through the chunk)
+        except BaseException:
+            give_back(pool, block)
+            raise
+    except BaseException:
+        release(held)
+        raise
+    # (a Ctrl-C meanwhile: the caller never gets it; no observer has been told of it yet)
+    release_or_undo(held, lambda: _release(buf))
+    return buf
 
 
 def _release(buf: HostBuffer) -> bool:
@@ -108,27 +130,12 @@ def malloc_host(nbytes: int) -> HostBuffer:
         buf = HostBuffer(handle.addr, nbytes, handle.pinned, mem, handle, _release_unpooled)
         REGISTRY.add(buf)
     else:
-        # Held until the buffer is whole: this module is Python, and a Ctrl-C raised as the
-        # pool's call returns (the eval loop checks for one there) would lose the block.
-        held = hold()
         try:
-            try:
-                block = pool.allocate(nbytes)
-            except OutOfMemoryError:  # (as a device allocation: see DeviceAllocator._waited_for_frees)
-                if not pool.wait_for_pending():
-                    raise
-                block = pool.allocate(nbytes)
-            try:
-                buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes),
-                                 block, _release)
-                block.buf = buf  # from here on its pointers resolve (through the chunk)
-            except BaseException:
-                give_back(pool, block)
+            buf = _pooled(pool, nbytes)
+        except OutOfMemoryError:  # (as a device allocation: see DeviceAllocator._waited_for_frees)
+            if not pool.wait_for_pending():  # (not held: a Ctrl-C may end a long wait)
                 raise
-        except BaseException:
-            release(held)
-            raise
-        release_or_undo(held, buf.free)  # (a Ctrl-C meanwhile: the caller never gets it)
+            buf = _pooled(pool, nbytes)
     # (a simulated host pays for the call here, with the pinned mapping it may have made, not
     # the host call after it; without the pool every call is a driver allocation alone)
     charge = _state["charge"]

@@ -376,8 +376,9 @@ class BlockPool:
         try:
             release(held)  # (a Ctrl-C held meanwhile is raised now, the pool whole)
         except BaseException:  # ... and undoes this allocation: its block would be lost
-            with lock:
-                self._put_back(block, None, (), None)
+            with lock:  # (after the work it may still wait for: a pending block's, the stream's)
+                waits = tuple(block.waits) + self.waits_for(block, stream)
+                self._put_back(block, stream, waits, None)
             raise
         return block
 

@@ -151,7 +151,9 @@ def metrics(profile: ProfileData) -> dict:
         for t in work:
             per_stream[t.stream].append(t)
         for sid, ts in sorted(per_stream.items()):
-            b = sum(t.duration_ns for t in ts)
+            # (a union: a non-blocking host function, filed under the stream that launched it,
+            # may run beside the stream's later tasks)
+            b = total(union((t.start_ns, t.end_ns) for t in ts))
             out["streams"][f"{dev_id}/{sid}"] = {"device": dev_id, "stream": sid, "tasks": len(ts),
                                                  "busy_ns": b, "utilization": b / span}
         info = devices.get(dev_id)

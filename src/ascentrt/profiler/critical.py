@@ -21,7 +21,7 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
     ends: dict = defaultdict(list)  # (device, executor class) -> [(end, id, task)], sorted
     steps: dict = defaultdict(list)  # (device, class) -> [(time, units change)]
     for t in tasks:
-        cls = EXECUTOR_OF_KIND.get(t.kind)
+        cls = _class_of(t)
         if cls is not None:
             ends[(t.device, cls)].append((t.end_ns, id(t), t))
             steps[(t.device, cls)] += [(t.start_ns, t.units or 1), (t.end_ns, -(t.units or 1))]
@@ -48,7 +48,7 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
         return levels[i] if i >= 0 else 0
 
     def holder(t):
-        key = (t.device, EXECUTOR_OF_KIND.get(t.kind))
+        key = (t.device, _class_of(t))
         items = ends.get(key)
         if not items:
             return None
@@ -65,12 +65,19 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
     return holder
 
 
+def _class_of(t) -> Any:
+    """The executors a task contends for: its class, and for a copy its direction (copies of
+    one direction share its engines; how many a direction has is not recorded, so any copy
+    of it that ended last before counts as the holder)."""
+    cls = EXECUTOR_OF_KIND.get(t.kind)
+    return (cls, t.name) if cls == "copy" else cls
+
+
 def capacities(profile: ProfileData) -> dict:
     """(device, executor class) -> the units it has, from the profile's devices."""
     out = {}
     for d in profile.devices:
         out[(d.id, "compute")] = d.compute_units
-        out[(d.id, "copy")] = d.copy_engines
         out[(d.id, "host")] = d.host_func_threads
     return out
 
