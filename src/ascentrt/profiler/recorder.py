@@ -102,14 +102,15 @@ class Recorder:
 
     def tasks_done(self, stream, tasks) -> None:
         """A batch of finished tasks of one stream (one call per executor batch, not per task)."""
+        if stream._dq.detached is stream:  # non-blocking host functions: see task_done
+            for task in tasks:
+                self.task_done(task)
+            return
         bucket = self.per_stream.get(stream)
         if bucket is None:
             bucket = self.per_stream.setdefault(stream, [])
         append = bucket.append
         for task in tasks:  # executor tasks: no waits among them, rarely an error
-            if task.origin is not None:  # (see task_done)
-                self.task_done(task)
-                continue
             kind = SEGMENT if task.graph_segment else task.kind
             append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                     task.t_enqueue, task.t_start, task.t_end, task.thread,
