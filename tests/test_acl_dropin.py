@@ -216,3 +216,26 @@ def test_acl_rt_calls_without_parameters_ignore_extra_arguments_as_pyacl_does(rt
         ret = result[-1] if isinstance(result, tuple) else result
         assert ret == 0, name
     assert acl.rt.synchronize_device(0, "extra") == 0
+
+
+START_THREAD_RECORDS = """
+    import time, ascentrt as art
+    import ascentrt.acl as acl
+    dev = art.set_device(0)
+    a, b = dev.create_stream(), dev.create_stream()
+    n = art.Notify(dev)
+    a.wait_notify(n)
+    def worker(_):
+        time.sleep(0.1)  # (its preparation, outside the runtime: no call yet)
+        n.record(b)
+    tid, _ = acl.util.start_thread(worker, [0])
+    a.synchronize(timeout=5.0)
+    print(acl.util.stop_thread(tid))
+"""
+
+
+def test_on_sim_a_start_thread_worker_may_act_before_its_first_call():
+    # (the waiting host ran virtual time ahead of the daemon worker, which had not called the
+    # runtime yet: the 5 s timeout expired in a few ms of real time)
+    out = _run(START_THREAD_RECORDS, ASCENTRT_BACKEND="sim")
+    assert out.returncode == 0 and out.stdout.strip() == "0", out.stderr

@@ -10,6 +10,7 @@ from typing import Any as _Any, Callable as _Callable
 
 import numpy as _np
 
+from ..backends.sim import TIMELINE as _TIMELINE
 from ..errors import ErrorCode as _ErrorCode, set_last_error as _set_last_error
 from ..memory import REGISTRY as _REGISTRY
 from ..memory.external import register_bytes as _register_bytes
@@ -169,6 +170,7 @@ def start_thread(fn: _Callable[..., object], args: object) -> tuple[int, int]:
     t.start()
     ident = t.ident
     assert ident is not None  # set by start()
+    _TIMELINE.note_thread(t)  # (a pyACL worker: on sim, one that may act before its first call)
     with _threads_lock:
         _threads[ident] = t
     return ident, 0

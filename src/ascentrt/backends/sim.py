@@ -295,6 +295,13 @@ class Timeline:
         self.callers[me.ident] = me
         self.local.noted = True
 
+    def note_thread(self, thread: threading.Thread) -> None:
+        """Count `thread` among the host threads that use the runtime before its first call
+        (a daemon thread made to call it, as acl.util.start_thread's: virtual time must not
+        run ahead of it while it prepares)."""
+        if thread.ident is not None:
+            self.callers[thread.ident] = thread
+
     def others_may_act(self) -> bool:
         """Whether someone else may move things on: a running host function, another live host
         thread that has used the runtime, or any other live non-daemon thread."""
