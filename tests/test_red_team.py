@@ -754,12 +754,12 @@ def test_a_dropped_notify_record_lets_go_the_wait_queued_before_it_and_no_later_
     # with the producer's task running at the abort, a wait queued after it went on)
     producer, consumer, late = dev.create_stream(), dev.create_stream(), dev.create_stream()
     ready = art.Notify(dev)
-    gate_p, gate_c = threading.Event(), threading.Event()
-    art.launch_host_func(lambda: gate_p.wait(10), stream=producer)  # running at the abort
+    gate_p, gate_c, running = threading.Event(), threading.Event(), threading.Event()
+    art.launch_host_func(lambda: (running.set(), gate_p.wait(10)), stream=producer)
     producer.record_notify(ready)
     art.launch_host_func(lambda: gate_c.wait(10), stream=consumer)
     consumer.wait_notify(ready)            # queued, not reached yet
-    time.sleep(0.05)
+    assert running.wait(10)                # (the producer's task runs at the abort)
     assert producer.abort() == 1
     late.wait_notify(ready, timeout=0.3)   # after the abort: nothing was produced for it
     gate_p.set()
@@ -768,3 +768,17 @@ def test_a_dropped_notify_record_lets_go_the_wait_queued_before_it_and_no_later_
     with pytest.raises(art.AscentError) as err:
         late.synchronize(timeout=10)
     assert err.value.code == art.ErrorCode.RT_WAIT_TIMEOUT
+
+
+def test_two_dropped_records_of_one_notify_let_go_two_waits(dev):
+    # (each dropped record picked the same first waiter: the second wait hung or timed out)
+    producer, c1, c2 = dev.create_stream(), dev.create_stream(), dev.create_stream()
+    gate, ready = art.Notify(dev), art.Notify(dev)
+    producer.wait_notify(gate)  # (never recorded: the records behind it never run)
+    producer.record_notify(ready)
+    producer.record_notify(ready)
+    c1.wait_notify(ready, timeout=5)
+    c2.wait_notify(ready, timeout=5)
+    assert producer.abort() == 3
+    c1.synchronize(timeout=30)
+    c2.synchronize(timeout=30)

@@ -1183,9 +1183,7 @@ def test_a_device_that_moved_on_without_the_host_says_so():
         art.launch(lambda: None, stream=b, cost=1.0, block_dim=12)
         a.synchronize(); b.synchronize()
     """)
-    env = {"ASCENTRT_BACKEND": "sim"}
-    for busy, said in ((0.6, True), (0.0, False)):
-        proc = subprocess.run([sys.executable, "-c", code.format(busy=busy)], capture_output=True,
-                              text=True, timeout=60, env={**os.environ, **env})
-        assert proc.returncode == 0, proc.stderr
-        assert ("moved on without it" in proc.stderr) is said
+    proc = subprocess.run([sys.executable, "-c", code.format(busy=0.6)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "ASCENTRT_BACKEND": "sim"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("moved on without it") == 1  # (once per process)

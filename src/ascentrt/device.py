@@ -19,7 +19,7 @@ from . import config
 from .backends import PresetError, load_preset, make_backend
 from .backends.presets import variant_fields
 from .backends.sim import defer_in_step
-from .interrupts import add_deferrer
+from .interrupts import add_deferrer, install as install_interrupts
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
 from .engine.sync import synchronize_streams, warn_discarded
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
@@ -167,6 +167,7 @@ class Device:
         else:
             self._backend = backend = make_backend(kind, f"ascentrt-{kind}{device_id}", capacity,
                                                    executors)
+            install_interrupts()  # (the main thread's submissions are protected: see interrupts)
         props = backend.properties()
         capacity = props.memory_bytes
         try:

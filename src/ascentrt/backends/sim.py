@@ -186,6 +186,7 @@ class Timeline:
                 said = step
             if not self.lock.acquire(False):  # a host thread steps: the device is attended
                 continue
+            first_move = False
             try:
                 if self.generation != seen or self.attending:
                     # (a host that waits moves time itself, at the real world's pace while other
@@ -197,10 +198,11 @@ class Timeline:
                     self.run(self.now if nxt is None else max(nxt, self.now))
                     self.moved.notify_all()
                     self.unattended += 1
-                    if self.unattended == 1:
-                        _say_unattended()
+                    first_move = self.unattended == 1
             finally:
                 self.lock.release()
+            if first_move:  # (said outside the lock: a full stderr pipe must not stop the device)
+                _say_unattended()
 
     def frames(self) -> list:
         """The tasks the calling thread is running for the simulation, innermost last."""

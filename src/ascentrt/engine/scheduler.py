@@ -249,6 +249,7 @@ class Engine:
         self.lock = threading.RLock()
         self.devices: list[DeviceQueues] = []  # every device's queues, in device order
         self.active_sets: list[set] = []       # their `active` sets, for a cheap "anything busy?"
+        self._claimed_waits: set = set()  # notify waits dropped records will let go (_discard)
         # One entry per submitting host or worker blocked on the lock (appended and popped by
         # the waiter itself: atomic list operations, never stale): the holder hands the GIL over
         # as it lets the lock go. Without that the waiter, woken without the GIL, waits out the
@@ -466,15 +467,22 @@ class Engine:
         self._completed(w)
         self._profile_control(consumed)
 
-    def _wait_to_let_go(self, n):
-        """The wait a notify record dropped unrun lets go, chosen as it is dropped: the first
-        stream blocked on `n`, else the first wait on `n` queued on a stream (a wait queued
-        later must not pass: nothing was produced for it); None when there is none."""
-        if n._waiters:
-            return n._waiters[0]
+    def _wait_to_let_go(self, n, dropping):
+        """The wait task a notify record dropped unrun lets go, chosen as it is dropped: the
+        first one blocked on `n`, else the first queued on a stream (not `dropping`, whose
+        tasks go too), one no other dropped record claimed; a wait queued later must not
+        pass: nothing was produced for it. None when there is none."""
+        claimed = self._claimed_waits
+        for w in n._waiters:
+            if w._blocked is not None and w._blocked not in claimed:
+                claimed.add(w._blocked)
+                return w._blocked
         for s in self._all_streams():
+            if s is dropping:
+                continue
             for x in list(s._tasks):
-                if x.kind == NOTIFY_WAIT and x.notify is n:
+                if x.kind == NOTIFY_WAIT and x.notify is n and x not in claimed:
+                    claimed.add(x)
                     return x
         return None
 
@@ -649,7 +657,7 @@ class Engine:
                 if t.kind == EVENT_RECORD and why:
                     t.marker.discarded_by = why  # (its event's later syncs report it)
                 elif t.kind == NOTIFY_RECORD:
-                    t.lets_go = self._wait_to_let_go(t.notify)
+                    t.lets_go = self._wait_to_let_go(t.notify, s)
         if s._running is not None:
             # A task still runs: the records behind it release their waiters once it ends (a
             # stream that waits on one, or a block reused after it, must not overlap with it).
@@ -686,13 +694,11 @@ class Engine:
                 # when it was dropped goes on (none would let it go otherwise).
                 self._profile_control(t)
                 target, t.lets_go = t.lets_go, None
-                n = t.notify
-                if target in n._waiters:  # (blocked now: released here)
-                    n._waiters.remove(target)
-                    self._let_go(target, t, released)
-                elif isinstance(target, Task):
+                if target is not None:
+                    self._claimed_waits.discard(target)
+                    n = t.notify
                     blocked = next((w for w in n._waiters if w._blocked is target), None)
-                    if blocked is not None:  # (its stream reached it meanwhile)
+                    if blocked is not None:  # (its stream is at it: released here)
                         n._waiters.remove(blocked)
                         self._let_go(blocked, t, released)
                     else:

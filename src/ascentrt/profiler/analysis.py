@@ -12,7 +12,7 @@ from operator import attrgetter
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
 from .critical import capacities, executor_holders
-from .data import COMPUTE_KINDS, EXIT_MARK, WORK_KINDS, ProfileData
+from .data import COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, WORK_KINDS, ProfileData
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 
@@ -171,8 +171,8 @@ def metrics(profile: ProfileData) -> dict:
         # though the copy class, pooled over every direction, looks a third used.
         directions = defaultdict(list)
         for t in work:
-            if t.kind == "copy":
-                directions[t.name].append((t.start_ns, t.end_ns))
+            if t.kind == "copy" and t.name in COPY_DIRECTIONS:  # (a 2D or collective copy's
+                directions[t.name].append((t.start_ns, t.end_ns))  # name says no direction)
         for name, spans in sorted(directions.items()):
             b = total(union(spans))
             out["executors"][f"{dev_id}/copy {name}"] = {

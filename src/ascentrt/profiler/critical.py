@@ -66,11 +66,10 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
 
 
 def _class_of(t) -> Any:
-    """The executors a task contends for: its class, and for a copy its direction (copies of
-    one direction share its engines; how many a direction has is not recorded, so any copy
-    of it that ended last before counts as the holder)."""
-    cls = EXECUTOR_OF_KIND.get(t.kind)
-    return (cls, t.name) if cls == "copy" else cls
+    """The executors a task contends for: its class (copies: how many engines each direction
+    has is not recorded, and a copy's direction is not in every copy's name, so any copy
+    that ended last before counts as the holder)."""
+    return EXECUTOR_OF_KIND.get(t.kind)
 
 
 def capacities(profile: ProfileData) -> dict:

@@ -22,6 +22,9 @@ WORK_KINDS = ("kernel", "copy", "memset", "host_func")
 # (which count as the work), so analyses that take WORK_KINDS do not count its time twice.
 GRAPH_SEGMENT = "graph"
 COMPUTE_KINDS = ("kernel", "memset")
+# The names a copy task has that say its direction (memcpy_async's; a 2D or collective copy
+# is named otherwise)
+COPY_DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device", "host_to_host")
 # The executor class each kind of work runs on (a device's units of it are shared by its streams).
 EXECUTOR_OF_KIND = {"kernel": "compute", "memset": "compute", "copy": "copy", "host_func": "host"}
 SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.synchronize",
