@@ -4,7 +4,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -265,9 +264,8 @@ s.synchronize(timeout=10)
 _, status = os.waitpid(pid, 0)
 print("child", os.waitstatus_to_exitcode(status))
 '''
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "child 0"
+    from subprocess_util import run_program
+    assert run_program(code).strip() == "child 0"
 
 
 def test_a_forked_child_runs_its_own_work():
@@ -291,9 +289,8 @@ s.synchronize(timeout=10)
 _, status = os.waitpid(pid, 0)
 print("child", os.waitstatus_to_exitcode(status))
 '''
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "child 0"
+    from subprocess_util import run_program
+    assert run_program(code).strip() == "child 0"
 
 
 def test_finalize_drains_stuck_streams_of_all_contexts_in_one_budget():

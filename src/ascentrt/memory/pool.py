@@ -18,7 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
-from ..interrupts import hold, release
+from ..interrupts import hold, release, release_or_undo
 from ..validate import check_finite, check_size
 from .chunks import CHUNK, round_chunk
 from .links import Links
@@ -373,14 +373,16 @@ class BlockPool:
                 lock.release()
             release(held)
             raise
-        try:
-            release(held)  # (a Ctrl-C held meanwhile is raised now, the pool whole)
-        except BaseException:  # ... and undoes this allocation: its block would be lost
-            with lock:  # (after the work it may still wait for: a pending block's, the stream's)
-                waits = tuple(block.waits) + self.waits_for(block, stream)
-                self._put_back(block, stream, waits, None)
-            raise
+        # A Ctrl-C held meanwhile is raised now, the pool whole, and undoes this allocation:
+        # its block would be lost.
+        release_or_undo(held, lambda: self._undo_allocate(block, stream))
         return block
+
+    def _undo_allocate(self, block: Block, stream) -> None:
+        """Put back a block allocate() handed out that its caller never got, after the work
+        it may still wait for (a pending block's, the stream's)."""
+        with self._lock:
+            self._put_back(block, stream, tuple(block.waits) + self.waits_for(block, stream), None)
 
     def _size_class(self, nbytes: int) -> int:
         """size_class(nbytes), memoised (and remembered as the last request); a request of
