@@ -239,3 +239,13 @@ def test_on_sim_a_start_thread_worker_may_act_before_its_first_call():
     # runtime yet: the 5 s timeout expired in a few ms of real time)
     out = _run(START_THREAD_RECORDS, ASCENTRT_BACKEND="sim")
     assert out.returncode == 0 and out.stdout.strip() == "0", out.stderr
+
+
+def test_ptr_to_numpy_refuses_a_list_shape_as_pyacl_does(rt):
+    # (pyACL reads the shape as a tuple: a list gets ValueError('shape is empty'))
+    ptr, _ = rt.malloc_host(64)
+    with pytest.raises(ValueError, match="shape is empty"):
+        acl.util.ptr_to_numpy(ptr, [8], C.NPY_DOUBLE)
+    with pytest.warns(Warning, match="will be deprecated"):
+        assert acl.util.ptr_to_numpy(ptr, (8,), C.NPY_DOUBLE).shape == (8,)
+    assert rt.free_host(ptr) == 0

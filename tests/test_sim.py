@@ -854,6 +854,7 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     ({"default_block_dim": 25}, "'default_block_dim' (25) must be at most compute_units"),
     ({"shared_processors": -1}, "'shared_processors' must be at least"),
     ({"crowded_processors": -0.5}, "'crowded_processors' must be at least"),
+    ({"memory_bandwidth_per_unit": -1.0}, "'memory_bandwidth_per_unit' must be at least"),
     ({"copy_engine_bandwidth": "\"fast\""}, "'copy_engine_bandwidth' must be a number"),
     ({"small_copy_bytes": 1 << 20}, "'small_copy_bytes' and 'small_copy_bandwidth' go together"),
     ({"small_copy_bandwidth": 5e9}, "'small_copy_bytes' and 'small_copy_bandwidth' go together"),
