@@ -22,7 +22,7 @@ demo: bytecode
 # source (the Python source runs wherever no build exists; ASCENTRT_PURE_PYTHON=1 ignores it).
 ACCEL_SOURCES := src/ascentrt/accel.py src/ascentrt/memory/pool.py src/ascentrt/memory/allocator.py \
                  src/ascentrt/memory/buffer.py src/ascentrt/memory/registry.py \
-                 src/ascentrt/backends/sim.py src/ascentrt/interrupts.py
+                 src/ascentrt/backends/sim.py src/ascentrt/interrupts.py src/ascentrt/memory/chunks.py
 accel: src/build/.accel
 src/build/.accel: $(VENV)/.installed-dev $(ACCEL_SOURCES)
 	cd src && ASCENTRT_PURE_PYTHON=1 ../$(PY) -c 'import sys, ascentrt.accel as a; sys.exit(a.build())'

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ascentrt as art
-from ascentrt.errors import InvalidAddressError, InvalidHandleError
+from ascentrt.errors import InvalidAddressError, InvalidHandleError, MemcpyKindWarning
 from ascentrt.memory.registry import REGISTRY
 
 TIMEOUT = 20
@@ -237,6 +237,39 @@ def test_a_synchronous_memcpy_between_whole_buffers_checks_what_the_full_path_ch
         art.memcpy(devbuf, host, 16)
     with pytest.raises(InvalidHandleError):
         art.memcpy(host, devbuf, 16)
+    host.free()
+    other.free()
+
+
+def test_a_synchronous_memcpy_between_int_pointers_checks_what_the_full_path_checks(dev):
+    """The int-pointer fast path (pyACL's call) copies exactly the bytes asked for, at interior
+    pointers too, and leaves every refusal and warning to the full path."""
+    host, devbuf, other = art.malloc_host(4096), art.malloc(4096), art.malloc_host(4096)
+    host.numpy()[:] = np.arange(4096) % 251
+    other.numpy()[:] = 0
+    art.memcpy(devbuf.ptr, host.ptr, 4096, art.MemcpyKind.HOST_TO_DEVICE)
+    art.memcpy(other.ptr + 100, devbuf.ptr + 8, 3000, 2)  # interior pointers, kind as an int
+    want = np.zeros(4096, np.uint8)
+    want[100:3100] = host.numpy()[8:3008]
+    assert (other.numpy() == want).all()
+    art.memcpy(other.ptr, host.ptr, 16, art.MemcpyKind.DEFAULT)  # host to host, pinned
+    assert (other.numpy()[:16] == host.numpy()[:16]).all()
+    with pytest.raises(InvalidAddressError):
+        art.memcpy(devbuf.ptr + 1, host.ptr, 4096)  # runs past the end of dst
+    with pytest.raises(InvalidAddressError):
+        art.memcpy(devbuf.ptr, host.ptr + 1, 4096)  # reads past the end of src
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(devbuf.ptr, host.ptr, 16, 7)  # no such kind
+    with pytest.warns(MemcpyKindWarning):
+        art.memcpy(devbuf.ptr, host.ptr, 16, art.MemcpyKind.DEVICE_TO_HOST)  # the addresses decide
+    with pytest.raises(art.InvalidArgumentError):
+        art.memcpy(devbuf.ptr, host.ptr, 16, True)  # a bool names no kind
+    ptr = devbuf.ptr
+    devbuf.free()
+    with pytest.raises(InvalidAddressError):
+        art.memcpy(ptr, host.ptr, 16)
+    with pytest.raises(InvalidAddressError):
+        art.memcpy(host.ptr, ptr, 16)
     host.free()
     other.free()
 

@@ -24,7 +24,7 @@ from .errors import AscentError
 
 MODULES = ("ascentrt.memory.pool", "ascentrt.memory.allocator",  # what `make accel` compiles
            "ascentrt.memory.buffer", "ascentrt.memory.registry", "ascentrt.backends.sim",
-           "ascentrt.interrupts")
+           "ascentrt.interrupts", "ascentrt.memory.chunks")
 _PACKAGE = Path(__file__).parent
 _from_source: set[str] = set()       # modules that load from source in this process
 

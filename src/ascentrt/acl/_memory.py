@@ -199,12 +199,36 @@ def _copy_args(dst: int, dest_max: int, src: int, count: int, kind: int) -> int 
         raise fail(ErrorCode.INVALID_PARAM, f"memcpy kind must be 0..5, got {kind}")
     if count > dest_max:
         raise fail(ErrorCode.INVALID_PARAM, f"count {count} exceeds dest_max {dest_max}")
-    if kind == C.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE:
-        return C.ACL_MEMCPY_HOST_TO_DEVICE
-    return None if kind == C.ACL_MEMCPY_DEFAULT else kind
+    return _CORE_KIND[kind]
 
 
-@api("kkkki")
+def _memcpy_hot(checked: Callable[..., Any]) -> Callable[..., Any]:
+    """acl.rt.memcpy's common case (int arguments in range, a live current context) in one
+    frame, straight to the core's copy: the checked call's frames were ~0.8 us of a 3.4 us
+    4 KiB copy. Anything else takes the checked call, which says what is wrong."""
+    def memcpy(dst=_MISSING, dest_max=_MISSING, src=_MISSING, count=_MISSING, kind=_MISSING, /,
+               *rest):
+        ctx = _current.context
+        if type(dst) is not int or type(dest_max) is not int or type(src) is not int \
+                or type(count) is not int or type(kind) is not int or rest \
+                or not 0 < count <= dest_max or not dst or not src \
+                or not C.ACL_MEMCPY_HOST_TO_HOST <= kind <= C.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE \
+                or ctx is None or ctx.destroyed:
+            return checked(dst, dest_max, src, count, kind, *rest)
+        try:
+            _memcpy(dst, src, count, _CORE_KIND[kind])
+        except Exception as exc:
+            return ret_of(exc, ())
+        return 0
+    return memcpy
+
+
+# pyACL's copy kinds as the core's: DEFAULT is inferred (None), through-a-buffer is H2D.
+_CORE_KIND = (C.ACL_MEMCPY_HOST_TO_HOST, C.ACL_MEMCPY_HOST_TO_DEVICE, C.ACL_MEMCPY_DEVICE_TO_HOST,
+              C.ACL_MEMCPY_DEVICE_TO_DEVICE, None, C.ACL_MEMCPY_HOST_TO_DEVICE)
+
+
+@api("kkkki", hot=_memcpy_hot)
 def memcpy(dst: int, dest_max: int, src: int, count: int, kind: int) -> None:
     """Copy count bytes now; both pointers must lie in live allocations (aclrtMemcpy)."""
     if count == 0:

@@ -13,8 +13,9 @@ from ..errors import InvalidArgumentError
 from ..validate import check_size
 from .arena import Arena
 
-if TYPE_CHECKING:
-    from ..backends.base import Backend
+if TYPE_CHECKING:  # (types only: a compiled build reads their fields natively)
+    from .buffer import _ByteRange
+    from .pool import Block
 
 CHUNK = 2 << 20          # chunk granularity: 2 MiB (a transparent huge page)
 
@@ -39,7 +40,7 @@ class Chunk:
         self.addr, self.size, self.view, self.handle, self.pinned = addr, size, view, handle, pinned
         self.first: Any = None  # the block at the chunk's start address (set by the pool)
         self.starts: list[int] = []  # block start addresses, sorted (kept by the pool)
-        self.blocks: list = []       # the blocks at those addresses
+        self.blocks: list[Block] = []  # the blocks at those addresses
         self.lock: Any = None  # the holding pool's lock (None until one holds it)
 
     @property
@@ -71,17 +72,20 @@ class Chunk:
             return [b.buf for b in self.blocks if b.buf is not None]
 
 
-def _buffer_at(starts: list, blocks: list, addr: int) -> Any:
+def _buffer_at(starts: list[int], blocks: list[Block], addr: int) -> Any:
     """The live buffer of the block that contains `addr`, or None (also when the lists are
     changing meanwhile: the caller then asks again under the pool's lock)."""
     i = bisect.bisect_right(starts, addr) - 1
     if i < 0:
         return None
     try:
-        buf = blocks[i].buf
+        held = blocks[i].buf
     except IndexError:  # the lists changed meanwhile
         return None
-    if buf is not None and buf.addr <= addr < buf.addr + buf.nbytes:
+    if held is None:
+        return None
+    buf: _ByteRange = held  # (typed: compiled, its fields are read natively, ~3x faster)
+    if buf.addr <= addr < buf.addr + buf.nbytes:
         return buf
     return None
 
@@ -93,7 +97,9 @@ class ArenaChunks:
     studies fragmentation of any capacity without using memory.
     """
 
-    def __init__(self, capacity: int, base: int = 1 << 44, view: np.ndarray | None = None,
+    # (arguments typed Any where a caller's value may be bad: they are checked here, with
+    # their codes; a compiled build would refuse a wrong type at the call with a bare TypeError)
+    def __init__(self, capacity: Any, base: Any = 1 << 44, view: Any = None,
                  decommit: Callable[[int, int], None] | None = None, registry: Any = None):
         capacity = check_size(capacity, "capacity")
         self.capacity = capacity
@@ -109,7 +115,7 @@ class ArenaChunks:
         self.registry = registry  # an AddressRegistry the chunks are entered in (real memory)
         self.arena = Arena(capacity)
 
-    def allocate(self, nbytes: int, stream: Any = None) -> Chunk | None:
+    def allocate(self, nbytes: Any, stream: Any = None) -> Chunk | None:
         """Reserve a chunk of round_chunk(nbytes) bytes, or None when the range has no room."""
         size = round_chunk(check_size(nbytes))
         if size > self.capacity:
@@ -131,7 +137,7 @@ class ArenaChunks:
             self.decommit(chunk.handle, chunk.size)  # touched pages would stay resident: drop them
         self.arena.free(chunk.handle)
 
-    def shrink(self, chunk: Chunk, nbytes: int) -> None:
+    def shrink(self, chunk: Chunk, nbytes: Any) -> None:
         """Give back a chunk's end: keep its first `nbytes` (a multiple of 2 MiB, > 0); the
         caller has no block there."""
         if nbytes % CHUNK or not 0 < nbytes < chunk.size:
@@ -158,7 +164,7 @@ class ArenaChunks:
 class HostChunks:
     """Pinned host chunks from a backend: one allocation each, locked once when the chunk is made."""
 
-    def __init__(self, backend: Backend, capacity: int = (1 << 62) - 1, registry: Any = None):
+    def __init__(self, backend: Any, capacity: Any = (1 << 62) - 1, registry: Any = None):
         if not all(callable(getattr(backend, m, None)) for m in ("alloc", "free", "host_view")):
             raise InvalidArgumentError(f"backend must be a Backend, got {type(backend).__name__}")
         self.backend = backend
@@ -169,7 +175,7 @@ class HostChunks:
         self.mlock_calls = 0
         self.refusal = ""  # why the last chunk could not be mapped ("" once one could)
 
-    def allocate(self, nbytes: int, stream: Any = None) -> Chunk | None:
+    def allocate(self, nbytes: Any, stream: Any = None) -> Chunk | None:
         """Map and lock a chunk of round_chunk(nbytes) bytes; None if the host cannot map it."""
         size = round_chunk(check_size(nbytes))
         with self._lock:

@@ -34,7 +34,7 @@ class AddressRegistry:
         self._lock = threading.RLock()  # reentrant only so an interrupted acquire can be undone
         self._buckets: dict[int, tuple[list[int], list]] = {}
         self._large: tuple[list[int], list] = ([], [])
-        self._pages: dict[int, tuple] = {}  # 2 MiB page -> the chunks on it
+        self._pages: dict[int, tuple[Chunk, ...]] = {}  # 2 MiB page -> the chunks on it
         self.observers: tuple = ()
 
     def observe(self, observer) -> None:
