@@ -779,3 +779,62 @@ def test_two_dropped_records_of_one_notify_let_go_two_waits(dev):
     assert producer.abort() == 3
     c1.synchronize(timeout=30)
     c2.synchronize(timeout=30)
+
+
+@pytest.mark.parametrize("pool", ["device", "pinned"])
+def test_a_free_during_a_synchronous_copy_keeps_the_memory_until_the_copy_ends(dev, pool):
+    """The protocol itself, without timing: a buffer freed while a synchronous operation has
+    it registered is refused at once, but its block is handed to no one until that ends."""
+    from ascentrt.memory import inflight
+    make = art.malloc if pool == "device" else art.malloc_host
+    old = make(1 << 20)
+    use = (old,)
+    inflight.ACTIVE.append(use)  # what memcpy does before it checks its operands
+    try:
+        old.free()
+        with pytest.raises(art.InvalidHandleError):
+            art.memset(old, 1)
+        held = [make(1 << 20) for _ in range(4)]  # (a cached block of the size would come first)
+        assert old.ptr not in {b.ptr for b in held}
+    finally:
+        inflight.ACTIVE.remove(use)
+        inflight.released()
+    assert not inflight.DEFERRED
+    again = [make(1 << 20) for _ in range(4)]
+    assert old.ptr in {b.ptr for b in again}  # back in the pool once the operation ended
+    for b in held + again:
+        b.free()
+
+
+@pytest.mark.parametrize("op", ["memcpy", "memset", "memcpy2d", "pointers"])
+def test_a_buffer_freed_while_another_thread_copies_into_it_corrupts_no_live_buffer(dev, op):
+    """Another thread's synchronous copy runs into a buffer this thread frees: the next buffer
+    allocated must not receive its bytes (it once got the same block, half overwritten)."""
+    n = 32 << 20
+    src = art.malloc(n)
+    art.memset(src, 0xAA)
+    old = art.malloc(n)
+    started = threading.Event()
+    calls = {"memcpy": lambda: art.memcpy(old, src, n),
+             "memset": lambda: art.memset(old, 0xAA),
+             "memcpy2d": lambda: art.memcpy2d(old, 4096, src, 4096, 4096, n // 4096),
+             "pointers": lambda: art.memcpy(old.ptr, src.ptr, n)}
+
+    def copier():
+        art.set_device(0)
+        started.set()
+        try:
+            for _ in range(6):
+                calls[op]()
+        except art.AscentError:
+            pass  # (refused once freed)
+    t = threading.Thread(target=copier)
+    t.start()
+    started.wait(10)
+    old.free()
+    fresh = art.malloc(n)
+    art.memset(fresh, 0x55)
+    t.join(30)
+    assert set(np.unique(fresh.numpy()).tolist()) == {0x55}
+    fresh.free()
+    src.free()

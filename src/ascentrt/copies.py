@@ -7,6 +7,7 @@ asynchronous calls and on the calling thread for the synchronous ones.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from typing import Any
 
@@ -20,9 +21,12 @@ from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_
 from .validate import check_size, enum_member
 from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 from .memory.external import from_dlpack
+from .memory.inflight import ACTIVE as _HOST_USES, DEFERRED as _DEFERRED, released
 from .memory.links import Links
 from .memory.registry import REGISTRY
 from .stream import Stream, resolve_stream
+
+_register, _unregister = _HOST_USES.append, _HOST_USES.remove  # (bound once: ~30 ns a call)
 
 # A copy operand: a device or host buffer, a slice, a typed view, a numpy array, bytes-like
 # memory, a DLPack exporter or an int pointer (told apart and checked at run time: _operand).
@@ -235,40 +239,81 @@ def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKi
     if Hooks.sync_guards:
         check_sync_allowed("a synchronous memcpy")
     dc, sc = dst.__class__, src.__class__
-    if dc in _WHOLE and sc in _WHOLE and kind is None and type(nbytes) is int \
-            and 0 < nbytes <= dst.nbytes and nbytes <= src.nbytes \
-            and dst._mem is not None and src._mem is not None \
-            and (dst.device is src.device or dc is not sc):
-        # Two live buffers and a byte count that fits both (the common call): the checks
-        # _prepare makes, without building operands.
-        if REGISTRY.observers:  # (whole buffers: they are the allocations)
-            REGISTRY.host_accessed(dst, 0, nbytes)
-            REGISTRY.host_accessed(src, 0, nbytes)
-        device = dst.device if dc is DeviceBuffer else src.device
-        backend = device._backend if device is not None else Links.host_backend()
-        # (positional: keywords cost a call ~200 ns more, half of a 4 KiB memmove)
-        backend.execute(PlainOp(COPY, None, (dst.addr, nbytes, src.addr, nbytes, nbytes, 1),
-                                None, (dst._mem, src._mem), nbytes))
-        return
-    if type(dst) is int and type(src) is int and _copy_pointers(dst, src, nbytes, kind):
-        return
+    if dc in _WHOLE and sc in _WHOLE:
+        # A free while it runs leaves the memory to it until it ends (see memory/inflight.py):
+        # the buffers are registered before they are checked live.
+        use = (dst, src)
+        _register(use)
+        try:
+            if kind is None and type(nbytes) is int \
+                    and 0 < nbytes <= dst.nbytes and nbytes <= src.nbytes \
+                    and dst._mem is not None and src._mem is not None \
+                    and (dst.device is src.device or dc is not sc):
+                # Two live buffers and a byte count that fits both (the common call): the
+                # checks _prepare makes, without building operands.
+                if REGISTRY.observers:  # (whole buffers: they are the allocations)
+                    REGISTRY.host_accessed(dst, 0, nbytes)
+                    REGISTRY.host_accessed(src, 0, nbytes)
+                device = dst.device if dc is DeviceBuffer else src.device
+                backend = device._backend if device is not None else Links.host_backend()
+                # (positional: keywords cost a call ~200 ns more, half of a 4 KiB memmove)
+                backend.execute(PlainOp(COPY, None, (dst.addr, nbytes, src.addr, nbytes, nbytes, 1),
+                                        None, (dst._mem, src._mem), nbytes))
+                return
+        finally:
+            _unregister(use)
+            if _DEFERRED:
+                released()
+    _copy_checked(dst, src, nbytes, kind)
+
+
+def _copy_checked(dst: _Memory, src: _Memory, nbytes: Any, kind: Any) -> None:
+    """memcpy() of anything but two whole buffers (the allocations it finds are registered
+    as used until it ends: see memory/inflight.py)."""
+    if type(dst) is int and type(src) is int:
+        d, s = REGISTRY.find(dst), REGISTRY.find(src)
+        use: tuple = (d, s)
+        _HOST_USES.append(use)  # (before they are checked live)
+        try:
+            if _copy_pointers(dst, src, nbytes, kind, d, s):
+                return
+        finally:
+            _HOST_USES.remove(use)
     n, d, s, _ = _prepare(dst, src, nbytes, kind)
     _check_peer(d, s, None)
-    if n:
-        if REGISTRY.observers:
-            _host_touches((d.addr, n), (s.addr, n))
-        args, keep = _copy_op(n, d, s)
-        _backend_of(d, s).execute(PlainOp(COPY, None, args, None, keep, n))
+    with _using(d, s):
+        if n:
+            if REGISTRY.observers:
+                _host_touches((d.addr, n), (s.addr, n))
+            args, keep = _copy_op(n, d, s)
+            _backend_of(d, s).execute(PlainOp(COPY, None, args, None, keep, n))
 
 
-def _copy_pointers(dst: int, src: int, nbytes: Any, kind: Any) -> bool:
+@contextlib.contextmanager
+def _using(*ops: _Operand):
+    """Register the allocations of checked operands as used by a synchronous operation until
+    the block ends, and check them again: one freed between the two checks is refused here,
+    one freed after is kept until the block ends (see memory/inflight.py)."""
+    use = tuple(op.owner for op in ops if op.owner is not None)
+    _HOST_USES.append(use)
+    try:
+        for owner in use:
+            owner._bytes()  # (raises if freed)
+        yield
+    finally:
+        _HOST_USES.remove(use)
+        if _DEFERRED:
+            released()
+
+
+def _copy_pointers(dst: int, src: int, nbytes: Any, kind: Any, d: Any, s: Any) -> bool:
     """memcpy() between two int pointers inside live device or pinned host buffers (pyACL's
-    common call), checked as _prepare checks them without building operands; False where
+    common call; d and s: the allocations found for them, registered as used), checked as
+    _prepare checks them without building operands; False where
     anything else holds (a registration, another device, a kind that needs a word): the
     general path then checks and says why."""
     if type(nbytes) is not int or nbytes <= 0:
         return False
-    d, s = REGISTRY.find(dst), REGISTRY.find(src)
     dc, sc = d.__class__, s.__class__
     if dc not in _WHOLE or sc not in _WHOLE or d._mem is None or s._mem is None \
             or dst + nbytes > d.addr + d.nbytes or src + nbytes > s.addr + s.nbytes \
@@ -350,10 +395,11 @@ def memset(dst: _Memory, value: int, nbytes: int | None = None) -> None:
     """Set `nbytes` bytes (default: all) of dst to `value`, now."""
     check_sync_allowed("a synchronous memset")
     op, value, n = _fill_target(dst, value, nbytes)
-    if n:
-        if REGISTRY.observers:
-            _host_touches((op.addr, n))
-        _backend_of(op).execute(PlainOp(MEMSET, None, (op.addr, value, n), None, op.data, n))
+    with _using(op):
+        if n:
+            if REGISTRY.observers:
+                _host_touches((op.addr, n))
+            _backend_of(op).execute(PlainOp(MEMSET, None, (op.addr, value, n), None, op.data, n))
 
 
 def memset_async(dst: _Memory, value: int, nbytes: int | None = None, *, stream: Stream | None = None) -> None:
@@ -399,11 +445,13 @@ def memcpy2d(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: int, h
     check_sync_allowed("a synchronous memcpy2d")
     args, d, s = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
     _check_peer(d, s, None)
-    if width and height:
-        if REGISTRY.observers:  # (the span from the first byte to the last: gaps included)
-            _host_touches((d.addr, (height - 1) * dpitch + width), (s.addr, (height - 1) * spitch + width))
-        _backend_of(d, s).execute(PlainOp(COPY, None, args, keep=(d.data, s.data),
-                                          nbytes=width * height))
+    with _using(d, s):
+        if width and height:
+            if REGISTRY.observers:  # (the span from the first byte to the last: gaps included)
+                _host_touches((d.addr, (height - 1) * dpitch + width),
+                              (s.addr, (height - 1) * spitch + width))
+            _backend_of(d, s).execute(PlainOp(COPY, None, args, keep=(d.data, s.data),
+                                              nbytes=width * height))
 
 
 def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: int, height: int, *,

@@ -15,6 +15,7 @@ from ..validate import check_size
 from .buffer import GRANULE, DeviceBuffer
 from . import leaks
 from .chunks import ArenaChunks
+from .inflight import ACTIVE as _HOST_USES, defer_release
 from .links import Links
 from .pool import Block, BlockPool, DeferredFrees, busy_positions, give_back
 from .registry import REGISTRY
@@ -248,12 +249,16 @@ class DeviceAllocator:
             streams = [stream, *named] if stream is not None else Links.busy_streams()
             waits = busy_positions(streams)
             mem = buf._mem
+            buf._mem = None  # (first: a synchronous copy that starts now refuses it)
+            offset = buf.addr - self.base
+            give: Callable[[], Any]
             if waits and mem is not None:
                 buf._late = (mem, waits)
-                self.late_frees.add(buf.addr - self.base, waits)
+                give = lambda: self.late_frees.add(offset, waits)  # noqa: E731
             else:
-                self.arena.free(buf.addr - self.base)  # type: ignore[union-attr]  # no block: the plain arena's
-            buf._mem = None
+                give = lambda: self.arena.free(offset)  # type: ignore[union-attr]  # noqa: E731  # (the plain arena's)
+            if not (_HOST_USES and defer_release(buf, give)):
+                give()
         else:
             pool = self.pool  # (a block: the pool's; a direct call when it is a BlockPool)
             freed = pool.deallocate(block, stream, None, buf) \

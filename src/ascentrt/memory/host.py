@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import threading
+from typing import Any, Callable
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from . import leaks
 from ..validate import check_size
 from .buffer import HostBuffer
 from .chunks import HostChunks
+from .inflight import ACTIVE as _HOST_USES, defer_release
 from .pool import BlockPool, DeferredFrees, busy_positions, give_back
 from .links import Links
 from .registry import REGISTRY
@@ -88,10 +90,11 @@ def _release_unpooled(buf: HostBuffer) -> bool:
                 buf._late = (buf._mem, waits)
             buf._mem = None
         REGISTRY.remove(buf)
-        if waits:
-            _late_frees.add(buf._handle, waits)
-        else:
-            Links.host_backend().free(buf._handle)
+        handle = buf._handle
+        give: Callable[[], Any] = (lambda: _late_frees.add(handle, waits)) if waits \
+            else (lambda: Links.host_backend().free(handle))
+        if not (_HOST_USES and defer_release(buf, give)):
+            give()
     finally:
         release(held)
     if _late_frees.entries:

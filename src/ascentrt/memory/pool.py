@@ -21,6 +21,7 @@ from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from ..interrupts import hold, release, release_or_undo
 from ..validate import check_finite, check_size
 from .chunks import CHUNK, round_chunk
+from .inflight import ACTIVE as _HOST_USES, defer_release
 from .links import Links
 from .policy import ReusePolicy
 
@@ -635,7 +636,7 @@ class BlockPool:
         # stream than the caller's: dropping the last reference to one could run Python code,
         # a weak reference's callback, in the middle.)
         if ATOMIC and not waits and blk.stream is stream and blk.uses is None \
-                and not self._locked():
+                and not _HOST_USES and not self._locked():
             cached = self._size_cache(blk.size)
             if cached is not None and cached.n < CACHE_PER_SIZE and self._may_cache(blk.size):
                 return self._put_back(blk, stream, waits, buf)
@@ -678,6 +679,8 @@ class BlockPool:
             if waits:
                 buf._late = (mem, waits)  # tasks queued before the free still run on it
             buf._mem = None
+            if _HOST_USES and defer_release(buf, lambda: self.deallocate(block, stream, waits)):
+                return True  # a synchronous copy or fill still uses it: freed when that ends
         if block.state is not ALLOCATED:
             return False
         size = block.size

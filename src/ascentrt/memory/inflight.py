@@ -1,0 +1,56 @@
+"""Allocations that a host thread's synchronous copy or fill is using now: their frees wait.
+
+A synchronous memcpy or memset runs on the calling thread, not on a stream, so the
+stream-ordered rules of a free (after the work queued before it) do not cover it. A free that
+lands while one runs marks the buffer freed at once (operations that start later are refused)
+but gives its memory back only when the operation ends: nothing else is handed bytes that are
+still being written, and a free never blocks (a thread it waited for might be waiting for it).
+
+Protocol, with no lock (each step is one atomic deque or list operation under the GIL):
+- an operation appends a tuple of what it uses to ACTIVE before it checks that the
+  allocations are live, removes it once its bytes moved, and then, if DEFERRED holds
+  anything, calls `released()`;
+- a free marks its allocation freed before it asks `defer_release`, so an operation that
+  registered too late to be seen refuses the allocation when it checks it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+ACTIVE: deque = deque()  # one tuple per running operation: what it uses (equal ones are alike)
+DEFERRED: list = []      # [alloc, release] items: frees whose memory an operation still used
+
+
+def in_use(alloc: Any) -> bool:
+    """Whether a running synchronous operation uses `alloc`."""
+    return any(a is alloc for allocs in list(ACTIVE) for a in allocs)
+
+
+def released() -> None:
+    """An operation ended: run the deferred releases that nothing uses any more (each item is
+    taken by one thread, which releases it or defers it again)."""
+    for _ in range(len(DEFERRED)):
+        try:
+            alloc, release = DEFERRED.pop(0)
+        except IndexError:
+            return
+        if not defer_release(alloc, release):
+            release()
+
+
+def defer_release(alloc: Any, release: Callable[[], Any]) -> bool:
+    """If a synchronous operation uses `alloc` (already marked freed) now, leave release() to
+    the end of the operations using it and return True; False: the caller releases it now."""
+    if not in_use(alloc):
+        return False
+    item = [alloc, release]
+    DEFERRED.append(item)
+    if in_use(alloc):
+        return True  # its operation's end, after this, finds the item
+    try:  # it ended meanwhile, and may have looked before the item was there: take it back
+        DEFERRED.remove(item)
+    except ValueError:
+        return True  # an operation's end took it
+    return False
