@@ -312,6 +312,15 @@ def test_a_stream_of_another_device_is_rejected():
         # A host-to-device copy into device 0's memory on a stream of device 1.
         expect(lambda: art.memcpy_async(b0, np.zeros(64, np.uint8), stream=s1),
                art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
+        # Every asynchronous copy and fill of device 0's memory on device 1's stream (the 2-D
+        # copy once ran it on device 1's engine).
+        h = art.malloc_host(64)
+        expect(lambda: art.memcpy_async(h, b0, 64, stream=s1), art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
+        expect(lambda: art.memcpy2d_async(h, 8, b0, 8, 8, 8, stream=s1),
+               art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
+        expect(lambda: art.memcpy2d_async(b0, 8, h, 8, 8, 8, stream=s1),
+               art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
+        expect(lambda: art.memset_async(b0, 1, stream=s1), art.InvalidArgumentError, E.RT_STREAM_CONTEXT)
         expect(lambda: art.set_device(2), art.InvalidDeviceError, E.RT_INVALID_DEVICEID)
         # Stream-ordered malloc and free on device 0 with device 1's stream, also after device
         # 0's allocator has seen (and may remember) one of its own streams.
@@ -337,7 +346,7 @@ def test_a_stream_of_another_device_is_rejected():
         assert art.current_device() is d1 and art.malloc(32).device is d1
         print(all(checks), len(checks), int(b0.numpy()[0]))
     """, env={"ASCENTRT_DEVICES": "2"})
-    assert out.split() == ["True", "9", "7"]
+    assert out.split() == ["True", "13", "7"]
 
 
 def test_current_device_is_per_host_thread():

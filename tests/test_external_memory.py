@@ -63,3 +63,24 @@ def test_other_types_are_rejected():
         register_host("text")
     with pytest.raises(AscentError):
         register_host(np.zeros((4, 4))[:, 1])
+
+
+@pytest.mark.parametrize("first_writable", [True, False])
+def test_registering_an_array_after_a_view_of_its_start_makes_all_of_it_reachable(dev, first_writable):
+    """A small view registered first (writable or not) once hid the rest of the array: its
+    start was known, so registering the array registered nothing, and copies past the view's
+    16 bytes (or into it, read-only) were refused."""
+    arr = np.zeros(4096, np.uint8)
+    head = arr[:16]
+    register_host(head, writable=first_writable)
+    count = registered_count()
+    p = register_host(arr)
+    assert registered_count() == count  # one registration per start: the array's replaced it
+    buf = art.malloc(4096)
+    art.memset(buf, 7)
+    art.memcpy(p, buf, 4096)
+    assert (arr == 7).all()
+    unregister_host(p)
+    with pytest.raises(AscentError):
+        art.memcpy(p, buf, 4096)  # nothing left registered there
+    buf.free()

@@ -117,7 +117,6 @@ _DIRECTIONS = (MemcpyKind.HOST_TO_HOST, MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DE
 
 
 _DIRECTION_NAMES = tuple(d.name.lower() for d in _DIRECTIONS)  # (a member's .name costs ~0.3 us)
-_D2D = MemcpyKind.DEVICE_TO_DEVICE
 _KIND_TYPES = (int, MemcpyKind)
 _DEFAULT_KIND = int(MemcpyKind.DEFAULT)
 
@@ -343,16 +342,24 @@ def memcpy_async(dst: _Memory, src: _Memory, nbytes: int | None = None, *, strea
     stream = resolve_stream(stream)
     n, do, so, direction = _prepare(dst, src, nbytes, kind)
     _check_peer(do, so, stream.device)
-    for op in (do, so):
-        if op.device is not None and op.device is not stream.device and direction != _D2D:
-            raise InvalidArgumentError(f"operand on device {op.device.id} copied on a stream of "
-                                       f"device {stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
+    _check_stream_device(stream, do, so)
     args, keep = _copy_op(n, do, so)
     task = Task(COPY, None, args, _DIRECTION_NAMES[direction])
     task.keep = keep
     task.resolve = _still_live(do, so)
     task.nbytes = n
     _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")
+
+
+def _check_stream_device(stream, *ops: _Operand) -> None:
+    """Device memory is copied or set on a stream of its own device (a copy between two
+    devices' memory: on either, which _check_peer checks); RT_STREAM_CONTEXT otherwise."""
+    if len(ops) == 2 and ops[0].where == ops[1].where == "device":
+        return
+    for op in ops:
+        if op.device is not None and op.device is not stream.device:
+            raise InvalidArgumentError(f"device {op.device.id} memory on a stream of device "
+                                       f"{stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
 
 
 def _submit_maybe_sync(stream, task: Task, pageable: bool) -> None:
@@ -406,9 +413,7 @@ def memset_async(dst: _Memory, value: int, nbytes: int | None = None, *, stream:
     """Set bytes of dst to `value` after the stream's earlier work."""
     stream = resolve_stream(stream)
     op, value, n = _fill_target(dst, value, nbytes)
-    if op.device is not None and op.device is not stream.device:
-        raise InvalidArgumentError(f"dst on device {op.device.id} set on a stream of device "
-                                   f"{stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
+    _check_stream_device(stream, op)
     task = Task(MEMSET, None, (op.addr, value, n), "memset")
     task.keep = (op.data, op.owner)  # (bytes kept alive, and the allocation they are in)
     task.resolve = _still_live(op)
@@ -460,6 +465,7 @@ def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: 
     stream = resolve_stream(stream)
     args, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
     _check_peer(do, so, stream.device)
+    _check_stream_device(stream, do, so)
     task = Task(COPY, None, args, "memcpy2d")
     task.keep = (do.data, so.data, do.owner, so.owner)
     task.resolve = _still_live(do, so)

@@ -124,17 +124,26 @@ def _register(obj: object, writable: bool | None) -> int:
     _prune()
     if nbytes == 0:
         return addr
-    inside = REGISTRY.find(addr)
-    if inside is not None:
-        return addr  # already reachable (a view of a live allocation, or registered before)
     if writable is None:
         writable = isinstance(obj, bytearray) or isinstance(obj, np.ndarray) and obj.flags.writeable
+    # Already reachable as asked: inside a live allocation or a registration that holds all of
+    # it (and may be written, where this one may). A registration that holds only a part (a
+    # small view of the array registered first) does not make the rest reachable.
+    holder = REGISTRY.find(addr, True, addr + nbytes)
+    if holder is not None and addr + nbytes <= holder.addr + holder.nbytes \
+            and (not writable or getattr(holder, "writable", True)):
+        return addr
     entry = ExternalHostBuffer(obj, addr, nbytes, bool(writable))
     with _lock:
+        old = _external.get(addr)
+        if old is not None and old.nbytes > nbytes:
+            return addr  # (a larger one at the same start, read-only: kept, as it was asked)
         _external[addr] = entry
     REGISTRY.add(entry)
     if REGISTRY.observers:
         REGISTRY.allocated(entry)
+    if old is not None:
+        _forget(old)  # what it held, the new one holds: one registration per start address
     return addr
 
 
