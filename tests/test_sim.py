@@ -1079,6 +1079,30 @@ def test_compute_utilization_counts_the_units_each_kernel_held(dev):
     a.destroy(), b.destroy()
 
 
+def test_calibrate_times_small_copies_both_ways_with_the_host_side_written_first(stream,
+                                                                                  monkeypatch):
+    # (H2D copies alone, from a host range only ever read, measured ~15% faster here than a
+    # pipeline's copies, whose D2H lands in memory the cache no longer holds: the simulated
+    # demo ran 16% faster than the cpu backend did)
+    from ascentrt.calibrate import _streamed_pass
+    n, half = 4096, 3
+    host, dev_buf = art.malloc_host(2 * half * n), art.malloc(3 * n)
+    dev_buf.numpy()[:] = 9
+    calls = []
+
+    def recording(dst, src, *args, **kwargs):
+        calls.append((dst.ptr, src.ptr, int(host.numpy()[0])))
+        return copy(dst, src, *args, **kwargs)
+    copy = art.memcpy_async
+    monkeypatch.setattr(art, "memcpy_async", recording)
+    assert _streamed_pass(stream, host, dev_buf, n, half, 5) > 0
+    slots = [dev_buf.ptr + (i % 3) * n for i in range(half)]
+    assert calls == [c for i in range(half) for c in (
+        (slots[i], host.ptr + i * n, 5), (host.ptr + (half + i) * n, slots[i], 5))]
+    assert (host.numpy()[half * n:] == 5).all()  # (each slot held the input copied into it)
+    host.free(), dev_buf.free()
+
+
 def test_calibrate_warns_before_measuring_a_busy_machine():
     from ascentrt.calibrate import busy_warning
     assert busy_warning(0.1) is None
