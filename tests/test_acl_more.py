@@ -593,3 +593,30 @@ def test_an_asynchronous_host_to_host_copy_is_refused_as_on_an_ep_server(rt, str
     assert rt.memcpy_async(b, 64, a, 64, C.ACL_MEMCPY_DEFAULT, stream) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     assert rt.memcpy(b, 64, a, 64, C.ACL_MEMCPY_HOST_TO_HOST) == 0   # (the synchronous one is fine)
     assert rt.free_host(a) == 0 and rt.free_host(b) == 0
+
+
+# ---- acl.init's config: err_msg_mode ----------------------------------------------------------
+
+def test_err_msg_mode_1_makes_the_recent_error_message_the_processs(tmp_path):
+    """With "err_msg_mode": "1" the main thread reads a worker's error text (pyACL's
+    per-process mode); per thread again after finalize; any other value is refused."""
+    out = run_program(f'''
+        import json, threading, ascentrt.acl as acl
+        def config(mode):
+            path = "{tmp_path}/acl_" + str(mode) + ".json"
+            json.dump({{"err_msg_mode": mode}}, open(path, "w"))
+            return path
+        def worker_fails():
+            t = threading.Thread(target=lambda: acl.rt.malloc(0, 0)); t.start(); t.join()
+        print(acl.init(config("1")), acl.rt.set_device(0))
+        worker_fails()
+        print("process:", "size must be > 0" in (acl.get_recent_err_msg() or ""), acl.get_recent_err_msg())
+        acl.rt.reset_device(0); acl.finalize()
+        print(acl.init(config("0")), acl.rt.set_device(0))
+        worker_fails()
+        print("thread:", acl.get_recent_err_msg())
+        acl.rt.reset_device(0); acl.finalize()
+        print(acl.init(config("2")), acl.init(config(1)))
+        acl.finalize()
+    ''', env={}, timeout=60)
+    assert out.splitlines()[:5] == ["0 0", "process: True None", "0 0", "thread: None", "100000 0"]

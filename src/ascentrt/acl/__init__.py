@@ -23,7 +23,7 @@ from ..errors import AscentError as _AscentError, ErrorCode as _ErrorCode
 from . import _event, _memory, constants, rt, util
 from ._api import CONTEXTS as _CONTEXTS, EVENTS as _EVENTS, NOTIFIES as _NOTIFIES
 from ._api import STREAMS as _STREAMS, AclTypeError as _AclTypeError, api as _api, fail as _fail
-from ._api import recent_error_message as _recent_error_message, sweep as _sweep
+from ._api import MESSAGES as _MESSAGES, recent_error_message as _recent_error_message, sweep as _sweep
 
 _init_lock = _threading.Lock()
 _init_count = [0]
@@ -35,16 +35,25 @@ _leaks.teardown_pending.append(lambda: _init_count[0] > 0)
 @_api("s", module="acl", optional=1)
 def init(config_path: str = "") -> None:
     """ret: initialise; config_path is a JSON file or "" (aclInit). A second init returns 100002 (counted)."""
+    config: object = {}
     if config_path:
         try:
             with open(config_path, encoding="utf-8") as fh:
-                _json.load(fh)
+                config = _json.load(fh)
         except (OSError, ValueError):
             raise _fail(constants.ACL_ERROR_INVALID_FILE, f"cannot read JSON config {config_path!r}") from None
+    # (the one key read here: the others configure dumps, profiling and devices ascentrt
+    # sets elsewhere, or has no use for)
+    mode = config.get("err_msg_mode", "0") if isinstance(config, dict) else "0"
+    if str(mode) not in ("0", "1"):
+        raise _fail(constants.ACL_ERROR_INVALID_PARAM, f'err_msg_mode must be "0" (error '
+                                                       f'messages per thread) or "1" (per '
+                                                       f'process), got {mode!r}')
     with _init_lock:
         _init_count[0] += 1
         if _init_count[0] > 1:
             raise _fail(constants.ACL_ERROR_REPEAT_INITIALIZE, "acl.init was already called")
+        _MESSAGES.per_process, _MESSAGES.message = str(mode) == "1", None
 
 
 def _teardown() -> None:
@@ -68,6 +77,7 @@ def _teardown() -> None:
     _sweep()
     rt.set_exception_info_callback(None)
     _ctx.set_current_context(None)
+    _MESSAGES.per_process, _MESSAGES.message = False, None  # (the config's mode ends with it)
 
 
 @_api("", module="acl")
@@ -107,7 +117,8 @@ def get_soc_name() -> str:
 
 
 def get_recent_err_msg() -> str | None:
-    """str or None: the text of this thread's last failed call, then cleared (aclGetRecentErrMsg)."""
+    """str or None: the text of this thread's last failed call (the process's with acl.init's
+    "err_msg_mode": "1"), then cleared (aclGetRecentErrMsg)."""
     return _recent_error_message()
 
 

@@ -35,6 +35,17 @@ class _ThreadMessage(threading.local):
 _recent = _ThreadMessage()
 
 
+class _MessageScope:
+    """Whether get_recent_err_msg reads the calling thread's last error text (pyACL's default)
+    or the whole process's (acl.init's config with "err_msg_mode": "1"), and that text."""
+
+    per_process = False
+    message: str | None = None  # the process's last error text, kept while per_process
+
+
+MESSAGES = _MessageScope()
+
+
 def _is_int(x: Any) -> bool:
     return type(x) is int or isinstance(x, (int, np.integer))
 
@@ -246,11 +257,17 @@ def ret_of(exc: Exception, out: tuple[Any, ...]) -> int | tuple[Any, ...]:
 def _failed(code: int, message: str, out: tuple[Any, ...]) -> int | tuple[Any, ...]:
     set_last_error(code)
     _recent.message = message
+    if MESSAGES.per_process:
+        MESSAGES.message = message
     return (*out, code) if out else code
 
 
 def recent_error_message() -> str | None:
-    """Return and clear this thread's last facade error text."""
+    """Return and clear the last facade error text: this thread's, or the process's in
+    err_msg_mode 1."""
+    if MESSAGES.per_process:
+        msg, MESSAGES.message = MESSAGES.message, None
+        return msg
     msg = _recent.message
     _recent.message = None
     return msg
