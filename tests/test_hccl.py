@@ -301,6 +301,8 @@ expect(R.E_PARA, lambda: A(host, host, 16, D.FP32, O.SUM, comms[0], s[0]))      
 expect(R.E_PTR, lambda: A(None, b[0], 16, D.FP32, O.SUM, comms[0], s[0]))
 expect(R.E_PTR, lambda: A(12345, b[0], 16, D.FP32, O.SUM, comms[0], s[0]))          # not an allocation
 expect(R.E_PARA, lambda: A(b[0], b[0], -1, D.FP32, O.SUM, comms[0], s[0]))
+expect(R.E_PARA, lambda: A(b[0], b[0], True, D.FP32, O.SUM, comms[0], s[0]))        # a bool is no count
+expect(R.E_PARA, lambda: A(b[0], b[0], 16.0, D.FP32, O.SUM, comms[0], s[0]))
 expect(R.E_PARA, lambda: A(b[0], b[0], 16, 99, O.SUM, comms[0], s[0]))
 expect(R.E_PARA, lambda: A(b[0], b[0], 16, D.FP32, 7, comms[0], s[0]))
 expect(R.E_NOT_SUPPORT, lambda: A(b[0], b[0], 16, D.BFP16, O.SUM, comms[0], s[0]))
@@ -322,9 +324,9 @@ expect(R.E_PTR, lambda: hccl.get_rank_size(dead[0]))
 print(all(x is True for x in seen), [x for x in seen if x is not True])
 print(all(x.pending == 0 for x in s))
 # nothing moved and every communicator is still usable
-for r in range(2):
+for r in range(2):  # (a numpy int count, as the core's byte counts take them)
     art.memset(b[r], 0)
-    hccl.all_reduce(b[r], b[r], 16, D.FP32, O.SUM, comms[r], s[r])
+    hccl.all_reduce(b[r], b[r], np.int64(16), D.FP32, O.SUM, comms[r], s[r])
 print([sync_error(x) for x in s[:2]] == [None, None])
 print(hccl.get_rank_size(comms[1]), hccl.get_rank_id(comms[1]), hccl.get_rank_id(other[1]))
 '''

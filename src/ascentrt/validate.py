@@ -26,6 +26,15 @@ def check_finite(value, what: str) -> float:
     return float(value)
 
 
+def as_int(value: object) -> int | None:
+    """A Python or numpy int (not a bool) as an int; None for anything else."""
+    if type(value) is int:
+        return value
+    if isinstance(value, np.integer) or isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    return None
+
+
 def check_size(nbytes: object, what: str = "nbytes", allow_zero: bool = False) -> int:
     """Validate a byte count (a real int, not negative or absurd); raises InvalidArgumentError."""
     if type(nbytes) is not int and not isinstance(nbytes, np.integer):

@@ -30,7 +30,7 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
     """Join, as `rank` of `nranks`, the communicator `root_info` names, on this thread's
     current device (HcclCommInitRootInfo). The ranks are threads of this process, or, under
     mpiexec (ASCENTRT_HCCL_TRANSPORT), processes meeting over MPI; returns once all joined."""
-    _comm.check_init_args(nranks, root_info, rank)
+    nranks, rank = _comm.check_init_args(nranks, root_info, rank)
     transport = _config.get("ASCENTRT_HCCL_TRANSPORT")
     if transport == "mpi" or transport == "auto" and (
             _mpi.launched_under_mpi() or not _comm.is_local(root_info)):

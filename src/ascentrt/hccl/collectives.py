@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from .. import config
+from ..validate import as_int
 from ..callsite import user_site
 from ..engine import ENGINE, Task
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, KERNEL
@@ -67,9 +68,10 @@ def _location(x, nbytes: int, device, role: str) -> tuple:
 
 
 def _count(value, what: str = "count") -> int:
-    if type(value) is not int or value < 0 or value >= 1 << 60:
+    number = as_int(value)  # (numpy's ints too, as every byte count of the core takes them)
+    if number is None or number < 0 or number >= 1 << 60:
         raise HcclError(f"{what} must be an int >= 0, got {value!r}", code=HcclResult.E_PARA)
-    return value
+    return number
 
 
 def _stream(stream, comm) -> Stream:

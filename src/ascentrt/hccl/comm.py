@@ -14,6 +14,7 @@ import weakref
 from typing import cast
 
 from .. import config
+from ..validate import as_int
 from ..device import Device, current_device, device_count
 from ..engine import ENGINE
 from ..stream import Stream
@@ -199,22 +200,25 @@ class _Forming:
         self.error: HcclError | None = None
 
 
-def check_init_args(nranks, root_info, rank) -> None:
-    """What comm_init_root_info checks before joining (HcclError E_PTR / E_PARA)."""
+def check_init_args(nranks, root_info, rank) -> tuple[int, int]:
+    """What comm_init_root_info checks before joining (HcclError E_PTR / E_PARA); returns
+    (nranks, rank) as ints."""
     if not isinstance(root_info, RootInfo):
         raise HcclError("root_info must come from get_root_info()", code=HcclResult.E_PTR)
     for name, v in (("nranks", nranks), ("rank", rank)):
-        if type(v) is not int:
+        if as_int(v) is None:
             raise HcclError(f"{name} must be an int, got {v!r}", code=HcclResult.E_PARA)
+    nranks, rank = int(nranks), int(rank)
     if nranks < 1 or not 0 <= rank < nranks:
         raise HcclError(f"rank {rank} is out of range for {nranks} ranks", code=HcclResult.E_PARA)
+    return nranks, rank
 
 
 def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communicator:
     """Join the group `root_info` names as `rank` of `nranks`, on this thread's current device,
     the ranks being threads of this process; returns once every rank joined, E_TIMEOUT after
     HCCL_CONNECT_TIMEOUT."""
-    check_init_args(nranks, root_info, rank)
+    nranks, rank = check_init_args(nranks, root_info, rank)
     if not is_local(root_info):
         raise HcclError("this root info was made by another process: its ranks meet over MPI "
                         "(install ascentrt[mpi] and run under mpiexec)", code=HcclResult.E_NOT_SUPPORT)
