@@ -510,6 +510,21 @@ def test_memory_an_explicit_pool_holds_is_not_free_to_malloc(dev):
     assert dev.mem_info()[0] == free0
 
 
+def test_memory_the_default_pool_only_caches_is_given_to_a_mempool_that_needs_it(dev):
+    """The default pool's cache is the runtime's own: a MemPool allocation that needs that
+    memory gets it (it once failed with 207001 after earlier tests had cached it)."""
+    free0, total = dev.mem_info()
+    cached = art.malloc(total // 2)
+    cached.free()  # cached by the default pool, no buffer uses it
+    pool = art.MemPool()
+    try:
+        big = pool.malloc_async(free0 - (64 << 20))  # more than is left beside the cache
+        big.free()
+    finally:
+        pool.destroy()
+    assert dev.mem_info()[0] == free0
+
+
 def test_a_device_reset_frees_the_buffers_of_its_mempools_too():
     import warnings
     dev = art.Device(0)

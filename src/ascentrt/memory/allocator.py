@@ -155,9 +155,22 @@ class DeviceAllocator:
                 return pool.allocate(n, stream)
             return pool.allocate(n, stream)
         except OutOfMemoryError:
-            if not self._waited_for_frees():
+            if self._waited_for_frees():
+                try:
+                    return pool.allocate(n, stream)
+                except OutOfMemoryError:
+                    pass
+            if not self._cache_gave_back(pool):
                 raise
             return pool.allocate(n, stream)
+
+    def _cache_gave_back(self, pool: Any) -> bool:
+        """After a MemPool's refused allocation: the device's default pool gives back its wholly
+        free chunks, the runtime's own cache of memory no buffer uses; True if it held any.
+        (A MemPool's reserved memory stays its own, as a CUDA memory pool keeps it until
+        trimmed: the default pool's cache must not make another allocation fail.)"""
+        default = self.device._memory.pool
+        return default is not None and default is not pool and default.empty_cache() > 0
 
     def pools(self) -> list[BlockPool]:
         """The pools of this device's MemPools (device-wide stats count them)."""
