@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -13,9 +12,6 @@ from ..errors import InvalidArgumentError
 from ..validate import check_size
 from .arena import Arena
 
-if TYPE_CHECKING:  # (types only: a compiled build reads their fields natively)
-    from .buffer import _ByteRange
-    from .pool import Block
 
 CHUNK = 2 << 20          # chunk granularity: 2 MiB (a transparent huge page)
 
@@ -34,14 +30,16 @@ class Chunk:
     of a cached block touches no global index.
     """
 
-    __slots__ = ("addr", "size", "view", "handle", "first", "pinned", "starts", "blocks", "lock")
+    __slots__ = ("addr", "size", "view", "handle", "first", "pinned", "starts", "blocks", "lock",
+                 "finder")
 
     def __init__(self, addr: int, size: int, view: np.ndarray | None, handle: Any, pinned: bool = False):
         self.addr, self.size, self.view, self.handle, self.pinned = addr, size, view, handle, pinned
         self.first: Any = None  # the block at the chunk's start address (set by the pool)
         self.starts: list[int] = []  # block start addresses, sorted (kept by the pool)
-        self.blocks: list[Block] = []  # the blocks at those addresses
+        self.blocks: list = []       # the blocks at those addresses
         self.lock: Any = None  # the holding pool's lock (None until one holds it)
+        self.finder: Any = None  # the holding pool's find(chunk, addr, wait) (typed there)
 
     @property
     def nbytes(self) -> int:
@@ -51,17 +49,8 @@ class Chunk:
     def find(self, addr: int, wait: bool = True) -> Any:
         """The live buffer of this chunk that contains `addr`, or None (wait=False: without
         asking again under the pool's lock after a miss)."""
-        buf = _buffer_at(self.starts, self.blocks, addr)  # first without the lock: a hit is
-        if buf is not None:                               # checked against the buffer itself
-            return buf
-        lock = self.lock
-        if lock is None or not wait:
-            return None
-        # A miss may have raced a split or merge of this chunk: look again under the lock
-        # (`with`: the pool's lock may be a plain one, whose owner an interrupt handler
-        # could not tell; `with` leaves no gap between the acquire and the block).
-        with lock:
-            return _buffer_at(self.starts, self.blocks, addr)
+        finder = self.finder
+        return None if finder is None else finder(self, addr, wait)
 
     def buffers(self) -> list:
         """The live buffers of this chunk, by address."""
@@ -70,24 +59,6 @@ class Chunk:
             return []
         with lock:
             return [b.buf for b in self.blocks if b.buf is not None]
-
-
-def _buffer_at(starts: list[int], blocks: list[Block], addr: int) -> Any:
-    """The live buffer of the block that contains `addr`, or None (also when the lists are
-    changing meanwhile: the caller then asks again under the pool's lock)."""
-    i = bisect.bisect_right(starts, addr) - 1
-    if i < 0:
-        return None
-    try:
-        held = blocks[i].buf
-    except IndexError:  # the lists changed meanwhile
-        return None
-    if held is None:
-        return None
-    buf: _ByteRange = held  # (typed: compiled, its fields are read natively, ~3x faster)
-    if buf.addr <= addr < buf.addr + buf.nbytes:
-        return buf
-    return None
 
 
 class ArenaChunks:

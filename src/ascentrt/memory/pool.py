@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Final
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from ..interrupts import hold, release, release_or_undo
 from ..validate import check_finite, check_size
-from .chunks import CHUNK, round_chunk
+from .chunks import CHUNK, Chunk, round_chunk
 from .inflight import ACTIVE as _HOST_USES, defer_release
 from .links import Links
 from .policy import ReusePolicy
 
 if TYPE_CHECKING:
-    from .buffer import _Allocation  # (typed: a compiled build marks a buffer freed natively)
+    from .buffer import _Allocation, _ByteRange  # (typed: a compiled build reads them natively)
 
 # Final: a compiled build inlines them instead of looking each up in the module per use.
 ALLOCATED: Final = "allocated"
@@ -109,6 +109,41 @@ class Block:
 
     def __repr__(self) -> str:
         return f"Block({self.addr:#x}, {self.size}, {self.state})"
+
+
+def find_buffer(chunk: Chunk, addr: int, wait: bool) -> Any:
+    """The live buffer of a pool's chunk that contains `addr`, or None (wait=False: without
+    asking again under the pool's lock after a miss). Each chunk a pool holds finds through
+    it (Chunk.finder): typed here, a compiled build reads the blocks' fields natively."""
+    buf = _buffer_at(chunk.starts, chunk.blocks, addr)  # first without the lock: a hit is
+    if buf is not None:                                 # checked against the buffer itself
+        return buf
+    lock = chunk.lock
+    if lock is None or not wait:
+        return None
+    # A miss may have raced a split or merge of this chunk: look again under the lock
+    # (`with`: the pool's lock may be a plain one, whose owner an interrupt handler
+    # could not tell; `with` leaves no gap between the acquire and the block).
+    with lock:
+        return _buffer_at(chunk.starts, chunk.blocks, addr)
+
+
+def _buffer_at(starts: list[int], blocks: list[Block], addr: int) -> Any:
+    """The live buffer of the block that contains `addr`, or None (also when the lists are
+    changing meanwhile: the caller then asks again under the pool's lock)."""
+    i = bisect.bisect_right(starts, addr) - 1
+    if i < 0:
+        return None
+    try:
+        held = blocks[i].buf
+    except IndexError:  # the lists changed meanwhile
+        return None
+    if held is None:
+        return None
+    buf: _ByteRange = held  # (typed: compiled, its fields are read natively, ~3x faster)
+    if buf.addr <= addr < buf.addr + buf.nbytes:
+        return buf
+    return None
 
 
 def _absorb(left: Block, right: Block) -> None:
@@ -582,6 +617,7 @@ class BlockPool:
         chunk.first = block
         chunk.starts, chunk.blocks = [chunk.addr], [block]
         chunk.lock = self._lock  # lookups of interior pointers read the blocks under it
+        chunk.finder = find_buffer
         limit = self.split_limit
         if limit is None or chunk.size <= limit or size <= limit:
             self._split(block, size)
@@ -824,7 +860,7 @@ class BlockPool:
             self.reserved -= chunk.size
             self._counts["releases"] += 1
             chunk.first = None
-            chunk.starts, chunk.blocks, chunk.lock = [], [], None
+            chunk.starts, chunk.blocks, chunk.lock, chunk.finder = [], [], None, None
             self.upstream.deallocate(chunk)
         finally:
             release(held)
