@@ -781,11 +781,20 @@ def test_a_registered_array_that_numpy_moved_is_refused_not_written(buf):
 
 _M = art.memory
 _BAD_VALUES = [1.5, True, -1, "64", None, 2 ** 64, np.float64(3), []]
+
+
+def _shrunk(nbytes):
+    """A fresh 4 MiB chunk of a chunk source, shrunk to `nbytes`."""
+    source = _M.ArenaChunks(1 << 30)
+    source.shrink(source.allocate(4 << 20), nbytes)
 _MEMORY_ENTRY_POINTS = {
     "ArenaChunks(capacity)": lambda v: _M.ArenaChunks(v),
     "ArenaChunks(base)": lambda v: _M.ArenaChunks(1 << 30, base=v),
     "ArenaChunks(view)": lambda v: _M.ArenaChunks(1 << 30, view=v),
     "ArenaChunks.allocate": lambda v: _M.ArenaChunks(1 << 30).allocate(v),
+    "ArenaChunks.deallocate": lambda v: _M.ArenaChunks(1 << 30).deallocate(v),
+    "ArenaChunks.shrink(chunk)": lambda v: _M.ArenaChunks(1 << 30).shrink(v, 2 << 20),
+    "ArenaChunks.shrink(nbytes)": lambda v: _shrunk(v),
     "BlockPool(upstream)": lambda v: _M.BlockPool(v),
     "BlockPool(align)": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30), align=v),
     "BlockPool(split_limit)": lambda v: _M.BlockPool(_M.ArenaChunks(1 << 30), split_limit=v),

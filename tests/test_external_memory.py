@@ -69,18 +69,58 @@ def test_other_types_are_rejected():
 def test_registering_an_array_after_a_view_of_its_start_makes_all_of_it_reachable(dev, first_writable):
     """A small view registered first (writable or not) once hid the rest of the array: its
     start was known, so registering the array registered nothing, and copies past the view's
-    16 bytes (or into it, read-only) were refused."""
+    16 bytes (or into it, read-only) were refused. Both registrations stay: work queued or
+    captured with the view's keeps running."""
     arr = np.zeros(4096, np.uint8)
     head = arr[:16]
     register_host(head, writable=first_writable)
     count = registered_count()
     p = register_host(arr)
-    assert registered_count() == count  # one registration per start: the array's replaced it
+    assert registered_count() == count + 1
     buf = art.malloc(4096)
     art.memset(buf, 7)
     art.memcpy(p, buf, 4096)
     assert (arr == 7).all()
-    unregister_host(p)
+    unregister_host(p)  # (the latest at that address: the array's)
     with pytest.raises(AscentError):
-        art.memcpy(p, buf, 4096)  # nothing left registered there
+        art.memcpy(p, buf, 4096)  # past the view, all that is left registered there
+    unregister_host(p)
     buf.free()
+
+
+def test_a_read_only_registration_of_a_whole_array_leaves_its_writable_view_writable(dev):
+    arr = np.zeros(100, np.uint8)
+    view = arr[:50]
+    p = register_host(view)
+    src = art.malloc(64)
+    art.memset(src, 3)
+    register_host(arr, writable=False)  # (the same start: both stay, each as it was asked)
+    art.memcpy(p, src, 10)  # a write takes the writable one that holds the range
+    assert (arr[:10] == 3).all() and not arr[10:].any()
+    with pytest.raises(AscentError):
+        art.memcpy(p, src, 64)  # past the view: only the read-only array holds it
+    unregister_host(p)
+    unregister_host(p)
+    src.free()
+
+
+def test_a_graph_captured_with_a_view_replays_after_its_array_is_registered(dev):
+    arr = np.zeros(100, np.uint8)
+    view = arr[:50]
+    p = register_host(view)
+    dev_buf = art.malloc(64)
+    art.memset(dev_buf, 9)
+    s = dev.create_stream()
+    try:
+        s.begin_capture(2)  # (RELAXED: a copy to pageable memory is synchronous)
+        art.memcpy_async(p, dev_buf, 50, stream=s)
+        graph = s.end_capture()
+        register_host(arr)  # (once replaced the view's registration: the replay found it gone)
+        graph.launch(s)
+        s.synchronize(timeout=10)
+        assert (arr[:50] == 9).all()
+    finally:
+        s.destroy(force=True)
+    unregister_host(p)
+    unregister_host(p)
+    dev_buf.free()

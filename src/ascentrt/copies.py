@@ -16,17 +16,20 @@ import numpy as np
 from .backends.base import PlainOp
 from .engine import Hooks, Task, check_sync_allowed
 from .engine.task import COPY, MEMSET
-from . import config
+from . import config, interrupts
 from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_caller
 from .validate import check_size, enum_member
 from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 from .memory.external import from_dlpack
-from .memory.inflight import ACTIVE as _HOST_USES, DEFERRED as _DEFERRED, released
+from .memory.inflight import ACTIVE as _HOST_USES, DEFERRED as _DEFERRED
+from .memory.inflight import number as _use_number, run_deferred_releases
 from .memory.links import Links
 from .memory.registry import REGISTRY
 from .stream import Stream, resolve_stream
 
-_register, _unregister = _HOST_USES.append, _HOST_USES.remove  # (bound once: ~30 ns a call)
+# A synchronous operation registers what it uses (see memory/inflight.py) with _register(use)
+# inside the try whose finally calls _end_use(use). (Bound once: ~30 ns a call.)
+_register, _unregister = _HOST_USES.append, _HOST_USES.remove
 
 # A copy operand: a device or host buffer, a slice, a typed view, a numpy array, bytes-like
 # memory, a DLPack exporter or an int pointer (told apart and checked at run time: _operand).
@@ -89,7 +92,7 @@ def _operand(x, nbytes: int | None, writable: bool, role: str) -> _Operand:
     if type(x) is int:
         if nbytes is None:
             raise InvalidArgumentError(f"{role} is a raw pointer: give nbytes")
-        alloc, off = REGISTRY.resolve(x, nbytes)
+        alloc, off = REGISTRY.resolve(x, nbytes, writable)
         if writable and not getattr(alloc, "writable", True):
             raise InvalidArgumentError(f"{role} {x:#x} is read-only host memory (a bytes object "
                                        f"registered read-only, or one the interpreter shares: a "
@@ -241,9 +244,9 @@ def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKi
     if dc in _WHOLE and sc in _WHOLE:
         # A free while it runs leaves the memory to it until it ends (see memory/inflight.py):
         # the buffers are registered before they are checked live.
-        use = (dst, src)
-        _register(use)
+        use = (dst, src, _use_number())
         try:
+            _register(use)
             if kind is None and type(nbytes) is int \
                     and 0 < nbytes <= dst.nbytes and nbytes <= src.nbytes \
                     and dst._mem is not None and src._mem is not None \
@@ -260,9 +263,7 @@ def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKi
                                         None, (dst._mem, src._mem), nbytes))
                 return
         finally:
-            _unregister(use)
-            if _DEFERRED:
-                released()
+            _end_use(use)
     _copy_checked(dst, src, nbytes, kind)
 
 
@@ -271,13 +272,13 @@ def _copy_checked(dst: _Memory, src: _Memory, nbytes: Any, kind: Any) -> None:
     as used until it ends: see memory/inflight.py)."""
     if type(dst) is int and type(src) is int:
         d, s = REGISTRY.find(dst), REGISTRY.find(src)
-        use: tuple = (d, s)
-        _HOST_USES.append(use)  # (before they are checked live)
+        use = (d, s, _use_number())
         try:
+            _register(use)  # (before they are checked live)
             if _copy_pointers(dst, src, nbytes, kind, d, s):
                 return
         finally:
-            _HOST_USES.remove(use)
+            _end_use(use)
     n, d, s, _ = _prepare(dst, src, nbytes, kind)
     _check_peer(d, s, None)
     with _using(d, s):
@@ -293,16 +294,26 @@ def _using(*ops: _Operand):
     """Register the allocations of checked operands as used by a synchronous operation until
     the block ends, and check them again: one freed between the two checks is refused here,
     one freed after is kept until the block ends (see memory/inflight.py)."""
-    use = tuple(op.owner for op in ops if op.owner is not None)
-    _HOST_USES.append(use)
+    owners = tuple(op.owner for op in ops if op.owner is not None)
+    use = (*owners, _use_number())
     try:
-        for owner in use:
+        _register(use)
+        for owner in owners:
             owner._bytes()  # (raises if freed)
         yield
     finally:
-        _HOST_USES.remove(use)
-        if _DEFERRED:
-            released()
+        _end_use(use)
+
+
+def _end_use(use: tuple) -> None:
+    """The synchronous operation registered as `use` ended: forget it, and give back what was
+    freed meanwhile."""
+    try:
+        _unregister(use)
+    except ValueError:
+        pass  # (a Ctrl-C came before it was registered)
+    if _DEFERRED:
+        run_deferred_releases()
 
 
 def _copy_pointers(dst: int, src: int, nbytes: Any, kind: Any, d: Any, s: Any) -> bool:
@@ -471,3 +482,6 @@ def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: 
     task.resolve = _still_live(do, so)
     task.nbytes = width * height
     _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")
+
+
+interrupts.protect(_end_use)  # (a Ctrl-C there would leave the operation registered for good)

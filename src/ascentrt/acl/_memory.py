@@ -6,6 +6,7 @@ import mmap
 import os
 from typing import Any, Callable
 
+from .. import interrupts
 from ..device import Device
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from ..memory import REGISTRY, DeviceBuffer, HostBuffer, leaks, malloc_host as _malloc_host
@@ -58,6 +59,7 @@ def _malloc_hot(checked: Callable[..., Any]) -> Callable[..., Any]:
         ptr = buf.addr
         _handed_device[ptr] = buf
         return ptr, 0
+    interrupts.protect(malloc)  # (a Ctrl-C before the buffer is handed out would lose it)
     return malloc
 
 
@@ -546,6 +548,9 @@ def pointer_get_attributes(ptr: int) -> dict[str, Any]:
         where, dev_id, page = C.ACL_MEM_LOCATION_TYPE_UNREGISTERED, 0, _PAGE_SIZE
     return {"location": {"id": dev_id, "type": where}, "page_size": page, "rsv": [0, 0, 0, 0]}
 
+
+# (a Ctrl-C as a new buffer is handed out would lose it: sent again once the call returned)
+interrupts.protect(_malloc_on, malloc_host.__wrapped__)
 
 __all__ = ["malloc", "malloc_cached", "malloc_align32", "free", "malloc_host", "free_host",
            "memcpy", "memcpy_async", "memset", "memset_async", "memcpy2d", "memcpy2d_async",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import interrupts
 from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError
 from .buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from .chunks import ArenaChunks, HostChunks
@@ -49,6 +50,9 @@ def free(buffer: DeviceBuffer | HostBuffer | int) -> None:
         return
     raise InvalidArgumentError(f"free() takes a buffer or its pointer, got {type(buffer).__name__}")
 
+
+# (a Ctrl-C as a new buffer is handed on would lose it: sent again once the call returned)
+interrupts.protect(malloc)
 
 __all__ = ["ArenaChunks", "BlockPool", "BufferSlice", "DeviceBuffer", "HostBuffer", "HostChunks",
            "MemPool", "REGISTRY", "ReusePolicy", "TraceRecorder", "TypedView",

@@ -15,7 +15,7 @@ from ..validate import check_size
 from .buffer import GRANULE, DeviceBuffer
 from . import leaks
 from .chunks import ArenaChunks
-from .inflight import ACTIVE as _HOST_USES, defer_release
+from .inflight import ACTIVE as _HOST_USES, DEFERRED as _DEFERRED, defer_release, run_deferred_releases
 from .links import Links
 from .pool import Block, BlockPool, DeferredFrees, busy_positions, give_back
 from .registry import REGISTRY
@@ -155,6 +155,8 @@ class DeviceAllocator:
                 return pool.allocate(n, stream)
             return pool.allocate(n, stream)
         except OutOfMemoryError:
+            if _DEFERRED:
+                run_deferred_releases()  # (what a Ctrl-C left deferred after its copy ended)
             if self._waited_for_frees():
                 try:
                     return pool.allocate(n, stream)
@@ -252,26 +254,12 @@ class DeviceAllocator:
             self.host_call("free")
         block: Block | None = buf._block
         if block is None:
-            if self.live.pop(buf.addr, None) is not buf:
-                return False  # freed meanwhile by another thread
-            _REGISTRY.remove(buf)
-            # No pool: the range goes back to the arena once the work queued before the free
-            # is done (the stream's and those record_stream named, or all work: another
-            # device's peer copy may write into it), which until then still sees the bytes.
-            named = self.used_on.pop(buf.addr, ())
-            streams = [stream, *named] if stream is not None else Links.busy_streams()
-            waits = busy_positions(streams)
-            mem = buf._mem
-            buf._mem = None  # (first: a synchronous copy that starts now refuses it)
-            offset = buf.addr - self.base
-            give: Callable[[], Any]
-            if waits and mem is not None:
-                buf._late = (mem, waits)
-                give = lambda: self.late_frees.add(offset, waits)  # noqa: E731
-            else:
-                give = lambda: self.arena.free(offset)  # type: ignore[union-attr]  # noqa: E731  # (the plain arena's)
-            if not (_HOST_USES and defer_release(buf, give)):
-                give()
+            held = hold()  # (the arena and the deferral are Python: a Ctrl-C waits till it is whole)
+            try:
+                if not self._release_unpooled(buf, stream):
+                    return False  # freed meanwhile by another thread
+            finally:
+                release(held)
         else:
             pool = self.pool  # (a block: the pool's; a direct call when it is a BlockPool)
             freed = pool.deallocate(block, stream, None, buf) \
@@ -280,6 +268,31 @@ class DeviceAllocator:
                 return False  # freed meanwhile by another thread
         if _REGISTRY.observers:
             _REGISTRY.freed(buf, stream)
+        return True
+
+    def _release_unpooled(self, buf: DeviceBuffer, stream: Any) -> bool:
+        """release() of a buffer of the plain arena (no pool); False when another thread freed
+        it first."""
+        if self.live.pop(buf.addr, None) is not buf:
+            return False
+        _REGISTRY.remove(buf)
+        # No pool: the range goes back to the arena once the work queued before the free
+        # is done (the stream's and those record_stream named, or all work: another
+        # device's peer copy may write into it), which until then still sees the bytes.
+        named = self.used_on.pop(buf.addr, ())
+        streams = [stream, *named] if stream is not None else Links.busy_streams()
+        waits = busy_positions(streams)
+        mem = buf._mem
+        buf._mem = None  # (first: a synchronous copy that starts now refuses it)
+        offset = buf.addr - self.base
+        give_back: Callable[[], Any]
+        if waits and mem is not None:
+            buf._late = (mem, waits)
+            give_back = lambda: self.late_frees.add(offset, waits)  # noqa: E731
+        else:
+            give_back = lambda: self.arena.free(offset)  # type: ignore[union-attr]  # noqa: E731  # (the plain arena's)
+        if not (_HOST_USES and defer_release(buf, give_back)):
+            give_back()
         return True
 
     def record_stream(self, buf: DeviceBuffer, stream: Any) -> None:

@@ -46,11 +46,11 @@ class Chunk:
         """The chunk's size (the address registry's name for it)."""
         return self.size
 
-    def find(self, addr: int, wait: bool = True) -> Any:
-        """The live buffer of this chunk that contains `addr`, or None (wait=False: without
-        asking again under the pool's lock after a miss)."""
+    def find(self, addr: Any, wait: bool = True) -> Any:
+        """The live buffer of this chunk that contains int address `addr`, or None (wait=False:
+        without asking again under the pool's lock after a miss)."""
         finder = self.finder
-        return None if finder is None else finder(self, addr, wait)
+        return None if finder is None or type(addr) is not int else finder(self, addr, wait)
 
     def buffers(self) -> list:
         """The live buffers of this chunk, by address."""
@@ -59,6 +59,12 @@ class Chunk:
             return []
         with lock:
             return [b.buf for b in self.blocks if b.buf is not None]
+
+
+def _check_chunk(chunk: Any) -> None:
+    """InvalidArgumentError unless `chunk` is a Chunk (what a chunk source hands out)."""
+    if type(chunk) is not Chunk:
+        raise InvalidArgumentError(f"a chunk source takes back a Chunk it made, got {type(chunk).__name__}")
 
 
 class ArenaChunks:
@@ -100,17 +106,20 @@ class ArenaChunks:
             self.registry.add(chunk)
         return chunk
 
-    def deallocate(self, chunk: Chunk, stream: Any = None) -> None:
+    def deallocate(self, chunk: Any, stream: Any = None) -> None:
         """Give a chunk back: its range returns to the arena and its pages to the OS."""
+        _check_chunk(chunk)
         if self.registry is not None:
             self.registry.remove(chunk)
         if self.decommit is not None:
             self.decommit(chunk.handle, chunk.size)  # touched pages would stay resident: drop them
         self.arena.free(chunk.handle)
 
-    def shrink(self, chunk: Chunk, nbytes: Any) -> None:
+    def shrink(self, chunk: Any, nbytes: Any) -> None:
         """Give back a chunk's end: keep its first `nbytes` (a multiple of 2 MiB, > 0); the
         caller has no block there."""
+        _check_chunk(chunk)
+        nbytes = check_size(nbytes)
         if nbytes % CHUNK or not 0 < nbytes < chunk.size:
             raise InvalidArgumentError(f"cannot shrink a chunk of {chunk.size} bytes to {nbytes}")
         tail = chunk.size - nbytes
@@ -168,8 +177,9 @@ class HostChunks:
             self.registry.add(chunk)
         return chunk
 
-    def deallocate(self, chunk: Chunk, stream: Any = None) -> None:
+    def deallocate(self, chunk: Any, stream: Any = None) -> None:
         """Unlock and unmap a chunk (stale user views keep the mapping, not its pages)."""
+        _check_chunk(chunk)
         if self.registry is not None:
             self.registry.remove(chunk)
         chunk.view = None

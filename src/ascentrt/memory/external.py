@@ -22,7 +22,9 @@ from .registry import REGISTRY
 from .shared_bytes import interpreter_shares
 
 _lock = threading.Lock()
-_external: dict[int, "ExternalHostBuffer"] = {}   # start address -> registration
+# start address -> its registrations, oldest first (a view of an array's start, then the
+# array: both stay, as queued or captured work may hold either)
+_external: dict[int, list["ExternalHostBuffer"]] = {}
 
 
 class ExternalHostBuffer:
@@ -128,34 +130,34 @@ def _register(obj: object, writable: bool | None) -> int:
         writable = isinstance(obj, bytearray) or isinstance(obj, np.ndarray) and obj.flags.writeable
     # Already reachable as asked: inside a live allocation or a registration that holds all of
     # it (and may be written, where this one may). A registration that holds only a part (a
-    # small view of the array registered first) does not make the rest reachable.
-    holder = REGISTRY.find(addr, True, addr + nbytes)
+    # small view of the array registered first) does not make the rest reachable: the new one
+    # is added beside it (lookups take the one that holds a whole range, writable for a write).
+    holder = REGISTRY.find(addr, True, addr + nbytes, bool(writable))
     if holder is not None and addr + nbytes <= holder.addr + holder.nbytes \
             and (not writable or getattr(holder, "writable", True)):
         return addr
     entry = ExternalHostBuffer(obj, addr, nbytes, bool(writable))
     with _lock:
-        old = _external.get(addr)
-        if old is not None and old.nbytes > nbytes:
-            return addr  # (a larger one at the same start, read-only: kept, as it was asked)
-        _external[addr] = entry
+        _external.setdefault(addr, []).append(entry)
     REGISTRY.add(entry)
     if REGISTRY.observers:
         REGISTRY.allocated(entry)
-    if old is not None:
-        _forget(old)  # what it held, the new one holds: one registration per start address
     return addr
 
 
 def unregister_host(addr: int) -> None:
-    """Forget the registration starting at `addr`; raises InvalidArgumentError when there is none."""
+    """Forget the registration starting at `addr` (the latest, where several start there);
+    raises InvalidArgumentError when there is none."""
     if isinstance(addr, bool) or not isinstance(addr, (int, np.integer)):
         # (an int address only: a list is unhashable, 1.0 would match 1)
         raise InvalidArgumentError(f"unregister_host takes the int address register_host "
                                    f"returned, got {type(addr).__name__}")
     addr = int(addr)
     with _lock:
-        entry = _external.pop(addr, None)
+        entries = _external.get(addr)
+        entry = entries.pop() if entries else None
+        if entries == []:
+            del _external[addr]
     if entry is None:
         raise InvalidArgumentError(f"no registered host memory starts at {addr!r}",
                                    code=ErrorCode.RT_MEMORY_FREE)
@@ -179,16 +181,21 @@ def _prune() -> None:
     """Drop registrations of objects nothing else refers to (ours are the only references)."""
     with _lock:
         # getrefcount sees the entry's attribute, its own argument and the entry's export.
-        dead = [a for a, e in _external.items() if sys.getrefcount(e.obj) <= 2 + (e.hold is not None)]
-        entries = [_external.pop(a) for a in dead]
-    for entry in entries:
+        dead = [e for at in _external.values() for e in at
+                if sys.getrefcount(e.obj) <= 2 + (e.hold is not None)]
+        for entry in dead:
+            at = _external[entry.addr]
+            at.remove(entry)
+            if not at:
+                del _external[entry.addr]
+    for entry in dead:
         _forget(entry)
 
 
 def registered_count() -> int:
     """How many caller-owned buffers are registered now."""
     _prune()
-    return len(_external)
+    return sum(len(at) for at in _external.values())
 
 
 def from_dlpack(obj: Any) -> np.ndarray:

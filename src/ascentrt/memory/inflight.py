@@ -7,20 +7,24 @@ but gives its memory back only when the operation ends: nothing else is handed b
 still being written, and a free never blocks (a thread it waited for might be waiting for it).
 
 Protocol, with no lock (each step is one atomic deque or list operation under the GIL):
-- an operation appends a tuple of what it uses to ACTIVE before it checks that the
-  allocations are live, removes it once its bytes moved, and then, if DEFERRED holds
-  anything, calls `released()`;
+- an operation appends a tuple of what it uses (and a number of its own, so that no two are
+  equal) to ACTIVE before it checks that the allocations are live, removes it once its bytes
+  moved, and then, if DEFERRED holds anything, calls `run_deferred_releases()`;
 - a free marks its allocation freed before it asks `defer_release`, so an operation that
   registered too late to be seen refuses the allocation when it checks it.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import Any, Callable
 
-ACTIVE: deque = deque()  # one tuple per running operation: what it uses (equal ones are alike)
+from ..interrupts import hold, release
+
+ACTIVE: deque = deque()  # one tuple per running operation: what it uses, then its number
 DEFERRED: list = []      # [alloc, release] items: frees whose memory an operation still used
+number = itertools.count().__next__  # (an operation's own, last in its tuple)
 
 
 def in_use(alloc: Any) -> bool:
@@ -28,16 +32,21 @@ def in_use(alloc: Any) -> bool:
     return any(a is alloc for allocs in list(ACTIVE) for a in allocs)
 
 
-def released() -> None:
+def run_deferred_releases() -> None:
     """An operation ended: run the deferred releases that nothing uses any more (each item is
-    taken by one thread, which releases it or defers it again)."""
-    for _ in range(len(DEFERRED)):
-        try:
-            alloc, release = DEFERRED.pop(0)
-        except IndexError:
-            return
-        if not defer_release(alloc, release):
-            release()
+    taken by one thread, which releases it or defers it again; a Ctrl-C is held until the
+    item taken is in one place or the other). Safe to call at any time."""
+    held = hold()
+    try:
+        for _ in range(len(DEFERRED)):
+            try:
+                alloc, give_back = DEFERRED.pop(0)
+            except IndexError:
+                return
+            if not defer_release(alloc, give_back):
+                give_back()
+    finally:
+        release(held)
 
 
 def defer_release(alloc: Any, release: Callable[[], Any]) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import EllipsisType
 from typing import Any
 
+from .. import interrupts
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .allocator import DeviceAllocator, check_stream
 from ..validate import check_size
@@ -194,3 +195,7 @@ def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType
             pool.gc_threshold = float(gc_threshold)
         if policy is not None:
             pool.policy = policy
+
+
+# (a Ctrl-C as a new buffer is handed on would lose it: sent again once the call returned)
+interrupts.protect(MemPool.malloc_async, malloc_async)

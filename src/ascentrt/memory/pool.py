@@ -677,7 +677,9 @@ class BlockPool:
             if cached is not None and cached.n < CACHE_PER_SIZE and self._may_cache(blk.size):
                 return self._put_back(blk, stream, waits, buf)
         lock = self._lock
-        held = False if ATOMIC else hold()
+        # (a compiled build holds no Ctrl-C here, being uninterruptible, unless a synchronous
+        # copy is registered: deferring the release runs Python code, memory/inflight.py)
+        held = hold() if not ATOMIC or _HOST_USES else False
         try:  # not `with` (slower); an interrupt right after acquire is caught below
             self._acquire()
             try:

@@ -144,11 +144,11 @@ class AddressRegistry:
                     return
                 i += 1
 
-    def find(self, addr: int, wait: bool = True, end: int = 0):
+    def find(self, addr: int, wait: bool = True, end: int = 0, write: bool = False):
         """The live allocation containing `addr`, or None (with `end`: one that holds all of
-        [addr, end) where overlapping host registrations offer several). wait=False never
-        takes a pool's lock (for callers that hold the engine's): a lookup racing a split may
-        then miss."""
+        [addr, end) where overlapping host registrations offer several; with `write`, one
+        that may be written, where one does). wait=False never takes a pool's lock (for
+        callers that hold the engine's): a lookup racing a split may then miss."""
         if type(addr) is not int:
             return None
         chunks = self._pages.get(addr >> _SHIFT)  # no lock: a dict read of a whole tuple
@@ -156,15 +156,17 @@ class AddressRegistry:
             for chunk in chunks:
                 if chunk.addr <= addr < chunk.addr + chunk.size:
                     return chunk.find(addr, wait)  # may take its pool's lock
-        return self._entry(addr, end)
+        return self._entry(addr, end, write)
 
-    def _entry(self, addr: int, end: int = 0):
+    def _entry(self, addr: int, end: int = 0, write: bool = False):
         """The entry (allocation or chunk) that contains `addr`, or None; with `end`, one that
-        holds all of [addr, end) if any does. Host registrations may overlap (a slice of an
-        array, then the array): where the nearest start does not hold it, earlier ones are
-        looked at too (a small entry starts at most a bucket before what it holds)."""
+        holds all of [addr, end) if any does, and with `write` a writable one of those if any
+        is. Host registrations may overlap (a slice of an array, then the array): where the
+        nearest start does not hold it, earlier ones are looked at too (a small entry starts
+        at most a bucket before what it holds)."""
         end = max(end, addr + 1)
         found = None
+        read_only = None  # (holds the range, but may not be written)
         key = addr >> _SHIFT
         with self._lock:
             for lists, lowest in ((self._buckets.get(key), addr - _BUCKET),
@@ -178,14 +180,18 @@ class AddressRegistry:
                     alloc = allocs[i]
                     stop = alloc.addr + alloc.nbytes
                     if end <= stop:
-                        return alloc
-                    if found is None and addr < stop:
+                        if not write or getattr(alloc, "writable", True):
+                            return alloc
+                        if read_only is None:
+                            read_only = alloc
+                    elif found is None and addr < stop:
                         found = alloc  # (holds the address, not the whole range)
                     i -= 1
-        return found
-    def resolve(self, addr: int, nbytes: int):
-        """(allocation, offset) for a range that lies wholly inside one live allocation; raises."""
-        alloc = self.find(addr, True, addr + nbytes if type(nbytes) is int else 0)
+        return read_only if read_only is not None else found
+    def resolve(self, addr: int, nbytes: int, write: bool = False):
+        """(allocation, offset) for a range that lies wholly inside one live allocation (a
+        writable one for a write, where overlapping registrations offer one); raises."""
+        alloc = self.find(addr, True, addr + nbytes if type(nbytes) is int else 0, write)
         if alloc is None:
             raise InvalidAddressError(f"address {addr:#x} is not inside any live allocation (host "
                                       f"memory of your own, such as a numpy array's .ctypes.data, "
