@@ -888,11 +888,11 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     path = _write_preset(tmp_path, shared_processors=None, default_block_dim=None,
                          unified_memory=None, copy_engine_bandwidth=None, crowded_processors=None,
                          small_copy_bytes=None, small_copy_bandwidth=None,
-                         memory_bandwidth_per_unit=None)
+                         memory_bandwidth_per_unit=None, executor_handoff_ns=None)
     p = presets.load(path)
     assert (p.shared_processors, p.default_block_dim, p.unified_memory, p.copy_engine_bandwidth,
             p.crowded_processors, p.small_copy_bytes, p.small_copy_bandwidth,
-            p.memory_bandwidth_per_unit) == (0, 0, 0, 0, 0, 0, 0, 0)
+            p.memory_bandwidth_per_unit, p.executor_handoff_ns) == (0, 0, 0, 0, 0, 0, 0, 0, 0)
     assert all(p.sources[f][0] == "default" for f in presets.DEFAULTS)  # (not a claim)
 
 
@@ -901,6 +901,7 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     ({"default_block_dim": 25}, "'default_block_dim' (25) must be at most compute_units"),
     ({"shared_processors": -1}, "'shared_processors' must be at least"),
     ({"crowded_processors": -0.5}, "'crowded_processors' must be at least"),
+    ({"executor_handoff_ns": -1}, "'executor_handoff_ns' must be at least"),
     ({"memory_bandwidth_per_unit": -1.0}, "'memory_bandwidth_per_unit' must be at least"),
     ({"copy_engine_bandwidth": "\"fast\""}, "'copy_engine_bandwidth' must be a number"),
     ({"small_copy_bytes": 1 << 20}, "'small_copy_bytes' and 'small_copy_bandwidth' go together"),
