@@ -784,6 +784,53 @@ def test_on_shared_processors_a_copy_needs_one_too(procs):
         assert abs(shortest - 1e6) <= 2
 
 
+HANDOFF = textwrap.dedent("""
+    import json, ascentrt as art
+    n = 1 << 20
+    h, d = art.malloc_host(n), art.malloc(n)
+    s, other = art.Stream(), art.Stream()
+    with art.profile() as prof:
+        # kernel kernel copy copy kernel copy: three changes of executor class on `s`
+        for kind in "kkcckc":
+            if kind == "k":
+                art.launch(lambda: None, stream=s, cost=1e-5)
+            else:
+                art.memcpy_async(d, h, stream=s)
+        s.synchronize()
+        # a wait released by a kernel on `other`, then a kernel after a copy on `s`: one delay,
+        # the later of the release's and the hand-over's
+        art.memcpy_async(d, h, stream=s)
+        art.launch(lambda: None, stream=other, cost=1e-3)
+        s.wait(other.record())
+        art.launch(lambda: None, stream=s, cost=1e-5)
+        art.Device(0).synchronize()
+    tasks = prof.snapshot().tasks
+    ts = sorted((t for t in tasks if t.kind in ("kernel", "copy") and t.stream == s.id),
+                key=lambda t: t.start_ns)
+    (released,) = [t.end_ns for t in tasks if t.kind == "kernel" and t.stream == other.id]
+    p = art.Device(0)._backend.preset
+    print(json.dumps({"gaps": [b.start_ns - a.end_ns for a, b in zip(ts, ts[1:])],
+                      "dispatch": p.dispatch_ns, "latency": p.event_latency_ns,
+                      "released_after_copy": released - ts[-2].end_ns}))
+""")
+
+
+@pytest.mark.parametrize("handoff", [0, 7000, 2_000_000])
+def test_a_stream_pays_the_handoff_once_per_change_of_executor_class(handoff):
+    # 910B with executor_handoff_ns set: a stream's next task on another executor class
+    # starts that long after its last one ended (after its dispatch, as any task); two tasks
+    # of one class follow each other at the dispatch alone; 0 charges nothing. After a wait,
+    # the later of the release and the hand-over counts, not their sum.
+    r = _run_sim(HANDOFF, env_extra={"ASCENTRT_SIM_VARY":
+                                     json.dumps({"executor_handoff_ns": handoff})})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    d, h = out["dispatch"], handoff
+    gaps = out["gaps"]  # (gaps[5]: a copy after a copy, with the host's synchronize between)
+    assert gaps[:5] == [d, d + h, d, d + h, d + h]
+    assert gaps[6] == d + max(out["released_after_copy"] + out["latency"], h)
+
+
 @sim_only
 def test_a_d2d_copy_moves_at_most_its_engines_bandwidth(stream):
     # 910B's engines are limited by the memory alone (2 x n / memory_bandwidth); with a slower
@@ -841,11 +888,11 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     path = _write_preset(tmp_path, shared_processors=None, default_block_dim=None,
                          unified_memory=None, copy_engine_bandwidth=None, crowded_processors=None,
                          small_copy_bytes=None, small_copy_bandwidth=None,
-                         memory_bandwidth_per_unit=None)
+                         memory_bandwidth_per_unit=None, executor_handoff_ns=None)
     p = presets.load(path)
     assert (p.shared_processors, p.default_block_dim, p.unified_memory, p.copy_engine_bandwidth,
             p.crowded_processors, p.small_copy_bytes, p.small_copy_bandwidth,
-            p.memory_bandwidth_per_unit) == (0, 0, 0, 0, 0, 0, 0, 0)
+            p.memory_bandwidth_per_unit, p.executor_handoff_ns) == (0, 0, 0, 0, 0, 0, 0, 0, 0)
     assert all(p.sources[f][0] == "default" for f in presets.DEFAULTS)  # (not a claim)
 
 
@@ -854,6 +901,7 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     ({"default_block_dim": 25}, "'default_block_dim' (25) must be at most compute_units"),
     ({"shared_processors": -1}, "'shared_processors' must be at least"),
     ({"crowded_processors": -0.5}, "'crowded_processors' must be at least"),
+    ({"executor_handoff_ns": -1}, "'executor_handoff_ns' must be at least"),
     ({"memory_bandwidth_per_unit": -1.0}, "'memory_bandwidth_per_unit' must be at least"),
     ({"copy_engine_bandwidth": "\"fast\""}, "'copy_engine_bandwidth' must be a number"),
     ({"small_copy_bytes": 1 << 20}, "'small_copy_bytes' and 'small_copy_bandwidth' go together"),

@@ -2,7 +2,8 @@
 with which the simulated NPU predicts it: copy bandwidths and latency (and the slower rate of
 copies under glibc's non-temporal threshold), one copy thread's rate and the memory's under
 two, the compute rate of the demo's kernel, launch, record, synchronize, query, pool and
-host-function costs, and how many processors its concurrent tasks really share (the cores its
+host-function costs, the wait for another executor class's thread when a stream's work moves
+to it, and how many processors its concurrent tasks really share (the cores its
 threads run on), two at once and three.
 
 Each figure is measured the way programs meet it (a large copy alone on its stream, kernels
@@ -82,6 +83,48 @@ def _processors(dev, s, x, count: int) -> float:
     for stream in streams[1:]:
         stream.destroy()
     return max(1.0, statistics.median(ratios))
+
+
+_HANDOFF_MS = 1.5  # each side's busy time: the other class's thread parked at least this long
+
+
+def _handoff(s, x) -> float:
+    """executor_handoff_ns: how much later a stream's next task starts when it runs on another
+    executor class than the task before it (a kernel after a host function, and back): that
+    class's parked thread has to wake. Each task stamps its own start and end and keeps a core
+    busy for ~1.5 ms, as a pipeline's stages do, so the woken thread was parked that long (a
+    thread parked 1 ms or more wakes slowest here). The median gap between tasks in turn,
+    minus the median gap between kernels back to back, over 5 runs of 20 pairs."""
+    import ascentrt as art
+    out = x[:1 << 20].view(np.float64)
+    src = x[1 << 20:2 << 20].view(np.float64)
+    host_src, host_out = np.full(1 << 17, 2.0), np.empty(1 << 17)
+    stamps: list[tuple[int, int]] = []
+
+    def busy(o, a, times: int) -> None:
+        t0 = time.perf_counter_ns()
+        _in_cache(o, a, times)
+        stamps.append((t0, time.perf_counter_ns()))
+    for _ in range(3):
+        art.launch(busy, out, src, 16, stream=s)
+    s.synchronize()
+    once = min(b - a for a, b in stamps) / 16
+    times = max(1, int(_HANDOFF_MS * 1e6 / max(1.0, once)))
+
+    def gaps(in_turn: bool) -> float:
+        stamps.clear()
+        for _ in range(20):
+            art.launch(busy, out, src, times, stream=s)
+            if in_turn:
+                art.launch_host_func(busy, host_out, host_src, times, stream=s)
+            else:
+                art.launch(busy, out, src, times, stream=s)
+        s.synchronize()
+        return statistics.median(b[0] - a[1] for a, b in zip(stamps, stamps[1:]))
+    gaps(True)
+    changed = statistics.median(gaps(True) for _ in range(5))
+    same = statistics.median(gaps(False) for _ in range(5))
+    return max(0.0, changed - same)
 
 
 def _memory_bandwidth(dev, s, dbuf, dbuf2, host, n: int) -> float:
@@ -290,6 +333,10 @@ def measure() -> dict:
     out["crowded_processors"] = (min(shared, _processors(dev, s, x, 3)),
                                  "three core-bound tasks (two kernels and a host function) "
                                  "alone and at once on three streams: 3 x alone / together")
+    out["executor_handoff_ns"] = (_handoff(s, x), "a kernel and a host function in turn on "
+                                  "one stream, each keeping a core busy for 1.5 ms: the median "
+                                  "gap from one's end to the next one's start, minus that "
+                                  "between kernels back to back")
     count = 20000
     launch_ns = _median_ns(lambda: [art.launch(art.kernels.noop, stream=s) for _ in range(count)], 5) / count
     s.synchronize()

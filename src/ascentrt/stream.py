@@ -75,6 +75,8 @@ class Stream:
         self._running: Task | None = None
         self._blocked: Task | None = None
         self._released_ns = 0          # virtual devices: when a blocked wait of it last ended
+        self._ended_class = -1         # virtual devices: the executor class of its last task
+        self._ended_ns = 0             # and when that task ended
         self._errors: list[ExceptionInfo] = []
         self._sync_waiters: list[tuple[int, Signal]] = []
         self._refuse: str | None = None  # None, "destroyed" or "failed"

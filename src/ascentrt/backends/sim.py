@@ -17,7 +17,8 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
     with shared_processors (a model of a cpu backend, whose engines are threads on a few
     cores) each running task needs one of that many processors. So a
     task's end moves whenever another one starts or ends. Its fixed latencies (dispatch, an
-    event's release) come after its shared work; a replayed graph's segment runs at its full
+    event's release, the hand-over of a stream's work to another executor class) come after
+    its shared work; a replayed graph's segment runs at its full
     rate (its nodes' times are fixed as they run).
 A program with one host thread therefore gives the same timeline on every run, however busy
 the machine is. With several host threads the semantics hold, but the interleaving of their
@@ -461,6 +462,7 @@ class SimBackend(CpuBackend):
         self._default_units = p.default_block_dim or p.compute_units
         self._dispatch_ns = int(p.dispatch_ns)
         self._event_latency_ns = int(p.event_latency_ns)
+        self._handoff_ns = int(p.executor_handoff_ns)
         self.sharing: list[list] = []   # running tasks that share (see _share)
         self._alone_frame = _Frame(None, 0)  # the frame of run_alone's task (see there)
         self.shared_since = 0           # when `sharing`'s work was last brought up to date
@@ -882,8 +884,13 @@ class SimBackend(CpuBackend):
         start = frame.start
         work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
         fixed = self._dispatch_ns
+        ready = 0  # when its stream lets it go, if later than when it was taken
         if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
-            fixed += max(0, t.released_ns + self._event_latency_ns - start)
+            ready = t.released_ns + self._event_latency_ns
+        if self._handoff_ns and t.handed_ns:  # its stream's last task ran on another class
+            ready = max(ready, t.handed_ns + self._handoff_ns)
+        if ready > start:
+            fixed += ready - start
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)

@@ -176,7 +176,8 @@ class ExecutorQueue:
     def take(self, fits, first_only: bool):
         """The head task of the first ready stream (priority, then FIFO) for which fits(task)
         holds (fits None: any task fits), now running; None when none fits (first_only: when
-        the first does not)."""
+        the first does not). It carries when a wait last released its stream (released_ns),
+        and when its stream's task before it ended on another executor class (handed_ns)."""
         lock = self.engine.lock
         lock.acquire()  # (not `with`: a simulator calls this per task)
         try:
@@ -195,6 +196,8 @@ class ExecutorQueue:
                         self.dq.busy[self.executor] += 1
                         if s._released_ns:
                             t.released_ns, s._released_ns = s._released_ns, 0
+                        if s._ended_class != self.executor:  # (-1: none ended yet)
+                            t.handed_ns = s._ended_ns
                         return t
                     if first_only:
                         return None
@@ -214,12 +217,15 @@ class ExecutorQueue:
             _local.stream = prev
 
     def finish(self, task: Task) -> None:
-        """A taken task ended: complete it and move its stream (and what it releases) on."""
+        """A taken task ended (at its t_end): complete it and move its stream (and what it
+        releases) on."""
         engine = self.engine
         lock = engine.lock
         lock.acquire()
         try:
             s = task.stream
+            # (what take() needs to stamp a hand-over to another executor class)
+            s._ended_class, s._ended_ns = self.executor, task.t_end
             if s._cut is None and task.error is None and Hooks.profiler is None:
                 engine._batch_succeeded(self.dq, self.executor, s, 1)
             elif s._cut is not None and task.id > s._cut:  # discarded before it ran: not counted twice

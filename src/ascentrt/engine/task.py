@@ -63,6 +63,8 @@ class Task(Op):
     group: Any = None
     cost: Cost | None = None  # the Op's cost on a simulated device (None: the backend's default)
     released_ns = 0     # on a virtual device: when the wait before it let its stream go on
+    handed_ns = 0       # on a virtual device: when its stream's task before it ended on
+                        # another executor class (0: the same class, or none)
     dropped = False     # its stream dropped it unrun (destroyed, or stopped after a failure)
     units = 1           # executor units it held while it ran (a simulated kernel: its block_dim)
     # (stream, task id) of tasks of other streams it runs as part of (a collective's lane step:

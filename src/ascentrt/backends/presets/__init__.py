@@ -64,6 +64,9 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "peer_link_latency_ns": (float, 0, "ns", "latency of one peer copy over that link"),
     "dispatch_ns": (float, 0, "ns", "device-side overhead of each task"),
     "event_latency_ns": (float, 0, "ns", "from an event/notify record to the wait it releases"),
+    "executor_handoff_ns": (float, 0, "ns", "from a stream's task ending to its next task "
+                            "starting on another executor class (a copy after a kernel): the "
+                            "wake-up of that class's parked thread on a cpu backend"),
     "default_kernel_ns": (float, 0, "ns", "duration of a kernel that declares no cost"),
     "host_func_ns": (float, 0, "ns", "duration of a host function (beyond what it waits for)"),
     "host_launch_ns": (float, 0, "ns", "host cost of a kernel launch, async copy or memset"),
@@ -102,6 +105,7 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "memory_bandwidth_per_unit": (0.0, "any compute unit draws the whole memory bandwidth"),
     "small_copy_bytes": (0, "copies of every size move at the same rate"),
     "small_copy_bandwidth": (0.0, "copies of every size move at the same rate"),
+    "executor_handoff_ns": (0.0, "a stream's work moves between executor classes at no cost"),
 }
 
 
