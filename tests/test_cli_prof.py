@@ -179,6 +179,18 @@ def test_demo_writes_its_report(tmp_path):
     assert len([r for r in prof.ranges if r.name == "pipeline"]) == 2 * 3 + 1  # warm-up + 3 x 2
 
 
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("load", [0.0, 1.7])
+def test_the_demo_says_when_the_machine_was_busy(monkeypatch, capsys, load):
+    """Its cpu speedup changed with the machine's load (0.96x to 1.52x in three runs) with
+    nothing said: it says so when other processes share the cores, as calibrate does."""
+    from ascentrt import demo
+    monkeypatch.setattr(demo, "load_average", lambda: load)
+    assert demo.main(batches=2, repeats=1) == 0
+    said = "this machine was busy: 1-minute load average 1.70" in capsys.readouterr().out
+    assert said == (load > 0)
+
+
 def test_demo_json_reports_the_median_of_the_runs_asked_for():
     """`python -m ascentrt.demo --json N R` (the accuracy benchmark's measured side): R runs per
     pipeline, the median reported."""

@@ -262,7 +262,9 @@ def test_whatif_kills_a_variant_past_its_timeout_with_its_process_group(tmp_path
     assert all(not _alive(int(pid)) for pid in (tmp_path / "pids.txt").read_text().split())
     # one progress line per finished variant, on stderr
     progress = [line for line in r.stderr.splitlines() if line.startswith("ascentrt whatif: variant")]
-    assert len(progress) == 2 and "1/2" in progress[0] and "timed out" in progress[1]
+    # (numbered as the folders and the CSV rows: variant 0 is variant-0/, then the count)
+    assert len(progress) == 2 and progress[0].startswith("ascentrt whatif: variant 0 (program.block=0; 1 of 2)")
+    assert "timed out" in progress[1] and (out / "variant-1").is_dir()
 
 
 def test_ctrl_c_stops_the_running_variant_and_keeps_the_finished_ones(tmp_path):
@@ -288,7 +290,7 @@ def test_ctrl_c_stops_the_running_variant_and_keeps_the_finished_ones(tmp_path):
     assert p.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted (SIGINT) during variant 1" in stderr
     assert [x["program.block"] for x in _rows(out)] == ["0"]  # the finished variant, written
-    assert "ascentrt whatif: variant 1/3" in stderr  # (its progress line)
+    assert "ascentrt whatif: variant 0 (program.block=0; 1 of 3)" in stderr  # (its progress line)
     assert "virtual ms" in stdout and (out / "whatif.html").exists()
     assert all(not _alive(int(pid)) for pid in pids.read_text().split())
 
@@ -320,3 +322,15 @@ def test_whatif_refuses_an_earlier_variant_folder_holding_files_it_did_not_write
     r = _cli("whatif", "--vary", "dispatch_ns=500", "-o", str(out), "--", "python", "-c", "pass")
     assert r.returncode == 1 and "variant-7" in r.stderr and "notes.txt" in r.stderr
     assert "100003 INVALID_FILE" in r.stderr and not (out / "variant-0").exists()
+
+
+def test_a_preset_asks_for_the_sim_backend_and_is_refused_where_nothing_would_use_it():
+    """`run --preset` once ran on cpu without a word, and `demo --backend cpu --preset P
+    --no-compare` dropped P: a preset implies sim, and one nothing would use is an error."""
+    r = _cli("run", "--preset", "h200", "--", "python", "-c",
+             "import ascentrt as art; print(art.Device(0).properties.backend)", timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["sim"], r.stderr
+    for args in (("run", "--backend", "cpu", "--preset", "h200", "--", "python", "-c", "1"),
+                 ("demo", "--backend", "cpu", "--preset", "h200", "--no-compare")):
+        r = _cli(*args, timeout=60)
+        assert r.returncode != 0 and "--preset" in r.stderr and "100000" in r.stderr, args

@@ -426,12 +426,10 @@ def write(values: dict, path: str) -> str:
     return write_text_file(path, "\n".join(lines) + "\n", "the preset file", make_folder=True)
 
 
-BUSY_LOAD = 0.5  # a 1-minute load average from this high up means other processes run too
-
-
 def busy_warning(load: float) -> str | None:
     """What calibrate says of a preset measured on a busy machine (None on a quiet one), from
     the load before it measured."""
+    from .demo import BUSY_LOAD
     if load < BUSY_LOAD:
         return None
     return (f"ascentrt calibrate: this machine was busy (1-minute load average {load:.2f} on "
@@ -444,7 +442,8 @@ def main(args) -> int:
     """The `ascentrt calibrate` command."""
     if config.get("ASCENTRT_BACKEND") != "cpu":
         os.environ["ASCENTRT_BACKEND"] = "cpu"  # (no device exists yet in this process)
-    warning = busy_warning(os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
+    from .demo import load_average
+    warning = busy_warning(load_average())
     path = write(measure(), args.out or calibrated_path())
     if warning:  # (said with the result: a refused output path stays a one-line error)
         print(warning, file=sys.stderr)

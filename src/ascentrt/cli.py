@@ -113,6 +113,11 @@ def _use_backend(args) -> None:
 
 
 def _demo(args) -> int:
+    if args.preset and args.backend == "cpu" and args.no_compare:
+        from .errors import InvalidArgumentError
+        raise InvalidArgumentError("--preset is the hardware model of the run on the sim backend, "
+                                   "which --no-compare leaves out: drop one of them, or use "
+                                   "--backend sim")
     _use_backend(args)
     from . import profiler
     from .demo import PIPELINE_RANGE, check_batches, main as demo_main
@@ -288,6 +293,12 @@ def _run(args) -> int:
     from .validate import program_command, program_env, start_program, wait_exit_status
     command = program_command(args.command, "ascentrt run [--backend cpu|sim] [--preset P] -- "
                                             "python prog.py [args]")
+    if args.preset:  # (a preset models the sim backend: it asks for it, and is no cpu's)
+        if args.backend == "cpu":
+            from .errors import InvalidArgumentError
+            raise InvalidArgumentError("--preset is the sim backend's hardware model: use "
+                                       "--backend sim, or leave --backend out")
+        args.backend = "sim"
     _use_backend(args)  # (in this process's environment, which the program inherits)
     child = start_program(command, program_env(dict(os.environ), always=True))
     try:
@@ -306,7 +317,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="subcommand", required=True)
     p_demo = sub.add_parser("demo", parents=[common],
-                            help="run the multi-stream pipeline demo and write its profile report")
+                            help="run the multi-stream pipeline demo and write its profile report",
+                            description="Run the host -> device -> compute -> host pipeline on 1 "
+                                        "stream, then on 3, and write its profile; on cpu, the "
+                                        "same program on the sim backend beside it.")
     p_demo.add_argument("--batches", type=int, default=12,
                         help="batches each pipeline run moves (default: 12)")
     p_demo.add_argument("-o", "--out", default="ascentrt-demo-profile",
@@ -319,7 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     p_demo.add_argument("--force", action="store_true",
                         help="replace a profile already in the output folder")
     p_demo.set_defaults(fn=_demo)
-    p_info = sub.add_parser("info", parents=[common], help="devices, memory, executors and streams")
+    p_info = sub.add_parser("info", parents=[common], help="devices, memory, executors and streams",
+                            description="Devices, memory, executors and streams, this process's "
+                                        "and those of other live ascentrt processes; with "
+                                        "--preset, a sim preset's numbers and their sources.")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.add_argument("--backend", choices=("cpu", "sim"), help="the devices' backend")
     p_info.add_argument("--preset", help="print a sim preset's numbers and their sources")
@@ -350,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
                     "facade) on the backend asked for. Exits with the program's code. "
                     "'python' / 'python3' as the command means this interpreter.")
     p_run.add_argument("--backend", choices=("cpu", "sim"), help="the devices' backend")
-    p_run.add_argument("--preset", help="the sim backend's hardware model (name or .toml path)")
+    p_run.add_argument("--preset", help="the sim backend's hardware model (name or .toml path; "
+                                        "implies --backend sim)")
     p_run.add_argument("command", nargs=argparse.REMAINDER, help="-- the program and its arguments")
     p_run.set_defaults(fn=_run)
     p_san = sub.add_parser(
@@ -359,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
         description="Run a program with ASCENTRT_SANITIZE set, then list the races it found. "
                     f"Exits with the program's code, or {RACES_EXIT_CODE} when it exited 0 but "
                     "races were found.")
-    p_san.add_argument("--mode", default="warn", help="warn (default), raise or log")
+    p_san.add_argument("--mode", default="warn", choices=("warn", "raise", "log"),
+                       help="warn (default): a RaceWarning per new race; raise: the launch "
+                            "completing a race raises RaceError; log: only the list at exit")
     p_san.add_argument("command", nargs=argparse.REMAINDER, help="-- the program and its arguments")
     p_san.set_defaults(fn=_sanitize)
     p_whatif = sub.add_parser(
@@ -379,16 +399,22 @@ def main(argv: list[str] | None = None) -> int:
     p_whatif.add_argument("--vary", action="append", default=[], metavar="NAME=V1,V2",
                           help="a field and its values (repeat for a grid)")
     p_whatif.add_argument("-o", "--out", default="ascentrt-whatif",
-                          help="output folder: whatif.csv, whatif.html, a profile per variant")
+                          help="output folder: whatif.csv, whatif.html, a profile per variant "
+                               "(default: ascentrt-whatif)")
     p_whatif.add_argument("command", nargs=argparse.REMAINDER, help="-- the program and its arguments")
     p_whatif.set_defaults(fn=lambda args: __import__("ascentrt.whatif", fromlist=["main"]).main(args))
     p_cal = sub.add_parser("calibrate", parents=[common],
-                           help="measure this machine's cpu backend and write the 'calibrated' preset")
+                           help="measure this machine's cpu backend and write the 'calibrated' preset",
+                           description="Measure this machine's cpu backend (copy bandwidths, "
+                                       "kernel rates, launch, sync and hand-over costs) and write "
+                                       "a preset with which the sim backend predicts it.")
     p_cal.add_argument("-o", "--out", help="preset file to write (default: the one the preset "
                                            "name 'calibrated' reads; another is used by its path)")
     p_cal.set_defaults(fn=lambda args: __import__("ascentrt.calibrate", fromlist=["main"]).main(args))
     p_report = sub.add_parser("report", parents=[common],
-                              help="print the summary and diagnosis of a profile folder")
+                              help="print the summary and diagnosis of a profile folder",
+                              description="Print the summary and the diagnosis of a profile "
+                                          "folder (ascentrt prof's, or ASCENTRT_PROFILE's).")
     p_report.add_argument("folder", nargs="?",
                           help="profile folder (default: the newest one in this directory)")
     p_report.add_argument("--rewrite", action="store_true",

@@ -199,6 +199,14 @@ def measure(batches: int = 12, repeats: int = 3) -> dict:
             "backend": Device(0).properties.backend, "preset": Device(0).properties.preset}
 
 
+BUSY_LOAD = 0.5  # a 1-minute load average from this high up means other processes run too
+
+
+def load_average() -> float:
+    """This machine's 1-minute load average (0 where the system keeps none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
 def _print_run(m: dict, batches: int) -> None:
     for r in m["median"].values():
         stages = ", ".join(f"{k} {v:.2f} ms" for k, v in r.stage_ms.items())
@@ -226,11 +234,16 @@ def _sim_side(batches: int, preset: str) -> dict | None:
 def main(batches: int = 12, repeats: int = 3, compare_preset: str | None = None) -> int:
     """Run both pipelines, check results, print speedup, stage times and utilization; with
     `compare_preset`, also the same program on the sim backend, side by side."""
+    load = load_average()  # (before the run: what else shares the cores with it)
     m = measure(batches, repeats if Device(0).properties.backend == "cpu" else 1)
     where = ("sim backend, preset " + m["preset"] + " (virtual time: the same on every run)"
              if m["backend"] == "sim" else "cpu backend (this machine, real time)")
     print(f"== {where}")
     _print_run(m, batches)
+    if m["backend"] == "cpu" and load >= BUSY_LOAD:
+        print(f"(this machine was busy: 1-minute load average {load:.2f} on {os.cpu_count()} "
+              f"cores. Other processes take time from the streams' threads, so the cpu figures, "
+              f"the 3-stream speedup most, change from run to run; the sim backend's do not)")
     if compare_preset and m["backend"] == "cpu":
         other = _sim_side(batches, compare_preset)
         if other is not None:

@@ -390,8 +390,9 @@ def _progress(i: int, count: int, combo: dict, row: dict, seconds: float, out: s
         what = f"{row['virtual_ms']:.3f} ms virtual"
     else:
         what = f"failed: {row['error']} (its output: {_output(out, i)})"
-    print(f"ascentrt whatif: variant {i + 1}/{count} ({label(combo)}) in {seconds:.1f} s: {what}",
-          file=sys.stderr, flush=True)
+    # (numbered as its folder variant-N and its whatif.csv row, from 0; then how far the sweep is)
+    print(f"ascentrt whatif: variant {i} ({label(combo)}; {i + 1} of {count}) in {seconds:.1f} s: "
+          f"{what}", file=sys.stderr, flush=True)
 
 
 def _raise_stopped(signum, frame) -> None:
