@@ -305,3 +305,22 @@ def test_a_bad_setting_says_its_code_once(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ascentrt.cli", "info"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, "ASCENTRT_DEVICES": "x"})
     assert done.returncode == 1 and done.stderr.count("100000") == 1
+
+
+def test_the_executors_table_counts_busy_time_per_unit_and_says_so():
+    """On a 24-core sim device a kernel on all cores for 10 us is 240 unit-us: the table said
+    "busy ms" beside the window, and compute read as the bottleneck."""
+    from subprocess_util import run_program
+    out = run_program('''
+        import io, ascentrt as art
+        from ascentrt.profiler.summary import sections
+        s = art.Stream()
+        with art.profile() as prof:
+            for _ in range(4):
+                art.launch(lambda: None, stream=s, cost=10e-6)
+            s.synchronize()
+        (title, headers, rows), = [t for t in sections(prof.profile) if t[0].startswith("Executors")]
+        compute = [r for r in rows if r[1] == "compute"][0]
+        print(headers[3], compute[2], compute[3])
+    ''', env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "ascend910b"}, timeout=60)
+    assert out.split() == ["busy", "unit-ms", "24", "0.96"]  # 4 x 10 us x 24 units

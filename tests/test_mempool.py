@@ -344,8 +344,8 @@ def test_oom_with_fragmentation_says_so_and_freeing_makes_the_retry_succeed():
         pool.allocate(4 * MiB)
     msg = str(err.value)
     assert err.value.code == art.ErrorCode.RT_MEMORY_ALLOCATION
-    for word in ("4194304", "capacity 33554432", "reserved-but-free", "largest free block",
-                 "fragment", "ASCENTRT_MEM_POOL_SPLIT_LIMIT"):
+    for word in ("4194304 bytes (4.0 MiB", "capacity 33554432 (32.0 MiB)", "reserved-but-free",
+                 "largest free block", "fragment", "ASCENTRT_MEM_POOL_SPLIT_LIMIT"):
         assert word in msg
     assert pool.counts["ooms"] == 1 and pool.counts["retries"] >= 1
     for blk in rest[:4]:

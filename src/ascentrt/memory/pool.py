@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from ..interrupts import hold, release, release_or_undo
+from ..units import format_bytes
 from ..validate import check_finite, check_size
 from .chunks import CHUNK, Chunk, round_chunk
 from .inflight import ACTIVE as _HOST_USES, defer_release
@@ -1011,11 +1012,13 @@ class BlockPool:
     def _oom_error(self, size: int, nbytes: int) -> OutOfMemoryError:
         refusal = getattr(self.upstream, "refusal", "")  # (host chunks: the OS said no)
         if refusal:
-            pending = f", {self.pending_bytes} freed after queued work" if self.pending_bytes else ""
+            pending = f", {format_bytes(self.pending_bytes)} freed after queued work" \
+                if self.pending_bytes else ""
             return OutOfMemoryError(
-                f"{self.name}: cannot allocate {nbytes} bytes: {refusal}; this pool holds "
-                f"{self.reserved} bytes ({self.allocated} allocated{pending}); free buffers you "
-                f"no longer need", code=ErrorCode.RT_MEMORY_ALLOCATION)
+                f"{self.name}: cannot allocate {nbytes} bytes ({format_bytes(nbytes)}): "
+                f"{refusal}; this pool holds {format_bytes(self.reserved)} "
+                f"({format_bytes(self.allocated)} allocated{pending}); free buffers you no "
+                f"longer need", code=ErrorCode.RT_MEMORY_ALLOCATION)
         frag = self._fragmentation()
         cap = getattr(self.upstream, "capacity", 0)
         unreserved = self.upstream.unreserved_bytes()
@@ -1024,19 +1027,23 @@ class BlockPool:
         # (pending blocks are free but not yet reusable: fragmentation only where the ready
         # ones and the unreserved range could hold it)
         fragmented = free_total - self.pending_bytes >= size
-        hint = (f"free memory is fragmented (no free piece holds {size} bytes): free long-lived "
+        hint = (f"free memory is fragmented (no free piece holds {format_bytes(size)}): free long-lived "
                 f"buffers so that whole chunks come free; if small buffers split large blocks, set "
                 f"ASCENTRT_MEM_POOL_SPLIT_LIMIT (e.g. 64M); ASCENTRT_MEM_POOL_ENABLE=0 reserves "
                 f"each buffer alone, without a pool's spare room" if fragmented else
                 "free buffers you no longer need, or raise ASCENTRT_DEVICE_MEMORY")
         if self.pending_bytes:
-            hint += (f"; {self.pending_bytes} bytes are freed after queued work not done yet (a "
-                     "device allocation waits for that work, except inside a task, during a "
-                     "capture, or when it can never finish)")
+            hint += (f"; {format_bytes(self.pending_bytes)} are freed after queued work not done "
+                     "yet (a device allocation waits for that work, except inside a task, during "
+                     "a capture, or when it can never finish)")
+        # (sizes in the unit that shows them, as the leak report gives them; the request's and
+        # the capacity's exact bytes too)
         return OutOfMemoryError(
-            f"{self.name}: cannot allocate {nbytes} bytes (block {size}): capacity {cap}, "
-            f"allocated {self.allocated}, reserved {self.reserved} of which reserved-but-free "
-            f"{frag['free_bytes']}, unreserved {unreserved}, largest free block {largest}; "
-            f"fragmentation: external {frag['external']:.1%}, "
-            f"1 - largest/total free {1 - largest / free_total if free_total else 0:.1%}, "
-            f"internal {frag['internal']:.1%}; {hint}", code=ErrorCode.RT_MEMORY_ALLOCATION)
+            f"{self.name}: cannot allocate {nbytes} bytes ({format_bytes(nbytes)}; a block of "
+            f"{format_bytes(size)}): capacity {cap} ({format_bytes(cap)}), allocated "
+            f"{format_bytes(self.allocated)}, reserved {format_bytes(self.reserved)} of which "
+            f"reserved-but-free {format_bytes(frag['free_bytes'])}, unreserved "
+            f"{format_bytes(unreserved)}, largest free block {format_bytes(largest)}; "
+            f"fragmentation: external {frag['external']:.1%}, the largest free piece is "
+            f"{largest / free_total if free_total else 0:.1%} of all free memory, internal "
+            f"{frag['internal']:.1%}; {hint}", code=ErrorCode.RT_MEMORY_ALLOCATION)
