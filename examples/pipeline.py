@@ -1,4 +1,9 @@
-"""The pipeline demo: host -> device copy, compute, device -> host copy, on one stream and on three."""
+"""The pipeline demo: host -> device copy, compute, device -> host copy, on one stream and on three.
+
+Smaller than `ascentrt demo` (8 batches of 16 MiB, one run each). Its timed part is the profiler
+range `pipeline`: `ascentrt prof --range pipeline -- python examples/pipeline.py` diagnoses it
+alone (the whole run includes staging the inputs and checking the results on the host).
+"""
 
 import sys
 

@@ -15,6 +15,8 @@ KEY_LINES = {
     "failure_modes.py": "STOP: new work refused with error 107023",
     "host_functions.py": "order: as expected",
     "notify_deadlock.py": "deadlock detected (error 507950)",
+    "memory_pool.py": "out of memory, explained:",
+    "race.py": "racy version: result",
     "sim/two_presets.py": "h200",
     "sim/pool_saving.py": "the pool saves",
     "sim/sq_backpressure.py": "it waited for a slot",
@@ -37,3 +39,14 @@ def test_notify_deadlock_example_names_both_streams():
                           capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0
     assert proc.stdout.count("waits at task") == 2 and "back to stream" in proc.stdout
+
+
+def test_the_race_example_is_found_by_the_sanitizer_and_its_fix_is_clean():
+    racy = subprocess.run([sys.executable, "-m", "ascentrt", "sanitize", "--", "python",
+                           str(EXAMPLES / "race.py")], capture_output=True, text=True, timeout=90)
+    assert racy.returncode == 66 and "1 race(s) found" in racy.stderr + racy.stdout
+    assert "write by kernel `fill`" in racy.stderr + racy.stdout
+    fixed = subprocess.run([sys.executable, "-m", "ascentrt", "sanitize", "--", "python",
+                            str(EXAMPLES / "race.py"), "--fixed"], capture_output=True, text=True,
+                           timeout=90)
+    assert fixed.returncode == 0 and "fixed version: result right" in fixed.stdout

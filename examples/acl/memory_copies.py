@@ -45,7 +45,7 @@ def main():
     image_bytes = image.tobytes()
     image_ptr = acl.util.bytes_to_ptr(image_bytes)
     check(acl.rt.memcpy2d(dev_a, width, image_ptr, pitch, width, rows, C.ACL_MEMCPY_HOST_TO_DEVICE), "2d H2D")
-    packed = acl.util.ptr_to_numpy(dev_a, (rows, width), C.NPY_UBYTE)
+    packed = np.frombuffer(acl.util.ptr_to_bytes(dev_a, rows * width), np.uint8).reshape(rows, width)
     assert np.array_equal(packed, image[:, :width])
     print("memcpy2d H2D: window equal")
 

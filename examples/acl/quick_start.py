@@ -36,8 +36,12 @@ def main():
     host_buf, ret = acl.rt.malloc_host(nbytes)
     check(ret, "malloc_host")
 
-    # Stage the input in pinned host memory, then copy it to the device.
-    acl.util.ptr_to_numpy(host_buf, (n,), NPY_FLOAT32)[:] = host
+    # Stage the input in pinned host memory, then copy it to the device (bytes_to_ptr and
+    # ptr_to_bytes: pyACL's current way between Python and its pointers; ptr_to_numpy and
+    # numpy_to_ptr still work, with pyACL's deprecation warning).
+    data = host.tobytes()
+    check(acl.rt.memcpy(host_buf, nbytes, acl.util.bytes_to_ptr(data), nbytes, ACL_MEMCPY_HOST_TO_HOST),
+          "memcpy stage")
     check(acl.rt.memcpy(dev_x, nbytes, host_buf, nbytes, ACL_MEMCPY_HOST_TO_DEVICE), "memcpy H2D")
 
     # y = 3 * x on the device (a built-in kernel; any Python callable works the same way).
@@ -48,7 +52,7 @@ def main():
           "memcpy_async D2H")
     check(acl.rt.synchronize_stream(stream), "synchronize_stream")
 
-    result = acl.util.ptr_to_numpy(host_buf, (n,), NPY_FLOAT32).copy()
+    result = np.frombuffer(acl.util.ptr_to_bytes(host_buf, nbytes), dtype=np.float32)
     assert np.array_equal(result, 3 * host), "wrong result"
     print(f"y[:4] = {result[:4]}  (3 * x)")
 
