@@ -9,9 +9,9 @@ import ascentrt.acl as acl
 
 ACL_SUCCESS = 0
 ACL_MEM_MALLOC_HUGE_FIRST = 0
+ACL_MEMCPY_HOST_TO_HOST = 0
 ACL_MEMCPY_HOST_TO_DEVICE = 1
 ACL_MEMCPY_DEVICE_TO_HOST = 2
-NPY_FLOAT32 = 11
 
 
 def check(ret, what):
