@@ -410,3 +410,26 @@ def test_a_task_cut_off_or_dropped_is_not_counted_as_a_completed_run():
              TaskRecord(0, 1, 3, "kernel", "k", 0, 0, 8000, 8000, 1, fate="dropped")]
     rows = kernel_rows(Profile(duration_ns=8000, tasks=tasks))
     assert [r[:3] for r in rows[1:]] == [["k", "kernel", 1]]
+
+
+def test_a_notify_wait_whose_record_was_done_before_is_drawn_as_no_wait():
+    # (labelled "released by notify record", blocked, though its stream reached it 300 us after
+    # the record: events had the "done before" label, notifies not)
+    from subprocess_util import run_program
+    out = run_program('''
+        import ascentrt as art
+        from ascentrt.profiler.trace import trace_json
+        dev = art.set_device(0)
+        a, b = dev.create_stream(), dev.create_stream()
+        n = dev.create_notify()
+        with art.profile(None) as prof:
+            art.launch(lambda: None, stream=b, cost=300e-6, block_dim=1)
+            art.launch(lambda: None, stream=a, cost=10e-6, block_dim=1)
+            a.record_notify(n)
+            b.wait_notify(n)
+            dev.synchronize()
+        (slice_,) = [e for e in trace_json(prof.profile)["traceEvents"]
+                     if e.get("cat") == "notify" and e.get("ph") == "X"]
+        print(slice_["name"], "|", slice_["args"]["blocked"])
+    ''', env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
+    assert out.strip().splitlines()[-1] == "notify record done before: no wait | False"

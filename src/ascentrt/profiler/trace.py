@@ -302,7 +302,7 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         dropped = " (dropped unrun)" if rec.fate == "dropped" else ""
         # (a wait whose record was done before its stream reached it never blocked: the arrow
         # shows the order it kept, the slice that nothing had to release it)
-        done_before = rec.end_ns <= t.start_ns and t.end_ns == t.start_ns and what == "event"
+        done_before = rec.end_ns <= t.start_ns and t.end_ns == t.start_ns
         label = f"{what} record done before: no wait" if done_before \
             else f"released by {what} record{dropped}"
         yield _slice(label, what, pid, tid, released, t.end_ns,
