@@ -285,6 +285,15 @@ MEMORY_PROGRAM = textwrap.dedent("""
             for b in bufs[1::2]:
                 b.free()
         elif sys.argv[1] == "cache":
+            pool = art.MemPool(release_threshold=None)
+            bufs = [pool.malloc_async(10 * MiB) for _ in range(4)]  # 40 of 64 MiB, all freed:
+            for b in bufs:
+                b.free()                     # the MemPool keeps them, its own
+            try:
+                art.malloc(30 * MiB)         # 24 MiB left beside that cache
+            except art.OutOfMemoryError:
+                pass
+        elif sys.argv[1] == "cache_at_end":
             bufs = [art.malloc(10 * MiB) for _ in range(4)]  # 40 of 64 MiB, then all freed:
             for b in bufs:
                 b.free()                                     # the pool keeps them cached
@@ -313,8 +322,13 @@ def test_holes_between_buffers_are_diagnosed_as_fragmentation():
     assert "fragmentation" in _memory_run("fragment")
 
 
-def test_pool_caching_half_the_device_is_diagnosed():
+def test_pool_caching_half_the_device_is_diagnosed_when_it_fails_a_request():
     assert "pool_cache" in _memory_run("cache", release_threshold="none")
+
+
+def test_a_cache_that_nothing_needed_afterwards_is_no_finding():
+    # (every run that frees all it allocated ends with a cache: that is what a pool is for)
+    assert "pool_cache" not in _memory_run("cache_at_end", release_threshold="none")
 
 
 def test_modest_memory_use_has_no_memory_findings():

@@ -433,3 +433,47 @@ def test_a_notify_wait_whose_record_was_done_before_is_drawn_as_no_wait():
         print(slice_["name"], "|", slice_["args"]["blocked"])
     ''', env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
     assert out.strip().splitlines()[-1] == "notify record done before: no wait | False"
+
+
+def test_a_free_after_queued_work_counts_its_bytes_until_that_work_is_done():
+    # (each buffer freed right after its kernel's launch was recorded as freed at the call:
+    # the profile's peak was 64 MiB where 4 x 64 MiB were held by running kernels, and the
+    # allocation lanes ended before their kernels began)
+    from subprocess_util import run_program
+    import json
+    out = run_program('''
+        import json, ascentrt as art
+        dev = art.set_device(0)
+        ss = [dev.create_stream() for _ in range(4)]
+        with art.profile(None) as prof:
+            for s in ss:
+                b = art.malloc(64 << 20)
+                art.launch(lambda x: None, b, stream=s, cost=1e-3, block_dim=1)
+                b.free()
+            dev.synchronize()
+        p = prof.profile
+        peak = max(m.allocated for m in p.memory if m.device == 0)
+        ends = sorted(t.end_ns for t in p.tasks if t.kind == "kernel")
+        frees = sorted(a.free_ns for a in p.allocations)
+        print(json.dumps([peak, frees == ends]))
+    ''', env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
+    peak, frees_at_kernel_ends = json.loads(out.strip().splitlines()[-1])
+    assert peak == 4 * (64 << 20) and frees_at_kernel_ends
+
+
+def test_cached_chunks_beside_free_memory_are_not_reported_as_fragmentation():
+    # (4 x 480 MiB freed on a 2 GiB device: "2.0 GiB free but the largest contiguous range was
+    # only 128 MiB", while malloc(1900 MiB) then took the cached blocks' memory at once)
+    from subprocess_util import run_program
+    out = run_program('''
+        import ascentrt as art
+        from ascentrt.profiler import memstats
+        dev = art.set_device(0)
+        for b in [art.malloc(480 << 20) for _ in range(4)]:
+            b.free()
+        free, largest = memstats.free_ranges(dev)
+        big = art.malloc(1900 << 20)
+        print(largest >= 1900 << 20, big.alive)
+    ''', env={"ASCENTRT_DEVICE_MEMORY": "2G", "ASCENTRT_MEM_POOL_RELEASE_THRESHOLD": "none"},
+        timeout=60)
+    assert out.split() == ["True", "True"]

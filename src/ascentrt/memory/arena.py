@@ -101,3 +101,8 @@ class Arena:
         """The largest contiguous free range."""
         with self._lock:
             return max(self._free_sizes.values(), default=0)
+
+    def free_ranges(self) -> list[tuple[int, int]]:
+        """The free ranges as (offset, size), by offset."""
+        with self._lock:
+            return [(off, self._free_sizes[off]) for off in self._free_offsets]

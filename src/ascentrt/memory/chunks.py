@@ -140,6 +140,10 @@ class ArenaChunks:
         """The largest contiguous range not held by any chunk."""
         return self.arena.largest_free()
 
+    def unreserved_ranges(self) -> list[tuple[int, int]]:
+        """The ranges not held by any chunk, as (address, size), by address."""
+        return [(self.base + off, size) for off, size in self.arena.free_ranges()]
+
 
 class HostChunks:
     """Pinned host chunks from a backend: one allocation each, locked once when the chunk is made."""

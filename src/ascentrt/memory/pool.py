@@ -973,6 +973,20 @@ class BlockPool:
 
     # ---- introspection ---------------------------------------------------------------------
 
+    def free_chunk_ranges(self) -> list[tuple[int, int]]:
+        """(address, size) of each chunk no block of which is in use or waits for work not done
+        yet: memory the pool gives back upstream when an allocation needs the room."""
+        with self._lock:
+            out = []
+            for chunk in self._chunks.values():
+                b = chunk.first
+                while b is not None and (b.state is READY or b.state is CACHED
+                                         or b.state is PENDING and positions_reached(b.waits)):
+                    b = b.next
+                if b is None:
+                    out.append((chunk.addr, chunk.size))
+            return out
+
     def chunks(self) -> list:
         """The reserved chunks, by address (a copy; hold the pool's lock to walk their blocks)."""
         return [self._chunks[a] for a in sorted(self._chunks)]

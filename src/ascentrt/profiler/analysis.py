@@ -716,13 +716,20 @@ def _memory(profile, devices) -> list[Finding]:
                 {"free": format_bytes(worst.free), "largest free range": format_bytes(worst.largest_free),
                  "usable share": f"{worst.largest_free / worst.free:.0%}",
                  "failed allocations": len(ooms)}, []))
+        # A large cache costs something only when it did not serve what came after: the pool
+        # reserved more while holding it, or an allocation failed (a cache at the end of a
+        # run, all freed, is what a caching pool is for).
         cached = max(samples, key=lambda s: s.reserved - s.allocated)
-        if cached.reserved - cached.allocated >= CACHED_SHARE * cap:
+        grew = next((s for s in samples if s.ts_ns > cached.ts_ns and s.reserved > cached.reserved),
+                    None)
+        if cached.reserved - cached.allocated >= CACHED_SHARE * cap and (grew is not None or ooms):
+            then = (f"yet at {format_ms(grew.ts_ns)} it reserved {format_bytes(grew.reserved)}"
+                    if grew is not None else f"yet {len(ooms)} allocation(s) failed")
             out.append(Finding(
                 "pool_cache", f"Device {dev_id}'s pool caches much more memory than is in use",
                 f"at {format_ms(cached.ts_ns)} the allocator reserved {format_bytes(cached.reserved)} for "
-                f"{format_bytes(cached.allocated)} of live buffers: cached blocks that do not fit new "
-                f"requests",
+                f"{format_bytes(cached.allocated)} of live buffers, {then}: the cached blocks did not "
+                f"fit the requests that came after",
                 "trim the pool when the working set shrinks (ascentrt.empty_cache(), a release "
                 "threshold), keep buffer sizes uniform so cached blocks are reused",
                 {"reserved": format_bytes(cached.reserved), "allocated": format_bytes(cached.allocated)}, []))

@@ -12,6 +12,17 @@ def _pools(mem) -> list:
     return list({id(p): p for p in pools}.values())
 
 
+def _longest_run(ranges: list[tuple[int, int]]) -> int:
+    """The largest size of adjacent (address, size) ranges joined (sorted by address)."""
+    best = run = 0
+    end = None
+    for addr, size in ranges:
+        run = run + size if addr == end else size
+        end = addr + size
+        best = max(best, run)
+    return best
+
+
 def reserved_bytes(device) -> int:
     """Bytes the allocator holds: live buffers plus cached free blocks (pool), or live (arena)."""
     mem = device._memory
@@ -28,7 +39,11 @@ def free_ranges(device) -> tuple[int, int]:
     if pools:
         chunks = mem.chunks
         free = chunks.unreserved_bytes() + sum(p.free_bytes() for p in pools)
-        largest = max([chunks.largest_unreserved()] + [p.largest_free_block() for p in pools])
+        # The largest range a request can get: a free block, or unreserved memory joined with
+        # the wholly free chunks beside it, which the pools give back when a request needs the
+        # room (taken apart, cached chunks read as fragmentation that is not there).
+        ranges = sorted(chunks.unreserved_ranges() + [r for p in pools for r in p.free_chunk_ranges()])
+        largest = max([p.largest_free_block() for p in pools] + [_longest_run(ranges)])
         return int(free), int(largest)
     arena = mem.arena
     return int(arena.free_bytes()), int(arena.largest_free())

@@ -18,6 +18,8 @@ from ..callsite import site_text, user_code_site
 from ..engine import ENGINE, Hooks
 from ..engine.task import EVENT_WAIT, KIND_NAMES, NOTIFY_WAIT
 from ..errors import ErrorCode
+from ..memory.links import Links
+from ..memory.pool import busy_positions
 from ..memory.registry import REGISTRY
 from . import memstats
 from ..hccl.comm import groups as hccl_groups
@@ -48,6 +50,18 @@ def _wall_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+class _PendingFree:
+    """A buffer freed after queued work: its bytes stay in use until that work is done."""
+
+    __slots__ = ("rec", "key", "addr", "nbytes", "device", "waits", "when")
+
+    def __init__(self, rec, key: int, alloc, waits: tuple):
+        self.rec, self.key, self.addr, self.nbytes = rec, key, alloc.addr, alloc.nbytes
+        self.device = alloc.device
+        self.waits = dict(waits)  # stream -> the task id it must complete
+        self.when = 0             # the latest end of the work done so far
+
+
 def _drained(items: list) -> Iterator:
     """The items of a list in order, each removed as it is handed out (the order matters: tasks
     that tie on start and end keep their completion order through the stable sort after)."""
@@ -74,6 +88,11 @@ class Recorder:
         self.allocations: dict[int, list] = {}
         self.done_allocations: list[list] = []
         self.allocated: dict[int, int] = {}      # device id (-1 host) -> live bytes
+        # Frees whose memory queued work still uses (the pool hands it on once that work is
+        # done, or at once to a later allocation on the freeing stream); with `allocated`,
+        # changed under the lock (executor threads settle them as their tasks end).
+        self.pending_frees: list[_PendingFree] = []
+        self._memory_lock = threading.Lock()
         self.devices: dict[int, Device] = {}
         # thread ident -> name, noted when a thread is first seen: it may have ended by finish()
         self.thread_names: dict[int, str] = {}
@@ -99,6 +118,8 @@ class Recorder:
         bucket.append((task_id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                        task.t_enqueue, task.t_start, task.t_end, task.thread, _error_text(task),
                        released, "dropped" if task.dropped else "", task.units))
+        if self.pending_frees:
+            self._settle(task.stream, (task,))
 
     def tasks_done(self, stream, tasks) -> None:
         """A batch of finished tasks of one stream (one call per executor batch, not per task)."""
@@ -115,6 +136,29 @@ class Recorder:
             append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                     task.t_enqueue, task.t_start, task.t_end, task.thread,
                     "" if task.error is None else _error_text(task), None, "", task.units))
+        if self.pending_frees:
+            self._settle(stream, tasks)
+
+    def _settle(self, stream, tasks) -> None:
+        """Tasks of `stream` ended: the frees that waited for no more than them release their
+        bytes, at the end of the last task they waited for."""
+        done = []
+        with self._memory_lock:
+            for p in self.pending_frees:
+                pos = p.waits.get(stream)
+                if pos is None:
+                    continue
+                for t in tasks:
+                    if t.id >= pos:
+                        del p.waits[stream]
+                        p.when = max(p.when, t.t_end)
+                        break
+                if not p.waits:
+                    done.append(p)
+            for p in done:
+                self.pending_frees.remove(p)
+        for p in done:
+            self._released(p.rec, p.key, p.nbytes, p.device, p.when)
 
     # ---- start / stop --------------------------------------------------------------------
 
@@ -135,6 +179,11 @@ class Recorder:
         """Detach everything; the recorded data stays (with the work that never finished)."""
         self.detach()
         self.t_end = clock.now_ns()
+        with self._memory_lock:  # (their work never ended: their bytes were live to the end)
+            for p in self.pending_frees:
+                if p.rec is not None:
+                    self.allocations[id(p)] = p.rec
+            self.pending_frees.clear()
         self._note_unfinished(self.t_end)
         self._sample_devices()
 
@@ -208,35 +257,63 @@ class Recorder:
         """A buffer was allocated (told by the address registry)."""
         dev = alloc.device
         key = -1 if dev is None else dev.id
-        self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, clock.now_ns(), None,
+        now = clock.now_ns()
+        self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, now, None,
                                        user_code_site(3)]
-        self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
+        if self.pending_frees:  # (the pool handed on memory a free left to queued work)
+            self._handed_on(key, alloc.addr, alloc.nbytes, now)
+        with self._memory_lock:
+            self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
         self._sample(dev)
 
     def buffer_freed(self, alloc, stream=None) -> None:
-        """A buffer was freed (told by the address registry)."""
+        """A buffer was freed (told by the address registry): after `stream`'s queued work (None:
+        all of the device's), which may still use its bytes: they are live until it is done."""
         dev = alloc.device
         key = -1 if dev is None else dev.id
         rec = self.allocations.pop(id(alloc), None)
+        waits = busy_positions([stream] if stream is not None else Links.busy_streams())
+        if waits:
+            with self._memory_lock:
+                self.pending_frees.append(_PendingFree(rec, key, alloc, waits))
+            return
+        self._released(rec, key, alloc.nbytes, dev, clock.now_ns())
+
+    def _handed_on(self, key: int, addr: int, nbytes: int, now: int) -> None:
+        """A new allocation took memory of a pending free (its stream reuses it at once):
+        that free's bytes were released by now."""
+        with self._memory_lock:
+            taken = [p for p in self.pending_frees
+                     if p.key == key and p.addr < addr + nbytes and addr < p.addr + p.nbytes]
+            for p in taken:
+                self.pending_frees.remove(p)
+        for p in taken:
+            self._released(p.rec, p.key, p.nbytes, p.device, now)
+
+    def _released(self, rec, key: int, nbytes: int, dev, when: int) -> None:
+        """A freed buffer's bytes are no longer in use from `when` on."""
         if rec is not None:
-            rec[4] = clock.now_ns()
+            rec[4] = when
             self.done_allocations.append(rec)
-        self.allocated[key] = max(0, self.allocated.get(key, 0) - alloc.nbytes)
-        self._sample(dev)
+        with self._memory_lock:
+            self.allocated[key] = max(0, self.allocated.get(key, 0) - nbytes)
+        self._sample(dev, when=when)
 
     def _note_device(self, dev) -> None:
         if dev.id not in self.devices:
             self.devices[dev.id] = dev
 
-    def _sample(self, dev, measure_layout: bool = False) -> None:
-        now = clock.now_ns()
+    def _sample(self, dev, measure_layout: bool = False, when: int | None = None) -> None:
+        """Sample `dev`'s memory now, or at `when` (a release settled by a task's end, maybe
+        under the engine's lock: no layout then, which takes the pools' locks)."""
+        now = clock.now_ns() if when is None else when
         if dev is None:
             pinned = self.allocated.get(-1, 0)
             self.memory.append(MemorySample(now - self.t0, -1, pinned, pinned))
             return
         self._note_device(dev)
         free = largest = -1
-        if measure_layout or now - self._last_layout_ns >= _FRAGMENTATION_EVERY_NS:
+        if when is None and (measure_layout or now - self._last_layout_ns >= _FRAGMENTATION_EVERY_NS):
             self._last_layout_ns = now
             free, largest = memstats.free_ranges(dev)
         self.memory.append(MemorySample(now - self.t0, dev.id, self.allocated.get(dev.id, 0),
@@ -300,8 +377,10 @@ class Recorder:
                               if t0 <= a <= last), key=lambda r: (r.start_ns, -r.end_ns))
         prof.marks = [MarkRecord(n, ts - t0, th) for n, ts, th in self.marks if t0 <= ts <= last]
         shift = self.t0 - t0  # (samples are stamped relative to the recording's start)
-        prof.memory = [m if not shift else dataclasses.replace(m, ts_ns=m.ts_ns + shift)
-                       for m in self.memory if t0 <= m.ts_ns + self.t0 <= last]
+        # (in time order: a free after queued work is sampled when that work ended)
+        prof.memory = sorted((m if not shift else dataclasses.replace(m, ts_ns=m.ts_ns + shift)
+                              for m in self.memory if t0 <= m.ts_ns + self.t0 <= last),
+                             key=attrgetter("ts_ns"))
         if self._sanitizer is not None:
             prof.races = [RaceRecord(str(r), r.first.stream, r.first.task_id, r.second.stream,
                                      r.second.task_id, r.reused_from is not None, r.count)
