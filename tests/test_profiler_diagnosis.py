@@ -436,3 +436,22 @@ def test_copies_and_kernels_on_two_streams_that_wait_on_each_other_in_turn_are_f
     from subprocess_util import run_program
     out = run_program(PING_PONG, env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
     assert out.split() == ["1", "True"]
+
+
+def test_a_submit_held_by_a_full_queue_is_waiting_not_submitting_cost():
+    # (150 kernels of 10 us on a 1-deep queue: each launch waited ~18 us for room and was read
+    # as a 21 us submit, "tasks too small: submitting one costs 21.0 us" with 3 us launches)
+    from subprocess_util import run_program
+    out = run_program('''
+        import json, ascentrt as art
+        s = art.Stream()
+        with art.profile(None) as prof:
+            for _ in range(150):
+                art.launch(lambda: None, stream=s, cost=10e-6, block_dim=1)
+            s.synchronize()
+        calls = prof.profile.api_calls
+        full = [c for c in calls if c.name == "waiting for room in a full stream queue"]
+        print(json.dumps([len(full) > 100, sorted({f.kind for f in prof.diagnose()})]))
+    ''', env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_VARY": '{"queue_depth": 1}'}, timeout=60)
+    waited, kinds = json.loads(out.strip().splitlines()[-1])
+    assert waited and "small_tasks" not in kinds and "host_bound" not in kinds

@@ -353,10 +353,15 @@ class Engine:
             self._wait_for_room(stream)
 
     def _wait_for_room(self, stream) -> None:
-        """Wait until the full submission queue of `stream` has room for one more task."""
+        """Wait until the full submission queue of `stream` has room for one more task (a
+        profiler is told: that time is waiting on the device, not the submit's own cost)."""
         depth = stream._dq.queue_depth
+        prof = Hooks.profiler
+        t0 = prof.now_ns() if prof is not None else 0
         self.wait_completed(stream, None, f"a submit to full stream {stream.id} ({depth} tasks "
                                 f"queued)", behind=depth - 1)
+        if prof is not None:
+            prof.waited_for_room(stream, t0)
 
     def wait_completed(self, stream, timeout: float | None, what: str, behind: int = 0) -> None:
         """Block the host until all but the last `behind` tasks submitted to `stream` so far have

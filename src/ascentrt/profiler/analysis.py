@@ -12,7 +12,7 @@ from operator import attrgetter
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
 from .critical import capacities, executor_holders
-from .data import COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, WORK_KINDS, ProfileData
+from .data import COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, QUEUE_FULL, WORK_KINDS, ProfileData
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 
@@ -357,6 +357,18 @@ def _submit_calls(profile):
     return [c for c in profile.api_calls if c.name in SUBMIT_APIS]
 
 
+def _submit_costs(profile) -> list[int]:
+    """Each submitting call's own time: less what it spent waiting for room in a full stream
+    queue (waiting on the device, which doing more per task would not save)."""
+    full: dict[int, list] = defaultdict(list)
+    for c in profile.api_calls:
+        if c.name == QUEUE_FULL:
+            full[c.thread].append((c.start_ns, c.end_ns))
+    return [c.duration_ns - sum(max(0, min(c.end_ns, b) - max(c.start_ns, a))
+                                for a, b in full.get(c.thread, ()))
+            for c in _submit_calls(profile)]
+
+
 def _small_tasks(dev_id, work, profile) -> list[Finding]:
     small = [t for t in work if t.kind != "host_func"]
     if len(small) < MIN_SMALL_TASKS:
@@ -364,7 +376,7 @@ def _small_tasks(dev_id, work, profile) -> list[Finding]:
     d50 = statistics.median(t.duration_ns for t in small)
     if d50 >= SMALL_TASK_NS:
         return []
-    submits = [c.duration_ns for c in _submit_calls(profile)]
+    submits = _submit_costs(profile)
     launch50 = statistics.median(submits) if submits else 0
     disp50 = _pct(dispatch_latencies(profile), 0.5)  # (the summary's median, the same figure)
     overhead = launch50 + disp50

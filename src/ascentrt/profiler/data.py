@@ -27,8 +27,11 @@ COMPUTE_KINDS = ("kernel", "memset")
 COPY_DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device", "host_to_host")
 # The executor class each kind of work runs on (a device's units of it are shared by its streams).
 EXECUTOR_OF_KIND = {"kernel": "compute", "memset": "compute", "copy": "copy", "host_func": "host"}
+# What the profile calls the part of a submitting call that waited for a full stream's queue
+# to have room (a submit on a simulated device with queue_depth tasks pending): waiting.
+QUEUE_FULL = "waiting for room in a full stream queue"
 SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.synchronize",
-             "Graph.execute")  # (a replay and the wait for it)
+             "Graph.execute", QUEUE_FULL)  # (a replay and the wait for it)
 QUERY_APIS = ("Stream.query", "Event.query")  # one that finds the work not done polls: it waits
 
 

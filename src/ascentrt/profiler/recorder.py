@@ -23,7 +23,7 @@ from ..memory.pool import busy_positions
 from ..memory.registry import REGISTRY
 from . import memstats
 from ..hccl.comm import groups as hccl_groups
-from .data import (GRAPH_SEGMENT, Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord,
+from .data import (GRAPH_SEGMENT, QUEUE_FULL, Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord,
                    MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
 from .hostapi import Instrumentation, by_start
 from .profile import Profile
@@ -138,6 +138,17 @@ class Recorder:
                     "" if task.error is None else _error_text(task), None, "", task.units))
         if self.pending_frees:
             self._settle(stream, tasks)
+
+    def now_ns(self) -> int:
+        """The profile's clock (virtual time on a simulated device)."""
+        return clock.now_ns()
+
+    def waited_for_room(self, stream, t0: int) -> None:
+        """A submit waited from `t0` until now for room in `stream`'s full queue: recorded as a
+        waiting call inside it (the submit's own cost is what is left of it)."""
+        thread = threading.get_ident()
+        self.calls.append((QUEUE_FULL, t0, clock.now_ns(), thread, 0,
+                           (f"stream {stream.id}", False, 0)))
 
     def _settle(self, stream, tasks) -> None:
         """Tasks of `stream` ended: the frees that waited for no more than them release their
