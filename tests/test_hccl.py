@@ -324,9 +324,11 @@ expect(R.E_PTR, lambda: hccl.get_rank_size(dead[0]))
 print(all(x is True for x in seen), [x for x in seen if x is not True])
 print(all(x.pending == 0 for x in s))
 # nothing moved and every communicator is still usable
-for r in range(2):  # (a numpy int count, as the core's byte counts take them)
+for r in range(2):  # (numpy ints for the count and the root, as the core's counts take them)
     art.memset(b[r], 0)
     hccl.all_reduce(b[r], b[r], np.int64(16), D.FP32, O.SUM, comms[r], s[r])
+for r in range(2):
+    hccl.broadcast(b[r], np.int64(16), D.FP32, np.int64(1), comms[r], s[r])
 print([sync_error(x) for x in s[:2]] == [None, None])
 print(hccl.get_rank_size(comms[1]), hccl.get_rank_id(comms[1]), hccl.get_rank_id(other[1]))
 '''

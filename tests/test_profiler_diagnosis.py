@@ -449,9 +449,13 @@ def test_a_submit_held_by_a_full_queue_is_waiting_not_submitting_cost():
             for _ in range(150):
                 art.launch(lambda: None, stream=s, cost=10e-6, block_dim=1)
             s.synchronize()
+        from ascentrt.profiler.analysis import metrics
         calls = prof.profile.api_calls
         full = [c for c in calls if c.name == "waiting for room in a full stream queue"]
-        print(json.dumps([len(full) > 100, sorted({f.kind for f in prof.diagnose()})]))
+        api = metrics(prof.profile)["api"]  # (calls the program made, each its own time)
+        print(json.dumps([len(full) > 100, sorted({f.kind for f in prof.diagnose()}),
+                          api["launch"]["count"], api["launch"]["mean_ns"], sorted(api)]))
     ''', env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_VARY": '{"queue_depth": 1}'}, timeout=60)
-    waited, kinds = json.loads(out.strip().splitlines()[-1])
+    waited, kinds, launches, mean_ns, names = json.loads(out.strip().splitlines()[-1])
     assert waited and "small_tasks" not in kinds and "host_bound" not in kinds
+    assert launches == 150 and mean_ns <= 5000 and names == ["Stream.synchronize", "launch"]

@@ -93,10 +93,11 @@ def _stream(stream, comm) -> Stream:
 
 
 def _rank(value, comm, what: str) -> int:
-    if type(value) is not int or not 0 <= value < comm.group.size:
+    rank = as_int(value)  # (numpy's ints too, as counts)
+    if rank is None or not 0 <= rank < comm.group.size:
         raise HcclError(f"{what} {value!r} is not a rank of communicator {comm.group.id} "
                         f"(0..{comm.group.size - 1})", code=HcclResult.E_PARA)
-    return value
+    return rank
 
 
 class _Posted:

@@ -162,11 +162,11 @@ class DeviceAllocator:
                     return pool.allocate(n, stream)
                 except OutOfMemoryError:
                     pass
-            if not self._cache_gave_back(pool):
+            if not self._emptied_default_cache(pool):
                 raise
             return pool.allocate(n, stream)
 
-    def _cache_gave_back(self, pool: Any) -> bool:
+    def _emptied_default_cache(self, pool: Any) -> bool:
         """After a MemPool's refused allocation: the device's default pool gives back its wholly
         free chunks, the runtime's own cache of memory no buffer uses; True if it held any.
         (A MemPool's reserved memory stays its own, as a CUDA memory pool keeps it until
@@ -285,14 +285,14 @@ class DeviceAllocator:
         mem = buf._mem
         buf._mem = None  # (first: a synchronous copy that starts now refuses it)
         offset = buf.addr - self.base
-        give_back: Callable[[], Any]
+        return_range: Callable[[], Any]
         if waits and mem is not None:
             buf._late = (mem, waits)
-            give_back = lambda: self.late_frees.add(offset, waits)  # noqa: E731
+            return_range = lambda: self.late_frees.add(offset, waits)  # noqa: E731
         else:
-            give_back = lambda: self.arena.free(offset)  # type: ignore[union-attr]  # noqa: E731  # (the plain arena's)
-        if not (_HOST_USES and defer_release(buf, give_back)):
-            give_back()
+            return_range = lambda: self.arena.free(offset)  # type: ignore[union-attr]  # noqa: E731  # (the plain arena's)
+        if not (_HOST_USES and defer_release(buf, return_range)):
+            return_range()
         return True
 
     def record_stream(self, buf: DeviceBuffer, stream: Any) -> None:

@@ -39,7 +39,9 @@ class Chunk:
         self.starts: list[int] = []  # block start addresses, sorted (kept by the pool)
         self.blocks: list = []       # the blocks at those addresses
         self.lock: Any = None  # the holding pool's lock (None until one holds it)
-        self.finder: Any = None  # the holding pool's find(chunk, addr, wait) (typed there)
+        # The holding pool's find(chunk, addr, wait): the pool keeps the blocks, and types them
+        # (compiled, read natively); called through here, chunks imports nothing of the pool.
+        self.finder: Any = None
 
     @property
     def nbytes(self) -> int:

@@ -91,10 +91,10 @@ def _release_unpooled(buf: HostBuffer) -> bool:
             buf._mem = None
         REGISTRY.remove(buf)
         handle = buf._handle
-        give_back: Callable[[], Any] = (lambda: _late_frees.add(handle, waits)) if waits \
+        return_mapping: Callable[[], Any] = (lambda: _late_frees.add(handle, waits)) if waits \
             else (lambda: Links.host_backend().free(handle))
-        if not (_HOST_USES and defer_release(buf, give_back)):
-            give_back()
+        if not (_HOST_USES and defer_release(buf, return_mapping)):
+            return_mapping()
     finally:
         release(held)
     if _late_frees.entries:

@@ -49,12 +49,12 @@ def run_deferred_releases() -> None:
         release(held)
 
 
-def defer_release(alloc: Any, release: Callable[[], Any]) -> bool:
-    """If a synchronous operation uses `alloc` (already marked freed) now, leave release() to
-    the end of the operations using it and return True; False: the caller releases it now."""
+def defer_release(alloc: Any, give_back: Callable[[], Any]) -> bool:
+    """If a synchronous operation uses `alloc` (already marked freed) now, leave give_back()
+    to the end of the operations using it and return True; False: the caller gives it back now."""
     if not in_use(alloc):
         return False
-    item = [alloc, release]
+    item = [alloc, give_back]
     DEFERRED.append(item)
     if in_use(alloc):
         return True  # its operation's end, after this, finds the item

@@ -12,7 +12,7 @@ from operator import attrgetter
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
 from .critical import capacities, executor_holders
-from .data import COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, QUEUE_FULL, WORK_KINDS, ProfileData
+from .data import COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, WORK_KINDS, ProfileData, calls_made
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 
@@ -183,8 +183,8 @@ def metrics(profile: ProfileData) -> dict:
     out["queued_ns"] = _spread([t.queued_ns for t in profile.tasks if t.kind in DISPATCHED_KINDS])
     out["dispatch_latency_ns"] = _spread(dispatch_latencies(profile))
     api = defaultdict(list)
-    for c in profile.api_calls:
-        api[c.name].append(c.duration_ns)
+    for call, own_ns in calls_made(profile.api_calls):
+        api[call.name].append(own_ns)
     out["api"] = {name: {"count": len(d), "total_ns": sum(d), "mean_ns": sum(d) // len(d),
                          "max_ns": max(d)} for name, d in sorted(api.items())}
     out["api_total_ns"] = sum(v["total_ns"] for v in out["api"].values())
@@ -360,13 +360,7 @@ def _submit_calls(profile):
 def _submit_costs(profile) -> list[int]:
     """Each submitting call's own time: less what it spent waiting for room in a full stream
     queue (waiting on the device, which doing more per task would not save)."""
-    full: dict[int, list] = defaultdict(list)
-    for c in profile.api_calls:
-        if c.name == QUEUE_FULL:
-            full[c.thread].append((c.start_ns, c.end_ns))
-    return [c.duration_ns - sum(max(0, min(c.end_ns, b) - max(c.start_ns, a))
-                                for a, b in full.get(c.thread, ()))
-            for c in _submit_calls(profile)]
+    return [own for c, own in calls_made(profile.api_calls) if c.name in SUBMIT_APIS]
 
 
 def _small_tasks(dev_id, work, profile) -> list[Finding]:
@@ -731,12 +725,16 @@ def _memory(profile, devices) -> list[Finding]:
         # A large cache costs something only when it did not serve what came after: the pool
         # reserved more while holding it, or an allocation failed (a cache at the end of a
         # run, all freed, is what a caching pool is for).
-        cached = max(samples, key=lambda s: s.reserved - s.allocated)
-        grew = next((s for s in samples if s.ts_ns > cached.ts_ns and s.reserved > cached.reserved),
-                    None)
-        if cached.reserved - cached.allocated >= CACHED_SHARE * cap and (grew is not None or ooms):
-            then = (f"yet at {format_ms(grew.ts_ns)} it reserved {format_bytes(grew.reserved)}"
-                    if grew is not None else f"yet {len(ooms)} allocation(s) failed")
+        big = CACHED_SHARE * cap
+        # (the pool grew right after a sample that held a big cache, or an allocation failed
+        # after the cache formed)
+        grew = next(((a, b) for a, b in zip(samples, samples[1:])
+                     if a.reserved - a.allocated >= big and b.reserved > a.reserved), None)
+        cached = grew[0] if grew is not None else max(samples, key=lambda s: s.reserved - s.allocated)
+        failed = [c for c in ooms if c.start_ns >= cached.ts_ns]
+        if cached.reserved - cached.allocated >= big and (grew is not None or failed):
+            then = (f"yet at {format_ms(grew[1].ts_ns)} it reserved {format_bytes(grew[1].reserved)}"
+                    if grew is not None else f"yet {len(failed)} allocation(s) failed after")
             out.append(Finding(
                 "pool_cache", f"Device {dev_id}'s pool caches much more memory than is in use",
                 f"at {format_ms(cached.ts_ns)} the allocator reserved {format_bytes(cached.reserved)} for "

@@ -7,7 +7,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterator
 
-from .data import WORK_KINDS, ProfileData
+from .data import WORK_KINDS, ProfileData, calls_made
 
 
 def _us(ns: float) -> str:
@@ -78,8 +78,8 @@ def kernel_rows(profile: ProfileData) -> list[list]:
 def api_rows(profile: ProfileData) -> list[list]:
     """api_statistic.csv: per runtime API, host time statistics."""
     groups = defaultdict(list)
-    for c in profile.api_calls:
-        groups[c.name].append(c.duration_ns)
+    for c, own_ns in calls_made(profile.api_calls):
+        groups[c.name].append(own_ns)
     return _stats_rows(groups, "api")
 
 

@@ -35,6 +35,19 @@ SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.s
 QUERY_APIS = ("Stream.query", "Event.query")  # one that finds the work not done polls: it waits
 
 
+def calls_made(calls: list) -> list[tuple["ApiCall", int]]:
+    """(call, its own ns) for each runtime call the program made (a thread's outermost): the
+    waits for room in a full stream queue recorded inside calls are not calls, and are left
+    out of the time of the call they were in."""
+    full: dict[int, list] = {}
+    for c in calls:
+        if c.name == QUEUE_FULL:
+            full.setdefault(c.thread, []).append((c.start_ns, c.end_ns))
+    return [(c, c.end_ns - c.start_ns - sum(max(0, min(c.end_ns, b) - max(c.start_ns, a))
+                                            for a, b in full.get(c.thread, ())))
+            for c in calls if c.name != QUEUE_FULL]
+
+
 def waits(call: "ApiCall") -> bool:
     """Whether the host spent `call` waiting for the device: a synchronization, or a query
     that found the work not done yet (a poll loop's)."""

@@ -40,9 +40,11 @@ def free_ranges(device) -> tuple[int, int]:
         chunks = mem.chunks
         free = chunks.unreserved_bytes() + sum(p.free_bytes() for p in pools)
         # The largest range a request can get: a free block, or unreserved memory joined with
-        # the wholly free chunks beside it, which the pools give back when a request needs the
-        # room (taken apart, cached chunks read as fragmentation that is not there).
-        ranges = sorted(chunks.unreserved_ranges() + [r for p in pools for r in p.free_chunk_ranges()])
+        # the default pool's wholly free chunks beside it, which it gives back when a request
+        # needs the room (taken apart, they read as fragmentation that is not there; a
+        # MemPool's stay its own).
+        default = mem.pool.free_chunk_ranges() if mem.pool is not None else []
+        ranges = sorted(chunks.unreserved_ranges() + default)
         largest = max([p.largest_free_block() for p in pools] + [_longest_run(ranges)])
         return int(free), int(largest)
     arena = mem.arena

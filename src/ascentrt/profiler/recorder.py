@@ -18,8 +18,7 @@ from ..callsite import site_text, user_code_site
 from ..engine import ENGINE, Hooks
 from ..engine.task import EVENT_WAIT, KIND_NAMES, NOTIFY_WAIT
 from ..errors import ErrorCode
-from ..memory.links import Links
-from ..memory.pool import busy_positions
+from ..memory.pool import positions_reached
 from ..memory.registry import REGISTRY
 from . import memstats
 from ..hccl.comm import groups as hccl_groups
@@ -58,8 +57,16 @@ class _PendingFree:
     def __init__(self, rec, key: int, alloc, waits: tuple):
         self.rec, self.key, self.addr, self.nbytes = rec, key, alloc.addr, alloc.nbytes
         self.device = alloc.device
-        self.waits = dict(waits)  # stream -> the task id it must complete
+        self.waits: dict = {}     # stream -> the task id it must complete
+        for s, pos in waits:
+            self.waits[s] = max(pos, self.waits.get(s, 0))
         self.when = 0             # the latest end of the work done so far
+
+    def reached(self) -> bool:
+        """Whether the streams are past the work it waits for (run, or discarded unrun: a
+        destroyed stream's work never runs)."""
+        return all(s._refuse == "destroyed" or positions_reached(((s, pos),))
+                   for s, pos in self.waits.items())
 
 
 def _drained(items: list) -> Iterator:
@@ -152,24 +159,36 @@ class Recorder:
 
     def _settle(self, stream, tasks) -> None:
         """Tasks of `stream` ended: the frees that waited for no more than them release their
-        bytes, at the end of the last task they waited for."""
+        bytes, at the end of the last task they waited for (work discarded unrun, which no
+        task end reports, counts as done by then)."""
         done = []
+        end = max(t.t_end for t in tasks)
         with self._memory_lock:
             for p in self.pending_frees:
                 pos = p.waits.get(stream)
-                if pos is None:
-                    continue
-                for t in tasks:
-                    if t.id >= pos:
-                        del p.waits[stream]
-                        p.when = max(p.when, t.t_end)
-                        break
-                if not p.waits:
+                if pos is not None:
+                    for t in tasks:
+                        if t.id >= pos:
+                            del p.waits[stream]
+                            p.when = max(p.when, t.t_end)
+                            break
+                if not p.waits or p.reached():
+                    p.when = max(p.when, end) if p.waits else p.when
                     done.append(p)
             for p in done:
                 self.pending_frees.remove(p)
         for p in done:
             self._released(p.rec, p.key, p.nbytes, p.device, p.when)
+
+    def _settle_reached(self, now: int) -> None:
+        """Release, as of `now`, the pending frees whose work is done or was discarded (an
+        abort, a destroy, a reset or a stopped stream drops tasks no task end reports)."""
+        with self._memory_lock:
+            done = [p for p in self.pending_frees if p.reached()]
+            for p in done:
+                self.pending_frees.remove(p)
+        for p in done:
+            self._released(p.rec, p.key, p.nbytes, p.device, max(p.when, now) if p.waits else p.when)
 
     # ---- start / stop --------------------------------------------------------------------
 
@@ -190,11 +209,14 @@ class Recorder:
         """Detach everything; the recorded data stays (with the work that never finished)."""
         self.detach()
         self.t_end = clock.now_ns()
-        with self._memory_lock:  # (their work never ended: their bytes were live to the end)
-            for p in self.pending_frees:
-                if p.rec is not None:
-                    self.allocations[id(p)] = p.rec
-            self.pending_frees.clear()
+        self._settle_reached(self.t_end)
+        with self._memory_lock:
+            # Freed by the program, its work still not done: in use up to the end (not a leak).
+            left, self.pending_frees = self.pending_frees, []
+        for p in left:
+            if p.rec is not None:
+                p.rec[4] = self.t_end
+                self.done_allocations.append(p.rec)
         self._note_unfinished(self.t_end)
         self._sample_devices()
 
@@ -272,6 +294,7 @@ class Recorder:
         self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, now, None,
                                        user_code_site(3)]
         if self.pending_frees:  # (the pool handed on memory a free left to queued work)
+            self._settle_reached(now)
             self._handed_on(key, alloc.addr, alloc.nbytes, now)
         with self._memory_lock:
             self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
@@ -283,12 +306,16 @@ class Recorder:
         dev = alloc.device
         key = -1 if dev is None else dev.id
         rec = self.allocations.pop(id(alloc), None)
-        waits = busy_positions([stream] if stream is not None else Links.busy_streams())
-        if waits:
+        late = getattr(alloc, "_late", None)  # (mem, waits): what the pool's free waits for
+        now = clock.now_ns()
+        if late is not None and late[1]:
             with self._memory_lock:
-                self.pending_frees.append(_PendingFree(rec, key, alloc, waits))
+                self.pending_frees.append(_PendingFree(rec, key, alloc, late[1]))
+            self._settle_reached(now)  # (its work may have ended meanwhile: no task end left)
             return
-        self._released(rec, key, alloc.nbytes, dev, clock.now_ns())
+        if self.pending_frees:
+            self._settle_reached(now)
+        self._released(rec, key, alloc.nbytes, dev, now)
 
     def _handed_on(self, key: int, addr: int, nbytes: int, now: int) -> None:
         """A new allocation took memory of a pending free (its stream reuses it at once):
@@ -399,7 +426,8 @@ class Recorder:
                                                              None if until is None else until.races]]
         prof.collectives = _collectives(tasks)
         allocs = [(rec, True) for rec in self.done_allocations] + \
-                 [(rec, False) for rec in self.allocations.values()]
+                 [(rec, False) for rec in self.allocations.values()] + \
+                 [(p.rec, False) for p in list(self.pending_frees) if p.rec is not None]
         prof.allocations = sorted(
             (Allocation(d, addr, n, ta - t0, tf - t0 if freed and tf <= last else None,
                         site_text(site))
