@@ -22,7 +22,7 @@ from ..interrupts import hold, release, release_or_undo
 from ..units import format_bytes
 from ..validate import check_finite, check_size
 from .chunks import CHUNK, Chunk, round_chunk
-from .inflight import ACTIVE as _HOST_USES, defer_release
+from .inflight import ACTIVE, defer_release
 from .links import Links
 from .policy import ReusePolicy
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .buffer import _Allocation, _ByteRange  # (typed: a compiled build reads them natively)
 
 # Final: a compiled build inlines them instead of looking each up in the module per use.
+_HOST_USES: Final = ACTIVE  # (memory/inflight.py's, read natively: not from the module's dict)
 ALLOCATED: Final = "allocated"
 READY: Final = "free"
 PENDING: Final = "pending"
@@ -718,7 +719,7 @@ class BlockPool:
             if waits:
                 buf._late = (mem, waits)  # tasks queued before the free still run on it
             buf._mem = None
-            if _HOST_USES and defer_release(buf, lambda: self.deallocate(block, stream, waits)):
+            if _HOST_USES and self._deferred(buf, block, stream, waits):
                 return True  # a synchronous copy or fill still uses it: freed when that ends
         if block.state is not ALLOCATED:
             return False
@@ -742,6 +743,12 @@ class BlockPool:
         else:
             self._park(block, stream if stream is not None else block.stream, waits)
         return True
+
+    def _deferred(self, buf: Any, block: Block, stream: Any, waits: tuple) -> bool:
+        """Leave the rest of a free to the end of the synchronous operations that use `buf`
+        (see memory/inflight.py); False when none does. (Apart from _put_back: a function
+        that makes a closure pays for it on every call, compiled.)"""
+        return defer_release(buf, lambda: self.deallocate(block, stream, waits))
 
     def _park(self, block: Block, owner, waits: tuple) -> None:
         """Make a freed block pending until `waits` are done (`owner` may reuse it at once)."""
