@@ -459,3 +459,23 @@ def test_a_submit_held_by_a_full_queue_is_waiting_not_submitting_cost():
     waited, kinds, launches, mean_ns, names = json.loads(out.strip().splitlines()[-1])
     assert waited and "small_tasks" not in kinds and "host_bound" not in kinds
     assert launches == 150 and mean_ns <= 5000 and names == ["Stream.synchronize", "launch"]
+
+
+def test_a_device_starved_by_another_devices_full_queue_is_named_with_that_queue():
+    # (one host thread feeds two devices; device 0's 2-deep queue holds it ~490 us per launch
+    # while device 1 idles: "host-bound, launch first: fuse kernels" once, then nothing)
+    from subprocess_util import run_program
+    out = run_program('''
+        import json, ascentrt as art
+        a, b = art.Device(0).create_stream(), art.Device(1).create_stream()
+        with art.profile(None) as prof:
+            for _ in range(40):
+                art.launch(lambda: None, stream=a, cost=500e-6, block_dim=1)
+                art.launch(lambda: None, stream=b, cost=20e-6, block_dim=1)
+            art.synchronize()
+        print(json.dumps([[f.kind, f.title] for f in prof.diagnose()]))
+    ''', env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_DEVICES": "2",
+                "ASCENTRT_SIM_VARY": '{"queue_depth": 2}'}, timeout=60)
+    findings = json.loads(out.strip().splitlines()[-1])
+    assert [k for k, _ in findings] == ["held_by_full_queue"]
+    assert findings[0][1].startswith("Device 1 is starved") and "of device 0" in findings[0][1]

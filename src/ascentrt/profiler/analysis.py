@@ -12,7 +12,8 @@ from operator import attrgetter
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
 from .critical import capacities, executor_holders
-from .data import COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, WORK_KINDS, ProfileData, calls_made
+from .data import (COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, QUEUE_FULL, WORK_KINDS, ProfileData,
+                   calls_made)
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 
@@ -48,7 +49,7 @@ SUBMIT_APIS = ("launch", "launch_host_func", "memcpy_async", "memcpy2d_async", "
 class Finding:
     """One diagnosed problem: what, why (with figures and task ids), and what to try."""
 
-    kind: str          # host_bound, small_tasks, too_many_streams, device_sync_in_loop,
+    kind: str          # host_bound, held_by_full_queue, small_tasks, too_many_streams, device_sync_in_loop,
                        # stream_sync_in_loop,
                        # needless_sync, needless_wait, no_overlap, memory_peak, fragmentation,
                        # pool_cache, never_freed, failed_tasks, never_finished
@@ -326,7 +327,9 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
     feeders = {t.thread for t in work}
     host = attribute(idle, [c for c in profile.api_calls if c.thread in feeders])
     if host.largest == "waiting":
-        return []  # the host was waiting on the device, not starving it
+        # The host was waiting on a device: this one's own work, or another's full queue,
+        # which starves this one as surely as slow host code.
+        return _held_by_a_full_queue(dev_id, idle, idle_ns, util, span, feeders, profile)
     starts = sorted(work, key=lambda t: t.start_ns)
     begins = [t.start_ns for t in starts]
     after = []
@@ -351,6 +354,29 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
          "idle time": format_ms(idle_ns), "longest idle": format_ms(max(b - a for a, b in idle)),
          **host.evidence("while idle"), "device tasks": len(work)},
         after, idle_ns)]
+
+
+def _held_by_a_full_queue(dev_id, idle, idle_ns, util, span, feeders, profile) -> list[Finding]:
+    """Device `dev_id` idled while the threads that feed it waited for room in a full queue
+    of another device's stream (its submits queued behind that device's work)."""
+    full = [c for c in profile.api_calls if c.name == QUEUE_FULL and c.thread in feeders
+            and not c.target.endswith(f"of device {dev_id}")]
+    held = total(intersection(idle, union((c.start_ns, c.end_ns) for c in full)))
+    if held < 0.5 * idle_ns:
+        return []
+    where = Counter(c.target for c in full).most_common(1)[0][0]
+    return [Finding(
+        "held_by_full_queue",
+        f"Device {dev_id} is starved while the host waits for room in the full queue of {where}",
+        f"device {dev_id} was busy {util:.0%} of the {format_ms(span)} it had work; for "
+        f"{format_ms(held)} of its {format_ms(idle_ns)} idle the host thread that feeds it was "
+        f"blocked in a submit to {where}, whose queue was full of work not done yet",
+        f"submit to each device from a host thread of its own, or order the submits so that "
+        f"{where.split(' of ')[-1]}'s queue does not hold the host while this device waits; a "
+        f"deeper submission queue lets the host run further ahead",
+        {"device utilization": f"{util:.0%}", "idle time": format_ms(idle_ns),
+         "held by the full queue": format_ms(held), "blocked submits": len(full)},
+        [], held)]
 
 
 def _submit_calls(profile):

@@ -155,7 +155,7 @@ class Recorder:
         waiting call inside it (the submit's own cost is what is left of it)."""
         thread = threading.get_ident()
         self.calls.append((QUEUE_FULL, t0, clock.now_ns(), thread, 0,
-                           (f"stream {stream.id}", False, 0)))
+                           (f"stream {stream.id} of device {stream.device.id}", False, 0)))
 
     def _settle(self, stream, tasks) -> None:
         """Tasks of `stream` ended: the frees that waited for no more than them release their
