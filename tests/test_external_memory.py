@@ -21,6 +21,7 @@ def test_copies_write_into_registered_bytes(dev):
     with pytest.raises(art.InvalidArgumentError):                 # by default bytes are read-only
         art.memcpy(register_host(other), buf.ptr, 32)
     assert other == bytes(32)
+    buf.free()  # (a buffer left live counts in the next profile's figures)
 
 
 def test_registration_is_checked_by_range(dev):
@@ -56,6 +57,8 @@ def test_views_of_live_allocations_are_not_registered_twice(dev):
     view = buf.numpy()
     assert register_host(view) == buf.ptr
     assert REGISTRY.find(buf.ptr) is buf
+    del view
+    buf.free()
 
 
 def test_other_types_are_rejected():
@@ -88,12 +91,19 @@ def test_registering_an_array_after_a_view_of_its_start_makes_all_of_it_reachabl
     buf.free()
 
 
-def test_a_read_only_registration_of_a_whole_array_leaves_its_writable_view_writable(dev):
+def _registered_view_and_device_bytes(value: int):
+    """A 100-byte array, a view of its first 50 bytes and their registered address (the caller
+    keeps the view: a registration nothing else refers to is pruned), and 64 device bytes of
+    `value`."""
     arr = np.zeros(100, np.uint8)
     view = arr[:50]
-    p = register_host(view)
     src = art.malloc(64)
-    art.memset(src, 3)
+    art.memset(src, value)
+    return arr, view, register_host(view), src
+
+
+def test_a_read_only_registration_of_a_whole_array_leaves_its_writable_view_writable(dev):
+    arr, view, p, src = _registered_view_and_device_bytes(3)
     register_host(arr, writable=False)  # (the same start: both stay, each as it was asked)
     art.memcpy(p, src, 10)  # a write takes the writable one that holds the range
     assert (arr[:10] == 3).all() and not arr[10:].any()
@@ -105,11 +115,7 @@ def test_a_read_only_registration_of_a_whole_array_leaves_its_writable_view_writ
 
 
 def test_a_graph_captured_with_a_view_replays_after_its_array_is_registered(dev):
-    arr = np.zeros(100, np.uint8)
-    view = arr[:50]
-    p = register_host(view)
-    dev_buf = art.malloc(64)
-    art.memset(dev_buf, 9)
+    arr, view, p, dev_buf = _registered_view_and_device_bytes(9)
     s = dev.create_stream()
     try:
         s.begin_capture(2)  # (RELAXED: a copy to pageable memory is synchronous)

@@ -15,7 +15,7 @@ from ..validate import check_size
 from .buffer import GRANULE, DeviceBuffer
 from . import leaks
 from .chunks import ArenaChunks
-from .inflight import ACTIVE as _HOST_USES, DEFERRED as _DEFERRED, defer_release, run_deferred_releases
+from .inflight import DEFERRED as _DEFERRED, give_back_when_unused, run_deferred_releases
 from .links import Links
 from .pool import Block, BlockPool, DeferredFrees, busy_positions, give_back
 from .registry import REGISTRY
@@ -291,8 +291,7 @@ class DeviceAllocator:
             return_range = lambda: self.late_frees.add(offset, waits)  # noqa: E731
         else:
             return_range = lambda: self.arena.free(offset)  # type: ignore[union-attr]  # noqa: E731  # (the plain arena's)
-        if not (_HOST_USES and defer_release(buf, return_range)):
-            return_range()
+        give_back_when_unused(buf, return_range)
         return True
 
     def record_stream(self, buf: DeviceBuffer, stream: Any) -> None:

@@ -15,7 +15,7 @@ from . import leaks
 from ..validate import check_size
 from .buffer import HostBuffer
 from .chunks import HostChunks
-from .inflight import ACTIVE as _HOST_USES, defer_release
+from .inflight import give_back_when_unused
 from .pool import BlockPool, DeferredFrees, busy_positions, give_back
 from .links import Links
 from .registry import REGISTRY
@@ -93,8 +93,7 @@ def _release_unpooled(buf: HostBuffer) -> bool:
         handle = buf._handle
         return_mapping: Callable[[], Any] = (lambda: _late_frees.add(handle, waits)) if waits \
             else (lambda: Links.host_backend().free(handle))
-        if not (_HOST_USES and defer_release(buf, return_mapping)):
-            return_mapping()
+        give_back_when_unused(buf, return_mapping)
     finally:
         release(held)
     if _late_frees.entries:

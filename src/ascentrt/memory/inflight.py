@@ -49,6 +49,13 @@ def run_deferred_releases() -> None:
         release(held)
 
 
+def give_back_when_unused(alloc: Any, give_back: Callable[[], Any]) -> None:
+    """give_back() the memory of freed `alloc` now, or at the end of the synchronous
+    operations that still use it."""
+    if not (ACTIVE and defer_release(alloc, give_back)):
+        give_back()
+
+
 def defer_release(alloc: Any, give_back: Callable[[], Any]) -> bool:
     """If a synchronous operation uses `alloc` (already marked freed) now, leave give_back()
     to the end of the operations using it and return True; False: the caller gives it back now."""

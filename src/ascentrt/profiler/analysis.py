@@ -749,11 +749,9 @@ def _memory(profile, devices) -> list[Finding]:
                  "usable share": f"{worst.largest_free / worst.free:.0%}",
                  "failed allocations": len(ooms)}, []))
         # A large cache costs something only when it did not serve what came after: the pool
-        # reserved more while holding it, or an allocation failed (a cache at the end of a
-        # run, all freed, is what a caching pool is for).
+        # grew right after a sample that held it, or an allocation failed after it formed (a
+        # cache at the end of a run, all freed, is what a caching pool is for).
         big = CACHED_SHARE * cap
-        # (the pool grew right after a sample that held a big cache, or an allocation failed
-        # after the cache formed)
         grew = next(((a, b) for a, b in zip(samples, samples[1:])
                      if a.reserved - a.allocated >= big and b.reserved > a.reserved), None)
         cached = grew[0] if grew is not None else max(samples, key=lambda s: s.reserved - s.allocated)

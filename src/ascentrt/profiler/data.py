@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import operator
 import os
@@ -39,13 +40,23 @@ def calls_made(calls: list) -> list[tuple["ApiCall", int]]:
     """(call, its own ns) for each runtime call the program made (a thread's outermost): the
     waits for room in a full stream queue recorded inside calls are not calls, and are left
     out of the time of the call they were in."""
-    full: dict[int, list] = {}
+    full: dict[int, list] = {}  # thread -> its waits, by start (each inside one call)
     for c in calls:
         if c.name == QUEUE_FULL:
             full.setdefault(c.thread, []).append((c.start_ns, c.end_ns))
-    return [(c, c.end_ns - c.start_ns - sum(max(0, min(c.end_ns, b) - max(c.start_ns, a))
-                                            for a, b in full.get(c.thread, ())))
-            for c in calls if c.name != QUEUE_FULL]
+    for spans in full.values():
+        spans.sort()
+    out = []
+    for c in calls:
+        if c.name == QUEUE_FULL:
+            continue
+        spans = full.get(c.thread, [])
+        waited, i = 0, bisect.bisect_left(spans, (c.start_ns,))
+        while i < len(spans) and spans[i][0] < c.end_ns:  # (the waits that start inside it)
+            waited += min(c.end_ns, spans[i][1]) - spans[i][0]
+            i += 1
+        out.append((c, c.end_ns - c.start_ns - waited))
+    return out
 
 
 def waits(call: "ApiCall") -> bool:

@@ -54,9 +54,9 @@ class _PendingFree:
 
     __slots__ = ("rec", "key", "addr", "nbytes", "device", "waits", "when")
 
-    def __init__(self, rec, key: int, alloc, waits: tuple):
-        self.rec, self.key, self.addr, self.nbytes = rec, key, alloc.addr, alloc.nbytes
-        self.device = alloc.device
+    def __init__(self, rec, alloc, waits: tuple):
+        self.rec, self.addr, self.nbytes, self.device = rec, alloc.addr, alloc.nbytes, alloc.device
+        self.key = -1 if alloc.device is None else alloc.device.id  # (as `allocated`'s keys)
         self.waits: dict = {}     # stream -> the task id it must complete
         for s, pos in waits:
             self.waits[s] = max(pos, self.waits.get(s, 0))
@@ -161,34 +161,36 @@ class Recorder:
         """Tasks of `stream` ended: the frees that waited for no more than them release their
         bytes, at the end of the last task they waited for (work discarded unrun, which no
         task end reports, counts as done by then)."""
-        done = []
         end = max(t.t_end for t in tasks)
-        with self._memory_lock:
-            for p in self.pending_frees:
-                pos = p.waits.get(stream)
-                if pos is not None:
-                    for t in tasks:
-                        if t.id >= pos:
-                            del p.waits[stream]
-                            p.when = max(p.when, t.t_end)
-                            break
-                if not p.waits or p.reached():
-                    p.when = max(p.when, end) if p.waits else p.when
-                    done.append(p)
-            for p in done:
-                self.pending_frees.remove(p)
-        for p in done:
+
+        def done(p: _PendingFree) -> bool:
+            pos = p.waits.get(stream)
+            if pos is not None:
+                for t in tasks:
+                    if t.id >= pos:
+                        del p.waits[stream]
+                        p.when = max(p.when, t.t_end)
+                        break
+            if p.waits and p.reached():
+                p.when = max(p.when, end)
+                return True
+            return not p.waits
+        for p in self._take_pending(done):
             self._released(p.rec, p.key, p.nbytes, p.device, p.when)
 
     def _settle_reached(self, now: int) -> None:
         """Release, as of `now`, the pending frees whose work is done or was discarded (an
         abort, a destroy, a reset or a stopped stream drops tasks no task end reports)."""
+        for p in self._take_pending(_PendingFree.reached):
+            self._released(p.rec, p.key, p.nbytes, p.device, max(p.when, now))
+
+    def _take_pending(self, which) -> list[_PendingFree]:
+        """Remove and return the pending frees for which which(p) holds (under the lock)."""
         with self._memory_lock:
-            done = [p for p in self.pending_frees if p.reached()]
-            for p in done:
+            taken = [p for p in self.pending_frees if which(p)]
+            for p in taken:
                 self.pending_frees.remove(p)
-        for p in done:
-            self._released(p.rec, p.key, p.nbytes, p.device, max(p.when, now) if p.waits else p.when)
+        return taken
 
     # ---- start / stop --------------------------------------------------------------------
 
@@ -210,10 +212,8 @@ class Recorder:
         self.detach()
         self.t_end = clock.now_ns()
         self._settle_reached(self.t_end)
-        with self._memory_lock:
-            # Freed by the program, its work still not done: in use up to the end (not a leak).
-            left, self.pending_frees = self.pending_frees, []
-        for p in left:
+        # Freed by the program, its work still not done: in use up to the end (not a leak).
+        for p in self._take_pending(lambda p: True):
             if p.rec is not None:
                 p.rec[4] = self.t_end
                 self.done_allocations.append(p.rec)
@@ -310,7 +310,7 @@ class Recorder:
         now = clock.now_ns()
         if late is not None and late[1]:
             with self._memory_lock:
-                self.pending_frees.append(_PendingFree(rec, key, alloc, late[1]))
+                self.pending_frees.append(_PendingFree(rec, alloc, late[1]))
             self._settle_reached(now)  # (its work may have ended meanwhile: no task end left)
             return
         if self.pending_frees:
@@ -320,12 +320,8 @@ class Recorder:
     def _handed_on(self, key: int, addr: int, nbytes: int, now: int) -> None:
         """A new allocation took memory of a pending free (its stream reuses it at once):
         that free's bytes were released by now."""
-        with self._memory_lock:
-            taken = [p for p in self.pending_frees
-                     if p.key == key and p.addr < addr + nbytes and addr < p.addr + p.nbytes]
-            for p in taken:
-                self.pending_frees.remove(p)
-        for p in taken:
+        for p in self._take_pending(lambda p: p.key == key and p.addr < addr + nbytes
+                                    and addr < p.addr + p.nbytes):
             self._released(p.rec, p.key, p.nbytes, p.device, now)
 
     def _released(self, rec, key: int, nbytes: int, dev, when: int) -> None:
