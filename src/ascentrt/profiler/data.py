@@ -36,17 +36,17 @@ SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.s
 QUERY_APIS = ("Stream.query", "Event.query")  # one that finds the work not done polls: it waits
 
 
-def calls_made(calls: list) -> list[tuple["ApiCall", int]]:
+def calls_made(calls: list) -> Iterator[tuple["ApiCall", int]]:
     """(call, its own ns) for each runtime call the program made (a thread's outermost): the
     waits for room in a full stream queue recorded inside calls are not calls, and are left
-    out of the time of the call they were in."""
+    out of the time of the call they were in. One at a time: the writers stream, and a list
+    of them all would grow what writing a profile holds with its length."""
     full: dict[int, list] = {}  # thread -> its waits, by start (each inside one call)
     for c in calls:
         if c.name == QUEUE_FULL:
             full.setdefault(c.thread, []).append((c.start_ns, c.end_ns))
     for spans in full.values():
         spans.sort()
-    out = []
     for c in calls:
         if c.name == QUEUE_FULL:
             continue
@@ -55,8 +55,12 @@ def calls_made(calls: list) -> list[tuple["ApiCall", int]]:
         while i < len(spans) and spans[i][0] < c.end_ns:  # (the waits that start inside it)
             waited += min(c.end_ns, spans[i][1]) - spans[i][0]
             i += 1
-        out.append((c, c.end_ns - c.start_ns - waited))
-    return out
+        yield c, c.end_ns - c.start_ns - waited
+
+
+def calls_made_count(calls: list) -> int:
+    """How many runtime calls the program made (see calls_made)."""
+    return sum(c.name != QUEUE_FULL for c in calls)
 
 
 def waits(call: "ApiCall") -> bool:

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from ..units import format_bytes
 from .analysis import diagnose, metrics
-from .data import PART_DIR, WORK_KINDS, ProfileData, calls_made
+from .data import PART_DIR, WORK_KINDS, ProfileData, calls_made_count
 
 
 def _ms(ns) -> str:
@@ -19,7 +19,7 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
     out = []
     if profile.parts:
         rows = [[str(p.pid), _ms(p.origin_ns - profile.origin_ns), _ms(p.duration_ns),
-                 str(len(p.tasks)), str(len(calls_made(p.api_calls))), " ".join(p.command)]
+                 str(len(p.tasks)), str(calls_made_count(p.api_calls)), " ".join(p.command)]
                 for p in [profile, *profile.parts]]
         out.append((f"Processes (one timeline in trace.json; the tables below are pid "
                     f"{profile.pid}'s, each child's own are in {PART_DIR.format(pid='<pid>')}/)",
@@ -90,7 +90,7 @@ def headline(profile: ProfileData) -> str:
     """One line: duration, tasks, API calls, devices, and what produced the timings."""
     work = sum(t.kind in ("kernel", "copy", "memset", "host_func") for t in profile.tasks)
     return (f"profile: {profile.duration_ns / 1e6:.1f} ms, {len(profile.tasks)} tasks "
-            f"({work} kernels/copies/memsets/host functions), {len(calls_made(profile.api_calls))} API calls, "
+            f"({work} kernels/copies/memsets/host functions), {calls_made_count(profile.api_calls)} API calls, "
             f"{len(profile.devices)} device(s); {timing_source(profile)}")
 
 
