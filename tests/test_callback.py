@@ -49,6 +49,34 @@ def test_blocking_callback_runs_on_the_report_thread_in_order(stream, reporter):
     callback.unsubscribe(reporter.thread.ident, stream)
 
 
+def test_subscribe_launch_and_unsubscribe_from_inside_the_streams_own_callback_are_107011(
+        stream, reporter):
+    # (CANN refuses them there, ACL_ERROR_RT_STREAM_SUBSCRIBE; they were accepted)
+    other = stream.device.create_stream()
+    callback.subscribe(reporter.thread.ident, stream)
+    callback.subscribe(reporter.thread.ident, other)
+    codes = []
+
+    def inside(_):
+        for attempt in (lambda: callback.launch_callback(lambda d: None, None, stream),
+                        lambda: callback.unsubscribe(reporter.thread.ident, stream),
+                        lambda: callback.subscribe(reporter.thread.ident, stream)):
+            try:
+                attempt()
+                codes.append(0)
+            except AscentError as e:
+                codes.append(int(e.code))
+        codes.append(callback.launch_callback(lambda d: codes.append("other ran"), None, other) > 0)
+
+    callback.launch_callback(inside, None, stream)
+    stream.synchronize(10)
+    other.synchronize(10)
+    assert codes == [107011, 107011, 107011, True, "other ran"]
+    callback.unsubscribe(reporter.thread.ident, stream)
+    callback.unsubscribe(reporter.thread.ident, other)
+    other.destroy()
+
+
 def test_launch_without_subscriber_is_107015(stream):
     with pytest.raises(AscentError) as err:
         callback.launch_callback(print, None, stream)

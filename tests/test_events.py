@@ -233,3 +233,29 @@ def test_device_side_event_wait_timeout_fails_the_wait_with_107019(dev):
     assert ran == [1]                         # CONTINUE: the stream went on after the failed wait
     gate.set()
     a.destroy(), b.destroy()
+
+
+def test_elapsed_time_refuses_events_of_two_devices_and_is_negative_when_reversed():
+    # (events of two devices gave a number from two clocks; pyACL refuses a reversed pair)
+    from subprocess_util import run_program
+    out = run_program('''
+        import ascentrt as art
+        from ascentrt import acl
+        d0, d1 = art.set_device(0), art.Device(1)
+        s0, s1 = d0.create_stream(), d1.create_stream()
+        a, b, c = art.Event(d0, timing=True), art.Event(d1, timing=True), art.Event(d0, timing=True)
+        a.record(s0); b.record(s1); s0.synchronize(); s1.synchronize()
+        c.record(s0); s0.synchronize()
+        try:
+            art.elapsed_time(a, b)
+        except art.AscentError as e:
+            print(int(e.code))
+        print(art.elapsed_time(c, a) < 0 < art.elapsed_time(a, c))
+        acl.init(); acl.rt.set_device(0)
+        e1, _ = acl.rt.create_event(); e2, _ = acl.rt.create_event()
+        acl.rt.record_event(e1, 0); acl.rt.synchronize_stream(0)
+        acl.rt.record_event(e2, 0); acl.rt.synchronize_stream(0)
+        print(acl.rt.event_elapsed_time(e2, e1)[1], acl.rt.event_elapsed_time(e1, e2)[1])
+    ''', env={"ASCENTRT_DEVICES": "2", "ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
+    assert out.split() == ["107006", "True", "107007", "0"]
+

@@ -597,6 +597,34 @@ def test_stream_and_event_caps_of_the_model_are_refused_with_codes():
     assert lines[1] == "events 207007" and lines[2] == "ok"
 
 
+def test_the_runtimes_own_events_do_not_count_against_the_models_event_cap():
+    # (a pageable memcpy_async, a TaskGraph's run and its capture recorded events of the
+    # program's quota: a program holding all its events had its copy refused with 207007)
+    r = _run_sim(textwrap.dedent("""
+        import numpy as np, ascentrt as art
+        dev = art.Device(0)
+        s = dev.create_stream()
+        held = [dev.create_event() for _ in range(2)]
+        b = art.malloc(64)
+        art.memcpy_async(b, np.arange(64, dtype=np.uint8), stream=s)
+        g = art.TaskGraph(dev)
+        x, y = art.malloc(64), art.malloc(64)
+        g.add_memset(x, 1, 64)
+        g.add_memset(y, 2, 64)
+        from ascentrt.kernels import add
+        g.add_kernel(add, b.view(np.uint8), x.view(np.uint8), y.view(np.uint8), reads=[x, y],
+                     writes=[b])  # (joins the two streams the memsets go to: a recorded event)
+        g.schedule(num_streams=2).run()
+        g.schedule(num_streams=2).capture(s).launch(s)
+        s.synchronize()
+        out = np.zeros(64, np.uint8)
+        art.memcpy(out, b)
+        print(int(out.sum()))
+    """), env_extra={"ASCENTRT_SIM_VARY": '{"max_events": 2}'})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["192"]
+
+
 def test_a_malformed_variant_is_one_clear_error():
     r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
                  "\n    print('ERR', int(e.code), e)", env_extra={"ASCENTRT_SIM_VARY": "{not json"})

@@ -23,6 +23,7 @@ _lock = threading.Lock()
 _reporters: dict[int, "_Reporter"] = {}   # thread id -> its reporter
 _owner: dict[int, "_Reporter"] = {}       # stream id -> the reporter subscribed to it
 _POLL_S = 0.25                            # how often a blocked callback checks its reporter lives
+_running = threading.local()              # .stream_id: the stream whose callback this thread runs
 
 
 class _Reporter:
@@ -62,6 +63,7 @@ def subscribe(thread_id: int, stream=None) -> None:
     has a report thread, 107011 when the thread serves another device.
     """
     stream = resolve_stream(stream)
+    _refuse_inside_callback(stream, "subscribe")
     if type(thread_id) is not int or _live_thread(thread_id) is None:
         raise InvalidArgumentError(f"no live thread with id {thread_id!r}")
     with _lock:
@@ -82,6 +84,7 @@ def subscribe(thread_id: int, stream=None) -> None:
 def unsubscribe(thread_id: int, stream=None) -> None:
     """Undo subscribe(); callbacks of the stream not yet run are cancelled (their tasks fail)."""
     stream = resolve_stream(stream)
+    _refuse_inside_callback(stream, "unsubscribe")
     with _lock:
         rep = _owner.get(stream.id)
         if rep is None or rep.thread_id != thread_id:
@@ -99,6 +102,14 @@ def unsubscribe(thread_id: int, stream=None) -> None:
         if not rep.streams:
             del _reporters[thread_id]
         rep.cond.notify_all()
+
+
+def _refuse_inside_callback(stream: Stream, what: str) -> None:
+    """107011 for a subscribe, unsubscribe or callback launch on the stream whose callback the
+    calling thread is running (as CANN refuses them: ACL_ERROR_RT_STREAM_SUBSCRIBE)."""
+    if getattr(_running, "stream_id", None) == stream.id:
+        raise InvalidArgumentError(f"{what} on stream {stream.id} from inside one of its own "
+                                   f"callbacks", code=ErrorCode.RT_STREAM_SUBSCRIBE)
 
 
 def _reap_if_dead(stream_id: int) -> None:
@@ -141,6 +152,7 @@ def launch_callback(fn, user_data=None, stream=None, *, blocking: bool = True) -
     stream = resolve_stream(stream)
     if not callable(fn):
         raise InvalidArgumentError(f"callback must be callable, got {type(fn).__name__}")
+    _refuse_inside_callback(stream, "a callback launch")
     blocking = check_flag(blocking, "blocking")
     with _lock:
         _reap_if_dead(stream.id)
@@ -205,13 +217,14 @@ def process_reports(timeout: float | None = None) -> int:
                                    code=ErrorCode.RT_THREAD_SUBSCRIBE)
         raise AscentTimeoutError(f"no callback arrived within {timeout} s",
                                  code=ErrorCode.RT_REPORT_TIMEOUT)
-    for i, report in enumerate(batch):
+    for i, (stream_id, report) in enumerate(entries):
         # While a blocking callback runs, its stream is held by it: marking the thread as
         # running that task makes a synchronize of the same stream fail (107011), not hang.
         held = report.task.stream if report.done is not None and report.task is not None else None
         if held is None and report.task is not None and Hooks.sanitizer is not None:
             Hooks.sanitizer.task_reached(report.task)  # it runs after its stream got there
         prev = act_for_stream(held)
+        outer, _running.stream_id = getattr(_running, "stream_id", None), stream_id
         try:
             report.fn(report.user_data)
         except Exception:
@@ -225,6 +238,7 @@ def process_reports(timeout: float | None = None) -> int:
                 rep.cond.notify_all()
             raise
         finally:
+            _running.stream_id = outer
             restore_stream_mark(prev)
             if report.done is not None:
                 report.done.set()

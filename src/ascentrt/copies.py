@@ -379,7 +379,7 @@ def _submit_maybe_sync(stream, task: Task, pageable: bool) -> None:
         return
     check_sync_allowed(f"{task.name} with pageable host memory (synchronous)")
     # Pageable host memory may change or vanish once we return: finish the copy first.
-    ev = stream.device.create_event()
+    ev = stream.device.internal_event()
     stream._submit(task)
     if stream._capture is None:
         ev.record(stream)

@@ -213,6 +213,11 @@ class Device:
         """A new event; `timing=True` lets elapsed_time measure between two records."""
         return _handle_types["event"](self, timing=timing)
 
+    def internal_event(self) -> Any:
+        """An event the runtime records for itself (a wait of its own): not one of the events a
+        modelled device lets the program hold, so a program at that limit still gets its copy."""
+        return _handle_types["event"](self, limited=False)
+
     def create_notify(self) -> Any:
         """A new notify (a wait-until-recorded signal between streams)."""
         return _handle_types["notify"](self)

@@ -193,9 +193,15 @@ interrupts.protect(Event.record)  # (a record queued must be the event's marker)
 
 
 def elapsed_time(start: Event, end: Event) -> float:
-    """Milliseconds between the completions of two timing events' records."""
+    """Milliseconds between the completions of two timing events' records (negative when `end`
+    completed first, as CUDA's); both must be of one device, whose clock they read."""
     if not isinstance(start, Event) or not isinstance(end, Event):
         raise InvalidArgumentError("elapsed_time takes two Events")
+    if start.device is not end.device:
+        raise InvalidArgumentError(f"elapsed_time between events of device {start.device.id} and "
+                                   f"device {end.device.id}: each device has its own clock; "
+                                   f"record both on one device",
+                                   code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
     a = start._completed_marker("elapsed time")
     b = end._completed_marker("elapsed time")
     return (b.ts_ns - a.ts_ns) / 1e6

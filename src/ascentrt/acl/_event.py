@@ -160,8 +160,13 @@ def synchronize_event_with_timeout(event: int, timeout: int) -> None:
 
 @api("kk", out=(0.0,))
 def event_elapsed_time(start: int, end: int) -> float:
-    """(ms, ret): time between two completed records of timing events (aclrtEventElapsedTime)."""
-    return elapsed_time(EVENTS.get(start), EVENTS.get(end))
+    """(ms, ret): time between two completed records of timing events (aclrtEventElapsedTime);
+    107007 when `end` completed before `start`."""
+    ms = elapsed_time(EVENTS.get(start), EVENTS.get(end))
+    if ms < 0:
+        raise fail(ErrorCode.RT_EVENT_TIMESTAMP_REVERSAL,
+                   f"the end event completed {-ms:.6f} ms before the start event")
+    return ms
 
 
 @api("k", out=(0,))

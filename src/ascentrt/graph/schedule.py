@@ -192,7 +192,7 @@ class Schedule:
                     s.wait(events[p])
                 _submit_node(self.graph.nodes[v], s)
                 if v in self.records:
-                    events[v] = s.record()
+                    events[v] = s.record(s.device.internal_event())  # (the plan's own)
         finally:
             for ev in events.values():
                 ev.destroy()  # recorded work still completes; waits already hold their markers
@@ -223,12 +223,12 @@ class Schedule:
         try:
             origin.begin_capture(mode)
             try:
-                fork = origin.record()
+                fork = origin.record(dev.internal_event())
                 for h in helpers.values():
                     h.wait(fork)
                 self.submit(streams)
                 for h in helpers.values():
-                    origin.wait(h.record())
+                    origin.wait(h.record(dev.internal_event()))
             except BaseException:
                 try:
                     origin.end_capture()

@@ -3,7 +3,7 @@ is imported (device.py): the memory layer never imports upward (see DESIGN.md, L
 
 Streams reach the memory layer as objects with this protocol: `.device`, `._completed`,
 `._submitted`, `._spawned`, `._awaited_positions()`, `._order_after(event)`; devices with `._memory`,
-`._backend`, `.create_event()`.
+`._backend`, `.internal_event()`.
 """
 
 from __future__ import annotations

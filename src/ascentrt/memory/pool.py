@@ -578,7 +578,7 @@ class BlockPool:
                 continue
             try:
                 # Recorded now it captures at least the work queued at the free: conservative, exact enough.
-                event: Any = s.device.create_event()
+                event: Any = s.device.internal_event()
                 event.record(s)
                 stream._order_after(event)  # never times out: reuse must not outrun the old owner
             except Exception:  # the freeing stream was destroyed or refuses work: skip this block
