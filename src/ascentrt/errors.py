@@ -146,9 +146,15 @@ class InvalidAddressError(AscentError, ValueError):
 
 
 class OutOfMemoryError(AscentError, MemoryError):
-    """The device (or pinned host memory) cannot satisfy an allocation."""
+    """The device (or pinned host memory) cannot satisfy an allocation; `.device` is the
+    device id where it was device memory (None: host memory, or not known)."""
 
     default_code = ErrorCode.RT_MEMORY_ALLOCATION
+
+    def __init__(self, message: str, code: int | None = None, info: ExceptionInfo | None = None,
+                 device: int | None = None):
+        super().__init__(message, code, info)
+        self.device = device
 
 
 class StreamStateError(AscentError):

@@ -73,7 +73,8 @@ class Task(Op):
     acting_for: tuple = ()
     clock: tuple[Any, dict] | None = None  # a host function's vector clock, kept by the race sanitizer
     # Set by ascentrt.graph on the tasks of a graph launch (annotations only: others have none),
-    # and graph_segment on the task running a segment of nodes (which reach the profiler too).
+    # and graph_segment on the task running a segment of nodes (which reach the profiler too)
+    # or the graph's own bookkeeping (the join of its lanes): a profile shows it as no work.
     graph_id: int
     graph_node: int
     graph_segment = False

@@ -212,6 +212,7 @@ class Graph:
         self.device = cap.origin.device
         self._priority = cap.origin.priority
         priorities = [s.priority for s in cap.lanes]  # lane order: each lane keeps its stream's priority
+        captured = [s.id for s in cap.lanes]  # (what a profile says a lane replays)
         self._ops, self.nodes, self._lane_count = _resolve(cap)
         for group in cap.closed_groups:
             group.graph = self
@@ -226,6 +227,8 @@ class Graph:
         self._destroyed = False
         _release_orphans()
         self._lanes = [Stream(self.device, p, _internal=True) for p in priorities[1:]]
+        for lane, sid in zip(self._lanes, captured[1:]):
+            lane.role = f"graph {self.id} lane: the work captured on stream {sid}"
         self._exec_stream = None
         self._owned = list(self._lanes)   # every stream this graph made, for release when dropped
         weakref.finalize(self, _orphans.extend, self._owned)
@@ -298,6 +301,7 @@ class Graph:
             if errors is not None:  # failures of forked lanes surface on the launch stream
                 join = Task(KERNEL, _raise_lane_errors, (errors, self), f"graph{self.id}_join")
                 join.cost = _NO_WORK  # (bookkeeping: on sim it takes no time and one unit)
+                join.graph_segment = True  # (a profile shows it as the graph's, not a kernel)
                 work.append((stream, join))
             end = Marker(stream, 0, False)
             t = Task(EVENT_RECORD, name="graph_end")
@@ -315,6 +319,7 @@ class Graph:
         timeout = check_timeout(timeout)
         if self._exec_stream is None:
             self._exec_stream = Stream(self.device, self._priority, _internal=True)
+            self._exec_stream.role = f"graph {self.id} execute"
             self._owned.append(self._exec_stream)
         self.launch(self._exec_stream)
         synchronize_streams([self._exec_stream], timeout, f"graph {self.id} execute")

@@ -100,6 +100,8 @@ class DeviceAllocator:
         else:
             self.chunks = ArenaChunks(capacity, base, mem, decommit)
             self.arena = self.chunks.arena  # plain mode: every buffer is carved from the arena
+        if self.pool is not None:
+            self.pool.device_id = device.id  # (its OOMs name the device: a profile blames that one)
 
     def malloc(self, nbytes: Any, stream: Any = None) -> DeviceBuffer:
         """Allocate `nbytes` (rounded up to 32, start 64-byte aligned); raises on bad size or OOM."""
@@ -216,16 +218,20 @@ class DeviceAllocator:
                 self.late_frees.reap(self.arena.free)  # type: ignore[union-attr]  # (plain mode: the arena is set)
             arena: Arena = self.arena  # type: ignore[assignment]  # no pool: the plain arena is set
             try:
-                off = arena.alloc(round_size(size))
+                try:
+                    off = arena.alloc(round_size(size))
+                except OutOfMemoryError as exc:
+                    if not self._waited_for_frees():
+                        if self.late_frees.entries:  # (the arena counts their ranges in use)
+                            raise OutOfMemoryError(
+                                f"{exc}; some of the memory in use is freed after queued work "
+                                f"not done yet (an allocation waits for that work, except inside "
+                                f"a task, during a capture, or when it can never finish)") from None
+                        raise
+                    off = arena.alloc(round_size(size))
             except OutOfMemoryError as exc:
-                if not self._waited_for_frees():
-                    if self.late_frees.entries:  # (the arena counts their ranges in use)
-                        raise OutOfMemoryError(
-                            f"{exc}; some of the memory in use is freed after queued work not "
-                            f"done yet (an allocation waits for that work, except inside a "
-                            f"task, during a capture, or when it can never finish)") from None
-                    raise
-                off = arena.alloc(round_size(size))
+                exc.device = self.device.id  # (the arena knows no device: a profile blames this one)
+                raise
             buf = DeviceBuffer(self.device, self.base + off, size, nbytes,
                                self.mem[off:off + size], self)
             self.live[buf.addr] = buf

@@ -312,6 +312,7 @@ class BlockPool:
         # all are empty, a stream-less free waits for nothing without calling all_streams().
         self.busy_sets: list[set] | None = busy_sets
         self.name: str = name
+        self.device_id: int = -1  # the device whose memory it holds (its allocator sets it); -1: host
         lock: Any = threading.Lock() if ATOMIC else threading.RLock()  # (see ATOMIC)
         self._lock: Any = lock
         self._acquire: Any = lock.acquire  # bound once: the hot paths skip a method lookup
@@ -1039,7 +1040,7 @@ class BlockPool:
                 f"{self.name}: cannot allocate {nbytes} bytes ({format_bytes(nbytes)}): "
                 f"{refusal}; this pool holds {format_bytes(self.reserved)} "
                 f"({format_bytes(self.allocated)} allocated{pending}); free buffers you no "
-                f"longer need", code=ErrorCode.RT_MEMORY_ALLOCATION)
+                f"longer need", code=ErrorCode.RT_MEMORY_ALLOCATION, device=self._device_or_none())
         frag = self._fragmentation()
         cap = getattr(self.upstream, "capacity", 0)
         unreserved = self.upstream.unreserved_bytes()
@@ -1048,11 +1049,17 @@ class BlockPool:
         # (pending blocks are free but not yet reusable: fragmentation only where the ready
         # ones and the unreserved range could hold it)
         fragmented = free_total - self.pending_bytes >= size
+        # What the device's other pools (MemPools, or the default pool for a MemPool) reserve:
+        # the same chunks' capacity, which this pool cannot use until they give it back.
+        elsewhere = max(0, cap - unreserved - self.reserved) if cap else 0
         hint = (f"free memory is fragmented (no free piece holds {format_bytes(size)}): free long-lived "
                 f"buffers so that whole chunks come free; if small buffers split large blocks, set "
                 f"ASCENTRT_MEM_POOL_SPLIT_LIMIT (e.g. 64M); ASCENTRT_MEM_POOL_ENABLE=0 reserves "
                 f"each buffer alone, without a pool's spare room" if fragmented else
                 "free buffers you no longer need, or raise ASCENTRT_DEVICE_MEMORY")
+        if elsewhere >= size - largest > 0:
+            hint = (f"the device's other pools reserve {format_bytes(elsewhere)}: what they cache "
+                    f"comes back with MemPool.trim_to(0) or ascentrt.empty_cache(); " + hint)
         if self.pending_bytes:
             hint += (f"; {format_bytes(self.pending_bytes)} are freed after queued work not done "
                      "yet (a device allocation waits for that work, except inside a task, during "
@@ -1064,7 +1071,14 @@ class BlockPool:
             f"{format_bytes(size)}): capacity {cap} ({format_bytes(cap)}), allocated "
             f"{format_bytes(self.allocated)}, reserved {format_bytes(self.reserved)} of which "
             f"reserved-but-free {format_bytes(frag['free_bytes'])}, unreserved "
-            f"{format_bytes(unreserved)}, largest free block {format_bytes(largest)}; "
+            f"{format_bytes(unreserved)}"
+            + (f", reserved by other pools {format_bytes(elsewhere)}" if elsewhere else "")
+            + f", largest free block {format_bytes(largest)}; "
             f"fragmentation: external {frag['external']:.1%}, the largest free piece is "
             f"{largest / free_total if free_total else 0:.1%} of all free memory, internal "
-            f"{frag['internal']:.1%}; {hint}", code=ErrorCode.RT_MEMORY_ALLOCATION)
+            f"{frag['internal']:.1%}; {hint}", code=ErrorCode.RT_MEMORY_ALLOCATION,
+            device=self._device_or_none())
+
+    def _device_or_none(self) -> int | None:
+        """The device id an OOM of this pool names (None: host memory)."""
+        return None if self.device_id < 0 else self.device_id

@@ -42,6 +42,7 @@ def _chunk_figures(pool: BlockPool, chunk: Chunk) -> dict:
 def pool_stats(pool: BlockPool) -> dict:
     """Statistics of one pool: bytes current/peak, counts, fragmentation figures."""
     with pool._lock:
+        pool._collect()  # (frees whose work is done are free now, not pending: a look, no wait)
         inactive_split = 0
         for chunk in pool._chunks.values():
             first = chunk.first
@@ -102,6 +103,7 @@ def memory_snapshot(device: Any = None, pool: Any = None) -> list[dict]:
     out = []
     for p in _pools(device, pool):
         with p._lock:
+            p._collect()  # (as pool_stats: frees whose work is done are free)
             for chunk in p.chunks():
                 blocks = [{"address": b.addr, "size": b.size, "state": b.state,
                            "requested": b.requested if b.state is ALLOCATED else 0,

@@ -49,8 +49,8 @@ SUBMIT_APIS = ("launch", "launch_host_func", "memcpy_async", "memcpy2d_async", "
 class Finding:
     """One diagnosed problem: what, why (with figures and task ids), and what to try."""
 
-    kind: str          # host_bound, held_by_full_queue, small_tasks, too_many_streams, device_sync_in_loop,
-                       # stream_sync_in_loop,
+    kind: str          # host_bound, host_func_bound, held_by_full_queue, small_tasks,
+                       # too_many_streams, device_sync_in_loop, stream_sync_in_loop,
                        # needless_sync, needless_wait, no_overlap, memory_peak, fragmentation,
                        # pool_cache, never_freed, failed_tasks, never_finished
     title: str
@@ -145,9 +145,11 @@ def metrics(profile: ProfileData) -> dict:
     for dev_id, work in sorted(_work_by_device(profile).items()):
         start, end = _window(work)
         span = max(end - start, 1)
-        busy = total(union((t.start_ns, t.end_ns) for t in work))
+        # (the device's own work: a host function holds its stream, but runs on the host)
+        on_device = [t for t in work if t.kind in DISPATCHED_KINDS]
+        busy = total(union((t.start_ns, t.end_ns) for t in on_device))
         out["devices"][dev_id] = {"window_ns": span, "busy_ns": busy, "utilization": busy / span,
-                                  "tasks": len(work)}
+                                  "tasks": len(on_device)}
         per_stream = defaultdict(list)
         for t in work:
             per_stream[t.stream].append(t)
@@ -309,10 +311,14 @@ def _failed_tasks(profile: ProfileData) -> list[Finding]:
 
 
 def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
+    host_funcs = [t for t in work if t.kind == "host_func"]
+    work = [t for t in work if t.kind in DISPATCHED_KINDS]  # (the device's own: not host functions)
+    if len(work) < MIN_WORK_TASKS:
+        return []
     start, end = _window(work)
     active = _within([(start, end)], windows)
     span = total(active)
-    if len(work) < MIN_WORK_TASKS or span < MIN_WINDOW_NS:
+    if span < MIN_WINDOW_NS:
         return []
     busy = union((t.start_ns, t.end_ns) for t in work)
     util = total(_within(busy, windows)) / span
@@ -322,6 +328,9 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
     idle_ns = total(idle)
     if util >= STARVED_UTILIZATION or idle_ns < 0.4 * span:
         return []
+    held = _held_by_host_functions(dev_id, idle, idle_ns, util, span, host_funcs)
+    if held:
+        return held
     # (the threads that gave this device its work: a synchronize on another thread, of
     # another device, says nothing of why this one starved)
     feeders = {t.thread for t in work}
@@ -354,6 +363,34 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
          "idle time": format_ms(idle_ns), "longest idle": format_ms(max(b - a for a, b in idle)),
          **host.evidence("while idle"), "device tasks": len(work)},
         after, idle_ns)]
+
+
+def _held_by_host_functions(dev_id, idle, idle_ns, util, span, host_funcs) -> list[Finding]:
+    """Device `dev_id` idled while host functions on its streams ran: each holds its stream
+    until it returns, so the device work queued behind it waits for the host."""
+    spans = union((t.start_ns, t.end_ns) for t in host_funcs)
+    held = total(intersection(idle, spans))
+    if not host_funcs or held < 0.5 * idle_ns:
+        return []
+    names = Counter(t.name for t in host_funcs)
+    name, count = names.most_common(1)[0]
+    longest = max(host_funcs, key=_DURATION)
+    return [Finding(
+        "host_func_bound",
+        f"Device {dev_id} waits for host functions on its streams ({name} first)",
+        f"device {dev_id} was busy {util:.0%} of the {format_ms(span)} it had work; for "
+        f"{format_ms(held)} of its {format_ms(idle_ns)} idle its streams were held by "
+        f"{len(host_funcs)} host functions ({', '.join(f'{n} x{c}' for n, c in names.most_common(3))}), "
+        f"which run on the host and hold their stream until they return",
+        "take the host function's work off the stream (do it on the host before or after, or "
+        "launch it as a non-blocking callback), make it shorter (a copy from pinned memory with "
+        "memcpy_async instead of a synchronous one inside it), or give the device work that "
+        "does not wait for it a stream of its own",
+        {"device utilization": f"{util:.0%}", "window": format_ms(span),
+         "held by host functions": format_ms(held), "idle time": format_ms(idle_ns),
+         "host functions": len(host_funcs), f"{name} calls": count,
+         "longest": f"{longest.name} {format_ms(longest.duration_ns)}"},
+        [task_ref(t) for t in sorted(host_funcs, key=_DURATION, reverse=True)[:5]], held)]
 
 
 def _held_by_a_full_queue(dev_id, idle, idle_ns, util, span, feeders, profile) -> list[Finding]:
@@ -714,10 +751,11 @@ def _memory(profile, devices) -> list[Finding]:
     by_dev = defaultdict(list)
     for s in profile.memory:
         by_dev[s.device].append(s)
-    ooms = [c for c in profile.api_calls if c.error in (207001, 207018)]
+    all_ooms = [c for c in profile.api_calls if c.error in (207001, 207018)]
     for dev_id, samples in sorted(by_dev.items()):
         if dev_id < 0 or dev_id not in devices:
             continue
+        ooms = [c for c in all_ooms if c.device == dev_id]  # (another device's are its own)
         cap = devices[dev_id].capacity
         peak = max(samples, key=lambda s: s.allocated)
         if peak.allocated >= PEAK_SHARE * cap or ooms:
@@ -763,9 +801,11 @@ def _memory(profile, devices) -> list[Finding]:
                 "pool_cache", f"Device {dev_id}'s pool caches much more memory than is in use",
                 f"at {format_ms(cached.ts_ns)} the allocator reserved {format_bytes(cached.reserved)} for "
                 f"{format_bytes(cached.allocated)} of live buffers, {then}: the cached blocks did not "
-                f"fit the requests that came after",
-                "trim the pool when the working set shrinks (ascentrt.empty_cache(), a release "
-                "threshold), keep buffer sizes uniform so cached blocks are reused",
+                f"serve the requests that came after (they did not fit them, or the requests "
+                f"went to another pool: a MemPool's cache serves only its own)",
+                "trim the pool when the working set shrinks (ascentrt.empty_cache(), "
+                "MemPool.trim_to(), a release threshold), keep buffer sizes uniform so cached "
+                "blocks are reused",
                 {"reserved": format_bytes(cached.reserved), "allocated": format_bytes(cached.allocated)}, []))
     leaked = [a for a in profile.allocations if a.free_ns is None]
     if leaked:

@@ -11,7 +11,10 @@ now_ns = perf_counter_ns  # rebound by choose() when a profile starts
 
 
 def _virtual_ns() -> int:
-    return TIMELINE.now
+    # (as SimBackend.now_ns: inside a task the simulation runs, such as a host function, its
+    # start plus what its operations took so far; a call there would read no time otherwise)
+    frames = TIMELINE.local.frames
+    return TIMELINE.now + frames[-1].offset if frames else TIMELINE.now
 
 
 def choose() -> None:

@@ -97,7 +97,7 @@ PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_strea
 
 
 def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str],
-          on_error: Callable[[str, int], None], inside: dict) -> Callable[..., Any]:
+          on_error: Callable[[str, int, int | None], None], inside: dict) -> Callable[..., Any]:
     """A wrapper that records each call of `fn` as (name, start, end, thread[, error, facts]),
     and the name of a thread it sees first in `threads` (ident -> name).
 
@@ -168,8 +168,9 @@ def _failed(append, threads, on_error, name, t0, exc, facts) -> None:
     code = int(getattr(exc, "code", 0) or -1)
     thread = threading.get_ident()
     threads.setdefault(thread, threading.current_thread().name)
-    append((name, t0, clock.now_ns(), thread, code, facts))
-    on_error(name, code)
+    device = getattr(exc, "device", None)  # (an OOM's: the device whose memory ran out)
+    append((name, t0, clock.now_ns(), thread, code, facts, device))
+    on_error(name, code, device)
 
 
 def by_start(calls: list[tuple]) -> list[tuple]:

@@ -33,19 +33,27 @@ def reserved_bytes(device) -> int:
 
 
 def free_ranges(device) -> tuple[int, int]:
-    """(bytes that could still be handed out, the largest contiguous range of them)."""
+    """(bytes a request could still get, the largest contiguous range of them), as one of the
+    device's pools sees them: the pool where the two differ most (fragmentation is a pool's).
+
+    A pool can hand out the unreserved memory and its own ready free blocks: not blocks freed
+    after work not done yet, nor what another pool caches (a MemPool keeps its reserve, as the
+    default pool keeps its cache). Its largest range is a free block of its own, or unreserved
+    memory joined with its wholly free chunks beside it, which it gives back when a request
+    needs the room (taken apart, they read as fragmentation that is not there)."""
     mem = device._memory
     pools = _pools(mem)
     if pools:
         chunks = mem.chunks
-        free = chunks.unreserved_bytes() + sum(p.free_bytes() for p in pools)
-        # The largest range a request can get: a free block, or unreserved memory joined with
-        # the default pool's wholly free chunks beside it, which it gives back when a request
-        # needs the room (taken apart, they read as fragmentation that is not there; a
-        # MemPool's stay its own).
-        default = mem.pool.free_chunk_ranges() if mem.pool is not None else []
-        ranges = sorted(chunks.unreserved_ranges() + default)
-        largest = max([p.largest_free_block() for p in pools] + [_longest_run(ranges)])
+        unreserved = chunks.unreserved_bytes()
+        spans = chunks.unreserved_ranges()
+        views = []
+        for p in pools:
+            p.synchronize_pending()  # (frees whose work is done are free: a look, no wait)
+            free = unreserved + p.free_bytes() - p.pending_bytes
+            largest = max(p.largest_free_block(), _longest_run(sorted(spans + p.free_chunk_ranges())))
+            views.append((largest / free if free else 1.0, free, largest))
+        _, free, largest = min(views)
         return int(free), int(largest)
     arena = mem.arena
     return int(arena.free_bytes()), int(arena.largest_free())

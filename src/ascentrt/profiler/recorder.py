@@ -353,9 +353,9 @@ class Recorder:
         self.memory.append(MemorySample(now - self.t0, dev.id, self.allocated.get(dev.id, 0),
                                         memstats.reserved_bytes(dev), free, largest))
 
-    def _api_error(self, name: str, code: int) -> None:
-        if code in _OOM_CODES:  # an OOM: record the free-range layout that caused it
-            self._sample(_device.current_device(), measure_layout=True)
+    def _api_error(self, name: str, code: int, device: int | None) -> None:
+        if code in _OOM_CODES and device is not None:  # a device OOM: its free-range layout then
+            self._sample(_device.Device(device), measure_layout=True)
 
     # ---- the result ------------------------------------------------------------------------
 
@@ -456,9 +456,10 @@ class Recorder:
 
 
 def _error_and_facts(call: tuple) -> tuple:
+    """(error, target, already_done, done_for_ns, device) of a recorded call's tuple."""
     if len(call) == 4:
-        return (0, "", None, 0)
-    return (call[4],) + (call[5] or ("", None, 0))
+        return (0, "", None, 0, None)
+    return (call[4],) + (call[5] or ("", None, 0)) + (call[6] if len(call) > 6 else None,)
 
 
 def _collectives(tasks: list) -> list:
