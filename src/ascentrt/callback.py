@@ -23,7 +23,15 @@ _lock = threading.Lock()
 _reporters: dict[int, "_Reporter"] = {}   # thread id -> its reporter
 _owner: dict[int, "_Reporter"] = {}       # stream id -> the reporter subscribed to it
 _POLL_S = 0.25                            # how often a blocked callback checks its reporter lives
-_running = threading.local()              # .stream_id: the stream whose callback this thread runs
+
+
+class _Running(threading.local):
+    """The stream whose callback the calling thread runs (None: none)."""
+
+    stream_id: int | None = None
+
+
+_running = _Running()
 
 
 class _Reporter:
@@ -107,7 +115,7 @@ def unsubscribe(thread_id: int, stream=None) -> None:
 def _refuse_inside_callback(stream: Stream, what: str) -> None:
     """107011 for a subscribe, unsubscribe or callback launch on the stream whose callback the
     calling thread is running (as CANN refuses them: ACL_ERROR_RT_STREAM_SUBSCRIBE)."""
-    if getattr(_running, "stream_id", None) == stream.id:
+    if _running.stream_id == stream.id:
         raise InvalidArgumentError(f"{what} on stream {stream.id} from inside one of its own "
                                    f"callbacks", code=ErrorCode.RT_STREAM_SUBSCRIBE)
 
@@ -224,7 +232,7 @@ def process_reports(timeout: float | None = None) -> int:
         if held is None and report.task is not None and Hooks.sanitizer is not None:
             Hooks.sanitizer.task_reached(report.task)  # it runs after its stream got there
         prev = act_for_stream(held)
-        outer, _running.stream_id = getattr(_running, "stream_id", None), stream_id
+        outer, _running.stream_id = _running.stream_id, stream_id
         try:
             report.fn(report.user_data)
         except Exception:

@@ -94,6 +94,7 @@ class BackendProperties:
     queue_depth: int = 0          # tasks a stream may hold before a submit waits (0: no limit)
     max_streams: int = 0          # streams the device can have at once (0: no limit)
     max_events: int = 0           # events the device can have at once (0: no limit)
+    dispatch_ns: int = 0          # modelled time from a task's dispatch to its start (0: real time)
 
 
 @runtime_checkable

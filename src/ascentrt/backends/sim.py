@@ -444,7 +444,7 @@ class SimBackend(CpuBackend):
             "sim", name, memory, (p.compute_units, p.copy_engines_h2d + p.copy_engines_d2h
                                   + p.copy_engines_d2d, p.host_func_threads),
             preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
-            max_events=p.max_events)
+            max_events=p.max_events, dispatch_ns=int(p.dispatch_ns))
         self.queues: list[Any] = [None, None, None]   # the engine's ExecutorQueue per class
         self.ready: list[Any] = [_NONE_READY] * 3   # their ready streams (.count), per class
         self.free_units = p.compute_units
@@ -736,6 +736,8 @@ class SimBackend(CpuBackend):
             frame.link, frame.link_ns = None, 0.0
         else:
             frame = _Frame(t, tl.now)
+        if t.graph_segment:
+            frame.offset = self._held_back(t, frame.start)
         try:
             self._run_in_frame(q, t, frame)
             end = self._end(q, t, frame, units)
@@ -831,6 +833,8 @@ class SimBackend(CpuBackend):
         """Run a taken task now and schedule its end (the timeline lock is held)."""
         tl = self.timeline
         frame = _Frame(t, tl.now)
+        if t.graph_segment:
+            frame.offset = self._held_back(t, frame.start)
         if queue.executor == _HOST:  # on a host thread of its own; ends when it returns
             worker = self._host_threads.pop() if self._host_threads else _HostThread(
                 f"ascentrt-{self._name}-host{self.preset.host_func_threads - self.free_host - 1}")
@@ -877,20 +881,26 @@ class SimBackend(CpuBackend):
             tl = self.timeline
             heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
 
+    def _held_back(self, t, start: int) -> int:
+        """How long after `start` (when it was taken) task `t`'s stream lets it go: the release
+        of a wait it follows takes event_latency_ns, a hand-over from another executor class
+        executor_handoff_ns."""
+        ready = 0
+        if t.released_ns:  # the first task after a wait
+            ready = t.released_ns + self._event_latency_ns
+        if self._handoff_ns and t.handed_ns:  # its stream's last task ran on another class
+            ready = max(ready, t.handed_ns + self._handoff_ns)
+        return ready - start if ready > start else 0
+
     def _end(self, queue, t, frame: _Frame, units) -> int | None:
         """When a task that ran ends; None when it joined the sharing tasks instead (its end
         moves with theirs)."""
         tl = self.timeline
         start = frame.start
         work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
-        fixed = self._dispatch_ns
-        ready = 0  # when its stream lets it go, if later than when it was taken
-        if t.released_ns:  # the first task after a wait: the release takes event_latency_ns
-            ready = t.released_ns + self._event_latency_ns
-        if self._handoff_ns and t.handed_ns:  # its stream's last task ran on another class
-            ready = max(ready, t.handed_ns + self._handoff_ns)
-        if ready > start:
-            fixed += ready - start
+        # A graph segment's latencies came first, in its offset, and each node was dispatched
+        # as it ran: it adds nothing after its nodes.
+        fixed = 0 if t.graph_segment else self._dispatch_ns + self._held_back(t, start)
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)

@@ -287,6 +287,7 @@ class Graph:
                     t = Task(kind, _run_segment, (entries, errors if lane else None, self,
                                                   self.device._backend), name)
                     t.cost = _segment_cost(entries)  # on sim each node takes its own time
+                    t.graph_segment = True  # (a simulator dispatches its nodes, not it)
                 elif op == "record":
                     t = Task(EVENT_RECORD, name="graph_record")
                     t.marker = m = markers[what]
@@ -642,6 +643,9 @@ def _run_segment_profiled(entries: tuple[tuple[PlainOp, int], ...],
     done: list[Task] = []
     failed: tuple[int, BaseException] | None = None
     now = backend.now_ns
+    # (a node's time is its work: on a simulated device it starts once dispatched, as an
+    # eager task does, and the dispatch shows as its time queued)
+    dispatch = backend.properties().dispatch_ns
     for op, index in entries:
         node = graph.nodes[index]
         t = Task(node.kind, op.fn, op.args, node.label)
@@ -649,7 +653,7 @@ def _run_segment_profiled(entries: tuple[tuple[PlainOp, int], ...],
         t.units = seg.units  # (what its segment held while it ran)
         t.graph_id, t.graph_node = graph.id, index
         t.nbytes = node.nbytes
-        t.t_start = now()
+        t.t_start = now() + dispatch
         try:
             backend.execute(op)
         except BaseException as exc:
@@ -663,7 +667,6 @@ def _run_segment_profiled(entries: tuple[tuple[PlainOp, int], ...],
     # The engine reports the segment task too: tagged, so a profiler can show it as a span
     # around its nodes instead of counting the time twice.
     seg.graph_id = graph.id
-    seg.graph_segment = True
     prof = Hooks.profiler
     if prof is not None:
         for t in done:
