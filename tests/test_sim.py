@@ -631,6 +631,50 @@ def test_the_runtimes_own_events_do_not_count_against_the_models_event_cap():
     assert r.stdout.split() == ["192"]
 
 
+def test_a_blocking_callbacks_runtime_calls_act_in_its_host_tasks_time():
+    # (a report thread's calls inside a blocking callback waited for the host task holding
+    # the stream, which waited for the callback: 0.5 s of real time per callback, then virtual
+    # time went on without them, with the notice that the host had left the device alone)
+    code = textwrap.dedent("""
+        import threading, time, numpy as np, ascentrt as art
+        from ascentrt import callback
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        stop = threading.Event()
+        def loop():
+            while not stop.is_set():
+                try:
+                    callback.process_reports(0.2)
+                except art.AscentError:
+                    pass
+        t = threading.Thread(target=loop); t.start()
+        callback.subscribe(t.ident, s)
+        src = np.ones(16 << 20, np.uint8)          # pageable: a synchronous copy takes time
+        bufs = [art.malloc(16 << 20) for _ in range(5)]
+        seen = []
+        def cb(i):
+            art.memcpy(bufs[i], src)
+            seen.append(dev.now_ns())
+            bufs[i].free()
+        w0, t0 = time.monotonic(), dev.now_ns()
+        for i in range(5):
+            art.launch(art.kernels.noop, stream=s, cost=1e-4)
+            callback.launch_callback(cb, i, s)
+        s.synchronize()
+        print(time.monotonic() - w0, dev.now_ns() - t0, *[x - t0 for x in seen])
+        callback.unsubscribe(t.ident, s); stop.set(); t.join()
+    """)
+    runs = [_run_sim(code) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0 and "moved on without it" not in r.stderr, r.stderr
+        assert float(r.stdout.split()[0]) < 1.5  # (5 x 0.5 s of waiting before)
+    first, second = (r.stdout.split()[1:] for r in runs)
+    assert first == second  # the same virtual times
+    ends = [int(x) for x in first[1:]]
+    copy_ns = ends[1] - ends[0]  # each callback's copy is in its host task's time
+    assert copy_ns > 1_000_000 and int(first[0]) >= 5 * copy_ns
+
+
 def test_a_malformed_variant_is_one_clear_error():
     r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
                  "\n    print('ERR', int(e.code), e)", env_extra={"ASCENTRT_SIM_VARY": "{not json"})

@@ -154,6 +154,8 @@ class Timeline:
         self.sharing = 0                # running tasks whose end moves with others' (see _share)
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
         self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
+        self.acting_for: Any = None     # the engine's acting_for(): see acting_frame
+        self.host_frames: dict = {}     # task -> frame of each host function running
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
         self.step: Any = None           # the task a host thread runs for the simulation now
@@ -320,8 +322,20 @@ class Timeline:
         return any(not t.daemon and t.ident != me and t.is_alive() for t in threading.enumerate())
 
     def _own_host_tasks(self) -> int:
-        """How many of the running host functions are the calling thread itself."""
-        return sum(1 for f in self.frames() if f.task.kind == HOST)
+        """How many of the running host functions are the calling thread itself (or one it
+        acts for: see acting_frame)."""
+        return sum(1 for f in self.frames() if f.task.kind == HOST) + \
+            (self.acting_frame() is not None)
+
+    def acting_frame(self) -> Any:
+        """The frame of the running host function the calling thread acts for, a report thread
+        running the function's blocking callback (the function waits for it): its calls act
+        at the function's virtual time, as the function's own calls do. None otherwise (a
+        look only while a host function runs: every API call asks)."""
+        if not self.inflight or self.acting_for is None or self.local.frames:
+            return None
+        task = self.acting_for()
+        return None if task is None else self.host_frames.get(task)
 
     def next_deadline(self) -> int | None:
         """The engine's earliest timed-wait deadline, or None."""
@@ -338,6 +352,7 @@ class Timeline:
         if self.fire_deadlines is None:
             self.deadlines = queue.engine._deadlines   # a heap of (deadline ns, ...)
             self.fire_deadlines = queue.fire_deadlines
+            self.acting_for = queue.acting_for
 
     def advance_host(self, cost_ns: int) -> None:
         """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""
@@ -414,6 +429,7 @@ def _after_fork_in_child() -> None:
     TIMELINE.pumping = False
     TIMELINE.interrupted = False  # (the parent's Ctrl-C, not the child's)
     TIMELINE.inflight = 0
+    TIMELINE.host_frames = {}
     TIMELINE.attending = 0  # (a parent thread inside host_wait does not exist here)
     TIMELINE.ends = []
     TIMELINE.sharing = 0
@@ -568,7 +584,7 @@ class SimBackend(CpuBackend):
                 ns = max(ns, nbytes / p.copy_engine_bandwidth * 1e9)
         took = int(ns)
         frames = tl.local.frames
-        frame = frames[-1] if frames else None
+        frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
         if frame is not None:
             frame.mem += mem
             if frame.task is op:
@@ -651,7 +667,7 @@ class SimBackend(CpuBackend):
         lock.acquire()  # (not `with`: every API call of the host comes here)
         try:
             local = tl.local
-            if not local.frames:
+            if not local.frames and (not tl.inflight or tl.acting_frame() is None):
                 if not local.noted:
                     tl.note_caller()
                 cost = self._host_cost.get(what)
@@ -692,7 +708,8 @@ class SimBackend(CpuBackend):
         frames = tl.local.frames
         if frames:
             return tl.now + frames[-1].offset
-        return tl.now
+        frame = tl.acting_frame() if tl.inflight else None
+        return tl.now if frame is None else tl.now + frame.offset
 
     # ---- the model ---------------------------------------------------------------------------
 
@@ -839,6 +856,7 @@ class SimBackend(CpuBackend):
             worker = self._host_threads.pop() if self._host_threads else _HostThread(
                 f"ascentrt-{self._name}-host{self.preset.host_func_threads - self.free_host - 1}")
             tl.inflight += 1
+            tl.host_frames[t] = frame
             worker.start((self, queue, t, frame))
             return
         self._run_in_frame(queue, t, frame)
@@ -870,6 +888,7 @@ class SimBackend(CpuBackend):
         with tl.lock:
             self._schedule_end(queue, t, frame, 1)
             self._host_threads.append(worker)
+            tl.host_frames.pop(t, None)
             tl.inflight -= 1
             tl.returned += 1
             tl.moved.notify_all()

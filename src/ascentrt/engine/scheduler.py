@@ -236,6 +236,11 @@ class ExecutorQueue:
         finally:
             lock.release()
 
+    def acting_for(self) -> Task | None:
+        """The task the calling thread runs, or acts for (a report thread running a blocking
+        callback while its host task holds the stream: see act_for_stream); None otherwise."""
+        return current_task()
+
     def next_deadline(self) -> int | None:
         """The earliest deadline of a timed device-side wait (backend clock ns), or None."""
         heap = self.engine._deadlines
