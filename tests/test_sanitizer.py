@@ -640,3 +640,90 @@ def test_a_host_function_that_waits_for_the_producer_itself_may_read_after(strea
         art.launch_host_func(read_after_waiting, stream=s2)
         s2.synchronize(TIMEOUT)
     assert found == []
+
+
+def test_a_synchronous_copy_only_reads_its_source(streams, bufs):
+    # (its source counted as written: a copy out of a buffer a kernel was reading raced it,
+    # and in raise mode the correct program was refused)
+    s1, _ = streams
+    buf, out, _ = bufs
+    host = np.zeros(N, np.uint8)
+    with art.sanitize("raise") as found:
+        art.launch(consumer, out.view(), buf.view(), stream=s1, reads=[buf], writes=[out])
+        art.memcpy(host, buf, N)  # the host reads buf too: no race
+        with pytest.raises(RaceError, match=r"write by the host \(a synchronous copy"):
+            art.memcpy(out, host, N)  # it writes out, which the kernel writes
+        s1.synchronize(TIMEOUT)
+    assert [r.ptr for r in found] == [out.ptr]  # (the refused one alone: none on buf)
+
+
+def test_an_event_query_that_says_done_orders_the_host_after_the_record(streams, bufs):
+    # (query read the flag twice: done between the two reads, it returned True without
+    # ordering the host after the record, and the next launch raced the producer)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    for _ in range(50):
+        with art.sanitize("log") as found:
+            art.launch(producer, buf.view(), stream=s1, writes=[buf])
+            ev = s1.record()
+            while not ev.query():
+                pass
+            art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+            s2.synchronize(TIMEOUT)
+        assert found == []
+
+
+def test_a_notify_recorded_twice_is_released_by_the_first_record(streams, bufs):
+    # (the second record's clock was taken as the one the wait saw: the write between the two
+    # records looked ordered before the consumer, which it is not)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    n = art.Notify()
+    with art.sanitize("log") as found:
+        s1.record_notify(n)
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s1.record_notify(n)  # finds it set: releases nothing
+        s2.wait_notify(n)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        art.synchronize(TIMEOUT)
+    assert len(found) == 1 and {found[0].first.name, found[0].second.name} == {"producer", "consumer"}
+
+
+def test_a_reset_notify_waits_for_its_next_record(streams, bufs):
+    # (reset was invisible to the sanitizer: the wait took the cleared record's clock, and the
+    # producer its next record follows looked unordered with the consumer)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    n = art.Notify()
+    with art.sanitize("log") as found:
+        s1.record_notify(n)
+        s1.synchronize(TIMEOUT)
+        n.reset()
+        s2.wait_notify(n)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])  # before: read, then write...
+        s1.record_notify(n)  # ... no: this record, after the producer, releases the consumer
+        art.synchronize(TIMEOUT)
+    assert found == []
+
+
+def test_a_race_with_a_graph_lane_names_the_lane_and_orders_the_launch_stream(dev, streams, bufs):
+    # (the fix asked for an event on a stream the program never made)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    side = dev.create_stream()
+    s1.begin_capture()
+    side.wait(s1.record())
+    art.launch(producer, buf.view(), stream=side, writes=[buf], name="lane_write")
+    s1.wait(side.record())
+    g = s1.end_capture()
+    with art.sanitize("log") as found:
+        g.launch(s1)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        art.synchronize(TIMEOUT)
+    assert len(found) == 1
+    text = str(found[0])
+    assert f"the work captured on stream {side.id}" in text
+    assert "join the stream it was launched on" in text
+    g.destroy()
+    side.destroy()

@@ -224,16 +224,18 @@ def _copy_op(n: int, d: _Operand, s: _Operand):
 
 
 _WHOLE = (DeviceBuffer, HostBuffer)
+_SYNC_COPY = "a synchronous copy"  # (what the sanitizer says touched the bytes)
 
 
-def _host_touches(*spans) -> None:
-    """Tell the registry's observers (the race sanitizer) that the calling host thread touches
-    these (address, nbytes) spans now: a synchronous copy or fill runs on it, not on a stream."""
-    for addr, n in spans:
+def _host_touches(what: str, written: tuple, read: tuple = (0, 0)) -> None:
+    """Tell the registry's observers (the race sanitizer) that the calling host thread writes
+    the (address, nbytes) span `written` and reads `read` now: a synchronous copy or fill
+    (`what`) runs on it, not on a stream."""
+    for (addr, n), write in ((written, True), (read, False)):
         alloc = REGISTRY.find(addr) if n else None
         if alloc is not None:
             off = addr - alloc.addr
-            REGISTRY.host_accessed(alloc, off, min(off + n, alloc.nbytes))
+            REGISTRY.host_accessed(alloc, off, min(off + n, alloc.nbytes), what, write)
 
 
 def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKind | int | None = None) -> None:
@@ -254,8 +256,8 @@ def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKi
                 # Two live buffers and a byte count that fits both (the common call): the
                 # checks _prepare makes, without building operands.
                 if REGISTRY.observers:  # (whole buffers: they are the allocations)
-                    REGISTRY.host_accessed(dst, 0, nbytes)
-                    REGISTRY.host_accessed(src, 0, nbytes)
+                    REGISTRY.host_accessed(dst, 0, nbytes, _SYNC_COPY, True)
+                    REGISTRY.host_accessed(src, 0, nbytes, _SYNC_COPY, False)
                 device = dst.device if dc is DeviceBuffer else src.device
                 backend = device._backend if device is not None else Links.host_backend()
                 # (positional: keywords cost a call ~200 ns more, half of a 4 KiB memmove)
@@ -284,7 +286,7 @@ def _copy_checked(dst: _Memory, src: _Memory, nbytes: Any, kind: Any) -> None:
     with _using(d, s):
         if n:
             if REGISTRY.observers:
-                _host_touches((d.addr, n), (s.addr, n))
+                _host_touches(_SYNC_COPY, (d.addr, n), (s.addr, n))
             args, keep = _copy_op(n, d, s)
             _backend_of(d, s).execute(PlainOp(COPY, None, args, None, keep, n))
 
@@ -335,7 +337,7 @@ def _copy_pointers(dst: int, src: int, nbytes: Any, kind: Any, d: Any, s: Any) -
                              and kind != (dc is DeviceBuffer) + 2 * (sc is DeviceBuffer)):
         return False
     if REGISTRY.observers:
-        _host_touches((dst, nbytes), (src, nbytes))
+        _host_touches(_SYNC_COPY, (dst, nbytes), (src, nbytes))
     device = d.device if dc is DeviceBuffer else s.device
     backend = device._backend if device is not None else Links.host_backend()
     backend.execute(PlainOp(COPY, None, (dst, nbytes, src, nbytes, nbytes, 1), None,
@@ -416,7 +418,7 @@ def memset(dst: _Memory, value: int, nbytes: int | None = None) -> None:
     with _using(op):
         if n:
             if REGISTRY.observers:
-                _host_touches((op.addr, n))
+                _host_touches("a synchronous memset", (op.addr, n))
             _backend_of(op).execute(PlainOp(MEMSET, None, (op.addr, value, n), None, op.data, n))
 
 
@@ -464,7 +466,7 @@ def memcpy2d(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: int, h
     with _using(d, s):
         if width and height:
             if REGISTRY.observers:  # (the span from the first byte to the last: gaps included)
-                _host_touches((d.addr, (height - 1) * dpitch + width),
+                _host_touches(_SYNC_COPY, (d.addr, (height - 1) * dpitch + width),
                               (s.addr, (height - 1) * spitch + width))
             _backend_of(d, s).execute(PlainOp(COPY, None, args, keep=(d.data, s.data),
                                               nbytes=width * height))

@@ -94,12 +94,14 @@ class Event:
             return True
         if m.discarded_by:
             raise _discarded_error(self, m)
-        if m.done and Hooks.sanitizer is not None:
-            Hooks.sanitizer.marker_waited(m)  # a completed query orders the host after it
-        if not m.done:
+        done = m.done  # (read once: what it says, the sanitizer's ordering says too)
+        if done:
+            if Hooks.sanitizer is not None:
+                Hooks.sanitizer.marker_waited(m)  # a completed query orders the host after it
+        else:
             # (a simulated device: see sim._poll_missed)
             self.device._backend.host_call(f"poll_miss event {self.id}")
-        return m.done
+        return done
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until the recorded work completed; raise a task error that happened before it."""

@@ -6,7 +6,7 @@ import collections
 import itertools
 
 from .device import Device, register_handle_type, resolve_device
-from .engine import ENGINE
+from .engine import ENGINE, Hooks
 from .errors import InvalidHandleError
 from .stream import Stream, resolve_stream
 
@@ -41,7 +41,9 @@ class Notify:
         """Clear a record no wait has consumed yet (CANN's aclrtNotifyBatchReset, one notify)."""
         self._check_alive()
         with ENGINE.lock:
-            self._set = False
+            was_set, self._set = self._set, False
+        if was_set and Hooks.sanitizer is not None:
+            Hooks.sanitizer.notify_reset(self)
 
     def destroy(self) -> None:
         """Release the notify; twice raises InvalidHandleError."""

@@ -283,8 +283,8 @@ class Recorder:
     def buffer_used_on(self, alloc, stream) -> None:
         """record_stream: nothing to record."""
 
-    def buffer_viewed(self, alloc, lo: int, hi: int) -> None:
-        """A host view of a buffer: nothing to record."""
+    def buffer_viewed(self, alloc, lo: int, hi: int, what: str, write: bool) -> None:
+        """A host access to a buffer: nothing to record."""
 
     def buffer_allocated(self, alloc) -> None:
         """A buffer was allocated (told by the address registry)."""

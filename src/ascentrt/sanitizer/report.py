@@ -18,6 +18,12 @@ class Access:
     task_id: int
     site: str            # file.py:line of the call that queued it
     assumed: bool = False  # a kernel without declared reads/writes: taken as reading and writing
+    stream_role: str = ""  # what the stream is for, when the runtime made it (a graph's lane)
+
+    @property
+    def where(self) -> str:
+        """'stream 5', or with what the runtime made it for: 'stream 6 (graph 1 lane: ...)'."""
+        return f"stream {self.stream}" + (f" ({self.stream_role})" if self.stream_role else "")
 
     @property
     def kind(self) -> str:
@@ -32,12 +38,21 @@ class Access:
 
     def describe(self) -> str:
         """e.g. "write by kernel `producer` (task 3 on stream 5, prog.py:31)"."""
-        if self.on_host:
-            return (f"access by the host (a numpy view or a synchronous copy; thread "
-                    f"{self.task_id}, {self.site})")
+        if self.on_host:  # (name: what touched the bytes; a view may read and write them)
+            how = "access" if self.name == "a numpy view" else self.kind
+            return f"{how} by the host ({self.name}; thread {self.task_id}, {self.site})"
         guess = " (undeclared: every buffer argument counts as read and written)" if self.assumed else ""
-        return (f"{self.kind} by {self.task_kind} `{self.name}` (task {self.task_id} on stream "
-                f"{self.stream}, {self.site}){guess}")
+        return (f"{self.kind} by {self.task_kind} `{self.name}` (task {self.task_id} on "
+                f"{self.where}, {self.site}){guess}")
+
+
+# What orders a runtime-made stream's work, by the first word of its role.
+_OWN_FIX = {
+    "graph": "a graph's lanes join the stream it was launched on at its end: record an event "
+             "there after the launch, or wait on one recorded before it, on the other side",
+    "hccl": "a collective's lanes follow the stream it was called with: order that stream "
+            "(an event recorded on it after the collective, or a wait on it before)",
+}
 
 
 @dataclass
@@ -58,6 +73,11 @@ class Race:
     def fix(self) -> str:
         """The ordering that removes the race, in the program's own terms."""
         a, b = self.first, self.second
+        internal = next((x for x in (a, b) if x.stream_role), None)
+        if internal is not None:  # (a stream the program never made: say what to order instead)
+            return (f"{internal.where} is the runtime's own; order the work you queued it from "
+                    f"({internal.site}): " + _OWN_FIX.get(internal.stream_role.split()[0],
+                                                          "order the stream you queued it on"))
         if b.on_host and not a.on_host:
             return (f"synchronize stream {a.stream} (or an event recorded after `{a.name}` "
                     f"({a.site})) before the host touches the bytes ({b.site})")

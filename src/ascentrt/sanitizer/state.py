@@ -126,14 +126,16 @@ def _op_accesses(op, name: str) -> list:
     return out
 
 
-def _access(rec: tuple) -> Access:
-    """The report's Access for an access record (its site formatted now)."""
+def _access(rec: tuple, roles: dict) -> Access:
+    """The report's Access for an access record (its site formatted now); `roles`: what the
+    runtime's internal streams are for, by id."""
     kind, name, stream, task_id, site = rec[5]
     write, assumed = rec[2], rec[7]
     if type(name) is not str:  # a launch's function (see task_accesses)
         name = getattr(name, "__name__", None)
     name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
-    return Access(write, kind, name, stream, task_id, site_text(site), assumed)
+    return Access(write, kind, name, stream, task_id, site_text(site), assumed,
+                  roles.get(stream, ""))
 
 
 def _region(alloc):
@@ -164,7 +166,8 @@ class Sanitizer:
         self.host: dict = {}
         self.host_version = 0                 # bumped when the host's clock changes
         self.joined: dict[int, int] = {}      # stream id -> the host_version last joined into it
-        self.notifies: dict[int, dict] = {}  # id(notify) -> clock of its last record
+        self.notifies: dict[int, dict] = {}  # id(notify) -> clock of the record that set it
+        self.roles: dict[int, str] = {}  # stream id -> what an internal stream is for (its role)
         # id(allocation) -> [(lo, hi, write, actor, time, info, owner, assumed)]: accesses by
         # absolute address; info = (kind name, name, actor, task id, site) of the task (shared by
         # its accesses); owner = (id, ptr, size, site) of the allocation they were made through
@@ -233,27 +236,29 @@ class Sanitizer:
                     keep.append((f_lo, f_hi, clock))  # (parts outside may be reused later)
             self.freed[region] = keep
 
-    def buffer_viewed(self, alloc, lo: int, hi: int) -> None:
-        """A host thread took a numpy view of bytes [lo, hi), or a synchronous copy or fill
-        touched them: an access (read and write) by the thread, ordered after what it
-        synchronized with; inside a host function, an access of that function, at its place
-        in its stream's order (inside a kernel: its declared buffers say what it touches)."""
+    def buffer_viewed(self, alloc, lo: int, hi: int, what: str = "a numpy view",
+                      write: bool = True) -> None:
+        """A host thread touches bytes [lo, hi): `what` (a numpy view, taken as reading and
+        writing; a synchronous copy, which writes its destination and reads its source; a
+        fill), ordered after what the thread synchronized with; inside a host function, an
+        access of that function, at its place in its stream's order (inside a kernel: its
+        declared buffers say what it touches)."""
         running = _executing.stream  # current_task(), inlined
         if running is not None:
             task = running._running
             tagged = task.clock if task is not None else None
             if tagged is None or tagged[0] is not self:
                 return  # a kernel's own view, or a task submitted before the sanitizer ran
-            self._function_accessed(task, tagged, alloc, lo, hi)
+            self._function_accessed(task, tagged, alloc, lo, hi, write)
             return
         tid = threading.get_ident()
         actor = HOST  # (stream ids are positive)
         site = user_code_site(3)
         with self.lock:
             host = self.host
-            access = (alloc, lo, hi, True, False, "host", "host access")
+            access = (alloc, lo, hi, write, False, "host", what)
             if self.mode == "raise":
-                self._refuse_races((access,), actor, tid, site, host, "host view")
+                self._refuse_races((access,), actor, tid, site, host, f"the host's {what[2:]}")
             time = host.get(actor, 0) + 1
             host[actor] = self.latest[actor] = time
             self.host_version += 1
@@ -261,12 +266,12 @@ class Sanitizer:
         for race, new in reports:
             self.on_race(race, new)
 
-    def _function_accessed(self, task, tagged: tuple, alloc, lo: int, hi: int) -> None:
+    def _function_accessed(self, task, tagged: tuple, alloc, lo: int, hi: int, write: bool) -> None:
         """buffer_viewed() from inside a host function: its access, by the actor it runs as
         (its stream; the hidden stream of non-blocking ones), at its time."""
         _, vc, actor = tagged
         site = user_code_site(3)
-        access = (alloc, lo, hi, True, False, "host function", task.label)
+        access = (alloc, lo, hi, write, False, "host function", task.label)
         with self.lock:
             if self.mode == "raise":
                 self._refuse_races((access,), actor, task.id, site, vc, "host function access")
@@ -368,6 +373,12 @@ class Sanitizer:
         if clock is not None:
             self.host_waited((clock,))
 
+    def notify_reset(self, notify) -> None:
+        """`notify`'s record was cleared before a wait consumed it (Notify.reset): the next
+        wait is released by a later record, not by that one."""
+        with self.lock:
+            self.notifies.pop(id(notify), None)
+
     def marker_waited(self, marker) -> None:
         """The calling host thread waited for a record (event or graph launch) to complete."""
         clock = self._clock_of(marker)
@@ -398,6 +409,8 @@ class Sanitizer:
             vc = self.streams.get(sid)
             if vc is None:
                 vc = self.streams[sid] = {sid: 0}
+                if stream.role:  # (an internal stream: a report says what it is for)
+                    self.roles[sid] = stream.role
             if kind == DETACH:
                 self.detached_of[sid] = stream._dq.detached.id
             if self.joined.get(sid) != self.host_version:  # (the host's clock moved since)
@@ -542,7 +555,9 @@ class Sanitizer:
                 waiter = waiters.pop(0)
                 _join(self.streams[waiter], vc)
                 return self._release(waiter)
-            self.notifies[key] = dict(vc)
+            # (the record that sets it releases the next wait: a second one finds it set already,
+            # as the engine does, and orders nothing)
+            self.notifies.setdefault(key, dict(vc))
             return []
         if kind == NOTIFY_WAIT:
             clock = self.notifies.pop(id(task.notify), None)
@@ -625,7 +640,7 @@ class Sanitizer:
 
     def _report(self, alloc, rec, new, lo, hi) -> tuple[Race, bool]:
         """The (deduplicated) report of a race between a kept access and a new one (records)."""
-        first, second = _access(rec), _access(new)
+        first, second = _access(rec, self.roles), _access(new, self.roles)
         key = (first.site, second.site, id(alloc))
         race = self.races.get(key)
         if race is not None:
