@@ -118,6 +118,35 @@ def test_a_copy_queued_on_another_stream_before_a_stream_ordered_free_is_refused
 
 
 @pytest.mark.cpu_only
+@pytest.mark.parametrize("via", ["event", "two events"])
+def test_work_the_freeing_stream_waits_for_still_sees_the_bytes(dev, streams, gate, via):
+    # (the free on `a`, which waits for b's read through an event, counted only a's own tasks
+    # as queued before it: b's correctly ordered read failed with 107017)
+    a, b = streams
+    c = dev.create_stream()
+    buf = art.malloc(N, stream=a)
+    buf.numpy()[:] = 7
+    out = art.malloc(N)
+    art.launch(lambda: gate.wait(TIMEOUT), stream=b)
+    art.memcpy_async(out, buf, stream=b)      # reads buf, on b
+    if via == "event":
+        a.wait(b.record())                    # a (the freeing stream) waits for that read
+    else:
+        c.wait(b.record())                    # ... through a third stream
+        a.wait(c.record())
+    buf.free(stream=a)
+    new = art.malloc(N, stream=a)             # the same block, behind the read
+    art.memset_async(new, 0x11, stream=a)
+    gate.set()
+    b.synchronize(timeout=TIMEOUT)
+    a.synchronize(timeout=TIMEOUT)
+    assert (out.numpy() == 7).all() and (new.numpy() == 0x11).all()
+    for x in (new, out):
+        x.free()
+    c.destroy()
+
+
+@pytest.mark.cpu_only
 @pytest.mark.parametrize("order", ["event", "inserted"])
 def test_a_stream_destroyed_with_force_holds_its_records_until_its_running_task_ends(dev, gate, order):
     # (the discard released the waiters of the records behind the running kernel at once: the

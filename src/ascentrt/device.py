@@ -21,6 +21,7 @@ from .backends.presets import variant_fields
 from .backends.sim import defer_in_step
 from .interrupts import add_deferrer, install as install_interrupts, protect
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
+from .engine.scheduler import ordered_before
 from .engine.sync import synchronize_streams, warn_discarded
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
 from .errors import (DeadlockError, ErrorCode, InvalidArgumentError, InvalidDeviceError,
@@ -353,7 +354,8 @@ def _wait_reached(waits: tuple) -> bool:
 atexit.register(_report_leaks_at_exit)
 links.register(resolve_device=resolve_device, current_device=current_device, current_task=current_task,
                busy_streams=_busy_streams, host_backend=_host_backend,
-               active_sets=ENGINE.active_sets, thread=_current, wait_reached=_wait_reached)
+               active_sets=ENGINE.active_sets, thread=_current, wait_reached=_wait_reached,
+               ordered_before=ordered_before)
 
 
 protect(Device.malloc)  # (a Ctrl-C as the new buffer is handed on would lose it)

@@ -1269,6 +1269,31 @@ def current_task() -> Task | None:
     return None if s is None else s._running
 
 
+def ordered_before(task: Task, waits: tuple) -> bool:
+    """Whether running `task` comes before the (stream, position) pairs `waits` (a
+    stream-ordered free's) through event waits queued on those streams before the positions,
+    transitively: each is still to complete, so the free still waits for the task (a look at
+    the queued work, when a task meets a buffer freed after it: not a hot path)."""
+    mine = [(task.stream, task.id), *task.acting_for]
+    todo, seen = list(waits), set()
+    with ENGINE.lock:
+        while todo:
+            s, pos = todo.pop()
+            if any(s is other and tid <= pos for other, tid in mine):
+                return True
+            if (id(s), pos) in seen:
+                continue
+            seen.add((id(s), pos))
+            blocked = s._blocked
+            for t in itertools.chain((blocked,) if blocked is not None else (), s._tasks):
+                if t.id > pos:
+                    break
+                m = t.marker if t.kind == EVENT_WAIT else None
+                if m is not None and m.stream is not None and not m.done:
+                    todo.append((m.stream, m.position))
+    return False
+
+
 def act_for_stream(stream) -> object:
     """Mark the calling thread as running `stream`'s current task (a report thread running a
     blocking callback on its behalf); returns the previous mark for restore_stream_mark()."""

@@ -290,7 +290,9 @@ def _queued_before_free(waits: tuple) -> bool:
         for other, tid in task.acting_for:
             if other is s and tid <= last:
                 return True
-    return False
+    # (or on another stream, which the freeing stream waits for before the free: an event
+    # wait queued there, as a stream-ordered free of buffers several streams use asks)
+    return Links.ordered_before(task, waits)
 
 
 class HostBuffer(_Allocation):

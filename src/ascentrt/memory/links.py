@@ -36,6 +36,9 @@ class Links:
     # (stream, position) pairs -> True once each stream's work up to its position is done;
     # False at once where the calling thread may not wait for them (see device._wait_reached)
     wait_reached: Callable[[tuple], bool] = staticmethod(lambda waits: False)
+    # (running task, (stream, position) pairs) -> whether the task comes before those
+    # positions through the event waits queued before them (see engine.ordered_before)
+    ordered_before: Callable[[Any, tuple], bool] = staticmethod(lambda task, waits: False)
 
 
 def register(**callbacks: Any) -> None:
