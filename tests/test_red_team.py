@@ -955,3 +955,33 @@ def test_a_ctrl_c_as_a_synchronous_copy_ends_leaves_nothing_registered(how):
               art.memory_stats()["allocated_bytes.current"] < used)
     ''', env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
     assert out.split() == ["1", "0", "0", "True"]
+
+
+def test_a_ctrl_c_landing_in_a_weakref_callback_or_del_is_sent_again_not_lost():
+    # (a Ctrl-C sent again after a protected section landed in WeakSet's callback as an Event
+    # was collected: Python ignores what such a callback raises, and the interrupt was gone)
+    from subprocess_util import run_program
+    out = run_program('''
+        import signal, sys, time, weakref
+        from ascentrt import interrupts
+        interrupts.install()
+        class Dropped:
+            def __del__(self):  # (Python prints and ignores what __del__ raises)
+                interrupts._on_sigint(signal.SIGINT, sys._getframe())
+        class Target:
+            pass
+        def in_weakref_code():  # (as a Ctrl-C finding the thread in weakref.py's callback code)
+            interrupts._on_sigint(signal.SIGINT, sys._getframe(1))
+        def finalized():
+            weakref.finalize(Target(), in_weakref_code)
+        for make in (Dropped, finalized):
+            try:
+                x = make()
+                del x
+                time.sleep(0.5)  # (the Ctrl-C comes again a moment later, here)
+                print("lost")
+            except KeyboardInterrupt:
+                print("raised")
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
+    assert out.split() == ["raised", "raised"]
+

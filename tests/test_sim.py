@@ -675,6 +675,46 @@ def test_a_blocking_callbacks_runtime_calls_act_in_its_host_tasks_time():
     assert copy_ns > 1_000_000 and int(first[0]) >= 5 * copy_ns
 
 
+def test_a_thread_that_never_uses_the_runtime_does_not_hold_virtual_time_to_the_real_pace():
+    # (any live non-daemon thread, a timer or an idle pool worker, made time pass at the real
+    # world's pace: a 10 s kernel took 8 s of wall time, a collective's timeout 30 minutes)
+    r = _run_sim(textwrap.dedent("""
+        import os, threading, time, ascentrt as art
+        threading.Timer(60, lambda: None).start()          # never touches ascentrt
+        dev = art.set_device(0); s = dev.create_stream()
+        art.launch(art.kernels.noop, stream=s, cost=10.0)
+        t0, v0 = time.monotonic(), dev.now_ns()
+        s.synchronize()
+        n = art.Notify(); s.wait_notify(n)
+        try:
+            s.synchronize(timeout=5)
+        except art.AscentError as e:
+            print(int(e.code))
+        print((dev.now_ns() - v0) / 1e9 >= 15, time.monotonic() - t0)
+        os._exit(0)
+    """))
+    assert r.returncode == 0, r.stderr
+    code, virtual, wall = r.stdout.split()
+    assert code == "507046" and virtual == "True" and float(wall) < 3  # (two graces of 0.2 s)
+
+
+def test_a_thread_that_starts_using_the_runtime_late_still_releases_a_wait():
+    # (what the real pace was for: a thread about to record what the host waits for)
+    r = _run_sim(textwrap.dedent("""
+        import threading, time, ascentrt as art
+        dev = art.set_device(0); s, t = dev.create_stream(), dev.create_stream()
+        n = art.Notify(); s.wait_notify(n)
+        def late():
+            time.sleep(0.05)
+            n.record(t)
+        threading.Thread(target=late).start()
+        s.synchronize(timeout=1)
+        print("released")
+    """))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["released"]
+
+
 def test_a_malformed_variant_is_one_clear_error():
     r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
                  "\n    print('ERR', int(e.code), e)", env_extra={"ASCENTRT_SIM_VARY": "{not json"})

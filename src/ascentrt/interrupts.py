@@ -18,9 +18,11 @@ handler is left alone.
 
 from __future__ import annotations
 
+import _weakrefset
 import os
 import signal
 import threading
+import weakref
 from typing import Any, Callable
 
 # The C function under signal.getsignal, which converts to an enum: 1.8 µs of the 2.2 µs a
@@ -46,6 +48,7 @@ _deferrers: list[Callable[[], bool]] = []  # fn() -> True when it took the Ctrl-
 _protected: set = set()  # code objects of sections a Ctrl-C must not cut
 _waits: set = set()      # code objects of waits inside them, which a Ctrl-C may end
 _OURS = os.path.dirname(os.path.abspath(__file__))
+_WEAKREF_FILES = {weakref.__file__, _weakrefset.__file__}  # (their callbacks' frames)
 _LIBRARY = os.path.dirname(os.path.abspath(os.__file__))  # the standard library, site-packages
 _REDELIVER_S = 0.002     # how soon a Ctrl-C that landed in a protected section comes again
 _resend_due = [False]
@@ -79,6 +82,16 @@ def _in_protected(frame: Any) -> bool:
     return False
 
 
+def _swallowed_in(frame: Any) -> bool:
+    """Whether a KeyboardInterrupt raised at `frame` would be lost: Python prints and ignores
+    what a weakref callback or a __del__ raises (a Ctrl-C sent again lands wherever the main
+    thread is, and one landed in WeakSet's callback as an Event was collected)."""
+    if frame is None:
+        return False
+    code = frame.f_code
+    return code.co_name == "__del__" or code.co_filename in _WEAKREF_FILES
+
+
 def _resend() -> None:
     _resend_due[0] = False
     os.kill(os.getpid(), signal.SIGINT)
@@ -93,7 +106,7 @@ def _on_sigint(signum: int, frame: Any) -> None:
     if _held.depth:
         _held.pending = True
         return
-    if _protected and _in_protected(frame):
+    if _protected and _in_protected(frame) or _swallowed_in(frame):
         if not _resend_due[0]:  # (one on its way stands for any that came meanwhile)
             _resend_due[0] = True
             timer = threading.Timer(_REDELIVER_S, _resend)

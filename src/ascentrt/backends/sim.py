@@ -47,6 +47,10 @@ H2D, D2H, D2D = 0, 1, 2                    # copy directions (one engine pool ea
 _PAGEABLE = (0, 0, "pageable", None)       # what an address outside every allocation is in
 _GRACE_S = 0.005  # idle and alone: wait this long for a thread that may just be starting
 _REAL_PACE_S = 0.05  # idle while others may act: look again this often (real seconds)
+_STRANGER_GRACE_S = 0.2  # idle, and only threads that never used the runtime may act: how long
+                         # one wait gives them (real seconds) before time goes on without them
+# Who besides the calling thread may move things on (Timeline.others_may_act)
+_NOBODY, _STRANGERS, _CALLERS = 0, 1, 2
 # Virtual time waits this long (real seconds) for a running host function before going on
 # without it: host functions that return sooner keep the timeline deterministic, and one
 # that blocks on the simulating thread (a gate it sets later) cannot hang it.
@@ -158,6 +162,7 @@ class Timeline:
         self.host_frames: dict = {}     # task -> frame of each host function running
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
+        self.stranger_graced: Any = None  # ... and the one whose wait gave strangers theirs
         self.step: Any = None           # the task a host thread runs for the simulation now
         self.polled = -2                # `generation` at the last query that found work not done
         self.missed: set[str] = set()   # what the queries missed since then, in a row
@@ -307,19 +312,22 @@ class Timeline:
         if thread.ident is not None:
             self.callers[thread.ident] = thread
 
-    def others_may_act(self) -> bool:
-        """Whether someone else may move things on: a running host function, another live host
-        thread that has used the runtime, or any other live non-daemon thread."""
+    def others_may_act(self) -> int:
+        """Who else may move things on: _CALLERS (a running host function, or another live host
+        thread that has used the runtime), _STRANGERS (only live non-daemon threads that never
+        did: they may yet, as the interpreter waits for them, or be a timer or an idle pool
+        worker that never will) or _NOBODY."""
         if self.inflight and self.inflight > self._own_host_tasks():
-            return True
+            return _CALLERS
         me = threading.get_ident()
         for ident, t in list(self.callers.items()):
             if ident != me:
                 if t.is_alive():
-                    return True
+                    return _CALLERS
                 del self.callers[ident]
-        # A live non-daemon thread may yet call the runtime (the interpreter waits for them).
-        return any(not t.daemon and t.ident != me and t.is_alive() for t in threading.enumerate())
+        if any(not t.daemon and t.ident != me and t.is_alive() for t in threading.enumerate()):
+            return _STRANGERS
+        return _NOBODY
 
     def _own_host_tasks(self) -> int:
         """How many of the running host functions are the calling thread itself (or one it
@@ -631,7 +639,8 @@ class SimBackend(CpuBackend):
                 return True
             # Nothing left to simulate before `until`.
             seen = tl.generation
-            if tl.others_may_act():
+            who = tl.others_may_act()
+            if who == _CALLERS:
                 # A host function still runs, or another host thread may record or launch:
                 # time passes at the pace of the real world until it does.
                 t0 = time.monotonic()
@@ -645,12 +654,21 @@ class SimBackend(CpuBackend):
                 if tl.now < until:
                     continue
                 return False
-            # Only this thread can act. With nothing scheduled to end, one starting now may
-            # still act: a moment's grace before the jump. With a task running, time moves on
-            # by itself: no grace (the engine's stall checks wait in slices of 0.25 virtual s,
-            # and 5 ms of real time per slice made a long task's simulation take minutes).
-            # One grace per wait: its later slices jump (a 1836 s timed wait took 7000 slices
-            # of 5 ms of real time each).
+            if who == _STRANGERS and tl.stranger_graced is not signal:
+                # A thread that never used the runtime may be about to (one the program starts
+                # to record what this waits for): once per wait, time waits for it a while.
+                # Not longer: a timer or an idle pool worker would hold a virtual timeout (the
+                # engine's slices of 0.25 s, a collective's 1836 s) to the real world's pace.
+                tl.stranger_graced = signal
+                tl.moved.wait(_STRANGER_GRACE_S)
+                if tl.generation != seen or signal.is_set():
+                    continue
+            # Only this thread can act (or strangers, whose grace is over). With nothing
+            # scheduled to end, one starting now may still act: a moment's grace before the
+            # jump. With a task running, time moves on by itself: no grace (the engine's stall
+            # checks wait in slices of 0.25 virtual s, and 5 ms of real time per slice made a
+            # long task's simulation take minutes). One grace per wait: its later slices jump
+            # (a 1836 s timed wait took 7000 slices of 5 ms of real time each).
             if tl.next_end() is None and (until == math.inf or tl.graced is not signal):
                 tl.moved.wait(_GRACE_S)
                 if tl.generation != seen or signal.is_set() or until == math.inf:
