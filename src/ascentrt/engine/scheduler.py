@@ -1028,8 +1028,9 @@ class Engine:
                 raise DeadlockError(f"{what} can never finish: {text}")
             if kind in ("stuck", "host") and not warned and now - stalled_since >= warn_after:
                 warned = True
-                warn_at_caller(f"ascentrt: {what} has made no progress for {now - stalled_since:.0f} s: "
-                               f"{text}", RuntimeWarning)  # (at the user's call, whichever API it came through)
+                unit = "s of virtual time" if virtual else "s"  # (on sim: the device's clock)
+                warn_at_caller(f"ascentrt: {what} has made no progress for {now - stalled_since:.0f} "
+                               f"{unit}: {text}", RuntimeWarning)  # (at the user's call, whichever API it came through)
 
     def _no_host_can_act(self, stuck_streams) -> bool:
         """Whether no code but the calling thread's could still record a notify (called under
