@@ -651,3 +651,33 @@ def test_a_leaked_small_buffer_does_not_pin_a_large_chunk():
     assert pool.reserved <= 1024 * MiB + 4 * MiB
     hp = host_pool()
     assert (hp.split_limit, hp.release_threshold) == (HOST_SPLIT_LIMIT, HOST_RELEASE_THRESHOLD)
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("where", ["mempool", "default"])
+def test_one_refused_allocation_is_one_oom_though_it_was_tried_again(dev, where):
+    # (the retry after waiting for the pending frees counted a second OOM for the same refusal)
+    import time
+    s = dev.create_stream()
+    pool = art.MemPool(dev) if where == "mempool" else None
+    held = art.malloc(512 << 20)  # (live throughout: the retry is refused too)
+    before = art.memory_stats(dev)["num_ooms"]
+    a = pool.malloc_async(1 << 30, s) if pool else art.malloc(1 << 30, stream=s)
+    art.launch(lambda: time.sleep(0.2), stream=s)
+    if pool:
+        pool.free_async(a, s)  # pending behind the kernel: the refusal waits for it, then retries
+    else:
+        a.free(stream=s)
+    other = dev.create_stream()
+    with pytest.raises(art.OutOfMemoryError):
+        if pool:
+            pool.malloc_async(1800 << 20, other)
+        else:
+            art.malloc(1800 << 20, stream=other)
+    assert art.memory_stats(dev)["num_ooms"] == before + 1
+    s.synchronize(TIMEOUT)
+    held.free()
+    other.destroy()
+    s.destroy()
+    if pool:
+        pool.destroy()

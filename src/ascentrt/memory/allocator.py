@@ -161,12 +161,12 @@ class DeviceAllocator:
                 run_deferred_releases()  # (what a Ctrl-C left deferred after its copy ended)
             if self._waited_for_frees():
                 try:
-                    return pool.allocate(n, stream)
+                    return pool.allocate_again(n, stream)
                 except OutOfMemoryError:
                     pass
             if not self._emptied_default_cache(pool):
                 raise
-            return pool.allocate(n, stream)
+            return pool.allocate_again(n, stream)  # (one refusal: counted once)
 
     def _emptied_default_cache(self, pool: Any) -> bool:
         """After a MemPool's refused allocation: the device's default pool gives back its wholly

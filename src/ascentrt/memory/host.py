@@ -50,9 +50,10 @@ def host_pool():
     return _state["pool"]
 
 
-def _pooled(pool: BlockPool, nbytes: int) -> HostBuffer:
-    """A pinned buffer from the pool, whole or not made (given back if making it failed)."""
-    block = pool.allocate(nbytes)
+def _pooled(pool: BlockPool, nbytes: int, again: bool = False) -> HostBuffer:
+    """A pinned buffer from the pool, whole or not made (given back if making it failed);
+    `again`: after a refusal the caller waited on (a second one is counted once)."""
+    block = pool.allocate_again(nbytes) if again else pool.allocate(nbytes)
     try:
         buf = HostBuffer(block.addr, nbytes, block.chunk.pinned, block.bytes(nbytes), block,
                          _release)
@@ -129,7 +130,7 @@ def malloc_host(nbytes: int) -> HostBuffer:
         except OutOfMemoryError:  # (as a device allocation: see DeviceAllocator._waited_for_frees)
             if not pool.wait_for_pending():  # (not held: a Ctrl-C may end a long wait)
                 raise
-            buf = _pooled(pool, nbytes)
+            buf = _pooled(pool, nbytes, again=True)
     # (a simulated host pays for the call here, with the pinned mapping it may have made, not
     # the host call after it; without the pool every call is a driver allocation alone)
     charge = _state["charge"]

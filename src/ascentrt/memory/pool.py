@@ -466,6 +466,17 @@ class BlockPool:
             self.peak_active = active
         return block
 
+    def allocate_again(self, nbytes: Any, stream=None) -> Block:
+        """allocate() once more after a refusal the caller acted on (it waited for pending
+        frees, or emptied another pool's cache): a second refusal is the same out-of-memory
+        error, counted once."""
+        try:
+            return self.allocate(nbytes, stream)
+        except OutOfMemoryError:
+            with self._lock:
+                self._counts["ooms"] -= 1
+            raise
+
     def _allocate_slow(self, size: int, stream, nbytes: int) -> Block:
         self._collect()
         block = self._take_ready(size)
