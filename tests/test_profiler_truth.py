@@ -146,3 +146,63 @@ def test_graph_lanes_are_named_and_the_graphs_join_is_no_kernel(forked):
         assert any(f"the work captured on stream {got['captured_on']}" in r for r in got["roles"])
     else:
         assert got["kernels"] == ["L1", "L1"]
+
+
+def test_reading_memory_stats_or_profiling_does_not_move_the_pool():
+    # (stats and the profiler's samples collected finished frees, and a MemPool with a release
+    # threshold of 0 gave the chunk back: the next allocation paid a new one, so a profiled
+    # run ended at another virtual time than the same program unprofiled)
+    code = """
+        import json, sys, ascentrt as art
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        mp = art.MemPool(dev, release_threshold=0)
+        t0 = dev.now_ns()
+        for _ in range(5):
+            b = mp.malloc_async(1 << 20, s)
+            art.launch(art.kernels.noop, stream=s, cost=1e-3)
+            mp.free_async(b, s)
+            s.synchronize()
+            if sys.argv[1] == "look":
+                st = art.memory_stats(pool=mp)
+        print(json.dumps([dev.now_ns() - t0, art.memory_stats(pool=mp)["num_device_release"]]))
+    """
+    runs = {}
+    for how in ("plain", "look"):
+        full = dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_LEAK_CHECK="off")
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), how], env=full,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        runs[how] = out.stdout.strip().splitlines()[-1]
+    assert runs["plain"] == runs["look"]
+
+
+def test_a_graphs_join_is_dispatched_and_a_pyacl_stream_wait_takes_no_event_of_the_program():
+    # (the join, marked as the graph's for the profiler, lost its dispatch on sim; pyACL's
+    # stream_wait_event took one of the program's events for its own marker: at the limit it
+    # failed with 207007, after queuing the wait)
+    got = _run("""
+        import json, ascentrt as art
+        from ascentrt import acl
+        dev = art.set_device(0)
+        s, t = dev.create_stream(), dev.create_stream()
+        s.begin_capture()
+        t.wait(s.record())
+        art.launch(art.kernels.noop, stream=t, cost=1e-4, name="R")
+        s.wait(t.record())
+        g = s.end_capture()
+        with art.profile() as prof:
+            g.launch(s)
+            s.synchronize()
+        join = next(x for x in prof.profile.tasks if x.name.endswith("_join"))
+        acl.init(); acl.rt.set_device(0)
+        e, _ = acl.rt.create_event()
+        st, _ = acl.rt.create_stream()
+        acl.rt.record_event(e, st)
+        before = acl.rt.get_event_avail_num()[0]
+        ret = acl.rt.stream_wait_event(st, e)
+        print(json.dumps({"join_queued": join.queued_ns, "ret": ret,
+                          "avail": [before, acl.rt.get_event_avail_num()[0]]}))
+    """, ASCENTRT_SIM_VARY='{"max_events": 3}')
+    assert got["join_queued"] >= 1000  # its dispatch (ascend910b: 1 us) comes before it
+    assert got["ret"] == 0 and got["avail"][0] == got["avail"][1]

@@ -695,7 +695,8 @@ def test_a_thread_that_never_uses_the_runtime_does_not_hold_virtual_time_to_the_
     """))
     assert r.returncode == 0, r.stderr
     code, virtual, wall = r.stdout.split()
-    assert code == "507046" and virtual == "True" and float(wall) < 3  # (two graces of 0.2 s)
+    # (the kernel's wait jumps; the stuck notify wait lets the timer act for 2 s of real time)
+    assert code == "507046" and virtual == "True" and float(wall) < 4
 
 
 def test_a_thread_that_starts_using_the_runtime_late_still_releases_a_wait():

@@ -34,7 +34,12 @@ from .sanitizer import sanitize
 from . import callback, context  # report-thread callbacks; contexts (pyACL's model, used by ascentrt.acl)
 from . import usage  # this process's device usage, published for `ascentrt info` elsewhere
 from .backends import sim as _sim
+from . import interrupts as _interrupts
 accel.restore_docstrings(vars(_sim))  # (a backend may import nothing above it: done from here)
+# From import on (where the main thread imports it and Python's own handler is in place): the
+# sections protect() registers are safe only once this handler is, and the first device or
+# allocation may come from another thread, where it cannot be installed.
+_interrupts.install()
 
 __version__ = "0.1.0"
 

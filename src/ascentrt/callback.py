@@ -216,10 +216,9 @@ def process_reports(timeout: float | None = None) -> int:
         if not rep.queue:
             rep.cond.wait_for(lambda: rep.queue or _reporters.get(me) is not rep, timeout)
         entries = [e for e in rep.queue if not e[1].cancelled]
-        batch = [r for _, r in entries]
         rep.queue.clear()
         gone = _reporters.get(me) is not rep
-    if not batch:
+    if not entries:
         if gone:
             raise StreamStateError(f"thread {me} was unsubscribed from its last stream",
                                    code=ErrorCode.RT_THREAD_SUBSCRIBE)
@@ -250,7 +249,7 @@ def process_reports(timeout: float | None = None) -> int:
             restore_stream_mark(prev)
             if report.done is not None:
                 report.done.set()
-    return len(batch)
+    return len(entries)
 
 
 def subscribed_streams(thread_id: int) -> list:

@@ -176,7 +176,7 @@ class Device:
         except (OSError, OverflowError, MemoryError) as exc:
             raise OutOfMemoryError(f"device {device_id}: cannot reserve ASCENTRT_DEVICE_MEMORY="
                                    f"{capacity} bytes on this machine ({exc}); set a smaller size",
-                                   code=ErrorCode.RT_MEMORY_ALLOCATION) from None
+                                   code=ErrorCode.RT_MEMORY_ALLOCATION, device=device_id) from None
         mem = np.frombuffer(backend.host_view(handle), dtype=np.uint8)
         self._memory = DeviceAllocator(self, mem, handle.addr, capacity,
                                        decommit=lambda off, n: backend.free(handle, off, n))

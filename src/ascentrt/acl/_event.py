@@ -61,7 +61,7 @@ def _passed(marker: Event) -> bool:
 
 def note_wait(handle: int, stream: Stream) -> None:
     """Remember where `stream` passes its wait on the event, for query_event_wait_status."""
-    marker = Event(stream.device)
+    marker = stream.device.internal_event()  # (the runtime's own: no slot of the program's)
     marker.record(stream)
     with _lock:
         pending = [m for m in _waits.get(handle, ()) if not _passed(m)]
@@ -194,7 +194,7 @@ def get_event_avail_num() -> int:
     """(n, ret): events the current device can still create, its limit less those alive (aclrtGetEventAvailNum)."""
     dev = need_context().device
     limit = dev._backend.properties().max_events
-    if limit:  # a modelled device counts its live events (the runtime's own among them)
+    if limit:  # a modelled device counts the program's live events (not the runtime's own)
         return max(limit - len(dev._events), 0)
     # No limit (the cpu backend), so no count kept by the device: the program's live events.
     alive = sum(1 for _, ev in EVENTS.items() if ev.device is dev and not ev._destroyed)

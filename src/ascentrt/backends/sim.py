@@ -47,8 +47,8 @@ H2D, D2H, D2D = 0, 1, 2                    # copy directions (one engine pool ea
 _PAGEABLE = (0, 0, "pageable", None)       # what an address outside every allocation is in
 _GRACE_S = 0.005  # idle and alone: wait this long for a thread that may just be starting
 _REAL_PACE_S = 0.05  # idle while others may act: look again this often (real seconds)
-_STRANGER_GRACE_S = 0.2  # idle, and only threads that never used the runtime may act: how long
-                         # one wait gives them (real seconds) before time goes on without them
+_STRANGER_PATIENCE_S = 2.0  # stuck, and only threads that never used the runtime may act: how
+                            # long one wait lets them (real seconds) before time goes on
 # Who besides the calling thread may move things on (Timeline.others_may_act)
 _NOBODY, _STRANGERS, _CALLERS = 0, 1, 2
 # Virtual time waits this long (real seconds) for a running host function before going on
@@ -162,7 +162,8 @@ class Timeline:
         self.host_frames: dict = {}     # task -> frame of each host function running
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
-        self.stranger_graced: Any = None  # ... and the one whose wait gave strangers theirs
+        self.stranger_wait: Any = None  # the signal whose wait waits for strangers, since when
+        self.stranger_since = 0.0
         self.step: Any = None           # the task a host thread runs for the simulation now
         self.polled = -2                # `generation` at the last query that found work not done
         self.missed: set[str] = set()   # what the queries missed since then, in a row
@@ -328,6 +329,18 @@ class Timeline:
         if any(not t.daemon and t.ident != me and t.is_alive() for t in threading.enumerate()):
             return _STRANGERS
         return _NOBODY
+
+    def patient_with_strangers(self, signal) -> bool:
+        """Whether a wait for `signal`, stuck (nothing scheduled to end) with only threads that
+        never used the runtime left to act, still lets them: one may be about to record what it
+        waits for (a timer the program set for that), so time passes at the real world's pace,
+        for _STRANGER_PATIENCE_S of real time per wait. Not longer, and not while work runs (it
+        moves time on itself): an unrelated timer or an idle pool worker held virtual timeouts
+        (the engine's slices, a collective's 1836 s) to the real world's pace."""
+        now = time.monotonic()
+        if self.stranger_wait is not signal:
+            self.stranger_wait, self.stranger_since = signal, now
+        return now - self.stranger_since < _STRANGER_PATIENCE_S
 
     def _own_host_tasks(self) -> int:
         """How many of the running host functions are the calling thread itself (or one it
@@ -640,9 +653,11 @@ class SimBackend(CpuBackend):
             # Nothing left to simulate before `until`.
             seen = tl.generation
             who = tl.others_may_act()
-            if who == _CALLERS:
-                # A host function still runs, or another host thread may record or launch:
-                # time passes at the pace of the real world until it does.
+            if who == _CALLERS or who == _STRANGERS and tl.next_end() is None \
+                    and tl.patient_with_strangers(signal):
+                # A host function still runs, or another host thread may record or launch (one
+                # that used the runtime, or, stuck, any for a while): time passes at the pace of
+                # the real world until it does.
                 t0 = time.monotonic()
                 tl.moved.wait(min(_REAL_PACE_S, (until - tl.now) / 1e9))
                 if tl.generation != seen or signal.is_set():
@@ -654,18 +669,10 @@ class SimBackend(CpuBackend):
                 if tl.now < until:
                     continue
                 return False
-            if who == _STRANGERS and tl.stranger_graced is not signal:
-                # A thread that never used the runtime may be about to (one the program starts
-                # to record what this waits for): once per wait, time waits for it a while.
-                # Not longer: a timer or an idle pool worker would hold a virtual timeout (the
-                # engine's slices of 0.25 s, a collective's 1836 s) to the real world's pace.
-                tl.stranger_graced = signal
-                tl.moved.wait(_STRANGER_GRACE_S)
-                if tl.generation != seen or signal.is_set():
-                    continue
-            # Only this thread can act (or strangers, whose grace is over). With nothing
-            # scheduled to end, one starting now may still act: a moment's grace before the
-            # jump. With a task running, time moves on by itself: no grace (the engine's stall
+            # Only this thread can act (or threads that never used the runtime: see
+            # patient_with_strangers). With nothing scheduled to end, one starting now may still
+            # act: a moment's grace before the jump. With a task running, time moves on by
+            # itself: no grace (the engine's stall
             # checks wait in slices of 0.25 virtual s, and 5 ms of real time per slice made a
             # long task's simulation take minutes). One grace per wait: its later slices jump
             # (a 1836 s timed wait took 7000 slices of 5 ms of real time each).
@@ -771,7 +778,7 @@ class SimBackend(CpuBackend):
             frame.link, frame.link_ns = None, 0.0
         else:
             frame = _Frame(t, tl.now)
-        if t.graph_segment:
+        if t.dispatches_nodes:
             frame.offset = self._held_back(t, frame.start)
         try:
             self._run_in_frame(q, t, frame)
@@ -868,7 +875,7 @@ class SimBackend(CpuBackend):
         """Run a taken task now and schedule its end (the timeline lock is held)."""
         tl = self.timeline
         frame = _Frame(t, tl.now)
-        if t.graph_segment:
+        if t.dispatches_nodes:
             frame.offset = self._held_back(t, frame.start)
         if queue.executor == _HOST:  # on a host thread of its own; ends when it returns
             worker = self._host_threads.pop() if self._host_threads else _HostThread(
@@ -937,7 +944,7 @@ class SimBackend(CpuBackend):
         work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
         # A graph segment's latencies came first, in its offset, and each node was dispatched
         # as it ran: it adds nothing after its nodes.
-        fixed = 0 if t.graph_segment else self._dispatch_ns + self._held_back(t, start)
+        fixed = 0 if t.dispatches_nodes else self._dispatch_ns + self._held_back(t, start)
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)

@@ -78,6 +78,7 @@ class Task(Op):
     graph_id: int
     graph_node: int
     graph_segment = False
+    dispatches_nodes = False  # a graph segment's task: a simulator dispatches each of its nodes
 
     def __init__(self, kind: int, fn: Any = None, args: tuple = (), name: str | None = None):
         self.kind = kind

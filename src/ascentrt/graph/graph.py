@@ -287,7 +287,7 @@ class Graph:
                     t = Task(kind, _run_segment, (entries, errors if lane else None, self,
                                                   self.device._backend), name)
                     t.cost = _segment_cost(entries)  # on sim each node takes its own time
-                    t.graph_segment = True  # (a simulator dispatches its nodes, not it)
+                    t.graph_segment = t.dispatches_nodes = True  # (see Task: its nodes are the work)
                 elif op == "record":
                     t = Task(EVENT_RECORD, name="graph_record")
                     t.marker = m = markers[what]

@@ -217,10 +217,12 @@ class Schedule:
         dev = self.graph.device
         origin = dev.create_stream(priority=0) if stream is None else resolve_stream(stream)
         used = sorted(set(self.assignment) - {0})
-        helpers = {i: dev.create_stream(priority=1) for i in used}
-        # None for a stream no task uses: submit never reaches it
-        streams = cast("list[Stream]", [origin] + [helpers.get(i) for i in range(1, self.num_streams)])
+        helpers: dict[int, Stream] = {}
         try:
+            for i in used:  # (in the try: a stream limit reached half-way leaves none behind)
+                helpers[i] = dev.create_stream(priority=1)
+            # None for a stream no task uses: submit never reaches it
+            streams = cast("list[Stream]", [origin] + [helpers.get(i) for i in range(1, self.num_streams)])
             origin.begin_capture(mode)
             try:
                 fork = origin.record(dev.internal_event())

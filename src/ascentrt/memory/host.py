@@ -131,15 +131,21 @@ def malloc_host(nbytes: int) -> HostBuffer:
             if not pool.wait_for_pending():  # (not held: a Ctrl-C may end a long wait)
                 raise
             buf = _pooled(pool, nbytes, again=True)
-    # (a simulated host pays for the call here, with the pinned mapping it may have made, not
-    # the host call after it; without the pool every call is a driver allocation alone)
-    charge = _state["charge"]
-    if charge is not None:
-        charge("malloc" if pool is not None else "settle")
-    if REGISTRY.observers:
-        REGISTRY.allocated(buf)
-    if _state["sites"]:
-        leaks.note_site(buf)
+    try:
+        # (a simulated host pays for the call here, with the pinned mapping it may have made,
+        # not the host call after it; without the pool every call is a driver allocation alone)
+        charge = _state["charge"]
+        if charge is not None:
+            charge("malloc" if pool is not None else "settle")
+        if REGISTRY.observers:
+            REGISTRY.allocated(buf)
+        if _state["sites"]:
+            leaks.note_site(buf)
+    except BaseException:
+        # (a Ctrl-C a simulated host held back while it stepped is raised by the charge, where
+        # protect() cannot send it again: the caller never gets the buffer, so it goes back)
+        buf.free()
+        raise
     return buf
 
 

@@ -1017,6 +1017,15 @@ class BlockPool:
             yield b
             b = b.next
 
+    def pending_done(self) -> tuple[int, int]:
+        """(bytes, largest) of the pending blocks whose work is done: free, though the pool
+        has not looked yet (it does at its next allocation). A look that changes nothing: a
+        stats reader or a profiler must not move the pool (collecting may give chunks back,
+        and the next allocation would pay for a new one)."""
+        with self._lock:
+            done = [b.size for b in self._pending if positions_reached(b.waits)]
+        return sum(done), max(done, default=0)
+
     def largest_free_block(self) -> int:
         """The largest ready free block in the pool."""
         with self._lock:

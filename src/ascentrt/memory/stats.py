@@ -8,7 +8,7 @@ from ..errors import InvalidArgumentError
 from ..units import format_bytes
 from .chunks import Chunk
 from .links import Links
-from .pool import ALLOCATED, PENDING, READY, BlockPool
+from .pool import ALLOCATED, PENDING, READY, BlockPool, positions_reached
 from .trace import base_pool
 
 
@@ -28,21 +28,34 @@ def reserved_bytes(device: Any = None) -> int:
     return sum(p.reserved for p in _pools(device))
 
 
+def _free_now(b) -> bool:
+    """Whether a free block can be handed out: ready, or pending on work that is done (the pool
+    collects it at its next allocation; stats only look, see BlockPool.pending_done)."""
+    return b.state is not PENDING or positions_reached(b.waits)
+
+
 def _chunk_figures(pool: BlockPool, chunk: Chunk) -> dict:
     free = largest = 0
     for b in pool.blocks(chunk):
         if b.state is not ALLOCATED:
             free += b.size
-            if b.state is not PENDING and b.size > largest:
+            if _free_now(b) and b.size > largest:
                 largest = b.size
     return {"free": free, "largest_free": largest,
             "fragmentation": 1 - largest / free if free else 0.0}
 
 
+def _largest_free_ratio(frag: dict, pool: BlockPool, done: int, done_largest: int) -> float:
+    """1 - largest / free over the blocks that can be handed out (done pending ones too)."""
+    ready = frag["free_bytes"] - pool.pending_bytes + done
+    largest = max(frag["largest_free_block"], done_largest)
+    return 1 - largest / ready if ready else 0.0
+
+
 def pool_stats(pool: BlockPool) -> dict:
     """Statistics of one pool: bytes current/peak, counts, fragmentation figures."""
+    done, done_largest = pool.pending_done()  # (frees whose work is done: free, not pending)
     with pool._lock:
-        pool._collect()  # (frees whose work is done are free now, not pending: a look, no wait)
         inactive_split = 0
         for chunk in pool._chunks.values():
             first = chunk.first
@@ -57,7 +70,7 @@ def pool_stats(pool: BlockPool) -> dict:
             "active_bytes.current": pool.allocated + pool.pending_bytes,
             "active_bytes.peak": pool.peak_active,
             "inactive_split_bytes.current": inactive_split,
-            "pending_free_bytes.current": pool.pending_bytes,
+            "pending_free_bytes.current": pool.pending_bytes - done,
             "cached_free_bytes.current": pool._cached_bytes,
             "requested_bytes.current": pool.requested, "requested_bytes.peak": pool.peak_requested,
             "num_allocs": c["allocs"], "num_frees": c["frees"],
@@ -65,10 +78,10 @@ def pool_stats(pool: BlockPool) -> dict:
             "num_alloc_retries": c["retries"], "num_ooms": c["ooms"],
             "num_pending_reuse": c["reused_pending"], "num_inserted_waits": c["inserted_waits"],
             "num_chunks": len(pool._chunks),
-            "largest_free_block": frag["largest_free_block"],
+            "largest_free_block": max(frag["largest_free_block"], done_largest),
             "fragmentation.internal": frag["internal"],
             "fragmentation.external": frag["external"],
-            "fragmentation.largest_free_ratio": frag["largest_free_ratio"],
+            "fragmentation.largest_free_ratio": _largest_free_ratio(frag, pool, done, done_largest),
         }
 
 
@@ -103,9 +116,9 @@ def memory_snapshot(device: Any = None, pool: Any = None) -> list[dict]:
     out = []
     for p in _pools(device, pool):
         with p._lock:
-            p._collect()  # (as pool_stats: frees whose work is done are free)
             for chunk in p.chunks():
-                blocks = [{"address": b.addr, "size": b.size, "state": b.state,
+                blocks = [{"address": b.addr, "size": b.size,
+                           "state": READY if b.state is PENDING and _free_now(b) else b.state,
                            "requested": b.requested if b.state is ALLOCATED else 0,
                            "stream": None if b.stream is None else getattr(b.stream, "id", None)}
                           for b in p.blocks(chunk)]

@@ -49,9 +49,10 @@ def free_ranges(device) -> tuple[int, int]:
         spans = chunks.unreserved_ranges()
         views = []
         for p in pools:
-            p.synchronize_pending()  # (frees whose work is done are free: a look, no wait)
-            free = unreserved + p.free_bytes() - p.pending_bytes
-            largest = max(p.largest_free_block(), _longest_run(sorted(spans + p.free_chunk_ranges())))
+            done, done_largest = p.pending_done()  # (frees whose work is done are free)
+            free = unreserved + p.free_bytes() - p.pending_bytes + done
+            largest = max(p.largest_free_block(), done_largest,
+                          _longest_run(sorted(spans + p.free_chunk_ranges())))
             views.append((largest / free if free else 1.0, free, largest))
         _, free, largest = min(views)
         return int(free), int(largest)
