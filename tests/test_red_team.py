@@ -724,7 +724,7 @@ def test_a_ctrl_c_at_any_line_of_malloc_host_loses_no_pinned_block(pure):
                     got = art.malloc_host(1 << 20)
                 finally:
                     sys.settrace(None)
-                time.sleep(0.05)  # (a Ctrl-C held off is sent again once the call returned)
+                time.sleep(0.02)  # (a Ctrl-C held off is sent again 2 ms after the call returned)
                 outcomes.add("returned, then interrupted" if seen[0] > k else "returned")
             except KeyboardInterrupt:
                 outcomes.add("interrupted after" if got is not None else "interrupted inside")

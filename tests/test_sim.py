@@ -685,18 +685,13 @@ def test_a_thread_that_never_uses_the_runtime_does_not_hold_virtual_time_to_the_
         art.launch(art.kernels.noop, stream=s, cost=10.0)
         t0, v0 = time.monotonic(), dev.now_ns()
         s.synchronize()
-        n = art.Notify(); s.wait_notify(n)
-        try:
-            s.synchronize(timeout=5)
-        except art.AscentError as e:
-            print(int(e.code))
-        print((dev.now_ns() - v0) / 1e9 >= 15, time.monotonic() - t0)
+        print((dev.now_ns() - v0) / 1e9, time.monotonic() - t0)
         os._exit(0)
     """))
     assert r.returncode == 0, r.stderr
-    code, virtual, wall = r.stdout.split()
-    # (the kernel's wait jumps; the stuck notify wait lets the timer act for 2 s of real time)
-    assert code == "507046" and virtual == "True" and float(wall) < 4
+    virtual, wall = r.stdout.split()
+    # (work runs: time moves on by itself; a stuck wait would let the timer act for 2 s)
+    assert float(virtual) >= 10 and float(wall) < 1
 
 
 def test_a_thread_that_starts_using_the_runtime_late_still_releases_a_wait():
