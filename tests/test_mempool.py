@@ -658,6 +658,7 @@ def test_a_leaked_small_buffer_does_not_pin_a_large_chunk():
 def test_one_refused_allocation_is_one_oom_though_it_was_tried_again(dev, where):
     # (the retry after waiting for the pending frees counted a second OOM for the same refusal)
     import time
+    art.empty_cache()  # (what earlier tests cached: the sizes below need the device's room)
     s = dev.create_stream()
     pool = art.MemPool(dev) if where == "mempool" else None
     held = art.malloc(512 << 20)  # (live throughout: the retry is refused too)
@@ -676,6 +677,16 @@ def test_one_refused_allocation_is_one_oom_though_it_was_tried_again(dev, where)
             art.malloc(1800 << 20, stream=other)
     assert art.memory_stats(dev)["num_ooms"] == before + 1
     s.synchronize(TIMEOUT)
+    # (a refusal the retry after the wait turned into a success reached no caller: no OOM)
+    a = pool.malloc_async(1 << 30, s) if pool else art.malloc(1 << 30, stream=s)
+    art.launch(lambda: time.sleep(0.2), stream=s)
+    if pool:
+        pool.free_async(a, s)
+    else:
+        a.free(stream=s)
+    b = pool.malloc_async(1200 << 20, other) if pool else art.malloc(1200 << 20, stream=other)
+    assert art.memory_stats(dev)["num_ooms"] == before + 1
+    b.free()
     held.free()
     other.destroy()
     s.destroy()

@@ -147,6 +147,50 @@ def test_work_the_freeing_stream_waits_for_still_sees_the_bytes(dev, streams, ga
 
 
 @pytest.mark.cpu_only
+@pytest.mark.parametrize("via", ["a wait that can time out", "a non-blocking host function"])
+def test_ordering_that_does_not_hold_the_free_keeps_no_freed_bytes(streams, gate, via):
+    # (ordered_before followed a timed wait, which may give up and let the free pass with the
+    # reader still running, and took a non-blocking host function as its stream's, which a
+    # record there does not wait for: both were shown bytes the next owner then had)
+    a, b = streams
+    buf = art.malloc(N, stream=a)
+    freed, seen = threading.Event(), []
+
+    def late_view():
+        freed.wait(TIMEOUT)
+        try:
+            buf.numpy()
+            seen.append("bytes")
+        except art.AscentError as e:
+            seen.append(int(e.code))
+    out = art.malloc(N)
+    if via == "a wait that can time out":
+        art.launch(lambda: gate.wait(TIMEOUT), stream=b)
+        art.memcpy_async(out, buf, stream=b)
+        art.set_wait_timeout(TIMEOUT)
+    else:  # (it looks while b, and so the record a waits for, is still held by the gate)
+        art.launch_host_func(late_view, stream=b, blocking=False)
+        art.launch(lambda: gate.wait(TIMEOUT), stream=b)
+    a.wait(b.record())
+    art.set_wait_timeout(None)
+    buf.free(stream=a)
+    freed.set()
+    if via != "a wait that can time out":
+        deadline = time.monotonic() + TIMEOUT
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.005)
+    gate.set()
+    if via == "a wait that can time out":
+        with pytest.raises(art.TaskError) as err:
+            b.synchronize(timeout=TIMEOUT)
+        assert err.value.code == art.ErrorCode.RT_INVALID_HANDLE
+    else:
+        art.synchronize(timeout=TIMEOUT)
+        assert seen == [int(art.ErrorCode.RT_INVALID_HANDLE)]
+    out.free()
+
+
+@pytest.mark.cpu_only
 @pytest.mark.parametrize("order", ["event", "inserted"])
 def test_a_stream_destroyed_with_force_holds_its_records_until_its_running_task_ends(dev, gate, order):
     # (the discard released the waiters of the records behind the running kernel at once: the

@@ -727,3 +727,25 @@ def test_a_race_with_a_graph_lane_names_the_lane_and_orders_the_launch_stream(de
     assert "join the stream it was launched on" in text
     g.destroy()
     side.destroy()
+
+
+def test_a_notify_recorded_on_two_streams_orders_the_wait_after_neither_alone(dev, streams, bufs):
+    # (the first record submitted was taken as the one releasing the wait; the other stream's
+    # record ran first and released it, before the producer the first one follows)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    s3 = dev.create_stream()
+    n = art.Notify()
+    gate = threading.Event()
+    with art.sanitize("log") as found:
+        art.launch(lambda: gate.wait(TIMEOUT), stream=s1)
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s1.record_notify(n)
+        s3.record_notify(n)  # runs at once: it releases the wait
+        s2.wait_notify(n)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        s2.synchronize(TIMEOUT)
+        gate.set()
+        art.synchronize(TIMEOUT)
+    assert len(found) == 1 and {found[0].first.name, found[0].second.name} == {"producer", "consumer"}
+    s3.destroy()

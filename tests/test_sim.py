@@ -1374,3 +1374,20 @@ def test_a_device_that_moved_on_without_the_host_says_so():
                           text=True, timeout=60, env={**os.environ, "ASCENTRT_BACKEND": "sim"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("moved on without it") == 1  # (once per process)
+
+
+def test_an_untimed_wait_on_a_thread_that_acts_late_keeps_virtual_time_at_the_real_pace():
+    # (after the 2 s a stuck wait gives threads that never used the runtime, empty slices ran
+    # the clock away at full speed: 23,000 virtual s for a record 3 s later, a core busy)
+    r = _run_sim(textwrap.dedent("""
+        import threading, time, ascentrt as art
+        dev = art.set_device(0); s, t = dev.create_stream(), dev.create_stream()
+        n = art.Notify(); s.wait_notify(n)
+        threading.Timer(2.3, lambda: n.record(t)).start()
+        v0, c0 = dev.now_ns(), time.process_time()
+        s.synchronize()
+        print((dev.now_ns() - v0) / 1e9, time.process_time() - c0)
+    """))
+    assert r.returncode == 0, r.stderr
+    virtual, cpu = (float(x) for x in r.stdout.split())
+    assert 2.0 < virtual < 5 and cpu < 1.0

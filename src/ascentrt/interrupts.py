@@ -86,10 +86,14 @@ def _swallowed_in(frame: Any) -> bool:
     """Whether a KeyboardInterrupt raised at `frame` would be lost: Python prints and ignores
     what a weakref callback or a __del__ raises (a Ctrl-C sent again lands wherever the main
     thread is, and one landed in WeakSet's callback as an Event was collected)."""
-    if frame is None:
-        return False
-    code = frame.f_code
-    return code.co_name == "__del__" or code.co_filename in _WEAKREF_FILES
+    depth = 0
+    while frame is not None and depth < 8:  # (what such a callback calls is inside it too)
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename in _WEAKREF_FILES:
+            return True
+        frame = frame.f_back
+        depth += 1
+    return False
 
 
 def _resend() -> None:

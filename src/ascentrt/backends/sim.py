@@ -334,9 +334,9 @@ class Timeline:
         """Whether a wait for `signal`, stuck (nothing scheduled to end) with only threads that
         never used the runtime left to act, still lets them: one may be about to record what it
         waits for (a timer the program set for that), so time passes at the real world's pace,
-        for _STRANGER_PATIENCE_S of real time per wait. Not longer, and not while work runs (it
-        moves time on itself): an unrelated timer or an idle pool worker held virtual timeouts
-        (the engine's slices, a collective's 1836 s) to the real world's pace."""
+        for _STRANGER_PATIENCE_S of real time per wait. Not longer where a timed wait's deadline
+        is due next, and not while work runs (it moves time on itself): an unrelated timer or an
+        idle pool worker held device-side timeouts (a collective's 1836 s) to the real pace."""
         now = time.monotonic()
         if self.stranger_wait is not signal:
             self.stranger_wait, self.stranger_since = signal, now
@@ -653,8 +653,14 @@ class SimBackend(CpuBackend):
             # Nothing left to simulate before `until`.
             seen = tl.generation
             who = tl.others_may_act()
-            if who == _CALLERS or who == _STRANGERS and tl.next_end() is None \
-                    and tl.patient_with_strangers(signal):
+            if who == _STRANGERS and tl.next_end() is None:
+                # Stuck, with only threads that never used the runtime: one may be about to
+                # record what this waits for, so they may act (see patient_with_strangers),
+                # unless their patience is over and a timed wait's deadline is what moves the
+                # device next (time jumps there). With no deadline, time keeps the real pace:
+                # jumping would only run the clock away in a loop of empty slices.
+                who = _CALLERS if tl.patient_with_strangers(signal) or not tl.deadlines else _NOBODY
+            if who == _CALLERS:
                 # A host function still runs, or another host thread may record or launch (one
                 # that used the runtime, or, stuck, any for a while): time passes at the pace of
                 # the real world until it does.

@@ -1274,8 +1274,15 @@ def ordered_before(task: Task, waits: tuple) -> bool:
     """Whether running `task` comes before the (stream, position) pairs `waits` (a
     stream-ordered free's) through event waits queued on those streams before the positions,
     transitively: each is still to complete, so the free still waits for the task (a look at
-    the queued work, when a task meets a buffer freed after it: not a hot path)."""
-    mine = [(task.stream, task.id), *task.acting_for]
+    the queued work, when a task meets a buffer freed after it: not a hot path).
+
+    Only waits that cannot end without their record count: one with a timeout may give up,
+    and its stream then passes the free with the task still running. A non-blocking host
+    function counts as itself alone: its stream went on at once, so a record after it there
+    is not after it (a collective's step does count as the ranks' tasks it acts for)."""
+    mine = [(task.stream, task.id)]
+    if task.origin is None:
+        mine += task.acting_for
     todo, seen = list(waits), set()
     with ENGINE.lock:
         while todo:
@@ -1289,7 +1296,7 @@ def ordered_before(task: Task, waits: tuple) -> bool:
             for t in itertools.chain((blocked,) if blocked is not None else (), s._tasks):
                 if t.id > pos:
                     break
-                m = t.marker if t.kind == EVENT_WAIT else None
+                m = t.marker if t.kind == EVENT_WAIT and t.timeout is None else None
                 if m is not None and m.stream is not None and not m.done:
                     todo.append((m.stream, m.position))
     return False

@@ -468,14 +468,14 @@ class BlockPool:
 
     def allocate_again(self, nbytes: Any, stream=None) -> Block:
         """allocate() once more after a refusal the caller acted on (it waited for pending
-        frees, or emptied another pool's cache): a second refusal is the same out-of-memory
-        error, counted once."""
+        frees, or emptied another pool's cache): the refusal before it reached no caller, so
+        it is not counted (as PyTorch counts only the OOMs its callers see); a second one is
+        counted once."""
         try:
             return self.allocate(nbytes, stream)
-        except OutOfMemoryError:
+        finally:
             with self._lock:
                 self._counts["ooms"] -= 1
-            raise
 
     def _allocate_slow(self, size: int, stream, nbytes: int) -> Block:
         self._collect()
@@ -1017,13 +1017,19 @@ class BlockPool:
             yield b
             b = b.next
 
-    def pending_done(self) -> tuple[int, int]:
-        """(bytes, largest) of the pending blocks whose work is done: free, though the pool
-        has not looked yet (it does at its next allocation). A look that changes nothing: a
-        stats reader or a profiler must not move the pool (collecting may give chunks back,
-        and the next allocation would pay for a new one)."""
+    def free_now(self) -> tuple[int, int]:
+        """(bytes it could hand out now, the largest pending block among them): its ready
+        blocks and the pending ones whose work is done, though it has not looked yet (it does
+        at its next allocation). A look that changes nothing: a stats reader or a profiler must
+        not move the pool (collecting may give chunks back, and the next allocation would pay
+        for a new one)."""
         with self._lock:
-            done = [b.size for b in self._pending if positions_reached(b.waits)]
+            done, largest = self._pending_done()
+            return self.reserved - self.allocated - self.pending_bytes + done, largest
+
+    def _pending_done(self) -> tuple[int, int]:
+        """(bytes, largest) of the pending blocks whose work is done (the caller holds the lock)."""
+        done = [b.size for b in self._pending if positions_reached(b.waits)]
         return sum(done), max(done, default=0)
 
     def largest_free_block(self) -> int:

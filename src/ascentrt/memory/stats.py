@@ -30,7 +30,7 @@ def reserved_bytes(device: Any = None) -> int:
 
 def _free_now(b) -> bool:
     """Whether a free block can be handed out: ready, or pending on work that is done (the pool
-    collects it at its next allocation; stats only look, see BlockPool.pending_done)."""
+    collects it at its next allocation; stats only look, see BlockPool.free_now)."""
     return b.state is not PENDING or positions_reached(b.waits)
 
 
@@ -54,8 +54,8 @@ def _largest_free_ratio(frag: dict, pool: BlockPool, done: int, done_largest: in
 
 def pool_stats(pool: BlockPool) -> dict:
     """Statistics of one pool: bytes current/peak, counts, fragmentation figures."""
-    done, done_largest = pool.pending_done()  # (frees whose work is done: free, not pending)
     with pool._lock:
+        done, done_largest = pool._pending_done()  # (frees whose work is done: free, not pending)
         inactive_split = 0
         for chunk in pool._chunks.values():
             first = chunk.first

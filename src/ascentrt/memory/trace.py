@@ -33,7 +33,13 @@ class TraceRecorder:
 
     def allocate(self, nbytes: int, stream: Any = None) -> Any:
         """Allocate upstream and record it."""
-        block = self.upstream.allocate(nbytes, stream)
+        return self._recorded(self.upstream.allocate(nbytes, stream), nbytes, stream)
+
+    def allocate_again(self, nbytes: int, stream: Any = None) -> Any:
+        """Allocate upstream once more after a refusal (see BlockPool.allocate_again) and record it."""
+        return self._recorded(self.upstream.allocate_again(nbytes, stream), nbytes, stream)
+
+    def _recorded(self, block: Any, nbytes: int, stream: Any) -> Any:
         with self._lock:
             self._next += 1
             self._ids[block] = self._next

@@ -49,8 +49,8 @@ def free_ranges(device) -> tuple[int, int]:
         spans = chunks.unreserved_ranges()
         views = []
         for p in pools:
-            done, done_largest = p.pending_done()  # (frees whose work is done are free)
-            free = unreserved + p.free_bytes() - p.pending_bytes + done
+            ready, done_largest = p.free_now()  # (frees whose work is done are free)
+            free = unreserved + ready
             largest = max(p.largest_free_block(), done_largest,
                           _longest_run(sorted(spans + p.free_chunk_ranges())))
             views.append((largest / free if free else 1.0, free, largest))

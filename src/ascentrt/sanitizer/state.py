@@ -146,6 +146,22 @@ def _region(alloc):
     return chunk if chunk is not None else alloc
 
 
+def _meet(clocks: list) -> dict:
+    """The element-wise minimum of vector clocks: what each of them is ordered after."""
+    out = dict(clocks[0])
+    for c in clocks[1:]:
+        for actor in list(out):
+            t = c.get(actor, 0)
+            if t < out[actor]:
+                out[actor] = t
+    return out
+
+
+def _covered(clock: dict, by: dict) -> bool:
+    """Whether everything `clock` is ordered after, `by` is ordered after too."""
+    return all(by.get(actor, 0) >= t for actor, t in clock.items())
+
+
 def _join(into: dict, other: dict) -> None:
     for actor, t in other.items():
         if into.get(actor, 0) < t:
@@ -166,7 +182,9 @@ class Sanitizer:
         self.host: dict = {}
         self.host_version = 0                 # bumped when the host's clock changes
         self.joined: dict[int, int] = {}      # stream id -> the host_version last joined into it
-        self.notifies: dict[int, dict] = {}  # id(notify) -> clock of the record that set it
+        # id(notify) -> clocks of its records submitted and not consumed by a wait: which one
+        # releases the next wait is decided as they run (the first to run sets it)
+        self.notifies: dict[int, list] = {}
         self.roles: dict[int, str] = {}  # stream id -> what an internal stream is for (its role)
         # id(allocation) -> [(lo, hi, write, actor, time, info, owner, assumed)]: accesses by
         # absolute address; info = (kind name, name, actor, task id, site) of the task (shared by
@@ -377,7 +395,10 @@ class Sanitizer:
         """`notify`'s record was cleared before a wait consumed it (Notify.reset): the next
         wait is released by a later record, not by that one."""
         with self.lock:
-            self.notifies.pop(id(notify), None)
+            host = self.host
+            records = self.notifies.get(id(notify))
+            if records:  # (those the host is ordered after have run: the one reset is among them)
+                self.notifies[id(notify)] = [c for c in records if not _covered(c, host)]
 
     def marker_waited(self, marker) -> None:
         """The calling host thread waited for a record (event or graph launch) to complete."""
@@ -555,14 +576,15 @@ class Sanitizer:
                 waiter = waiters.pop(0)
                 _join(self.streams[waiter], vc)
                 return self._release(waiter)
-            # (the record that sets it releases the next wait: a second one finds it set already,
-            # as the engine does, and orders nothing)
-            self.notifies.setdefault(key, dict(vc))
+            self.notifies.setdefault(key, []).append(dict(vc))
             return []
         if kind == NOTIFY_WAIT:
-            clock = self.notifies.pop(id(task.notify), None)
-            if clock is not None:
-                _join(vc, clock)
+            records = self.notifies.pop(id(task.notify), None)
+            if records:
+                # The record that runs first releases it (a later one finds it set already):
+                # which that is shows only as they run, so the wait comes after what every
+                # candidate comes after (on one stream: the first).
+                _join(vc, _meet(records))
             else:  # its record is not submitted yet: hold the stream's later tasks back
                 self.notify_waiters.setdefault(id(task.notify), []).append(sid)
                 self.held[sid] = []
