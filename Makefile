@@ -16,7 +16,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	touch $@
 
 demo: bytecode
-	$(PY) -m ascentrt.cli demo --force  # (its own folder: a second make demo replaces the first's)
+	$(PY) -m ascentrt.cli demo  # (its own folder: each run replaces the last one's)
 
 # Optional: the modules listed in src/ascentrt/accel.py compiled with mypyc from their own
 # source (the Python source runs wherever no build exists; ASCENTRT_PURE_PYTHON=1 ignores it).

@@ -156,6 +156,15 @@ def test_prof_and_demo_refuse_a_folder_with_a_profile_before_running_anything(
     assert (tmp_path / "p" / "profile.json").read_bytes() == before
 
 
+def test_the_demo_replaces_its_own_default_folder_at_each_run(tmp_path, capsys, monkeypatch):
+    # (a second `ascentrt demo` after `make demo` was refused: its folder held a profile)
+    monkeypatch.setenv("ASCENTRT_BACKEND", os.environ.get("ASCENTRT_BACKEND", "cpu"))
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert main(["demo", "--no-compare", "--batches", "2"]) == 0
+    assert "profile written to ascentrt-demo-profile/" in capsys.readouterr().out
+
+
 PROGRAM = textwrap.dedent("""
     import multiprocessing, subprocess, sys
     import ascentrt as art

@@ -206,3 +206,20 @@ def test_a_graphs_join_is_dispatched_and_a_pyacl_stream_wait_takes_no_event_of_t
     """, ASCENTRT_SIM_VARY='{"max_events": 3}')
     assert got["join_queued"] >= 1000  # its dispatch (ascend910b: 1 us) comes before it
     assert got["ret"] == 0 and got["avail"][0] == got["avail"][1]
+
+
+def test_registered_program_memory_is_no_leak_of_the_program():
+    # (pyACL's numpy_to_ptr of the program's own array read as a never-freed pinned buffer,
+    # at the numpy_to_ptr line, with the advice to free it: it is not the runtime's to free)
+    got = _run("""
+        import json, numpy as np, ascentrt as art
+        from ascentrt import acl
+        acl.init(); acl.rt.set_device(0)
+        a = np.zeros(1024, np.uint8)
+        with art.profile() as prof:
+            ptr = acl.util.numpy_to_ptr(a)
+            h, _ = acl.rt.malloc_host(8192)
+        leaks = [f.evidence for f in prof.diagnose() if f.kind == "never_freed"]
+        print(json.dumps(leaks))
+    """)
+    assert [e["bytes"] for e in got] == ["8.0 KiB"]

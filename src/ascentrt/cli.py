@@ -112,6 +112,9 @@ def _use_backend(args) -> None:
         os.environ["ASCENTRT_SIM_PRESET"] = args.preset
 
 
+DEMO_OUT = "ascentrt-demo-profile"  # the demo's own folder: each run replaces it
+
+
 def _demo(args) -> int:
     if args.preset and args.backend == "cpu" and args.no_compare:
         from .errors import InvalidArgumentError
@@ -123,7 +126,10 @@ def _demo(args) -> int:
     from .demo import PIPELINE_RANGE, check_batches, main as demo_main
     check_batches(args.batches)  # (before the profile starts: no folder for a refused run)
     compare = None if args.backend == "sim" or args.no_compare else (args.preset or "ascend910b")
-    with profiler.profile(args.out, overwrite=args.force) as prof:
+    # (its own default folder is the demo's each run: a second `ascentrt demo` after `make demo`
+    # replaces it; a folder the user names keeps what it holds unless --force)
+    overwrite = args.force or args.out == DEMO_OUT
+    with profiler.profile(args.out, overwrite=overwrite) as prof:
         code = demo_main(args.batches, compare_preset=compare)
     # The pipelines' own time: around them the host stages inputs and checks results, which
     # would read as a host-bound device.
@@ -323,15 +329,15 @@ def main(argv: list[str] | None = None) -> int:
                                         "same program on the sim backend beside it.")
     p_demo.add_argument("--batches", type=int, default=12,
                         help="batches each pipeline run moves (default: 12)")
-    p_demo.add_argument("-o", "--out", default="ascentrt-demo-profile",
-                        help="folder for the profile (default: ascentrt-demo-profile)")
+    p_demo.add_argument("-o", "--out", default=DEMO_OUT,
+                        help=f"folder for the profile (default: {DEMO_OUT}, replaced at each run)")
     p_demo.add_argument("--backend", choices=("cpu", "sim"), default="cpu",
                         help="cpu (this machine, then the same program on sim beside it) or sim")
     p_demo.add_argument("--preset", help="the sim backend's hardware model (name or .toml path)")
     p_demo.add_argument("--no-compare", action="store_true",
                         help="on cpu, skip the side-by-side run on the sim backend")
     p_demo.add_argument("--force", action="store_true",
-                        help="replace a profile already in the output folder")
+                        help="replace a profile already in a folder given with -o")
     p_demo.set_defaults(fn=_demo)
     p_info = sub.add_parser("info", parents=[common], help="devices, memory, executors and streams",
                             description="Devices, memory, executors and streams, this process's "

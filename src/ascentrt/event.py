@@ -150,8 +150,12 @@ class Event:
         self._check_alive()
         m = self._marker
         if not self.timing:
-            raise InvalidArgumentError(f"event {self.id} was created without timing=True; no {what}",
-                                       code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
+            raise InvalidArgumentError(
+                f"event {self.id} was created without timing=True; no {what}: make the events "
+                f"you time with dev.create_event(timing=True) or Event(timing=True) and record "
+                f"them with stream.record(event) (stream.record() alone makes an untimed one, "
+                f"as cudaEventDisableTiming does, so that a wait's event costs no timestamp)",
+                code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
         if m is not None and m.capture is not None:
             m.capture.refuse_event(self, m)  # (graph work: it never completes as stream work)
         if m is None or not m.done or m.dropped:

@@ -287,7 +287,11 @@ class Recorder:
         """A host access to a buffer: nothing to record."""
 
     def buffer_allocated(self, alloc) -> None:
-        """A buffer was allocated (told by the address registry)."""
+        """A buffer was allocated (told by the address registry); a registration of the
+        program's own host memory (pyACL's numpy_to_ptr, register_host) is none: the runtime
+        allocated nothing, and nothing of it is the program's to free."""
+        if alloc.kind == "pageable":
+            return
         dev = alloc.device
         key = -1 if dev is None else dev.id
         now = clock.now_ns()
@@ -303,6 +307,8 @@ class Recorder:
     def buffer_freed(self, alloc, stream=None) -> None:
         """A buffer was freed (told by the address registry): after `stream`'s queued work (None:
         all of the device's), which may still use its bytes: they are live until it is done."""
+        if alloc.kind == "pageable":  # (a registration ended: see buffer_allocated)
+            return
         dev = alloc.device
         key = -1 if dev is None else dev.id
         rec = self.allocations.pop(id(alloc), None)
