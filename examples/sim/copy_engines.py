@@ -3,7 +3,9 @@
     ascentrt whatif --vary copy_engines_h2d=1,2 --vary program.streams=1,3 -- python examples/sim/copy_engines.py
 
 The program reads its own knob (how many streams) from ascentrt.sim.variant(); the copy engine
-count comes from the preset the sweep changes. Run alone, it uses 3 streams.
+count comes from the preset the sweep changes. Run alone, it uses 3 streams on the backend
+ASCENTRT_BACKEND says (cpu by default: this machine's times); `ASCENTRT_BACKEND=sim python
+examples/sim/copy_engines.py` gives the virtual time the sweep compares.
 """
 
 import numpy as np

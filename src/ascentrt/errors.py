@@ -169,10 +169,15 @@ class CaptureError(StreamStateError):
     default_code = ErrorCode.RT_STREAM_CAPTURED
 
 
-class TimeoutError_(AscentError, TimeoutError):
+class AscentTimeoutError(AscentError, TimeoutError):
     """A synchronizing call or a device-side wait ran past its timeout."""
 
     default_code = ErrorCode.RT_STREAM_SYNC_TIMEOUT
+
+
+# (the name the runtime's own modules use: they import it as TimeoutError_, which shadows no
+# builtin; a traceback shows the public name, AscentTimeoutError)
+TimeoutError_ = AscentTimeoutError
 
 
 class TaskError(AscentError):
@@ -210,8 +215,6 @@ def note_async_error(thread_id: int, code: int) -> None:
     _async_errors[thread_id] = int(code)
 
 
-# Public alias: TimeoutError_ avoids shadowing the builtin inside this module only.
-AscentTimeoutError = TimeoutError_
 
 def set_last_error(code: int) -> None:
     """Record `code` as this host thread's last error (what get_last_error returns)."""

@@ -42,7 +42,8 @@ class Access:
             how = "access" if self.name == "a numpy view" else self.kind
             return f"{how} by the host ({self.name}; thread {self.task_id}, {self.site})"
         guess = " (undeclared: every buffer argument counts as read and written)" if self.assumed else ""
-        return (f"{self.kind} by {self.task_kind} `{self.name}` (task {self.task_id} on "
+        how = "access" if self.assumed else self.kind  # (undeclared: not known to be a read)
+        return (f"{how} by {self.task_kind} `{self.name}` (task {self.task_id} on "
                 f"{self.where}, {self.site}){guess}")
 
 
@@ -93,7 +94,7 @@ class Race:
                 f"stream {b.stream} wait on it before `{b.name}` ({b.site})")
 
     def __str__(self) -> str:
-        times = f" ({self.count} times)" if self.count > 1 else ""
+        times = f" ({self.count} times, from the same two call sites)" if self.count > 1 else ""
         what = "race" if self.reused_from is None else "use after free / reuse without ordering"
         old = "" if self.reused_from is None else f"; the bytes belonged to {self.reused_from}"
         return (f"{what} on bytes [{self.lo}, {self.hi}) of the {self.size}-byte allocation at "
