@@ -116,8 +116,10 @@ def test_what_writing_holds_grows_by_a_small_part_of_what_it_writes(tmp_path):
     # after some test orders one resized during the large write, +360 KB in one step)
     export.write_folder(_hand_made(10), tmp_path / "warm")
     export.write_folder(_hand_made(3300), tmp_path / "warm-large")
-    small, small_file = _write_measured(_hand_made(1100), tmp_path / "small")
-    large, large_file = _write_measured(_hand_made(3300), tmp_path / "large")
+    # (each measured twice, the smaller kept: a table can still resize during one of them,
+    # a one-time step of ~360 KB that says nothing of what the write holds)
+    small, small_file = min(_write_measured(_hand_made(1100), tmp_path / f"small{i}") for i in range(2))
+    large, large_file = min(_write_measured(_hand_made(3300), tmp_path / f"large{i}") for i in range(2))
     assert large - small < (large_file - small_file) / 4, (small, large, small_file, large_file)
 
 
