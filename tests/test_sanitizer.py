@@ -729,6 +729,7 @@ def test_a_race_with_a_graph_lane_names_the_lane_and_orders_the_launch_stream(de
     side.destroy()
 
 
+@pytest.mark.cpu_only
 def test_a_notify_recorded_on_two_streams_orders_the_wait_after_neither_alone(dev, streams, bufs):
     # (the first record submitted was taken as the one releasing the wait; the other stream's
     # record ran first and released it, before the producer the first one follows)

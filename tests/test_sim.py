@@ -631,6 +631,7 @@ def test_the_runtimes_own_events_do_not_count_against_the_models_event_cap():
     assert r.stdout.split() == ["192"]
 
 
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
 def test_a_blocking_callbacks_runtime_calls_act_in_its_host_tasks_time():
     # (a report thread's calls inside a blocking callback waited for the host task holding
     # the stream, which waited for the callback: 0.5 s of real time per callback, then virtual
@@ -675,6 +676,7 @@ def test_a_blocking_callbacks_runtime_calls_act_in_its_host_tasks_time():
     assert copy_ns > 1_000_000 and int(first[0]) >= 5 * copy_ns
 
 
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
 def test_a_thread_that_never_uses_the_runtime_does_not_hold_virtual_time_to_the_real_pace():
     # (any live non-daemon thread, a timer or an idle pool worker, made time pass at the real
     # world's pace: a 10 s kernel took 8 s of wall time, a collective's timeout 30 minutes)
@@ -694,6 +696,7 @@ def test_a_thread_that_never_uses_the_runtime_does_not_hold_virtual_time_to_the_
     assert float(virtual) >= 10 and float(wall) < 1
 
 
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
 def test_a_thread_that_starts_using_the_runtime_late_still_releases_a_wait():
     # (what the real pace was for: a thread about to record what the host waits for)
     r = _run_sim(textwrap.dedent("""
@@ -1376,6 +1379,7 @@ def test_a_device_that_moved_on_without_the_host_says_so():
     assert proc.stderr.count("moved on without it") == 1  # (once per process)
 
 
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
 def test_an_untimed_wait_on_a_thread_that_acts_late_keeps_virtual_time_at_the_real_pace():
     # (after the 2 s a stuck wait gives threads that never used the runtime, empty slices ran
     # the clock away at full speed: 23,000 virtual s for a record 3 s later, a core busy)
