@@ -478,12 +478,14 @@ def test_a_trace_records_an_allocation_taken_after_waiting_for_pending_frees():
     # (the retry went to the pool past the recorder: the replayed trace lost the allocation)
     from subprocess_util import run_program
     out = run_program('''
-        import time, ascentrt as art
+        import threading, ascentrt as art
         dev = art.set_device(0)
         s, other = dev.create_stream(), dev.create_stream()
         held = art.malloc(512 << 20)
         a = art.malloc(1 << 30, stream=s)
-        art.launch(lambda: time.sleep(0.2), stream=s)
+        gate = threading.Event()
+        art.launch(gate.wait, 30, stream=s)
+        threading.Timer(0.5, gate.set).start()  # (after the malloc below asked: it waits for it)
         with art.record_trace(dev) as rec:
             a.free(stream=s)  # pending behind the kernel: the next request waits for it
             b = art.malloc(1200 << 20, stream=other)

@@ -163,6 +163,8 @@ def test_the_demo_replaces_its_own_default_folder_at_each_run(tmp_path, capsys, 
     for _ in range(2):
         assert main(["demo", "--no-compare", "--batches", "2"]) == 0
     assert "profile written to ascentrt-demo-profile/" in capsys.readouterr().out
+    # (named with -o, even the same folder is the user's: refused without --force)
+    assert main(["demo", "--no-compare", "--batches", "2", "-o", "./ascentrt-demo-profile"]) == 1
 
 
 PROGRAM = textwrap.dedent("""

@@ -117,6 +117,7 @@ def test_the_title_is_the_program_name():
     assert views.program_name(["/venv/lib/site-packages/pytest/__main__.py", "-q"]) == "pytest"
     # (the demo's profile was titled `cli.py`: ascentrt's own command goes by its name)
     assert views.program_name(["/src/ascentrt/cli.py", "demo", "--force"]) == "ascentrt demo"
+    assert views.program_name(["/venv/bin/ascentrt", "-q", "demo"]) == "ascentrt demo"
     assert views.program_name(["-c"]) == "python -c"
     assert views.program_name([]) == ""
     page = render_html(ProfileData(duration_ns=1000, command=["/home/u/train.py", "--lr"]), [], [])

@@ -1380,6 +1380,27 @@ def test_a_device_that_moved_on_without_the_host_says_so():
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+def test_a_timed_host_wait_with_an_idle_thread_alive_ends_at_its_virtual_deadline():
+    # (the stuck wait kept the real pace for its whole timeout when only a thread that never
+    # used the runtime lived: a 12 s synchronize took 12 s, a collective's 1836 s half an hour)
+    r = _run_sim(textwrap.dedent("""
+        import os, threading, time, ascentrt as art
+        dev = art.set_device(0); s = dev.create_stream()
+        n = art.Notify(); s.wait_notify(n)
+        threading.Thread(target=threading.Event().wait, daemon=False).start()  # idle
+        t0 = time.monotonic()
+        try:
+            s.synchronize(timeout=12)
+        except art.AscentTimeoutError as e:
+            print(int(e.code), time.monotonic() - t0)
+        os._exit(0)
+    """))
+    assert r.returncode == 0, r.stderr
+    code, wall = r.stdout.split()
+    assert code == "507046" and float(wall) < 5  # (the 2 s it gives such a thread, then the jump)
+
+
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
 def test_an_untimed_wait_on_a_thread_that_acts_late_keeps_virtual_time_at_the_real_pace():
     # (after the 2 s a stuck wait gives threads that never used the runtime, empty slices ran
     # the clock away at full speed: 23,000 virtual s for a record 3 s later, a core busy)

@@ -128,7 +128,9 @@ def _demo(args) -> int:
     compare = None if args.backend == "sim" or args.no_compare else (args.preset or "ascend910b")
     # (its own default folder is the demo's each run: a second `ascentrt demo` after `make demo`
     # replaces it; a folder the user names keeps what it holds unless --force)
-    overwrite = args.force or args.out == DEMO_OUT
+    overwrite = args.force or args.out is None
+    if args.out is None:
+        args.out = DEMO_OUT
     with profiler.profile(args.out, overwrite=overwrite) as prof:
         code = demo_main(args.batches, compare_preset=compare)
     # The pipelines' own time: around them the host stages inputs and checks results, which
@@ -329,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "same program on the sim backend beside it.")
     p_demo.add_argument("--batches", type=int, default=12,
                         help="batches each pipeline run moves (default: 12)")
-    p_demo.add_argument("-o", "--out", default=DEMO_OUT,
+    p_demo.add_argument("-o", "--out", default=None,
                         help=f"folder for the profile (default: {DEMO_OUT}, replaced at each run)")
     p_demo.add_argument("--backend", choices=("cpu", "sim"), default="cpu",
                         help="cpu (this machine, then the same program on sim beside it) or sim")

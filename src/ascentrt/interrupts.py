@@ -48,7 +48,8 @@ _deferrers: list[Callable[[], bool]] = []  # fn() -> True when it took the Ctrl-
 _protected: set = set()  # code objects of sections a Ctrl-C must not cut
 _waits: set = set()      # code objects of waits inside them, which a Ctrl-C may end
 _OURS = os.path.dirname(os.path.abspath(__file__))
-_WEAKREF_FILES = {weakref.__file__, _weakrefset.__file__}  # (their callbacks' frames)
+_WEAKREF_FILES = {weakref.__file__, _weakrefset.__file__}
+_WEAKREF_CALLBACKS = {"_remove", "remove", "__call__", "_exitfunc"}  # (their callbacks there)
 _LIBRARY = os.path.dirname(os.path.abspath(os.__file__))  # the standard library, site-packages
 _REDELIVER_S = 0.002     # how soon a Ctrl-C that landed in a protected section comes again
 _resend_due = [False]
@@ -87,9 +88,10 @@ def _swallowed_in(frame: Any) -> bool:
     what a weakref callback or a __del__ raises (a Ctrl-C sent again lands wherever the main
     thread is, and one landed in WeakSet's callback as an Event was collected)."""
     depth = 0
-    while frame is not None and depth < 8:  # (what such a callback calls is inside it too)
+    while frame is not None and depth < 200:  # (what such a callback calls is inside it too)
         code = frame.f_code
-        if code.co_name == "__del__" or code.co_filename in _WEAKREF_FILES:
+        if code.co_name == "__del__" or code.co_filename in _WEAKREF_FILES \
+                and code.co_name in _WEAKREF_CALLBACKS:
             return True
         frame = frame.f_back
         depth += 1

@@ -159,6 +159,7 @@ class Timeline:
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
         self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
         self.acting_for: Any = None     # the engine's acting_for(): see acting_frame
+        self.host_wait_timed: Any = None  # the engine's host_wait_timed(): see _host_wait
         self.host_frames: dict = {}     # task -> frame of each host function running
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
@@ -374,6 +375,7 @@ class Timeline:
             self.deadlines = queue.engine._deadlines   # a heap of (deadline ns, ...)
             self.fire_deadlines = queue.fire_deadlines
             self.acting_for = queue.acting_for
+            self.host_wait_timed = queue.host_wait_timed
 
     def advance_host(self, cost_ns: int) -> None:
         """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""
@@ -656,10 +658,12 @@ class SimBackend(CpuBackend):
             if who == _STRANGERS and tl.next_end() is None:
                 # Stuck, with only threads that never used the runtime: one may be about to
                 # record what this waits for, so they may act (see patient_with_strangers),
-                # unless their patience is over and a timed wait's deadline is what moves the
-                # device next (time jumps there). With no deadline, time keeps the real pace:
-                # jumping would only run the clock away in a loop of empty slices.
-                who = _CALLERS if tl.patient_with_strangers(signal) or not tl.deadlines else _NOBODY
+                # unless their patience is over and a deadline is what moves things next (a
+                # device-side timed wait's, or this host wait's own): time jumps there. With no
+                # deadline, time keeps the real pace: jumping would only run the clock away in
+                # a loop of empty slices.
+                deadline = bool(tl.deadlines) or tl.host_wait_timed is not None and tl.host_wait_timed()
+                who = _CALLERS if tl.patient_with_strangers(signal) or not deadline else _NOBODY
             if who == _CALLERS:
                 # A host function still runs, or another host thread may record or launch (one
                 # that used the runtime, or, stuck, any for a while): time passes at the pace of

@@ -241,6 +241,12 @@ class ExecutorQueue:
         callback while its host task holds the stream: see act_for_stream); None otherwise."""
         return current_task()
 
+    def host_wait_timed(self) -> bool:
+        """Whether the calling thread waits in wait_host with a timeout (a deadline of its own,
+        which the engine passes as slices of it)."""
+        waits = self.engine._thread_waits.get(threading.get_ident())
+        return waits is not None and not waits[1]
+
     def next_deadline(self) -> int | None:
         """The earliest deadline of a timed device-side wait (backend clock ns), or None."""
         heap = self.engine._deadlines

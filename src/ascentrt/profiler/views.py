@@ -33,8 +33,10 @@ def program_name(command: list) -> str:
     base = os.path.basename(first)
     if base == "__main__.py":  # python -m package: the package is the program
         return os.path.basename(os.path.dirname(first)) or base
-    if base == "cli.py" and os.path.basename(os.path.dirname(first)) == "ascentrt" and len(command) > 1:
-        return f"ascentrt {command[1]}"  # (ascentrt's own command, the demo's run: by its name)
+    own = base == "ascentrt" or base == "cli.py" and os.path.basename(os.path.dirname(first)) == "ascentrt"
+    if own:  # (ascentrt's own command, the demo's run: by its name and subcommand)
+        sub = next((str(a) for a in command[1:] if not str(a).startswith("-")), "")
+        return f"ascentrt {sub}".rstrip()
     return base
 
 
