@@ -404,6 +404,9 @@ def test_a_buffer_allocated_in_a_capture_never_takes_a_block_the_streams_earlier
     a = art.malloc(4096, stream=s)
     art.launch(lambda x: (time.sleep(0.2), x.fill(1)), a.view(), stream=s, cost=0.2)
     a.free(stream=s)
+    # (on sim, a host descheduled for 0.2 s of real time under load lets the device move on by
+    # itself: the kernel may be done before the capture, and its block then free to take)
+    done = s._completed >= s._submitted
     s.begin_capture()
     b = art.malloc(4096, stream=s)
     art.memset_async(b, 9, stream=s)
@@ -411,6 +414,6 @@ def test_a_buffer_allocated_in_a_capture_never_takes_a_block_the_streams_earlier
     g.launch(t)
     t.synchronize(timeout=10)
     dev.synchronize(timeout=10)
-    assert b.ptr != a.ptr and np.unique(b.numpy()).tolist() == [9]
+    assert (b.ptr != a.ptr or done) and np.unique(b.numpy()).tolist() == [9]
     b.free()
     g.destroy()
