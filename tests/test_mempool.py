@@ -447,6 +447,11 @@ def test_stats_summary_and_snapshot_agree(dev):
                    for c in snap for blk in c["blocks"])
         text = art.memory_summary()
         assert "allocated" in text and "fragmentation" in text
+        # (its fragmentation line says what each figure is, in units a reader reads: the
+        # largest free block was raw bytes beside MiB, under a label "1-largest/free")
+        line = next(x for x in text.splitlines() if x.startswith("fragmentation"))
+        assert "of reserved, free" in line and "outside the largest free block" in line
+        assert " bytes)" not in line and "largest)" in line
     finally:
         b.free()
 

@@ -148,10 +148,12 @@ def memory_summary(device: Any = None, pool: Any = None) -> str:
     lines.append(f"allocs {s['num_allocs']}  frees {s['num_frees']}  device reserves "
                  f"{s['num_device_reserve']}  releases {s['num_device_release']}  retries "
                  f"{s['num_alloc_retries']}  OOMs {s['num_ooms']}")
-    lines.append(f"fragmentation: internal {s['fragmentation.internal']:.1%}  external "
-                 f"{s['fragmentation.external']:.1%}  1-largest/free "
-                 f"{s['fragmentation.largest_free_ratio']:.1%}  (largest free block "
-                 f"{s['largest_free_block']} bytes)")
+    # (in words: "external" is the free share of what is reserved, a fresh chunk's unused tail
+    # included; what fragmentation costs is the free memory outside the largest block)
+    lines.append(f"fragmentation: internal {s['fragmentation.internal']:.1%} (rounding of "
+                 f"requests)  external {s['fragmentation.external']:.1%} (of reserved, free)  "
+                 f"outside the largest free block {s['fragmentation.largest_free_ratio']:.1%} of "
+                 f"free ({format_bytes(s['largest_free_block'])} largest)")
     snap = memory_snapshot(device, pool)
     if snap:
         lines.append(f"{len(snap)} chunks:")
