@@ -682,10 +682,10 @@ class SimBackend(CpuBackend):
             # Only this thread can act (or threads that never used the runtime: see
             # patient_with_strangers). With nothing scheduled to end, one starting now may still
             # act: a moment's grace before the jump. With a task running, time moves on by
-            # itself: no grace (the engine's stall
-            # checks wait in slices of 0.25 virtual s, and 5 ms of real time per slice made a
-            # long task's simulation take minutes). One grace per wait: its later slices jump
-            # (a 1836 s timed wait took 7000 slices of 5 ms of real time each).
+            # itself: no grace (the engine's stall checks wait in slices of 0.25 virtual s, and
+            # 5 ms of real time per slice made a long task's simulation take minutes). One grace
+            # per wait: its later slices jump (a 1836 s timed wait took 7000 slices of 5 ms of
+            # real time each).
             if tl.next_end() is None and (until == math.inf or tl.graced is not signal):
                 tl.moved.wait(_GRACE_S)
                 if tl.generation != seen or signal.is_set() or until == math.inf:

@@ -1024,13 +1024,15 @@ class BlockPool:
         not move the pool (collecting may give chunks back, and the next allocation would pay
         for a new one)."""
         with self._lock:
-            done, largest = self._pending_done()
-            return self.reserved - self.allocated - self.pending_bytes + done, largest
+            ready, _, largest = self._free_now()
+            return ready, largest
 
-    def _pending_done(self) -> tuple[int, int]:
-        """(bytes, largest) of the pending blocks whose work is done (the caller holds the lock)."""
+    def _free_now(self) -> tuple[int, int, int]:
+        """free_now()'s bytes, then the bytes and the largest of the pending blocks whose work
+        is done (the caller holds the lock)."""
         done = [b.size for b in self._pending if positions_reached(b.waits)]
-        return sum(done), max(done, default=0)
+        total = sum(done)
+        return self.reserved - self.allocated - self.pending_bytes + total, total, max(done, default=0)
 
     def largest_free_block(self) -> int:
         """The largest ready free block in the pool."""

@@ -45,9 +45,8 @@ def _chunk_figures(pool: BlockPool, chunk: Chunk) -> dict:
             "fragmentation": 1 - largest / free if free else 0.0}
 
 
-def _largest_free_ratio(frag: dict, pool: BlockPool, done: int, done_largest: int) -> float:
+def _largest_free_ratio(frag: dict, ready: int, done_largest: int) -> float:
     """1 - largest / free over the blocks that can be handed out (done pending ones too)."""
-    ready = frag["free_bytes"] - pool.pending_bytes + done
     largest = max(frag["largest_free_block"], done_largest)
     return 1 - largest / ready if ready else 0.0
 
@@ -55,7 +54,7 @@ def _largest_free_ratio(frag: dict, pool: BlockPool, done: int, done_largest: in
 def pool_stats(pool: BlockPool) -> dict:
     """Statistics of one pool: bytes current/peak, counts, fragmentation figures."""
     with pool._lock:
-        done, done_largest = pool._pending_done()  # (frees whose work is done: free, not pending)
+        ready, done, done_largest = pool._free_now()  # (frees whose work is done: free, not pending)
         inactive_split = 0
         for chunk in pool._chunks.values():
             first = chunk.first
@@ -81,7 +80,7 @@ def pool_stats(pool: BlockPool) -> dict:
             "largest_free_block": max(frag["largest_free_block"], done_largest),
             "fragmentation.internal": frag["internal"],
             "fragmentation.external": frag["external"],
-            "fragmentation.largest_free_ratio": _largest_free_ratio(frag, pool, done, done_largest),
+            "fragmentation.largest_free_ratio": _largest_free_ratio(frag, ready, done_largest),
         }
 
 
