@@ -61,6 +61,25 @@ def test_a_launch_cost_object_keeps_its_link_bytes(stream):
 
 
 @sim_only
+@pytest.mark.parametrize("later_us", [5, 150])  # inside the first's return path, and after it
+def test_a_device_synchronize_returns_the_sync_cost_after_the_last_stream_ends(dev, later_us):
+    # (one wait per stream returned host_sync_ns after the first stream's end: a stream that
+    # ended within that return path added nothing, and the host woke before it had)
+    a, b = dev.create_stream(), dev.create_stream()
+    clock = dev._backend.now_ns
+    took = {}
+    for sync in ("device", "last stream"):
+        t0 = clock()
+        art.launch(art.kernels.noop, stream=a, cost=100e-6, block_dim=1)
+        art.launch(art.kernels.noop, stream=b, cost=(100 + later_us) * 1e-6, block_dim=1)
+        dev.synchronize() if sync == "device" else b.synchronize()
+        took[sync] = clock() - t0
+    assert took["device"] == took["last stream"]
+    assert took["device"] >= (100 + later_us) * 1000 + P.host_sync_ns
+    a.destroy(), b.destroy()
+
+
+@sim_only
 def test_a_pageable_copy_is_staged_and_synchronous(stream):
     n = 4 << 20
     dev_buf = art.malloc(n)

@@ -258,6 +258,22 @@ class ExecutorQueue:
             self.engine._fire_due(now)
 
 
+class _AllOf:
+    """A signal that `count` streams set, one each as it reaches its target (under the engine
+    lock): it sets `signal` at the last."""
+
+    __slots__ = ("signal", "left")
+
+    def __init__(self, signal, count: int):
+        self.signal, self.left = signal, count
+
+    def set(self) -> None:
+        """One more stream is done."""
+        self.left -= 1
+        if self.left == 0:
+            self.signal.set()
+
+
 class Engine:
     """Process-wide scheduler state. Streams of every device share one lock (cross-device waits)."""
 
@@ -377,17 +393,29 @@ class Engine:
     def wait_completed(self, stream, timeout: float | None, what: str, behind: int = 0) -> None:
         """Block the host until all but the last `behind` tasks submitted to `stream` so far have
         completed; TimeoutError_ (507046) past `timeout` s, DeadlockError if they never can."""
+        self.wait_all_completed([stream], timeout, what, behind)
+
+    def wait_all_completed(self, streams: list, timeout: float | None, what: str,
+                           behind: int = 0) -> None:
+        """wait_completed for several streams of one device at once: one wait that ends when
+        the last of them is done (a simulated host's return path starts there, not at the
+        first stream's end, as it would after one wait per stream)."""
         with self.lock:
-            target = stream._submitted - behind
-            if stream._completed >= target:
+            targets = [(s, s._submitted - behind) for s in streams]
+            targets = [(s, target) for s, target in targets if s._completed < target]
+            if not targets:
                 return
-            ev = stream._dq.backend.new_signal()
-            stream._sync_waiters.append((target, ev))
+            signal = targets[0][0]._dq.backend.new_signal()
+            ev = signal if len(targets) == 1 else _AllOf(signal, len(targets))
+            for s, target in targets:
+                s._sync_waiters.append((target, ev))
 
         def cancel():
-            stream._sync_waiters = [w for w in stream._sync_waiters if w[1] is not ev]
+            for s, _ in targets:
+                s._sync_waiters = [w for w in s._sync_waiters if w[1] is not ev]
 
-        self.wait_host(ev, timeout, [stream], what, ErrorCode.RT_STREAM_SYNC_TIMEOUT, cancel)
+        self.wait_host(signal, timeout, [s for s, _ in targets], what, ErrorCode.RT_STREAM_SYNC_TIMEOUT,
+                       cancel)
 
     # ---- progress (all under the lock) -----------------------------------------------------
 

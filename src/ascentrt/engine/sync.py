@@ -14,9 +14,13 @@ def synchronize_streams(streams: list, timeout: float | None, what: str) -> None
     clock = ENGINE.devices[0].backend.now_ns
     aborts = [(s._aborts, s._submitted) for s in streams]
     deadline = None if timeout is None else clock() + timeout * 1e9
-    for s in streams:
-        remaining = None if deadline is None else max((deadline - clock()) / 1e9, 1e-6)
-        ENGINE.wait_completed(s, remaining, what)
+    # One wait for them all (the host wakes once, after the last), then the detached stream of
+    # non-blocking host functions, which the others feed as they get to them.
+    fed = [s for s in streams if s is s._dq.detached]
+    for group in ([s for s in streams if s is not s._dq.detached], fed):
+        if group:
+            remaining = None if deadline is None else max((deadline - clock()) / 1e9, 1e-6)
+            ENGINE.wait_all_completed(group, remaining, what)
     if seen is not None:
         sanitizer.host_waited(seen)  # the host now comes after all that work
     raise_stream_errors(streams)
