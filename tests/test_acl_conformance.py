@@ -4,6 +4,7 @@ as in the misuse matrix of the pyACL reference (§14)."""
 import inspect
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -843,6 +844,23 @@ def test_exception_info_callback(rt, stream):
     rt.launch_kernel(lambda: 1 / 0, (), stream)
     rt.synchronize_stream(stream)
     assert len(infos) == 1
+
+
+def test_exception_info_callback_hears_of_a_device_side_wait_that_timed_out(rt, stream):
+    # (a timed-out wait failed its stream without telling the callbacks: only tasks that ran did)
+    infos = []
+    assert rt.set_exception_info_callback(infos.append) == 0
+    notify, ret = rt.create_notify(0)
+    assert ret == 0
+    assert rt.wait_and_reset_notify(notify, stream, 50) == 0  # never recorded: times out
+    assert rt.synchronize_stream(stream) == C.ACL_ERROR_RT_WAIT_TIMEOUT
+    deadline = time.monotonic() + 5  # (the watchdog thread calls it; the host may wake first)
+    while not infos and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (info,) = infos
+    assert rt.get_error_code_from_exception_info(info) == C.ACL_ERROR_RT_WAIT_TIMEOUT
+    assert rt.get_stream_id_from_exception_info(info) == rt.stream_get_id(stream)[0]
+    assert rt.destroy_notify(notify) == 0
 
 
 # ---- util ------------------------------------------------------------------------------------

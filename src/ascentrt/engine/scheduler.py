@@ -255,7 +255,8 @@ class ExecutorQueue:
     def fire_deadlines(self, now: int) -> None:
         """Fail the timed waits whose deadline is at or before `now`."""
         with self.engine.lock:
-            self.engine._fire_due(now)
+            infos = self.engine._fire_due(now)
+        self.engine._report_failures(infos)
 
 
 class _AllOf:
@@ -895,13 +896,18 @@ class Engine:
                     prof.tasks_done(s, batch[:done] if done < len(batch) else batch)
                 except BaseException:  # a failing profiler loses records, never an executor
                     _log.exception("ascentrt: the profiler failed to record a batch")
-            for info in infos:
-                for cb in list(Hooks.exception_callbacks):
-                    try:
-                        cb(info)
-                    except BaseException:  # SystemExit included: executors must live on
-                        _log.exception("ascentrt: exception-info callback %r raised", cb)
+            self._report_failures(infos)
             lock.acquire()
+
+    @staticmethod
+    def _report_failures(infos) -> None:
+        """Give each failure to the exception-info callbacks (called without the lock)."""
+        for info in infos:
+            for cb in list(Hooks.exception_callbacks):
+                try:
+                    cb(info)
+                except BaseException:  # SystemExit included: executors must live on
+                    _log.exception("ascentrt: exception-info callback %r raised", cb)
 
     # ---- timed device-side waits -----------------------------------------------------------
 
@@ -928,12 +934,20 @@ class Engine:
         with self.lock:
             while True:
                 now = self.devices[0].backend.now_ns()
-                self._fire_due(now)
+                infos = self._fire_due(now)
+                if infos and Hooks.exception_callbacks:
+                    self.lock.release()
+                    try:
+                        self._report_failures(infos)
+                    finally:
+                        self.lock.acquire()
                 timeout = (self._deadlines[0][0] - now) / 1e9 if self._deadlines else None
                 self._watchdog_cv.wait(timeout)
 
-    def _fire_due(self, now: int) -> None:
-        """Fail the timed waits whose deadline is at or before `now` (under the lock)."""
+    def _fire_due(self, now: int) -> list:
+        """Fail the timed waits whose deadline is at or before `now` (under the lock); returns
+        their failures, for the exception-info callbacks (which the caller calls without it)."""
+        infos = []
         while self._deadlines and self._deadlines[0][0] <= now:
             _, _, s, t = heapq.heappop(self._deadlines)
             if s._blocked is t:
@@ -941,14 +955,15 @@ class Engine:
                 s._tasks.popleft()
                 self._completed(s)
                 what = "event" if t.kind == EVENT_WAIT else "notify"
-                self._fail(s, t, TimeoutError_(f"device-side wait on {what} timed out",
-                                               code=ErrorCode.RT_WAIT_TIMEOUT)
-                           if t.timeout_error is None else t.timeout_error(s, t))
+                infos.append(self._fail(s, t, TimeoutError_(f"device-side wait on {what} timed out",
+                                                            code=ErrorCode.RT_WAIT_TIMEOUT)
+                                        if t.timeout_error is None else t.timeout_error(s, t)))
                 if s._tasks:
                     self._advance(s, None)
                 else:
                     s._active = False
                     s._dq.active.discard(s)
+        return infos
 
     # ---- host-side waiting ------------------------------------------------------------------
 
