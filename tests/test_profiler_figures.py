@@ -153,3 +153,41 @@ def test_a_task_on_units_that_were_free_held_by_no_one():
     path = critical_path(_profile(tasks))
     assert path["by_kind"]["host"] == 8_000_000 and path["by_kind"]["kernel"] == 2_000_000
     assert sorted(dispatch_latencies(_profile(tasks))) == [0, 0, 1000]
+
+
+def test_a_copy_on_its_directions_own_engine_is_held_by_no_copy_of_another_direction():
+    # (an H2D copy that ended before a D2H started was taken for the holder of the D2H's engine
+    # where each direction has engines of its own: the critical path ran through it)
+    from ascentrt.profiler.critical import executor_holders, capacities
+
+    def copy(tid, name, start, end, stream):
+        return TaskRecord(0, stream, tid, "copy", name, 0, start, start, end, 1)
+    h2d = copy(1, "host_to_device", 0, 1_000_000, 1)
+    d2h = copy(1, "device_to_host", 1_500_000, 2_500_000, 2)
+    d2h_2 = copy(1, "device_to_host", 1_000_000, 1_400_000, 3)  # the D2H engine's last user
+    per_direction = DeviceInfo(0, "d", 2, 3, 1, 1 << 30, backend="sim", copy_engines_per_direction=[1, 1, 1])
+    shared = DeviceInfo(0, "d", 2, 1, 1, 1 << 30)  # (cpu: one engine takes any copy)
+    for devices, tasks, held_by in (([per_direction], [h2d, d2h], None),
+                                    ([per_direction], [h2d, d2h, d2h_2], d2h_2),
+                                    ([shared], [h2d, d2h], h2d)):
+        prof = ProfileData(duration_ns=3_000_000, tasks=tasks, devices=devices)
+        assert executor_holders(tasks, capacities(prof))(d2h) is held_by
+
+
+def test_the_critical_path_goes_through_the_work_a_host_synchronize_waited_for():
+    # (the host synchronized a 3 ms kernel's stream, then queued a copy: the path was the copy
+    # plus 3 ms of "host", and the kernel that decided the run time was not on it)
+    from ascentrt.profiler.critical import critical_path
+    from ascentrt.profiler.data import ApiCall
+    kernel = TaskRecord(0, 3, 1, "kernel", "long", 0, 0, 1_000, 3_001_000, 7)
+    unrelated = TaskRecord(0, 1, 1, "copy", "host_to_device", 0, 0, 1_000, 1_001_000, 7)
+    copy = TaskRecord(0, 2, 1, "copy", "device_to_host", 0, 3_020_000, 3_021_000, 4_021_000, 7)
+    prof = _profile([kernel, unrelated, copy])
+    prof.api_calls = [ApiCall("Stream.synchronize", 2_000, 3_011_000, 7, target="stream 3",
+                              already_done=False)]
+    path = critical_path(prof)
+    assert path["by_kind"]["kernel"] == 3_000_000 and path["by_kind"]["copy"] == 1_000_000
+    assert path["top"][0] == ("long", 3_000_000) and path["tasks"] == 2
+    prof.api_calls = [ApiCall("Stream.synchronize", 2_000, 3_011_000, 7, target="stream 3",
+                              already_done=True)]  # it did not wait: the host was just late
+    assert "kernel" not in critical_path(prof)["by_kind"]

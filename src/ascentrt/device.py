@@ -46,6 +46,9 @@ class DeviceProperties:
     host_func_threads: int
     stream_priority_range: tuple[int, int]  # (lowest priority, highest priority), smaller = higher
     preset: str = ""                        # the hardware model of a sim device
+    # (H2D, D2H, D2D) engines where each direction has its own (sim); () where any engine
+    # takes any copy (cpu)
+    copy_engines_per_direction: tuple[int, ...] = ()
 
 
 _devices: list["Device"] | None = None
@@ -185,7 +188,8 @@ class Device:
         self.properties = DeviceProperties(
             id=device_id, name=props.name, backend=props.backend, total_memory=props.memory_bytes,
             compute_units=compute, copy_engines=copy, host_func_threads=host,
-            stream_priority_range=(PRIORITY_LEVELS - 1, 0), preset=props.preset)
+            stream_priority_range=(PRIORITY_LEVELS - 1, 0), preset=props.preset,
+            copy_engines_per_direction=props.copy_engines_per_direction)
         self._default_stream: Any = None  # a Stream
         self._events: weakref.WeakSet[object] = weakref.WeakSet()  # live events, counted where the model caps them
         self._peers: set[int] = set()  # ids of the devices whose memory this one may access

@@ -483,7 +483,8 @@ class SimBackend(CpuBackend):
             "sim", name, memory, (p.compute_units, p.copy_engines_h2d + p.copy_engines_d2h
                                   + p.copy_engines_d2d, p.host_func_threads),
             preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
-            max_events=p.max_events, dispatch_ns=int(p.dispatch_ns))
+            max_events=p.max_events, dispatch_ns=int(p.dispatch_ns),
+            copy_engines_per_direction=(p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d))
         self.queues: list[Any] = [None, None, None]   # the engine's ExecutorQueue per class
         self.ready: list[Any] = [_NONE_READY] * 3   # their ready streams (.count), per class
         self.free_units = p.compute_units

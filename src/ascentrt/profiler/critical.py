@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from .data import EXECUTOR_OF_KIND, GRAPH_SEGMENT, ProfileData
+from .data import EXECUTOR_OF_KIND, GRAPH_SEGMENT, SYNC_APIS, ProfileData
 
 WORK = ("kernel", "copy", "memset", "host_func")
 
@@ -17,12 +17,12 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
     """holder(t): the task of t's executor class on t's device that ended last before t
     started (not t itself), when the units in use just before it ended left too few for t
     (`capacity`: (device, class) -> units; without it, any such task); else None: nothing
-    held what t needed (a kernel on one of 24 AI cores is no holder of another's)."""
+    held what t needed (a kernel on one of 24 AI cores is no holder of another's, nor an
+    H2D copy of a D2H copy where each direction has engines of its own)."""
     ends: dict = defaultdict(list)  # (device, executor class) -> [(end, id, task)], sorted
     steps: dict = defaultdict(list)  # (device, class) -> [(time, units change)]
     for t in tasks:
-        cls = _class_of(t)
-        if cls is not None:
+        for cls in _classes_of(t, capacity):
             ends[(t.device, cls)].append((t.end_ns, id(t), t))
             steps[(t.device, cls)] += [(t.start_ns, t.units or 1), (t.end_ns, -(t.units or 1))]
     for items in ends.values():
@@ -48,7 +48,10 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
         return levels[i] if i >= 0 else 0
 
     def holder(t):
-        key = (t.device, _class_of(t))
+        classes = _classes_of(t, capacity)
+        if not classes:
+            return None
+        key = (t.device, classes[-1])  # (the narrowest: a copy's own direction where it has one)
         items = ends.get(key)
         if not items:
             return None
@@ -65,19 +68,39 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
     return holder
 
 
-def _class_of(t) -> Any:
-    """The executors a task contends for: its class (copies: how many engines each direction
-    has is not recorded, and a copy's direction is not in every copy's name, so any copy
-    that ended last before counts as the holder)."""
-    return EXECUTOR_OF_KIND.get(t.kind)
+# A copy's direction from its name (what memcpy and memcpy_async call it), as the engines of a
+# device whose directions have engines of their own count it: host to host runs on an H2D one.
+_COPY_DIRECTIONS = {"host_to_device": "copy h2d", "host_to_host": "copy h2d",
+                    "device_to_host": "copy d2h", "device_to_device": "copy d2d"}
+
+
+def _classes_of(t, capacity: dict | None) -> tuple:
+    """The executor classes a task contends for, widest first: its class, and for a copy on a
+    device whose directions have engines of their own, its direction's (a copy whose direction
+    its name does not say, a pitched one, counts against every engine, as before)."""
+    cls = EXECUTOR_OF_KIND.get(t.kind)
+    if cls is None:
+        return ()
+    if cls == "copy" and capacity and (t.device, "copy h2d") in capacity:
+        lane = _COPY_DIRECTIONS.get(t.name)
+        if lane is not None:
+            return (cls, lane)
+    return (cls,)
 
 
 def capacities(profile: ProfileData) -> dict:
-    """(device, executor class) -> the units it has, from the profile's devices."""
+    """(device, executor class) -> the units it has, from the profile's devices (a device whose
+    copy directions have engines of their own: per direction, and none for copies as a whole,
+    since a copy of unknown direction may wait for any)."""
     out = {}
     for d in profile.devices:
         out[(d.id, "compute")] = d.compute_units
         out[(d.id, "host")] = d.host_func_threads
+        if d.copy_engines_per_direction:
+            for lane, n in zip(("copy h2d", "copy d2h", "copy d2d"), d.copy_engines_per_direction):
+                out[(d.id, lane)] = n
+        else:
+            out[(d.id, "copy")] = d.copy_engines
     return out
 
 
@@ -88,10 +111,11 @@ def critical_path(profile: ProfileData) -> dict:
     'top' [(name, ns)]}; the path runs from the profile's start to its last task's end.
 
     Walks back from the task that ended last; each step goes to whichever of its predecessors
-    ended latest: the stream's previous task, the record that released a wait, and the task
-    of its executor class on the device that ended last before it started (it may have held
-    the executor this one waited for). A replayed graph's nodes share their task's id: tasks
-    are told apart as objects, not by id.
+    ended latest: the stream's previous task, the record that released a wait, the task of
+    its executor class on the device that ended last before it started (it may have held
+    the executor this one waited for), and the task whose end a synchronization of the host
+    thread that submitted it waited for (the host could not submit it before). A replayed
+    graph's nodes share their task's id: tasks are told apart as objects, not by id.
     """
     tasks = [t for t in profile.tasks if t.kind != GRAPH_SEGMENT]
     if not tasks:
@@ -107,6 +131,7 @@ def critical_path(profile: ProfileData) -> dict:
         for a, b in zip(items, items[1:]):
             prev[id(b)] = a
 
+    waited = host_waits(profile, tasks)
     cur = max(tasks, key=lambda t: t.end_ns)
     end = cur.end_ns
     by_kind: dict[str, int] = defaultdict(int)
@@ -120,7 +145,7 @@ def critical_path(profile: ProfileData) -> dict:
             names[cur.name] += cur.duration_ns
             count += 1
         preds = [p for p in (prev.get(id(cur)), by_key.get(tuple(cur.released_by))
-                             if cur.released_by else None, holder(cur)) if p is not None]
+                             if cur.released_by else None, holder(cur), waited(cur)) if p is not None]
         nxt = max(preds, key=lambda p: p.end_ns) if preds else None
         if nxt is not None and cur.start_ns > nxt.end_ns:
             gap = cur.start_ns - nxt.end_ns
@@ -136,6 +161,46 @@ def critical_path(profile: ProfileData) -> dict:
         start = 0
     top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
     return {"length_ns": end - start, "by_kind": dict(by_kind), "tasks": count, "top": top}
+
+
+def host_waits(profile: ProfileData, tasks) -> Callable[[Any], Any]:
+    """waited(t): the task whose end the last synchronization of a stream or a device by the
+    host thread that submitted t, before it did, waited for (the last of that stream's or
+    device's tasks to end while the call waited); None when that call found the work done,
+    waited for something else (an event), or there was none."""
+    syncs: dict = defaultdict(list)  # thread -> [(end, call)] of the synchronizations that waited
+    for c in profile.api_calls:
+        if c.name in SYNC_APIS and c.already_done is False and not c.error:
+            syncs[c.thread].append((c.end_ns, id(c), c))
+    for items in syncs.values():
+        items.sort(key=lambda e: (e[0], e[1]))
+    ends: dict = defaultdict(list)  # ("stream" | "device", id) -> [(end, id, task)], sorted
+    for t in tasks:
+        if t.kind in WORK:
+            ends[("stream", t.stream)].append((t.end_ns, id(t), t))
+            ends[("device", t.device)].append((t.end_ns, id(t), t))
+    for items in ends.values():
+        items.sort(key=lambda e: (e[0], e[1]))
+
+    def waited(t):
+        calls = syncs.get(t.thread)
+        if not calls:
+            return None
+        i = bisect.bisect_right(calls, (t.enqueue_ns, float("inf"))) - 1
+        if i < 0:
+            return None
+        call = calls[i][2]
+        what, _, ident = call.target.partition(" ")
+        if what not in ("stream", "device") or not ident.isdigit():
+            return None
+        items = ends.get((what, int(ident)))
+        if not items:
+            return None
+        j = bisect.bisect_right(items, (call.end_ns, float("inf"))) - 1
+        if j < 0 or items[j][0] < call.start_ns:
+            return None  # nothing of it ended while the call waited
+        return items[j][2]
+    return waited
 
 
 def describe(path: dict) -> str:

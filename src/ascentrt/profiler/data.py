@@ -190,6 +190,8 @@ class DeviceInfo:
     backend: str = "cpu"   # what produced the timings: cpu (real time) or sim (virtual)
     preset: str = ""       # the hardware model of a sim device
     uncosted: dict = field(default_factory=dict)  # sim: kernels that had no cost -> count
+    # [H2D, D2H, D2D] engines where each direction has its own (sim); [] where any takes any
+    copy_engines_per_direction: list = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +377,10 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
                 "copy_engines": _ints(1), "host_func_threads": _ints(1), "capacity": _ints(1),
                 "backend": _STR, "preset": _STR,
                 "uncosted": ("an object of kernel name -> count", lambda v: type(v) is dict
-                             and all(_COUNT[1](n) for n in v.values()))},
+                             and all(_COUNT[1](n) for n in v.values())),
+                "copy_engines_per_direction": ("[] or [h2d, d2h, d2d] engine counts",
+                                               lambda v: v == [] or _int_list(3)(v)
+                                               and all(n >= 1 for n in v))},
     "streams": {"device": _INT, "id": _INT, "priority": _INT, "role": _STR},
     "races": {"text": _STR, "first_stream": _INT, "first_task": _INT, "second_stream": _INT,
               "second_task": _INT, "reuse": _BOOL, "count": _ints(1)},
