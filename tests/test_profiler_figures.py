@@ -191,3 +191,19 @@ def test_the_critical_path_goes_through_the_work_a_host_synchronize_waited_for()
     prof.api_calls = [ApiCall("Stream.synchronize", 2_000, 3_011_000, 7, target="stream 3",
                               already_done=True)]  # it did not wait: the host was just late
     assert "kernel" not in critical_path(prof)["by_kind"]
+
+
+def test_a_device_idle_with_work_ready_is_dispatch_bound_not_host_bound():
+    # (on cpu, 3000 tiny launches queued far ahead of an executor waiting for the GIL read as
+    # "starved by the host's launch calls": the host had given it all the work it needed)
+    from ascentrt.profiler.data import ApiCall
+    tasks, calls = [], []
+    for i in range(300):
+        calls.append(ApiCall("launch", i * 4_000, i * 4_000 + 3_000, 7))
+        start = 2_000_000 + i * 40_000  # every task queued long before an executor ran it
+        tasks.append(TaskRecord(0, 1, i + 1, "kernel", "tiny", 0, i * 4_000 + 3_000, start,
+                                start + 1_000, 7))
+    prof = _profile(tasks)
+    prof.api_calls = calls
+    kinds = {f.kind for f in diagnose(prof)}
+    assert "dispatch_bound" in kinds and "host_bound" not in kinds

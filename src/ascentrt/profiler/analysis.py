@@ -12,7 +12,7 @@ from operator import attrgetter
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
 from .critical import capacities, executor_holders
-from .data import (COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, QUEUE_FULL, WORK_KINDS, ProfileData,
+from .data import (COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, GRAPH_SEGMENT, QUEUE_FULL, WORK_KINDS, ProfileData,
                    calls_made)
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
@@ -102,6 +102,10 @@ def _window(tasks) -> tuple[int, int]:
 
 
 DISPATCHED_KINDS = ("kernel", "copy", "memset")  # what "dispatch latency" is measured on
+# The share of a starved device's idle time during which a task was ready but not started,
+# from which on its dispatch, not the host's calls, is what starved it (below it, a modelled
+# dispatch latency that comes with every task is part of the host's gap, not the cause).
+DISPATCH_BOUND_SHARE = 0.75
 _DEVICE, _STREAM, _TASK_ID = attrgetter("device"), attrgetter("stream"), attrgetter("task_id")
 _DURATION = attrgetter("duration_ns")
 
@@ -331,6 +335,11 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
     held = _held_by_host_functions(dev_id, idle, idle_ns, util, span, host_funcs)
     if held:
         return held
+    ready = _ready_not_started(dev_id, profile)
+    waiting = total(intersection(idle, ready))
+    if waiting >= DISPATCH_BOUND_SHARE * idle_ns:
+        # Work was there to run: not the host's calls but its dispatch kept the device idle.
+        return _dispatch_bound(dev_id, intersection(idle, ready), waiting, idle_ns, util, span, work, dev)
     # (the threads that gave this device its work: a synchronize on another thread, of
     # another device, says nothing of why this one starved)
     feeders = {t.thread for t in work}
@@ -363,6 +372,49 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
          "idle time": format_ms(idle_ns), "longest idle": format_ms(max(b - a for a, b in idle)),
          **host.evidence("while idle"), "device tasks": len(work)},
         after, idle_ns)]
+
+
+def _ready_not_started(dev_id, profile) -> list[tuple[int, int]]:
+    """When device `dev_id` had a task ready that had not started: from its submit, or the end
+    of what came before it on its stream (a wait included), whichever was later, to its start."""
+    per_stream: defaultdict[int, list] = defaultdict(list)
+    for t in profile.tasks:
+        if t.device == dev_id and t.kind != GRAPH_SEGMENT:
+            per_stream[t.stream].append(t)
+    spans = []
+    for items in per_stream.values():
+        items.sort(key=lambda t: (t.task_id, t.start_ns))
+        before = 0
+        for t in items:
+            ready = max(t.enqueue_ns, before)
+            if t.kind in DISPATCHED_KINDS and t.start_ns > ready:
+                spans.append((ready, t.start_ns))
+            before = max(before, t.end_ns)
+    return union(spans)
+
+
+def _dispatch_bound(dev_id, stretches, waiting, idle_ns, util, span, work, dev) -> list[Finding]:
+    """Device `dev_id` idled while tasks it could run were ready: they waited to be dispatched."""
+    on_cpu = dev is None or dev.backend == "cpu"
+    why = ("its executor threads, woken for them, waited for the GIL that the submitting thread "
+           "held while it ran Python (the interpreter hands it over once per switch interval)"
+           if on_cpu else "the dispatch latencies of the model held them")
+    starts = sorted(work, key=lambda t: t.start_ns)
+    begins = [t.start_ns for t in starts]
+    after = [task_ref(starts[i]) for i in (bisect.bisect_left(begins, b) for _, b in
+                                           sorted(stretches, key=lambda g: g[0] - g[1])[:5])
+             if i < len(starts)]
+    return [Finding(
+        "dispatch_bound", f"Device {dev_id} idles with work ready to run (dispatch-bound)",
+        f"device {dev_id} was busy {util:.0%} of the {format_ms(span)} it had work; for "
+        f"{format_ms(waiting)} of its {format_ms(idle_ns)} idle a task was queued and ready, not "
+        f"yet started: {why}",
+        "give each task more work, or replay the sequence as a graph (one dispatch for many "
+        "tasks)" + ("; a smaller sys.setswitchinterval hands the GIL over sooner" if on_cpu else ""),
+        {"device utilization": f"{util:.0%}", "window": format_ms(span),
+         "idle with work ready": format_ms(waiting), "idle time": format_ms(idle_ns),
+         "device tasks": len(work)},
+        after, waiting)]
 
 
 def _held_by_host_functions(dev_id, idle, idle_ns, util, span, host_funcs) -> list[Finding]:
