@@ -27,6 +27,10 @@ _gathering = _ThreadGathering()
 # report at exit then says nothing.
 teardown_pending: list[Any] = []
 
+# fn(buffers, when): told of every buffer reclaimed unfreed (the profiler counts them as leaks
+# whatever ASCENTRT_LEAK_CHECK says: it only silences the warning)
+reclaim_observers: list[Any] = []
+
 
 def exit_report_due() -> bool:
     """Whether the report at exit should be made (no teardown may still come)."""
@@ -70,6 +74,8 @@ class reclaiming:
 def report(buffers: list, when: str) -> str | None:
     """Warn (LeakWarning) about `buffers` still allocated `when` they are reclaimed; returns the
     text (None when off, or held back for the reclaiming() around it)."""
+    for observer in list(reclaim_observers):
+        observer(buffers, when)
     if not buffers or config.get("ASCENTRT_LEAK_CHECK") == "off":
         return None
     gathered = _gathering.buffers

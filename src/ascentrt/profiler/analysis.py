@@ -859,18 +859,25 @@ def _memory(profile, devices) -> list[Finding]:
                 "MemPool.trim_to(), a release threshold), keep buffer sizes uniform so cached "
                 "blocks are reused",
                 {"reserved": format_bytes(cached.reserved), "allocated": format_bytes(cached.allocated)}, []))
-    leaked = [a for a in profile.allocations if a.free_ns is None]
+    live = [a for a in profile.allocations if a.free_ns is None and not a.reclaimed]
+    reclaimed = [a for a in profile.allocations if a.reclaimed]
+    leaked = live + reclaimed
     if leaked:
+        parts = [f"{len(live)} still live when it ended"] if live else []
+        for when, n in Counter(a.reclaimed for a in reclaimed).most_common():
+            parts.append(f"{n} reclaimed at {when}, never freed by the program")
         out.append(Finding(
             "never_freed", f"{len(leaked)} allocation{'s were' if len(leaked) > 1 else ' was'} "
                            f"never freed",
             f"{len(leaked)} buffer(s) ({format_bytes(sum(a.nbytes for a in leaked))}) allocated while "
-            f"profiling were still live when it ended",
-            "free every buffer when done with it (buf.free(), or a device reset at shutdown); "
-            "leaks in a loop end in an out-of-memory error",
+            f"profiling were never freed: {', '.join(parts)}",
+            "free every buffer when done with it (buf.free()); a device reset or acl.finalize "
+            "reclaims what is left but is no free (a leak in a loop ends in an out-of-memory error "
+            "before it)",
             {"buffers": len(leaked), "bytes": format_bytes(sum(a.nbytes for a in leaked)),
              "device buffers": sum(a.device >= 0 for a in leaked),
              "pinned host buffers": sum(a.device < 0 for a in leaked),
+             "reclaimed unfreed": len(reclaimed),
              "allocated at": _sites(leaked)}, []))
     return out
 

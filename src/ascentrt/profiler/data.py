@@ -175,6 +175,7 @@ class Allocation:
     alloc_ns: int
     free_ns: int | None
     site: str          # file:line of the user code that allocated it
+    reclaimed: str = ""  # what freed it, unfreed by the program ("device 0 reset", "acl.finalize")
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +373,7 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
     "memory": {"ts_ns": _NS, "device": _ints(-1), "allocated": _COUNT, "reserved": _COUNT,
                "free": _ints(-1), "largest_free": _ints(-1)},
     "allocations": {"device": _ints(-1), "addr": _COUNT, "nbytes": _COUNT, "alloc_ns": _NS,
-                    "free_ns": _OPT_NS, "site": _STR},
+                    "free_ns": _OPT_NS, "site": _STR, "reclaimed": _STR},
     "devices": {"id": _ints(0), "name": _STR, "compute_units": _ints(1),
                 "copy_engines": _ints(1), "host_func_threads": _ints(1), "capacity": _ints(1),
                 "backend": _STR, "preset": _STR,

@@ -18,6 +18,7 @@ from ..callsite import site_text, user_code_site
 from ..engine import ENGINE, Hooks
 from ..engine.task import EVENT_WAIT, KIND_NAMES, NOTIFY_WAIT
 from ..errors import ErrorCode
+from ..memory import leaks
 from ..memory.pool import positions_reached
 from ..memory.registry import REGISTRY
 from . import memstats
@@ -203,6 +204,7 @@ class Recorder:
         self.allocated[-1] = memstats.live_host_bytes(REGISTRY)  # (as the devices': live before)
         self._instrumentation.install()
         REGISTRY.observe(self)
+        leaks.reclaim_observers.append(self.buffers_reclaimed)
         self._sanitizer = Hooks.sanitizer  # races found from now on go into the profile too
         self.origin = self.origin._replace(races=self._races())
         Hooks.profiler = self
@@ -243,6 +245,8 @@ class Recorder:
         if Hooks.profiler is self:
             Hooks.profiler = None
         REGISTRY.unobserve(self)
+        if self.buffers_reclaimed in leaks.reclaim_observers:
+            leaks.reclaim_observers.remove(self.buffers_reclaimed)
         self._instrumentation.uninstall()
 
     def edge(self, closing: bool = False) -> Checkpoint:
@@ -296,13 +300,21 @@ class Recorder:
         key = -1 if dev is None else dev.id
         now = clock.now_ns()
         self.allocations[id(alloc)] = [key, alloc.addr, alloc.nbytes, now, None,
-                                       user_code_site(3)]
+                                       user_code_site(3), ""]
         if self.pending_frees:  # (the pool handed on memory a free left to queued work)
             self._settle_reached(now)
             self._handed_on(key, alloc.addr, alloc.nbytes, now)
         with self._memory_lock:
             self.allocated[key] = self.allocated.get(key, 0) + alloc.nbytes
         self._sample(dev)
+
+    def buffers_reclaimed(self, buffers: list, when: str) -> None:
+        """Buffers the program never freed are about to be reclaimed `when` (a device reset,
+        acl.finalize, exit): the frees that follow are no frees of the program's."""
+        for buf in buffers:
+            rec = self.allocations.get(id(buf))
+            if rec is not None:
+                rec[6] = when
 
     def buffer_freed(self, alloc, stream=None) -> None:
         """A buffer was freed (told by the address registry): after `stream`'s queued work (None:
@@ -432,8 +444,8 @@ class Recorder:
                  [(p.rec, False) for p in list(self.pending_frees) if p.rec is not None]
         prof.allocations = sorted(
             (Allocation(d, addr, n, ta - t0, tf - t0 if freed and tf <= last else None,
-                        site_text(site))
-             for (d, addr, n, ta, tf, site), freed in allocs if t0 <= ta <= last),
+                        site_text(site), reclaimed)
+             for (d, addr, n, ta, tf, site, reclaimed), freed in allocs if t0 <= ta <= last),
             key=lambda a: a.alloc_ns)
         for dev in self.devices.values():
             p = dev.properties
