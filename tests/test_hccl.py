@@ -228,6 +228,29 @@ def test_a_rank_that_never_arrives_times_out_the_others_naming_it():
                            "2]", "True"]
 
 
+def test_a_rank_no_thread_is_left_to_call_is_a_deadlock_not_a_30_minute_wait():
+    # (a single-threaded program that never called rank 1 blocked in an untimed synchronize
+    # until HCCL_EXEC_TIMEOUT, 1836 s by default; with a thread left that may call it, it waits)
+    out = run('''
+        import time
+        comms, s, b = ranks(2, 4096)
+        late = threading.Thread(target=lambda: (time.sleep(0.3), hccl.all_reduce(
+            b[1], b[1], 8, D.FP32, O.SUM, comms[1], s[1])))
+        hccl.all_reduce(b[0], b[0], 8, D.FP32, O.SUM, comms[0], s[0])
+        late.start()
+        s[0].synchronize()  # the thread calls rank 1's part meanwhile
+        late.join()
+        print("joined")
+        hccl.all_reduce(b[0], b[0], 8, D.FP32, O.SUM, comms[0], s[0])  # no thread left for rank 1
+        t0 = time.monotonic()
+        try:
+            s[0].synchronize()
+        except art.DeadlockError as exc:
+            print("deadlock", "rank(s) 1 have not called it" in str(exc), time.monotonic() - t0 < 20)
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["joined", "deadlock", "True", "True"]
+
+
 def test_a_rank_whose_communicator_is_destroyed_fails_the_others_at_once_naming_it():
     # (they waited out HCCL_EXEC_TIMEOUT, 30 minutes by default, told the rank "has not called it")
     out = run('''

@@ -1151,6 +1151,9 @@ class Engine:
                 return None  # its timeout will move it (timed=True: say what it waits on anyway)
             if t.kind == EVENT_WAIT:
                 if t.marker.stream is None:
+                    needs_host = t.marker.needs_host
+                    if needs_host is not None and needs_host():
+                        return "host", f"{_describe_wait(s)}; only a call of a thread of this program can end it", []
                     return "stuck", f"{_describe_wait(s)}", []
                 producers = [t.marker.stream]
             else:

@@ -112,7 +112,7 @@ class Marker:
     """The point an event record captured: done once the stream's work before it completed."""
 
     __slots__ = ("stream", "position", "done", "ts_ns", "waiters", "host_waiters", "timing",
-                 "capture", "clock", "note", "dropped", "discarded_by")
+                 "capture", "clock", "note", "needs_host", "dropped", "discarded_by")
 
     def __init__(self, stream: Any, position: int, timing: bool):
         self.stream: Any = stream     # the Stream that records it (None: not known yet)
@@ -126,5 +126,8 @@ class Marker:
         self.clock: tuple[Any, dict] | None = None  # the race sanitizer's vector clock of the record
         self.note: Callable[[], str] | None = None  # fn() -> what will record it, while `stream` is
                                       # None (a collective's part no rank has been given yet)
+        # fn() -> True while only a call of a host thread of this process can get it recorded
+        # (an in-process collective some rank has not called yet)
+        self.needs_host: Callable[[], bool] | None = None
         self.dropped = False          # done because its stream dropped the record unrun (no ts_ns)
         self.discarded_by = ""        # what dropped it, when an abort, destroy or reset did

@@ -57,8 +57,9 @@ class Call:
 class Meeting:
     """One collective of a communicator at one sequence number (or one send/recv pair)."""
 
-    def __init__(self, group, key, seq: int, ranks: tuple):
+    def __init__(self, group, key, seq: int, ranks: tuple, local: bool = True):
         self.group, self.key, self.seq, self.ranks = group, key, seq, ranks
+        self.local = local  # every rank is this process's (not over MPI): only its threads call
         self.calls: dict[int, Call] = {}
         self.arrive: dict[int, Marker] = {}
         self.done = {r: self._pending_marker() for r in ranks}
@@ -71,7 +72,13 @@ class Meeting:
     def _pending_marker(self) -> Marker:
         m = Marker(None, 0, False)
         m.note = self.waiting_for
+        if self.local:
+            m.needs_host = self.missing_calls
         return m
+
+    def missing_calls(self) -> bool:
+        """Whether some rank has not called it yet (and the meeting has not failed)."""
+        return self.error is None and len(self.calls) < len(self.ranks)
 
     @property
     def name(self) -> str:

@@ -144,7 +144,7 @@ def post(comm: Communicator, call, pair: tuple | None, parts) -> None:
             seq = group.p2p.get((*pair, call.op), 0)
             key, ranks = ("p2p", *pair, seq), pair
             group.p2p[(*pair, call.op)] = seq + 1
-        meeting = Meeting(group, key, seq, ranks)
+        meeting = Meeting(group, key, seq, ranks, local=False)  # (the other ranks: other processes)
         meeting.calls[call.rank] = call
         group.flight.add(meeting)
     item = (group, meeting, call, pair)
