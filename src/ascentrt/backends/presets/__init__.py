@@ -45,7 +45,8 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "memory_bandwidth": (float, 1, "B/s", "device memory bandwidth (D2D copies read and write it)"),
     "memory_bandwidth_per_unit": (float, 0, "B/s", "memory bandwidth one compute unit can draw: "
                                   "a kernel's declared bytes move at most at its units times "
-                                  "this (0: any unit draws the whole memory bandwidth)"),
+                                  "this, and a kernel on every unit the whole (0: any unit "
+                                  "draws the whole memory bandwidth)"),
     "copy_engine_bandwidth": (float, 0, "B/s", "bytes per second one copy engine moves within "
                               "device memory (a D2D copy or a fill) when nothing else runs (0: "
                               "half the memory bandwidth, a copy reading and writing it once)"),
