@@ -79,6 +79,28 @@ def test_a_device_synchronize_returns_the_sync_cost_after_the_last_stream_ends(d
     a.destroy(), b.destroy()
 
 
+def test_copies_sharing_the_host_link_move_no_faster_than_it_and_keep_their_latency():
+    # (the latency was paced as bytes: two copies sharing the link ended 2 us early, as if the
+    # link had moved more than its bandwidth)
+    r = _run_sim(textwrap.dedent("""
+        import json, ascentrt as art
+        dev = art.set_device(0)
+        n = 50_000_000
+        s1, s2 = dev.create_stream(), dev.create_stream()
+        hosts, devs = [art.malloc_host(n) for _ in range(2)], [art.malloc(n) for _ in range(2)]
+        with art.profile() as prof:
+            art.memcpy_async(devs[0], hosts[0], stream=s1)
+            art.memcpy_async(devs[1], hosts[1], stream=s2)
+            dev.synchronize()
+        print(json.dumps([[t.start_ns, t.end_ns] for t in prof.snapshot().tasks if t.kind == "copy"]))
+    """), env_extra={"ASCENTRT_SIM_VARY": '{"copy_engines_h2d": 2}', "ASCENTRT_LEAK_CHECK": "off"})
+    assert r.returncode == 0, r.stderr
+    (a_start, a_end), (b_start, b_end) = sorted(json.loads(r.stdout.splitlines()[-1]))
+    assert b_start > a_start and b_start < a_end  # they overlap on their two engines
+    link = 2 * 50_000_000 / P.host_link_bandwidth * 1e9  # the link busy from the first start on
+    assert abs(max(a_end, b_end) - (a_start + link + P.host_link_latency_ns)) <= 2
+
+
 @sim_only
 def test_a_pageable_copy_is_staged_and_synchronous(stream):
     n = 4 << 20

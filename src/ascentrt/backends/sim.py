@@ -89,12 +89,13 @@ class _Frame:
     """A task the simulation is running on this thread: when it started, and the time its
     nested operations (graph nodes) took so far."""
 
-    __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns")
+    __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency")
 
     def __init__(self, task: Any, start: int):
         self.task, self.start, self.offset, self.own, self.mem = task, start, 0, 0, 0.0
         self.link: Any = None    # the link its bytes cross (a copy over the host or a peer link)
         self.link_ns = 0.0       # the ns they take on it at its full bandwidth
+        self.latency = 0         # the ns of `own` no bandwidth paces (the link's latency)
 
 
 class _HostThread:
@@ -578,6 +579,7 @@ class SimBackend(CpuBackend):
         mem = 0.0
         link: Any = None
         link_ns = 0.0
+        latency = 0
         ns: float  # (declared: mypyc keeps ints and floats apart)
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
@@ -598,6 +600,7 @@ class SimBackend(CpuBackend):
                 # share of it the copy needs; a pageable copy, staged slower, needs less)
                 link_ns = nbytes / (p.peer_link_bandwidth if direction == D2D
                                     else p.host_link_bandwidth) * 1e9
+                latency = int(p.peer_link_latency_ns if direction == D2D else p.host_link_latency_ns)
         else:  # FILL
             dst, _, nbytes = op.args
             on_device = tl.where(dst) == "device"
@@ -613,7 +616,7 @@ class SimBackend(CpuBackend):
             frame.mem += mem
             if frame.task is op:
                 frame.own = took
-                frame.link, frame.link_ns = link, link_ns
+                frame.link, frame.link_ns, frame.latency = link, link_ns, latency
         if kernel is not None:
             kernel(*args)
         else:
@@ -786,7 +789,7 @@ class SimBackend(CpuBackend):
         frame = self._alone_frame
         if frame.task is None:
             frame.task, frame.start, frame.offset, frame.own, frame.mem = t, tl.now, 0, 0, 0.0
-            frame.link, frame.link_ns = None, 0.0
+            frame.link, frame.link_ns, frame.latency = None, 0.0, 0
         else:
             frame = _Frame(t, tl.now)
         if t.dispatches_nodes:
@@ -966,8 +969,13 @@ class SimBackend(CpuBackend):
             # graph segment or a host function whose nested operations took time: their nodes'
             # times were fixed at full rate as they ran.)
             self._settle(tl.now)
-            self.sharing.append([float(work), fixed, queue, t, units, min(1.0, frame.mem / work),
-                                 1.0, computes, frame.link, min(1.0, frame.link_ns / work)])
+            # (a copy's link latency is no bandwidth: it passes alike however many share the
+            # link, after its bytes moved)
+            latency = frame.latency if frame.latency < work else 0
+            paced = work - latency
+            self.sharing.append([float(paced), fixed + latency, queue, t, units,
+                                 min(1.0, frame.mem / paced), 1.0, computes, frame.link,
+                                 min(1.0, frame.link_ns / paced)])
             tl.sharing += 1
             self._share()
             return None
