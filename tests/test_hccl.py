@@ -487,6 +487,10 @@ def test_the_profiler_shows_each_ranks_part_with_its_bytes_and_a_forward_flow_be
     assert sum(e.get("cat") == "collective" and e["ph"] == "s" for e in doc["traceEvents"]) == 2
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
     assert any("hccl lane: communicator" in n for n in names)
+    lasts = {e["args"]["last to arrive"] for e in doc["traceEvents"] if e.get("cat") == "collective"
+             and e["ph"] == "X"}  # (it named a stream alone: which rank is that?)
+    (last,) = lasts
+    assert last.startswith("rank ") and "(device " in last and ", stream " in last
 
 
 @pytest.mark.skipif(os.environ.get("ASCENTRT_BACKEND") == "sim",

@@ -49,8 +49,8 @@ SUBMIT_APIS = ("launch", "launch_host_func", "memcpy_async", "memcpy2d_async", "
 class Finding:
     """One diagnosed problem: what, why (with figures and task ids), and what to try."""
 
-    kind: str          # host_bound, host_func_bound, held_by_full_queue, small_tasks,
-                       # too_many_streams, device_sync_in_loop, stream_sync_in_loop,
+    kind: str          # host_bound, dispatch_bound, host_func_bound, held_by_full_queue,
+                       # small_tasks, straggler, too_many_streams, device_sync_in_loop, stream_sync_in_loop,
                        # needless_sync, needless_wait, no_overlap, memory_peak, fragmentation,
                        # pool_cache, never_freed, failed_tasks, never_finished
     title: str
@@ -106,6 +106,9 @@ DISPATCHED_KINDS = ("kernel", "copy", "memset")  # what "dispatch latency" is me
 # from which on its dispatch, not the host's calls, is what starved it (below it, a modelled
 # dispatch latency that comes with every task is part of the host's gap, not the cause).
 DISPATCH_BOUND_SHARE = 0.75
+# The time the other ranks of a collective wait for the last one (each, on average) from
+# which on, as a share of the profile, that rank is a straggler worth a finding.
+STRAGGLER_SHARE = 0.05
 _DEVICE, _STREAM, _TASK_ID = attrgetter("device"), attrgetter("stream"), attrgetter("task_id")
 _DURATION = attrgetter("duration_ns")
 
@@ -228,12 +231,75 @@ def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None)
         findings += _small_tasks(dev_id, work, profile)
         findings += _too_many_streams(dev_id, work, devices.get(dev_id), profile)
         findings += _no_overlap(dev_id, work, profile)
+    findings += _stragglers(profile)
     findings += _sync_in_loop(profile, windows)
     findings += _needless_syncs(profile)
     findings += _memory(profile, devices)
     findings.sort(key=lambda f: -f.impact_ns)
     # (work that never finished, then failures, before any speed finding)
     return _never_finished(profile) + _failed_tasks(profile) + findings
+
+
+def _stragglers(profile: ProfileData) -> list[Finding]:
+    """A rank that reaches its collectives last while the others wait in them, idle: the time
+    they waited, and the work its stream did before it arrived."""
+    tasks = {t.key: t for t in profile.tasks}
+    waited: defaultdict[tuple, int] = defaultdict(int)   # (comm, late rank) -> ns the others waited
+    late: defaultdict[tuple, list] = defaultdict(list)   # (comm, late rank) -> [(collective, its part)]
+    ranks: dict[int, int] = {}                           # comm -> how many ranks
+    for coll in profile.collectives:
+        parts = [(p[0], tasks[k]) for p in coll.parts if (k := tuple(p[1:])) in tasks]
+        if len(parts) < 2 or coll.state != "done":
+            continue
+        rank, last = max(parts, key=lambda rp: rp[1].start_ns)
+        key = (coll.comm, rank)
+        waited[key] += sum(last.start_ns - t.start_ns for _, t in parts)
+        late[key].append((coll, last))
+        ranks[coll.comm] = len(parts)
+    sim = any(d.backend == "sim" for d in profile.devices)
+    out = []
+    for (comm, rank), ns in waited.items():
+        others = ranks[comm] - 1
+        each = ns / others  # what each other rank waited, on average
+        if each < max(MIN_GAP_VIRTUAL_NS if sim else MIN_GAP_NS, STRAGGLER_SHARE * profile.duration_ns):
+            continue
+        colls = late[(comm, rank)]
+        coll, part = colls[0]
+        before = _work_before(profile, part, {tuple(p[1:]) for c in profile.collectives for p in c.parts})
+        names: Counter[str] = Counter()
+        for t in before:
+            names[t.name] += t.duration_ns
+        top = ", ".join(f"{n} {format_ms(d)}" for n, d in names.most_common(3)) or "none recorded"
+        out.append(Finding(
+            "straggler", f"Rank {rank} (device {part.device}) of communicator {comm} arrives last "
+                         f"at its collectives: the other ranks wait for it",
+            f"in {len(colls)} collective(s) ({coll.op} #{coll.seq} first) rank {rank} reached the "
+            f"collective last; the other {others} rank(s) waited {format_ms(each)} each on average, "
+            f"their devices idle in it; before it, rank {rank}'s stream ran {top}",
+            f"balance the work between the ranks (rank {rank}'s stream has more, or slower, work "
+            f"before the collective), or overlap it: queue the collective's inputs first and the "
+            f"rest after it",
+            {"collectives": len(colls), "ranks": others + 1,
+             "waited per other rank": format_ms(each), "late rank's device": part.device,
+             "late rank's stream": part.stream},
+            [task_ref(t) for t in sorted(before, key=_DURATION, reverse=True)[:5]], int(ns)))
+    return out
+
+
+def _work_before(profile: ProfileData, part, part_keys: set) -> list:
+    """The work tasks of `part`'s stream between its previous collective part (`part_keys`:
+    every collective's parts), or the start, and `part`."""
+    same = sorted((t for t in profile.tasks if t.device == part.device and t.stream == part.stream),
+                  key=lambda t: (t.task_id, t.start_ns))
+    out: list = []
+    for t in same:
+        if t is part:
+            break
+        if t.key in part_keys:
+            out = []
+        elif t.kind in WORK_KINDS:
+            out.append(t)
+    return out
 
 
 def _within(intervals, windows) -> list[tuple[int, int]]:

@@ -318,6 +318,7 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         if len(parts) < 2:
             continue
         last = max(parts, key=lambda t: t.start_ns)
+        rank = next(p[0] for p in coll.parts if tuple(p[1:]) == last.key)
         lpid, ltid = where(last)
         for t in parts:
             if t is last or t.end_ns < last.start_ns:
@@ -327,7 +328,8 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
             yield _slice(f"{coll.op} #{coll.seq}: every rank arrived", "collective", pid, tid,
                          last.start_ns, t.end_ns,
                          compact_json({"communicator": coll.comm,
-                                       "last to arrive": f"stream {last.stream}"}), ts)
+                                       "last to arrive": f"rank {rank} (device {last.device}, "
+                                                         f"stream {last.stream})"}), ts)
             yield _flow("collective", "collective", False, flow_id + flows, lpid, ltid,
                         ts(last.start_ns))
             yield _flow("collective", "collective", True, flow_id + flows, pid, tid,
