@@ -72,7 +72,8 @@ def _say_long_step(task: Any) -> None:
     label = getattr(task, "label", "") or getattr(task.fn, "__name__", "task")
     print(f"ascentrt: {label} has run for {LONG_STEP_S:g} s of real time on the sim backend, "
           f"which runs kernels on the host thread whose call reached them: a kernel that waits "
-          f"for that thread (an event it sets later) never returns (a second Ctrl-C ends it)",
+          f"for that thread (an event it sets later), or for another thread's runtime call, "
+          f"never returns (a host function may wait; a second Ctrl-C ends it)",
           file=sys.stderr, flush=True)
 
 
