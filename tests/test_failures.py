@@ -5,6 +5,7 @@ import threading
 import pytest
 
 import ascentrt as art
+from subprocess_util import run_program
 
 
 def _broken():
@@ -113,8 +114,13 @@ def test_stop_mode_releases_streams_waiting_on_discarded_records(dev):
     done = []
     art.launch(lambda: done.append(1), stream=other)
     gate.set()
-    other.synchronize(timeout=10)            # never hangs on a record the stop discarded
+    # Never hangs on a record the stop discarded, and says the wait it released went on without
+    # the work before that record (its stream, in CONTINUE mode, ran what came after).
+    with pytest.raises(art.TaskError) as info:
+        other.synchronize(timeout=10)
+    assert info.value.code == art.ErrorCode.RT_STREAM_ABORT and "stopped at a failed task" in str(info.value)
     assert done == [1]
+    other.synchronize(timeout=10)
     with pytest.raises(art.TaskError):
         s.synchronize(timeout=10)
     s.destroy(force=True), other.destroy()
@@ -196,3 +202,71 @@ def test_base_exceptions_in_kernels_are_contained(stream):
         stream.synchronize(timeout=10)
     assert isinstance(err.value.info.cause, SystemExit)
     art.get_last_error()
+
+
+def test_a_wait_released_by_a_record_a_destroy_dropped_fails_its_stream(dev):
+    # (a force-destroy dropped the producer's memset and its record; the stream waiting on that
+    # record went on and its synchronize succeeded, its consumer having read stale bytes)
+    producer, consumer = dev.create_stream(), dev.create_stream()
+    hold = art.Notify(dev)
+    buf = art.malloc(4096)
+    art.memset(buf, 0, 4096)
+    producer.wait_notify(hold)                       # holds the producer's work back
+    art.memset_async(buf, 1, 4096, stream=producer)
+    consumer.wait(producer.record())
+    art.memset_async(buf, 2, 64, stream=consumer)    # later work of the waiting stream
+    producer.destroy(force=True)                     # drops the memset and the record unrun
+    with pytest.raises(art.TaskError) as info:
+        consumer.synchronize()
+    assert info.value.code == art.ErrorCode.RT_STREAM_ABORT
+    assert "never ran" in str(info.value) and f"stream {producer.id}" in str(info.value)
+    consumer.synchronize()                           # raised once; the stream goes on
+    hold.destroy(), consumer.destroy(), buf.free()
+
+
+@pytest.mark.cpu_only  # (its own process, on the cpu backend)
+def test_a_forked_child_is_told_that_the_parents_queued_work_never_ran_there():
+    # (the child's synchronize and query said the parent's queued memset had completed, and it
+    # read the bytes from before it)
+    out = run_program("""
+        import os, ascentrt as art
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        hold = art.Notify(dev)
+        buf = art.malloc(4096)
+        s.wait_notify(hold)
+        art.memset_async(buf, 9, 4096, stream=s)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                s.synchronize(timeout=5)
+                print("child: synchronized", flush=True)
+            except art.TaskError as exc:
+                print("child:", int(exc.code), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        hold.record(dev.create_stream())  # (the parent's own work goes on)
+        s.synchronize()
+        print("parent:", int(buf.numpy()[0]))
+    """, env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
+    assert out.split() == ["child:", "107023", "parent:", "9"]
+
+
+@pytest.mark.cpu_only  # (its own process)
+def test_a_thread_left_waiting_for_a_notify_after_the_main_thread_returned_is_told_of_the_deadlock():
+    # (the main thread returned and waited to join it: the process never exited)
+    out = run_program("""
+        import threading, time, ascentrt as art
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        s.wait_notify(art.Notify(dev))  # only the host can record it, and nobody will
+        def worker():
+            try:
+                s.synchronize()
+            except art.DeadlockError as exc:
+                print("worker:", int(exc.code), flush=True)
+        threading.Thread(target=worker).start()
+        time.sleep(0.3)
+        print("main: returns", flush=True)
+    """, env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
+    assert out.split() == ["main:", "returns", "worker:", "507950"]

@@ -257,7 +257,13 @@ started.wait(30)
 pid = os.fork()
 if pid == 0:
     art.launch(art.kernels.noop, stream=s)
-    s.synchronize(timeout=10)
+    try:
+        s.synchronize(timeout=10)
+        os._exit(5)  # (the parent's task never ran here: the child must hear it)
+    except art.TaskError as exc:
+        if exc.code != art.ErrorCode.RT_STREAM_ABORT:
+            os._exit(6)
+    s.synchronize(timeout=10)  # (said once; its own work ran)
     os._exit(0)
 gate.set()
 s.synchronize(timeout=10)
@@ -282,7 +288,12 @@ if pid == 0:
     art.launch_host_func(done.append, 1, stream=t)
     art.memcpy_async(art.malloc(64), art.malloc_host(64), stream=t)
     t.synchronize(timeout=10)
-    s.synchronize(timeout=10)                        # the parent's in-flight work is not the child's
+    try:
+        s.synchronize(timeout=10)                    # the parent's in-flight work is not the child's:
+        os._exit(5)                                  # it never ran here, and the child hears it
+    except art.TaskError as exc:
+        if exc.code != art.ErrorCode.RT_STREAM_ABORT:
+            os._exit(6)
     os._exit(0 if done == [1] else 3)
 gate.set()
 s.synchronize(timeout=10)

@@ -228,7 +228,12 @@ def test_force_destroy_releases_streams_waiting_on_its_records(dev):
     art.launch(art.kernels.noop, stream=b)
     a.destroy(force=True)
     gate.set()
-    b.synchronize(timeout=10)  # must not hang on a record that will never run
+    # Must not hang on a record that will never run, and says its wait went on without it
+    # (CANN: a synchronization after an abort returns ACL_ERROR_RT_STREAM_ABORT).
+    with pytest.raises(art.TaskError) as info:
+        b.synchronize(timeout=10)
+    assert info.value.code == art.ErrorCode.RT_STREAM_ABORT
+    b.synchronize(timeout=10)
     b.destroy()
 
 
@@ -349,7 +354,9 @@ def test_abort_discards_the_tasks_not_started_and_the_stream_goes_on(dev):
     dropped = s.abort()
     assert dropped >= 5  # (4 kernels and the record; the slow one may have started)
     s.synchronize(timeout=10)
-    t.synchronize(timeout=10)
+    with pytest.raises(art.TaskError) as info:  # (its wait went on without the dropped record)
+        t.synchronize(timeout=10)
+    assert info.value.code == art.ErrorCode.RT_STREAM_ABORT
     art.launch(lambda: ran.append("after"), stream=s)
     s.synchronize(timeout=10)
     assert [r for r in ran if isinstance(r, int)] == [] and ran[-1] == "after" and "t" in ran

@@ -259,6 +259,16 @@ class ExecutorQueue:
         self.engine._report_failures(infos)
 
 
+def _unrun_record(s, t: Task) -> StreamStateError:
+    """The failure of wait `t` of stream `s`, released by a record that never ran."""
+    m = t.marker
+    why = f"{m.discarded_by} dropped it" if m.discarded_by else \
+        f"stream {m.stream.id} stopped at a failed task and dropped it"
+    return StreamStateError(f"stream {s.id}'s wait (task {t.id}) was released by an event record "
+                            f"on stream {m.stream.id} that never ran ({why}, with the work before "
+                            f"it): the work after the wait ran without it", code=ErrorCode.RT_STREAM_ABORT)
+
+
 class _AllOf:
     """A signal that `count` streams set, one each as it reaches its target (under the engine
     lock): it sets `signal` at the last."""
@@ -444,6 +454,11 @@ class Engine:
                     break  # blocked on a wait
                 tasks.popleft()
                 self._completed(s)
+                if t.kind == EVENT_WAIT and t.marker.dropped and t.marker.stream is not s:
+                    # Released by a record its stream dropped unrun: what this stream does next
+                    # would read what the work before that record was to write. It fails (in
+                    # STOP mode, the rest of it is dropped too), as CANN reports an aborted wait.
+                    self._fail(s, t, _unrun_record(s, t))
             else:
                 s._active = False
                 s._dq.active.discard(s)
@@ -1084,11 +1099,12 @@ class Engine:
     def _no_host_can_act(self, stuck_streams) -> bool:
         """Whether no code but the calling thread's could still record a notify (called under
         the lock, by a thread about to wait without end on `stuck_streams`, which only the
-        host could move on): no other thread of the program lives, or each waits in the
-        runtime itself for stuck streams (the runtime's own threads, named ascentrt-*, run
-        only kernels and host functions); no kernel or host function is queued or running
-        (any may record it) but one that waits for stuck streams too; and no signal handler
-        of the program's is installed (one may record it)."""
+        host could move on): no other thread of the program lives (a main thread that
+        returned does not), or each waits in the runtime itself for stuck streams (the
+        runtime's own threads, named ascentrt-*, run only kernels and host functions); no
+        kernel or host function is queued or running (any may record it) but one that waits
+        for stuck streams too; and no signal handler of the program's is installed (one may
+        record it)."""
         stuck = set(stuck_streams)
         grew = True
         while grew:  # a stream whose running task waits only for stuck streams is stuck too
@@ -1099,7 +1115,9 @@ class Engine:
                     grew = True
         me = threading.current_thread()
         for t in threading.enumerate():
-            if t is me or t.name.startswith("ascentrt"):
+            # (a main thread that returned waits only to join the others: it acts no more; the
+            # exit handlers run after that join)
+            if t is me or t.name.startswith("ascentrt") or not t.is_alive():
                 continue
             waited = self._thread_waits.get(t.ident)
             if waited is None or not waited[1] or not all(w in stuck for w in waited[0]):
@@ -1279,6 +1297,9 @@ def _stop_idle_executors() -> None:
 atexit.register(_stop_idle_executors)
 
 
+_FORKED = "the fork of this process"  # what dropped the parent's work, as a forked child sees it
+
+
 def _after_fork_in_child() -> None:
     """A forked child has none of the parent's executor threads and may have inherited a held
     lock: give it a fresh lock and executors, and drop the work that was in flight at the fork
@@ -1300,11 +1321,17 @@ def _after_fork_in_child() -> None:
                 # The tasks a parent's executor ran (or had taken in its batch) end with it:
                 # counted done here, or a synchronize of the stream would wait for them for ever.
                 in_flight = (s._tasks[0].id - 1 if s._tasks else s._submitted) - s._completed
+                first = s._running if s._running is not None else s._tasks[0] if s._tasks else None
                 s._running, s._cut, s._after_running = None, None, None
                 s._sync_waiters = []
-                engine._discard(s)
+                engine._discard(s, _FORKED)
                 if in_flight > 0:
                     engine._completed(s, in_flight)
+                if first is not None:  # (its next synchronize says so: that work never ran here)
+                    engine._fail(s, first, StreamStateError(
+                        f"stream {s.id}'s work queued before the process forked never ran in this "
+                        f"child (it is the parent's): its results are not here",
+                        code=ErrorCode.RT_STREAM_ABORT))
 
 
 if hasattr(os, "register_at_fork"):
