@@ -242,6 +242,55 @@ def test_update_does_not_change_a_launch_already_submitted(streams):
     assert seen == ["old", "new"]
 
 
+def _memset_group_queued_then_updated(s, old, new):
+    """A graph whose task group memsets `old`, launched on `s` behind a notify wait, then
+    updated to memset `new`; returns the notify that lets the queued launch go."""
+    s.begin_capture()
+    s.begin_task_group()
+    art.memset_async(old, 0xAB, stream=s)
+    group = s.end_task_group()
+    g = s.end_capture()
+    blocker = art.Notify()
+    s.wait_notify(blocker)
+    g.launch(s)                      # queued: runs the old node (memset of `old`)
+    with g.update(group, s):
+        art.memset_async(new, 0xCD, stream=s)
+    return g, blocker
+
+
+def test_a_launch_queued_before_an_update_refuses_the_old_buffer_freed_since(streams):
+    # (its run-time check read the graph's new buffers: the old one, freed and taken by a new
+    # owner, was written with no error)
+    s, t, other, _ = streams
+    old, new = art.malloc(4096), art.malloc(4096)
+    g, blocker = _memset_group_queued_then_updated(s, old, new)
+    old.free(stream=t)
+    owner = art.malloc(4096, stream=t)   # (may take the old block at once: t never used it)
+    owner.numpy()[:] = 1
+    blocker.record(other)
+    with pytest.raises(art.TaskError) as e:
+        s.synchronize(T)
+    assert e.value.code == ErrorCode.RT_INVALID_HANDLE
+    assert np.all(owner.numpy() == 1)
+    g.destroy()
+    owner.free(), new.free()
+
+
+def test_a_launch_queued_before_an_update_runs_though_only_the_new_buffer_was_freed(streams):
+    # (the inverse: it failed with 107017 for a buffer that only later launches use)
+    s, t, other, _ = streams
+    old, new = art.malloc(4096), art.malloc(4096)
+    g, blocker = _memset_group_queued_then_updated(s, old, new)
+    new.free(stream=t)
+    blocker.record(other)
+    s.synchronize(T)
+    assert np.all(old.numpy() == 0xAB)
+    with pytest.raises(art.InvalidHandleError):
+        g.launch(s)                      # (a launch now would write the freed buffer)
+    g.destroy()
+    old.free()
+
+
 # ---- failures, freed buffers, destroy -----------------------------------------------------------
 
 def _boom():

@@ -137,12 +137,17 @@ def _allocations(nodes: Iterable[GraphNode]) -> tuple:
 
 
 class Plan:
-    """What one launch submits: steps per lane in a valid order, and how many records it needs."""
+    """What one launch submits: steps per lane in a valid order, how many records it needs, and
+    the nodes it runs with the allocations they use (a launch keeps its plan: an update makes
+    a new one, and launches already submitted run and check the old)."""
 
-    __slots__ = ("steps", "slots", "unjoined", "segments", "waits", "records", "naive_waits")
+    __slots__ = ("nodes", "buffers", "steps", "slots", "unjoined", "segments", "waits", "records",
+                 "naive_waits")
 
-    def __init__(self, steps: tuple[tuple[int, str, Any], ...], slots: int, unjoined: list[int],
-                 waits: int, records: int, naive_waits: int):
+    def __init__(self, nodes: list[GraphNode], steps: tuple[tuple[int, str, Any], ...], slots: int,
+                 unjoined: list[int], waits: int, records: int, naive_waits: int):
+        self.nodes = nodes
+        self.buffers = _allocations(nodes)
         self.steps = steps        # (lane, "seg" | "record" | "wait" | "detach", what)
         self.slots = slots        # markers one launch creates (one per kept record)
         self.unjoined = unjoined  # lanes whose work the origin lane never waited for
@@ -187,14 +192,12 @@ class Graph:
     # Set by _from_capture (graphs are not made by calling the class).
     id: int
     device: Device
-    nodes: list[GraphNode]
     groups: list[TaskGroup]
     launches: int
     _priority: int
     _ops: list[tuple[int, str, int]]
     _lane_count: int
     _plan: Plan
-    _buffers: tuple
     _lock: threading.Lock
     _last_end: Marker | None
     _destroyed: bool
@@ -213,15 +216,14 @@ class Graph:
         self._priority = cap.origin.priority
         priorities = [s.priority for s in cap.lanes]  # lane order: each lane keeps its stream's priority
         captured = [s.id for s in cap.lanes]  # (what a profile says a lane replays)
-        self._ops, self.nodes, self._lane_count = _resolve(cap)
+        self._ops, nodes, self._lane_count = _resolve(cap)
         for group in cap.closed_groups:
             group.graph = self
             for i in group.nodes:
-                self.nodes[i]._join(group)
+                nodes[i]._join(group)
         self.groups = list(cap.closed_groups)
-        self._plan = _compile(self._ops, self.nodes, self._lane_count, self.id)
+        self._plan = _compile(self._ops, nodes, self._lane_count, self.id)
         self._check_joined()
-        self._buffers = _allocations(self.nodes)
         self._lock = threading.Lock()      # one launch at a time
         self._last_end = None
         self._destroyed = False
@@ -262,17 +264,17 @@ class Graph:
         if stream._capture is not None:
             raise NotSupportedError(f"launching graph {self.id} into capturing stream {stream.id} "
                                     f"(graphs do not nest)")
-        for alloc in self._buffers:
-            if not alloc.alive:  # device, pinned or registered host memory alike
-                raise InvalidHandleError(f"graph {self.id} uses {alloc!r}, which was freed")
         with self._lock:
-            if self._destroyed:  # (again: a destroy may have begun since the check above)
+            if self._destroyed:  # (under the lock: a destroy may have begun since the check above)
                 raise InvalidHandleError(f"graph {self.id} was destroyed")
-            plan = self._plan
+            plan = self._plan  # (this launch's nodes and buffers: an update swaps the plan)
+            for alloc in plan.buffers:
+                if not alloc.alive:  # device, pinned or registered host memory alike
+                    raise InvalidHandleError(f"graph {self.id} uses {alloc!r}, which was freed")
             lanes = self._lanes
             streams = [stream, *lanes] if lanes else [stream]
             markers: Sequence[Marker] = [Marker(None, 0, False) for _ in range(plan.slots)] if plan.slots else ()
-            errors: list[tuple[int, BaseException]] | None = [] if lanes else None
+            errors: LaneErrors | None = [] if lanes else None
             work: list[tuple[Stream, Task]] = []
             prev = self._last_end
             if prev is not None and not prev.done and prev.stream is not stream:
@@ -285,7 +287,7 @@ class Graph:
                 if op == "seg":
                     kind, entries, name = what
                     t = Task(kind, _run_segment, (entries, errors if lane else None, self,
-                                                  self.device._backend), name)
+                                                  plan.buffers, self.device._backend), name)
                     t.cost = _segment_cost(entries)  # on sim each node takes its own time
                     t.graph_segment = t.dispatches_nodes = True  # (see Task: its nodes are the work)
                 elif op == "record":
@@ -300,7 +302,7 @@ class Graph:
                              what.label)
                 work.append((streams[lane], t))
             if errors is not None:  # failures of forked lanes surface on the launch stream
-                join = Task(KERNEL, _raise_lane_errors, (errors, self), f"graph{self.id}_join")
+                join = Task(KERNEL, _raise_lane_errors, (errors, self.id), f"graph{self.id}_join")
                 join.cost = _NO_WORK  # (bookkeeping: on sim it takes no time and one unit)
                 join.graph_segment = True  # (a profile shows it as the graph's, not a kernel)
                 work.append((stream, join))
@@ -393,18 +395,22 @@ class Graph:
         return GroupUpdate(self, group, stream)
 
     def _apply_update(self, group: TaskGroup, tasks: list[Task]) -> None:
-        old = [self.nodes[i] for i in group.nodes]
+        nodes = list(self.nodes)
+        old = [nodes[i] for i in group.nodes]
         reason = _update_mismatch(old, tasks)
         if reason is not None:
             raise CaptureError(f"graph {self.id}: task group update refused: {reason}",
                                code=ErrorCode.RT_MODEL_UPDATE_FAILED)
-        nodes = list(self.nodes)
         for node, task in zip(old, tasks):
             nodes[node.index] = node._replaced(task)
         plan = _compile(self._ops, nodes, self._lane_count, self.id)
-        buffers = _allocations(nodes)
         with self._lock:
-            self.nodes, self._plan, self._buffers = nodes, plan, buffers
+            self._plan = plan
+
+    @property
+    def nodes(self) -> list[GraphNode]:
+        """The nodes the next launch replays (in capture order; an update replaces some)."""
+        return self._plan.nodes
 
     # ---- inspection -----------------------------------------------------------------------------
 
@@ -519,14 +525,14 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
     # Pass 2: segments between kept records and waits, one executor class each.
     slot_of = {rec: k for k, rec in enumerate(sorted(needed))}
     steps: list[tuple[int, str, Any]] = []
-    open_seg: list[tuple[int | None, list[tuple[PlainOp, int]], int] | None] = [None] * lanes
+    open_seg: list[tuple[int | None, list[tuple[PlainOp, GraphNode]], int] | None] = [None] * lanes
 
     def close(lane: int) -> None:
         seg = open_seg[lane]
         if seg is not None:
             ex, entries, first = seg
             steps.append((lane, "seg", (_SEGMENT_KIND[ex], tuple(entries),
-                                        f"graph{graph_id}:nodes{first}-{entries[-1][1]}")))
+                                        f"graph{graph_id}:nodes{first}-{entries[-1][1].index}")))
             open_seg[lane] = None
 
     for i, (lane, op, x) in enumerate(ops):
@@ -543,7 +549,7 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
                 seg = None
             if seg is None:
                 seg = open_seg[lane] = (ex, [], x)
-            seg[1].append((node.op, x))
+            seg[1].append((node.op, node))
         elif op == "record":
             if x in needed:
                 close(lane)
@@ -553,7 +559,7 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
             steps.append((lane, "wait", slot_of[x]))
     for lane in range(lanes):
         close(lane)
-    return Plan(tuple(steps), len(slot_of), unjoined, len(kept), len(needed), naive)
+    return Plan(nodes, tuple(steps), len(slot_of), unjoined, len(kept), len(needed), naive)
 
 
 def _update_mismatch(old: list[GraphNode], tasks: list[Task]) -> str | None:
@@ -595,45 +601,48 @@ def segment_nodes(task: Task) -> list[GraphNode] | None:
     """The nodes (GraphNode) a replayed graph's task runs; None for other tasks."""
     if task.fn is not _run_segment:
         return None
-    entries, _, graph, _ = task.args
-    return [graph.nodes[index] for _, index in entries]
+    return [node for _, node in task.args[0]]
 
 
-def _check_buffers(graph: Graph) -> None:
-    """Raise InvalidHandleError when a buffer the graph uses was freed before this replay was
-    queued: checked as each segment runs, not only at launch (a replay queued behind other
-    work may run after such a free, whose block has a new owner by then), as a kernel's
-    buffers are (a stream-ordered free queued after the replay still lets it run)."""
-    for alloc in graph._buffers:
+Entries = tuple[tuple[PlainOp, GraphNode], ...]   # a segment's nodes, with what each hands the backend
+LaneErrors = list[tuple[GraphNode, BaseException]]  # failures of a launch's forked lanes
+
+
+def _check_buffers(buffers: tuple) -> None:
+    """Raise InvalidHandleError when a buffer the launch's nodes use was freed before this
+    replay was queued: checked as each segment runs, not only at launch (a replay queued behind
+    other work may run after such a free, whose block has a new owner by then), as a kernel's
+    buffers are (a stream-ordered free queued after the replay still lets it run). `buffers`
+    are the launch's own (an update since then gave later launches other ones)."""
+    for alloc in buffers:
         alloc._bytes()
 
 
-def _run_segment(entries: tuple[tuple[PlainOp, int], ...], errors: list[tuple[int, BaseException]] | None,
-                 graph: Graph, backend: Backend) -> None:
+def _run_segment(entries: Entries, errors: LaneErrors | None, graph: Graph, buffers: tuple,
+                 backend: Backend) -> None:
     """Run a segment's nodes back to back through the backend (one engine task); a failure names its node."""
     try:
-        _check_buffers(graph)
+        _check_buffers(buffers)
     except BaseException as exc:  # (a forked lane's surfaces on the launch stream, as a node's)
-        _report((entries[0][1], exc), errors, graph)
+        _report((entries[0][1], exc), errors, graph.id)
         return
     if Hooks.profiler is not None:
         return _run_segment_profiled(entries, errors, graph, backend)
     execute = backend.execute
-    failed: tuple[int, BaseException] | None = None
-    for op, index in entries:
+    failed: tuple[GraphNode, BaseException] | None = None
+    for op, node in entries:
         try:
             execute(op)
         except BaseException as exc:  # later nodes still run (CONTINUE), as eager tasks would
             if failed is None:
-                failed = (index, exc)
+                failed = (node, exc)
             if _running().stream._stop_on_failure:
                 break
     if failed is not None:
-        _report(failed, errors, graph)
+        _report(failed, errors, graph.id)
 
 
-def _run_segment_profiled(entries: tuple[tuple[PlainOp, int], ...],
-                          errors: list[tuple[int, BaseException]] | None, graph: Graph,
+def _run_segment_profiled(entries: Entries, errors: LaneErrors | None, graph: Graph,
                           backend: Backend) -> None:
     """As _run_segment, and hand the profiler one task per node (named, timed, graph-tagged).
 
@@ -641,17 +650,16 @@ def _run_segment_profiled(entries: tuple[tuple[PlainOp, int], ...],
     """
     seg = _running()
     done: list[Task] = []
-    failed: tuple[int, BaseException] | None = None
+    failed: tuple[GraphNode, BaseException] | None = None
     now = backend.now_ns
     # (a node's time is its work: on a simulated device it starts once dispatched, as an
     # eager task does, and the dispatch shows as its time queued)
     dispatch = backend.properties().dispatch_ns
-    for op, index in entries:
-        node = graph.nodes[index]
+    for op, node in entries:
         t = Task(node.kind, op.fn, op.args, node.label)
         t.id, t.stream, t.thread, t.t_enqueue = seg.id, seg.stream, seg.thread, seg.t_enqueue
         t.units = seg.units  # (what its segment held while it ran)
-        t.graph_id, t.graph_node = graph.id, index
+        t.graph_id, t.graph_node = graph.id, node.index
         t.nbytes = node.nbytes
         t.t_start = now() + dispatch
         try:
@@ -659,7 +667,7 @@ def _run_segment_profiled(entries: tuple[tuple[PlainOp, int], ...],
         except BaseException as exc:
             t.error = exc
             if failed is None:
-                failed = (index, exc)
+                failed = (node, exc)
         t.t_end = now()
         done.append(t)
         if failed is not None and seg.stream._stop_on_failure:
@@ -672,33 +680,32 @@ def _run_segment_profiled(entries: tuple[tuple[PlainOp, int], ...],
         for t in done:
             prof.task_done(t)
     if failed is not None:
-        _report(failed, errors, graph)
+        _report(failed, errors, graph.id)
 
 
-def _report(failed: tuple[int, BaseException], errors: list[tuple[int, BaseException]] | None,
-            graph: Graph) -> None:
-    index, exc = failed
+def _report(failed: tuple[GraphNode, BaseException], errors: LaneErrors | None, graph_id: int) -> None:
+    node, exc = failed
     if errors is not None:
         errors.append(failed)   # a forked lane: the launch stream raises it after the join
         return
-    _rename(_running(), graph, index)
+    _rename(_running(), graph_id, node)
     raise exc
 
 
-def _rename(task: Task, graph: Graph, index: int) -> None:
-    node = graph.nodes[index]
-    task.name = f"{node.label} (graph {graph.id} node {index})"
+def _rename(task: Task, graph_id: int, node: GraphNode) -> None:
+    """Name the failing task after the node that failed (its kind picks the error code)."""
+    task.name = f"{node.label} (graph {graph_id} node {node.index})"
     task.kind = node.kind
 
 
 _NO_WORK = Cost(seconds=0.0, block_dim=1)
 
 
-def _raise_lane_errors(errors: list[tuple[int, BaseException]], graph: Graph) -> None:
+def _raise_lane_errors(errors: LaneErrors, graph_id: int) -> None:
     """After the join: raise the first failure of a forked lane on the launch stream."""
     if errors:
-        index, exc = errors[0]
-        _rename(_running(), graph, index)
+        node, exc = errors[0]
+        _rename(_running(), graph_id, node)
         raise exc
 
 
