@@ -315,6 +315,32 @@ def test_a_failing_node_surfaces_on_the_launch_stream_with_its_name(streams):
     assert sorted(ran) == [1, 2]  # CONTINUE: later nodes still ran, as they would eagerly
 
 
+@pytest.mark.parametrize("lane", ["origin", "forked"])
+@pytest.mark.parametrize("kind, code", [("kernel", ErrorCode.RT_AICORE_EXCEPTION),
+                                        ("host_func", ErrorCode.RT_AICPU_EXCEPTION)])
+def test_a_failing_node_has_the_code_of_its_kind_on_any_lane(streams, lane, kind, code):
+    # (a blocking host function that failed on a forked lane was reported as 507052
+    # RT_COPY_DATA: the code came from the executor of the join task that raised it)
+    s0, s1, _, _ = streams
+    s0.begin_capture()
+    where = s0
+    if lane == "forked":
+        s1.wait(s0.record())
+        where = s1
+    if kind == "kernel":
+        art.launch(_boom, stream=where)
+    else:
+        art.launch_host_func(_boom, stream=where)
+    if lane == "forked":
+        s0.wait(s1.record())
+    g = s0.end_capture()
+    g.launch(s0)
+    with pytest.raises(art.TaskError) as e:
+        s0.synchronize(T)
+    assert e.value.code == code and "_boom" in str(e.value)
+    g.destroy()
+
+
 def test_launch_after_a_buffer_was_freed_is_refused(streams, dev):
     s = streams[0]
     b = art.malloc(64)

@@ -23,7 +23,7 @@ from typing import Any
 from .. import config, interrupts
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, note_async_error, warn_at_caller)
-from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_EXECUTOR, HOST_FUNC, KERNEL,
+from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_FUNC, KERNEL,
                    KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, Task)
 
 BATCH = 64  # most tasks one executor takes from a stream per lock round trip
@@ -33,7 +33,10 @@ PRIORITY_LEVELS = 8  # 0 (highest) .. 7 (lowest), as CANN's create_stream_with_c
 # at most 1e9 s: the clock must stay an int64 of ns)
 MAX_VIRTUAL_SLICE_S = 1e6
 
-_ERROR_OF_KIND = {KERNEL: ErrorCode.RT_AICORE_EXCEPTION}
+# A failed task's code comes from its kind alone (copies and fills: RT_COPY_DATA), not from
+# the executor that ran it: a graph's node that failed on a forked lane is raised by the
+# launch stream's join task, renamed to the node, on another executor class.
+_ERROR_OF_KIND = {KERNEL: ErrorCode.RT_AICORE_EXCEPTION, HOST_FUNC: ErrorCode.RT_AICPU_EXCEPTION}
 _log = logging.getLogger("ascentrt")
 
 
@@ -665,8 +668,7 @@ class Engine:
         if isinstance(exc, AscentError):  # (task_code: an error of another numbering, HCCL's)
             code = getattr(exc, "task_code", None) or exc.code
         else:
-            code = _ERROR_OF_KIND.get(t.kind, ErrorCode.RT_AICPU_EXCEPTION
-                                      if t.executor == HOST_EXECUTOR else ErrorCode.RT_COPY_DATA)
+            code = _ERROR_OF_KIND.get(t.kind, ErrorCode.RT_COPY_DATA)
         if t.origin is not None:  # a non-blocking host function: report on the launching stream
             origin, task_id = t.origin
             info = ExceptionInfo(s.device.id, origin.id, task_id, int(code), t.label, exc, t.thread)
