@@ -232,6 +232,29 @@ def test_a_schedule_captured_into_a_graph_gives_the_eager_result(pool):
     graph.destroy()
 
 
+@pytest.mark.parametrize("how", ["run", "capture"])
+@pytest.mark.parametrize("where", ["argument", "reads"])
+def test_a_run_with_a_freed_buffer_is_refused_before_any_task_runs(pool, how, where):
+    # (run() submitted the first memset, which ran, before the second was refused with 107017)
+    pool.numpy()[:] = 0
+    gone = art.malloc(64)
+    g = art.TaskGraph()
+    g.add_memset(pool, 0x11)
+    if where == "argument":
+        g.add_memset(gone, 0x22)
+    else:
+        g.add_host_func(lambda: None, reads=[gone.view(np.float32)])
+    gone.free()
+    with pytest.raises(art.InvalidHandleError) as e:
+        if how == "run":
+            g.schedule(num_streams=1).run(timeout=T)
+        else:
+            g.schedule(num_streams=1).capture()
+    assert e.value.code == art.ErrorCode.RT_INVALID_HANDLE and "task 1 " in str(e.value)
+    art.Device(0).synchronize(T)
+    assert not pool.numpy().any()
+
+
 def test_dot_and_json_of_a_task_graph(pool):
     g = _chains(pool, chains=2, length=2)
     sched = g.schedule(num_streams=2)

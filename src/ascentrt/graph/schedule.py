@@ -181,6 +181,7 @@ class Schedule:
                                            f"buffers on device {dev.id}", code=ErrorCode.RT_STREAM_CONTEXT)
             if s._refuse is not None:
                 raise s._refusal()
+        self.graph.check_buffers()
         waits_of: dict[int, list[int]] = {}
         for v, p in self.waits:
             waits_of.setdefault(v, []).append(p)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..copies import check_copy, check_fill
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidHandleError
 from ..validate import as_group, check_finite, check_name
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 
@@ -49,7 +49,7 @@ class TaskNode:
     """One task of a TaskGraph: what to run, the byte ranges it touches, its direct predecessors."""
 
     __slots__ = ("graph", "index", "kind", "fn", "args", "kwargs", "name", "reads", "writes",
-                 "deps", "cost")
+                 "deps", "cost", "uses")
 
     def __init__(self, graph: TaskGraph, index: int, kind: str, fn: Callable[..., Any] | None, args: tuple,
                  kwargs: dict, name: str | None, reads: list[tuple[int, int]], writes: list[tuple[int, int]],
@@ -59,6 +59,7 @@ class TaskNode:
         self.reads, self.writes = reads, writes
         self.deps: dict[int, str] = {}   # predecessor index -> "RAW" / "WAR" / "WAW" / "explicit"
         self.cost = cost
+        self.uses: tuple = ()   # the runtime's buffers it names (arguments, reads, writes)
 
     @property
     def label(self) -> str:
@@ -137,11 +138,16 @@ class TaskGraph:
     def _add(self, kind, fn, args, kwargs, name, reads, writes, after, cost, ranges=False) -> TaskNode:
         cost = check_finite(cost, "cost")
         check_name(name)
+        if not ranges:  # (taken once: a generator is read only once)
+            reads, writes = as_group(reads, _REGIONS, "reads"), as_group(writes, _REGIONS, "writes")
+        named = (*args, *kwargs.values(), *(() if ranges else (*reads, *writes)))
+        uses = tuple(x for x in named if isinstance(x, _BUFFERS))
         if not ranges:
-            reads = [byte_range(x) for x in as_group(reads, _REGIONS, "reads")]
-            writes = [byte_range(x) for x in as_group(writes, _REGIONS, "writes")]
+            reads = [byte_range(x) for x in reads]
+            writes = [byte_range(x) for x in writes]
         explicit = [self._own(p) for p in as_group(after, (TaskNode,), "after")]
         node = TaskNode(self, len(self.nodes), kind, fn, args, kwargs, name, reads, writes, cost)
+        node.uses = uses
         # Direct dependencies only: scan back from the newest task; skip what a chosen one implies.
         covered = 0
         chosen = {}
@@ -159,6 +165,17 @@ class TaskGraph:
         self.nodes.append(node)
         self._ancestors.append(covered)
         return node
+
+    def check_buffers(self) -> None:
+        """Raise InvalidHandleError (107017) naming the first task whose buffer was freed (a
+        run or capture checks every task first: a graph that fails half-way would have run
+        part of itself)."""
+        for node in self.nodes:
+            for x in node.uses:
+                alloc = (x.buffer if type(x) is TypedView else x).base
+                if not alloc.alive:
+                    raise InvalidHandleError(f"task {node.index} ({node.label}) of the graph uses "
+                                             f"{alloc!r}, which was freed; nothing was submitted")
 
     # ---- analysis -------------------------------------------------------------------------------
 
