@@ -156,6 +156,41 @@ def test_synchronizing_a_forked_stream_invalidates_the_whole_capture(streams, bu
     _invalidated_then_clean(s1, buf, s0)
 
 
+@pytest.mark.parametrize("on", ["origin", "forked"])
+@pytest.mark.parametrize("how", ["free_async", "free_stream"])
+def test_a_stream_ordered_free_on_a_captured_stream_is_107027_and_frees_nothing(streams, buf, on, how):
+    # (it freed the buffer at once: a malloc_async later in the capture got the same block, and
+    # end_capture failed with 107017 without a word of the capture)
+    s0, s1, _ = streams
+    m = art.malloc_async(4096, stream=s0)
+    s0.begin_capture()
+    s = s0
+    if on == "forked":
+        s1.wait(s0.record())
+        s = s1
+    art.memset_async(m, 7, stream=s)
+    with pytest.raises(art.CaptureError) as e:
+        art.free_async(m, stream=s) if how == "free_async" else m.free(stream=s)
+    assert _code(e) == ErrorCode.RT_STREAM_CAPTURED and "captured" in str(e.value)
+    assert m.alive
+    other = art.malloc_async(4096, stream=s)   # (its block is not the one still in use)
+    assert other.ptr != m.ptr
+    _invalidated_then_clean(s, buf, s0)
+    m.free(), other.free()
+
+
+def test_a_buffer_freed_during_a_capture_fails_end_capture_naming_the_capture(streams):
+    s = streams[0]
+    b = art.malloc(4096)
+    s.begin_capture()
+    art.memset_async(b, 1, stream=s)
+    b.free()                                   # (not stream-ordered: it waits for no capture)
+    with pytest.raises(art.InvalidHandleError) as e:
+        s.end_capture()
+    assert _code(e) == ErrorCode.RT_INVALID_HANDLE and "before end_capture" in str(e.value)
+    assert s._capture is None
+
+
 def test_synchronous_memcpy_in_global_mode_is_refused(streams, buf):
     s = streams[0]
     s.begin_capture(CaptureMode.GLOBAL)

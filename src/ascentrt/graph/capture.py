@@ -144,6 +144,17 @@ class Capture:
                            f"does not run until the graph is launched (capture invalidated)",
                            code=ErrorCode.RT_STREAM_CAPTURED)
 
+    def refuse_free(self, stream: Stream, buf: object) -> None:
+        """Raise RT_STREAM_CAPTURED for a stream-ordered free on a capturing stream; invalidates.
+
+        A graph records no frees (or allocations) as nodes: freed now, the block could go to a
+        new owner before the captured work that uses it ever runs."""
+        self.invalidate(ErrorCode.RT_STREAM_CAPTURED, f"stream-ordered free on captured stream {stream.id}")
+        raise CaptureError(f"stream-ordered free of {buf!r} on stream {stream.id} while it is being "
+                           f"captured: a graph cannot record a free (it would happen now, before the "
+                           f"captured work runs); free it after end_capture, once no graph uses it "
+                           f"(capture invalidated)", code=ErrorCode.RT_STREAM_CAPTURED)
+
     def refuse_event(self, event: Event, marker: Marker) -> None:
         """Raise RT_EVENT_CAPTURED: a host call on an event recorded inside this capture."""
         if not self.ended:

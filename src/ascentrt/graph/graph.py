@@ -478,7 +478,13 @@ def _resolve(cap: Any) -> tuple[list[tuple[int, str, int]], list[GraphNode], int
         if op == "node":
             deps = lane_nodes[lane][-1:] + sorted(set(pending[lane]))
             pending[lane] = []
-            node = GraphNode(len(nodes), x, lane, deps)
+            try:
+                node = GraphNode(len(nodes), x, lane, deps)
+            except InvalidHandleError as exc:  # (its buffer arguments are resolved here)
+                raise InvalidHandleError(f"task {len(nodes)} ({x.label}) of the capture begun on stream "
+                                         f"{cap.origin.id} uses a buffer freed before end_capture ({exc.message}): "
+                                         f"a graph keeps the buffers its nodes use, free them after "
+                                         f"it is destroyed; no graph was made", code=exc.code) from None
             lane_nodes[lane].append(node.index)
             nodes.append(node)
             ops.append((lane, "node", node.index))

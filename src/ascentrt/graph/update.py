@@ -69,6 +69,9 @@ class GroupUpdate:
     def refuse(self, stream: Stream, what: str) -> None:
         """Host calls on the diverted stream (synchronize, query) go on: they see its earlier work."""
 
+    def refuse_free(self, stream: Stream, buf: object) -> None:
+        """A stream-ordered free on the diverted stream goes on: it follows its earlier work."""
+
     def __enter__(self) -> Stream:
         s = self.stream
         if s._capture is not None:

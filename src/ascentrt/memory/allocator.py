@@ -254,8 +254,11 @@ class DeviceAllocator:
     def release(self, buf: DeviceBuffer, stream: Any = None) -> bool:
         """Free a buffer after `stream`'s work (None: after all queued work of the device);
         False when another thread freed it first."""
-        if stream is not None and stream is not self._checked_stream:
-            self._check_stream(stream)
+        if stream is not None:
+            if stream is not self._checked_stream:
+                self._check_stream(stream)
+            if stream._capture is not None:  # (a capture records no frees: it refuses them)
+                stream._capture.refuse_free(stream, buf)
         if self.host_call is not None:
             self.host_call("free")
         block: Block | None = buf._block
