@@ -1276,6 +1276,41 @@ def test_a_replayed_graph_runs_its_forked_branches_side_by_side_as_eager_launche
 
 
 @sim_only
+def test_a_replayed_lane_holds_a_wide_nodes_units_only_while_it_runs(dev):
+    # (a segment held its widest node's AI cores throughout: a 12-core branch on another lane
+    # waited for the whole lane, 3.02 ms instead of the 2.02 ms of the same launches made
+    # eagerly, where it runs beside the first 12-core kernel)
+    def run(graph: bool):
+        s, left = dev.create_stream(), dev.create_stream()
+        if graph:
+            s.begin_capture(art.CaptureMode.GLOBAL)
+        t0 = dev.now_ns()
+        left.wait(s.record())
+        art.launch(lambda: None, stream=s, cost=1e-3, block_dim=12, name="k1")
+        art.launch(lambda: None, stream=s, cost=1e-3, block_dim=24, name="k2")
+        art.launch(lambda: None, stream=left, cost=1e-3, block_dim=12, name="k3")
+        s.wait(left.record())
+        with art.profile() as prof:
+            if graph:
+                g = s.end_capture()
+                t0 = dev.now_ns()
+                g.launch(s)
+            s.synchronize()
+        took = dev.now_ns() - t0
+        if graph:
+            assert g.plan_summary()["segments"] == 3  # (s's lane is cut where the block_dim changes)
+            g.destroy()
+        s.destroy(), left.destroy()
+        return took, {t.name: t for t in _tasks(prof, "kernel")}
+    eager, _ = run(False)
+    replayed, k = run(True)
+    assert k["k3"].start_ns == k["k1"].start_ns + P.event_latency_ns  # beside k1, as eagerly
+    assert k["k2"].start_ns == k["k3"].end_ns + P.dispatch_ns  # all 24 cores: once k3 is done
+    assert k["k2"].end_ns == k["k2"].start_ns + 1_000_000
+    assert replayed <= eager and replayed < 2.1e6, (replayed, eager)
+
+
+@sim_only
 def test_compute_utilization_counts_the_units_each_kernel_held(dev):
     # (each kernel counted as one AI core: two 1 ms kernels on all 24 cores showed 4%)
     a, b = dev.create_stream(), dev.create_stream()

@@ -531,12 +531,13 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
     # Pass 2: segments between kept records and waits, one executor class each.
     slot_of = {rec: k for k, rec in enumerate(sorted(needed))}
     steps: list[tuple[int, str, Any]] = []
-    open_seg: list[tuple[int | None, list[tuple[PlainOp, GraphNode]], int] | None] = [None] * lanes
+    # (executor class, entries, first node, the block_dim every node of it declares)
+    open_seg: list[tuple[int | None, list[tuple[PlainOp, GraphNode]], int, int] | None] = [None] * lanes
 
     def close(lane: int) -> None:
         seg = open_seg[lane]
         if seg is not None:
-            ex, entries, first = seg
+            ex, entries, first, _ = seg
             steps.append((lane, "seg", (_SEGMENT_KIND[ex], tuple(entries),
                                         f"graph{graph_id}:nodes{first}-{entries[-1][1].index}")))
             open_seg[lane] = None
@@ -549,12 +550,16 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
                 steps.append((lane, "detach", node))
                 continue
             ex = EXECUTOR_OF[node.kind]
+            units = _declared_units(node.op)
             seg = open_seg[lane]
-            if seg is not None and (seg[0] != ex or len(seg[1]) >= SEGMENT_NODES):
+            # A segment holds the same units throughout (see _segment_cost): a change of
+            # block_dim starts a new one, so that other lanes' work runs beside a narrow node
+            # as it would beside the eager kernel.
+            if seg is not None and (seg[0] != ex or seg[3] != units or len(seg[1]) >= SEGMENT_NODES):
                 close(lane)
                 seg = None
             if seg is None:
-                seg = open_seg[lane] = (ex, [], x)
+                seg = open_seg[lane] = (ex, [], x, units)
             seg[1].append((node.op, node))
         elif op == "record":
             if x in needed:
@@ -588,18 +593,19 @@ def _update_mismatch(old: list[GraphNode], tasks: list[Task]) -> str | None:
 RUN_OF_NODES = Cost(seconds=0.0)  # a segment costs nothing of its own: its nodes do
 
 
+def _declared_units(op: PlainOp) -> int:
+    """The block_dim a node's cost declares (0: none, the device's default as for an eager launch)."""
+    cost = op.cost
+    return cost.block_dim or 0 if cost is not None else 0
+
+
 def _segment_cost(entries: tuple) -> Cost:
     """A segment's cost on a simulated device: nothing of its own (its nodes add theirs as
-    they run), holding the compute units its widest node occupies (its nodes run one at a
-    time; a node that declares no block_dim occupies them all, as an eager launch does), so
-    that segments of other lanes run beside it as their eager kernels would."""
-    widest = 0
-    for op, _ in entries:
-        cost = op.cost
-        if cost is None or not cost.block_dim:
-            return RUN_OF_NODES
-        widest = max(widest, cost.block_dim)
-    return Cost(seconds=0.0, block_dim=widest) if widest else RUN_OF_NODES
+    they run), holding the compute units its nodes occupy (all declare the same block_dim:
+    _compile cuts a lane where it changes; none declared, the default, as an eager launch),
+    so that segments of other lanes run beside it as their eager kernels would."""
+    units = _declared_units(entries[0][0])
+    return Cost(seconds=0.0, block_dim=units) if units else RUN_OF_NODES
 # The task an executor runs: a segment always runs inside its engine task, so never None there.
 _running = cast("Callable[[], Task]", current_task)
 
