@@ -750,3 +750,26 @@ def test_a_notify_recorded_on_two_streams_orders_the_wait_after_neither_alone(de
         art.synchronize(TIMEOUT)
     assert len(found) == 1 and {found[0].first.name, found[0].second.name} == {"producer", "consumer"}
     s3.destroy()
+
+
+def test_a_refused_graph_launch_leaves_none_of_its_nodes_behind(dev, streams, bufs):
+    # (its nodes were taken into the clocks one by one until the racing one refused the launch:
+    # the copy that never ran then refused a later, correct write of its destination)
+    s1, s2 = streams
+    a, b, out = bufs
+    src = art.malloc(N)
+    cap = dev.create_stream()
+    cap.begin_capture()
+    art.memcpy_async(b, src, stream=cap)                                       # writes b
+    art.launch(consumer, out.view(), a.view(), stream=cap, reads=[a], writes=[out])  # reads a
+    g = cap.end_capture()
+    with art.sanitize("raise") as found:
+        art.launch(producer, a.view(), stream=s1, writes=[a])
+        with pytest.raises(RaceError):
+            g.launch(s2)  # the read of a races the producer
+        art.launch(producer, b.view(), stream=s1, writes=[b])  # nothing else touched b
+        art.synchronize(TIMEOUT)
+    assert [(r.first.name, r.second.name) for r in found] == [("producer", "consumer")]
+    g.destroy()
+    cap.destroy()
+    src.free()

@@ -62,6 +62,15 @@ def _address_spans(addr: int, pitch: int, width: int, height: int):
     return [(alloc, base + r * pitch, base + r * pitch + width) for r in range(height)]
 
 
+def _submit_site(depth: int) -> Site:
+    """Where the user's code called the API that submits: `depth` callers up from the caller,
+    or out past our frames when a wrapper of ours lies between ("?" when none is the user's)."""
+    frame: Any = sys._getframe(depth)
+    if frame.f_code.co_filename.startswith(OURS):
+        frame = user_frame(depth + 1)
+    return (frame.f_code, frame.f_lasti) if frame is not None else "?"
+
+
 def task_accesses(task) -> list:
     """(allocation, lo, hi, write, assumed, kind name, name) for each memory access of a task
     (of each node, for a replayed graph's run of nodes). The name of a launch may be its
@@ -211,6 +220,9 @@ class Sanitizer:
                                                # non-blocking host functions
         self.snapshots: dict[int, dict] = {}  # held stream id -> {tasks submitted: clock} that
                                               # synchronizes begun while it was held wait for
+        # While a batch is checked in raise mode: id(allocation) -> its kept accesses before the
+        # batch changed them (None: it had none), to go back to if the batch is refused
+        self.undo: dict[int, list | None] | None = None
 
     # ---- memory (as an observer of the address registry) -------------------------------------
 
@@ -415,44 +427,43 @@ class Sanitizer:
         A stream blocked (in submission order) on a notify wait whose record is not submitted
         yet holds its later tasks back here: they are checked once that record comes, after it.
         """
-        kind = task.kind
-        accesses = task_accesses(task) if kind not in _SYNC_KINDS else ()
-        site: Site = ""
-        if accesses:  # (code, offset) now, made a line only if it is reported
-            # The caller of the API that submits (frame 1 is ENGINE.submit or submit_all, 2 that
-            # API): the user's code, unless a wrapper of ours lies between (then walk out).
-            frame: Any = sys._getframe(3)
-            if frame.f_code.co_filename.startswith(OURS):
-                frame = user_frame(4)
-            site = (frame.f_code, frame.f_lasti) if frame is not None else "?"
+        accesses = task_accesses(task) if task.kind not in _SYNC_KINDS else ()
+        # The caller of the API that submits (frame 1 is ENGINE.submit, 2 that API): the user's
+        # code, unless a wrapper of ours lies between (then walk out).
+        site = _submit_site(4) if accesses else ""
         with self.lock:
-            sid = stream.id
-            vc = self.streams.get(sid)
-            if vc is None:
-                vc = self.streams[sid] = {sid: 0}
-                if stream.role:  # (an internal stream: a report says what it is for)
-                    self.roles[sid] = stream.role
-            if kind == DETACH:
-                self.detached_of[sid] = stream._dq.detached.id
-            if self.joined.get(sid) != self.host_version:  # (the host's clock moved since)
-                _join(vc, self.host)  # what the host waited for comes before what it submits
-                self.joined[sid] = self.host_version
-            running = _executing.stream  # current_task(), inlined (hot)
-            if running is not None:
-                running = running._running
-            if running is not None:
-                clock = self._clock_of(running)
-                if clock is not None:
-                    _join(vc, clock)  # submitted from a host function: after its stream's past
-            held = self.held.get(sid)
-            if held is not None:
-                held.append((sid, task, accesses, site, stream._submitted + 1))
-                if kind == EVENT_RECORD:
-                    self.held_records.add(id(task.marker))
-                return
-            reports = self._apply(sid, task, accesses, site, stream._submitted + 1, self.mode == "raise")
+            reports = self._submitted(stream, task, accesses, site, self.mode == "raise")
         for race, new in reports:
             self.on_race(race, new)
+
+    def _submitted(self, stream, task, accesses, site, raising: bool) -> list:
+        """submitted() under our lock: returns the reports [(race, new)]."""
+        kind = task.kind
+        sid = stream.id
+        vc = self.streams.get(sid)
+        if vc is None:
+            vc = self.streams[sid] = {sid: 0}
+            if stream.role:  # (an internal stream: a report says what it is for)
+                self.roles[sid] = stream.role
+        if kind == DETACH:
+            self.detached_of[sid] = stream._dq.detached.id
+        if self.joined.get(sid) != self.host_version:  # (the host's clock moved since)
+            _join(vc, self.host)  # what the host waited for comes before what it submits
+            self.joined[sid] = self.host_version
+        running = _executing.stream  # current_task(), inlined (hot)
+        if running is not None:
+            running = running._running
+        if running is not None:
+            clock = self._clock_of(running)
+            if clock is not None:
+                _join(vc, clock)  # submitted from a host function: after its stream's past
+        held = self.held.get(sid)
+        if held is not None:
+            held.append((sid, task, accesses, site, stream._submitted + 1))
+            if kind == EVENT_RECORD:
+                self.held_records.add(id(task.marker))
+            return []
+        return self._apply(sid, task, accesses, site, stream._submitted + 1, raising)
 
     def _apply(self, sid: int, task, accesses, site, task_id: int, raising: bool) -> list:
         """Take one task into the clocks and the accesses (under our lock); returns the reports
@@ -513,6 +524,8 @@ class Sanitizer:
                 last_name, last_kind = name, kind_name
             rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc), assumed)
             recs = shadow.get(key)
+            if self.undo is not None and key not in self.undo:  # (a batch that may be refused)
+                self.undo[key] = list(recs) if recs is not None else None
             if recs is None:
                 shadow[key] = [rec]
                 self.allocs[key] = alloc
@@ -624,26 +637,49 @@ class Sanitizer:
             self.on_race(race, new)
 
     def submitted_all(self, work) -> None:
-        """submitted() for a batch of (stream, task) queued at once (a graph launch), in an order
-        where each wait comes after the record it waits for: a batch may list a forked lane's
-        wait before the record on the origin lane that releases it."""
-        pending = [t.marker for _, t in work if t.kind == EVENT_RECORD]
+        """submitted() for a batch of (stream, task) queued at once (a graph launch, a
+        collective's parts or lane steps), in an order where each wait comes after the record
+        it waits for: a batch may list a forked lane's wait before the record on the origin lane
+        that releases it. In raise mode a race refuses the whole batch, changing nothing: none
+        of it is queued, so what its earlier tasks did must not stay in the clocks."""
+        tasks = [(s, t, task_accesses(t) if t.kind not in _SYNC_KINDS else ()) for s, t in work]
+        site = _submit_site(3) if any(acc for _, _, acc in tasks) else ""
+        reports: list = []
+        with self.lock:
+            raising = self.mode == "raise"
+            undo = self._checkpoint() if raising else None
+            try:
+                for s, t, acc in self._batch_order(tasks):
+                    reports += self._submitted(s, t, acc, site, raising)
+            except RaceError as exc:
+                if undo is not None:
+                    self._rollback(undo, [t for _, t, _ in tasks], exc.race)
+                raise
+            finally:
+                self.undo = None
+        for race, new in reports:
+            self.on_race(race, new)
+
+    @staticmethod
+    def _batch_order(tasks: list) -> list:
+        """The batch's (stream, task, accesses) in an order where each wait comes after its
+        record when the record is in the batch (each stream's own order kept)."""
+        pending = {id(t.marker) for _, t, _ in tasks if t.kind == EVENT_RECORD}
         lanes: dict[int, list] = {}
-        for s, t in work:
-            lanes.setdefault(id(s), []).append((s, t))
+        for item in tasks:
+            lanes.setdefault(id(item[0]), []).append(item)
         heads = {key: 0 for key in lanes}
         recorded: set[int] = set()
-        waiting_on = {id(m) for m in pending}
+        out = []
         while heads:
             progressed = False
             for key in list(heads):
                 items, i = lanes[key], heads[key]
                 while i < len(items):
-                    s, t = items[i]
-                    if t.kind == EVENT_WAIT and id(t.marker) in waiting_on \
-                            and id(t.marker) not in recorded:
+                    t = items[i][1]
+                    if t.kind == EVENT_WAIT and id(t.marker) in pending and id(t.marker) not in recorded:
                         break  # its record comes later in the batch
-                    self.submitted(s, t)
+                    out.append(items[i])
                     if t.kind == EVENT_RECORD:
                         recorded.add(id(t.marker))
                     i += 1
@@ -654,11 +690,52 @@ class Sanitizer:
                     heads[key] = i
             if not progressed:  # a wait whose record never comes first: take it as it is
                 key = next(iter(heads))
-                s, t = lanes[key][heads[key]]
-                self.submitted(s, t)
+                out.append(lanes[key][heads[key]])
                 heads[key] += 1
                 if heads[key] == len(lanes[key]):
                     del heads[key]
+        return out
+
+    def _checkpoint(self) -> dict:
+        """What a batch may change but the accesses (under our lock): copies to go back to.
+        The kept accesses are saved per allocation as the batch first changes them (`undo`)."""
+        self.undo = {}
+        return {
+            "streams": {k: dict(v) for k, v in self.streams.items()}, "host": dict(self.host),
+            "host_version": self.host_version, "joined": dict(self.joined),
+            "notifies": {k: list(v) for k, v in self.notifies.items()}, "latest": dict(self.latest),
+            "notify_waiters": {k: list(v) for k, v in self.notify_waiters.items()},
+            "held": {k: list(v) for k, v in self.held.items()},
+            "record_waiters": {k: list(v) for k, v in self.record_waiters.items()},
+            "held_records": set(self.held_records), "detached_of": dict(self.detached_of),
+            "snapshots": {k: dict(v) for k, v in self.snapshots.items()},
+            "races": {k: r.count for k, r in self.races.items()}, "shadow": self.undo,
+        }
+
+    def _rollback(self, saved: dict, tasks: list, refused: Race) -> None:
+        """Go back to a checkpoint (a refused batch leaves no trace), but keep the report of the
+        race that refused it (as a refused single task does)."""
+        for key, recs in saved.pop("shadow").items():
+            if recs is None:
+                self.shadow.pop(key, None)
+                self.allocs.pop(key, None)
+            else:
+                self.shadow[key] = recs
+        counts = saved.pop("races")
+        for key, race in list(self.races.items()):
+            if race is refused:
+                continue
+            if key not in counts:
+                del self.races[key]
+            else:
+                race.count = counts[key]
+        for name, value in saved.items():
+            setattr(self, name, value)
+        for t in tasks:  # (clocks left on the batch's records and host functions)
+            if t.kind == EVENT_RECORD and self._clock_of(t.marker) is not None:
+                t.marker.clock = None
+            elif self._clock_of(t) is not None:
+                t.clock = None
 
     def _report(self, alloc, rec, new, lo, hi) -> tuple[Race, bool]:
         """The (deduplicated) report of a race between a kept access and a new one (records)."""
