@@ -773,3 +773,74 @@ def test_a_refused_graph_launch_leaves_none_of_its_nodes_behind(dev, streams, bu
     g.destroy()
     cap.destroy()
     src.free()
+
+
+def test_a_synchronous_pitched_copy_is_checked_row_by_row(streams, bufs):
+    # (it was checked over its whole span, gaps included: disjoint rows were reported)
+    s1, _ = streams
+    buf, src, _ = bufs
+    host = art.malloc_host(N)
+    with art.sanitize("log") as found:
+        art.memcpy2d_async(buf, 256, src, 64, 64, 8, stream=s1)  # rows [256r, 256r + 64)
+        art.memcpy2d(buf.ptr + 64, 256, host, 64, 64, 8)         # rows [256r + 64, 256r + 128)
+    assert found == []
+    art.synchronize(TIMEOUT)
+    with art.sanitize("log") as found:
+        art.memcpy2d_async(buf, 256, src, 64, 64, 8, stream=s1)
+        art.memcpy2d(buf.ptr + 32, 256, host, 64, 64, 8)         # half of each row
+    assert len(found) == 1 and (found[0].lo, found[0].hi) == (32, 64) and found[0].count == 8
+    art.synchronize(TIMEOUT)
+    host.free()
+
+
+def test_a_pitched_copy_of_more_rows_than_kept_one_by_one_is_checked_exactly(streams):
+    # (past MAX_ROWS it was one span from the first byte to the last: its gaps raced too)
+    from ascentrt.sanitizer.state import MAX_ROWS
+    s1, s2 = streams
+    rows, pitch = MAX_ROWS + 1, 96
+    x, src = art.malloc(pitch * rows), art.malloc(32 * rows)
+    with art.sanitize("log") as found:  # three interleaved sets of rows: [96r, +32), +32, +64
+        art.memcpy2d_async(x, pitch, src, 32, 32, rows, stream=s1)
+        art.memset_async(x.ptr + 32, 0, 32, stream=s2)                 # the gap of row 0
+        art.memset_async(x.ptr + pitch * 4000 + 40, 0, 16, stream=s2)  # a gap far in
+        art.memcpy2d_async(x.ptr + 32, pitch, src, 32, 32, rows, stream=s2)  # the gaps
+        art.memcpy2d(x.ptr + 64, pitch, src, 32, 32, rows)            # the host: the others
+    assert found == []
+    art.synchronize(TIMEOUT)
+    with art.sanitize("log") as found:
+        art.memcpy2d_async(x, pitch, src, 32, 32, rows, stream=s1)
+        art.memset_async(x.ptr + pitch * 4000 + 20, 0, 16, stream=s2)  # into row 4000
+        art.memcpy2d_async(x.ptr + 16, pitch, src, 32, 32, rows, stream=s2)  # half of each row
+    assert [(r.lo, r.hi) for r in found] == [(pitch * 4000 + 20, pitch * 4000 + 32), (16, 32)]
+    art.synchronize(TIMEOUT)
+    x.free(), src.free()
+
+
+def test_strided_spans_overlap_exactly_where_their_rows_share_bytes():
+    from ascentrt.sanitizer.state import _overlap
+
+    def spans(lo, pitch, width, n):
+        return [(lo + r * pitch, lo + r * pitch + width) for r in range(n)]
+
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        shapes = []
+        for _ in range(2):
+            n = int(rng.integers(1, 6))
+            width = int(rng.integers(1, 9))
+            pitch = width + int(rng.integers(0, 9)) if n > 1 else width
+            shapes.append((int(rng.integers(0, 40)), pitch, width, n))
+        (alo, ap, aw, an), (blo, bp, bw, bn) = shapes
+        a_rows = (ap, aw) if an > 1 and ap != aw else None
+        b_rows = (bp, bw) if bn > 1 and bp != bw else None
+        ahi, bhi = alo + (an - 1) * ap + aw, blo + (bn - 1) * bp + bw
+        if not (ahi > blo and alo < bhi):
+            continue  # (the caller tests the spans first)
+        if a_rows is None and b_rows is None:
+            continue
+        shared = {i for x0, x1 in spans(alo, ap, aw, an) for i in range(x0, x1)} & \
+            {i for y0, y1 in spans(blo, bp, bw, bn) for i in range(y0, y1)}
+        got = _overlap(alo, ahi, a_rows, (blo, bhi, 0, 0, 0, 0, 0, 0, b_rows))
+        assert (got is None) == (not shared), (shapes, got)
+        if got is not None:  # the first bytes they share, all shared
+            assert got[0] == min(shared) and set(range(*got)) <= shared, (shapes, got)

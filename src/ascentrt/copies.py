@@ -227,15 +227,16 @@ _WHOLE = (DeviceBuffer, HostBuffer)
 _SYNC_COPY = "a synchronous copy"  # (what the sanitizer says touched the bytes)
 
 
-def _host_touches(what: str, written: tuple, read: tuple = (0, 0)) -> None:
+def _host_touches(what: str, written: tuple, read: tuple = (0, 0), rows: tuple = (None, None)) -> None:
     """Tell the registry's observers (the race sanitizer) that the calling host thread writes
     the (address, nbytes) span `written` and reads `read` now: a synchronous copy or fill
-    (`what`) runs on it, not on a stream."""
-    for (addr, n), write in ((written, True), (read, False)):
+    (`what`) runs on it, not on a stream. `rows`: (pitch, width) of each span's rows when
+    only those are touched (a pitched copy), else None."""
+    for (addr, n), write, pitched in ((written, True, rows[0]), (read, False, rows[1])):
         alloc = REGISTRY.find(addr) if n else None
         if alloc is not None:
             off = addr - alloc.addr
-            REGISTRY.host_accessed(alloc, off, min(off + n, alloc.nbytes), what, write)
+            REGISTRY.host_accessed(alloc, off, min(off + n, alloc.nbytes), what, write, pitched)
 
 
 def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKind | int | None = None) -> None:
@@ -465,9 +466,11 @@ def memcpy2d(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: int, h
     _check_peer(d, s, None)
     with _using(d, s):
         if width and height:
-            if REGISTRY.observers:  # (the span from the first byte to the last: gaps included)
+            if REGISTRY.observers:  # (the rows only: not the gaps between them)
                 _host_touches(_SYNC_COPY, (d.addr, (height - 1) * dpitch + width),
-                              (s.addr, (height - 1) * spitch + width))
+                              (s.addr, (height - 1) * spitch + width),
+                              ((dpitch, width) if dpitch != width else None,
+                               (spitch, width) if spitch != width else None))
             _backend_of(d, s).execute(PlainOp(COPY, None, args, keep=(d.data, s.data),
                                               nbytes=width * height))
 

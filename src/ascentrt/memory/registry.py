@@ -26,7 +26,7 @@ class AddressRegistry:
     `observers` (the profiler and the race sanitizer) see every allocation come and go: objects
     with buffer_allocated(alloc), buffer_freed(alloc, stream) (stream: what the free was ordered
     after, None for all work), buffer_used_on(alloc, stream) (record_stream) and
-    buffer_viewed(alloc, lo, hi, what, write) (a host thread touches bytes), called by whoever makes,
+    buffer_viewed(alloc, lo, hi, what, write[, rows]) (a host thread touches bytes), called by whoever makes,
     marks, views or ends the allocation.
     """
 
@@ -56,11 +56,15 @@ class AddressRegistry:
             o.buffer_freed(alloc, stream)
 
     def host_accessed(self, alloc, lo: int, hi: int, what: str = "a numpy view",
-                      write: bool = True) -> None:
-        """Tell the observers that a host thread touches bytes [lo, hi) of `alloc`: `what`
-        (a numpy view, which may read and write; a synchronous copy's source only reads)."""
+                      write: bool = True, rows: tuple | None = None) -> None:
+        """Tell the observers that a host thread touches bytes [lo, hi) of `alloc` (with `rows`
+        (pitch, width): only those rows of them, from lo): `what` (a numpy view, which may read
+        and write; a synchronous copy's source only reads)."""
         for o in self.observers:
-            o.buffer_viewed(alloc, lo, hi, what, write)
+            if rows is None:
+                o.buffer_viewed(alloc, lo, hi, what, write)
+            else:
+                o.buffer_viewed(alloc, lo, hi, what, write, rows)
 
     def used_on(self, alloc, stream) -> None:
         """Tell the observers that `alloc` is marked as used on `stream` (record_stream)."""

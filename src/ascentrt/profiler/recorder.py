@@ -287,7 +287,7 @@ class Recorder:
     def buffer_used_on(self, alloc, stream) -> None:
         """record_stream: nothing to record."""
 
-    def buffer_viewed(self, alloc, lo: int, hi: int, what: str, write: bool) -> None:
+    def buffer_viewed(self, alloc, lo: int, hi: int, what: str, write: bool, rows: tuple | None = None) -> None:
         """A host access to a buffer: nothing to record."""
 
     def buffer_allocated(self, alloc) -> None:

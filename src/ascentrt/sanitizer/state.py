@@ -27,7 +27,7 @@ from .report import Access, Race, RaceError
 
 _BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
 HOST = -1           # the host's actor in the clocks (stream ids are positive)
-MAX_ROWS = 4096      # a pitched copy of more rows is checked as one span (may over-report gaps)
+MAX_ROWS = 4096      # a pitched range of more rows is kept as one strided access, not row by row
 MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
 MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
 MAX_FREES = 64       # frees not yet reused kept per chunk (then merged into one, more ordered)
@@ -50,16 +50,55 @@ def _span(buf):
 
 
 def _address_spans(addr: int, pitch: int, width: int, height: int):
-    """(allocation, lo, hi) of each row a (pitched) range touches, in live allocations only."""
+    """(allocation, lo, hi, rows) of what a (pitched) range touches, in live allocations only."""
     alloc = REGISTRY.find(addr, wait=False)  # (under the engine lock: never the pool's)
     if alloc is None or not width or not height:
         return []  # pageable memory the registry does not know: nothing to track
-    base = addr - alloc.addr
+    return pitched_spans(alloc, addr - alloc.addr, pitch, width, height)
+
+
+def pitched_spans(alloc, base: int, pitch: int, width: int, height: int) -> list:
+    """(allocation, lo, hi, rows) of `height` rows of `width` bytes at `pitch` from offset `base`:
+    one span per row, or past MAX_ROWS one strided span (lo, hi: from the first byte to the last;
+    rows: (pitch, width)), checked as exactly without a record per row; rows None: contiguous."""
     if height == 1 or pitch == width:
-        return [(alloc, base, base + width * height)]
+        return [(alloc, base, base + width * height, None)]
     if height > MAX_ROWS:
-        return [(alloc, base, base + (height - 1) * pitch + width)]
-    return [(alloc, base + r * pitch, base + r * pitch + width) for r in range(height)]
+        return [(alloc, base, base + (height - 1) * pitch + width, (pitch, width))]
+    return [(alloc, base + r * pitch, base + r * pitch + width, None) for r in range(height)]
+
+
+def _in_rows(lo: int, hi: int, rows: tuple, b_lo: int, b_hi: int) -> tuple | None:
+    """The first bytes [lo, hi) that the rows of a strided span (from `lo` to `hi`, rows
+    (pitch, width)) share with the contiguous [b_lo, b_hi), or None."""
+    pitch, width = rows
+    r = max(0, (b_lo - lo - width) // pitch + 1)  # the first row that ends after b_lo
+    start = lo + r * pitch
+    if start >= hi or start >= b_hi:
+        return None
+    return max(start, b_lo), min(start + width, b_hi)
+
+
+def _overlap(lo: int, hi: int, rows, r) -> tuple | None:
+    """The first bytes a new access (lo, hi, rows) shares with a kept record `r` whose span
+    overlaps its own (either may be strided), or None when only their gaps meet."""
+    r_rows = r[8]
+    if rows is None:
+        return (max(lo, r[0]), min(hi, r[1])) if r_rows is None else _in_rows(r[0], r[1], r_rows, lo, hi)
+    if r_rows is None:
+        return _in_rows(lo, hi, rows, r[0], r[1])
+    # Both strided: walk the rows of the one with the wider pitch (fewer) inside the other's span.
+    (a_lo, a_hi, a_rows), (b_lo, b_hi, b_rows) = sorted(((lo, hi, rows), (r[0], r[1], r_rows)),
+                                                        key=lambda x: -x[2][0])
+    pitch, width = a_rows
+    first = max(0, (b_lo - a_lo - width) // pitch + 1)
+    start = a_lo + first * pitch
+    while start < a_hi and start < b_hi:
+        found = _in_rows(b_lo, b_hi, b_rows, start, start + width)
+        if found is not None:
+            return found
+        start += pitch
+    return None
 
 
 def _submit_site(depth: int) -> Site:
@@ -72,9 +111,10 @@ def _submit_site(depth: int) -> Site:
 
 
 def task_accesses(task) -> list:
-    """(allocation, lo, hi, write, assumed, kind name, name) for each memory access of a task
+    """(allocation, lo, hi, write, assumed, kind name, name, rows) for each memory access of a task
     (of each node, for a replayed graph's run of nodes). The name of a launch may be its
-    function still: _access() names it (Task.label's rule) only if it is reported."""
+    function still: _access() names it (Task.label's rule) only if it is reported. rows: None,
+    or (pitch, width) for a strided span (see pitched_spans)."""
     reads, writes = task.reads, task.writes
     if reads is not None or writes is not None:  # a launch that declared them: hot
         return _declared(reads, writes, KIND_NAMES[task.kind], task.name or task.fn)
@@ -91,12 +131,12 @@ def _declared(reads, writes, what: str, name) -> list:
     out = []
     if reads:
         for buf in reads:  # (_span inlined for the common case)
-            out.append((buf, 0, buf.nbytes, False, False, what, name) if type(buf) is DeviceBuffer
-                       else (*_span(buf), False, False, what, name))
+            out.append((buf, 0, buf.nbytes, False, False, what, name, None) if type(buf) is DeviceBuffer
+                       else (*_span(buf), False, False, what, name, None))
     if writes:
         for buf in writes:
-            out.append((buf, 0, buf.nbytes, True, False, what, name) if type(buf) is DeviceBuffer
-                       else (*_span(buf), True, False, what, name))
+            out.append((buf, 0, buf.nbytes, True, False, what, name, None) if type(buf) is DeviceBuffer
+                       else (*_span(buf), True, False, what, name, None))
     return out
 
 
@@ -115,23 +155,25 @@ def _op_accesses(op, name: str) -> list:
                 mode = letters[i] if letters is not None and i < len(letters) else "rw"
                 span = _span(arg)
                 if "r" in mode:
-                    out.append((*span, False, letters is None, what, name))
+                    out.append((*span, False, letters is None, what, name, None))
                 if "w" in mode:
-                    out.append((*span, True, letters is None, what, name))
+                    out.append((*span, True, letters is None, what, name, None))
         return out
     if kind == COPY:
         dst, dpitch, src, spitch, width, height = op.args
-        out += [(*s, False, False, what, name) for s in _address_spans(src, spitch, width, height)]
-        out += [(*s, True, False, what, name) for s in _address_spans(dst, dpitch, width, height)]
+        out += [(a, lo, hi, False, False, what, name, rows)
+                for a, lo, hi, rows in _address_spans(src, spitch, width, height)]
+        out += [(a, lo, hi, True, False, what, name, rows)
+                for a, lo, hi, rows in _address_spans(dst, dpitch, width, height)]
         return out
     if kind == MEMSET:
         dst, _, n = op.args
-        return [(*s, True, False, what, name) for s in _address_spans(dst, n, n, 1)]
+        return [(a, lo, hi, True, False, what, name, None) for a, lo, hi, _ in _address_spans(dst, n, n, 1)]
     if kind == HOST_FUNC:
         for arg in op.args:
             if isinstance(arg, _BUFFERS):
                 span = _span(arg)
-                out += [(*span, False, True, what, name), (*span, True, True, what, name)]
+                out += [(*span, False, True, what, name, None), (*span, True, True, what, name, None)]
     return out
 
 
@@ -267,45 +309,51 @@ class Sanitizer:
             self.freed[region] = keep
 
     def buffer_viewed(self, alloc, lo: int, hi: int, what: str = "a numpy view",
-                      write: bool = True) -> None:
-        """A host thread touches bytes [lo, hi): `what` (a numpy view, taken as reading and
+                      write: bool = True, rows: tuple | None = None) -> None:
+        """A host thread touches bytes [lo, hi) (with `rows` (pitch, width): only those rows
+        of them, a synchronous pitched copy): `what` (a numpy view, taken as reading and
         writing; a synchronous copy, which writes its destination and reads its source; a
         fill), ordered after what the thread synchronized with; inside a host function, an
         access of that function, at its place in its stream's order (inside a kernel: its
         declared buffers say what it touches)."""
+        if rows is None:
+            spans = [(alloc, lo, hi, None)]
+        else:
+            pitch, width = rows
+            spans = pitched_spans(alloc, lo, pitch, width, (hi - lo - width) // pitch + 1)
         running = _executing.stream  # current_task(), inlined
         if running is not None:
             task = running._running
             tagged = task.clock if task is not None else None
             if tagged is None or tagged[0] is not self:
                 return  # a kernel's own view, or a task submitted before the sanitizer ran
-            self._function_accessed(task, tagged, alloc, lo, hi, write)
+            self._function_accessed(task, tagged, spans, write)
             return
         tid = threading.get_ident()
         actor = HOST  # (stream ids are positive)
         site = user_code_site(3)
         with self.lock:
             host = self.host
-            access = (alloc, lo, hi, write, False, "host", what)
+            accesses = [(a, b_lo, b_hi, write, False, "host", what, r) for a, b_lo, b_hi, r in spans]
             if self.mode == "raise":
-                self._refuse_races((access,), actor, tid, site, host, f"the host's {what[2:]}")
+                self._refuse_races(accesses, actor, tid, site, host, f"the host's {what[2:]}")
             time = host.get(actor, 0) + 1
             host[actor] = self.latest[actor] = time
             self.host_version += 1
-            reports = self._take_accesses((access,), actor, time, tid, site, host)
+            reports = self._take_accesses(accesses, actor, time, tid, site, host)
         for race, new in reports:
             self.on_race(race, new)
 
-    def _function_accessed(self, task, tagged: tuple, alloc, lo: int, hi: int, write: bool) -> None:
+    def _function_accessed(self, task, tagged: tuple, spans: list, write: bool) -> None:
         """buffer_viewed() from inside a host function: its access, by the actor it runs as
         (its stream; the hidden stream of non-blocking ones), at its time."""
         _, vc, actor = tagged
         site = user_code_site(3)
-        access = (alloc, lo, hi, write, False, "host function", task.label)
+        accesses = [(a, lo, hi, write, False, "host function", task.label, r) for a, lo, hi, r in spans]
         with self.lock:
             if self.mode == "raise":
-                self._refuse_races((access,), actor, task.id, site, vc, "host function access")
-            reports = self._take_accesses((access,), actor, vc[actor], task.id, site, vc)
+                self._refuse_races(accesses, actor, task.id, site, vc, "host function access")
+            reports = self._take_accesses(accesses, actor, vc[actor], task.id, site, vc)
         for race, new in reports:
             self.on_race(race, new)
 
@@ -488,14 +536,19 @@ class Sanitizer:
 
     def _refuse_races(self, accesses, actor: int, task_id: int, site, vc: dict, what: str) -> None:
         """Raise RaceError (raise mode) if any of `accesses` by `actor` races a kept access."""
-        for alloc, lo, hi, write, assumed, kind_name, name in accesses:
+        for alloc, lo, hi, write, assumed, kind_name, name, rows in accesses:
             base = alloc.addr
             lo += base
             hi += base
             for r in self.shadow.get(id(alloc), ()):
                 if r[3] != actor and r[1] > lo and r[0] < hi and (write or r[2]) and vc.get(r[3], 0) < r[4]:
-                    new = (lo, hi, write, actor, 0, (kind_name, name, actor, task_id, site), None, assumed)
-                    race, _ = self._report(alloc, r, new, max(lo, r[0]), min(hi, r[1]))
+                    both = _overlap(lo, hi, rows, r) if rows is not None or r[8] is not None \
+                        else (max(lo, r[0]), min(hi, r[1]))
+                    if both is None:
+                        continue  # only the gaps of pitched rows meet
+                    new = (lo, hi, write, actor, 0, (kind_name, name, actor, task_id, site), None, assumed,
+                           rows)
+                    race, _ = self._report(alloc, r, new, *both)
                     raise RaceError(f"{what} refused: {race}", race)
 
     def _take_accesses(self, accesses, actor: int, time: int, task_id: int, site, vc: dict) -> list:
@@ -514,7 +567,7 @@ class Sanitizer:
         capped: dict[int, list] | None = None  # id(allocation) -> other actors' records the cap
                                                # dropped during this call (oldest first)
         info = last_name = last_kind = None  # (what a task's accesses share: made once for all)
-        for alloc, lo, hi, write, assumed, kind_name, name in accesses:
+        for alloc, lo, hi, write, assumed, kind_name, name, rows in accesses:
             key = id(alloc)
             base = alloc.addr
             lo += base
@@ -522,7 +575,7 @@ class Sanitizer:
             if name is not last_name or kind_name is not last_kind:
                 info = (kind_name, name, actor, task_id, site)
                 last_name, last_kind = name, kind_name
-            rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc), assumed)
+            rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc), assumed, rows)
             recs = shadow.get(key)
             if self.undo is not None and key not in self.undo:  # (a batch that may be refused)
                 self.undo[key] = list(recs) if recs is not None else None
@@ -533,18 +586,25 @@ class Sanitizer:
             if capped is not None:
                 for r in capped.get(key, ()):
                     if vc.get(r[3], 0) < r[4] and r[1] > lo and r[0] < hi and (write or r[2]):
-                        found.append((alloc, r, rec, max(lo, r[0]), min(hi, r[1])))
+                        both = _overlap(lo, hi, rows, r)
+                        if both is not None:
+                            found.append((alloc, r, rec, *both))
             i = 0
             while i < len(recs):  # (in place, oldest first: most allocations keep one or two)
                 r = recs[i]
-                if r[3] == actor:
-                    redundant = lo <= r[0] and r[1] <= hi and (write or not r[2])
+                if r[3] == actor:  # (strided: its span does not cover the gaps between its rows)
+                    redundant = lo <= r[0] and r[1] <= hi and (write or not r[2]) and rows is None
                 elif vc.get(r[3], 0) < r[4]:  # not ordered before this access
                     if r[1] > lo and r[0] < hi and (write or r[2]):
-                        found.append((alloc, r, rec, max(lo, r[0]), min(hi, r[1])))
+                        if rows is None and r[8] is None:
+                            found.append((alloc, r, rec, max(lo, r[0]), min(hi, r[1])))
+                        else:
+                            both = _overlap(lo, hi, rows, r)
+                            if both is not None:
+                                found.append((alloc, r, rec, *both))
                     redundant = False
                 else:
-                    redundant = write and lo <= r[0] and r[1] <= hi
+                    redundant = write and lo <= r[0] and r[1] <= hi and rows is None
                 if redundant:
                     del recs[i]
                 else:
