@@ -844,3 +844,38 @@ def test_strided_spans_overlap_exactly_where_their_rows_share_bytes():
         assert (got is None) == (not shared), (shapes, got)
         if got is not None:  # the first bytes they share, all shared
             assert got[0] == min(shared) and set(range(*got)) <= shared, (shapes, got)
+
+
+def test_raise_mode_refuses_a_notify_record_that_releases_racing_held_work(dev, streams, bufs):
+    # (the held consumer was checked without raising when the record released it, and raise
+    # mode said nothing at all)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    s3 = dev.create_stream()
+    n = dev.create_notify()
+    with art.sanitize("raise") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s2.wait_notify(n)  # its record is not submitted yet: what follows is held
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        with pytest.raises(RaceError, match="notify record refused") as err:
+            s3.record_notify(n)  # s3 is not ordered after the producer
+        assert (err.value.race.first.name, err.value.race.second.name) == ("producer", "consumer")
+        s3.wait(s1.record())
+        s3.record_notify(n)  # now after the producer: the consumer goes on, no race
+        art.synchronize(TIMEOUT)
+    assert len(found) == 1
+    n.destroy()
+    s3.destroy()
+
+
+def test_raise_mode_warns_of_a_race_in_work_it_can_no_longer_refuse(streams, bufs):
+    # (held work released by a record the runtime queued itself cannot be refused: it was
+    # reported in silence)
+    from ascentrt.sanitizer import _announce
+    _, (buf, out, _) = streams, bufs
+    with art.sanitize("raise"):
+        race = sanitizer.Race(buf.ptr, N, "?", 0, N,
+                              sanitizer.Access(True, "kernel", "producer", 2, 1, "x.py:1"),
+                              sanitizer.Access(False, "kernel", "consumer", 3, 1, "x.py:2"))
+        with pytest.warns(RaceWarning, match="consumer"):
+            _announce(race, True)

@@ -3,7 +3,8 @@
 Turn it on for a whole program with ASCENTRT_SANITIZE=warn|raise|log (1 means warn), or for a
 region with `with ascentrt.sanitize(mode):`. Modes: warn (each new race a RaceWarning, printed
 to stderr, and the program goes on), raise (the launch that completes a race raises RaceError
-before it is queued), log (collect only). `reports()` returns the races found so far.
+before it is queued; one found in work queued already is a RaceWarning), log (collect only).
+`reports()` returns the races found so far.
 
 Turning it on while work is in flight starts from a synchronized state: work queued before is
 taken as ordered before everything queued after (its accesses are not known). Off, it costs the
@@ -43,7 +44,9 @@ def parse_mode(text: str) -> str:
 
 
 def _announce(race: Race, new: bool) -> None:
-    if new and Hooks.sanitizer is not None and Hooks.sanitizer.mode == "warn":
+    # Raise mode raises what it can refuse; a race it cannot (work queued already, released
+    # by a record the runtime queued itself) is a warning, never silence.
+    if new and Hooks.sanitizer is not None and Hooks.sanitizer.mode in ("warn", "raise"):
         warn_at_caller(f"ascentrt sanitizer: {race}", RaceWarning)
 
 

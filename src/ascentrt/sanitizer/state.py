@@ -525,7 +525,7 @@ class Sanitizer:
             _join(vc, self.streams[sid])
             sid, task = detached, task.fn
         if not accesses and kind != DETACH:
-            return self._apply_order(sid, task)
+            return self._apply_order(sid, task, raising)
         vc = self.streams[sid]
         if raising and accesses:
             self._refuse_races(accesses, sid, task_id, site, vc, "launch")
@@ -618,9 +618,10 @@ class Sanitizer:
                 del recs[:cut]
         return [self._report(*f) for f in found] if found else found  # (no comprehension: hot)
 
-    def _apply_order(self, sid: int, task) -> list:
+    def _apply_order(self, sid: int, task, raising: bool = False) -> list:
         """_apply() for a task without accesses: records and waits (their edges), and host
-        functions (the clock what they submit comes after)."""
+        functions (the clock what they submit comes after). With `raising`, a notify record
+        that releases a held stream whose tasks race is refused (RaceError), changing nothing."""
         vc = self.streams[sid]
         kind = task.kind
         if kind == EVENT_RECORD:
@@ -646,9 +647,11 @@ class Sanitizer:
             key = id(task.notify)
             waiters = self.notify_waiters.get(key)
             if waiters:  # a stream already waits for this record: it goes on after it
+                if raising and self.undo is None:  # (in a batch: the batch's checkpoint undoes)
+                    return self._release_or_refuse(key, vc, task)
                 waiter = waiters.pop(0)
                 _join(self.streams[waiter], vc)
-                return self._release(waiter)
+                return self._release(waiter, raising)
             self.notifies.setdefault(key, []).append(dict(vc))
             return []
         if kind == NOTIFY_WAIT:
@@ -667,14 +670,32 @@ class Sanitizer:
             task.clock = (self, dict(vc), sid)
         return []
 
-    def _release(self, sid: int) -> list:
-        """A held stream's notify record came: check its held tasks in order (they are queued
-        already, so a race is reported, not raised)."""
+    def _release_or_refuse(self, key: int, vc: dict, task) -> list:
+        """Raise mode: a notify record (`vc`: its stream's clock) releases the first stream
+        waiting for notify `key`; if a held task of it races, refuse the record (RaceError) and
+        go back to before it. The held tasks are queued, but they cannot run before a record:
+        refusing this one leaves them waiting, as they did, and the sanitizer as it was."""
+        saved = self._checkpoint()
+        waiter = self.notify_waiters[key].pop(0)
+        try:
+            _join(self.streams[waiter], vc)
+            return self._release(waiter, True)
+        except RaceError as exc:
+            self._rollback(saved, [task], exc.race)
+            raise RaceError(f"notify record refused: it would let stream {waiter}'s work held behind "
+                            f"its wait go on, which completes a {exc.race}", exc.race) from None
+        finally:
+            self.undo = None
+
+    def _release(self, sid: int, raising: bool = False) -> list:
+        """A held stream's record came: check its held tasks in order. They are queued already,
+        so a race is reported, not raised, unless `raising` (the record that releases them may
+        still be refused: a notify record in raise mode)."""
         reports = []
         held = self.held.pop(sid, [])
         wanted = self.snapshots.get(sid)
         for i, item in enumerate(held):
-            reports += self._apply(*item, False)
+            reports += self._apply(*item, raising)
             if wanted:  # a synchronize that began before this task waits for up to it
                 for upto, clock in wanted.items():
                     if clock is None and item[4] >= upto:
