@@ -879,3 +879,37 @@ def test_raise_mode_warns_of_a_race_in_work_it_can_no_longer_refuse(streams, buf
                               sanitizer.Access(False, "kernel", "consumer", 3, 1, "x.py:2"))
         with pytest.warns(RaceWarning, match="consumer"):
             _announce(race, True)
+
+
+def test_a_race_with_a_non_blocking_host_function_names_its_stream_and_says_to_make_it_block(
+        streams, bufs):
+    # (it named the device's hidden stream for such functions and asked that stream to wait)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    ran = threading.Event()
+
+    def touch(*_):
+        buf.numpy()[:] = 5
+        ran.set()
+
+    with art.sanitize("log") as found:
+        art.launch_host_func(touch, stream=s1, blocking=False)
+        art.launch(consumer, out.view(), buf.view(), stream=s1, reads=[buf], writes=[out])
+        assert ran.wait(TIMEOUT)
+        art.synchronize(TIMEOUT)
+    assert len(found) == 1
+    race = found[0]
+    fn = race.first if race.first.name == "touch" else race.second
+    assert fn.beside and fn.stream == s1.id and fn.task_id == 1
+    assert "blocking=True" in race.fix and f"stream {s1.id}'s later" in race.fix
+    with art.sanitize("log") as found:
+        art.launch_host_func(touch, buf, stream=s1, blocking=False)
+        art.synchronize(TIMEOUT)
+        ran.clear()
+        art.launch_host_func(touch, buf, stream=s1, blocking=False)  # its argument: at launch
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        assert ran.wait(TIMEOUT)
+        art.synchronize(TIMEOUT)
+    hidden = f"stream {s1._dq.detached.id} "  # (the device's stream for such functions)
+    assert found and all(f"stream {s1.id}" in str(r) and hidden not in str(r) for r in found)
+    assert all("blocking=True" in r.fix for r in found if r.first.beside), [str(r) for r in found]

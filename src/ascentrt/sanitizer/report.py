@@ -19,6 +19,7 @@ class Access:
     site: str            # file.py:line of the call that queued it
     assumed: bool = False  # a kernel without declared reads/writes: taken as reading and writing
     stream_role: str = ""  # what the stream is for, when the runtime made it (a graph's lane)
+    beside: bool = False   # a non-blocking host function: it runs beside `stream`'s later work
 
     @property
     def where(self) -> str:
@@ -43,7 +44,8 @@ class Access:
             return f"{how} by the host ({self.name}; thread {self.task_id}, {self.site})"
         guess = " (undeclared: every buffer argument counts as read and written)" if self.assumed else ""
         how = "access" if self.assumed else self.kind  # (undeclared: not known to be a read)
-        return (f"{how} by {self.task_kind} `{self.name}` (task {self.task_id} on "
+        beside = "non-blocking, " if self.beside else ""
+        return (f"{how} by {self.task_kind} `{self.name}` ({beside}task {self.task_id} on "
                 f"{self.where}, {self.site}){guess}")
 
 
@@ -74,6 +76,8 @@ class Race:
     def fix(self) -> str:
         """The ordering that removes the race, in the program's own terms."""
         a, b = self.first, self.second
+        if a.beside or (b.beside and a.stream == b.stream and not a.on_host):
+            return self._beside_fix()
         internal = next((x for x in (a, b) if x.stream_role), None)
         if internal is not None:  # (a stream the program never made: say what to order instead)
             return (f"{internal.where} is the runtime's own; order the work you queued it from "
@@ -92,6 +96,27 @@ class Race:
                     f"synchronize stream {a.stream} before the free")
         return (f"record an event on stream {a.stream} after `{a.name}` ({a.site}) and make "
                 f"stream {b.stream} wait on it before `{b.name}` ({b.site})")
+
+    def _beside_fix(self) -> str:
+        """The fix when the earlier access is a non-blocking host function's, or the later one
+        is and the earlier one is later work of its own stream: nothing on its stream waits for
+        it (events recorded there and the stream's synchronize neither), so it must block."""
+        a, b = self.first, self.second
+        fn, other = (a, b) if a.beside else (b, a)
+        blocking = (f"`{fn.name}` ({fn.site}) is non-blocking: it runs beside stream {fn.stream}'s "
+                    f"later work, and neither an event recorded there nor synchronizing that stream "
+                    f"waits for it. Launch it with blocking=True, so that stream {fn.stream}'s later "
+                    f"work waits for it")
+        if other.stream == fn.stream:
+            return f"{blocking} (`{other.name}`, {other.site}, is such work)"
+        if other.on_host:
+            return (f"{blocking}, and synchronize stream {fn.stream} after it before the host "
+                    f"touches the bytes ({other.site}); or synchronize the device there (it waits "
+                    f"for non-blocking host functions too)")
+        return (f"{blocking}, then record an event on stream {fn.stream} after it and make stream "
+                f"{other.stream} wait on it before `{other.name}` ({other.site}); or synchronize "
+                f"the device before queuing `{other.name}` (it waits for non-blocking host "
+                f"functions too)")
 
     def __str__(self) -> str:
         times = f" ({self.count} times, from the same two call sites)" if self.count > 1 else ""

@@ -180,13 +180,22 @@ def _op_accesses(op, name: str) -> list:
 def _access(rec: tuple, roles: dict) -> Access:
     """The report's Access for an access record (its site formatted now); `roles`: what the
     runtime's internal streams are for, by id."""
-    kind, name, stream, task_id, site = rec[5]
+    kind, name, stream, task_id, site, beside = rec[5]
     write, assumed = rec[2], rec[7]
     if type(name) is not str:  # a launch's function (see task_accesses)
         name = getattr(name, "__name__", None)
     name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
     return Access(write, kind, name, stream, task_id, site_text(site), assumed,
-                  roles.get(stream, ""))
+                  roles.get(stream, ""), beside)
+
+
+def _info(kind_name: str, name, actor: int, task_id: int, site, origin: tuple | None) -> tuple:
+    """What a report says of a task's access: (kind name, name, stream, task id, site,
+    non-blocking); a non-blocking host function's (`origin`: the stream and task it was
+    launched as) names the program's stream, not the device's hidden one it runs as."""
+    if origin is None:
+        return kind_name, name, actor, task_id, site, False
+    return kind_name, name, origin[0], origin[1], site, True
 
 
 def _region(alloc):
@@ -238,7 +247,8 @@ class Sanitizer:
         self.notifies: dict[int, list] = {}
         self.roles: dict[int, str] = {}  # stream id -> what an internal stream is for (its role)
         # id(allocation) -> [(lo, hi, write, actor, time, info, owner, assumed)]: accesses by
-        # absolute address; info = (kind name, name, actor, task id, site) of the task (shared by
+        # absolute address; info = (kind name, name, stream, task id, site, non-blocking) of the
+        # task, as a report names it (see _info) (shared by
         # its accesses); owner = (id, ptr, size, site) of the allocation they were made through
         # (an earlier owner of the same bytes, for the records a reused block inherits).
         self.shadow: dict[int, list] = {}
@@ -347,13 +357,13 @@ class Sanitizer:
     def _function_accessed(self, task, tagged: tuple, spans: list, write: bool) -> None:
         """buffer_viewed() from inside a host function: its access, by the actor it runs as
         (its stream; the hidden stream of non-blocking ones), at its time."""
-        _, vc, actor = tagged
+        _, vc, actor, origin = tagged
         site = user_code_site(3)
         accesses = [(a, lo, hi, write, False, "host function", task.label, r) for a, lo, hi, r in spans]
         with self.lock:
             if self.mode == "raise":
-                self._refuse_races(accesses, actor, task.id, site, vc, "host function access")
-            reports = self._take_accesses(accesses, actor, vc[actor], task.id, site, vc)
+                self._refuse_races(accesses, actor, task.id, site, vc, "host function access", origin)
+            reports = self._take_accesses(accesses, actor, vc[actor], task.id, site, vc, origin)
         for race, new in reports:
             self.on_race(race, new)
 
@@ -517,9 +527,12 @@ class Sanitizer:
         """Take one task into the clocks and the accesses (under our lock); returns the reports
         [(race, new)]; with `raising`, a race raises RaceError instead, changing nothing."""
         kind = task.kind
+        origin = None
         if kind == DETACH:
             # A non-blocking host function runs beside its stream's later work, after its
-            # earlier work: as the device's hidden stream for them (which runs them in turn).
+            # earlier work: as the device's hidden stream for them (which runs them in turn);
+            # a report names the program's stream and task (`origin`), not the hidden one.
+            origin = (sid, task_id)
             detached = self.detached_of[sid]
             vc = self.streams.setdefault(detached, {detached: 0})
             _join(vc, self.streams[sid])
@@ -528,14 +541,16 @@ class Sanitizer:
             return self._apply_order(sid, task, raising)
         vc = self.streams[sid]
         if raising and accesses:
-            self._refuse_races(accesses, sid, task_id, site, vc, "launch")
+            self._refuse_races(accesses, sid, task_id, site, vc, "launch", origin)
         vc[sid] = self.latest[sid] = time = vc[sid] + 1
         if kind in (HOST_FUNC, DETACH):  # what it accesses and submits itself comes after
-            task.clock = (self, dict(vc), sid)
-        return self._take_accesses(accesses, sid, time, task_id, site, vc) if accesses else []
+            task.clock = (self, dict(vc), sid, origin)
+        return self._take_accesses(accesses, sid, time, task_id, site, vc, origin) if accesses else []
 
-    def _refuse_races(self, accesses, actor: int, task_id: int, site, vc: dict, what: str) -> None:
-        """Raise RaceError (raise mode) if any of `accesses` by `actor` races a kept access."""
+    def _refuse_races(self, accesses, actor: int, task_id: int, site, vc: dict, what: str,
+                      origin: tuple | None = None) -> None:
+        """Raise RaceError (raise mode) if any of `accesses` by `actor` races a kept access
+        (`origin`: as _take_accesses)."""
         for alloc, lo, hi, write, assumed, kind_name, name, rows in accesses:
             base = alloc.addr
             lo += base
@@ -546,17 +561,19 @@ class Sanitizer:
                         else (max(lo, r[0]), min(hi, r[1]))
                     if both is None:
                         continue  # only the gaps of pitched rows meet
-                    new = (lo, hi, write, actor, 0, (kind_name, name, actor, task_id, site), None, assumed,
-                           rows)
+                    new = (lo, hi, write, actor, 0, _info(kind_name, name, actor, task_id, site, origin),
+                           None, assumed, rows)
                     race, _ = self._report(alloc, r, new, *both)
                     raise RaceError(f"{what} refused: {race}", race)
 
-    def _take_accesses(self, accesses, actor: int, time: int, task_id: int, site, vc: dict) -> list:
+    def _take_accesses(self, accesses, actor: int, time: int, task_id: int, site, vc: dict,
+                       origin: tuple | None = None) -> list:
         """Check each access of `actor` (at `time` of its clock `vc`) against the kept ones, in
         one pass per allocation that also keeps it and drops the kept accesses it covers and
         makes redundant: its own actor's (a write covers both kinds, a read covers reads) and,
         for a write, those ordered before it; past MAX_RECORDS the oldest go. Returns the
-        reports [(race, new)].
+        reports [(race, new)]. `origin`: (stream id, task id) a non-blocking host function was
+        launched as, which its reports name (its actor is the device's hidden stream).
 
         A later access of the task meets the earlier ones as its own actor's: never a race; what
         an earlier one dropped as redundant was ordered before the task, so it could race none of
@@ -573,7 +590,7 @@ class Sanitizer:
             lo += base
             hi += base
             if name is not last_name or kind_name is not last_kind:
-                info = (kind_name, name, actor, task_id, site)
+                info = _info(kind_name, name, actor, task_id, site, origin)
                 last_name, last_kind = name, kind_name
             rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc), assumed, rows)
             recs = shadow.get(key)
@@ -667,7 +684,7 @@ class Sanitizer:
             return []
         if kind == HOST_FUNC:  # (its own time: what it touches comes after the records before it)
             vc[sid] = self.latest[sid] = vc[sid] + 1
-            task.clock = (self, dict(vc), sid)
+            task.clock = (self, dict(vc), sid, None)
         return []
 
     def _release_or_refuse(self, key: int, vc: dict, task) -> list:
