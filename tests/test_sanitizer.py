@@ -913,3 +913,35 @@ def test_a_race_with_a_non_blocking_host_function_names_its_stream_and_says_to_m
     hidden = f"stream {s1._dq.detached.id} "  # (the device's stream for such functions)
     assert found and all(f"stream {s1.id}" in str(r) and hidden not in str(r) for r in found)
     assert all("blocking=True" in r.fix for r in found if r.first.beside), [str(r) for r in found]
+
+
+COLLECTIVE_RACE = '''
+import numpy as np, ascentrt as art
+from ascentrt import hccl
+FP32, SUM = hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM
+comms = hccl.comm_init_all([0, 1])
+d0, d1 = art.Device(0), art.Device(1)
+c0, m0, c1, m1 = d0.create_stream(), d0.create_stream(), d1.create_stream(), d1.create_stream()
+b0, o0 = art.malloc(4096, device=0), art.malloc(4096, device=0)
+b1, o1 = art.malloc(4096, device=1), art.malloc(4096, device=1)
+with art.sanitize("log") as found:
+    art.launch("fill", b0.view(np.float32), 1.0, stream=c0)
+    art.launch("fill", b1.view(np.float32), 1.0, stream=c1)
+    m0.wait(c0.record())
+    hccl.all_reduce(b0, o0, 1024, FP32, SUM, comms[0], m0)
+    hccl.all_reduce(b1, o1, 1024, FP32, SUM, comms[1], m1)  # rank 1 forgot to wait for c1
+    d0.synchronize(), d1.synchronize()
+assert len(found) == 1, [str(r) for r in found]
+r = found[0]
+lane = r.second
+print(lane.for_call, lane.for_stream == m1.id, lane.site.endswith(":15"), (r.lo, r.hi))
+print(f"make stream {m1.id} wait on it" in r.fix, f"stream {c1.id} after `fill`" in r.fix)
+'''
+
+
+def test_a_race_with_a_collective_s_lane_names_the_rank_s_call_and_its_stream():
+    # (the lane's label named rank 0 while the site was rank 1's call, the fix never named the
+    # stream to order, and the headline showed only the bytes of the first step)
+    from subprocess_util import run_program
+    out = run_program(COLLECTIVE_RACE, {"ASCENTRT_DEVICES": "2", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split("\n")[:2] == ["rank 1's all_reduce True True (0, 4096)", "True True"], out

@@ -173,9 +173,13 @@ class Plan:
         if lanes:
             # Every step runs as part of each rank's task: a buffer a rank freed after its call
             # (its free waits for that task) still shows the steps its bytes.
-            parts = tuple((c.stream, c.task.id) for c in self.meeting.calls.values())
+            calls = self.meeting.calls.values()
+            parts = tuple((c.stream, c.task.id) for c in calls)
+            behalf = tuple((f"rank {c.rank}'s {c.op}", c.stream.id, c.site,
+                            tuple(b[0] for b in (c.send, c.recv) if b is not None)) for c in calls)
             for _, t in self.work:
                 t.acting_for = parts
+                t.on_behalf = behalf  # (a race names the rank whose buffer it touched)
             ENGINE.submit_all(lanes, self.work, internal=True)
 
     def release(self) -> None:

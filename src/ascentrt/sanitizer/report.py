@@ -20,6 +20,8 @@ class Access:
     assumed: bool = False  # a kernel without declared reads/writes: taken as reading and writing
     stream_role: str = ""  # what the stream is for, when the runtime made it (a graph's lane)
     beside: bool = False   # a non-blocking host function: it runs beside `stream`'s later work
+    for_call: str = ""     # what program call a runtime-made task did this for ("rank 1's all_reduce")
+    for_stream: int = -1   # the stream of that call: the one the program orders
 
     @property
     def where(self) -> str:
@@ -45,8 +47,9 @@ class Access:
         guess = " (undeclared: every buffer argument counts as read and written)" if self.assumed else ""
         how = "access" if self.assumed else self.kind  # (undeclared: not known to be a read)
         beside = "non-blocking, " if self.beside else ""
+        call = f"; for {self.for_call} on stream {self.for_stream}" if self.for_call else ""
         return (f"{how} by {self.task_kind} `{self.name}` ({beside}task {self.task_id} on "
-                f"{self.where}, {self.site}){guess}")
+                f"{self.where}{call}, {self.site}){guess}")
 
 
 # What orders a runtime-made stream's work, by the first word of its role.
@@ -78,6 +81,9 @@ class Race:
         a, b = self.first, self.second
         if a.beside or (b.beside and a.stream == b.stream and not a.on_host):
             return self._beside_fix()
+        call = next((x for x in (a, b) if x.for_call), None)
+        if call is not None:
+            return self._call_fix(call)
         internal = next((x for x in (a, b) if x.stream_role), None)
         if internal is not None:  # (a stream the program never made: say what to order instead)
             return (f"{internal.where} is the runtime's own; order the work you queued it from "
@@ -96,6 +102,25 @@ class Race:
                     f"synchronize stream {a.stream} before the free")
         return (f"record an event on stream {a.stream} after `{a.name}` ({a.site}) and make "
                 f"stream {b.stream} wait on it before `{b.name}` ({b.site})")
+
+    def _call_fix(self, call: Access) -> str:
+        """The fix when one side is a runtime-made task doing a program call's work (a
+        collective's lane step): order the call's own stream, as for a task queued there."""
+        a, b = self.first, self.second
+        own = (f"{call.where} is the runtime's own, doing {call.for_call} ({call.site}), which "
+               f"follows stream {call.for_stream}: ")
+        what = f"the {call.for_call.split()[-1]}"
+        if call is b:
+            if a.on_host:
+                return (own + f"touch the bytes on the host ({a.site}) before that call, from the "
+                        f"same thread")
+            return (own + f"record an event on stream {a.stream} after `{a.name}` ({a.site}) and "
+                    f"make stream {call.for_stream} wait on it before {what} ({call.site})")
+        if b.on_host:
+            return own + (f"synchronize stream {call.for_stream} (or an event recorded after "
+                          f"{what} there) before the host touches the bytes ({b.site})")
+        return (own + f"record an event on stream {call.for_stream} after {what} ({call.site}) "
+                f"and make stream {b.stream} wait on it before `{b.name}` ({b.site})")
 
     def _beside_fix(self) -> str:
         """The fix when the earlier access is a non-blocking host function's, or the later one

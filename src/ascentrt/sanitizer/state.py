@@ -177,25 +177,33 @@ def _op_accesses(op, name: str) -> list:
     return out
 
 
-def _access(rec: tuple, roles: dict) -> Access:
-    """The report's Access for an access record (its site formatted now); `roles`: what the
-    runtime's internal streams are for, by id."""
-    kind, name, stream, task_id, site, beside = rec[5]
+def _access(rec: tuple, roles: dict, alloc) -> Access:
+    """The report's Access for an access record of `alloc` (its site formatted now); `roles`:
+    what the runtime's internal streams are for, by id."""
+    kind, name, stream, task_id, site, beside, behalf = rec[5]
     write, assumed = rec[2], rec[7]
     if type(name) is not str:  # a launch's function (see task_accesses)
         name = getattr(name, "__name__", None)
     name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
+    for_call, for_stream = "", -1
+    for what, call_stream, call_site, allocs in behalf:  # the call whose buffer it touched
+        if any(a is alloc or a.addr == alloc.addr for a in allocs):
+            for_call, for_stream, site = what, call_stream, call_site
+            break
     return Access(write, kind, name, stream, task_id, site_text(site), assumed,
-                  roles.get(stream, ""), beside)
+                  roles.get(stream, ""), beside, for_call, for_stream)
 
 
 def _info(kind_name: str, name, actor: int, task_id: int, site, origin: tuple | None) -> tuple:
     """What a report says of a task's access: (kind name, name, stream, task id, site,
-    non-blocking); a non-blocking host function's (`origin`: the stream and task it was
-    launched as) names the program's stream, not the device's hidden one it runs as."""
+    non-blocking, on behalf); a non-blocking host function's (`origin`: the stream and task it
+    was launched as) names the program's stream, not the device's hidden one it runs as; a
+    collective's lane step's (`origin`: (stream, task id, Task.on_behalf)) the calls it serves."""
     if origin is None:
-        return kind_name, name, actor, task_id, site, False
-    return kind_name, name, origin[0], origin[1], site, True
+        return kind_name, name, actor, task_id, site, False, ()
+    if len(origin) == 3:
+        return kind_name, name, actor, task_id, site, False, origin[2]
+    return kind_name, name, origin[0], origin[1], site, True, ()
 
 
 def _region(alloc):
@@ -527,7 +535,7 @@ class Sanitizer:
         """Take one task into the clocks and the accesses (under our lock); returns the reports
         [(race, new)]; with `raising`, a race raises RaceError instead, changing nothing."""
         kind = task.kind
-        origin = None
+        origin: tuple | None = None  # (see _info)
         if kind == DETACH:
             # A non-blocking host function runs beside its stream's later work, after its
             # earlier work: as the device's hidden stream for them (which runs them in turn);
@@ -540,6 +548,8 @@ class Sanitizer:
         if not accesses and kind != DETACH:
             return self._apply_order(sid, task, raising)
         vc = self.streams[sid]
+        if task.on_behalf:  # (a lane step of a collective: reports name the rank's call)
+            origin = (sid, task_id, task.on_behalf)
         if raising and accesses:
             self._refuse_races(accesses, sid, task_id, site, vc, "launch", origin)
         vc[sid] = self.latest[sid] = time = vc[sid] + 1
@@ -837,13 +847,16 @@ class Sanitizer:
 
     def _report(self, alloc, rec, new, lo, hi) -> tuple[Race, bool]:
         """The (deduplicated) report of a race between a kept access and a new one (records)."""
-        first, second = _access(rec, self.roles), _access(new, self.roles)
+        first, second = _access(rec, self.roles, alloc), _access(new, self.roles, alloc)
         key = (first.site, second.site, id(alloc))
         race = self.races.get(key)
+        owner = self._owner(alloc)
         if race is not None:
             race.count += 1
+            if lo - owner[1] <= race.hi and hi - owner[1] >= race.lo:  # (the same bytes, or next
+                race.lo = min(race.lo, lo - owner[1])                  # to them: one range)
+                race.hi = max(race.hi, hi - owner[1])
             return race, False
-        owner = self._owner(alloc)
         old = rec[6]
         reused_from = None
         if old[0] != owner[0]:
