@@ -945,3 +945,39 @@ def test_a_race_with_a_collective_s_lane_names_the_rank_s_call_and_its_stream():
     from subprocess_util import run_program
     out = run_program(COLLECTIVE_RACE, {"ASCENTRT_DEVICES": "2", "ASCENTRT_LEAK_CHECK": "off"})
     assert out.split("\n")[:2] == ["rank 1's all_reduce True True (0, 4096)", "True True"], out
+
+
+def test_a_non_blocking_callback_races_its_stream_s_later_work_whenever_it_runs(streams, bufs):
+    # (it wrote with the host threads' shared clock: once the main thread synchronized the
+    # stream first, the callback's write looked ordered after the copy it runs beside)
+    from ascentrt import callback
+    s1, _ = streams
+    buf, _, _ = bufs
+    host = art.malloc_host(N)
+    gate, done = threading.Event(), threading.Event()
+
+    def reporter():
+        gate.wait(TIMEOUT)
+        callback.process_reports(TIMEOUT)
+        done.set()
+
+    thread = threading.Thread(target=reporter)
+    thread.start()
+    callback.subscribe(thread.ident, s1)
+
+    def cb(_):
+        art.memset(host, 7, N)  # the host writes what the copy below reads
+
+    with art.sanitize("log") as found:
+        callback.launch_callback(cb, None, s1, blocking=False)
+        art.memcpy_async(buf, host, stream=s1)  # runs beside the callback
+        s1.synchronize(TIMEOUT)                 # ... before it here, on another thread
+        gate.set()
+        assert done.wait(TIMEOUT)
+    thread.join(TIMEOUT)
+    callback.unsubscribe(thread.ident, s1)
+    assert len(found) == 1, [str(r) for r in found]
+    race = found[0]
+    assert race.second.beside and race.second.name == "cb" and race.second.stream == s1.id
+    assert "ACL_CALLBACK_BLOCK" in race.fix
+    host.free()

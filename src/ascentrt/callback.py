@@ -228,8 +228,9 @@ def process_reports(timeout: float | None = None) -> int:
         # While a blocking callback runs, its stream is held by it: marking the thread as
         # running that task makes a synchronize of the same stream fail (107011), not hang.
         held = report.task.stream if report.done is not None and report.task is not None else None
-        if held is None and report.task is not None and Hooks.sanitizer is not None:
-            Hooks.sanitizer.task_reached(report.task)  # it runs after its stream got there
+        sanitizer = Hooks.sanitizer if held is None and report.task is not None else None
+        if sanitizer is not None:  # it runs after its stream got there, beside what follows
+            sanitizer.callback_began(report.task, getattr(report.fn, "__name__", "callback"))
         prev = act_for_stream(held)
         outer, _running.stream_id = _running.stream_id, stream_id
         try:
@@ -245,6 +246,8 @@ def process_reports(timeout: float | None = None) -> int:
                 rep.cond.notify_all()
             raise
         finally:
+            if sanitizer is not None:
+                sanitizer.callback_ended()
             _running.stream_id = outer
             restore_stream_mark(prev)
             if report.done is not None:

@@ -128,9 +128,10 @@ class Race:
         it (events recorded there and the stream's synchronize neither), so it must block."""
         a, b = self.first, self.second
         fn, other = (a, b) if a.beside else (b, a)
+        how = "blocking=True" if fn.task_kind != "callback" else "ACL_CALLBACK_BLOCK (blocking=True)"
         blocking = (f"`{fn.name}` ({fn.site}) is non-blocking: it runs beside stream {fn.stream}'s "
                     f"later work, and neither an event recorded there nor synchronizing that stream "
-                    f"waits for it. Launch it with blocking=True, so that stream {fn.stream}'s later "
+                    f"waits for it. Launch it with {how}, so that stream {fn.stream}'s later "
                     f"work waits for it")
         if other.stream == fn.stream:
             return f"{blocking} (`{other.name}`, {other.site}, is such work)"

@@ -283,6 +283,9 @@ class Sanitizer:
         # While a batch is checked in raise mode: id(allocation) -> its kept accesses before the
         # batch changed them (None: it had none), to go back to if the batch is refused
         self.undo: dict[int, list | None] | None = None
+        # report thread id -> (self, clock, actor, (stream id, task id), name) of the non-blocking
+        # callback it runs (see callback_began)
+        self.callbacks: dict[int, tuple] = {}
 
     # ---- memory (as an observer of the address registry) -------------------------------------
 
@@ -345,9 +348,14 @@ class Sanitizer:
             tagged = task.clock if task is not None else None
             if tagged is None or tagged[0] is not self:
                 return  # a kernel's own view, or a task submitted before the sanitizer ran
-            self._function_accessed(task, tagged, spans, write)
+            self._function_accessed(task.id, task.label, tagged, spans, write)
             return
         tid = threading.get_ident()
+        if self.callbacks:
+            running = self.callbacks.get(tid)
+            if running is not None:  # a non-blocking callback's access, as its own
+                self._function_accessed(0, running[4], running, spans, write, "callback")
+                return
         actor = HOST  # (stream ids are positive)
         site = user_code_site(3)
         with self.lock:
@@ -362,16 +370,17 @@ class Sanitizer:
         for race, new in reports:
             self.on_race(race, new)
 
-    def _function_accessed(self, task, tagged: tuple, spans: list, write: bool) -> None:
+    def _function_accessed(self, task_id: int, label: str, tagged: tuple, spans: list, write: bool,
+                           kind: str = "host function") -> None:
         """buffer_viewed() from inside a host function: its access, by the actor it runs as
         (its stream; the hidden stream of non-blocking ones), at its time."""
-        _, vc, actor, origin = tagged
+        vc, actor, origin = tagged[1], tagged[2], tagged[3]
         site = user_code_site(3)
-        accesses = [(a, lo, hi, write, False, "host function", task.label, r) for a, lo, hi, r in spans]
+        accesses = [(a, lo, hi, write, False, kind, label, r) for a, lo, hi, r in spans]
         with self.lock:
             if self.mode == "raise":
-                self._refuse_races(accesses, actor, task.id, site, vc, "host function access", origin)
-            reports = self._take_accesses(accesses, actor, vc[actor], task.id, site, vc, origin)
+                self._refuse_races(accesses, actor, task_id, site, vc, f"{kind} access", origin)
+            reports = self._take_accesses(accesses, actor, vc[actor], task_id, site, vc, origin)
         for race, new in reports:
             self.on_race(race, new)
 
@@ -437,6 +446,8 @@ class Sanitizer:
         running = _executing.stream
         task = running._running if running is not None else None
         tagged = task.clock if task is not None else None
+        if tagged is None and self.callbacks:
+            tagged = self.callbacks.get(threading.get_ident())
         with self.lock:
             if tagged is not None and tagged[0] is self:
                 host = tagged[1]  # (the function's own clock: its later accesses read it)
@@ -463,11 +474,30 @@ class Sanitizer:
             vc = self.streams.setdefault(stream.id, {stream.id: 0})
             _join(vc, clock)
 
-    def task_reached(self, task) -> None:
-        """A host thread acts after `task` ran (a non-blocking callback): as if it waited for it."""
+    def callback_began(self, task, name: str) -> None:
+        """The calling thread (a report thread) runs a non-blocking callback that `task` (its
+        host task) handed off: after its stream's earlier work, beside its later work. Until
+        callback_ended() what the thread touches is the callback's, as its own actor (one per
+        report thread: it runs its callbacks in turn), so that its stream's later work races it."""
         clock = self._clock_of(task)
-        if clock is not None:
-            self.host_waited((clock,))
+        if clock is None or task.stream is None:
+            return
+        tid = threading.get_ident()
+        actor = -2 - tid  # (stream ids are positive, the host is -1)
+        with self.lock:
+            vc = self.streams.setdefault(actor, {actor: 0})
+            _join(vc, clock)
+            vc[actor] = self.latest[actor] = vc[actor] + 1
+            self.callbacks[tid] = (self, vc, actor, (task.stream.id, task.id), name)
+
+    def callback_ended(self) -> None:
+        """The callback the calling thread ran returned: host threads share one clock, so what
+        they do next is taken as after it (the order it happened in)."""
+        with self.lock:
+            running = self.callbacks.pop(threading.get_ident(), None)
+            if running is not None:
+                _join(self.host, running[1])
+                self.host_version += 1
 
     def notify_reset(self, notify) -> None:
         """`notify`'s record was cleared before a wait consumed it (Notify.reset): the next
@@ -523,6 +553,10 @@ class Sanitizer:
             clock = self._clock_of(running)
             if clock is not None:
                 _join(vc, clock)  # submitted from a host function: after its stream's past
+        elif self.callbacks:
+            callback = self.callbacks.get(threading.get_ident())
+            if callback is not None:
+                _join(vc, callback[1])  # submitted from a non-blocking callback: after it
         held = self.held.get(sid)
         if held is not None:
             held.append((sid, task, accesses, site, stream._submitted + 1))
