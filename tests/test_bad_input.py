@@ -427,8 +427,14 @@ def test_a_pool_refuses_a_request_of_no_bytes(nbytes):
     lambda g, a, b: g.add_kernel(art.kernels.noop, cost=10 ** 400),
     lambda g, a, b: g.add_kernel(art.kernels.noop, cost=float("inf")),
     lambda g, a, b: g.add_kernel(art.kernels.noop, name=5),
+    # (a falsy non-list group, or a falsy non-str name, once read as "none given")
+    lambda g, a, b: g.add_kernel(art.kernels.noop, a, reads=0, writes=[a]),
+    lambda g, a, b: g.add_kernel(art.kernels.noop, a, reads=[a], writes=0),
+    lambda g, a, b: g.add_copy(b, a, 16, name=0), lambda g, a, b: g.add_memset(a, 1, 16, name=0),
+    lambda g, a, b: g.add_kernel(art.kernels.noop, cost=None),
 ], ids=["copy -5", "copy 3.5", "copy past end", "copy str", "memset str", "memset 1000",
-        "after int", "reads int", "cost huge int", "cost inf", "name int"])
+        "after int", "reads int", "cost huge int", "cost inf", "name int", "reads 0", "writes 0",
+        "copy name 0", "memset name 0", "cost None"])
 def test_a_bad_graph_node_is_refused_when_added_so_no_run_does_half_of_it(add, stream):
     a, b = art.malloc(64), art.malloc(64)
     g = art.TaskGraph()
@@ -564,6 +570,38 @@ def test_a_launch_cost_must_be_a_finite_number(stream, cost):
     with pytest.raises(art.InvalidArgumentError) as err:
         art.launch(art.kernels.noop, stream=stream, cost=cost)
     assert err.value.code == E.INVALID_PARAM and stream.query()
+
+
+@pytest.mark.parametrize("cost", [{"flops": ""}, {"flops": []}, {"bytes": ()}, {"flops": 0j},
+                                  {"flops": None}, {"bytes": None}, {"seconds": None}, {"seconds": ""},
+                                  {"flops": True}, Cost(flops=None), Cost(bytes=""),
+                                  Cost(seconds=1e-3, link_bytes=None), Cost(link_bytes=[])], ids=repr)
+def test_a_cost_value_that_is_no_number_is_refused_not_read_as_zero(stream, cost):
+    # (`value or 0.0` once took "", [], (), 0j and None for 0 flops, and the kernel as uncosted)
+    with pytest.raises(art.InvalidArgumentError, match=r"cost \w+ must be a finite number >= 0") as err:
+        art.launch(art.kernels.noop, stream=stream, cost=cost)
+    assert err.value.code == E.INVALID_PARAM and stream.query()
+
+
+@pytest.mark.parametrize("cost", [np.int64(1), np.float32(1e-3), np.float64(1e-3), np.uint8(2),
+                                  {"seconds": np.float32(1e-3)}, {"flops": np.int64(10 ** 6), "bytes": np.float16(8)},
+                                  Cost(flops=np.float32(1e6), block_dim=np.int64(2))], ids=repr)
+def test_numpy_scalars_are_numbers_to_a_cost(stream, cost):
+    # (np.int64(1) was refused as "must be a finite number", np.float64 accepted)
+    art.launch(art.kernels.noop, stream=stream, cost=cost)
+    stream.synchronize(timeout=10)
+
+
+def test_numpy_ints_are_a_block_dim_and_bools_are_not(stream):
+    art.launch(art.kernels.noop, stream=stream, block_dim=np.int32(1), cost=np.float64(1e-6))
+    art.launch(art.kernels.noop, stream=stream, cost=Cost(seconds=1e-6, block_dim=np.uint16(1)))
+    stream.synchronize(timeout=10)
+    for bad in (True, np.bool_(True), 1.0, np.float32(1)):
+        with pytest.raises(art.InvalidArgumentError, match="block_dim must be an int .*not a bool"):
+            art.launch(art.kernels.noop, stream=stream, block_dim=bad)
+    for bad in (True, np.bool_(True)):
+        with pytest.raises(art.InvalidArgumentError, match=r"an int or float, numpy's too; not a bool\), got"):
+            art.launch(art.kernels.noop, stream=stream, cost=bad)
 
 
 @pytest.mark.parametrize("call", [

@@ -12,7 +12,7 @@ from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .kernels import REGISTRY
 from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 from .stream import Stream, resolve_stream
-from .validate import as_group, check_finite, check_flag, check_name
+from .validate import as_group, as_int, check_finite, check_flag, check_name
 
 _BUFFER_TYPES = (DeviceBuffer, BufferSlice, TypedView, HostBuffer)
 _VIEWED = (DeviceBuffer, BufferSlice, TypedView)  # what a kernel receives as a numpy view
@@ -65,41 +65,43 @@ def _bounded(value: float, most: float, what: str) -> float:
 MAX_BLOCK_DIM = 65535  # CANN's blockDim range: [1, 65535]
 
 
+def _field(value, what: str, most: float) -> float:
+    return _bounded(check_finite(value, what), most, what)
+
+
 def make_cost(cost, block_dim, device) -> Cost | None:
     """The checked Cost of a launch: `cost` is seconds, a Cost, or a dict of seconds / flops /
     bytes; `block_dim` (or a Cost's own) the logical blocks it runs, 1 .. MAX_BLOCK_DIM (CANN's
     blockDim: as many run at once as there are compute units, the rest in later waves).
-    Seconds above MAX_COST_SECONDS, or flops and bytes above MAX_COST_WORK, are refused: the
-    virtual clock could not hold their end."""
-    link_bytes = 0.0
+    Numbers are ints or floats (numpy's too, not bools); every value a dict gives, and every
+    field of a Cost but a None seconds or block_dim (not given), must be one. Seconds above
+    MAX_COST_SECONDS, or flops and bytes above MAX_COST_WORK, are refused: the virtual clock
+    could not hold their end."""
     if isinstance(cost, Cost):  # (every field checked as the keyword and dict forms are)
-        fields = {"seconds": cost.seconds, "flops": cost.flops, "bytes": cost.bytes}
+        fields = {"flops": cost.flops, "bytes": cost.bytes, "link_bytes": cost.link_bytes}
+        if cost.seconds is not None:  # (None: not given, a Cost's default)
+            fields["seconds"] = cost.seconds
         block_dim = cost.block_dim if block_dim is None else block_dim
-        link_bytes = _bounded(check_finite(cost.link_bytes or 0.0, "cost link_bytes"),
-                              MAX_COST_WORK, "cost link_bytes")
     if block_dim is not None:
-        if type(block_dim) is not int or not 1 <= block_dim <= MAX_BLOCK_DIM:
+        number = as_int(block_dim)  # (numpy's ints too, as byte counts take them)
+        if number is None or not 1 <= number <= MAX_BLOCK_DIM:
             raise InvalidArgumentError(f"block_dim must be an int in [1, {MAX_BLOCK_DIM}] (blocks: "
                                        f"device {device.id} runs {device.properties.compute_units} "
-                                       f"at once), got {block_dim!r}")
+                                       f"at once; numpy's ints too, not a bool), got {block_dim!r:.40}")
+        block_dim = number
     if cost is None:
         return None if block_dim is None else Cost(block_dim=block_dim)
     if isinstance(cost, dict):
         unknown = set(cost) - {"seconds", "flops", "bytes"}
         if unknown:
             raise InvalidArgumentError(f"cost takes seconds, flops and bytes, not {sorted(unknown)[0]!r}")
-        fields = dict(cost)
+        fields = cost  # (every value it gives is checked: None, "" or [] is no 0)
     elif not isinstance(cost, Cost):
         fields = {"seconds": cost}
-    seconds = fields.get("seconds")
-    seconds = None if seconds is None else _bounded(check_finite(seconds, "cost seconds"),
-                                                    MAX_COST_SECONDS, "cost seconds")
-    flops = _bounded(check_finite(fields.get("flops", 0.0) or 0.0, "cost flops"), MAX_COST_WORK,
-                     "cost flops")
-    nbytes = _bounded(check_finite(fields.get("bytes", 0.0) or 0.0, "cost bytes"), MAX_COST_WORK,
-                      "cost bytes")
-    return Cost(seconds=seconds, flops=flops, bytes=nbytes, block_dim=block_dim,
-                link_bytes=link_bytes)
+    seconds = _field(fields["seconds"], "cost seconds", MAX_COST_SECONDS) if "seconds" in fields else None
+    return Cost(seconds=seconds, flops=_field(fields.get("flops", 0.0), "cost flops", MAX_COST_WORK),
+                bytes=_field(fields.get("bytes", 0.0), "cost bytes", MAX_COST_WORK), block_dim=block_dim,
+                link_bytes=_field(fields.get("link_bytes", 0.0), "cost link_bytes", MAX_COST_WORK))
 
 
 def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None = None,

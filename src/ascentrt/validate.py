@@ -14,15 +14,17 @@ from .errors import ErrorCode, InvalidArgumentError, os_cause
 
 
 def check_finite(value, what: str) -> float:
-    """A finite number >= 0, as a float (an int too large for a float is none: 10**400 once
-    reached math.isfinite as an OverflowError); raises InvalidArgumentError naming `what`."""
+    """A finite number >= 0 (an int or float, numpy's too; not a bool), as a float (an int too
+    large for a float is none: 10**400 once reached math.isfinite as an OverflowError); raises
+    InvalidArgumentError naming `what` (a str, None or 0j is no number: none counts as 0)."""
     try:
-        ok = not isinstance(value, bool) and isinstance(value, (int, float)) \
+        ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)) \
             and 0 <= float(value) < float("inf")  # (NaN fails the comparison)
     except OverflowError:
         ok = False
     if not ok:
-        raise InvalidArgumentError(f"{what} must be a finite number >= 0, got {value!r:.40}")
+        raise InvalidArgumentError(f"{what} must be a finite number >= 0 (an int or float, numpy's "
+                                   f"too; not a bool), got {value!r:.40}")
     return float(value)
 
 

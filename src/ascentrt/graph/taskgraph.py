@@ -89,12 +89,15 @@ class TaskGraph:
         kernel = kernel if callable(kernel) else _resolve_kernel(kernel)
         if reads is None and writes is None:
             reads = writes = [a for a in args if isinstance(a, _BUFFERS)]
-        return self._add("kernel", kernel, args, {}, name, reads or (), writes or (), after, cost)
+        # (None beside a given group is empty; anything else is checked: 0 or "" is no list)
+        return self._add("kernel", kernel, args, {}, name, () if reads is None else reads,
+                         () if writes is None else writes, after, cost)
 
     def add_copy(self, dst: Region, src: Region, nbytes: int | None = None, *,
                  after: Iterable[TaskNode] = (), name: str | None = None, cost: float = 1.0) -> TaskNode:
         """An asynchronous copy src -> dst (reads src's bytes, writes dst's); checked as
         memcpy_async checks it, now (a graph that fails half-way would have run part of itself)."""
+        check_name(name)  # (before `or` takes a falsy non-str for no name)
         n = check_copy(dst, src, nbytes)
         rd = _clip(byte_range(src), n)
         wr = _clip(byte_range(dst), n)
@@ -104,6 +107,7 @@ class TaskGraph:
     def add_memset(self, dst: Region, value: int, nbytes: int | None = None, *,
                    after: Iterable[TaskNode] = (), name: str | None = None, cost: float = 1.0) -> TaskNode:
         """An asynchronous byte fill of dst; checked as memset_async checks it, now."""
+        check_name(name)
         wr = _clip(byte_range(dst), check_fill(dst, value, nbytes))
         return self._add("memset", None, (dst, value, nbytes), {}, name or "memset", [], [wr], after,
                          cost, ranges=True)
