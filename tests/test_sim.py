@@ -500,11 +500,20 @@ def test_whatif_names_what_a_failed_variant_died_of_and_a_knob_no_run_read(tmp_p
     (["--vary", "dispatch_ns"], "expected name=v1,v2"),
     (["--vary", "program.x=1", "--vary", "program.x=2"], "program.x is varied twice"),
     (["--vary", "dispatch_ns=1" + "0" * 400], "must be a finite number"),
+    # (a knob without a name, an empty value dropped, a variant run twice: all once went on)
+    (["--vary", "program.=1"], "a program knob needs a name"),
+    (["--vary", "program.=1,2", "--vary", "compute_units=1"], "a program knob needs a name"),
+    (["--vary", "compute_units=1,,2"], "an empty value"),
+    (["--vary", "compute_units=1,2,"], "an empty value"),
+    (["--vary", "compute_units=1,1"], "the value 1 is given twice"),
+    (["--vary", "memory_bandwidth=1e12,1000000000000"], "the value 1000000000000 is given twice"),
+    (["--vary", "program.x=a,b,a"], "the value a is given twice"),
 ])
-def test_whatif_bad_input_is_one_line_naming_the_field(args, words):
-    r = _cli("whatif", *args, "--", "python", "-c", "pass")
+def test_whatif_bad_input_is_one_line_naming_the_field(args, words, tmp_path):
+    r = _cli("whatif", *args, "--", "python", "-c", "pass", cwd=tmp_path)
     assert r.returncode == 1
     assert words in r.stderr and "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # refused before anything ran or was written
 
 
 def test_info_prints_a_preset_with_its_sources():

@@ -273,7 +273,7 @@ def test_ctrl_c_stops_the_running_variant_and_keeps_the_finished_ones(tmp_path):
     out = tmp_path / "wi"
     # Its own session, as a terminal's foreground job: SIGINT goes to its whole process group.
     p = subprocess.Popen([sys.executable, "-m", "ascentrt", "whatif", "--vary",
-                          "program.block=0,1,0", "-o", str(out), "--", "python", str(prog)],
+                          "program.block=0,1,2", "-o", str(out), "--", "python", str(prog)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     pids = tmp_path / "pids.txt"

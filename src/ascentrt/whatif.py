@@ -59,8 +59,14 @@ def parse_vary(specs: list[str]) -> list[tuple[str, list]]:
         if any(name == seen for seen, _ in out):  # (the later one silently won the table)
             raise InvalidArgumentError(f"--vary: {name} is varied twice: give its values in one "
                                        f"--vary {name}=v1,v2,...")
-        items = [v.strip() for v in values.split(",") if v.strip()]
+        items = [v.strip() for v in values.split(",")]
+        if not all(items):  # (an empty one was once dropped: 1,,2 ran two variants)
+            raise InvalidArgumentError(f"--vary {spec!r}: an empty value (expected name=v1,v2,...)")
         if name.startswith(PROGRAM_PREFIX):
+            knob = name[len(PROGRAM_PREFIX):]
+            if not knob or any(c.isspace() for c in knob):
+                raise InvalidArgumentError(f"--vary {spec!r}: a program knob needs a name without "
+                                           f"spaces: {PROGRAM_PREFIX}NAME=v1,v2,...")
             parsed = [_knob(v) for v in items]
         elif name in FIELDS:  # (the rules between fields wait for whole variants: check_variants)
             try:
@@ -73,6 +79,12 @@ def parse_vary(specs: list[str]) -> list[tuple[str, list]]:
                                        f"{f' (did you mean {close[0]!r}?)' if close else ''} "
                                        f"(preset fields: {', '.join(FIELDS)}; the program's own "
                                        f"knobs as {PROGRAM_PREFIX}NAME)")
+        seen = set()
+        for value in parsed:  # (two variants the report could not tell apart, run twice)
+            if shown(value) in seen:
+                raise InvalidArgumentError(f"--vary {spec!r}: the value {shown(value)} is given "
+                                           f"twice (give each value once)")
+            seen.add(shown(value))
         out.append((name, parsed))
     if not out:
         raise InvalidArgumentError("whatif needs at least one --vary name=v1,v2,...")
