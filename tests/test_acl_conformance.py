@@ -922,9 +922,28 @@ def test_threads_start_and_stop():
         acl.util.stop_thread(tid)
     assert acl.util.stop_thread(tid) != 0      # already joined
     with pytest.raises(TypeError):
-        acl.util.start_thread()
-    with pytest.raises(TypeError):
         acl.util.start_thread(5, None)
+
+
+@pytest.mark.parametrize("name, keywords", [
+    ("bytes_to_ptr", {"data": b"x"}), ("ptr_to_bytes", {"ptr": 0, "size": 1}),
+    ("numpy_to_ptr", {"ndarray": np.zeros(1)}), ("numpy_contiguous_to_ptr", {"ndarray": np.zeros(1)}),
+    ("ptr_to_numpy", {"ptr": 0, "shape": (1,), "npy_type": 1}),
+    ("start_thread", {"fn": print, "args": None}), ("stop_thread", {"thread_id": 1})], ids=str)
+def test_util_functions_take_positional_arguments_only(name, keywords):
+    # (pyACL's C functions are METH_VARARGS: start_thread once took fn=, args= keywords)
+    assert sorted(acl.util.__all__) == sorted(["bytes_to_ptr", "ptr_to_bytes", "numpy_to_ptr",
+                                               "numpy_contiguous_to_ptr", "ptr_to_numpy",
+                                               "start_thread", "stop_thread"])  # (all 7 here)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        getattr(acl.util, name)(**keywords)
+
+
+@pytest.mark.parametrize("args", [(), (print,), (print, None, 1)], ids=len)
+def test_start_thread_with_a_wrong_count_keeps_cpythons_parse_message(args):
+    # (it said "start_thread() missing 2 required positional arguments: 'fn' and 'args'")
+    with pytest.raises(TypeError, match=rf"^function takes exactly 2 arguments \({len(args)} given\)$"):
+        acl.util.start_thread(*args)
 
 
 def test_synchronizing_a_stream_from_its_own_blocking_callback_is_107011(rt, stream, reporter):

@@ -162,11 +162,15 @@ class _NativeThread(_threading.Thread):
             _traceback.print_exception(exc, file=_sys.stderr)
 
 
-def start_thread(fn: _Callable[..., object], args: object) -> tuple[int, int]:
-    """(thread_id, ret): start a thread running fn(args); its id works with subscribe_report."""
+def start_thread(*args: _Any) -> tuple[int, int]:
+    """(thread_id, ret): start a thread running fn(args) (start_thread(fn, args), positional
+    only); its id works with subscribe_report."""
+    if len(args) != 2:  # (pyACL keeps CPython's own parse message here, not "args parse failed")
+        raise TypeError(f"function takes exactly 2 arguments ({len(args)} given)")
+    fn, fn_args = args
     if not callable(fn):
         raise TypeError("parameter must be callable")
-    t = _NativeThread(fn, args)
+    t = _NativeThread(fn, fn_args)
     t.start()
     ident = t.ident
     assert ident is not None  # set by start()
