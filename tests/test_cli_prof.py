@@ -324,3 +324,45 @@ def test_the_executors_table_counts_busy_time_per_unit_and_says_so():
         print(headers[3], compute[2], compute[3])
     ''', env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "ascend910b"}, timeout=60)
     assert out.split() == ["busy", "unit-ms", "24", "0.96"]  # 4 x 10 us x 24 units
+
+
+def test_a_program_ascentrt_refuses_at_start_leaves_no_profile_and_says_why(program, tmp_path):
+    # (it left an empty child-<pid>/ that refused the next run into the folder, and said the
+    # program "must import ascentrt", which it had)
+    env = {**os.environ, "ASCENTRT_BACKEND": "gpu"}
+    out = subprocess.run([sys.executable, "-m", "ascentrt.cli", "prof", "-q", "-o", str(tmp_path / "p"),
+                          "--", "python", str(program), "1"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "ascentrt refused the program's settings at start: [100000 INVALID_PARAM] " \
+           "ASCENTRT_BACKEND='gpu'" in out.stderr and "must import ascentrt" not in out.stderr
+    assert not (tmp_path / "p").exists()
+    assert ascentrt("prof", "-q", "-o", str(tmp_path / "p"), "--", "python", str(program), "1").returncode == 0
+
+
+def test_an_empty_part_folder_left_behind_is_no_profile(program, tmp_path):
+    (tmp_path / "p" / "child-123").mkdir(parents=True)
+    out = ascentrt("prof", "-q", "-o", str(tmp_path / "p"), "--", "python", str(program), "1")
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "p" / "child-123").exists() and (tmp_path / "p" / "profile.json").exists()
+
+
+def test_a_profile_refused_its_backend_by_a_setting_leaves_no_folder(tmp_path):
+    env = {**os.environ, "ASCENTRT_BACKEND": "gpu", "ASCENTRT_PROFILE": str(tmp_path / "q")}
+    env.pop("ASCENTRT_PROFILE_PID", None)
+    out = subprocess.run([sys.executable, "-c", "import ascentrt"], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("ascentrt: [100000 INVALID_PARAM] ASCENTRT_BACKEND='gpu'")
+    assert not (tmp_path / "q").exists()
+
+
+def test_a_profile_of_a_program_whose_device_was_refused_claims_no_backend(program, tmp_path):
+    # (a sim run with a bad preset got no device; its summary said "cpu backend (real time)")
+    env = {**os.environ, "ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "nope"}
+    out = subprocess.run([sys.executable, "-m", "ascentrt.cli", "prof", "-q", "-o", str(tmp_path / "p"),
+                          "--", "python", str(program), "1"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 1 and "unknown simulator preset 'nope'" in out.stderr
+    summary = (tmp_path / "p" / "summary.txt").read_text()
+    assert "0 device(s); no device was set up" in summary and "cpu backend" not in summary

@@ -212,3 +212,17 @@ def test_prof_of_a_program_that_profiles_itself_and_starts_children(tmp_path):
     hosts = {e["pid"] for e in trace["traceEvents"] if e["name"] == "process_name"
              and e["args"]["name"].startswith("host")}
     assert hosts == set(pids)
+
+
+def test_an_empty_part_folder_is_no_profile_and_goes_with_the_next_run(tmp_path):
+    # (a process that stopped before writing its part left child-<pid>/ empty: the next run
+    # into the folder was refused as "already holds a profile (child-...)")
+    (tmp_path / "child-123").mkdir()
+    (tmp_path / "child-123.refused").write_text("a note of a run that wrote nothing")
+    with art.profile(tmp_path):
+        pass
+    assert not (tmp_path / "child-123").exists() and not (tmp_path / "child-123.refused").exists()
+    (tmp_path / "child-456").mkdir()
+    with pytest.raises(art.InvalidArgumentError, match="already holds a profile"):
+        art.profile(tmp_path).start()  # (refused: the folder stays as it was)
+    assert (tmp_path / "child-456").is_dir()

@@ -1,5 +1,7 @@
 """ascentrt: an accelerator runtime in the mould of the Ascend CANN Runtime, running for real on the CPU."""
 
+from typing import NoReturn as _NoReturn
+
 from . import accel
 
 accel.keep_to_source_if_asked()  # before any module that accel may replace is imported
@@ -68,13 +70,24 @@ __all__ = [
 ]
 
 
+def _refuse(text: str) -> "_NoReturn":
+    # A wrong setting at import: one line, not a traceback. Under `ascentrt prof` (a process of
+    # its run) the run's folder notes why, so that its error says what happened.
+    import os
+    folder, owner = os.environ.get("ASCENTRT_PROFILE"), os.environ.get("ASCENTRT_PROFILE_PID")
+    if folder and owner and owner != str(os.getpid()):
+        from .profiler.folders import note_refusal
+        note_refusal(folder, os.getpid(), text)
+    raise SystemExit(f"ascentrt: {text}")
+
+
 def _sanitize_from_env() -> None:
     # ASCENTRT_SANITIZE=warn|raise|log checks the whole program for stream races.
     from . import config
     try:
         mode = config.get("ASCENTRT_SANITIZE")
     except InvalidArgumentError as exc:  # a wrong setting: one line, not a traceback
-        raise SystemExit(f"ascentrt: {exc}") from None
+        _refuse(str(exc))
     if mode != "off":
         sanitizer.enable(mode)
         path = config.get("ASCENTRT_SANITIZE_REPORT")
@@ -90,9 +103,13 @@ def _profile_from_env() -> None:
     if folder:
         from .profiler.session import start_from_env
         try:
+            config.get("ASCENTRT_BACKEND")  # (the profile's clock reads it: its error, not the folder's)
+        except InvalidArgumentError as exc:
+            _refuse(str(exc))
+        try:
             start_from_env(folder)
         except InvalidArgumentError as exc:  # a folder that is taken: one line, not a traceback
-            raise SystemExit(f"ascentrt: ASCENTRT_PROFILE={folder}: {exc}") from None
+            _refuse(f"ASCENTRT_PROFILE={folder}: {exc}")
 
 
 _sanitize_from_env()

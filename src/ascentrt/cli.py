@@ -154,7 +154,7 @@ def _prof(args) -> int:
 
     from .errors import ErrorCode, InvalidArgumentError
     from .profiler.data import part_path
-    from .profiler.folders import PROGRESS_FILE, assemble, claim
+    from .profiler.folders import PROGRESS_FILE, assemble, claim, clear_leftovers, refusals
     from .profiler.summary import print_summary
     from .validate import program_command, program_env, start_program, wait_exit_status
     command = program_command(args.command, "ascentrt prof [-o DIR] [--force] [--range NAME] -- python prog.py [args]")
@@ -201,10 +201,14 @@ def _prof(args) -> int:
         print(file=sys.stderr)
     prof = assemble(out, child.pid, command)
     if prof is None:
-        error = InvalidArgumentError(
-            f"no profile was written (the program exited with {code}): it must import ascentrt "
-            f"and exit normally (os._exit and kill signals skip the profile)",
-            code=ErrorCode.INVALID_FILE)
+        refused = refusals(out)
+        clear_leftovers(out)  # (nothing of this run may count as a profile)
+        if made and not os.listdir(out):
+            os.rmdir(out)
+        why = (f"ascentrt refused the program's settings at start: {refused[0]}" if refused else
+               "it must import ascentrt and exit normally (os._exit and kill signals skip the profile)")
+        error = InvalidArgumentError(f"no profile was written (the program exited with {code}): {why}",
+                                     code=ErrorCode.INVALID_FILE)
         if not code:
             raise error
         print(f"ascentrt: error: {_in_words(error)}", file=sys.stderr)

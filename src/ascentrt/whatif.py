@@ -25,7 +25,7 @@ from .profiler import load as load_profile
 from .profiler.critical import critical_path, describe
 from .profiler.data import PART_DIR
 from .profiler.export import SUMMARY_FILE
-from .profiler.folders import OUTPUTS, claim
+from .profiler.folders import OUTPUTS, REFUSED_NOTE, claim
 from .profiler.intervals import total, union
 from .validate import check_path, program_command, program_env
 
@@ -157,7 +157,8 @@ def prepare(out: str, count: int) -> None:
             stale.append(path)
         elif (numbered := _VARIANT.match(name)) and os.path.isdir(path):
             foreign = [n for n in os.listdir(path)
-                       if n not in OUTPUTS and n not in (STDOUT, STDERR) and not _PART.match(n)]
+                       if n not in OUTPUTS and n not in (STDOUT, STDERR) and not _PART.match(n)
+                       and not REFUSED_NOTE.match(n)]
             if not foreign:
                 stale.append(path)
             elif int(numbered.group(1)) >= count:  # (it would read as a result)

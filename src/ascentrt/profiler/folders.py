@@ -17,6 +17,10 @@ from .profile import Profile, read
 PROGRESS_FILE = "progress.json"
 OUTPUTS = (DATA_FILE, TRACE_FILE, REPORT_FILE, SUMMARY_FILE, *CSV_FILES, PROGRESS_FILE)
 _PART = re.compile(re.escape(PART_DIR).replace(r"\{pid\}", r"([0-9]+)") + "$")
+# Why ascentrt refused a process of an `ascentrt prof` run at its start (a wrong setting): the
+# run's error says it, instead of guessing that the program never imported ascentrt.
+REFUSED = PART_DIR + ".refused"
+REFUSED_NOTE = re.compile(re.escape(REFUSED).replace(r"\{pid\}", "[0-9]+") + "$")
 
 
 def claim(path: str, overwrite: bool = False) -> str:
@@ -25,7 +29,9 @@ def claim(path: str, overwrite: bool = False) -> str:
     removes them first; other files in it are left alone."""
     try:
         os.makedirs(path, exist_ok=True)
-        earlier = sorted(n for n in os.listdir(path) if n in OUTPUTS or _PART.match(n))
+        # (an empty part folder, what a run that wrote no profile left, is no profile)
+        earlier = sorted(n for n in os.listdir(path) if n in OUTPUTS
+                         or _PART.match(n) and not _empty_folder(os.path.join(path, n)))
     except OSError as exc:
         raise InvalidArgumentError(f"cannot create the profile folder {path!r}: {os_cause(exc)}",
                                    code=ErrorCode.INVALID_FILE) from None
@@ -34,6 +40,7 @@ def claim(path: str, overwrite: bool = False) -> str:
             f"{path!r} already holds a profile ({', '.join(earlier[:3])}"
             f"{', ...' if len(earlier) > 3 else ''}): choose another folder, or replace it "
             f"with --force (overwrite=True in ascentrt.profile)", code=ErrorCode.INVALID_FILE)
+    clear_leftovers(path)
     for name in earlier:
         target = os.path.join(path, name)
         if os.path.isdir(target):
@@ -41,6 +48,53 @@ def claim(path: str, overwrite: bool = False) -> str:
         else:
             os.remove(target)
     return path
+
+
+def _empty_folder(path: str) -> bool:
+    try:
+        return os.path.isdir(path) and not os.listdir(path)
+    except OSError:
+        return False
+
+
+def clear_leftovers(root: str) -> None:
+    """Remove from profile folder `root` what holds no profile: empty part folders (a process
+    that stopped before writing its part) and refusal notes."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        try:
+            if REFUSED_NOTE.match(name):
+                os.remove(os.path.join(root, name))
+            elif _PART.match(name):
+                os.rmdir(os.path.join(root, name))  # (only when empty: OSError otherwise)
+        except OSError:
+            pass
+
+
+def note_refusal(root: str, pid: int, text: str) -> None:
+    """Leave in profile folder `root` why ascentrt refused process `pid` at its start (best
+    effort: the process exits anyway)."""
+    try:
+        with open(os.path.join(root, REFUSED.format(pid=pid)), "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError:
+        pass
+
+
+def refusals(root: str) -> list[str]:
+    """The reasons processes of a run into `root` were refused at their start (note_refusal)."""
+    found = []
+    try:
+        for name in sorted(os.listdir(root)):
+            if REFUSED_NOTE.match(name):
+                with open(os.path.join(root, name), encoding="utf-8") as f:
+                    found.append(f.read().strip())
+    except OSError:
+        pass
+    return found
 
 
 def parts(root: str) -> list[Profile]:

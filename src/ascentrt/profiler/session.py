@@ -58,6 +58,10 @@ class Session:
             if self._recorder is not None or self.profile is not None:
                 raise AscentError("this profile session was started already; create a new one",
                                   code=ErrorCode.REPEAT_INITIALIZE)
+            # (the recorder before the folder: a setting it refuses, such as ASCENTRT_BACKEND,
+            # leaves no folder behind)
+            fresh = _recorder is None
+            rec = Recorder() if _recorder is None else _recorder
             if self.path is not None:
                 taken = [s.path for s in _running if s.path is not None
                          and os.path.abspath(s.path) == os.path.abspath(self.path)]
@@ -66,13 +70,13 @@ class Session:
                                                f"is running: give this one another folder",
                                                code=ErrorCode.INVALID_FILE)
                 folders.claim(self.path, self.overwrite)
-            if _recorder is None:
-                _recorder = Recorder()
-                _recorder.start()
-                self._since = _recorder.origin
+            if fresh:
+                _recorder = rec
+                rec.start()
+                self._since = rec.origin
             else:
-                self._since = _recorder.edge()
-            self._recorder = _recorder
+                self._since = rec.edge()
+            self._recorder = rec
             _running.append(self)
         return self
 
