@@ -310,7 +310,7 @@ def preset_line(preset: Preset) -> str:
 
 def table(rows: list[dict], varied: list[str], preset: Preset, out: str = "") -> str:
     """The comparison as aligned text, under the preset's name."""
-    head = [*varied, "virtual ms", "compute", "copy", "host", "critical path"]
+    head = [*varied, "virtual ms", "compute", "copy", "host funcs", "critical path"]
     lines = [head]
     for r in rows:
         vals = [shown(r[n]) for n in varied]
