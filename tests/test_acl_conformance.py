@@ -863,6 +863,24 @@ def test_exception_info_callback_hears_of_a_device_side_wait_that_timed_out(rt, 
     assert rt.destroy_notify(notify) == 0
 
 
+@pytest.mark.cpu_only  # (the cpu backend's watchdog fires timed waits in real time)
+def test_a_blocking_exception_callback_holds_up_no_other_waits_timeout(rt):
+    # (the callbacks ran on the watchdog thread: one that blocked for 1 s held every other
+    # timed wait's timeout back until it returned)
+    s1, _ = rt.create_stream()
+    s2, _ = rt.create_stream()
+    n1, _ = rt.create_notify(0)
+    n2, _ = rt.create_notify(0)
+    assert rt.set_exception_info_callback(lambda info: time.sleep(1.0)) == 0
+    assert rt.wait_and_reset_notify(n1, s1, 50) == 0
+    assert rt.wait_and_reset_notify(n2, s2, 300) == 0
+    t0 = time.monotonic()
+    assert rt.synchronize_stream(s2) == C.ACL_ERROR_RT_WAIT_TIMEOUT
+    assert time.monotonic() - t0 < 0.9
+    assert rt.synchronize_stream(s1) == C.ACL_ERROR_RT_WAIT_TIMEOUT
+    rt.destroy_notify(n1), rt.destroy_notify(n2)
+
+
 # ---- util ------------------------------------------------------------------------------------
 
 def test_util_conversions(rt):

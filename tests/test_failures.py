@@ -1,6 +1,7 @@
 """Task failures: CONTINUE and STOP modes, ExceptionInfo, per-thread last error (semantics 6)."""
 
 import threading
+import time
 
 import pytest
 
@@ -204,24 +205,44 @@ def test_base_exceptions_in_kernels_are_contained(stream):
     art.get_last_error()
 
 
-def test_a_wait_released_by_a_record_a_destroy_dropped_fails_its_stream(dev):
+@pytest.mark.parametrize("by", ["event", "notify, queued", "notify, blocked"])
+def test_a_wait_released_by_a_record_a_destroy_dropped_fails_its_stream(dev, by):
     # (a force-destroy dropped the producer's memset and its record; the stream waiting on that
     # record went on and its synchronize succeeded, its consumer having read stale bytes)
+    from ascentrt.engine import Hooks
     producer, consumer = dev.create_stream(), dev.create_stream()
-    hold = art.Notify(dev)
+    hold, handoff = art.Notify(dev), art.Notify(dev)
     buf = art.malloc(4096)
     art.memset(buf, 0, 4096)
     producer.wait_notify(hold)                       # holds the producer's work back
     art.memset_async(buf, 1, 4096, stream=producer)
-    consumer.wait(producer.record())
+    if by == "event":
+        consumer.wait(producer.record())
+    else:
+        if by == "notify, queued":                   # (not at its wait yet when it is dropped)
+            consumer.wait_notify(hold)
+        producer.record_notify(handoff)
+        consumer.wait_notify(handoff)
     art.memset_async(buf, 2, 64, stream=consumer)    # later work of the waiting stream
-    producer.destroy(force=True)                     # drops the memset and the record unrun
-    with pytest.raises(art.TaskError) as info:
-        consumer.synchronize()
+    told = []
+    Hooks.exception_callbacks.append(told.append)
+    try:
+        producer.destroy(force=True)                 # drops the memset and the record unrun
+        if by == "notify, queued":
+            hold.record(dev.create_stream())         # lets the consumer reach its wait
+        with pytest.raises(art.TaskError) as info:
+            consumer.synchronize()
+        deadline = time.monotonic() + 5              # (the callbacks run on a thread of their own)
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        Hooks.exception_callbacks.remove(told.append)
     assert info.value.code == art.ErrorCode.RT_STREAM_ABORT
     assert "never ran" in str(info.value) and f"stream {producer.id}" in str(info.value)
+    assert [i.error_code for i in told] == [art.ErrorCode.RT_STREAM_ABORT]
+    assert art.get_last_error() == art.ErrorCode.RT_STREAM_ABORT  # (the thread that submitted it)
     consumer.synchronize()                           # raised once; the stream goes on
-    hold.destroy(), consumer.destroy(), buf.free()
+    hold.destroy(), handoff.destroy(), consumer.destroy(), buf.free()
 
 
 @pytest.mark.cpu_only  # (its own process, on the cpu backend)

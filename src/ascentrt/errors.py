@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .callsite import user_frame
@@ -214,6 +216,24 @@ def note_async_error(thread_id: int, code: int) -> None:
     """Record that a task submitted by `thread_id` failed, for that thread's get_last_error."""
     _async_errors[thread_id] = int(code)
 
+
+
+@contextlib.contextmanager
+def keeping_last_error() -> Iterator[None]:
+    """Errors made inside are tasks' failures, made on whichever thread the engine notices them
+    (a host thread stepping a simulated device, one calling destroy): not that thread's last
+    error, which is its own calls' (a failure reaches get_last_error by note_async_error)."""
+    prev = _last.code
+    try:
+        yield
+    finally:
+        _last.code = prev
+
+
+def failure_of_a_task(cls: type, message: str, code: int) -> "AscentError":
+    """An error a task fails with (see keeping_last_error)."""
+    with keeping_last_error():
+        return cls(message, code=code)
 
 
 def set_last_error(code: int) -> None:

@@ -22,7 +22,8 @@ from typing import Any
 
 from .. import config, interrupts
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
-                      TimeoutError_, note_async_error, warn_at_caller)
+                      TimeoutError_, failure_of_a_task, keeping_last_error, note_async_error,
+                      warn_at_caller)
 from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_FUNC, KERNEL,
                    KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, Task)
 
@@ -262,14 +263,27 @@ class ExecutorQueue:
         self.engine._report_failures(infos)
 
 
-def _unrun_record(s, t: Task) -> StreamStateError:
+_WAIT_KINDS = (EVENT_WAIT, NOTIFY_WAIT)
+
+
+def _released_unrun(s, t: Task) -> bool:
+    """Whether wait `t` of stream `s` was released by a record its stream dropped unrun."""
+    if t.kind == EVENT_WAIT:
+        return t.marker.dropped and t.marker.lost_work and t.marker.stream is not s
+    return t.releaser is not None and t.releaser.dropped and t.releaser.lost_work
+
+
+def _unrun_record(s, t: Task) -> AscentError:
     """The failure of wait `t` of stream `s`, released by a record that never ran."""
-    m = t.marker
-    why = f"{m.discarded_by} dropped it" if m.discarded_by else \
-        f"stream {m.stream.id} stopped at a failed task and dropped it"
-    return StreamStateError(f"stream {s.id}'s wait (task {t.id}) was released by an event record "
-                            f"on stream {m.stream.id} that never ran ({why}, with the work before "
-                            f"it): the work after the wait ran without it", code=ErrorCode.RT_STREAM_ABORT)
+    if t.kind == EVENT_WAIT:
+        record, what, why = t.marker.stream, "an event record", t.marker.discarded_by
+    else:
+        releaser: Any = t.releaser
+        record, what, why = releaser.stream, f"a record of notify {t.notify.id}", releaser.discarded_by
+    why = f"{why} dropped it" if why else f"stream {record.id} stopped at a failed task and dropped it"
+    return failure_of_a_task(StreamStateError, f"stream {s.id}'s wait (task {t.id}) was released by "
+                             f"{what} on stream {record.id} that never ran ({why}, with the work "
+                             f"before it): the work after the wait ran without it", ErrorCode.RT_STREAM_ABORT)
 
 
 class _AllOf:
@@ -457,11 +471,11 @@ class Engine:
                     break  # blocked on a wait
                 tasks.popleft()
                 self._completed(s)
-                if t.kind == EVENT_WAIT and t.marker.dropped and t.marker.stream is not s:
+                if t.kind in _WAIT_KINDS and _released_unrun(s, t):
                     # Released by a record its stream dropped unrun: what this stream does next
                     # would read what the work before that record was to write. It fails (in
                     # STOP mode, the rest of it is dropped too), as CANN reports an aborted wait.
-                    self._fail(s, t, _unrun_record(s, t))
+                    self._report_later([self._fail(s, t, _unrun_record(s, t))])
             else:
                 s._active = False
                 s._dq.active.discard(s)
@@ -498,8 +512,8 @@ class Engine:
         if kind == NOTIFY_WAIT:
             n = t.notify
             if n._set or t.let_go:
-                if t.let_go:  # (a record dropped unrun let this queued wait go: see _discard)
-                    t.let_go = False
+                if t.let_go:  # (a record dropped unrun let this queued wait go: see _discard;
+                    t.let_go = False  # its releaser says which, and _advance fails the wait)
                 else:
                     t.releaser = n._set
                     n._set = False
@@ -715,6 +729,10 @@ class Engine:
             first = running.id + 1
         queued = len(tasks)
         records = []
+        # Whether work before the records dropped here never ran (or failed: a STOP-mode
+        # discard follows a failure): their waiters go on without it. A record right behind
+        # work that all ran releases them as its run would have.
+        lost = not why or why == _FORKED  # (a fork: the child never saw the running one end)
         while tasks:
             t = tasks.popleft()
             if t.on_discard is not None:  # (first: what its record releases must know)
@@ -722,10 +740,16 @@ class Engine:
             if t.kind == EVENT_RECORD or t.kind == NOTIFY_RECORD:
                 t.dropped = True  # (a profile shows it dropped, not run, where it lets waiters go)
                 records.append(t)
-                if t.kind == EVENT_RECORD and why:
-                    t.marker.discarded_by = why  # (its event's later syncs report it)
-                elif t.kind == NOTIFY_RECORD:
+                if t.kind == EVENT_RECORD:
+                    t.marker.lost_work = lost
+                    if why:
+                        t.marker.discarded_by = why  # (its event's later syncs report it)
+                else:
+                    t.lost_work = lost
                     t.lets_go = self._wait_to_let_go(t.notify, s)
+                    t.discarded_by = why
+            elif t.executor is not None:
+                lost = True
         if s._running is not None:
             # A task still runs: the records behind it release their waiters once it ends (a
             # stream that waits on one, or a block reused after it, must not overlap with it).
@@ -766,11 +790,14 @@ class Engine:
                     self._claimed_waits.discard(target)
                     n = t.notify
                     blocked = next((w for w in n._waiters if w._blocked is target), None)
-                    if blocked is not None:  # (its stream is at it: released here)
-                        n._waiters.remove(blocked)
+                    if blocked is not None:  # (its stream is at it: released here, and it fails
+                        n._waiters.remove(blocked)  # when work the record was to follow never ran)
                         self._let_go(blocked, t, released)
+                        if t.lost_work:
+                            self._report_later([self._fail(blocked, target, _unrun_record(blocked, target))])
                     else:
                         target.let_go = True  # (when its stream reaches it)
+                        target.releaser = t
             for w in released:
                 self._advance(w, None)
 
@@ -917,6 +944,16 @@ class Engine:
             lock.acquire()
 
     @staticmethod
+    def _report_later(infos) -> None:
+        """Give failures found under the lock (a timed-out or a released wait) to the
+        exception-info callbacks from a thread of their own: the program's code must not run
+        under the lock, nor hold the watchdog up (a callback may block, even on a timed wait
+        the watchdog is to end)."""
+        if infos and Hooks.exception_callbacks:
+            threading.Thread(target=Engine._report_failures, args=(infos,), daemon=True,
+                             name="ascentrt-exception-callbacks").start()
+
+    @staticmethod
     def _report_failures(infos) -> None:
         """Give each failure to the exception-info callbacks (called without the lock)."""
         for info in infos:
@@ -951,13 +988,7 @@ class Engine:
         with self.lock:
             while True:
                 now = self.devices[0].backend.now_ns()
-                infos = self._fire_due(now)
-                if infos and Hooks.exception_callbacks:
-                    self.lock.release()
-                    try:
-                        self._report_failures(infos)
-                    finally:
-                        self.lock.acquire()
+                self._report_later(self._fire_due(now))
                 timeout = (self._deadlines[0][0] - now) / 1e9 if self._deadlines else None
                 self._watchdog_cv.wait(timeout)
 
@@ -972,9 +1003,10 @@ class Engine:
                 s._tasks.popleft()
                 self._completed(s)
                 what = "event" if t.kind == EVENT_WAIT else "notify"
-                infos.append(self._fail(s, t, TimeoutError_(f"device-side wait on {what} timed out",
-                                                            code=ErrorCode.RT_WAIT_TIMEOUT)
-                                        if t.timeout_error is None else t.timeout_error(s, t)))
+                with keeping_last_error():  # (a simulated device fires it on a host thread)
+                    error = TimeoutError_(f"device-side wait on {what} timed out", code=ErrorCode.RT_WAIT_TIMEOUT) \
+                        if t.timeout_error is None else t.timeout_error(s, t)
+                infos.append(self._fail(s, t, error))
                 if s._tasks:
                     self._advance(s, None)
                 else:
@@ -1329,11 +1361,13 @@ def _after_fork_in_child() -> None:
                 engine._discard(s, _FORKED)
                 if in_flight > 0:
                     engine._completed(s, in_flight)
-                if first is not None:  # (its next synchronize says so: that work never ran here)
-                    engine._fail(s, first, StreamStateError(
-                        f"stream {s.id}'s work queued before the process forked never ran in this "
-                        f"child (it is the parent's): its results are not here",
-                        code=ErrorCode.RT_STREAM_ABORT))
+                if first is not None:  # (its next synchronize says so: that work never ran here;
+                    # nobody's last error: no call of the child's failed)
+                    s._errors.append(ExceptionInfo(dq.device_id, s.id, first.id, int(ErrorCode.RT_STREAM_ABORT),
+                                                   first.label, failure_of_a_task(
+                        StreamStateError, f"stream {s.id}'s work queued before the process forked "
+                        f"never ran in this child (it is the parent's): its results are not here",
+                        ErrorCode.RT_STREAM_ABORT), first.thread))
 
 
 if hasattr(os, "register_at_fork"):

@@ -66,6 +66,8 @@ class Task(Op):
     handed_ns = 0       # on a virtual device: when its stream's task before it ended on
                         # another executor class (0: the same class, or none)
     dropped = False     # its stream dropped it unrun (destroyed, or stopped after a failure)
+    discarded_by = ""   # a notify record dropped unrun: what dropped it (an abort, destroy, reset)
+    lost_work = False   # ... and whether work queued before it was dropped unrun too
     units = 1           # executor units it held while it ran (a simulated kernel: its block_dim)
     # (stream, task id) of tasks of other streams it runs as part of (a collective's lane step:
     # each rank's own task; a non-blocking host function: the task that handed it off): a
@@ -116,7 +118,7 @@ class Marker:
     """The point an event record captured: done once the stream's work before it completed."""
 
     __slots__ = ("stream", "position", "done", "ts_ns", "waiters", "host_waiters", "timing",
-                 "capture", "clock", "note", "needs_host", "dropped", "discarded_by")
+                 "capture", "clock", "note", "needs_host", "dropped", "discarded_by", "lost_work")
 
     def __init__(self, stream: Any, position: int, timing: bool):
         self.stream: Any = stream     # the Stream that records it (None: not known yet)
@@ -135,3 +137,4 @@ class Marker:
         self.needs_host: Callable[[], bool] | None = None
         self.dropped = False          # done because its stream dropped the record unrun (no ts_ns)
         self.discarded_by = ""        # what dropped it, when an abort, destroy or reset did
+        self.lost_work = False        # dropped after work queued before it was dropped unrun too

@@ -244,11 +244,15 @@ def _stragglers(profile: ProfileData) -> list[Finding]:
     """A rank that reaches its collectives last while the others wait in them, idle: the time
     they waited, and the work its stream did before it arrived."""
     tasks = {t.key: t for t in profile.tasks}
+    shared = {k for k, n in Counter(t.key for t in profile.tasks).items() if n > 1}  # (graph replays)
     waited: defaultdict[tuple, int] = defaultdict(int)   # (comm, late rank) -> ns the others waited
     late: defaultdict[tuple, list] = defaultdict(list)   # (comm, late rank) -> [(collective, its part)]
     ranks: dict[int, int] = {}                           # comm -> how many ranks
     for coll in profile.collectives:
-        parts = [(p[0], tasks[k]) for p in coll.parts if (k := tuple(p[1:])) in tasks]
+        keys = [tuple(p[1:]) for p in coll.parts]
+        if any(k in shared for k in keys):
+            continue  # (a replayed graph's parts share their task's id: which replay is whose?)
+        parts = [(p[0], tasks[k]) for p, k in zip(coll.parts, keys) if k in tasks]
         if len(parts) < 2 or coll.state != "done":
             continue
         rank, last = max(parts, key=lambda rp: rp[1].start_ns)
