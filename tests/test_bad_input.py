@@ -96,6 +96,21 @@ def test_double_free_raises_207002(dev, stream):
     _still_usable(stream)
 
 
+def test_a_free_after_the_device_reset_freed_the_buffer_says_the_reset_freed_it():
+    # (it said "double free" of a buffer the program had freed once, or not at all)
+    out = run_program("""
+        import ascentrt as art
+        dev = art.Device(0)
+        b = art.malloc(64)
+        dev.reset()
+        try:
+            b.free()
+        except art.InvalidHandleError as exc:
+            print(int(exc.code), "double" in str(exc), "reset of device 0" in str(exc))
+    """, env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["207002", "False", "True"]
+
+
 def test_free_of_an_int_that_is_not_a_live_allocation_start_raises(buf, stream):
     for ptr in (0, 12345, buf.ptr + 32):
         with pytest.raises(art.InvalidAddressError) as err:

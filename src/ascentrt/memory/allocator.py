@@ -10,6 +10,7 @@ import numpy as np
 from .. import config
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError, OutOfMemoryError
 from ..interrupts import hold, release, release_or_undo
+from ..units import format_bytes
 from .arena import Arena, round_size
 from ..validate import check_size
 from .buffer import GRANULE, DeviceBuffer
@@ -84,6 +85,10 @@ class DeviceAllocator:
         # streams record_stream named per buffer address.
         self.late_frees = DeferredFrees()
         self.used_on: dict[int, list] = {}
+        # The plain arena's figures for memory_stats (the pool keeps its own): counts, and the
+        # peaks of the bytes live buffers hold and of the bytes they asked for.
+        self.plain = {"allocs": 0, "frees": 0, "ooms": 0, "allocated": 0, "peak_allocated": 0,
+                      "requested": 0, "peak_requested": 0, "peak_reserved": 0}
         self.record_sites = leaks.recording_sites()
         backend = device._backend
         # A simulated device charges each malloc and free its modelled host cost.
@@ -95,8 +100,15 @@ class DeviceAllocator:
             self.chunks = ArenaChunks(capacity, base, mem, decommit, registry=_REGISTRY)
             self.pool = pool_from_config(self.chunks, f"device {device.id}", Links.busy_streams)
             upfront = config.get("ASCENTRT_MEM_POOL_SIZE")
+            if upfront > capacity:
+                # Refused, not cut to the capacity: a size that cannot be reserved is a mistake
+                # (64G for 64M), as a CANN malloc of more than the device has fails (207001).
+                raise InvalidArgumentError(
+                    f"ASCENTRT_MEM_POOL_SIZE={upfront} bytes ({format_bytes(upfront)}) is more than "
+                    f"device {device.id} has: {capacity} bytes ({format_bytes(capacity)}); reserve at "
+                    f"most that, or raise ASCENTRT_DEVICE_MEMORY")
             if upfront:
-                self.pool.prereserve(min(upfront, capacity))
+                self.pool.prereserve(upfront)
         else:
             self.chunks = ArenaChunks(capacity, base, mem, decommit)
             self.arena = self.chunks.arena  # plain mode: every buffer is carved from the arena
@@ -231,16 +243,28 @@ class DeviceAllocator:
                     off = arena.alloc(round_size(size))
             except OutOfMemoryError as exc:
                 exc.device = self.device.id  # (the arena knows no device: a profile blames this one)
+                self.plain["ooms"] += 1
                 raise
             buf = DeviceBuffer(self.device, self.base + off, size, nbytes,
                                self.mem[off:off + size], self)
             self.live[buf.addr] = buf
             _REGISTRY.add(buf)
+            self._count_plain(size, nbytes)
         if _REGISTRY.observers:
             _REGISTRY.allocated(buf)
         if self.record_sites:
             leaks.note_site(buf)
         return buf
+
+    def _count_plain(self, size: int, requested: int) -> None:
+        """Count a plain-arena malloc (positive sizes) or free (negative) in self.plain."""
+        c = self.plain
+        c["allocs" if size > 0 else "frees"] += 1
+        c["allocated"] += size
+        c["requested"] += requested
+        c["peak_allocated"] = max(c["peak_allocated"], c["allocated"])
+        c["peak_requested"] = max(c["peak_requested"], c["requested"])
+        c["peak_reserved"] = max(c["peak_reserved"], self.arena.used_bytes)  # type: ignore[union-attr]
 
     def _waited_for_frees(self) -> bool:
         """After a refused allocation: wait for the work that this allocator's pending frees
@@ -285,6 +309,7 @@ class DeviceAllocator:
         if self.live.pop(buf.addr, None) is not buf:
             return False
         _REGISTRY.remove(buf)
+        self._count_plain(-buf.nbytes, -buf.requested)
         # No pool: the range goes back to the arena once the work queued before the free
         # is done (the stream's and those record_stream named, or all work: another
         # device's peer copy may write into it), which until then still sees the bytes.
@@ -337,12 +362,13 @@ class DeviceAllocator:
         # (and those of the device's MemPools: a reset frees every buffer of the device)
         pooled = [buf for alloc in self.explicit for buf in alloc.live_buffers()]
         leaks.report(bufs + pooled, f"device {self.device.id} reset")
+        by = f"the reset of device {self.device.id}"
         for buf in bufs:
             self.release(buf)
-            buf._revoke()
+            buf._revoke(by)
         for buf in pooled:
             buf._owner.release(buf)
-            buf._revoke()
+            buf._revoke(by)
         for pool in [self.pool, *self.pools()]:
             if pool is not None:
                 pool.empty_cache()

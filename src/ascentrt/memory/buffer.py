@@ -200,9 +200,12 @@ class _Allocation(_ByteRange):
 
     # `_late` is set only by a stream-ordered free that queued work still needs:
     # (bytes, ((stream, last task id), ...)); unset otherwise (one store less per malloc).
-    __slots__ = ("_mem", "_late", "site")
+    # `_freed_by` is set only when the runtime freed it for the program (a device reset): a
+    # later free is no double free of the program's, and says so.
+    __slots__ = ("_mem", "_late", "site", "_freed_by")
     _mem: np.ndarray | None
     _late: tuple[np.ndarray, tuple]
+    _freed_by: str
     site: Any       # where the program allocated it (noted under ASCENTRT_LEAK_CHECK=sites), or None
 
     @property
@@ -220,9 +223,10 @@ class _Allocation(_ByteRange):
         """Offset inside the allocation (always 0 for the allocation itself)."""
         return 0
 
-    def _revoke(self) -> None:
+    def _revoke(self, by: str = "a device reset") -> None:
         """After a reset's free: tasks queued before it no longer see the bytes (they fail with
         107017 as they run, another device's queued copy too), as if the memory were gone."""
+        self._freed_by = by
         late = getattr(self, "_late", None)
         if late is not None:
             self._late = (late[0], ())
@@ -233,8 +237,20 @@ class _Allocation(_ByteRange):
             late = getattr(self, "_late", None)
             if late is not None and _queued_before_free(late[1]):
                 return late[0]  # a task queued before a stream-ordered free still sees the bytes
-            raise InvalidHandleError(f"{self.kind} buffer at {self.addr:#x} was freed")
+            by = getattr(self, "_freed_by", None)
+            raise InvalidHandleError(f"{self.kind} buffer at {self.addr:#x} was freed" + (f" by {by}" if by else ""))
         return mem
+
+    def _freed_again(self) -> InvalidHandleError:
+        """The error of a free of a freed allocation (207002): a double free, or one after the
+        runtime freed it for the program."""
+        by = getattr(self, "_freed_by", None)
+        if by:
+            text = (f"free of {self.kind} buffer at {self.addr:#x} after {by} freed it (the program "
+                    f"had not; a reset frees every buffer of its device, and a buffer needs no free after it)")
+        else:
+            text = f"double free of {self.kind} buffer at {self.addr:#x}"
+        return InvalidHandleError(text, code=ErrorCode.RT_MEMORY_FREE)
 
 
 class DeviceBuffer(_Allocation):
@@ -264,13 +280,11 @@ class DeviceBuffer(_Allocation):
         raises InvalidArgumentError (207002) and frees nothing.
         """
         if self._mem is None:
-            raise InvalidHandleError(f"double free of device buffer at {self.addr:#x}",
-                                     code=ErrorCode.RT_MEMORY_FREE)
+            raise self._freed_again()
         if _exports:
             check_no_exports(self)
         if not self._owner.release(self, stream):  # another thread's free got there first
-            raise InvalidHandleError(f"double free of device buffer at {self.addr:#x}",
-                                     code=ErrorCode.RT_MEMORY_FREE)
+            raise self._freed_again()
 
     def __repr__(self) -> str:
         state = "" if self.alive else ", freed"
@@ -317,13 +331,11 @@ class HostBuffer(_Allocation):
     def free(self) -> None:
         """Release the memory; freeing twice raises InvalidHandleError (207002)."""
         if self._mem is None:
-            raise InvalidHandleError(f"double free of host buffer at {self.addr:#x}",
-                                     code=ErrorCode.RT_MEMORY_FREE)
+            raise self._freed_again()
         if _exports:
             check_no_exports(self)
         if not self._release(self):  # another thread's free got there first
-            raise InvalidHandleError(f"double free of host buffer at {self.addr:#x}",
-                                     code=ErrorCode.RT_MEMORY_FREE)
+            raise self._freed_again()
         if REGISTRY.observers:
             REGISTRY.freed(self)
 

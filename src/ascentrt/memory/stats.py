@@ -84,6 +84,34 @@ def pool_stats(pool: BlockPool) -> dict:
         }
 
 
+def plain_stats(alloc: Any) -> dict:
+    """pool_stats' keys for an allocator with the pool off (ASCENTRT_MEM_POOL_ENABLE=0), as
+    PyTorch keeps its keys with caching off: every malloc reserves from the device and every
+    free gives back (once the work queued before it is done: until then pending, and reserved)."""
+    c, arena = alloc.plain, alloc.arena
+    used = arena.used_bytes  # live buffers and frees waiting for queued work
+    largest = arena.largest_free()
+    free = arena.free_bytes()
+    return {
+        "allocated_bytes.current": c["allocated"], "allocated_bytes.peak": c["peak_allocated"],
+        "reserved_bytes.current": used, "reserved_bytes.peak": c["peak_reserved"],
+        "active_bytes.current": used, "active_bytes.peak": c["peak_reserved"],
+        "inactive_split_bytes.current": 0,
+        "pending_free_bytes.current": max(used - c["allocated"], 0),
+        "cached_free_bytes.current": 0,
+        "requested_bytes.current": c["requested"], "requested_bytes.peak": c["peak_requested"],
+        "num_allocs": c["allocs"], "num_frees": c["frees"],
+        "num_device_reserve": c["allocs"], "num_device_release": c["frees"],
+        "num_alloc_retries": 0, "num_ooms": c["ooms"],
+        "num_pending_reuse": 0, "num_inserted_waits": 0,
+        "num_chunks": 0,
+        "largest_free_block": largest,
+        "fragmentation.internal": 1 - c["requested"] / c["allocated"] if c["allocated"] else 0.0,
+        "fragmentation.external": 0.0,
+        "fragmentation.largest_free_ratio": 1 - largest / free if free else 0.0,
+    }
+
+
 def memory_stats(device: Any = None, pool: Any = None) -> dict:
     """Statistics of a device's pools (default: the current device), or of one pool.
 
@@ -91,8 +119,8 @@ def memory_stats(device: Any = None, pool: Any = None) -> dict:
     figures are those of the default pool.
     """
     pools = _pools(device, pool)
-    if not pools:
-        return {}
+    if not pools:  # the pool is off: the same keys, from the plain arena
+        return plain_stats(Links.resolve_device(device)._memory)
     per = [pool_stats(p) for p in pools]
     out = dict(per[0])
     for extra in per[1:]:
@@ -135,11 +163,11 @@ def _mib(n: int) -> str:
 def memory_summary(device: Any = None, pool: Any = None) -> str:
     """A readable table of memory_stats() and the per-chunk fragmentation."""
     s = memory_stats(device, pool)
-    if not s:
-        return "memory pool: off (ASCENTRT_MEM_POOL_ENABLE=0)"
+    off = not _pools(device, pool)
     rows = [("allocated", "allocated_bytes"), ("reserved", "reserved_bytes"),
             ("active", "active_bytes"), ("requested", "requested_bytes")]
-    lines = ["memory pool summary", f"{'':22}{'current':>15}{'peak':>15}"]
+    title = "memory summary (pool off: ASCENTRT_MEM_POOL_ENABLE=0)" if off else "memory pool summary"
+    lines = [title, f"{'':22}{'current':>15}{'peak':>15}"]
     for label, key in rows:
         lines.append(f"{label:22}{_mib(s[key + '.current']):>15}{_mib(s[key + '.peak']):>15}")
     lines.append(f"{'inactive split':22}{_mib(s['inactive_split_bytes.current']):>15}")
