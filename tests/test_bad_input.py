@@ -1,5 +1,9 @@
 """Bad input: each mistake raises the right error class and code, changes nothing, and the runtime goes on."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -298,6 +302,49 @@ def test_a_timeout_setting_must_be_a_finite_positive_number_of_seconds(monkeypat
     with pytest.raises(art.InvalidArgumentError) as err:
         art.config.get(setting)
     assert err.value.code == E.INVALID_PARAM and setting in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "-inf", "nan", "1e30", "9E", "-1", "0.5"])
+@pytest.mark.parametrize("setting", ["ASCENTRT_DEVICE_MEMORY", "ASCENTRT_MEM_POOL_SIZE",
+                                     "ASCENTRT_MEM_POOL_RELEASE_THRESHOLD", "ASCENTRT_MEM_POOL_SPLIT_LIMIT"])
+def test_a_size_setting_must_be_a_finite_byte_count_a_64_bit_size_holds(monkeypatch, setting, value):
+    # (inf once raised a bare OverflowError naming no variable; 1e30 got through as a Python int)
+    monkeypatch.setenv(setting, value)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.config.get(setting)
+    assert err.value.code == E.INVALID_PARAM and f"{setting}={value!r}" in str(err.value)
+
+
+@pytest.mark.parametrize("setting", ["ASCENTRT_MEM_POOL_SIZE", "ASCENTRT_MEM_POOL_RELEASE_THRESHOLD"])
+@pytest.mark.parametrize("value", ["0", "-0", "0.0", "0K"])
+def test_a_size_setting_that_allows_zero_takes_every_spelling_of_zero(monkeypatch, setting, value):
+    monkeypatch.setenv(setting, value)
+    assert art.config.get(setting) == 0
+
+
+@pytest.mark.parametrize("setting, value", [("ASCENTRT_DEVICES", "99999999999999999999999"),
+                                            ("ASCENTRT_COMPUTE_UNITS", str(1 << 40)),
+                                            ("ASCENTRT_COPY_ENGINES", "1e3"),
+                                            ("ASCENTRT_HOST_FUNC_THREADS", "-0")])
+def test_a_count_setting_must_be_a_positive_integer_within_its_bound(monkeypatch, setting, value):
+    monkeypatch.setenv(setting, value)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.config.get(setting)
+    assert err.value.code == E.INVALID_PARAM and setting in str(err.value)
+
+
+def test_a_fraction_setting_of_negative_zero_is_zero(monkeypatch):
+    monkeypatch.setenv("ASCENTRT_MEM_POOL_GC_THRESHOLD", "-0")
+    assert str(art.config.get("ASCENTRT_MEM_POOL_GC_THRESHOLD")) == "0.0"
+
+
+@pytest.mark.cpu_only
+def test_the_cli_names_the_variable_of_an_infinite_size():
+    env = dict(os.environ, ASCENTRT_DEVICE_MEMORY="inf")
+    done = subprocess.run([sys.executable, "-m", "ascentrt", "info"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "ASCENTRT_DEVICE_MEMORY='inf'" in done.stderr and "100000 INVALID_PARAM" in done.stderr
 
 
 def test_a_stream_of_another_device_is_rejected():

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import ascentrt as art
 from ascentrt import cli, usage
 
@@ -154,6 +156,21 @@ def test_a_folder_others_can_write_is_neither_written_nor_read(tmp_path):
     pub.publish()
     assert pub.stopped.is_set() and victim.read_text() == "keep"
     assert usage.processes(str(shared)) == [] and (shared / f"{os.getpid() + 1}.json").is_symlink()
+
+
+def test_a_usage_folder_open_to_others_is_named_once_with_its_mode(tmp_path, monkeypatch):
+    # (ASCENTRT_USAGE_DIR at a 0755 folder once published nothing, and info said no process ran)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o755)
+    monkeypatch.setenv("ASCENTRT_USAGE_DIR", str(shared))
+    pub = usage._Publisher([art.Device(0)], str(shared))
+    with pytest.warns(UserWarning) as caught:
+        pub.publish()
+        assert usage.processes(str(shared)) == []
+    assert len(caught) == 1
+    text = str(caught[0].message)
+    assert f"ASCENTRT_USAGE_DIR={shared}" in text and "mode 0755" in text
 
 
 def test_a_forked_child_does_not_publish_or_remove_its_parents_file(tmp_path, monkeypatch):

@@ -378,6 +378,12 @@ def test_an_unknown_preset_name_lists_the_known_ones():
         presets.load("ascend999")
 
 
+def test_an_unknown_preset_name_says_calibrated_is_known_once_calibrate_wrote_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASCENTRT_CACHE_DIR", str(tmp_path))  # (no calibrated preset there)
+    with pytest.raises(PresetError, match="calibrated once `ascentrt calibrate` has written it"):
+        presets.load("ascend999")
+
+
 def test_a_varied_field_is_checked_like_a_file_field():
     p = presets.load("h200")
     assert p.varied({"copy_engines_h2d": 2}).copy_engines_h2d == 2
@@ -432,6 +438,25 @@ def test_an_unknown_preset_in_the_settings_is_one_clear_error():
     r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
                  "\n    print('ERR', e)", env_extra={"ASCENTRT_SIM_PRESET": "nope"})
     assert r.returncode == 0 and "ERR" in r.stdout and "ASCENTRT_SIM_PRESET" in r.stdout
+
+
+@pytest.mark.cpu_only
+def test_executor_settings_a_sim_device_ignores_are_named_in_one_warning():
+    code = ("import warnings\nwarnings.simplefilter('always')\nimport ascentrt as art\n"
+            "print(art.Device(0).properties.compute_units, art.Device(1).properties.copy_engines)")
+    r = _run_sim(code, env_extra={"ASCENTRT_COMPUTE_UNITS": "3", "ASCENTRT_COPY_ENGINES": "5",
+                                  "ASCENTRT_DEVICES": "2"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["24", "3"]  # the preset's (ascend910b: 24 cores, 3 copy engines)
+    assert r.stderr.count("ignored on sim") == 1
+    assert "ASCENTRT_COMPUTE_UNITS, ASCENTRT_COPY_ENGINES ignored on sim" in r.stderr
+
+
+@pytest.mark.cpu_only
+def test_device_memory_on_sim_is_honoured_without_a_warning():
+    r = _run_sim("import ascentrt as art\nprint(art.Device(0).properties.total_memory)",
+                 env_extra={"ASCENTRT_DEVICE_MEMORY": "1G"})
+    assert r.returncode == 0 and r.stdout.split() == [str(1 << 30)] and "ignored" not in r.stderr
 
 
 # ---- ascentrt whatif ------------------------------------------------------------------------------

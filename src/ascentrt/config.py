@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -12,7 +13,12 @@ from .errors import InvalidArgumentError
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def parse_size(text: str | int) -> int:
+# The largest byte count a setting takes: what a signed 64-bit size holds (8 EiB); 1e30 or
+# inf once got through as a Python int, or as an OverflowError with no variable named.
+MAX_SIZE = (1 << 63) - 1
+
+
+def parse_size(text: str | int, allow_zero: bool = False) -> int:
     """Parse a byte count such as 4096, '512M' or '2G'; raises InvalidArgumentError."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
@@ -21,11 +27,16 @@ def parse_size(text: str | int) -> int:
         unit = raw[-1:] if raw[-1:] in _SUFFIXES else ""
         number = raw[: len(raw) - len(unit)]
         try:
-            value = int(float(number) * _SUFFIXES[unit])
+            amount = float(number) * _SUFFIXES[unit]
         except ValueError:
             raise InvalidArgumentError(f"not a size: {text!r} (use bytes or a K/M/G suffix)") from None
-    if value <= 0:
-        raise InvalidArgumentError(f"size must be positive, got {text!r}")
+        if not math.isfinite(amount):
+            raise InvalidArgumentError(f"not a size: {text!r} (a finite number of bytes, at most {MAX_SIZE})")
+        value = int(amount) if amount >= 1 or amount == 0 else -1  # (0.5 bytes is no size, nor zero)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidArgumentError(f"size must be {'0 or more' if allow_zero else 'positive'}, got {text!r}")
+    if value > MAX_SIZE:
+        raise InvalidArgumentError(f"size must be at most {MAX_SIZE} bytes (8E), got {text!r}")
     return value
 
 
@@ -40,8 +51,9 @@ def _number(text: str, cast, what: str, ok, rule: str):
     return value
 
 
-def _positive_int(text: str) -> int:
-    return _number(text, int, "an integer", lambda v: v > 0, "positive")
+def _count(limit: int) -> Callable[[str], int]:
+    """A parser of a positive integer at most `limit` (a count of devices or threads made eagerly)."""
+    return lambda text: _number(text, int, "an integer", lambda v: 0 < v <= limit, f"in 1..{limit}")
 
 
 def _seconds(text: str) -> float:
@@ -65,7 +77,7 @@ def _size_or_none(text: str) -> int | None:
     """A byte count, 0 allowed; 'none' (or empty) means no limit."""
     if str(text).strip().lower() in ("", "none", "unlimited"):
         return None
-    return 0 if str(text).strip() == "0" else parse_size(text)
+    return parse_size(text, allow_zero=True)
 
 
 def _log_level(text: str) -> int:
@@ -94,7 +106,7 @@ def sanitize_mode(text: str) -> str:
 
 def _fraction(text: str) -> float:
     """A number in [0, 1]."""
-    return _number(text, float, "a fraction", lambda v: 0 <= v <= 1, "in [0, 1]")
+    return _number(text, float, "a fraction", lambda v: 0 <= v <= 1, "in [0, 1]") + 0.0  # (-0.0 -> 0.0)
 
 
 # backends.KINDS (name -> backend class), handed over by the package as it loads: this module
@@ -129,14 +141,21 @@ class Setting:
     meaning: str
 
 
+# On sim the preset gives the executors (a device is the model it names); memory is the exception.
+_CPU_ONLY = (" (cpu backend only: sim devices take it from the preset and warn once that this is "
+             "ignored; vary the preset with ascentrt whatif / ASCENTRT_SIM_VARY)")
+# The settings that _CPU_ONLY marks, checked against the environment when a sim device is made.
+CPU_ONLY_SETTINGS = ("ASCENTRT_COMPUTE_UNITS", "ASCENTRT_COPY_ENGINES", "ASCENTRT_HOST_FUNC_THREADS")
+
 SETTINGS: dict[str, Setting] = {s.env: s for s in [
-    Setting("ASCENTRT_DEVICES", "1", _positive_int, "number of virtual CPU devices"),
+    Setting("ASCENTRT_DEVICES", "1", _count(1024),
+            "number of devices, each of the kind ASCENTRT_BACKEND names (cpu or sim)"),
     Setting("ASCENTRT_BACKEND", "cpu", _backend_kind,
             "what each device is: cpu (this machine's cores, threads + numpy) or sim (a simulated "
             "NPU in virtual time, following ASCENTRT_SIM_PRESET)"),
     Setting("ASCENTRT_SIM_PRESET", "ascend910b", str.strip,
-            "the hardware model of sim devices: a preset name (ascend910b, ascend310p, h200) or "
-            "the path of a preset .toml file"),
+            "the hardware model of sim devices: a preset name (ascend910b, ascend310p, h200, or "
+            "calibrated once ascentrt calibrate has written it) or the path of a preset .toml file"),
     Setting("ASCENTRT_CACHE_DIR", "", str.strip,
             "where ascentrt calibrate writes the calibrated preset (empty: ~/.cache/ascentrt)"),
     Setting("ASCENTRT_SIM_VARY", "", str.strip,
@@ -147,12 +166,12 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "that a knob nobody reads is reported"),
     Setting("ASCENTRT_DEVICE_MEMORY", "2G", parse_size,
             "memory capacity of each device (bytes, or with a K/M/G suffix)"),
-    Setting("ASCENTRT_COMPUTE_UNITS", str(os.cpu_count() or 1), _positive_int,
-            "compute executors per device (kernels, memsets); default: CPU cores"),
-    Setting("ASCENTRT_COPY_ENGINES", "2", _positive_int,
-            "copy executors per device (host-to-device, device-to-host, device-to-device)"),
-    Setting("ASCENTRT_HOST_FUNC_THREADS", "1", _positive_int,
-            "threads per device that run host functions and callbacks"),
+    Setting("ASCENTRT_COMPUTE_UNITS", str(os.cpu_count() or 1), _count(65536),
+            "compute executors per device (kernels, memsets); default: CPU cores" + _CPU_ONLY),
+    Setting("ASCENTRT_COPY_ENGINES", "2", _count(65536),
+            "copy executors per device (host-to-device, device-to-host, device-to-device)" + _CPU_ONLY),
+    Setting("ASCENTRT_HOST_FUNC_THREADS", "1", _count(65536),
+            "threads per device that run host functions and callbacks" + _CPU_ONLY),
     Setting("ASCENTRT_DEADLOCK_CHECK_S", "0.25", _seconds,
             "how long a synchronizing call waits without device progress before it checks for a deadlock"),
     Setting("ASCENTRT_STALL_WARN_S", "10", _seconds,
@@ -160,7 +179,7 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_MEM_POOL_ENABLE", "1", _switch,
             "caching memory pool behind malloc and malloc_host (0: plain allocator, for debugging)"),
     Setting("ASCENTRT_MEM_POOL_SIZE", "0", lambda t: _size_or_none(t) or 0,
-            "device bytes the pool reserves up front"),
+            "device bytes the pool reserves up front (more than the device has is refused, with its capacity)"),
     Setting("ASCENTRT_MEM_POOL_RELEASE_THRESHOLD", "none", _size_or_none,
             "reserved bytes above which wholly free chunks go back to the device at once (none: keep)"),
     Setting("ASCENTRT_MEM_POOL_SPLIT_LIMIT", "none", _size_or_none,
@@ -203,7 +222,8 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "processes: a small file rewritten at most once a second (0: off)"),
     Setting("ASCENTRT_USAGE_DIR", "", str.strip,
             "the folder of those usage files, one per process (empty: ascentrt-usage-<uid> in "
-            "the temp dir)"),
+            "the temp dir); it must be private to the user (mode 0700), else nothing is published "
+            "or read there and a warning says so"),
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off); "
             "one that holds an earlier profile is refused"),

@@ -25,7 +25,7 @@ from .engine.scheduler import ordered_before
 from .engine.sync import synchronize_streams, warn_discarded
 from .engine.task import COMPUTE, COPY_ENGINE, HOST_EXECUTOR
 from .errors import (DeadlockError, ErrorCode, InvalidArgumentError, InvalidDeviceError,
-                     OutOfMemoryError, StreamStateError)
+                     OutOfMemoryError, StreamStateError, warn_at_caller)
 from .memory import leaks, links
 from .memory.registry import REGISTRY
 from .memory.allocator import DeviceAllocator
@@ -98,6 +98,14 @@ def _table() -> list["Device"]:
     return _devices
 
 
+def _warn_cpu_only_settings(preset: str) -> None:
+    """Warn (once per process: device 0 is made once) about executor settings a sim device ignores."""
+    ignored = [env for env in config.CPU_ONLY_SETTINGS if config.is_set(env)]
+    if ignored:
+        warn_at_caller(f"ascentrt: {', '.join(ignored)} ignored on sim: the preset {preset!r} gives the "
+                       f"executors (vary them with ascentrt whatif --vary or ASCENTRT_SIM_VARY)", UserWarning)
+
+
 def device_count() -> int:
     """How many devices there are (ASCENTRT_DEVICES, default 1)."""
     return len(_table())
@@ -165,6 +173,8 @@ class Device:
             except PresetError as exc:
                 raise InvalidArgumentError(f"ASCENTRT_SIM_PRESET / ASCENTRT_SIM_VARY: {exc}") from None
             capacity = capacity if config.is_set("ASCENTRT_DEVICE_MEMORY") else 0
+            if device_id == 0:
+                _warn_cpu_only_settings(preset.name)
             self._backend = backend = make_backend(kind, f"{preset.name}-sim{device_id}", capacity,
                                                    executors, preset)
             add_deferrer(defer_in_step)  # (a Ctrl-C waits for the step the main thread runs)

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,12 +65,32 @@ def folder() -> str:
 
 def _own_folder(where: str, make: bool = True) -> bool:
     """Whether `where` (made 0700 if need be) is this user's and closed to others: in a shared
-    temp dir another user could make the folder first and plant links in it."""
+    temp dir another user could make the folder first and plant links in it. Warns once when not."""
     if make:
         os.makedirs(where, mode=0o700, exist_ok=True)
     st = os.stat(where, follow_symlinks=False)
     mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
-    return mine and stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o077
+    if mine and stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o077:
+        return True
+    _warn_not_private(where, st, mine)
+    return False
+
+
+_warned_folders: set[str] = set()
+
+
+def _warn_not_private(where: str, st: os.stat_result, mine: bool) -> None:
+    """Say once per folder why usage is neither published nor read there (else `ascentrt info`
+    reports no other process, silently)."""
+    if where in _warned_folders:
+        return
+    _warned_folders.add(where)
+    named = f"ASCENTRT_USAGE_DIR={where}" if config.is_set("ASCENTRT_USAGE_DIR") else f"usage folder {where}"
+    why = ("is not a folder" if not stat.S_ISDIR(st.st_mode) else "belongs to another user" if not mine
+           else f"has mode {stat.S_IMODE(st.st_mode):04o}, open to other users")
+    # (explicit: one line, as it may come from the publishing thread, with no caller to show)
+    warnings.warn_explicit(f"ascentrt: {named} {why}: device usage is neither published nor read "
+                           f"there (it must be this user's alone: chmod 700)", UserWarning, "ascentrt", 0)
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:

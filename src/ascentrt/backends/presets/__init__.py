@@ -261,8 +261,10 @@ def load(name_or_path: str) -> Preset:
     elif text in names():
         path = os.path.join(_HERE, f"{text}.toml")
     else:
-        raise PresetError(f"unknown simulator preset {text!r} (known: {', '.join(names())}; "
-                                   f"or give the path of a .toml preset file)")
+        listed = ", ".join(names()) + ("" if "calibrated" in names() else
+                                       "; calibrated once `ascentrt calibrate` has written it")
+        raise PresetError(f"unknown simulator preset {text!r} (known: {listed}; "
+                          f"or give the path of a .toml preset file)")
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # (/dev/zero never ends, a FIFO blocks)
             raise PresetError(f"preset file {path}: not a regular file")
