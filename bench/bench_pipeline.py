@@ -19,7 +19,7 @@ MIN_STAGE_MS = 2.0
 
 def main() -> None:
     """Measure and print the pipeline figure as a JSON line."""
-    run_pipeline(1, 3, ELEMENTS)  # warm-up: executor threads, first-touch pages
+    run_pipeline(1, 3, ELEMENTS, warm_up=True)  # warm-up: executor threads, first-touch pages
     seconds = {1: [], 3: []}
     stages = {1: [], 3: []}
     for _ in range(RUNS):

@@ -190,6 +190,17 @@ def test_info_says_whether_the_hot_paths_run_compiled(capsys):
     assert (all(name in line for name in compiled) if compiled else "Python source" in line)
 
 
+def test_info_says_a_compiled_build_switched_off_by_pure_python_is_there(monkeypatch):
+    # (it said "compiled build: make accel" of a build that exists, only switched off)
+    monkeypatch.setattr(accel, "compiled", lambda: [])
+    monkeypatch.setattr(accel, "built", lambda: list(accel.MODULES))
+    monkeypatch.setenv("ASCENTRT_PURE_PYTHON", "1")
+    text = accel.describe()
+    assert "switched off by ASCENTRT_PURE_PYTHON=1" in text and "make accel" not in text
+    monkeypatch.setattr(accel, "built", lambda: [])
+    assert accel.describe() == "Python source (compiled build: make accel)"
+
+
 def test_a_bad_pure_python_switch_runs_the_source_and_is_refused_with_its_code_at_first_use():
     env = dict(os.environ, ASCENTRT_PURE_PYTHON="maybe")
     code = ("import ascentrt, ascentrt.accel as a; print('compiled', a.compiled()); "

@@ -100,6 +100,61 @@ def test_a_stream_per_task_is_diagnosed_as_too_many_streams(dev, buf):
     assert found[0].evidence["stream create/destroy calls"] == 80
 
 
+@pytest.mark.cpu_only
+def test_streams_made_once_and_kept_are_said_to_be_kept_when_their_making_costs(dev, buf):
+    # One stream per task, never destroyed: the cause counts what happened (once: "created and
+    # destroyed", of streams that never were).
+    view = buf[:64].view(np.float64)
+    with art.profile() as prof:
+        streams = []
+        for _ in range(40):
+            s = dev.create_stream()
+            art.launch(_noop, view, stream=s)
+            s.synchronize(timeout=30)  # (one at a time: churn, not crowding)
+            streams.append(s)
+    for s in streams:
+        s.destroy()
+    found = [f for f in prof.diagnose() if f.kind == "too_many_streams"]
+    assert found, prof.diagnose()
+    assert "40 stream(s) created (none destroyed)" in found[0].cause
+    assert "destroyed for" not in found[0].cause
+    assert f"tasks (device/stream/task): {dev.id}/" in str(found[0])  # (what 0/2/452 means, said)
+
+
+@pytest.mark.cpu_only
+def test_long_lived_streams_whose_making_is_free_on_sim_are_not_too_many():
+    # (on sim a stream costs 0 ns to make and a small memset 0 ns to run: 0 >= 10% of 0 fired,
+    # advising "27 executors" for memsets)
+    code = textwrap.dedent("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        b = art.malloc(4096)
+        with art.profile() as prof:
+            streams = [dev.create_stream() for _ in range(10)]
+            for s in streams:
+                art.memset_async(b, 1, 64, stream=s)
+            dev.synchronize()
+        print(sorted(f.kind for f in prof.diagnose()))
+        b.free()
+    """)
+    env = dict(os.environ, ASCENTRT_BACKEND="sim")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "too_many_streams" not in r.stdout
+
+
+def test_the_streams_advised_count_what_can_run_at_once_not_every_executor():
+    from ascentrt.profiler.analysis import _useful_streams
+    from ascentrt.profiler.data import DeviceInfo, TaskRecord
+    info = DeviceInfo(0, "sim0", compute_units=24, copy_engines=3, host_func_threads=1, capacity=1 << 30)
+    whole = [TaskRecord(0, s, 1, "kernel", "k", 0, 0, 0, 10, 0, units=24) for s in range(10)]
+    one_core = [TaskRecord(0, s, 1, "memset", "m", 64, 0, 0, 10, 0) for s in range(10)]
+    copies = [TaskRecord(0, s, 2, "copy", "c", 64, 0, 0, 10, 0) for s in range(10)]
+    assert _useful_streams(whole, info) == 1  # a kernel on every core: one at a time
+    assert _useful_streams(one_core, info) == 24
+    assert _useful_streams(whole + copies, info) == 1 + 3
+
+
 def test_many_streams_at_once_with_little_work_are_diagnosed(dev, buf):
     view = buf[:64].view(np.float64)
     streams = [dev.create_stream() for _ in range(24)]
@@ -201,6 +256,7 @@ def test_syncing_long_completed_events_is_diagnosed(stream, buf):
     found = [f for f in prof.diagnose() if f.kind == "needless_sync"]
     assert found, prof.diagnose()
     assert found[0].evidence["needless synchronizations"] == 12
+    assert found[0].evidence["on"] == "events (12)"  # (words, once a Python dict: {'event': 12})
 
 
 def test_waiting_on_own_event_is_diagnosed(stream, buf):
@@ -479,3 +535,12 @@ def test_a_device_starved_by_another_devices_full_queue_is_named_with_that_queue
     findings = json.loads(out.strip().splitlines()[-1])
     assert [k for k, _ in findings] == ["held_by_full_queue"]
     assert findings[0][1].startswith("Device 1 is starved") and "of device 0" in findings[0][1]
+
+
+def test_a_warm_up_run_of_the_pipeline_is_no_instance_of_its_range(dev):
+    # (examples/pipeline.py said only its timed part was the range `pipeline`; its warm-up was a
+    # third instance, page faults and all)
+    with art.profile() as prof:
+        run_pipeline(1, 2, elements=1 << 16, warm_up=True)
+        run_pipeline(1, 2, elements=1 << 16)
+    assert [r.name for r in prof.snapshot().ranges] == ["pipeline"]

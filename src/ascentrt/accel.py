@@ -108,6 +108,22 @@ def compiled() -> list[str]:
             if name in sys.modules and not str(getattr(sys.modules[name], "__file__", "")).endswith(".py")]
 
 
+def describe() -> str:
+    """What runs the hot paths, in words: the compiled build, or the source and why."""
+    running = compiled()
+    if running:
+        return f"compiled ({', '.join(running)})"
+    if not built():
+        return "Python source (compiled build: make accel)"
+    try:
+        pure = config.get("ASCENTRT_PURE_PYTHON")
+    except AscentError:
+        pure = True  # (a bad value runs the source, see keep_to_source_if_asked)
+    if pure:
+        return "Python source (the compiled build is there, switched off by ASCENTRT_PURE_PYTHON=1)"
+    return "Python source (the compiled build is older than its source: make accel)"
+
+
 def build() -> int:
     """Compile MODULES with mypyc (it comes with mypy, in the dev extra); returns its exit code."""
     paths = [str(_source_of(name).relative_to(_PACKAGE.parent)) for name in MODULES]

@@ -83,9 +83,7 @@ def _info(args) -> int:
             mem = f"{format_bytes(r['memory_used'])} / {format_bytes(r['memory_total'])}"
             print(f"{r['device']:<7}{r['name']:<18}{r['backend']:<9}{mem:<28}"
                   f"{r['compute_units']:<9}{r['copy_engines']:<6}{r['streams']}")
-    compiled = ascentrt.accel.compiled()
-    print("\nHot paths: " + (f"compiled ({', '.join(compiled)})" if compiled else
-                             "Python source (compiled build: make accel)"))
+    print("\nHot paths: " + ascentrt.accel.describe())
     users = [(i, p) for i in sorted(rows) for p in rows[i]["processes"]]
     if not users:
         print("\nNo other process uses these devices.")

@@ -29,6 +29,8 @@ STREAMS_PER_EXECUTOR = 2      # more streams than 2 per executor ...
 FEW_TASKS_PER_STREAM = 8      # ... each with a handful of tasks: overhead, not concurrency
 MIN_STREAM_CHURN = 10         # streams created and destroyed ...
 STREAM_CHURN_SHARE = 0.1      # ... costing over 10% of the device work they carried
+MIN_STREAM_CHURN_NS = 100_000  # ... and at least 0.1 ms in all (0 >= 10% of 0 once fired on sim,
+                               # where making a stream is modelled as free)
 MIN_DEVICE_SYNCS = 5          # device-wide synchronizations between submissions
 MIN_NEEDLESS_SYNCS = 10       # synchronizations that found the work already done ...
 LONG_DONE_NS = 5_000_000      # ... work complete for at least 5 ms before the call
@@ -62,7 +64,7 @@ class Finding:
 
     def __str__(self) -> str:
         ev = "; ".join(f"{k}: {v}" for k, v in self.evidence.items())
-        tasks = f"\n  tasks: {', '.join(self.task_ids[:10])}" if self.task_ids else ""
+        tasks = f"\n  tasks (device/stream/task): {', '.join(self.task_ids[:10])}" if self.task_ids else ""
         return f"{self.title}\n  cause: {self.cause}\n  evidence: {ev}{tasks}\n  try: {self.advice}"
 
     def to_json(self) -> dict:
@@ -590,33 +592,55 @@ def _max_concurrent_streams(work) -> int:
     return most
 
 
+def _useful_streams(work, info) -> int:
+    """How many streams the device could run at once with tasks like these: kernels by the units
+    each holds (one without block_dim takes every core of a sim device), copies by the engines,
+    host functions by their threads; at least 1."""
+    if info is None:
+        return 2
+    useful = 0
+    units = [t.units for t in work if t.kind in COMPUTE_KINDS]
+    if units:
+        useful += max(1, info.compute_units // max(1, int(statistics.median(units))))
+    if any(t.kind == "copy" for t in work):
+        useful += info.copy_engines
+    if any(t.kind == "host_func" for t in work):
+        useful += info.host_func_threads
+    return max(useful, 1)
+
+
 def _too_many_streams(dev_id, work, info, profile) -> list[Finding]:
     per_stream = Counter(t.stream for t in work)
-    executors = (info.compute_units + info.copy_engines) if info else 2
+    useful = _useful_streams(work, info)
     per = statistics.median(per_stream.values())
     concurrent = _max_concurrent_streams(work)
-    manage = [c for c in profile.api_calls
-              if c.name in ("Device.create_stream", "Stream.destroy")]
-    manage_ns = sum(c.duration_ns for c in manage)
+    creates = sum(c.name == "Device.create_stream" for c in profile.api_calls)
+    destroys = sum(c.name == "Stream.destroy" for c in profile.api_calls)
+    manage_ns = sum(c.duration_ns for c in profile.api_calls
+                    if c.name in ("Device.create_stream", "Stream.destroy"))
     work_ns = sum(t.duration_ns for t in work)
-    crowded = concurrent > max(8, STREAMS_PER_EXECUTOR * executors) and per <= FEW_TASKS_PER_STREAM
-    churn = len(per_stream) >= MIN_STREAM_CHURN and manage_ns >= STREAM_CHURN_SHARE * work_ns
+    crowded = concurrent > max(8, STREAMS_PER_EXECUTOR * useful) and per <= FEW_TASKS_PER_STREAM
+    churn = (len(per_stream) >= MIN_STREAM_CHURN and manage_ns >= MIN_STREAM_CHURN_NS
+             and manage_ns >= STREAM_CHURN_SHARE * work_ns)
     if not (crowded or churn):
         return []
     if crowded:
-        cause = (f"up to {concurrent} streams had work at once on {executors} executors, a median "
-                 f"of {per:g} tasks each: streams beyond what the executors can run at once add "
-                 f"scheduling and synchronization cost without adding concurrency")
+        cause = (f"up to {concurrent} streams had work at once where about {useful} of these tasks "
+                 f"can run at once, a median of {per:g} tasks each: streams beyond what the executors "
+                 f"can run at once add scheduling and synchronization cost without adding concurrency")
     else:
-        cause = (f"{len(per_stream)} streams were created and destroyed for {len(work)} tasks: "
-                 f"managing them took {format_ms(manage_ns)}, against {format_ms(work_ns)} of device work")
+        made = f"{creates} stream(s) created and {destroys} destroyed" if destroys else \
+            f"{creates} stream(s) created (none destroyed)"
+        cause = (f"{made} while profiling, for {len(work)} tasks on {len(per_stream)} streams: "
+                 f"creating and destroying took {format_ms(manage_ns)}, against {format_ms(work_ns)} "
+                 f"of device work")
     return [Finding(
         "too_many_streams", f"Too many streams on device {dev_id} for the work they carry", cause,
-        f"use about as many streams as the device has executors ({executors}) and reuse them "
+        f"use about as many streams as can run these tasks at once ({useful}) and reuse them "
         "across iterations instead of creating a stream per task or per batch",
         {"streams with work": len(per_stream), "most at once": concurrent,
-         "executors": executors, "median tasks per stream": per,
-         "stream create/destroy calls": len(manage),
+         "streams that can run at once": useful, "median tasks per stream": per,
+         "stream create/destroy calls": creates + destroys,
          "time creating/destroying streams": format_ms(manage_ns), "device work": format_ms(work_ns)},
         [task_ref(t) for t in work[:5]], manage_ns)]
 
@@ -853,7 +877,8 @@ def _needless_syncs(profile) -> list[Finding]:
             f"redundant",
             "drop synchronizations whose results are known to be ready, keep one where the host "
             "actually reads the results, or poll with query() when the host has other work",
-            {"needless synchronizations": len(done), "on": dict(targets),
+            {"needless synchronizations": len(done),
+             "on": ", ".join(f"{what}s ({n})" for what, n in targets.most_common()),
              "host time in them": format_ms(cost),
              "examples": ", ".join(c.target for c, _ in done[:5])}, [], cost))
     own = [c for c in profile.api_calls if c.name == "Stream.wait" and "its own" in c.target]
