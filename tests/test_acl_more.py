@@ -620,3 +620,20 @@ def test_err_msg_mode_1_makes_the_recent_error_message_the_processs(tmp_path):
         acl.finalize()
     ''', env={}, timeout=60)
     assert out.splitlines()[:5] == ["0 0", "process: True None", "0 0", "thread: None", "100000 0"]
+
+
+def test_timeout_arguments_parse_as_c_ints_a_bool_is_1_and_an_overflow_fails_to_parse(rt, stream):
+    # (set_op_wait_timeout(True) was 107000 while synchronize_*_with_timeout(.., True) took 1;
+    # 2**64 wrapped to 0, "never time out", where the other timeouts refuse what overflows them)
+    assert rt.set_op_wait_timeout(True) == 0
+    assert rt.synchronize_stream_with_timeout(stream, True) == 0
+    assert rt.set_op_execute_time_out(True) == 0
+    for huge in (1 << 32, 1 << 64, 10 ** 30):
+        with pytest.raises(TypeError, match="acl.rt.set_op_wait_timeout args parse failed"):
+            rt.set_op_wait_timeout(huge)
+        with pytest.raises(TypeError, match="acl.rt.set_op_execute_time_out args parse failed"):
+            rt.set_op_execute_time_out(huge)
+        with pytest.raises(TypeError, match="args parse failed"):
+            rt.synchronize_stream_with_timeout(stream, huge)
+    assert rt.set_op_wait_timeout((1 << 32) - 1) == 0  # the most a uint32 holds
+    assert rt.set_op_wait_timeout(0) == 0 and rt.set_op_execute_time_out(0) == 0

@@ -144,9 +144,10 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt", optional: i
                 a = args[i]
                 if not check(a):
                     raise AclTypeError(message)
-                convert = convert or (type(a) is not int and isinstance(a, np.integer))
-            if convert:
-                args = tuple(int(a) if isinstance(a, np.integer) else a for a in args)
+                convert = convert or (type(a) is not int and isinstance(a, (int, np.integer)))
+            if convert:  # (C ints, as PyArg_ParseTuple makes them: True is 1, a numpy int its value)
+                args = tuple(int(a) if type(a) is not int and isinstance(a, (int, np.integer)) and
+                             i_fmt != "O" else a for a, i_fmt in zip(args, fmt))
             return args
 
         # The call is generated (as dataclasses generate __init__) so that the hot path's test
@@ -357,6 +358,14 @@ def need_context() -> Context:
         raise fail(ErrorCode.RT_CONTEXT_NULL, "no current context: call acl.rt.set_device or "
                                               "acl.rt.create_context first")
     return ctx
+
+
+def uint32(value: int, name: str) -> int:
+    """`value` of an unsigned 32-bit C argument; one that overflows it fails to parse, as the
+    reference says of pyACL's i/I formats (TypeError "acl.rt.<name> args parse failed")."""
+    if value > 0xFFFFFFFF:
+        raise AclTypeError(f"acl.rt.{name} args parse failed")
+    return value
 
 
 def timeout_ms(value: int, zero_means_forever: bool = False) -> float | None:
