@@ -324,6 +324,26 @@ def test_whatif_refuses_an_earlier_variant_folder_holding_files_it_did_not_write
     assert "100003 INVALID_FILE" in r.stderr and not (out / "variant-0").exists()
 
 
+def test_whatif_refuses_a_variant_folder_in_this_sweeps_range_holding_files_it_did_not_write(tmp_path):
+    # (variant-0 with a foreign file was neither removed nor refused: the run wrote beside it)
+    out = tmp_path / "wi"
+    (out / "variant-0").mkdir(parents=True)
+    (out / "variant-0" / "notes.txt").write_text("mine")
+    r = _cli("whatif", "--vary", "dispatch_ns=500", "-o", str(out), "--", "python", "-c", "pass")
+    assert r.returncode == 1 and "variant-0" in r.stderr and "notes.txt" in r.stderr
+    assert "100003 INVALID_FILE" in r.stderr
+    assert sorted(os.listdir(out / "variant-0")) == ["notes.txt"]  # nothing ran
+
+
+def test_whatif_leaves_no_knob_note_behind(tmp_path):
+    out = tmp_path / "wi"
+    code = "import ascentrt as art, ascentrt.sim as sim; art.malloc(64).free(); print(sim.variant()['block'])"
+    r = _cli("whatif", "--vary", "program.block=1,2", "-o", str(out), "--", "python", "-c", code)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(out)) == ["variant-0", "variant-1", "whatif.csv", "whatif.html"]
+    assert "no run read" not in r.stdout  # (the notes were read before they went)
+
+
 def test_a_preset_asks_for_the_sim_backend_and_is_refused_where_nothing_would_use_it():
     """`run --preset` once ran on cpu without a word, and `demo --backend cpu --preset P
     --no-compare` dropped P: a preset implies sim, and one nothing would use is an error."""

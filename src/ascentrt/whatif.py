@@ -141,10 +141,11 @@ def summarize(profile) -> dict:
             "critical_ms": path["length_ns"] / 1e6}
 
 
-def prepare(out: str, count: int) -> None:
+def prepare(out: str) -> None:
     """Remove what an earlier sweep left in `out` (its variant-N folders and knob files), so
     that none reads as this sweep's; InvalidArgumentError (100003), before anything runs, for
-    a variant-N folder beyond this sweep's that holds files whatif did not write."""
+    a variant-N folder that holds files whatif did not write (in this sweep's range too: its
+    files would sit beside the new run's, as if the run had written them)."""
     try:
         entries = sorted(os.listdir(out))
     except OSError as exc:
@@ -155,17 +156,16 @@ def prepare(out: str, count: int) -> None:
         path = os.path.join(out, name)
         if _READS.match(name) and os.path.isfile(path):
             stale.append(path)
-        elif (numbered := _VARIANT.match(name)) and os.path.isdir(path):
+        elif _VARIANT.match(name) and os.path.isdir(path):
             foreign = [n for n in os.listdir(path)
                        if n not in OUTPUTS and n not in (STDOUT, STDERR) and not _PART.match(n)
                        and not REFUSED_NOTE.match(n)]
-            if not foreign:
-                stale.append(path)
-            elif int(numbered.group(1)) >= count:  # (it would read as a result)
+            if foreign:
                 raise InvalidArgumentError(
-                    f"{path!r} is left from an earlier, larger sweep and holds files whatif did "
-                    f"not write ({', '.join(sorted(foreign)[:3])}): move it away or choose "
-                    f"another folder (-o)", code=ErrorCode.INVALID_FILE)
+                    f"{path!r} is left from an earlier sweep and holds files whatif did not write "
+                    f"({', '.join(sorted(foreign)[:3])}): move them away or choose another "
+                    f"folder (-o)", code=ErrorCode.INVALID_FILE)
+            stale.append(path)
     for path in stale:
         try:
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
@@ -205,6 +205,10 @@ def run_variant(i: int, combo: dict, preset: Preset, command: list[str], out: st
             raise
     row = {"variant": i, "preset": preset.name, **combo, "exit": 128 - code if code < 0 else code,
            "read": _knobs_read(reads)}
+    try:
+        os.remove(reads)  # (read into the row: the run's note to whatif, no result of its own)
+    except OSError:
+        pass  # never written: the program looked up no knob
     if timed_out:
         row["error"] = f"timed out after {shown(timeout)} s (killed with its process group)"
     elif code == 0:
@@ -435,7 +439,7 @@ def _main(args) -> int:
     except OSError as exc:
         raise InvalidArgumentError(f"cannot create the whatif folder {out!r}: {os_cause(exc)}",
                                    code=ErrorCode.INVALID_FILE) from None
-    prepare(out, len(combos))
+    prepare(out)
     rows, stopped = sweep(preset, combos, command, out, timeout)
     varied = [name for name, _ in varies]
     print(table(rows, varied, preset, out))
