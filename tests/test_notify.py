@@ -285,20 +285,27 @@ def test_a_discarded_notify_record_releases_its_waiter(dev, how):
     after = []
     art.launch_host_func(after.append, "ran", stream=consumer)
 
+    started = threading.Event()
+
     def body():
+        started.set()
         assert gate.wait(10)
         if how == "stop":
             raise RuntimeError("producer fails")
     art.launch(body, stream=producer)
     producer.record_notify(n)          # discarded below, never run
+    assert started.wait(10)
     if how == "destroy":
-        producer.destroy(force=True)
+        producer.destroy(force=True)   # (the running body ends: what the record follows ran)
         gate.set()
+        consumer.synchronize(timeout=10)  # released, as a discarded event record releases its waits
     else:
         gate.set()
         with pytest.raises(art.TaskError):
             producer.synchronize(timeout=10)
-    consumer.synchronize(timeout=10)   # released, as a discarded event record releases its waits
+        with pytest.raises(art.TaskError) as info:  # released, and told that what the record
+            consumer.synchronize(timeout=10)       # was to follow failed
+        assert info.value.code == art.ErrorCode.RT_STREAM_ABORT
     assert after == ["ran"]
     consumer.destroy()
     if how == "stop":
