@@ -981,3 +981,81 @@ def test_a_non_blocking_callback_races_its_stream_s_later_work_whenever_it_runs(
     assert race.second.beside and race.second.name == "cb" and race.second.stream == s1.id
     assert "ACL_CALLBACK_BLOCK" in race.fix
     host.free()
+
+
+def _graph_of(stream, buf, n=4):
+    stream.begin_capture()
+    for _ in range(n):
+        art.launch(producer, buf.view(), stream=stream, writes=[buf])
+    return stream.end_capture()
+
+
+def test_a_raise_mode_batch_saves_only_what_it_changes_not_every_stream(dev, streams, bufs, monkeypatch):
+    # (every graph launch copied the clocks of every stream ever made: 10x the warn-mode cost)
+    from ascentrt.engine import Hooks
+    from ascentrt.sanitizer.state import Sanitizer
+    s1, _ = streams
+    buf, _, _ = bufs
+    g = _graph_of(s1, buf)
+    many = [dev.create_stream() for _ in range(40)]
+    taken = []
+    real = Sanitizer._checkpoint
+    monkeypatch.setattr(Sanitizer, "_checkpoint", lambda self: taken.append(real(self)) or taken[-1])
+    with art.sanitize("raise"):
+        for s in many:  # every stream known to the sanitizer, and to each other
+            art.launch(consumer, buf.view(), buf.view(), stream=s, reads=[buf], writes=[])
+            s1.wait(s.record())
+        g.launch(s1)
+        assert len(Hooks.sanitizer.streams) > 40
+        art.synchronize(TIMEOUT)
+    saved = taken[-1]
+    assert sum(len(v) for v in saved.values() if hasattr(v, "__len__")) <= 8, saved.keys()
+    for s in many:
+        s.destroy()
+
+
+def test_a_destroyed_stream_leaves_no_clock_in_the_sanitizer(dev, streams, bufs):
+    # (streams were never dropped: short-lived ones made every stream clock and batch cost more)
+    from ascentrt.engine import Hooks
+    s1, _ = streams
+    buf, _, _ = bufs
+    with art.sanitize("raise") as found:
+        for _ in range(60):
+            tmp = dev.create_stream()
+            tmp.wait(s1.record())
+            art.launch(producer, buf.view(), stream=tmp, writes=[buf])
+            s1.wait(tmp.record())
+            tmp.destroy()
+        san = Hooks.sanitizer
+        assert len(san.streams) < 10 and len(san.joined) < 10
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])  # still ordered after them all
+        art.synchronize(TIMEOUT)
+    assert found == []
+
+
+def test_a_refused_notify_record_leaves_no_clock_on_a_held_event_record(dev, streams, bufs):
+    # (the rollback cleared only the notify record's clock: the held event record released
+    # with it kept one, and a wait on that event later joined it and missed a real race)
+    s1, s2 = streams
+    buf, x, out = bufs
+    s3, s4 = dev.create_stream(), dev.create_stream()
+    n, e, out2 = dev.create_notify(), art.Event(), art.malloc(N)
+    with art.sanitize("raise") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        art.launch(producer, x.view(), stream=s3, writes=[x])
+        s2.wait_notify(n)  # held from here
+        e.record(s2)  # a held record
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        with pytest.raises(RaceError, match="notify record refused"):
+            s3.record_notify(n)  # s3 is not after s1's producer
+        s4.wait(e)  # after s2's held record (s4 is held too): not after s3's write of x
+        art.launch(consumer, out2.view(), x.view(), stream=s4, reads=[x], writes=[out2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RaceWarning)  # (s4's launch is queued: reported)
+            s1.record_notify(n)
+        art.synchronize(TIMEOUT)
+    assert [(r.first.stream, r.second.stream) for r in found][-1:] == [(s3.id, s4.id)]
+    out2.free()
+    n.destroy()
+    s3.destroy()
+    s4.destroy()

@@ -315,6 +315,8 @@ class Stream:
             self._refuse = "destroyed"
             self._dq.streams.pop(self.id, None)
         self.device._memory.forget_stream(self)  # (its allocators check a stream once)
+        if Hooks.sanitizer is not None:
+            Hooks.sanitizer.stream_destroyed(self)  # (its clock: kept only for live streams)
         return dropped
 
     close = destroy

@@ -283,6 +283,7 @@ class Sanitizer:
         # While a batch is checked in raise mode: id(allocation) -> its kept accesses before the
         # batch changed them (None: it had none), to go back to if the batch is refused
         self.undo: dict[int, list | None] | None = None
+        self.saved: dict | None = None  # the open checkpoint whose logs that batch fills (see _checkpoint)
         # report thread id -> (self, clock, actor, (stream id, task id), name) of the non-blocking
         # callback it runs (see callback_began)
         self.callbacks: dict[int, tuple] = {}
@@ -536,6 +537,8 @@ class Sanitizer:
         """submitted() under our lock: returns the reports [(race, new)]."""
         kind = task.kind
         sid = stream.id
+        if self.undo is not None:  # (a batch that may be refused: its first change saves the old)
+            self._keep(sid)
         vc = self.streams.get(sid)
         if vc is None:
             vc = self.streams[sid] = {sid: 0}
@@ -576,11 +579,15 @@ class Sanitizer:
             # a report names the program's stream and task (`origin`), not the hidden one.
             origin = (sid, task_id)
             detached = self.detached_of[sid]
+            if self.undo is not None:
+                self._keep(detached)
             vc = self.streams.setdefault(detached, {detached: 0})
             _join(vc, self.streams[sid])
             sid, task = detached, task.fn
         if not accesses and kind != DETACH:
             return self._apply_order(sid, task, raising)
+        if self.undo is not None:  # (a held task released in the batch)
+            self._keep(sid)
         vc = self.streams[sid]
         if task.on_behalf:  # (a lane step of a collective: reports name the rank's call)
             origin = (sid, task_id, task.on_behalf)
@@ -588,6 +595,8 @@ class Sanitizer:
             self._refuse_races(accesses, sid, task_id, site, vc, "launch", origin)
         vc[sid] = self.latest[sid] = time = vc[sid] + 1
         if kind in (HOST_FUNC, DETACH):  # what it accesses and submits itself comes after
+            if self.undo is not None:
+                self.saved["marks"].append((task, task.clock))  # type: ignore[index]
             task.clock = (self, dict(vc), sid, origin)
         return self._take_accesses(accesses, sid, time, task_id, site, vc, origin) if accesses else []
 
@@ -683,14 +692,21 @@ class Sanitizer:
         """_apply() for a task without accesses: records and waits (their edges), and host
         functions (the clock what they submit comes after). With `raising`, a notify record
         that releases a held stream whose tasks race is refused (RaceError), changing nothing."""
+        undo = self.undo is not None  # (a batch that may be refused: log what changes)
+        if undo:
+            self._keep(sid)
         vc = self.streams[sid]
         kind = task.kind
         if kind == EVENT_RECORD:
             m = task.marker
+            if undo:
+                self.saved["marks"].append((m, m.clock))  # type: ignore[index]
             m.clock = (self, dict(vc))  # (tagged: an earlier session's means nothing)
             self.held_records.discard(id(m))
             reports = []
             for waiter in self.record_waiters.pop(id(m), ()):  # streams held for this record
+                if undo:
+                    self._keep(waiter)
                 _join(self.streams[waiter], vc)
                 reports += self._release(waiter)
             return reports
@@ -711,6 +727,8 @@ class Sanitizer:
                 if raising and self.undo is None:  # (in a batch: the batch's checkpoint undoes)
                     return self._release_or_refuse(key, vc, task)
                 waiter = waiters.pop(0)
+                if undo:
+                    self._keep(waiter)
                 _join(self.streams[waiter], vc)
                 return self._release(waiter, raising)
             self.notifies.setdefault(key, []).append(dict(vc))
@@ -728,6 +746,8 @@ class Sanitizer:
             return []
         if kind == HOST_FUNC:  # (its own time: what it touches comes after the records before it)
             vc[sid] = self.latest[sid] = vc[sid] + 1
+            if undo:
+                self.saved["marks"].append((task, task.clock))  # type: ignore[index]
             task.clock = (self, dict(vc), sid, None)
         return []
 
@@ -739,14 +759,15 @@ class Sanitizer:
         saved = self._checkpoint()
         waiter = self.notify_waiters[key].pop(0)
         try:
+            self._keep(waiter)
             _join(self.streams[waiter], vc)
             return self._release(waiter, True)
         except RaceError as exc:
-            self._rollback(saved, [task], exc.race)
+            self._rollback(saved, exc.race)
             raise RaceError(f"notify record refused: it would let stream {waiter}'s work held behind "
                             f"its wait go on, which completes a {exc.race}", exc.race) from None
         finally:
-            self.undo = None
+            self.undo = self.saved = None
 
     def _release(self, sid: int, raising: bool = False) -> list:
         """A held stream's record came: check its held tasks in order. They are queued already,
@@ -765,6 +786,20 @@ class Sanitizer:
                 self.held[sid] += held[i + 1:]
                 break
         return reports
+
+    def stream_destroyed(self, stream) -> None:
+        """`stream` is gone: drop its clock (kept accesses of it stay, its time in other clocks
+        too), so that what is kept per stream follows the live ones. A stream still held
+        behind a wait keeps it: its held tasks are checked when the record comes."""
+        sid = stream.id
+        with self.lock:
+            if sid in self.held:
+                return
+            self.streams.pop(sid, None)
+            self.joined.pop(sid, None)
+            self.roles.pop(sid, None)
+            self.detached_of.pop(sid, None)
+            self.snapshots.pop(sid, None)
 
     def markers_released(self, markers) -> None:
         """Records that will never come (a collective gave up): what waits for them goes on,
@@ -795,10 +830,10 @@ class Sanitizer:
                     reports += self._submitted(s, t, acc, site, raising)
             except RaceError as exc:
                 if undo is not None:
-                    self._rollback(undo, [t for _, t, _ in tasks], exc.race)
+                    self._rollback(undo, exc.race)
                 raise
             finally:
-                self.undo = None
+                self.undo = self.saved = None
         for race, new in reports:
             self.on_race(race, new)
 
@@ -839,22 +874,33 @@ class Sanitizer:
         return out
 
     def _checkpoint(self) -> dict:
-        """What a batch may change but the accesses (under our lock): copies to go back to.
-        The kept accesses are saved per allocation as the batch first changes them (`undo`)."""
+        """Open a checkpoint (under our lock) for a batch that may be refused: the pending
+        waits and held work (few) are copied; what else the batch changes is logged as it
+        first changes it, so that its cost follows the batch, not every stream ever made:
+        accesses per allocation (`undo`), each stream's clock (`_keep`), the clocks left on
+        markers and tasks ("marks", in order) and the races' counts (see _report)."""
         self.undo = {}
-        return {
-            "streams": {k: dict(v) for k, v in self.streams.items()}, "host": dict(self.host),
-            "host_version": self.host_version, "joined": dict(self.joined),
-            "notifies": {k: list(v) for k, v in self.notifies.items()}, "latest": dict(self.latest),
+        self.saved = {
+            "shadow": self.undo, "clocks": {}, "marks": [], "races": {},
+            "notifies": {k: list(v) for k, v in self.notifies.items()},
             "notify_waiters": {k: list(v) for k, v in self.notify_waiters.items()},
             "held": {k: list(v) for k, v in self.held.items()},
             "record_waiters": {k: list(v) for k, v in self.record_waiters.items()},
-            "held_records": set(self.held_records), "detached_of": dict(self.detached_of),
+            "held_records": set(self.held_records),
             "snapshots": {k: dict(v) for k, v in self.snapshots.items()},
-            "races": {k: r.count for k, r in self.races.items()}, "shadow": self.undo,
         }
+        return self.saved
 
-    def _rollback(self, saved: dict, tasks: list, refused: Race) -> None:
+    def _keep(self, sid: int) -> None:
+        """Before an open checkpoint's batch first changes stream `sid`: save its clock, last
+        time, host join and hidden stream (None: absent) to go back to."""
+        clocks = self.saved["clocks"]  # type: ignore[index]
+        if sid not in clocks:
+            vc = self.streams.get(sid)
+            clocks[sid] = (dict(vc) if vc is not None else None, self.latest.get(sid),
+                           self.joined.get(sid), self.detached_of.get(sid))
+
+    def _rollback(self, saved: dict, refused: Race) -> None:
         """Go back to a checkpoint (a refused batch leaves no trace), but keep the report of the
         race that refused it (as a refused single task does)."""
         for key, recs in saved.pop("shadow").items():
@@ -863,21 +909,28 @@ class Sanitizer:
                 self.allocs.pop(key, None)
             else:
                 self.shadow[key] = recs
-        counts = saved.pop("races")
-        for key, race in list(self.races.items()):
-            if race is refused:
+        for sid, (vc, latest, joined, detached) in saved.pop("clocks").items():
+            for into, old in ((self.latest, latest), (self.joined, joined), (self.detached_of, detached)):
+                if old is None:
+                    into.pop(sid, None)
+                else:
+                    into[sid] = old
+            if vc is None:
+                self.streams.pop(sid, None)
+            else:
+                self.streams[sid] = vc
+        for holder, clock in reversed(saved.pop("marks")):  # (the first change saved the oldest)
+            holder.clock = clock
+        for key, count in saved.pop("races").items():
+            race = self.races.get(key)
+            if race is None or race is refused:
                 continue
-            if key not in counts:
+            if count is None:
                 del self.races[key]
             else:
-                race.count = counts[key]
+                race.count = count
         for name, value in saved.items():
             setattr(self, name, value)
-        for t in tasks:  # (clocks left on the batch's records and host functions)
-            if t.kind == EVENT_RECORD and self._clock_of(t.marker) is not None:
-                t.marker.clock = None
-            elif self._clock_of(t) is not None:
-                t.clock = None
 
     def _report(self, alloc, rec, new, lo, hi) -> tuple[Race, bool]:
         """The (deduplicated) report of a race between a kept access and a new one (records)."""
@@ -885,6 +938,8 @@ class Sanitizer:
         key = (first.site, second.site, id(alloc))
         race = self.races.get(key)
         owner = self._owner(alloc)
+        if self.undo is not None and key not in self.saved["races"]:  # type: ignore[index]
+            self.saved["races"][key] = race.count if race is not None else None  # type: ignore[index]
         if race is not None:
             race.count += 1
             if lo - owner[1] <= race.hi and hi - owner[1] >= race.lo:  # (the same bytes, or next
