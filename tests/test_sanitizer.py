@@ -1059,3 +1059,27 @@ def test_a_refused_notify_record_leaves_no_clock_on_a_held_event_record(dev, str
     n.destroy()
     s3.destroy()
     s4.destroy()
+
+
+def test_a_launch_with_declared_buffers_takes_the_inlined_path(streams, bufs, monkeypatch):
+    # (the hot path grew calls per launch, _submit_site, _submitted, _apply, _info, and the
+    # launch cost went past 3x the sanitizer-off one)
+    from ascentrt.sanitizer import state
+    s1, _ = streams
+    buf, out, _ = bufs
+    calls = []
+    for name in ("_submit_site", "_info", "task_accesses"):
+        real = getattr(state, name)
+        monkeypatch.setattr(state, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    for name in ("_submitted", "_apply"):
+        real = getattr(state.Sanitizer, name)
+        monkeypatch.setattr(state.Sanitizer, name,
+                            lambda self, *a, _real=real, _name=name: calls.append(_name) or _real(self, *a))
+    with art.sanitize("log") as found:
+        line = here() + 2
+        for _ in range(3):
+            art.launch(consumer, out.view(), buf.view(), stream=s1, reads=[buf], writes=[out])
+        art.launch(producer, buf.view(), stream=streams[1], writes=[buf])
+        art.synchronize(TIMEOUT)
+    assert calls == []
+    assert len(found) == 1 and found[0].first.site.endswith(f":{line}")

@@ -524,12 +524,63 @@ class Sanitizer:
         A stream blocked (in submission order) on a notify wait whose record is not submitted
         yet holds its later tasks back here: they are checked once that record comes, after it.
         """
-        accesses = task_accesses(task) if task.kind not in _SYNC_KINDS else ()
-        # The caller of the API that submits (frame 1 is ENGINE.submit, 2 that API): the user's
-        # code, unless a wrapper of ours lies between (then walk out).
-        site = _submit_site(4) if accesses else ""
-        with self.lock:
-            reports = self._submitted(stream, task, accesses, site, self.mode == "raise")
+        kind = task.kind  # (task_accesses and _submit_site inlined for a launch: hot)
+        site: Site = ""
+        if kind in _SYNC_KINDS:
+            accesses: Any = ()
+        else:
+            reads, writes = task.reads, task.writes
+            if reads is not None or writes is not None:
+                accesses = _declared(reads, writes, KIND_NAMES[kind], task.name or task.fn)
+            else:
+                accesses = task_accesses(task)
+            if accesses:
+                # The caller of the API that submits (frame 1 is ENGINE.submit, 2 that API): the
+                # user's code, unless a wrapper of ours lies between (then walk out).
+                frame: Any = sys._getframe(3)
+                while frame is not None and frame.f_code.co_filename.startswith(OURS):
+                    frame = frame.f_back
+                site = (frame.f_code, frame.f_lasti) if frame is not None else "?"
+        sid = stream.id
+        with self.lock:  # (_submitted inlined: hot; no batch's checkpoint is open outside it)
+            streams = self.streams
+            vc = streams.get(sid)
+            if vc is None:
+                vc = streams[sid] = {sid: 0}
+                if stream.role:  # (an internal stream: a report says what it is for)
+                    self.roles[sid] = stream.role
+            if kind == DETACH:
+                self.detached_of[sid] = stream._dq.detached.id
+            host_version = self.host_version
+            if self.joined.get(sid) != host_version:  # (the host's clock moved since)
+                _join(vc, self.host)  # what the host waited for comes before what it submits
+                self.joined[sid] = host_version
+            running = _executing.stream  # current_task(), inlined
+            if running is not None:
+                running = running._running
+            if running is not None:
+                clock = self._clock_of(running)
+                if clock is not None:
+                    _join(vc, clock)  # submitted from a host function: after its stream's past
+            elif self.callbacks:
+                callback = self.callbacks.get(threading.get_ident())
+                if callback is not None:
+                    _join(vc, callback[1])  # submitted from a non-blocking callback: after it
+            held = self.held.get(sid)
+            if held is not None:
+                held.append((sid, task, accesses, site, stream._submitted + 1))
+                if kind == EVENT_RECORD:
+                    self.held_records.add(id(task.marker))
+                return
+            if accesses and kind != DETACH and not task.on_behalf and self.mode != "raise":
+                vc[sid] = self.latest[sid] = time = vc[sid] + 1  # (_apply inlined: a launch)
+                if kind == HOST_FUNC:  # what it accesses and submits itself comes after
+                    task.clock = (self, dict(vc), sid, None)
+                reports = self._take_accesses(accesses, sid, time, stream._submitted + 1, site, vc)
+            elif not accesses and kind != DETACH:  # (a record or wait)
+                reports = self._apply_order(sid, task, self.mode == "raise")
+            else:
+                reports = self._apply(sid, task, accesses, site, stream._submitted + 1, self.mode == "raise")
         for race, new in reports:
             self.on_race(race, new)
 
@@ -633,7 +684,7 @@ class Sanitizer:
         it; and what the cap dropped meanwhile is still checked (`capped`), as if every access
         were checked before any is kept."""
         found = []
-        shadow, owners = self.shadow, self.owners
+        shadow, owners, allocs, undo = self.shadow, self.owners, self.allocs, self.undo
         capped: dict[int, list] | None = None  # id(allocation) -> other actors' records the cap
                                                # dropped during this call (oldest first)
         info = last_name = last_kind = None  # (what a task's accesses share: made once for all)
@@ -643,15 +694,16 @@ class Sanitizer:
             lo += base
             hi += base
             if name is not last_name or kind_name is not last_kind:
-                info = _info(kind_name, name, actor, task_id, site, origin)
+                info = (kind_name, name, actor, task_id, site, False, ()) if origin is None \
+                    else _info(kind_name, name, actor, task_id, site, origin)  # (inlined: hot)
                 last_name, last_kind = name, kind_name
             rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc), assumed, rows)
             recs = shadow.get(key)
-            if self.undo is not None and key not in self.undo:  # (a batch that may be refused)
-                self.undo[key] = list(recs) if recs is not None else None
+            if undo is not None and key not in undo:  # (a batch that may be refused)
+                undo[key] = list(recs) if recs is not None else None
             if recs is None:
                 shadow[key] = [rec]
-                self.allocs[key] = alloc
+                allocs[key] = alloc
                 continue
             if capped is not None:
                 for r in capped.get(key, ()):
