@@ -6,8 +6,8 @@ do: stream order, event record -> wait, notify record -> wait, and host synchron
 (stream, event and device synchronize, a query that found the work done), which order the
 host thread, and through it every task it submits later, after the work it waited for.
 Accesses: a kernel's declared reads / writes (launch(reads=, writes=), or its `.access`
-letters), else every buffer argument as read and written; copies (only the bytes touched,
-row by row for pitched copies), memsets and host functions' buffer arguments.
+letters), else every buffer argument as read and written; copies (only the bytes touched:
+a pitched copy's rows, as one strided access), memsets and host functions' buffer arguments.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from .report import Access, Race, RaceError
 
 _BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
 HOST = -1           # the host's actor in the clocks (stream ids are positive)
-MAX_ROWS = 4096      # a pitched range of more rows is kept as one strided access, not row by row
 MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
 MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
 MAX_FREES = 64       # frees not yet reused kept per chunk (then merged into one, more ordered)
@@ -59,13 +58,12 @@ def _address_spans(addr: int, pitch: int, width: int, height: int):
 
 def pitched_spans(alloc, base: int, pitch: int, width: int, height: int) -> list:
     """(allocation, lo, hi, rows) of `height` rows of `width` bytes at `pitch` from offset `base`:
-    one span per row, or past MAX_ROWS one strided span (lo, hi: from the first byte to the last;
-    rows: (pitch, width)), checked as exactly without a record per row; rows None: contiguous."""
+    one strided span (lo, hi: from the first byte to the last; rows: (pitch, width)), checked
+    as exactly as a record per row would be (which the cap on records would cut); rows None:
+    contiguous."""
     if height == 1 or pitch == width:
         return [(alloc, base, base + width * height, None)]
-    if height > MAX_ROWS:
-        return [(alloc, base, base + (height - 1) * pitch + width, (pitch, width))]
-    return [(alloc, base + r * pitch, base + r * pitch + width, None) for r in range(height)]
+    return [(alloc, base, base + (height - 1) * pitch + width, (pitch, width))]
 
 
 def _in_rows(lo: int, hi: int, rows: tuple, b_lo: int, b_hi: int) -> tuple | None:
@@ -87,6 +85,8 @@ def _overlap(lo: int, hi: int, rows, r) -> tuple | None:
         return (max(lo, r[0]), min(hi, r[1])) if r_rows is None else _in_rows(r[0], r[1], r_rows, lo, hi)
     if r_rows is None:
         return _in_rows(lo, hi, rows, r[0], r[1])
+    if rows[0] == r_rows[0] and rows[1] <= rows[0] and r_rows[1] <= rows[0]:
+        return _same_pitch(lo, hi, rows[1], r[0], r[1], r_rows[1], rows[0])
     # Both strided: walk the rows of the one with the wider pitch (fewer) inside the other's span.
     (a_lo, a_hi, a_rows), (b_lo, b_hi, b_rows) = sorted(((lo, hi, rows), (r[0], r[1], r_rows)),
                                                         key=lambda x: -x[2][0])
@@ -99,6 +99,24 @@ def _overlap(lo: int, hi: int, rows, r) -> tuple | None:
             return found
         start += pitch
     return None
+
+
+def _same_pitch(a_lo: int, a_hi: int, a_w: int, b_lo: int, b_hi: int, b_w: int, pitch: int) -> tuple | None:
+    """_overlap() of two strided spans of one pitch (widths at most it), in O(1): row k of `a`
+    meets row k + t of `b` for at most two shifts t (the rows' offsets modulo the pitch); for
+    each, the first row k both have gives its first shared bytes; the lower of those is it."""
+    a_n, b_n = (a_hi - a_lo - a_w) // pitch + 1, (b_hi - b_lo - b_w) // pitch + 1
+    d = b_lo - a_lo
+    best = None
+    t = (-b_w - d) // pitch + 1  # the least t with d + t * pitch > -b_w
+    while d + t * pitch < a_w:
+        k = max(0, -t)  # the first row of `a` whose row k + t of `b` exists
+        if k < a_n and k + t < b_n:
+            start = max(a_lo + k * pitch, b_lo + (k + t) * pitch)
+            if best is None or start < best[0]:
+                best = (start, min(a_lo + k * pitch + a_w, b_lo + (k + t) * pitch + b_w))
+        t += 1
+    return best
 
 
 def _submit_site(depth: int) -> Site:
@@ -715,7 +733,9 @@ class Sanitizer:
             while i < len(recs):  # (in place, oldest first: most allocations keep one or two)
                 r = recs[i]
                 if r[3] == actor:  # (strided: its span does not cover the gaps between its rows)
-                    redundant = lo <= r[0] and r[1] <= hi and (write or not r[2]) and rows is None
+                    redundant = (write or not r[2]) and (lo <= r[0] and r[1] <= hi and rows is None
+                                                         or rows is not None and r[8] == rows and r[0] == lo
+                                                         and r[1] == hi)
                 elif vc.get(r[3], 0) < r[4]:  # not ordered before this access
                     if r[1] > lo and r[0] < hi and (write or r[2]):
                         if rows is None and r[8] is None:
@@ -726,7 +746,8 @@ class Sanitizer:
                                 found.append((alloc, r, rec, *both))
                     redundant = False
                 else:
-                    redundant = write and lo <= r[0] and r[1] <= hi and rows is None
+                    redundant = write and (lo <= r[0] and r[1] <= hi and rows is None
+                                           or rows is not None and r[8] == rows and r[0] == lo and r[1] == hi)
                 if redundant:
                     del recs[i]
                 else:
