@@ -764,7 +764,9 @@ class Sanitizer:
     def _apply_order(self, sid: int, task, raising: bool = False) -> list:
         """_apply() for a task without accesses: records and waits (their edges), and host
         functions (the clock what they submit comes after). With `raising`, a notify record
-        that releases a held stream whose tasks race is refused (RaceError), changing nothing."""
+        that releases a held stream whose tasks race is refused (RaceError), changing nothing;
+        so is one whose release reaches such tasks through a held event record (under the
+        notify record's or a batch's checkpoint, which undoes it)."""
         undo = self.undo is not None  # (a batch that may be refused: log what changes)
         if undo:
             self._keep(sid)
@@ -781,7 +783,7 @@ class Sanitizer:
                 if undo:
                     self._keep(waiter)
                 _join(self.streams[waiter], vc)
-                reports += self._release(waiter)
+                reports += self._release(waiter, raising and undo)  # (refusable only in a checkpoint)
             return reports
         if kind == EVENT_WAIT:
             m = task.marker
