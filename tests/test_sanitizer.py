@@ -1134,3 +1134,40 @@ def test_two_strided_accesses_of_one_pitch_are_compared_without_walking_rows(str
         art.synchronize(TIMEOUT)
     assert found == [] and took < 0.5, took
     x.free(), src.free()
+
+
+def test_the_fix_for_a_non_blocking_callback_offers_no_device_synchronize(streams, bufs):
+    # (callbacks run on the report thread, not the device's hidden stream: a device synchronize
+    # does not wait for them, yet the fix offered one)
+    from ascentrt import callback
+    s1, _ = streams
+    host = art.malloc_host(N)
+    gate, wrote, release = threading.Event(), threading.Event(), threading.Event()
+
+    def reporter():
+        gate.wait(TIMEOUT)
+        callback.process_reports(TIMEOUT)
+
+    thread = threading.Thread(target=reporter)
+    thread.start()
+    callback.subscribe(thread.ident, s1)
+
+    def cb(_):
+        art.memset(host, 7, N)
+        wrote.set()
+        release.wait(TIMEOUT)
+
+    with art.sanitize("log") as found:
+        callback.launch_callback(cb, None, s1, blocking=False)
+        gate.set()
+        art.Device(0).synchronize(TIMEOUT)
+        assert wrote.wait(TIMEOUT)
+        host.numpy()[:] = 1  # races the callback, still running
+        release.set()
+        thread.join(TIMEOUT)
+    callback.unsubscribe(thread.ident, s1)
+    assert len(found) == 1, [str(r) for r in found]
+    fix = found[0].fix
+    assert "ACL_CALLBACK_BLOCK" in fix and f"synchronize stream {s1.id}" in fix
+    assert "device" not in fix, fix
+    host.free()

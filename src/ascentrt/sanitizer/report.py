@@ -135,6 +135,10 @@ class Race:
                     f"work waits for it")
         if other.stream == fn.stream:
             return f"{blocking} (`{other.name}`, {other.site}, is such work)"
+        if fn.task_kind == "callback":  # (run by a report thread: a device synchronize misses it)
+            where = (f"before the host touches the bytes ({other.site})" if other.on_host
+                     else f"before queuing `{other.name}` ({other.site})")
+            return f"{blocking}, and synchronize stream {fn.stream} after it {where}"
         if other.on_host:
             return (f"{blocking}, and synchronize stream {fn.stream} after it before the host "
                     f"touches the bytes ({other.site}); or synchronize the device there (it waits "
