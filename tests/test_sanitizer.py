@@ -1171,3 +1171,31 @@ def test_the_fix_for_a_non_blocking_callback_offers_no_device_synchronize(stream
     assert "ACL_CALLBACK_BLOCK" in fix and f"synchronize stream {s1.id}" in fix
     assert "device" not in fix, fix
     host.free()
+
+
+def test_a_race_warning_turned_into_an_error_leaves_its_work_queued(dev, streams, bufs):
+    # (it escaped before the tasks were queued: the state kept work that never ran, and a
+    # correct launch later was reported against it)
+    s1, s2 = streams
+    a, b, out = bufs
+    src = art.malloc(N)
+    cap = dev.create_stream()
+    cap.begin_capture()
+    art.memcpy_async(b, src, stream=cap)
+    art.launch(consumer, out.view(), a.view(), stream=cap, reads=[a], writes=[out])
+    g = cap.end_capture()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RaceWarning)
+        with art.sanitize("warn") as found:
+            art.launch(producer, a.view(), stream=s1, writes=[a])
+            with pytest.raises(RaceWarning):
+                g.launch(s2)  # its read of a races the producer: told once queued
+            assert s2._submitted > 0
+            with pytest.raises(RaceWarning):
+                art.launch(producer, out.view(), stream=s1, writes=[out])  # races the graph's write
+            assert s1._submitted == 2
+            art.synchronize(TIMEOUT)
+    assert [(r.first.name, r.second.name) for r in found] == [("producer", "consumer"), ("consumer", "producer")]
+    g.destroy()
+    cap.destroy()
+    src.free()

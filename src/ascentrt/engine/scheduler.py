@@ -344,10 +344,12 @@ class Engine:
             dq.backend.host_call(KIND_NAMES[task.kind])
             if dq.queue_depth and stream._submitted - stream._completed >= dq.queue_depth:
                 self._wait_for_room(stream)
-        if Hooks.sanitizer is not None and stream._refuse is None:
+        races = None
+        san = Hooks.sanitizer
+        if san is not None and stream._refuse is None:
             # Before the engine lock (its work would hold the executors up); it may refuse the
-            # task, and nothing is queued yet.
-            Hooks.sanitizer.submitted(stream, task)
+            # task, and nothing is queued yet. Its races are told once the task is queued.
+            races = san.submitted(stream, task)
         lock = self.lock
         try:  # (cheaper than `with`, which costs ~0.1 us per launch here)
             if not lock.acquire(False):
@@ -378,7 +380,6 @@ class Engine:
                         parked = dq.idle[ex]
                         if parked:
                             parked.pop().release()
-                return task_id
             finally:
                 lock.release()
                 if self.lock_waiters:
@@ -388,6 +389,9 @@ class Engine:
             if lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
                 lock.release()
             raise
+        if races:  # (a warning turned into an error leaves the task queued, as the state says)
+            san.announce(races)
+        return task_id
 
     def _wait_for_lock(self) -> None:
         """Block until this thread holds the engine lock, marked as waiting meanwhile (see
@@ -629,8 +633,8 @@ class Engine:
         for s in streams:
             if not s._dq.started:
                 s._dq.start()  # before anything is queued
-        if observe and Hooks.sanitizer is not None:
-            Hooks.sanitizer.submitted_all(work)  # may refuse a task: nothing queued yet
+        san = Hooks.sanitizer if observe else None
+        races = san.submitted_all(work) if san is not None else None  # may refuse: nothing queued yet
         stamp = Hooks.profiler is not None
         me = threading.get_ident()
         for s, t in work:
@@ -648,6 +652,8 @@ class Engine:
                 s._active = True
                 s._dq.active.add(s)
                 self._advance(s, None)
+        if races:  # (once all is queued: a warning turned into an error leaves it so)
+            san.announce(races)  # type: ignore[union-attr]
 
     def _profile_control(self, t: Task) -> None:
         prof = Hooks.profiler

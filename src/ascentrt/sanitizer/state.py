@@ -535,9 +535,10 @@ class Sanitizer:
 
     # ---- submission -------------------------------------------------------------------------
 
-    def submitted(self, stream, task) -> None:
-        """Check `task`, about to be queued on `stream`; record its accesses and edges. In raise
-        mode a race refuses the task (RaceError), changing nothing.
+    def submitted(self, stream, task) -> list:
+        """Check `task`, about to be queued on `stream`; record its accesses and edges; returns
+        the reports [(race, new)] for announce(). In raise mode a race refuses the task
+        (RaceError), changing nothing.
 
         A stream blocked (in submission order) on a notify wait whose record is not submitted
         yet holds its later tasks back here: they are checked once that record comes, after it.
@@ -589,7 +590,7 @@ class Sanitizer:
                 held.append((sid, task, accesses, site, stream._submitted + 1))
                 if kind == EVENT_RECORD:
                     self.held_records.add(id(task.marker))
-                return
+                return []
             if accesses and kind != DETACH and not task.on_behalf and self.mode != "raise":
                 vc[sid] = self.latest[sid] = time = vc[sid] + 1  # (_apply inlined: a launch)
                 if kind == HOST_FUNC:  # what it accesses and submits itself comes after
@@ -599,6 +600,11 @@ class Sanitizer:
                 reports = self._apply_order(sid, task, self.mode == "raise")
             else:
                 reports = self._apply(sid, task, accesses, site, stream._submitted + 1, self.mode == "raise")
+        return reports
+
+    def announce(self, reports: list) -> None:
+        """Tell of the races submitted() or submitted_all() found, once their tasks are queued
+        (a warning turned into an error must not leave the state holding work never queued)."""
         for race, new in reports:
             self.on_race(race, new)
 
@@ -888,12 +894,13 @@ class Sanitizer:
         for race, new in reports:
             self.on_race(race, new)
 
-    def submitted_all(self, work) -> None:
+    def submitted_all(self, work) -> list:
         """submitted() for a batch of (stream, task) queued at once (a graph launch, a
         collective's parts or lane steps), in an order where each wait comes after the record
         it waits for: a batch may list a forked lane's wait before the record on the origin lane
         that releases it. In raise mode a race refuses the whole batch, changing nothing: none
-        of it is queued, so what its earlier tasks did must not stay in the clocks."""
+        of it is queued, so what its earlier tasks did must not stay in the clocks. Returns
+        the reports for announce()."""
         tasks = [(s, t, task_accesses(t) if t.kind not in _SYNC_KINDS else ()) for s, t in work]
         site = _submit_site(3) if any(acc for _, _, acc in tasks) else ""
         reports: list = []
@@ -909,8 +916,7 @@ class Sanitizer:
                 raise
             finally:
                 self.undo = self.saved = None
-        for race, new in reports:
-            self.on_race(race, new)
+        return reports
 
     @staticmethod
     def _batch_order(tasks: list) -> list:
