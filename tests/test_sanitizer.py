@@ -1199,3 +1199,21 @@ def test_a_race_warning_turned_into_an_error_leaves_its_work_queued(dev, streams
     g.destroy()
     cap.destroy()
     src.free()
+
+
+def test_two_strided_accesses_of_different_pitches_walk_one_period_at_most(streams):
+    # (rows of pitches 64 and 96 share bytes, if at all, within one lcm (192 bytes) of where
+    # both spans begin: the walk went over every row)
+    import time
+    s1, s2 = streams
+    rows = 200000
+    x, src = art.malloc(rows * 96), art.malloc(rows * 8)
+    with art.sanitize("log") as found:
+        t0 = time.perf_counter()
+        for _ in range(10):
+            art.memcpy2d_async(x, 64, src, 8, 8, rows, stream=s1)            # bytes 0..7 mod 64
+            art.memcpy2d_async(x.ptr + 16, 96, src, 8, 8, rows, stream=s2)  # 16..23 mod 96
+        took = time.perf_counter() - t0
+        art.synchronize(TIMEOUT)
+    assert found == [] and took < 0.3, took
+    x.free(), src.free()

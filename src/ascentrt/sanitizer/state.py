@@ -12,6 +12,7 @@ a pitched copy's rows, as one strided access), memsets and host functions' buffe
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from typing import Any
@@ -88,12 +89,18 @@ def _overlap(lo: int, hi: int, rows, r) -> tuple | None:
     if rows[0] == r_rows[0] and rows[1] <= rows[0] and r_rows[1] <= rows[0]:
         return _same_pitch(lo, hi, rows[1], r[0], r[1], r_rows[1], rows[0])
     # Both strided: walk the rows of the one with the wider pitch (fewer) inside the other's span.
+    # Where both spans lie, which bytes each has repeats with its pitch, so what they share
+    # repeats with the lcm of the pitches: the first shared bytes lie within one lcm of the
+    # start, or nowhere (rows no wider than their pitch).
     (a_lo, a_hi, a_rows), (b_lo, b_hi, b_rows) = sorted(((lo, hi, rows), (r[0], r[1], r_rows)),
                                                         key=lambda x: -x[2][0])
     pitch, width = a_rows
     first = max(0, (b_lo - a_lo - width) // pitch + 1)
     start = a_lo + first * pitch
-    while start < a_hi and start < b_hi:
+    end = min(a_hi, b_hi)
+    if width <= pitch and b_rows[1] <= b_rows[0]:
+        end = min(end, max(a_lo, b_lo) + math.lcm(pitch, b_rows[0]))
+    while start < end:
         found = _in_rows(b_lo, b_hi, b_rows, start, start + width)
         if found is not None:
             return found
