@@ -1300,10 +1300,16 @@ interrupts.interruptible(Engine._wait_for_room, Engine._wait_for_lock, Engine.wa
                          Engine._wait_host, Engine.wait_completed)
 
 
+# The signal numbers, as plain ints, once: valid_signals() builds an enum member of each on
+# every call, and a simulated timed wait asks once per slice of its virtual time (a 1836 s
+# wait took 1.3 s of real time doing that under pytest, which installs handlers).
+_SIGNALS = tuple(int(sig) for sig in signal.valid_signals())
+
+
 def _program_signal_handlers() -> bool:
     """Whether the program installed a Python handler for any signal (Python's defaults and
     the runtime's own Ctrl-C deferral are none)."""
-    for sig in signal.valid_signals():
+    for sig in _SIGNALS:
         try:
             handler = signal.getsignal(sig)
         except (ValueError, OSError):
