@@ -908,6 +908,12 @@ class Sanitizer:
         that releases it. In raise mode a race refuses the whole batch, changing nothing: none
         of it is queued, so what its earlier tasks did must not stay in the clocks. Returns
         the reports for announce()."""
+        if len(work) == 1 and self.mode != "raise":  # (an event record: nothing to order or undo)
+            ((s, t),) = work
+            acc = task_accesses(t) if t.kind not in _SYNC_KINDS else ()
+            site = _submit_site(3) if acc else ""
+            with self.lock:
+                return self._submitted(s, t, acc, site, False)
         tasks = [(s, t, task_accesses(t) if t.kind not in _SYNC_KINDS else ()) for s, t in work]
         site = _submit_site(3) if any(acc for _, _, acc in tasks) else ""
         reports: list = []
