@@ -568,36 +568,10 @@ class Sanitizer:
                     frame = frame.f_back
                 site = (frame.f_code, frame.f_lasti) if frame is not None else "?"
         sid = stream.id
-        with self.lock:  # (_submitted inlined: hot; no batch's checkpoint is open outside it)
-            streams = self.streams
-            vc = streams.get(sid)
+        with self.lock:  # (no batch's checkpoint is open outside it)
+            vc = self._stream_clock(stream, task, kind, sid, accesses, site)
             if vc is None:
-                vc = streams[sid] = {sid: 0}
-                if stream.role:  # (an internal stream: a report says what it is for)
-                    self.roles[sid] = stream.role
-            if kind == DETACH:
-                self.detached_of[sid] = stream._dq.detached.id
-            host_version = self.host_version
-            if self.joined.get(sid) != host_version:  # (the host's clock moved since)
-                _join(vc, self.host)  # what the host waited for comes before what it submits
-                self.joined[sid] = host_version
-            running = _executing.stream  # current_task(), inlined
-            if running is not None:
-                running = running._running
-            if running is not None:
-                clock = self._clock_of(running)
-                if clock is not None:
-                    _join(vc, clock)  # submitted from a host function: after its stream's past
-            elif self.callbacks:
-                callback = self.callbacks.get(threading.get_ident())
-                if callback is not None:
-                    _join(vc, callback[1])  # submitted from a non-blocking callback: after it
-            held = self.held.get(sid)
-            if held is not None:
-                held.append((sid, task, accesses, site, stream._submitted + 1))
-                if kind == EVENT_RECORD:
-                    self.held_records.add(id(task.marker))
-                return []
+                return []  # held behind a notify wait
             if accesses and kind != DETACH and not task.on_behalf and self.mode != "raise":
                 vc[sid] = self.latest[sid] = time = vc[sid] + 1  # (_apply inlined: a launch)
                 if kind == HOST_FUNC:  # what it accesses and submits itself comes after
@@ -616,11 +590,18 @@ class Sanitizer:
             self.on_race(race, new)
 
     def _submitted(self, stream, task, accesses, site, raising: bool) -> list:
-        """submitted() under our lock: returns the reports [(race, new)]."""
-        kind = task.kind
+        """submitted() under our lock, for a batch's task: returns the reports [(race, new)]."""
         sid = stream.id
         if self.undo is not None:  # (a batch that may be refused: its first change saves the old)
             self._keep(sid)
+        if self._stream_clock(stream, task, task.kind, sid, accesses, site) is None:
+            return []  # held behind a notify wait
+        return self._apply(sid, task, accesses, site, stream._submitted + 1, raising)
+
+    def _stream_clock(self, stream, task, kind: int, sid: int, accesses, site) -> dict | None:
+        """Under our lock: `stream`'s clock, brought up to what comes before `task` (what the
+        host waited for, the host function or non-blocking callback submitting it); None when
+        the stream is held behind a notify wait, and `task` with it."""
         vc = self.streams.get(sid)
         if vc is None:
             vc = self.streams[sid] = {sid: 0}
@@ -628,9 +609,10 @@ class Sanitizer:
                 self.roles[sid] = stream.role
         if kind == DETACH:
             self.detached_of[sid] = stream._dq.detached.id
-        if self.joined.get(sid) != self.host_version:  # (the host's clock moved since)
+        host_version = self.host_version
+        if self.joined.get(sid) != host_version:  # (the host's clock moved since)
             _join(vc, self.host)  # what the host waited for comes before what it submits
-            self.joined[sid] = self.host_version
+            self.joined[sid] = host_version
         running = _executing.stream  # current_task(), inlined (hot)
         if running is not None:
             running = running._running
@@ -647,8 +629,8 @@ class Sanitizer:
             held.append((sid, task, accesses, site, stream._submitted + 1))
             if kind == EVENT_RECORD:
                 self.held_records.add(id(task.marker))
-            return []
-        return self._apply(sid, task, accesses, site, stream._submitted + 1, raising)
+            return None
+        return vc
 
     def _apply(self, sid: int, task, accesses, site, task_id: int, raising: bool) -> list:
         """Take one task into the clocks and the accesses (under our lock); returns the reports
