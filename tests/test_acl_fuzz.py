@@ -17,7 +17,7 @@ from ascentrt.acl import constants as C
 from ascentrt.acl._api import AclValueError
 
 FUZZED = [n for n in acl.rt.__all__ if hasattr(getattr(acl.rt, n), "__acl_fmt__")]
-INT_RANGES = {"i": (-(1 << 31), (1 << 31) - 1)}
+INT_RANGES = {"i": (-(1 << 31), (1 << 31) - 1), "I": (-(1 << 31), (1 << 32) - 1)}
 TOP = ["init", "finalize", "finalize_reference", "get_version", "get_cann_version", "app_log",
        "get_soc_name", "get_recent_err_msg"]
 UTIL = ["ptr_to_bytes", "ptr_to_numpy", "bytes_to_ptr", "numpy_to_ptr", "numpy_contiguous_to_ptr",
@@ -97,7 +97,7 @@ def well_typed(fmt, args):
     for letter, a in zip(fmt, args):
         if letter in "ikIKl" and (not isinstance(a, int)):
             return False
-        if letter == "i" and not INT_RANGES["i"][0] <= a <= INT_RANGES["i"][1]:
+        if letter in INT_RANGES and not INT_RANGES[letter][0] <= a <= INT_RANGES[letter][1]:
             return False
         if letter == "s" and not isinstance(a, str):
             return False

@@ -622,6 +622,23 @@ def test_err_msg_mode_1_makes_the_recent_error_message_the_processs(tmp_path):
     assert out.splitlines()[:5] == ["0 0", "process: True None", "0 0", "thread: None", "100000 0"]
 
 
+def test_every_unsigned_int_argument_that_overflows_32_bits_fails_to_parse(rt):
+    # (the reference: an int overflow of an i/I format fails to parse; I arguments once wrapped
+    # silently, a flag of 2**32 + 1 read as 1, except two timeouts that checked on their own)
+    names = [n for n in acl.rt.__all__ if "I" in getattr(getattr(acl.rt, n), "__acl_fmt__", "")]
+    assert len(names) >= 10
+    for name in names:
+        fmt = getattr(acl.rt, name).__acl_fmt__
+        for slot in (i for i, c in enumerate(fmt) if c == "I"):
+            for huge in (1 << 32, -(1 << 31) - 1, 1 << 64):
+                args = [huge if i == slot else 0 for i in range(len(fmt))]
+                with pytest.raises(TypeError, match=f"acl.rt.{name} args parse failed"):
+                    getattr(acl.rt, name)(*args)
+                with pytest.raises(TypeError, match=f"acl.rt.{name} args parse failed"):
+                    getattr(acl.rt, name)(*args[:slot], np.int64(huge) if huge < 1 << 63 else huge,
+                                          *args[slot + 1:])
+
+
 def test_timeout_arguments_parse_as_c_ints_a_bool_is_1_and_an_overflow_fails_to_parse(rt, stream):
     # (set_op_wait_timeout(True) was 107000 while synchronize_*_with_timeout(.., True) took 1;
     # 2**64 wrapped to 0, "never time out", where the other timeouts refuse what overflows them)

@@ -23,6 +23,7 @@ from ..stream import Stream
 T = TypeVar("T")
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
+_UINT32 = (-(1 << 31), (1 << 32) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -54,13 +55,15 @@ def _int_in(lo: int, hi: int) -> Callable[[Any], object]:
     return lambda x: (type(x) is int or isinstance(x, (int, np.integer))) and lo <= x <= hi
 
 
-# PyArg_ParseTuple format letters as pyACL uses them: i/l range-checked, k/K/I masked (any int).
+# PyArg_ParseTuple format letters as pyACL uses them: i/I/l range-checked (an int that overflows
+# an i or I fails to parse, as the reference says; I takes what a C int or unsigned int holds),
+# k/K masked (any int).
 _CHECKS: dict[str, Callable[[Any], object]] = {
     "i": _int_in(*_INT32),
+    "I": _int_in(*_UINT32),
     "l": _int_in(*_INT64),
     "k": _is_int,
     "K": _is_int,
-    "I": _is_int,
     "d": lambda x: isinstance(x, (int, float, np.integer, np.floating)),
     "s": lambda x: isinstance(x, str),
     "O": lambda x: True,
@@ -113,7 +116,7 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt", optional: i
     # or str slot among those given always takes the slow path.
     tests = []
     for i, c in enumerate(fmt):
-        if c in "kKI":
+        if c in "kK":
             tests.append(f"type(a{i}) is int")
         elif c in _RANGES:
             lo, hi = _RANGES[c]
@@ -244,7 +247,7 @@ def _top_level_items(text: str) -> list[str]:
     return items
 
 
-_RANGES = {"i": _INT32, "l": _INT64}
+_RANGES = {"i": _INT32, "I": _UINT32, "l": _INT64}
 
 
 def ret_of(exc: Exception, out: tuple[Any, ...]) -> int | tuple[Any, ...]:
@@ -358,14 +361,6 @@ def need_context() -> Context:
         raise fail(ErrorCode.RT_CONTEXT_NULL, "no current context: call acl.rt.set_device or "
                                               "acl.rt.create_context first")
     return ctx
-
-
-def uint32(value: int, name: str) -> int:
-    """`value` of an unsigned 32-bit C argument; one that overflows it fails to parse, as the
-    reference says of pyACL's i/I formats (TypeError "acl.rt.<name> args parse failed")."""
-    if value > 0xFFFFFFFF:
-        raise AclTypeError(f"acl.rt.{name} args parse failed")
-    return value
 
 
 def timeout_ms(value: int, zero_means_forever: bool = False) -> float | None:

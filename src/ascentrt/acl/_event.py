@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..event import Event, elapsed_time, set_wait_timeout
 from ..errors import ErrorCode
 from . import constants as C
-from ._api import EVENTS, api, fail, need_context, note_task, stream_of, timeout_ms, uint32
+from ._api import EVENTS, api, fail, need_context, note_task, stream_of, timeout_ms
 
 if TYPE_CHECKING:
     from ..stream import Stream
@@ -178,7 +178,7 @@ def event_get_timestamp(event: int) -> int:
 @api("I")
 def set_op_wait_timeout(timeout: int) -> None:
     """Bound later device-side event waits to timeout seconds, 0 = never time out (aclrtSetOpWaitTimeout)."""
-    timeout = uint32(timeout, "set_op_wait_timeout")  # (2**64 once wrapped to 0: never time out)
+    # (the "I" format refuses what overflows a uint32: 2**64 once wrapped to 0, never time out)
     if timeout < 0:
         raise fail(ErrorCode.RT_PARAM_INVALID, f"timeout must be >= 0 s, got {timeout}")
     set_wait_timeout(None if timeout == 0 else timeout)

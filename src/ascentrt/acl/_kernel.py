@@ -11,7 +11,7 @@ from ..device import Device, device_count
 from ..errors import ErrorCode
 from ..launch import launch
 from ..memory import REGISTRY, BufferSlice, TypedView
-from ._api import EVENTS, AclTypeError, api, fail, last_task_id, note_task, stream_of, uint32
+from ._api import EVENTS, AclTypeError, api, fail, last_task_id, note_task, stream_of
 from ._device import core_limit
 
 
@@ -113,8 +113,8 @@ def op_timeout_s() -> float:
 @api("I")
 def set_op_execute_time_out(timeout: int) -> None:
     """Set the operator execution timeout in seconds, 0 = the most; last call wins (aclrtSetOpExecuteTimeOut)."""
-    # (a uint32, as the wrapper parses it: one that overflows it fails to parse, as in set_op_wait_timeout)
-    _set_op_timeout_us((uint32(timeout, "set_op_execute_time_out") & 0xFFFFFFFF) * 1_000_000)
+    # (a uint32, as the wrapper parses it: one that overflows it failed to parse there)
+    _set_op_timeout_us((timeout & 0xFFFFFFFF) * 1_000_000)
 
 
 @api("K", out=(0,))
