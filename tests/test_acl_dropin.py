@@ -57,6 +57,28 @@ def test_app_log_appends_to_a_plog_file_in_the_log_path(tmp_path):
     assert [line.split(" ")[0] for line in log.read_text().splitlines()] == ["[WARNING]", "[ERROR]"]
 
 
+@pytest.mark.parametrize("where", ["stderr", "stdout", "plog"])
+def test_app_log_from_a_destructor_at_interpreter_shutdown_still_writes_its_line(tmp_path, where):
+    # (acllite's AclLiteImage.__del__ logs through acl.app_log; at exit datetime.now() raised
+    # "ImportError: sys.meta_path is None" and the line was lost behind a traceback)
+    env = {"stdout": {"ASCEND_SLOG_PRINT_TO_STDOUT": "1"}, "plog": {"ASCEND_PROCESS_LOG_PATH": str(tmp_path)},
+           "stderr": {}}[where]
+    out = _run("""
+        import ascentrt.acl as acl
+        class Image:
+            def __del__(self):
+                acl.app_log(3, "released in __del__")
+        image = Image()
+        acl.app_log(3, "at start")
+    """, **env)
+    assert out.returncode == 0 and "Exception ignored" not in out.stderr and "Error" not in out.stderr, out.stderr
+    text = {"stderr": out.stderr, "stdout": out.stdout,
+            "plog": "".join(p.read_text() for p in tmp_path.glob("plog-*.log"))}[where]
+    lines = text.splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == ["at start", "released in __del__"], text
+    assert all(line.startswith("[ERROR] APP(") for line in lines)
+
+
 @pytest.mark.parametrize("args", [(), (3,), ("3", "x"), (3, b"x"), (3, "x", 1), (None, "x")])
 def test_app_log_refuses_bad_arguments_as_pyacl_does(args):
     with pytest.raises(TypeError, match="acl.app_log args parse failed"):

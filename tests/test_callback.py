@@ -119,6 +119,34 @@ def test_unsubscribe_cancels_a_pending_blocking_callback(stream):
     assert err.value.code == ErrorCode.RT_STREAM_NO_CB_REG
 
 
+def test_unsubscribe_keeps_handed_over_non_blocking_callbacks_for_the_threads_next_process_reports(stream):
+    # (they were cancelled: their tasks had completed, so 10 callbacks launched, synchronized,
+    # then unsubscribed, as a pyACL post-processing loop does, ran 0 times with no error)
+    me = threading.get_ident()
+    other = art.Stream()
+    callback.subscribe(me, stream)
+    callback.subscribe(me, other)
+    ran = []
+    for i in range(10):
+        callback.launch_callback(ran.append, i, stream, blocking=False)
+    callback.launch_callback(ran.append, "other", other, blocking=False)
+    stream.synchronize(10)
+    other.synchronize(10)
+    callback.unsubscribe(me, stream)
+    callback.unsubscribe(me, other)
+    assert callback.process_reports(1) == 11   # (in the order the streams handed them over)
+    assert [r for r in ran if r != "other"] == list(range(10)) and "other" in ran
+    with pytest.raises(AscentError) as err:   # (then the thread serves nothing, as before)
+        callback.process_reports(0.01)
+    assert err.value.code == ErrorCode.RT_THREAD_SUBSCRIBE
+    callback.subscribe(me, stream)            # and may subscribe again
+    callback.launch_callback(ran.append, "again", stream, blocking=False)
+    stream.synchronize(10)
+    assert callback.process_reports(1) == 1 and ran[-1] == "again"
+    callback.unsubscribe(me, stream)
+    other.destroy()
+
+
 def test_subscribe_needs_a_live_thread(stream):
     with pytest.raises(AscentError):
         callback.subscribe(1, stream)

@@ -82,6 +82,8 @@ def subscribe(thread_id: int, stream=None) -> None:
         rep = _reporters.get(thread_id)
         if rep is None:
             rep = _reporters[thread_id] = _Reporter(thread_id, stream.device)
+        elif not rep.streams:  # (kept for callbacks handed over before its last unsubscribe)
+            rep.device = stream.device
         elif rep.device is not stream.device:
             raise InvalidArgumentError(f"thread {thread_id} already serves device {rep.device.id}",
                                        code=ErrorCode.RT_STREAM_SUBSCRIBE)
@@ -90,7 +92,9 @@ def subscribe(thread_id: int, stream=None) -> None:
 
 
 def unsubscribe(thread_id: int, stream=None) -> None:
-    """Undo subscribe(); callbacks of the stream not yet run are cancelled (their tasks fail)."""
+    """Undo subscribe(). A blocking callback of the stream not yet run is cancelled (its task
+    fails); a non-blocking one its stream already handed over stays queued for the thread's
+    next process_reports (its task is done: cancelling it would lose it silently)."""
     stream = resolve_stream(stream)
     _refuse_inside_callback(stream, "unsubscribe")
     with _lock:
@@ -102,12 +106,12 @@ def unsubscribe(thread_id: int, stream=None) -> None:
         del rep.streams[stream.id]
         keep: collections.deque[tuple[int, _Report]] = collections.deque()
         for sid, report in rep.queue:
-            if sid == stream.id:
+            if sid == stream.id and report.done is not None:
                 _cancel(report)
             else:
                 keep.append((sid, report))
         rep.queue = keep
-        if not rep.streams:
+        if not rep.streams and not rep.queue:
             del _reporters[thread_id]
         rep.cond.notify_all()
 
@@ -217,6 +221,8 @@ def process_reports(timeout: float | None = None) -> int:
             rep.cond.wait_for(lambda: rep.queue or _reporters.get(me) is not rep, timeout)
         entries = [e for e in rep.queue if not e[1].cancelled]
         rep.queue.clear()
+        if not rep.streams and _reporters.get(me) is rep:  # (unsubscribed: these were its last)
+            del _reporters[me]
         gone = _reporters.get(me) is not rep
     if not entries:
         if gone:

@@ -7,11 +7,11 @@ does not export, live in ascentrt.acl.constants.
 
 from __future__ import annotations
 
-import datetime as _datetime
 import json as _json
 import os as _os
 import sys as _sys
 import threading as _threading
+import time as _time
 import types as _types
 from typing import Any as _Any
 
@@ -138,8 +138,11 @@ def app_log(*args: _Any) -> None:
     level, message = args
     if not 0 <= level < len(_LOG_LEVELS) or level < _config.get("ASCEND_GLOBAL_LOG_LEVEL"):
         return None
-    now = _datetime.datetime.now()
-    stamp = now.strftime("%Y-%m-%d-%H:%M:%S.") + f"{now.microsecond // 1000:03d}.{now.microsecond % 1000:03d}"
+    # (time's functions, not datetime.now(), which imports `time` afresh: a __del__ that logs
+    # at interpreter shutdown, as acllite's do, must still write its line, as aclAppLog does)
+    now = _time.time()
+    us = int(now * 1_000_000) % 1_000_000
+    stamp = _time.strftime("%Y-%m-%d-%H:%M:%S.", _time.localtime(now)) + f"{us // 1000:03d}.{us % 1000:03d}"
     program = _os.path.basename(_sys.argv[0]) if _sys.argv and _sys.argv[0] else "python"
     line = f"[{_LOG_LEVELS[level]}] APP({_os.getpid()},{program}):{stamp} {message}\n"
     folder = _config.get("ASCEND_PROCESS_LOG_PATH")
@@ -150,8 +153,13 @@ def app_log(*args: _Any) -> None:
         elif folder:
             try:
                 _os.makedirs(folder, exist_ok=True)
-                with open(_os.path.join(folder, f"plog-{_os.getpid()}.log"), "a", encoding="utf-8") as fh:
-                    fh.write(line)
+                # (os calls, not open(): builtins may be gone when a __del__ logs at shutdown)
+                fd = _os.open(_os.path.join(folder, f"plog-{_os.getpid()}.log"),
+                              _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o644)
+                try:
+                    _os.write(fd, line.encode("utf-8"))
+                finally:
+                    _os.close(fd)
             except OSError:
                 _sys.stderr.write(line)  # an unwritable log folder must not lose the message
         else:
