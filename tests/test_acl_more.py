@@ -545,6 +545,70 @@ def test_value_wait_holds_a_stream_until_another_stream_writes_the_word(rt, stre
     assert rt.free(word) == 0 and rt.free(out) == 0 and rt.destroy_stream(other) == 0
 
 
+VALUE_WAITS_PROGRAM = """
+import threading, time
+import numpy as np
+import ascentrt as art
+import ascentrt.acl as acl
+from ascentrt.acl import constants as C
+EQ = C.ACL_STREAM_WAIT_VALUE_EQ
+acl.init(); acl.rt.set_device(0)
+a, _ = acl.rt.create_stream(); b, _ = acl.rt.create_stream(); c, _ = acl.rt.create_stream()
+x, _ = acl.rt.malloc(8, 0); y, _ = acl.rt.malloc(8, 0)
+acl.rt.memset(x, 8, 0, 8); acl.rt.memset(y, 8, 0, 8)
+# a waits for x, b for y then writes x, c writes y: each wait is the device's, holding no
+# host-function thread (with one such thread, a's wait once held it and b's never ran)
+assert [acl.rt.value_wait(x, 1, EQ, a), acl.rt.value_wait(y, 1, EQ, b), acl.rt.value_write(x, 1, 0, b),
+        acl.rt.value_write(y, 1, 0, c)] == [0, 0, 0, 0]
+started = time.monotonic()
+print("chain", acl.rt.synchronize_stream(a), time.monotonic() - started < 5)
+# a word nothing queued will write, and no other thread: a deadlock, said at once (it waited
+# out the operator timeout, 18 minutes, silently)
+acl.rt.memset(x, 8, 0, 8)
+acl.rt.value_wait(x, 1, EQ, a)
+started = time.monotonic()
+print("alone", acl.rt.synchronize_stream(a), time.monotonic() - started < 5)
+# the host writes the word itself: the wait lets go
+art.memcpy(x, np.array([1], np.uint64), 8)
+print("host write", acl.rt.synchronize_stream(a))
+# another thread may still write it: the wait times out instead, on sim in virtual time
+gate = threading.Event()
+other = threading.Thread(target=gate.wait); other.start()
+acl.rt.set_op_wait_timeout(3)
+acl.rt.value_wait(x, 99, EQ, a)
+started = time.monotonic()
+print("timed", acl.rt.synchronize_stream(a), time.monotonic() - started)
+gate.set(); other.join()
+acl.rt.free(x); acl.rt.free(y)
+for s in (a, b, c):
+    acl.rt.destroy_stream(s)
+acl.rt.reset_device(0); acl.finalize()
+"""
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("backend", ["cpu", "sim"])
+def test_value_waits_are_device_side_waits_deadlocks_are_said_and_timeouts_are_the_devices(backend):
+    out = run_program(VALUE_WAITS_PROGRAM, env={"ASCENTRT_BACKEND": backend}, timeout=60).splitlines()
+    assert out[:3] == ["chain 0 True", f"alone {C.ACL_ERROR_RT_DEADLOCK} True", "host write 0"]
+    # (3 s of wall time on cpu; on sim the 3 s pass in virtual time, after the simulator's
+    # patience with a thread that may still act; it waited out 3 real seconds before)
+    what, code, wall = out[3].split()
+    assert (what, int(code)) == ("timed", C.ACL_ERROR_RT_WAIT_TIMEOUT)
+    assert 2.9 < float(wall) < 10 if backend == "cpu" else float(wall) < 2.9
+
+
+def test_a_value_wait_cannot_be_captured(rt, stream):
+    from ascentrt.acl._api import STREAMS
+    word, _ = rt.malloc(8, 0)
+    s = STREAMS.get(stream)
+    s.begin_capture(art.CaptureMode.GLOBAL)
+    assert rt.value_wait(word, 1, C.ACL_STREAM_WAIT_VALUE_EQ, stream) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    with pytest.raises(art.AscentError):
+        s.end_capture()
+    assert rt.free(word) == 0
+
+
 def test_virtual_memory_ipc_and_descriptor_copies_are_refused_after_the_argument_checks(rt, stream):
     dev, _ = rt.malloc(64, 0)
     assert rt.reserve_mem_address(1 << 21, 0, 0, 0) == (0, C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
@@ -637,6 +701,16 @@ def test_every_unsigned_int_argument_that_overflows_32_bits_fails_to_parse(rt):
                 with pytest.raises(TypeError, match=f"acl.rt.{name} args parse failed"):
                     getattr(acl.rt, name)(*args[:slot], np.int64(huge) if huge < 1 << 63 else huge,
                                           *args[slot + 1:])
+            # (a negative one is the unsigned int it stands for, as C reads it: -1 was taken as
+            # -1, so create_stream_with_config(-1, 0) made the highest priority, not the lowest)
+            rets = [getattr(acl.rt, name)(*[v if i == slot else 0 for i in range(len(fmt))])
+                    for v in (-1, 0xFFFFFFFF, np.int32(-1))]
+            codes = [r[-1] if isinstance(r, tuple) else r for r in rets]
+            assert codes[0] == codes[1] == codes[2], (name, slot, rets)
+    stream, ret = rt.create_stream_with_config(-1, 0)
+    from ascentrt.acl._api import STREAMS
+    assert ret == 0 and STREAMS.get(stream).priority == 7   # the lowest, as 0xFFFFFFFF clamps
+    assert rt.destroy_stream(stream) == 0
 
 
 def test_timeout_arguments_parse_as_c_ints_a_bool_is_1_and_an_overflow_fails_to_parse(rt, stream):

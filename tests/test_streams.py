@@ -335,6 +335,15 @@ def test_bad_priority_raises_and_creates_nothing(dev, priority):
     assert len(dev.streams()) == before
 
 
+def test_a_numpy_int_priority_is_taken_as_its_value(dev):
+    # (it was refused with 100000, where every size and count takes numpy's ints)
+    s = dev.create_stream(priority=np.int64(3))
+    assert s.priority == 3 and type(s.priority) is int
+    with pytest.raises(art.InvalidArgumentError):
+        dev.create_stream(priority=np.int64(8))
+    s.destroy()
+
+
 def test_priority_range_is_reported(dev):
     assert dev.properties.stream_priority_range == (7, 0)
 

@@ -6,6 +6,7 @@ import collections
 import enum
 import itertools
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import interrupts
@@ -13,11 +14,11 @@ from .backends.base import Signal
 from .device import Device, current_device, register_handle_type, resolve_device
 from .engine import ENGINE, PRIORITY_LEVELS, Hooks, Marker, Task
 from .engine.sync import synchronize_streams
-from .engine.task import EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
+from .engine.task import EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from .errors import (ErrorCode, ExceptionInfo, InvalidArgumentError, InvalidHandleError,
                      NotSupportedError, StreamStateError, TaskError)
 from .memory import links
-from .validate import check_flag, check_timeout, enum_member
+from .validate import as_int, check_flag, check_timeout, enum_member
 
 _ids = itertools.count(1)
 
@@ -59,9 +60,11 @@ class Stream:
     def __init__(self, device: Device | int | None = None, priority: int = 0, *,
                  stop_on_failure: bool = False, _internal: bool = False) -> None:
         device = resolve_device(device)
-        if type(priority) is not int or not 0 <= priority < PRIORITY_LEVELS:
+        level = as_int(priority)  # (numpy's ints too, as the sizes and counts take them)
+        if level is None or not 0 <= level < PRIORITY_LEVELS:
             raise InvalidArgumentError(f"priority must be an int in [0, {PRIORITY_LEVELS - 1}] "
                                        f"(0 is highest), got {priority!r}")
+        priority = level
         self.id = next(_ids)
         self.device = device
         self._priority = priority
@@ -232,6 +235,21 @@ class Stream:
         task.notify = notify
         task.timeout = timeout
         self._submit(task)
+
+    def wait_value(self, word: Any, met: Callable[[int], bool], what: str, timeout: float | None = None,
+                   timeout_error: Callable[[Any, Task], BaseException] | None = None) -> int:
+        """Block this stream until met(w) holds for w, the 64-bit word in 8-byte device buffer
+        `word` (a device-side wait, as aclrtValueWait's: it holds no executor). The word is
+        looked at when the wait is reached, whenever work completes, while the host waits,
+        and every millisecond on a real-time device; `timeout` s fail it (timeout_error(stream,
+        task) says how). `what` describes it ("the word at 0x... to equal 3"). Returns its task id."""
+        view = word._array("<u8", None)  # (once: the check runs under the engine lock; the
+                                         # device's own read, which no observer is told of)
+        task = Task(VALUE_WAIT, lambda: met(int(view[0])), (what,), name="value_wait")
+        task.keep = word
+        task.timeout = check_timeout(timeout)
+        task.timeout_error = timeout_error
+        return self._submit(task)
 
     # ---- graph capture (the implementation registered in Hooks.capture by ascentrt.graph) ----
 

@@ -119,7 +119,7 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt", optional: i
         if c in "kK":
             tests.append(f"type(a{i}) is int")
         elif c in _RANGES:
-            lo, hi = _RANGES[c]
+            lo, hi = (0, _UINT32[1]) if c == "I" else _RANGES[c]  # (a negative I is converted)
             tests.append(f"type(a{i}) is int and {lo} <= a{i} <= {hi}")
         elif c != "O":
             tests.append("False")
@@ -147,10 +147,13 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt", optional: i
                 a = args[i]
                 if not check(a):
                     raise AclTypeError(message)
-                convert = convert or (type(a) is not int and isinstance(a, (int, np.integer)))
-            if convert:  # (C ints, as PyArg_ParseTuple makes them: True is 1, a numpy int its value)
-                args = tuple(int(a) if type(a) is not int and isinstance(a, (int, np.integer)) and
-                             i_fmt != "O" else a for a, i_fmt in zip(args, fmt))
+                convert = convert or (type(a) is not int and isinstance(a, (int, np.integer))) or \
+                    (fmt[i] == "I" and a < 0)
+            if convert:  # (C ints, as PyArg_ParseTuple makes them: True is 1, a numpy int its
+                # value, a negative I the unsigned int it stands for: -1 is 0xFFFFFFFF)
+                args = tuple((int(a) & 0xFFFFFFFF if i_fmt == "I" else int(a))
+                             if i_fmt != "O" and isinstance(a, (int, np.integer)) else a
+                             for a, i_fmt in zip(args, fmt))
             return args
 
         # The call is generated (as dataclasses generate __init__) so that the hot path's test

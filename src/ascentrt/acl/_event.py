@@ -178,9 +178,8 @@ def event_get_timestamp(event: int) -> int:
 @api("I")
 def set_op_wait_timeout(timeout: int) -> None:
     """Bound later device-side event waits to timeout seconds, 0 = never time out (aclrtSetOpWaitTimeout)."""
-    # (the "I" format refuses what overflows a uint32: 2**64 once wrapped to 0, never time out)
-    if timeout < 0:
-        raise fail(ErrorCode.RT_PARAM_INVALID, f"timeout must be >= 0 s, got {timeout}")
+    # (the "I" format refuses what overflows a uint32, 2**64 once wrapped to 0, never time out,
+    # and reads a negative one as the unsigned int it stands for, as C does)
     set_wait_timeout(None if timeout == 0 else timeout)
 
 

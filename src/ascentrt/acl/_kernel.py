@@ -113,8 +113,7 @@ def op_timeout_s() -> float:
 @api("I")
 def set_op_execute_time_out(timeout: int) -> None:
     """Set the operator execution timeout in seconds, 0 = the most; last call wins (aclrtSetOpExecuteTimeOut)."""
-    # (a uint32, as the wrapper parses it: one that overflows it failed to parse there)
-    _set_op_timeout_us((timeout & 0xFFFFFFFF) * 1_000_000)
+    _set_op_timeout_us(timeout * 1_000_000)  # (a uint32: the wrapper parsed it so)
 
 
 @api("K", out=(0,))

@@ -4,14 +4,13 @@ aclrtValueWrite, aclrtValueWait), each a task of the stream, on device memory.""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from ..errors import ErrorCode, StreamStateError, TimeoutError_
+from ..errors import ErrorCode, TimeoutError_
 from ..event import wait_timeout
-from ..launch import launch, launch_host_func
+from ..launch import launch
 from ..memory import REGISTRY
 from . import constants as C
 from ._api import api, fail, note_task, stream_of
@@ -140,30 +139,24 @@ _CONDITIONS = {  # ACL_STREAM_WAIT_VALUE_*: whether the word at the address lets
 @api("kkIk")
 def value_wait(dev_addr: int, value: int, flag: int, stream: int) -> None:
     """Hold the stream's later work until the 64-bit word at dev_addr meets the condition
-    (flag: GEQ, EQ, AND or NOR against `value`) (aclrtValueWait). The word is watched by a host
-    function of the stream, as long as the device wait timeout (set_op_wait_timeout), else
-    the operator timeout, allows: past it the stream fails with 107019."""
+    (flag: GEQ, EQ, AND or NOR against `value`) (aclrtValueWait): a device-side wait, which
+    holds no host-function thread, bounded by the device wait timeout (set_op_wait_timeout),
+    else the operator timeout: past it the stream fails with 107019."""
     s, word = _value_args(dev_addr, flag, len(_CONDITIONS), stream)
     met, value = _CONDITIONS[flag], value & 0xFFFFFFFFFFFFFFFF
     bound = wait_timeout() or op_timeout_s()
-    launch_host_func(watch_value, word, met, value, bound, s, stream=s)
+    what = f"the word at {dev_addr:#x} to meet {_NAMES[flag]} {value:#x} (value_wait)"
+
+    def timed_out(_stream: Any, _task: Any) -> TimeoutError_:
+        return TimeoutError_(f"value_wait: the word at {dev_addr:#x} did not meet its condition "
+                             f"within {bound:g} s", code=ErrorCode.RT_WAIT_TIMEOUT)
+
+    s.wait_value(word, lambda w: met(w, value), what, bound, timed_out)
     note_task(stream, s)
 
 
-def watch_value(word, met, value: int, bound: float, stream) -> None:
-    """The value_wait task: poll the word until it meets the condition, `bound` s passed
-    (107019), or its stream's pending work is discarded (107023: an abort stops the wait, as
-    it stops a device-side one)."""
-    deadline, pause, aborts = time.monotonic() + bound, 20e-6, stream._aborts
-    while not met(int(word.numpy(np.uint64)[0]), value):
-        if stream._aborts != aborts:
-            raise StreamStateError(f"value_wait on stream {stream.id}: the stream was aborted "
-                                   f"while it waited", code=ErrorCode.RT_STREAM_ABORT)
-        if time.monotonic() > deadline:
-            raise TimeoutError_(f"value_wait: the word at {word.addr:#x} did not meet its condition "
-                                f"within {bound:g} s", code=ErrorCode.RT_WAIT_TIMEOUT)
-        time.sleep(pause)
-        pause = min(2 * pause, 1e-3)
+_NAMES = {C.ACL_STREAM_WAIT_VALUE_GEQ: ">=", C.ACL_STREAM_WAIT_VALUE_EQ: "==",
+          C.ACL_STREAM_WAIT_VALUE_AND: "AND", C.ACL_STREAM_WAIT_VALUE_NOR: "NOR"}
 
 
 __all__ = ["cmo_async", "reduce_async", "value_write", "value_wait"]

@@ -514,6 +514,7 @@ class SimBackend(CpuBackend):
             "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
             "event_record": p.host_record_ns, "event_wait": p.host_record_ns,
             "notify_record": p.host_record_ns, "notify_wait": p.host_record_ns,
+            "value_wait": p.host_record_ns,
             "graph_launch": p.host_graph_launch_ns, "synchronize": p.host_sync_ns,
             "malloc": p.host_malloc_pool_ns, "malloc_driver": p.host_malloc_driver_ns,
             "free": p.host_free_ns, "query": p.host_query_ns,

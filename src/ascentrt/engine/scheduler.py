@@ -25,9 +25,10 @@ from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, Stre
                       TimeoutError_, failure_of_a_task, keeping_last_error, note_async_error,
                       warn_at_caller)
 from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_FUNC, KERNEL,
-                   KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, Task)
+                   KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT, Task)
 
 BATCH = 64  # most tasks one executor takes from a stream per lock round trip
+VALUE_POLL_S = 1e-3  # how often a real-time device looks again at a value wait's word
 SLICE_NS = 1_000_000  # a batch yields to a waiting stream of equal priority after this long
 PRIORITY_LEVELS = 8  # 0 (highest) .. 7 (lowest), as CANN's create_stream_with_config
 # A virtual wait's slice doubles while work runs without progress, up to this (a task's cost is
@@ -311,6 +312,11 @@ class Engine:
         self.devices: list[DeviceQueues] = []  # every device's queues, in device order
         self.active_sets: list[set] = []       # their `active` sets, for a cheap "anything busy?"
         self._claimed_waits: set = set()  # notify waits dropped records will let go (_discard)
+        # Streams blocked at a value wait: looked at again whenever work completes (it may have
+        # written the word), at a host wait's checks, and by the watchdog on a real-time device
+        # (the host may write it)
+        self._value_waits: list = []
+        self._checking_values = False
         # One entry per submitting host or worker blocked on the lock (appended and popped by
         # the waiter itself: atomic list operations, never stale): the holder hands the GIL over
         # as it lets the lock go. Without that the waiter, woken without the GIL, waits out the
@@ -528,6 +534,18 @@ class Engine:
             if Hooks.profiler is not None:
                 t.t_start, t.t_end = s._dq.backend.now_ns(), 0
             self._arm_deadline(s, t)
+            return False
+        if kind == VALUE_WAIT:
+            if t.fn():
+                self._profile_control(t)
+                return True
+            self._value_waits.append(s)
+            s._blocked = t
+            if Hooks.profiler is not None:
+                t.t_start, t.t_end = s._dq.backend.now_ns(), 0
+            self._arm_deadline(s, t)
+            if not s._dq.virtual:
+                self._wake_watchdog()  # (it polls the word: the host may write it)
             return False
         if kind == DETACH:
             t.fn.thread = t.thread          # its errors belong to the thread and stream
@@ -820,6 +838,27 @@ class Engine:
             t.marker.waiters.remove(s)
         elif t.kind == NOTIFY_WAIT and s in t.notify._waiters:
             t.notify._waiters.remove(s)
+        elif t.kind == VALUE_WAIT and s in self._value_waits:
+            self._value_waits.remove(s)
+
+    def _check_values(self) -> None:
+        """Let go the streams whose value wait's word now meets its condition (under the lock)."""
+        if self._checking_values:  # (letting one go advances streams, which look again here)
+            return
+        self._checking_values = True
+        try:
+            met = [s for s in self._value_waits if s._blocked.fn()]
+            for s in met:
+                t = s._blocked
+                self._unblock(s)
+                if s._dq.virtual:
+                    s._released_ns = s._dq.backend.now_ns()
+                s._tasks.popleft()
+                self._completed(s)
+                self._profile_control(t)
+                self._advance(s, None)
+        finally:
+            self._checking_values = False
 
     # ---- executors -------------------------------------------------------------------------
 
@@ -915,6 +954,8 @@ class Engine:
         else:
             s._active = False
             dq.active.discard(s)
+        if self._value_waits:  # (the work may have written a word a value wait watches)
+            self._check_values()
 
     def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int,
                      failed: list | tuple) -> None:
@@ -938,6 +979,8 @@ class Engine:
             records, s._after_running = s._after_running, None
             self._release_records(s, records)
         self._advance(s, ex)  # (with no task left, it marks the stream idle)
+        if self._value_waits:
+            self._check_values()
         prof = Hooks.profiler
         if prof is not None or infos:
             lock.release()
@@ -981,8 +1024,11 @@ class Engine:
             heapq.heapify(heap)
         deadline = s._dq.backend.now_ns() + int(t.timeout * 1e9)
         heapq.heappush(heap, (deadline, next(self._seq), s, t))
-        if s._dq.virtual:
-            return  # virtual time: the simulator fires it (ExecutorQueue.fire_deadlines)
+        if not s._dq.virtual:  # (virtual time: the simulator fires it: ExecutorQueue.fire_deadlines)
+            self._wake_watchdog()
+
+    def _wake_watchdog(self) -> None:
+        """Start the watchdog thread, or have it look again at its deadlines and value waits."""
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, daemon=True, name="ascentrt-watchdog")
             self._watchdog.start()
@@ -996,6 +1042,11 @@ class Engine:
                 now = self.devices[0].backend.now_ns()
                 self._report_later(self._fire_due(now))
                 timeout = (self._deadlines[0][0] - now) / 1e9 if self._deadlines else None
+                if any(not s._dq.virtual for s in self._value_waits):
+                    # (the host may write a word a value wait watches: look every millisecond;
+                    # in virtual time only the device's work and the host's waits look)
+                    self._check_values()
+                    timeout = VALUE_POLL_S if timeout is None else min(timeout, VALUE_POLL_S)
                 self._watchdog_cv.wait(timeout)
 
     def _fire_due(self, now: int) -> list:
@@ -1104,6 +1155,10 @@ class Engine:
                 continue
             self._claim_held(own, streams, what, cancel)
             with self.lock:
+                if self._value_waits:  # (the host may have written a word one watches)
+                    self._check_values()
+                    if self.progress != seen:
+                        continue
                 report = self.diagnose(streams)
                 # (what waits: the cycle's streams, or, waiting for the host, these streams)
                 stuck = [*report[2], *streams] if report is not None else []
@@ -1207,7 +1262,17 @@ class Engine:
             t = s._blocked
             if t.timeout is not None and not timed and t.timeout_error is None:
                 return None  # its timeout will move it (timed=True: say what it waits on anyway)
-            if t.kind == EVENT_WAIT:
+            if t.kind == VALUE_WAIT:
+                # (any work queued or running may write the word; the stream's own comes after)
+                # Stuck when none of those can run: then only the host can write it (never a
+                # cycle: another thread of the program may write the word while this waits).
+                producers = [p for p in self._all_streams() if p is not s and (
+                    p._running is not None or any(x.executor is not None for x in list(p._tasks)))]
+                if any(self._why_stuck(p, path + [s], timed) is None for p in producers):
+                    return None
+                return "host", (f"{_describe_wait(s)}, and no work queued on any stream can run to "
+                                f"write it; only the host can write it now"), []
+            elif t.kind == EVENT_WAIT:
                 if t.marker.stream is None:
                     needs_host = t.marker.needs_host
                     if needs_host is not None and needs_host():
@@ -1276,6 +1341,8 @@ def _describe_wait(s) -> str:
                     f"{_time_left(s, t)}")
         return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{named} for an event "
                 f"recorded on stream {m.stream.id} after its task {m.position - 1}{_time_left(s, t)}")
+    if t.kind == VALUE_WAIT:
+        return f"stream {s.id} (device {s.device.id}) waits at task {t.id} for {t.args[0]}{_time_left(s, t)}"
     return (f"stream {s.id} (device {s.device.id}) waits at task {t.id} for notify {t.notify.id}"
             f"{_time_left(s, t)}")
 

@@ -9,17 +9,17 @@ from ..backends.base import COPY, FILL, HOST, KERNEL, Cost, Op
 
 # Task kinds: the backend's operation kinds, then the control kinds the engine runs itself.
 MEMSET, HOST_FUNC = FILL, HOST
-EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, DETACH = range(4, 9)
+EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, DETACH, VALUE_WAIT = range(4, 10)
 __all__ = ["COMPUTE", "COPY", "COPY_ENGINE", "DETACH", "EVENT_RECORD", "EVENT_WAIT",
            "EXECUTOR_NAMES", "EXECUTOR_OF", "HOST_EXECUTOR", "HOST_FUNC", "KERNEL", "KIND_NAMES",
-           "MEMSET", "NOTIFY_RECORD", "NOTIFY_WAIT", "Marker", "Task", "with_spawned"]
+           "MEMSET", "NOTIFY_RECORD", "NOTIFY_WAIT", "VALUE_WAIT", "Marker", "Task", "with_spawned"]
 KIND_NAMES = ("kernel", "copy", "memset", "host_func", "event_record", "event_wait",
-              "notify_record", "notify_wait", "host_func_nonblocking")
+              "notify_record", "notify_wait", "host_func_nonblocking", "value_wait")
 
 # Executor classes of a device; control tasks (records, waits) need none and complete inline.
 COMPUTE, COPY_ENGINE, HOST_EXECUTOR = 0, 1, 2
 EXECUTOR_NAMES = ("compute", "copy", "host")
-EXECUTOR_OF = (COMPUTE, COPY_ENGINE, COMPUTE, HOST_EXECUTOR, None, None, None, None, None)
+EXECUTOR_OF = (COMPUTE, COPY_ENGINE, COMPUTE, HOST_EXECUTOR, None, None, None, None, None, None)
 
 
 class Task(Op):
@@ -30,7 +30,8 @@ class Task(Op):
     stores only the five that every task has.
     """
 
-    fn: Any             # fn(*args); a DETACH task's: the host-function Task it hands off
+    fn: Any             # fn(*args); a DETACH task's: the host-function Task it hands off; a
+                        # VALUE_WAIT's: fn() -> whether the word it watches lets its stream go
     id = 0
     stream: Any = None  # the Stream it was submitted to (a runtime object)
     thread = 0

@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..engine import Hooks
-from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT
+from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from ..errors import CaptureError, ErrorCode, InvalidArgumentError, NotSupportedError
 from ..validate import enum_member
 from .graph import Graph
@@ -84,9 +84,10 @@ class Capture:
                                        code=ErrorCode.RT_CAPTURE_DEPENDENCY)
                 self.ops.append((lane, "wait", task.marker))
                 return 0
-            if kind in (NOTIFY_RECORD, NOTIFY_WAIT):
-                self._invalidate(ErrorCode.RT_FEATURE_NOT_SUPPORT, "a notify was used in a capture")
-                raise NotSupportedError(f"notifies cannot be captured into a graph (stream {stream.id}); "
+            if kind in (NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT):
+                what = "value waits" if kind == VALUE_WAIT else "notifies"
+                self._invalidate(ErrorCode.RT_FEATURE_NOT_SUPPORT, f"{what[:-1]} was used in a capture")
+                raise NotSupportedError(f"{what} cannot be captured into a graph (stream {stream.id}); "
                                         f"use events for ordering (capture invalidated)")
             self.ops.append((lane, "node", task))
             self.node_count += 1

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..copies import memcpy_async, memset_async
 from ..engine import check_sync_allowed
 from ..errors import ErrorCode, InvalidArgumentError
-from ..validate import check_timeout
+from ..validate import as_int, check_timeout
 from ..launch import launch, launch_host_func
 from ..stream import Stream, resolve_stream
 
@@ -35,8 +35,10 @@ class Schedule:
     """A TaskGraph's tasks on streams: assignment, submission order, waits and records."""
 
     def __init__(self, graph: Any, num_streams: int, policy: str = "critical_path"):
-        if type(num_streams) is not int or num_streams < 1:
+        count = as_int(num_streams)
+        if count is None or count < 1:
             raise InvalidArgumentError(f"num_streams must be an int >= 1, got {num_streams!r}")
+        num_streams = count
         # (as create_stream reads it; 0: the device sets no limit)
         limit = graph.device._backend.properties().max_streams or MAX_STREAMS
         if num_streams > limit:

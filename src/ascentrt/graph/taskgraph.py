@@ -15,7 +15,7 @@ import numpy as np
 
 from ..copies import check_copy, check_fill
 from ..errors import InvalidArgumentError, InvalidHandleError
-from ..validate import as_group, check_finite, check_name
+from ..validate import as_group, as_int, check_finite, check_name
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 
 if TYPE_CHECKING:
@@ -241,14 +241,14 @@ class TaskGraph:
         if assignment is None:
             return None
         try:
-            ok = len(assignment) == len(self.nodes) and all(
-                type(a) is int and a >= 0 for a in assignment)
+            numbers = [as_int(a) for a in assignment]  # (numpy's ints too)
         except TypeError:
-            ok = False
-        if not ok:
+            numbers = []
+        checked = [a for a in numbers if a is not None and a >= 0]
+        if len(checked) != len(numbers) or len(checked) != len(self.nodes):
             raise InvalidArgumentError(f"assignment must give each of the {len(self.nodes)} "
                                        f"tasks a stream number >= 0 (a Schedule's .assignment)")
-        return assignment
+        return checked
 
     def to_dict(self, assignment: Sequence[int] | None = None) -> dict:
         """Nodes and edges as plain data (stream per node when an assignment is given)."""

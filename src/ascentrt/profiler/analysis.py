@@ -313,7 +313,7 @@ def _within(intervals, windows) -> list[tuple[int, int]]:
     return intervals if windows is None else intersection(intervals, windows)
 
 
-_WAITS = ("event_wait", "notify_wait")
+_WAITS = ("event_wait", "notify_wait", "value_wait")
 _GAVE_UP = {ErrorCode.RT_STREAM_SYNC_TIMEOUT: "timed out", ErrorCode.RT_EVENT_SYNC_TIMEOUT: "timed out",
             ErrorCode.RT_WAIT_TIMEOUT: "timed out", ErrorCode.RT_DEADLOCK: "found a deadlock"}
 

@@ -20,7 +20,7 @@ from typing import Any
 from ..callsite import OURS, Site, site_text, user_code_site, user_frame
 from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
 from ..engine.task import COPY, DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
-    MEMSET, NOTIFY_RECORD, NOTIFY_WAIT
+    MEMSET, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from ..graph.graph import segment_nodes
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from ..memory.registry import REGISTRY
@@ -31,7 +31,7 @@ HOST = -1           # the host's actor in the clocks (stream ids are positive)
 MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
 MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
 MAX_FREES = 64       # frees not yet reused kept per chunk (then merged into one, more ordered)
-_SYNC_KINDS = frozenset((EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT))  # no accesses
+_SYNC_KINDS = frozenset((EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT))  # no accesses
 
 
 def _span(buf):
