@@ -27,7 +27,7 @@ from ..engine.task import COPY, DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KER
 from ..graph.graph import segment_nodes
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from ..memory.registry import REGISTRY
-from .report import Access, Race, RaceError
+from .report import BEFORE_ENABLED, Access, Race, RaceError, allocated
 
 _BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
 HOST = -1           # the host's actor in the clocks (stream ids are positive)
@@ -326,8 +326,9 @@ class Sanitizer:
 
     def _owner(self, alloc) -> tuple:
         owner = self.owners.get(id(alloc))
-        if owner is None:  # allocated before the sanitizer was on
-            owner = self.owners[id(alloc)] = (id(alloc), alloc.addr, alloc.nbytes, "?")
+        if owner is None:  # allocated before the sanitizer was on: the allocator's site, if it noted one
+            site = getattr(alloc, "site", None) or BEFORE_ENABLED
+            owner = self.owners[id(alloc)] = (id(alloc), alloc.addr, alloc.nbytes, site)
         return owner
 
     def buffer_allocated(self, alloc) -> None:
@@ -1048,8 +1049,7 @@ class Sanitizer:
         old = rec[6]
         reused_from = None
         if old[0] != owner[0]:
-            reused_from = (f"the {old[2]}-byte allocation at {old[1]:#x} (allocated at "
-                           f"{site_text(old[3])}), freed")
+            reused_from = f"the {old[2]}-byte allocation at {old[1]:#x} ({allocated(site_text(old[3]))}), freed"
         race = self.races[key] = Race(owner[1], owner[2], site_text(owner[3]), lo - owner[1],
                                       hi - owner[1], first, second, reused_from=reused_from)
         return race, True
