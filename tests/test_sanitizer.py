@@ -1217,3 +1217,29 @@ def test_two_strided_accesses_of_different_pitches_walk_one_period_at_most(strea
         art.synchronize(TIMEOUT)
     assert found == [] and took < 0.3, took
     x.free(), src.free()
+
+
+EARLY_ALLOCATION = '''
+import ascentrt as art
+dev = art.set_device(0)
+s1, s2 = dev.create_stream(), dev.create_stream()
+buf = art.malloc(4096)
+art.sanitizer.enable("log")
+art.launch(lambda b: None, buf, stream=s1, writes=[buf], name="w")
+art.launch(lambda b: None, buf, stream=s2, reads=[buf], name="r")
+dev.synchronize()
+print(art.sanitizer.reports()[0])
+'''
+
+
+@pytest.mark.cpu_only  # (its own process: the text is the same on sim)
+@pytest.mark.parametrize("sites", ["warn", "sites"])
+def test_a_buffer_allocated_before_the_sanitizer_is_named_by_the_allocator_s_site_or_so(sites):
+    # (its report said "allocated at ?")
+    from subprocess_util import run_program
+    out = run_program(EARLY_ALLOCATION, {"ASCENTRT_LEAK_CHECK": sites})
+    assert "allocated at ?" not in out, out
+    if sites == "sites":  # (the allocator noted it: ~1 us per malloc, so only when asked)
+        assert "(allocated at <string>:5)" in out, out
+    else:
+        assert "(allocated before the sanitizer was enabled; set ASCENTRT_LEAK_CHECK=sites to see where)" in out, out

@@ -52,6 +52,18 @@ class Access:
                 f"{self.where}{call}, {self.site}){guess}")
 
 
+# The allocation site of a buffer allocated while the sanitizer was off (the allocator notes
+# sites only under ASCENTRT_LEAK_CHECK=sites, whose site it takes then).
+BEFORE_ENABLED = "before the sanitizer was enabled"
+
+
+def allocated(site: str) -> str:
+    """'allocated at file.py:line' for an allocation site, or why it is not known."""
+    if site == BEFORE_ENABLED:
+        return f"allocated {site}; set ASCENTRT_LEAK_CHECK=sites to see where"
+    return f"allocated at {site}"
+
+
 # What orders a runtime-made stream's work, by the first word of its role.
 _OWN_FIX = {
     "graph": "a graph's lanes join the stream it was launched on at its end: record an event "
@@ -67,7 +79,7 @@ class Race:
 
     ptr: int             # the allocation
     size: int
-    alloc_site: str      # where it was allocated ('?' when not known)
+    alloc_site: str      # where it was allocated ('?' when not known, or BEFORE_ENABLED)
     lo: int              # the overlapping byte range, as offsets into the allocation
     hi: int
     first: Access        # submitted first
@@ -153,7 +165,7 @@ class Race:
         what = "race" if self.reused_from is None else "use after free / reuse without ordering"
         old = "" if self.reused_from is None else f"; the bytes belonged to {self.reused_from}"
         return (f"{what} on bytes [{self.lo}, {self.hi}) of the {self.size}-byte allocation at "
-                f"{self.ptr:#x} (allocated at {self.alloc_site}){times}{old}: "
+                f"{self.ptr:#x} ({allocated(self.alloc_site)}){times}{old}: "
                 f"{self.first.describe()}, then {self.second.describe()}, with no ordering "
                 f"between them. Fix: {self.fix}")
 

@@ -8,6 +8,9 @@ host thread, and through it every task it submits later, after the work it waite
 Accesses: a kernel's declared reads / writes (launch(reads=, writes=), or its `.access`
 letters), else every buffer argument as read and written; copies (only the bytes touched:
 a pitched copy's rows, as one strided access), memsets and host functions' buffer arguments.
+What a host function (a blocking callback) touches as it runs is checked as it arrives, which
+may be after work ordered after it was checked: a pair races only if neither access is ordered
+before the other by the clocks, whichever came first.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ..engine.task import COPY, DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KER
 from ..graph.graph import segment_nodes
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from ..memory.registry import REGISTRY
-from .report import Access, Race, RaceError
+from .report import BEFORE_ENABLED, Access, Race, RaceError, allocated
 
 _BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
 HOST = -1           # the host's actor in the clocks (stream ids are positive)
@@ -279,12 +282,18 @@ class Sanitizer:
         # releases the next wait is decided as they run (the first to run sets it)
         self.notifies: dict[int, list] = {}
         self.roles: dict[int, str] = {}  # stream id -> what an internal stream is for (its role)
-        # id(allocation) -> [(lo, hi, write, actor, time, info, owner, assumed)]: accesses by
-        # absolute address; info = (kind name, name, stream, task id, site, non-blocking) of the
-        # task, as a report names it (see _info) (shared by
-        # its accesses); owner = (id, ptr, size, site) of the allocation they were made through
-        # (an earlier owner of the same bytes, for the records a reused block inherits).
+        # id(allocation) -> [(lo, hi, write, actor, time, info, owner, assumed, rows, clock)]:
+        # accesses by absolute address; info = (kind name, name, stream, task id, site,
+        # non-blocking) of the task, as a report names it (see _info) (shared by its accesses);
+        # owner = (id, ptr, size, site) of the allocation they were made through (an earlier
+        # owner of the same bytes, for the records a reused block inherits); clock: the
+        # access's vector clock once accesses may arrive late (see late), else None.
         self.shadow: dict[int, list] = {}
+        # Whether a host function or callback was tagged with a clock: what one touches arrives
+        # as it runs, possibly after accesses ordered after it were kept, so from then on each
+        # record keeps its clock, to tell such a late access ordered before it (no race).
+        # (None on a record made before: nothing then was ordered after a tagged function.)
+        self.late = False
         self.allocs: dict[int, object] = {}   # id(allocation) -> it (kept while tracked)
         self.dead: dict[int, list] = {}       # id(region) -> records of freed allocations
         self.regions: dict[int, object] = {}  # id(region) -> region (kept while tracked)
@@ -317,8 +326,9 @@ class Sanitizer:
 
     def _owner(self, alloc) -> tuple:
         owner = self.owners.get(id(alloc))
-        if owner is None:  # allocated before the sanitizer was on
-            owner = self.owners[id(alloc)] = (id(alloc), alloc.addr, alloc.nbytes, "?")
+        if owner is None:  # allocated before the sanitizer was on: the allocator's site, if it noted one
+            site = getattr(alloc, "site", None) or BEFORE_ENABLED
+            owner = self.owners[id(alloc)] = (id(alloc), alloc.addr, alloc.nbytes, site)
         return owner
 
     def buffer_allocated(self, alloc) -> None:
@@ -388,7 +398,8 @@ class Sanitizer:
             host = self.host
             accesses = [(a, b_lo, b_hi, write, False, "host", what, r) for a, b_lo, b_hi, r in spans]
             if self.mode == "raise":
-                self._refuse_races(accesses, actor, tid, site, host, f"the host's {what[2:]}")
+                self._refuse_races(accesses, actor, host.get(actor, 0) + 1, tid, site, host,
+                                   f"the host's {what[2:]}")
             time = host.get(actor, 0) + 1
             host[actor] = self.latest[actor] = time
             self.host_version += 1
@@ -405,7 +416,7 @@ class Sanitizer:
         accesses = [(a, lo, hi, write, False, kind, label, r) for a, lo, hi, r in spans]
         with self.lock:
             if self.mode == "raise":
-                self._refuse_races(accesses, actor, task_id, site, vc, f"{kind} access", origin)
+                self._refuse_races(accesses, actor, vc[actor], task_id, site, vc, f"{kind} access", origin)
             reports = self._take_accesses(accesses, actor, vc[actor], task_id, site, vc, origin)
         for race, new in reports:
             self.on_race(race, new)
@@ -515,6 +526,7 @@ class Sanitizer:
             _join(vc, clock)
             vc[actor] = self.latest[actor] = vc[actor] + 1
             self.callbacks[tid] = (self, vc, actor, (task.stream.id, task.id), name)
+            self.late = True
 
     def callback_ended(self) -> None:
         """The callback the calling thread ran returned: host threads share one clock, so what
@@ -576,6 +588,7 @@ class Sanitizer:
                 vc[sid] = self.latest[sid] = time = vc[sid] + 1  # (_apply inlined: a launch)
                 if kind == HOST_FUNC:  # what it accesses and submits itself comes after
                     task.clock = (self, dict(vc), sid, None)
+                    self.late = True
                 reports = self._take_accesses(accesses, sid, time, stream._submitted + 1, site, vc)
             elif not accesses and kind != DETACH:  # (a record or wait)
                 reports = self._apply_order(sid, task, self.mode == "raise")
@@ -656,30 +669,32 @@ class Sanitizer:
         if task.on_behalf:  # (a lane step of a collective: reports name the rank's call)
             origin = (sid, task_id, task.on_behalf)
         if raising and accesses:
-            self._refuse_races(accesses, sid, task_id, site, vc, "launch", origin)
+            self._refuse_races(accesses, sid, vc[sid] + 1, task_id, site, vc, "launch", origin)
         vc[sid] = self.latest[sid] = time = vc[sid] + 1
         if kind in (HOST_FUNC, DETACH):  # what it accesses and submits itself comes after
             if self.undo is not None:
                 self.saved["marks"].append((task, task.clock))  # type: ignore[index]
             task.clock = (self, dict(vc), sid, origin)
+            self.late = True
         return self._take_accesses(accesses, sid, time, task_id, site, vc, origin) if accesses else []
 
-    def _refuse_races(self, accesses, actor: int, task_id: int, site, vc: dict, what: str,
+    def _refuse_races(self, accesses, actor: int, time: int, task_id: int, site, vc: dict, what: str,
                       origin: tuple | None = None) -> None:
-        """Raise RaceError (raise mode) if any of `accesses` by `actor` races a kept access
-        (`origin`: as _take_accesses)."""
+        """Raise RaceError (raise mode) if any of `accesses` by `actor` at `time` races a kept
+        access (`origin`: as _take_accesses)."""
         for alloc, lo, hi, write, assumed, kind_name, name, rows in accesses:
             base = alloc.addr
             lo += base
             hi += base
             for r in self.shadow.get(id(alloc), ()):
-                if r[3] != actor and r[1] > lo and r[0] < hi and (write or r[2]) and vc.get(r[3], 0) < r[4]:
+                if r[3] != actor and r[1] > lo and r[0] < hi and (write or r[2]) and vc.get(r[3], 0) < r[4] \
+                        and (r[9] is None or r[9].get(actor, 0) < time):  # (neither ordered before the other)
                     both = _overlap(lo, hi, rows, r) if rows is not None or r[8] is not None \
                         else (max(lo, r[0]), min(hi, r[1]))
                     if both is None:
                         continue  # only the gaps of pitched rows meet
                     new = (lo, hi, write, actor, 0, _info(kind_name, name, actor, task_id, site, origin),
-                           None, assumed, rows)
+                           None, assumed, rows, None)
                     race, _ = self._report(alloc, r, new, *both)
                     raise RaceError(f"{what} refused: {race}", race)
 
@@ -695,12 +710,18 @@ class Sanitizer:
         A later access of the task meets the earlier ones as its own actor's: never a race; what
         an earlier one dropped as redundant was ordered before the task, so it could race none of
         it; and what the cap dropped meanwhile is still checked (`capped`), as if every access
-        were checked before any is kept."""
+        were checked before any is kept.
+
+        An access may arrive after kept ones that are ordered after it (a host function's, made
+        as it runs): a pair is a race only if neither is ordered before the other (the kept
+        record's clock says whether it is ordered after the new one), and a kept access of the
+        same actor is dropped only by a new one no earlier in its order."""
         found = []
         shadow, owners, allocs, undo = self.shadow, self.owners, self.allocs, self.undo
         capped: dict[int, list] | None = None  # id(allocation) -> other actors' records the cap
                                                # dropped during this call (oldest first)
         info = last_name = last_kind = None  # (what a task's accesses share: made once for all)
+        clock = dict(vc) if self.late else None  # (see late)
         for alloc, lo, hi, write, assumed, kind_name, name, rows in accesses:
             key = id(alloc)
             base = alloc.addr
@@ -710,7 +731,7 @@ class Sanitizer:
                 info = (kind_name, name, actor, task_id, site, False, ()) if origin is None \
                     else _info(kind_name, name, actor, task_id, site, origin)  # (inlined: hot)
                 last_name, last_kind = name, kind_name
-            rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc), assumed, rows)
+            rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc), assumed, rows, clock)
             recs = shadow.get(key)
             if undo is not None and key not in undo:  # (a batch that may be refused)
                 undo[key] = list(recs) if recs is not None else None
@@ -720,7 +741,8 @@ class Sanitizer:
                 continue
             if capped is not None:
                 for r in capped.get(key, ()):
-                    if vc.get(r[3], 0) < r[4] and r[1] > lo and r[0] < hi and (write or r[2]):
+                    if vc.get(r[3], 0) < r[4] and r[1] > lo and r[0] < hi and (write or r[2]) \
+                            and (r[9] is None or r[9].get(actor, 0) < time):
                         both = _overlap(lo, hi, rows, r)
                         if both is not None:
                             found.append((alloc, r, rec, *both))
@@ -728,11 +750,12 @@ class Sanitizer:
             while i < len(recs):  # (in place, oldest first: most allocations keep one or two)
                 r = recs[i]
                 if r[3] == actor:  # (strided: its span does not cover the gaps between its rows)
-                    redundant = (write or not r[2]) and (lo <= r[0] and r[1] <= hi and rows is None
-                                                         or rows is not None and r[8] == rows and r[0] == lo
-                                                         and r[1] == hi)
+                    redundant = (write or not r[2]) and r[4] <= time \
+                        and (lo <= r[0] and r[1] <= hi and rows is None
+                             or rows is not None and r[8] == rows and r[0] == lo and r[1] == hi)
                 elif vc.get(r[3], 0) < r[4]:  # not ordered before this access
-                    if r[1] > lo and r[0] < hi and (write or r[2]):
+                    # (nor after it: r's clock, kept once accesses may come late, says)
+                    if r[1] > lo and r[0] < hi and (write or r[2]) and (r[9] is None or r[9].get(actor, 0) < time):
                         if rows is None and r[8] is None:
                             found.append((alloc, r, rec, max(lo, r[0]), min(hi, r[1])))
                         else:
@@ -819,6 +842,7 @@ class Sanitizer:
             if undo:
                 self.saved["marks"].append((task, task.clock))  # type: ignore[index]
             task.clock = (self, dict(vc), sid, None)
+            self.late = True
         return []
 
     def _release_or_refuse(self, key: int, vc: dict, task) -> list:
@@ -1025,8 +1049,7 @@ class Sanitizer:
         old = rec[6]
         reused_from = None
         if old[0] != owner[0]:
-            reused_from = (f"the {old[2]}-byte allocation at {old[1]:#x} (allocated at "
-                           f"{site_text(old[3])}), freed")
+            reused_from = f"the {old[2]}-byte allocation at {old[1]:#x} ({allocated(site_text(old[3]))}), freed"
         race = self.races[key] = Race(owner[1], owner[2], site_text(owner[3]), lo - owner[1],
                                       hi - owner[1], first, second, reused_from=reused_from)
         return race, True
