@@ -240,6 +240,19 @@ def test_acl_rt_calls_without_parameters_ignore_extra_arguments_as_pyacl_does(rt
     assert acl.rt.synchronize_device(0, "extra") == 0
 
 
+def test_acl_calls_without_parameters_ignore_extra_arguments_as_pyacl_does(rt):
+    # (nputop's libascend.py calls acl.get_soc_name(dev_id): a TypeError made its device name
+    # "N/A"; pyACL's wrappers of the parameterless acl.* calls never parse their arguments)
+    assert acl.get_soc_name(0) == acl.get_soc_name() and acl.get_soc_name(0, "x").startswith("ascentrt-")
+    assert acl.get_version(0) == acl.get_version()
+    acl.rt.set_device(99)
+    assert acl.get_recent_err_msg(0) and acl.get_recent_err_msg(0) is None
+    assert acl.init() == 0
+    assert acl.finalize_reference(0)[1] == 0
+    assert acl.init() == 0
+    assert acl.finalize(0) == 0
+
+
 START_THREAD_RECORDS = """
     import time, ascentrt as art
     import ascentrt.acl as acl

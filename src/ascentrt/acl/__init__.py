@@ -109,16 +109,17 @@ def get_version() -> tuple[int, int, int]:
     return constants.ACL_MAJOR_VERSION, constants.ACL_MINOR_VERSION, constants.ACL_PATCH_VERSION
 
 
-def get_soc_name() -> str:
+def get_soc_name(*_ignored: _Any) -> str:
     """str: the device's name, "ascentrt-cpu", or "ascentrt-sim-<preset>" on the simulated NPU
-    (aclrtGetSocName)."""
+    (aclrtGetSocName; arguments are ignored, as pyACL's wrapper never parses them)."""
     props = _Device(0).properties
     return f"ascentrt-{props.backend}" + (f"-{props.preset}" if props.preset else "")
 
 
-def get_recent_err_msg() -> str | None:
+def get_recent_err_msg(*_ignored: _Any) -> str | None:
     """str or None: the text of this thread's last failed call (the process's with acl.init's
-    "err_msg_mode": "1"), then cleared (aclGetRecentErrMsg)."""
+    "err_msg_mode": "1"), then cleared (aclGetRecentErrMsg; arguments are ignored, as pyACL's
+    wrapper never parses them)."""
     return _recent_error_message()
 
 

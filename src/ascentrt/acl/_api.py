@@ -179,10 +179,10 @@ def call({params}/, *rest):
     try:
         values = fn({names})
 """
-        elif module == "acl.rt":
-            # pyACL's acl.rt calls without parameters never parse their arguments (variadic C
-            # wrappers): public code passes one, acl.rt.synchronize_device(device_id), and
-            # pyACL ignores it.
+        elif module in ("acl.rt", "acl"):
+            # pyACL's acl and acl.rt calls without parameters never parse their arguments
+            # (variadic C wrappers): public code passes one, acl.rt.synchronize_device(device_id)
+            # or acl.get_soc_name(device_id), and pyACL ignores it.
             head = """
 def call(*rest):
     try:
