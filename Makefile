@@ -57,11 +57,15 @@ docs: $(VENV)/.installed-dev
 
 # The cpu session runs the compiled build (made here when a compiler is there), the sim session
 # the Python source, then the simulator's own tests the compiled build: both paths are tested.
+# Each runs on two processes (pytest-xdist), but for the tests marked serial (wall-clock
+# figures, see tests/conftest.py), which run alone after them.
+PARALLEL := -n 2 -m "not serial"
 test: lint bytecode
 	$(MAKE) accel || echo "no compiled build: every session runs the Python source"
-	$(PY) -m pytest -q
-	ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_TESTS)
-	$(PY) -m pytest -q -p no:cacheprovider --backend sim $(SIM_COMPILED_TESTS)
+	$(PY) -m pytest -q $(PARALLEL)
+	$(PY) -m pytest -q -p no:cacheprovider -m serial
+	ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(PARALLEL) $(SIM_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider --backend sim $(PARALLEL) $(SIM_COMPILED_TESTS)
 
 # The figures of the compiled build where one can be made (RESULTS.md says which ran).
 bench: bytecode

@@ -3,7 +3,9 @@
 `pytest --backend sim` runs the same tests on the simulated NPU (make test does, for the
 semantics files). Tests marked `cpu_only` need a device whose kernels run in real time
 (a kernel blocking on a host gate, wall-clock durations, executor threads): they are skipped
-there, with that reason.
+there, with that reason. They and tests marked `serial` (wall-clock figures that another
+test running beside them would skew) run alone: `make test` runs the rest on two processes
+(pytest-xdist, `-m "not serial"`), then these (`-m serial`).
 """
 
 import os
@@ -18,12 +20,17 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cpu_only: needs the cpu backend (kernels that block on host gates, wall-clock durations, executor threads)")
+    config.addinivalue_line("markers", "serial: runs alone, after the tests run in parallel (a wall-clock figure); cpu_only implies it")
     backend = config.getoption("--backend")
     if backend:
         os.environ["ASCENTRT_BACKEND"] = backend  # before any device exists
 
 
+@pytest.hookimpl(tryfirst=True)  # (before -m selects: cpu_only tests are serial ones too)
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "cpu_only" in item.keywords:
+            item.add_marker(pytest.mark.serial)
     if os.environ.get("ASCENTRT_BACKEND") != "sim":
         return
     skip = pytest.mark.skip(reason="cpu_only: kernels that block on host gates, wall-clock "
