@@ -338,6 +338,39 @@ def test_a_count_setting_must_be_a_positive_integer_within_its_bound(monkeypatch
     assert err.value.code == E.INVALID_PARAM and setting in str(err.value)
 
 
+def test_a_split_limit_of_zero_is_refused_by_its_setting_and_the_least_values_all_work(monkeypatch):
+    # (0 passed the setting's parser, then failed at the first malloc naming no variable)
+    monkeypatch.setenv("ASCENTRT_MEM_POOL_SPLIT_LIMIT", "0")
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.config.get("ASCENTRT_MEM_POOL_SPLIT_LIMIT")
+    assert "ASCENTRT_MEM_POOL_SPLIT_LIMIT='0'" in str(err.value)
+    # every least value a pool setting's parser takes works at use too
+    out = run_program("""
+        import ascentrt as art
+        b = art.malloc(4096); b.free(); art.empty_cache(); print("ok")
+    """, env={"ASCENTRT_MEM_POOL_SPLIT_LIMIT": "1", "ASCENTRT_MEM_POOL_RELEASE_THRESHOLD": "0",
+              "ASCENTRT_MEM_POOL_GC_THRESHOLD": "1", "ASCENTRT_MEM_POOL_SIZE": "1"})
+    assert out.strip() == "ok"
+
+
+def test_an_ascentrt_variable_no_setting_reads_is_named_with_the_nearest_setting():
+    # (ASCENTRT_DEVICE=4 or ASCENTRT_BAKEND=sim were ignored without a word)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCENTRT_")}
+    proc = subprocess.run([sys.executable, "-c", "import ascentrt as art; print(art.device_count())"],
+                          env={**env, "ASCENTRT_DEVICE": "4", "ASCENTRT_ZZZ": "1"}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "1"
+    lines = [line for line in proc.stderr.splitlines() if "is not a setting" in line]
+    assert len(lines) == 2 and "ASCENTRT_DEVICE is not a setting" in lines[0] \
+        and "did you mean ASCENTRT_DEVICES?" in lines[0] and "ASCENTRT_ZZZ" in lines[1]
+
+
+def test_a_preset_name_is_read_in_any_case_as_the_backend_name_is():
+    out = run_program("import ascentrt as art; print(art.Device(0).properties.preset)",
+                      env={"ASCENTRT_BACKEND": "SIM", "ASCENTRT_SIM_PRESET": "H200"})
+    assert out.strip() == "h200"
+
+
 def test_a_fraction_setting_of_negative_zero_is_zero(monkeypatch):
     monkeypatch.setenv("ASCENTRT_MEM_POOL_GC_THRESHOLD", "-0")
     assert str(art.config.get("ASCENTRT_MEM_POOL_GC_THRESHOLD")) == "0.0"

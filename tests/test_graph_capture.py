@@ -428,3 +428,18 @@ def test_timing_a_captured_event_gets_the_captured_event_error(dev):
         with pytest.raises(art.AscentError) as err:
             call()
         assert err.value.code == art.ErrorCode.RT_EVENT_CAPTURED
+
+
+def test_destroying_a_stream_that_joined_a_capture_is_refused_as_a_destroy(dev):
+    # (the refusal named a synchronize the program never called)
+    s, joined = dev.create_stream(), dev.create_stream()
+    s.begin_capture(art.CaptureMode.GLOBAL)
+    joined.wait(s.record())
+    with pytest.raises(art.CaptureError) as err:
+        joined.destroy()
+    assert err.value.code == art.ErrorCode.RT_STREAM_CAPTURED
+    assert str(err.value).split("] ", 1)[1].startswith(f"destroy of stream {joined.id} while it is being captured")
+    with pytest.raises(art.AscentError):
+        s.end_capture()  # (invalidated)
+    joined.destroy()
+    s.destroy()

@@ -173,6 +173,25 @@ def test_a_usage_folder_open_to_others_is_named_once_with_its_mode(tmp_path, mon
     assert f"ASCENTRT_USAGE_DIR={shared}" in text and "mode 0755" in text
 
 
+@pytest.mark.parametrize("where", ["a file", "unmakeable"])
+def test_a_usage_folder_that_cannot_be_written_is_named_once_with_why(tmp_path, monkeypatch, where):
+    # (a file in its place, or a path that cannot be made, published nothing without a word)
+    target = tmp_path / "afile"
+    target.write_text("")
+    if where == "unmakeable":
+        target = target / "below"
+    monkeypatch.setenv("ASCENTRT_USAGE_DIR", str(target))
+    pub = usage._Publisher([art.Device(0)], str(target))
+    with pytest.warns(UserWarning) as caught:
+        pub.publish()
+        pub.stopped.clear()
+        pub.publish()
+    assert pub.stopped.is_set() and len(caught) == 1
+    text = str(caught[0].message)
+    assert f"ASCENTRT_USAGE_DIR={target} cannot be written" in text
+    assert ("not a folder" if where == "a file" else "Not a directory") in text
+
+
 def test_a_forked_child_does_not_publish_or_remove_its_parents_file(tmp_path, monkeypatch):
     pub = usage._Publisher([art.Device(0)], str(tmp_path))
     monkeypatch.setattr(usage, "_publisher", pub)

@@ -112,5 +112,16 @@ def _profile_from_env() -> None:
             _refuse(f"ASCENTRT_PROFILE={folder}: {exc}")
 
 
+def _warn_unknown_settings() -> None:
+    # An ASCENTRT_* variable no setting reads is most likely a typo, silently ignored otherwise.
+    import warnings
+    from . import config
+    for name, near in config.unknown_settings():
+        hint = f" (did you mean {near}?)" if near else " (`ascentrt info` lists the settings)"
+        warnings.warn_explicit(f"ascentrt: {name} is not a setting of ascentrt; it is ignored{hint}",
+                               UserWarning, "ascentrt", 0)
+
+
+_warn_unknown_settings()
 _sanitize_from_env()
 _profile_from_env()

@@ -80,6 +80,14 @@ def _size_or_none(text: str) -> int | None:
     return parse_size(text, allow_zero=True)
 
 
+def _split_limit(text: str) -> int | None:
+    """A positive byte count; 'none' (or empty) means no limit (0 would split nothing: refused)."""
+    value = _size_or_none(text)
+    if value == 0:
+        raise InvalidArgumentError("must be a positive size or none (0 would never split a block)")
+    return value
+
+
 def _log_level(text: str) -> int:
     """0 (debug) .. 4 (off), as CANN's ASCEND_GLOBAL_LOG_LEVEL."""
     return _number(text, int, "a log level", lambda v: 0 <= v <= 4, "0..4")
@@ -182,7 +190,7 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "device bytes the pool reserves up front (more than the device has is refused, with its capacity)"),
     Setting("ASCENTRT_MEM_POOL_RELEASE_THRESHOLD", "none", _size_or_none,
             "reserved bytes above which wholly free chunks go back to the device at once (none: keep)"),
-    Setting("ASCENTRT_MEM_POOL_SPLIT_LIMIT", "none", _size_or_none,
+    Setting("ASCENTRT_MEM_POOL_SPLIT_LIMIT", "none", _split_limit,
             "free blocks larger than this are never split (keeps large blocks whole; none: no limit)"),
     Setting("ASCENTRT_MEM_POOL_GC_THRESHOLD", "0", _fraction,
             "fraction of capacity past which cached free chunks are released before reserving more (0: off)"),
@@ -231,6 +239,23 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "set by ascentrt: the process writing ASCENTRT_PROFILE (processes it starts or forks "
             "write to child-<pid>/ inside it, and its profile merges them)"),
 ]}
+
+
+# Names the project's own tools read outside the package (the benchmarks' quick mode).
+TOOL_SETTINGS = ("ASCENTRT_BENCH_QUICK",)
+
+
+def unknown_settings() -> list[tuple[str, str | None]]:
+    """(name, the known setting it is nearest to, or None) for each ASCENTRT_* variable in the
+    environment that no setting reads (a typo is otherwise ignored without a word)."""
+    import difflib
+    known = [*SETTINGS, *TOOL_SETTINGS]
+    found: list[tuple[str, str | None]] = []
+    for name in sorted(os.environ):
+        if name.upper().startswith("ASCENTRT_") and name not in known:
+            near = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8)
+            found.append((name, near[0] if near else None))
+    return found
 
 
 def is_set(env: str) -> bool:

@@ -316,6 +316,8 @@ class Stream:
         force = check_flag(force, "force")
         self._check_alive()
         if not force:
+            if self._capture is not None:  # (said as a destroy: the program called no synchronize)
+                self._capture.refuse(self, "destroy")
             try:
                 self.synchronize(timeout)
             except TaskError:

@@ -93,6 +93,19 @@ def _warn_not_private(where: str, st: os.stat_result, mine: bool) -> None:
                            f"there (it must be this user's alone: chmod 700)", UserWarning, "ascentrt", 0)
 
 
+def _warn_not_published(where: str, exc: OSError) -> None:
+    """Say once per folder that usage cannot be published there (a file in its place, a path
+    that cannot be made), unless why was said already."""
+    if where in _warned_folders:
+        return
+    _warned_folders.add(where)
+    named = f"ASCENTRT_USAGE_DIR={where}" if config.is_set("ASCENTRT_USAGE_DIR") else f"usage folder {where}"
+    reason = "it is not a folder" if os.path.exists(where) and not os.path.isdir(where) \
+        else exc.strerror or type(exc).__name__
+    warnings.warn_explicit(f"ascentrt: {named} cannot be written ({reason}): this process's device "
+                           f"usage is not published for `ascentrt info`", UserWarning, "ascentrt", 0)
+
+
 def _proc_stat(pid: int) -> tuple[str, int] | None:
     """(state letter, start time in clock ticks since boot) of a process; None where /proc has
     no such entry (no /proc on this system, or the process is gone)."""
@@ -168,10 +181,11 @@ class _Publisher:
                 with os.fdopen(fd, "w") as fh:
                     fh.write(text)
                 os.replace(tmp, self.path)  # readers see the old file or the new one, never half
-            except OSError:
+            except OSError as exc:
                 self.stopped.set()  # an unwritable folder: stop publishing, never fail the program
                 if tmp is not None:
                     _remove(tmp)
+                _warn_not_published(self.folder, exc)
                 return
             self.written = text
 

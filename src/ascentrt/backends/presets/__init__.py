@@ -254,7 +254,7 @@ def load(name_or_path: str) -> Preset:
     text = str(name_or_path).strip()
     if os.sep in text or text.endswith(".toml") or os.path.exists(text):
         path = os.path.abspath(text)
-    elif text == "calibrated":
+    elif (text := text.lower()) == "calibrated":  # (a name in any case, as the backend's is read)
         path = calibrated_path()
         if not os.path.exists(path):
             raise PresetError(f"no calibrated preset yet ({path}): run `ascentrt calibrate` first")
