@@ -169,6 +169,7 @@ def test_thread_local_state_declares_its_defaults():
 # costs a call ~0.5 us: `ascentrt.free` once paid that on every free). A new one must say why.
 LAZY_IMPORTS_ALLOWED = {
     ("ascentrt", "_sanitize_from_env"), ("ascentrt", "_profile_from_env"),   # at import
+    ("ascentrt", "_warn_unknown_settings"), ("ascentrt.config", "unknown_settings"),  # at import
     ("ascentrt", "_refuse"),                                                 # a setting refused
     ("ascentrt.acl", "_teardown"), ("ascentrt.acl", "get_cann_version"),     # finalize, rare
     ("ascentrt.acl._api", "_tables"), ("ascentrt.acl._api", "sweep"),        # once; on resets
