@@ -544,3 +544,32 @@ def test_a_warm_up_run_of_the_pipeline_is_no_instance_of_its_range(dev):
         run_pipeline(1, 2, elements=1 << 16, warm_up=True)
         run_pipeline(1, 2, elements=1 << 16)
     assert [r.name for r in prof.snapshot().ranges] == ["pipeline"]
+
+
+@pytest.mark.cpu_only
+def test_a_sync_in_the_loop_that_never_blocked_is_needless_not_draining():
+    # (stream t's work ended long before each t.synchronize(): the device ran dry in s's sync
+    # before it, yet t's syncs were "inside the loop" too, claiming the same idle)
+    from subprocess_util import run_program
+    out = run_program("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        s, t = dev.create_stream(), dev.create_stream()
+        with art.profile() as prof:
+            for i in range(30):
+                art.launch(art.kernels.noop, stream=s, cost=200e-6, name="k")
+            art.launch(art.kernels.noop, stream=t, cost=10e-6, name="short")
+            for i in range(15):
+                art.launch(art.kernels.noop, stream=s, cost=1e-3, name="long")
+                s.synchronize(); t.synchronize()
+            dev.synchronize()
+        for f in prof.diagnose():
+            print(f.kind, "|", f.title, "|", f.evidence.get("needless synchronizations"))
+        print("s", s.id, "t", t.id)
+    """, env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
+    lines = out.splitlines()
+    s_id, t_id = lines[-1].split()[1], lines[-1].split()[3]
+    loops = [line for line in lines if line.startswith("stream_sync_in_loop")]
+    assert loops == [f"stream_sync_in_loop | Synchronization of stream {s_id} inside the loop | None"]
+    assert any(line.startswith("needless_sync") and line.endswith("| 15") for line in lines), out
+    assert t_id != s_id

@@ -814,11 +814,17 @@ def _syncs_in_loop(syncs, submits, timeline, windows, profile):
         between += i < len(submits) and submits[i] < b.start_ns
     if between < 0.8 * (len(syncs) - 1):
         return None
+    # A synchronization whose work was done before it began drained nothing (the device ran
+    # dry, if it did, in an earlier one): the loop's idle is the blocking ones' alone, and a
+    # loop of mostly such is no sync in the loop (_needless_syncs names those).
+    blocked = [c for c in syncs if not c.already_done]
+    if 2 * len(blocked) < len(syncs):
+        return None
     # Idle from the moment the device ran dry inside each synchronization (its last task
     # ended; not before the call began) to the next task's start: the synchronization's own
     # latency and the host's next submissions (returning from it alone left out the first).
     after = []
-    for c in syncs:
+    for c in blocked:
         i = bisect.bisect_left(starts, c.end_ns)
         if i < len(starts):
             j = bisect.bisect_right(ends, c.end_ns) - 1
@@ -837,6 +843,8 @@ def _syncs_in_loop(syncs, submits, timeline, windows, profile):
                 **host.evidence("after them")}
     if others:
         evidence["of that idle, in other runtime calls (not counted here)"] = format_ms(others)
+    if len(blocked) < len(syncs):
+        evidence["of them, on work already complete (no wait)"] = len(syncs) - len(blocked)
     return between, total(after) - others, evidence
 
 
