@@ -573,3 +573,36 @@ def test_a_sync_in_the_loop_that_never_blocked_is_needless_not_draining():
     assert loops == [f"stream_sync_in_loop | Synchronization of stream {s_id} inside the loop | None"]
     assert any(line.startswith("needless_sync") and line.endswith("| 15") for line in lines), out
     assert t_id != s_id
+
+
+@pytest.mark.cpu_only
+def test_a_double_buffered_pipeline_synced_every_batch_is_the_sync_not_one_buffer():
+    # (three streams H2D / compute / D2H, two buffers, dev.synchronize() after each batch: the
+    # D2H stream's wait for its kernel and the H2D waits on long-done kernels counted as "each
+    # copy waits for the kernel before it ... one buffer, used in turn", given first)
+    from subprocess_util import run_program
+    out = run_program("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        h2d, comp, d2h = dev.create_stream(), dev.create_stream(), dev.create_stream()
+        N = 8 << 20
+        hin = [art.malloc_host(N) for _ in range(2)]; hout = [art.malloc_host(N) for _ in range(2)]
+        din = [art.malloc(N) for _ in range(2)]; dout = [art.malloc(N) for _ in range(2)]
+        freed = [None, None]
+        with art.profile(None) as prof:
+            for i in range(12):
+                j = i % 2
+                if freed[j] is not None:
+                    h2d.wait(freed[j])
+                art.memcpy_async(din[j], hin[j], stream=h2d)
+                comp.wait(h2d.record())
+                art.launch(art.kernels.noop, stream=comp, cost=170e-6, block_dim=24)
+                freed[j] = comp.record()
+                d2h.wait(freed[j])
+                art.memcpy_async(hout[j], dout[j], stream=d2h)
+                dev.synchronize()
+        print(" ".join(f.kind for f in prof.diagnose()))
+        for b in hin + hout + din + dout: b.free()
+    """, env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
+    kinds = out.split()
+    assert kinds[0] == "device_sync_in_loop" and "no_overlap" not in kinds, kinds

@@ -672,17 +672,29 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
     sync_copies = _synchronous_copies(copies, profile)
     on_shared = sum(t.stream in shared for t in copies)
     # Waits between the copy and the compute streams, both ways: each copy waits for the
-    # kernel before it and each kernel for its copy (one buffer, ordered by events).
-    keys = {t.key: t for t in work}
+    # kernel before it and each kernel for its copy (one buffer, ordered by events). Only
+    # waits that blocked count, and only a copy stream that feeds the kernels waiting for
+    # them: a D2H stream waiting for the kernel whose output it copies is a plain output
+    # dependency, and an input stream's wait on a buffer's last use that was done long
+    # before (double-buffering; a device-wide sync between batches) ordered nothing.
     c_set, k_set = set(c_streams), set(k_streams)
-    to_copy = to_compute = 0
+    records = {t.key: t for t in profile.tasks if t.device == dev_id and t.kind in ("event_record", "notify_record")}
+    to_copy_from: list = []  # (copy stream) of each blocked copy-stream wait on a compute record
+    feeders: set = set()     # copy streams whose records compute waited for (blocking)
+    to_compute = 0
     for t in profile.tasks:
         if t.device == dev_id and t.released_by is not None and t.kind in ("event_wait", "notify_wait"):
             rec = tuple(t.released_by)
-            src = keys.get(rec)
-            src_stream = src.stream if src is not None else rec[1] if rec[0] == dev_id else None
-            to_copy += t.stream in c_set and src_stream in k_set
-            to_compute += t.stream in k_set and src_stream in c_set
+            src = records.get(rec)
+            if src is not None and src.end_ns <= t.start_ns:
+                continue  # (done when the wait began: it held nothing back)
+            src_stream = rec[1] if rec[0] == dev_id else None
+            if t.stream in c_set and src_stream in k_set:
+                to_copy_from.append(t.stream)
+            elif t.stream in k_set and src_stream in c_set:
+                to_compute += 1
+                feeders.add(src_stream)
+    to_copy = sum(stream in feeders for stream in to_copy_from)
     ping_pong = min(to_copy, to_compute) >= min(len(copies), len(compute)) / 2
     # Structural causes only: a shared stream, blocking copies or waits both ways serialize
     # by construction; separate streams that take turns otherwise are host-bound (reported
