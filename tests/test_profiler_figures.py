@@ -231,3 +231,29 @@ def test_a_rank_that_reaches_its_collective_last_is_named_with_the_work_that_hel
                        1_000_000 if t.kind == "event_wait" else 100_000, 7) for t in tasks]
     prof.tasks = even  # (every rank arrives at once: nobody waits)
     assert "straggler" not in {f.kind for f in diagnose(prof)}
+
+
+def test_a_rank_whose_part_the_host_submitted_late_blames_the_host_not_its_stream():
+    # (one host thread submits rank 0's kernel and all_reduce, then rank 1's: on cpu rank 1's
+    # part was enqueued ~0.65 ms after rank 0's had started, behind a kernel of no time, and
+    # the finding said "rank 1's stream has more, or slower, work")
+    from ascentrt.profiler.data import CollectiveRecord
+    tasks, colls = [], []
+    for seq in range(3):
+        base = seq * 1_000_000
+        for rank in range(2):
+            late = 650_000 if rank else 0
+            tasks.append(TaskRecord(rank, 10 + rank, 2 * seq + 1, "kernel", f"fwd{rank}", 0,
+                                    base + late, base + late, base + late + 5_000, 7))
+            tasks.append(TaskRecord(rank, 10 + rank, 2 * seq + 2, "event_wait",
+                                    f"all_reduce #{seq} of communicator 1", 0, base + late + 8_000,
+                                    base + late + 8_000, base + 700_000, 7))
+        colls.append(CollectiveRecord(1, seq, "all_reduce", 4096, "done",
+                                      [[r, r, 10 + r, 2 * seq + 2] for r in range(2)], [], ""))
+    prof = ProfileData(duration_ns=3_000_000, tasks=tasks,
+                       devices=[DeviceInfo(d, "d", 2, 2, 1, 1 << 30) for d in range(2)])
+    prof.collectives = colls
+    (found,) = [f for f in diagnose(prof) if f.kind == "straggler"]
+    assert "the host submits its work late" in found.title
+    assert "more, or slower, work" not in found.advice
+    assert found.evidence["of it, before the late part was submitted"] == "1.95 ms"  # (3 x 0.65)

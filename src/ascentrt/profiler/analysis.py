@@ -250,6 +250,7 @@ def _stragglers(profile: ProfileData) -> list[Finding]:
     waited: defaultdict[tuple, int] = defaultdict(int)   # (comm, late rank) -> ns the others waited
     late: defaultdict[tuple, list] = defaultdict(list)   # (comm, late rank) -> [(collective, its part)]
     ranks: dict[int, int] = {}                           # comm -> how many ranks
+    submitted_late: defaultdict[tuple, int] = defaultdict(int)  # ... of the waits: the host's
     for coll in profile.collectives:
         keys = [tuple(p[1:]) for p in coll.parts]
         if any(k in shared for k in keys):
@@ -260,6 +261,10 @@ def _stragglers(profile: ProfileData) -> list[Finding]:
         rank, last = max(parts, key=lambda rp: rp[1].start_ns)
         key = (coll.comm, rank)
         waited[key] += sum(last.start_ns - t.start_ns for _, t in parts)
+        # (of that, what the late part would have waited for however fast its stream's work
+        # before it: it was not even enqueued before the others had started theirs)
+        arrived = min(last.enqueue_ns, last.start_ns)
+        submitted_late[key] += sum(max(0, arrived - t.start_ns) for _, t in parts)
         late[key].append((coll, last))
         ranks[coll.comm] = len(parts)
     sim = any(d.backend == "sim" for d in profile.devices)
@@ -276,6 +281,24 @@ def _stragglers(profile: ProfileData) -> list[Finding]:
         for t in before:
             names[t.name] += t.duration_ns
         top = ", ".join(f"{n} {format_ms(d)}" for n, d in names.most_common(3)) or "none recorded"
+        host_ns = submitted_late[(comm, rank)]
+        evidence = {"collectives": len(colls), "ranks": others + 1,
+                    "waited per other rank": format_ms(each), "late rank's device": part.device,
+                    "late rank's stream": part.stream}
+        if 2 * host_ns >= ns:  # the host, not the rank's stream, held it back
+            evidence["of it, before the late part was submitted"] = format_ms(host_ns / others)
+            out.append(Finding(
+                "straggler", f"Rank {rank} (device {part.device}) of communicator {comm} arrives last "
+                             f"at its collectives: the host submits its work late",
+                f"in {len(colls)} collective(s) ({coll.op} #{coll.seq} first) rank {rank} reached the "
+                f"collective last; the other {others} rank(s) waited {format_ms(each)} each on average, "
+                f"their devices idle in it, {format_ms(host_ns / others)} of it before the host had "
+                f"even submitted rank {rank}'s part (its stream ran {top} before it): the host was "
+                f"still in the other ranks' calls",
+                "submit every rank's work before any rank's collective, or each rank from a thread "
+                "of its own, so that no rank's collective waits for the host to reach the others",
+                evidence, [task_ref(t) for t in sorted(before, key=_DURATION, reverse=True)[:5]], int(ns)))
+            continue
         out.append(Finding(
             "straggler", f"Rank {rank} (device {part.device}) of communicator {comm} arrives last "
                          f"at its collectives: the other ranks wait for it",
@@ -285,10 +308,7 @@ def _stragglers(profile: ProfileData) -> list[Finding]:
             f"balance the work between the ranks (rank {rank}'s stream has more, or slower, work "
             f"before the collective), or overlap it: queue the collective's inputs first and the "
             f"rest after it",
-            {"collectives": len(colls), "ranks": others + 1,
-             "waited per other rank": format_ms(each), "late rank's device": part.device,
-             "late rank's stream": part.stream},
-            [task_ref(t) for t in sorted(before, key=_DURATION, reverse=True)[:5]], int(ns)))
+            evidence, [task_ref(t) for t in sorted(before, key=_DURATION, reverse=True)[:5]], int(ns)))
     return out
 
 
