@@ -11,7 +11,7 @@ from operator import attrgetter
 
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
-from .critical import capacities, executor_holders
+from .critical import capacities, critical_path, executor_holders
 from .data import (COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, GRAPH_SEGMENT, QUEUE_FULL, WORK_KINDS, ProfileData,
                    calls_made)
 from .hosttime import attribute
@@ -36,6 +36,7 @@ MIN_NEEDLESS_SYNCS = 10       # synchronizations that found the work already don
 LONG_DONE_NS = 5_000_000      # ... work complete for at least 5 ms before the call
 OVERLAP_SHARE = 0.1           # copies and compute overlapping less than 10% of the smaller
 MIN_STAGE_SHARE = 0.1         # ... when each takes at least 10% of the device's busy time
+COPY_BOUND_SHARE = 0.5        # copies over half the critical path: the run is copy-bound
 PEAK_SHARE = 0.9              # peak allocation at 90% of capacity
 FRAGMENTED = 0.5              # largest free range under half of the free memory
 MIN_FRAGMENT_FREE = 1 << 20   # ... with at least 1 MiB free
@@ -53,7 +54,7 @@ class Finding:
 
     kind: str          # host_bound, dispatch_bound, host_func_bound, held_by_full_queue,
                        # small_tasks, straggler, too_many_streams, device_sync_in_loop, stream_sync_in_loop,
-                       # needless_sync, needless_wait, no_overlap, memory_peak, fragmentation,
+                       # needless_sync, needless_wait, no_overlap, copy_bound, memory_peak, fragmentation,
                        # pool_cache, never_freed, failed_tasks, never_finished
     title: str
     cause: str
@@ -233,6 +234,7 @@ def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None)
         findings += _small_tasks(dev_id, work, profile)
         findings += _too_many_streams(dev_id, work, devices.get(dev_id), profile)
         findings += _no_overlap(dev_id, work, profile)
+    findings += _copy_bound(profile)
     findings += _stragglers(profile)
     findings += _sync_in_loop(profile, windows)
     findings += _needless_syncs(profile)
@@ -742,18 +744,84 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
         f"for only {format_ms(both)}: {why}", advice + ".", evidence, examples, smaller - both)]
 
 
+def _copy_bound(profile) -> list[Finding]:
+    """Copies over half the critical path (the chain of work the run's length is made of):
+    the run lasts as long as its transfers, however well the rest of it overlaps."""
+    copies = [t for t in profile.tasks if t.kind == "copy"]
+    if not copies:
+        return []
+    end = max(t.end_ns for t in profile.tasks)
+    # (cheap first: the path's copies are at most all the time any copy ran)
+    if end < MIN_WINDOW_NS or total(union((t.start_ns, t.end_ns) for t in copies)) < COPY_BOUND_SHARE * end:
+        return []
+    path = critical_path(profile)
+    length, copy_ns = path["length_ns"], path["by_kind"].get("copy", 0)
+    if length < MIN_WINDOW_NS or copy_ns < COPY_BOUND_SHARE * length:
+        return []
+    nbytes, busy = sum(t.nbytes for t in copies), sum(t.duration_ns for t in copies)
+    evidence: dict[str, object] = {
+        "critical path": format_ms(length), "copies on it": format_ms(copy_ns),
+        "copies' share of it": f"{copy_ns / length:.0%}", "copies": len(copies),
+        "bytes copied": format_bytes(nbytes), "copy throughput": f"{nbytes / max(1, busy):.2f} GB/s"}
+    cause = (f"copies make {copy_ns / length:.0%} of the critical path ({format_ms(copy_ns)} of "
+             f"{format_ms(length)}): the run lasts as long as its transfers")
+    advice = ("move fewer bytes: keep data on the device across iterations and copy only what "
+              "changed; put the copies on streams of their own so that they overlap the compute")
+    impact = 0  # (a bound, not a cost: what moving fewer bytes saves the profile cannot say)
+    staged = _synchronous(copies, profile)  # (pageable: staged inside the call)
+    if 2 * len(staged) >= len(copies):
+        staged_ns = sum(t.duration_ns for t in staged)
+        evidence["copies from pageable host memory"] = f"{len(staged)} ({format_ms(staged_ns)})"
+        cause += (f"; {len(staged)} of the {len(copies)} copies were from pageable host memory: "
+                  f"staged by the host through a bounce buffer, each blocking the host until done")
+        advice = ("copy from pinned memory (malloc_host): it is copied at the link's speed, "
+                  "and memcpy_async returns at once; then " + advice)
+        saving = _pinned_saving(staged, staged_ns, profile)
+        if saving:
+            evidence["pinned memory could save about"] = format_ms(saving)
+            impact = saving
+    examples = [task_ref(t) for t in sorted(copies, key=_DURATION, reverse=True)[:5]]
+    return [Finding("copy_bound", "The run is copy-bound: copies make most of its critical path",
+                    cause, advice + ".", evidence, examples, impact)]
+
+
+def _pinned_saving(staged, staged_ns: int, profile) -> int:
+    """What copying `staged` (pageable copies) from pinned memory would save, in ns, where the
+    simulated device's model is known and the copies ran at its pageable rate; else 0."""
+    dev = next((d for d in profile.devices if d.backend == "sim" and d.preset), None)
+    if dev is None or not staged_ns:
+        return 0
+    try:
+        from ..backends import presets  # (only for a simulated run's figures)
+        model = presets.load(dev.preset)
+    except Exception:
+        return 0
+    rate = sum(t.nbytes for t in staged) / staged_ns * 1e9
+    pageable, pinned = model.pageable_bandwidth, model.host_link_bandwidth
+    if not pageable < pinned or abs(rate - pageable) > 0.2 * pageable:
+        return 0  # (a model varied for the run, or copies not at its pageable rate)
+    return int(staged_ns * (1 - pageable / pinned))
+
+
 def _synchronous_copies(copies, profile) -> int:
+    return len(_synchronous(copies, profile))
+
+
+def _synchronous(copies, profile) -> list:
+    """The copies that finished inside the memcpy_async that submitted them (pageable host
+    memory: staged by the host, which the call blocks until the copy is done)."""
     calls = defaultdict(list)
     for c in profile.api_calls:
         if c.name in ("memcpy_async", "memcpy2d_async"):
             calls[c.thread].append(c)
-    count = 0
+    out = []
     for t in copies:
         for c in calls.get(t.thread, ()):
             if c.start_ns <= t.enqueue_ns <= c.end_ns:
-                count += t.end_ns <= c.end_ns
+                if t.end_ns <= c.end_ns:
+                    out.append(t)
                 break
-    return count
+    return out
 
 
 def _sync_in_loop(profile, windows) -> list[Finding]:
