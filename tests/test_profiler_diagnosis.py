@@ -544,3 +544,94 @@ def test_a_warm_up_run_of_the_pipeline_is_no_instance_of_its_range(dev):
         run_pipeline(1, 2, elements=1 << 16, warm_up=True)
         run_pipeline(1, 2, elements=1 << 16)
     assert [r.name for r in prof.snapshot().ranges] == ["pipeline"]
+
+
+@pytest.mark.cpu_only
+def test_a_sync_in_the_loop_that_never_blocked_is_needless_not_draining():
+    # (stream t's work ended long before each t.synchronize(): the device ran dry in s's sync
+    # before it, yet t's syncs were "inside the loop" too, claiming the same idle)
+    from subprocess_util import run_program
+    out = run_program("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        s, t = dev.create_stream(), dev.create_stream()
+        with art.profile() as prof:
+            for i in range(30):
+                art.launch(art.kernels.noop, stream=s, cost=200e-6, name="k")
+            art.launch(art.kernels.noop, stream=t, cost=10e-6, name="short")
+            for i in range(15):
+                art.launch(art.kernels.noop, stream=s, cost=1e-3, name="long")
+                s.synchronize(); t.synchronize()
+            dev.synchronize()
+        for f in prof.diagnose():
+            print(f.kind, "|", f.title, "|", f.evidence.get("needless synchronizations"))
+        print("s", s.id, "t", t.id)
+    """, env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
+    lines = out.splitlines()
+    s_id, t_id = lines[-1].split()[1], lines[-1].split()[3]
+    loops = [line for line in lines if line.startswith("stream_sync_in_loop")]
+    assert loops == [f"stream_sync_in_loop | Synchronization of stream {s_id} inside the loop | None"]
+    assert any(line.startswith("needless_sync") and line.endswith("| 15") for line in lines), out
+    assert t_id != s_id
+
+
+@pytest.mark.cpu_only
+def test_a_double_buffered_pipeline_synced_every_batch_is_the_sync_not_one_buffer():
+    # (three streams H2D / compute / D2H, two buffers, dev.synchronize() after each batch: the
+    # D2H stream's wait for its kernel and the H2D waits on long-done kernels counted as "each
+    # copy waits for the kernel before it ... one buffer, used in turn", given first)
+    from subprocess_util import run_program
+    out = run_program("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        h2d, comp, d2h = dev.create_stream(), dev.create_stream(), dev.create_stream()
+        N = 8 << 20
+        hin = [art.malloc_host(N) for _ in range(2)]; hout = [art.malloc_host(N) for _ in range(2)]
+        din = [art.malloc(N) for _ in range(2)]; dout = [art.malloc(N) for _ in range(2)]
+        freed = [None, None]
+        with art.profile(None) as prof:
+            for i in range(12):
+                j = i % 2
+                if freed[j] is not None:
+                    h2d.wait(freed[j])
+                art.memcpy_async(din[j], hin[j], stream=h2d)
+                comp.wait(h2d.record())
+                art.launch(art.kernels.noop, stream=comp, cost=170e-6, block_dim=24)
+                freed[j] = comp.record()
+                d2h.wait(freed[j])
+                art.memcpy_async(hout[j], dout[j], stream=d2h)
+                dev.synchronize()
+        print(" ".join(f.kind for f in prof.diagnose()))
+        for b in hin + hout + din + dout: b.free()
+    """, env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
+    kinds = out.split()
+    assert kinds[0] == "device_sync_in_loop" and "no_overlap" not in kinds, kinds
+
+
+@pytest.mark.cpu_only
+def test_pageable_copies_that_make_the_run_are_copy_bound_with_the_pinned_saving():
+    # (8 x 16 MiB from a numpy array, each staged in its memcpy_async, then a 300 us kernel on
+    # another stream: 97% of the run in copies, "Diagnosis: no problems found")
+    from subprocess_util import run_program
+    out = run_program("""
+        import numpy as np, ascentrt as art
+        dev = art.set_device(0)
+        cs, ks = dev.create_stream(), dev.create_stream()
+        src = np.ones(16 << 20, np.uint8)
+        d = [art.malloc(16 << 20), art.malloc(16 << 20)]
+        with art.profile(None) as prof:
+            for i in range(8):
+                art.memcpy_async(d[i % 2], src, stream=cs)
+                ks.wait(cs.record())
+                art.launch(art.kernels.noop, stream=ks, cost=300e-6, name="compute")
+            dev.synchronize()
+        found = prof.diagnose()
+        print(" ".join(f.kind for f in found))
+        print(found[0].evidence.get("copies from pageable host memory"))
+        print(found[0].evidence.get("pinned memory could save about"))
+        for b in d: b.free()
+    """, env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_PRESET": "ascend910b"}, timeout=60)
+    kinds, pageable, saving = out.splitlines()
+    assert kinds.split()[0] == "copy_bound", out
+    assert pageable.startswith("8 (")
+    assert float(saving.split()[0]) > 5  # ms: 13.4 ms at 10 GB/s staged, ~2.7 at 50 GB/s pinned

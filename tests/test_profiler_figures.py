@@ -231,3 +231,69 @@ def test_a_rank_that_reaches_its_collective_last_is_named_with_the_work_that_hel
                        1_000_000 if t.kind == "event_wait" else 100_000, 7) for t in tasks]
     prof.tasks = even  # (every rank arrives at once: nobody waits)
     assert "straggler" not in {f.kind for f in diagnose(prof)}
+
+
+def test_a_rank_whose_part_the_host_submitted_late_blames_the_host_not_its_stream():
+    # (one host thread submits rank 0's kernel and all_reduce, then rank 1's: on cpu rank 1's
+    # part was enqueued ~0.65 ms after rank 0's had started, behind a kernel of no time, and
+    # the finding said "rank 1's stream has more, or slower, work")
+    from ascentrt.profiler.data import CollectiveRecord
+    tasks, colls = [], []
+    for seq in range(3):
+        base = seq * 1_000_000
+        for rank in range(2):
+            late = 650_000 if rank else 0
+            tasks.append(TaskRecord(rank, 10 + rank, 2 * seq + 1, "kernel", f"fwd{rank}", 0,
+                                    base + late, base + late, base + late + 5_000, 7))
+            tasks.append(TaskRecord(rank, 10 + rank, 2 * seq + 2, "event_wait",
+                                    f"all_reduce #{seq} of communicator 1", 0, base + late + 8_000,
+                                    base + late + 8_000, base + 700_000, 7))
+        colls.append(CollectiveRecord(1, seq, "all_reduce", 4096, "done",
+                                      [[r, r, 10 + r, 2 * seq + 2] for r in range(2)], [], ""))
+    prof = ProfileData(duration_ns=3_000_000, tasks=tasks,
+                       devices=[DeviceInfo(d, "d", 2, 2, 1, 1 << 30) for d in range(2)])
+    prof.collectives = colls
+    (found,) = [f for f in diagnose(prof) if f.kind == "straggler"]
+    assert "the host submits its work late" in found.title
+    assert "more, or slower, work" not in found.advice
+    assert found.evidence["of it, before the late part was submitted"] == "1.95 ms"  # (3 x 0.65)
+
+
+def test_the_critical_path_goes_through_a_copy_the_host_waited_out_in_its_call():
+    # (a pageable memcpy_async returns only once its copy is done: the kernel the host queued
+    # next on another stream, with no event between them, followed 1.7 ms of "host", and a
+    # run of such copies read as "no problems found")
+    from ascentrt.profiler.critical import critical_path
+    from ascentrt.profiler.data import ApiCall
+    copy = TaskRecord(0, 2, 1, "copy", "host_to_device", 16 << 20, 44_000, 45_000, 1_725_000, 7)
+    kernel = TaskRecord(0, 3, 1, "kernel", "compute", 0, 1_738_000, 1_739_000, 2_039_000, 7)
+    prof = _profile([copy, kernel])
+    prof.api_calls = [ApiCall("memcpy_async", 41_000, 1_734_000, 7),
+                      ApiCall("launch", 1_735_000, 1_738_000, 7)]
+    path = critical_path(prof)
+    assert path["by_kind"]["copy"] == 1_680_000 and path["by_kind"]["kernel"] == 300_000
+    prof.api_calls[0] = ApiCall("memcpy_async", 41_000, 44_000, 7)  # (pinned: returned at once)
+    assert "copy" not in critical_path(prof)["by_kind"]
+
+
+def _copies_and_kernels(copy_ns: int, kernel_ns: int) -> ProfileData:
+    """One stream: 8 x (a 16 MiB copy, a kernel), in turn, each copy's call returning at once."""
+    from ascentrt.profiler.data import ApiCall
+    tasks, calls, t = [], [], 0
+    for i in range(8):
+        tasks.append(TaskRecord(0, 1, 2 * i + 1, "copy", "host_to_device", 16 << 20, t, t, t + copy_ns, 7))
+        tasks.append(TaskRecord(0, 1, 2 * i + 2, "kernel", "k", 0, t, t + copy_ns, t + copy_ns + kernel_ns, 7))
+        calls += [ApiCall("memcpy_async", t, t, 7), ApiCall("launch", t, t, 7)]
+        t += copy_ns + kernel_ns
+    prof = _profile(tasks, backend="sim")
+    prof.api_calls = calls
+    return prof
+
+
+def test_copies_that_make_most_of_the_critical_path_are_a_copy_bound_finding():
+    (found,) = [f for f in diagnose(_copies_and_kernels(1_600_000, 10_000)) if f.kind == "copy_bound"]
+    assert found.evidence["copies' share of it"] == "99%"
+    assert "pageable" not in found.cause  # (the copies did not block their calls)
+    assert found.task_ids[0] == "0/1/1"
+    # (copies a third of the path: the kernels decide as much)
+    assert "copy_bound" not in {f.kind for f in diagnose(_copies_and_kernels(500_000, 1_000_000))}

@@ -243,3 +243,62 @@ def test_the_streamed_writers_write_the_documents_whole(dev, two_streams, chunk)
     prof.write_json(out, chunk=chunk)
     assert json.loads(out.getvalue()) == json.loads(json.dumps(prof.to_json()))
     assert type(prof).from_json(json.loads(out.getvalue())).tasks == prof.tasks
+
+
+def _arrow_sources(doc: dict) -> dict:
+    """task slice name -> the names of the host API slices its submit arrows start in."""
+    groups = validate_trace(doc)
+    out = defaultdict(list)
+    for (cat, _), ends in groups["flows"].items():
+        if cat != "launch":
+            continue
+        s, f = ends["s"], ends["f"]
+        # (the slice a viewer binds it to: one ending at its instant does not hold it)
+        src = [x for x in groups["tracks"][(s["pid"], s["tid"])] if x["cat"] == "api"
+               and x["ts"] - 1e-6 <= s["ts"] < x["ts"] + x["dur"] - 1e-6]
+        dst = max((x for x in groups["tracks"][(f["pid"], f["tid"])]
+                   if x["ts"] - EPS <= f["ts"] <= x["ts"] + x["dur"] + EPS),
+                  key=lambda x: (x["ts"], -x["dur"]))
+        out[dst["name"]].append(tuple(f"{x['name']}@{x['ts']}" for x in src))
+    return out
+
+
+def test_a_submit_arrow_starts_in_the_call_that_enqueued_the_task():
+    # (in virtual time a call enqueues as it ends, and zero-length calls at the start of the
+    # submitting one made the arrow start in the next call: kernel A's in Stream.record, the
+    # first replay's in the second Graph.launch, some pointing back in time)
+    from ascentrt.profiler import DeviceInfo, Profile, StreamInfo, TaskRecord
+    from ascentrt.profiler.data import ApiCall
+    th = 7
+    prof = Profile(duration_ns=200_000, devices=[DeviceInfo(0, "d", 1, 1, 1, 1 << 20)],
+                   streams=[StreamInfo(0, 2, 0), StreamInfo(0, 3, 0)], threads={th: "main"})
+    prof.api_calls = [ApiCall("set_device", 0, 0, th), ApiCall("Device.create_stream", 0, 0, th),
+                      ApiCall("launch", 0, 3000, th), ApiCall("Stream.record", 3000, 4000, th),
+                      ApiCall("Stream.begin_capture", 4000, 4000, th), ApiCall("launch", 4000, 4000, th),
+                      ApiCall("Graph.launch", 4000, 9000, th), ApiCall("Graph.launch", 9000, 14000, th),
+                      ApiCall("Device.synchronize", 14000, 136000, th)]
+    prof.tasks = [TaskRecord(0, 2, 1, "kernel", "A", 0, 3000, 4000, 104000, th),
+                  TaskRecord(0, 2, 2, "event_record", "rec", 0, 4000, 104000, 104000, th),
+                  TaskRecord(0, 3, 1, "kernel", "G1", 0, 9000, 9000, 115000, th),
+                  TaskRecord(0, 3, 3, "kernel", "G2", 0, 14000, 115000, 126000, th)]
+    sources = _arrow_sources(trace_json(prof))
+    assert sources == {"A": [("launch@0.0",)], "rec": [("Stream.record@3.0",)],
+                       "G1": [("Graph.launch@4.0",)], "G2": [("Graph.launch@9.0",)]}
+
+
+def test_replayed_graphs_arrows_come_from_their_own_launch(dev, two_streams):
+    cap, run = two_streams
+    with art.profile() as prof:
+        art.launch(art.kernels.noop, stream=cap, cost=100e-6, name="A")
+        cap.record()
+        cap.begin_capture(art.CaptureMode.GLOBAL)
+        art.launch(art.kernels.noop, stream=cap, cost=10e-6, name="G")
+        g = cap.end_capture()
+        g.launch(run)
+        g.launch(run)
+        dev.synchronize()
+    sources = _arrow_sources(trace_json(prof.profile))  # (checks no arrow points back too)
+    assert [src[0].split("@")[0] for src in sources["A"]] == ["launch"]
+    replays = sorted(src[0] for src in sources["G"])
+    assert len(replays) == 2 and replays[0] != replays[1]
+    assert all(r.startswith("Graph.launch@") for r in replays)

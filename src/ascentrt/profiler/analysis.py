@@ -11,7 +11,7 @@ from operator import attrgetter
 
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
-from .critical import capacities, executor_holders
+from .critical import capacities, critical_path, executor_holders
 from .data import (COMPUTE_KINDS, COPY_DIRECTIONS, EXIT_MARK, GRAPH_SEGMENT, QUEUE_FULL, WORK_KINDS, ProfileData,
                    calls_made)
 from .hosttime import attribute
@@ -36,6 +36,7 @@ MIN_NEEDLESS_SYNCS = 10       # synchronizations that found the work already don
 LONG_DONE_NS = 5_000_000      # ... work complete for at least 5 ms before the call
 OVERLAP_SHARE = 0.1           # copies and compute overlapping less than 10% of the smaller
 MIN_STAGE_SHARE = 0.1         # ... when each takes at least 10% of the device's busy time
+COPY_BOUND_SHARE = 0.5        # copies over half the critical path: the run is copy-bound
 PEAK_SHARE = 0.9              # peak allocation at 90% of capacity
 FRAGMENTED = 0.5              # largest free range under half of the free memory
 MIN_FRAGMENT_FREE = 1 << 20   # ... with at least 1 MiB free
@@ -53,7 +54,7 @@ class Finding:
 
     kind: str          # host_bound, dispatch_bound, host_func_bound, held_by_full_queue,
                        # small_tasks, straggler, too_many_streams, device_sync_in_loop, stream_sync_in_loop,
-                       # needless_sync, needless_wait, no_overlap, memory_peak, fragmentation,
+                       # needless_sync, needless_wait, no_overlap, copy_bound, memory_peak, fragmentation,
                        # pool_cache, never_freed, failed_tasks, never_finished
     title: str
     cause: str
@@ -233,6 +234,7 @@ def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None)
         findings += _small_tasks(dev_id, work, profile)
         findings += _too_many_streams(dev_id, work, devices.get(dev_id), profile)
         findings += _no_overlap(dev_id, work, profile)
+    findings += _copy_bound(profile)
     findings += _stragglers(profile)
     findings += _sync_in_loop(profile, windows)
     findings += _needless_syncs(profile)
@@ -250,6 +252,7 @@ def _stragglers(profile: ProfileData) -> list[Finding]:
     waited: defaultdict[tuple, int] = defaultdict(int)   # (comm, late rank) -> ns the others waited
     late: defaultdict[tuple, list] = defaultdict(list)   # (comm, late rank) -> [(collective, its part)]
     ranks: dict[int, int] = {}                           # comm -> how many ranks
+    submitted_late: defaultdict[tuple, int] = defaultdict(int)  # ... of the waits: the host's
     for coll in profile.collectives:
         keys = [tuple(p[1:]) for p in coll.parts]
         if any(k in shared for k in keys):
@@ -260,6 +263,10 @@ def _stragglers(profile: ProfileData) -> list[Finding]:
         rank, last = max(parts, key=lambda rp: rp[1].start_ns)
         key = (coll.comm, rank)
         waited[key] += sum(last.start_ns - t.start_ns for _, t in parts)
+        # (of that, what the late part would have waited for however fast its stream's work
+        # before it: it was not even enqueued before the others had started theirs)
+        arrived = min(last.enqueue_ns, last.start_ns)
+        submitted_late[key] += sum(max(0, arrived - t.start_ns) for _, t in parts)
         late[key].append((coll, last))
         ranks[coll.comm] = len(parts)
     sim = any(d.backend == "sim" for d in profile.devices)
@@ -276,6 +283,24 @@ def _stragglers(profile: ProfileData) -> list[Finding]:
         for t in before:
             names[t.name] += t.duration_ns
         top = ", ".join(f"{n} {format_ms(d)}" for n, d in names.most_common(3)) or "none recorded"
+        host_ns = submitted_late[(comm, rank)]
+        evidence = {"collectives": len(colls), "ranks": others + 1,
+                    "waited per other rank": format_ms(each), "late rank's device": part.device,
+                    "late rank's stream": part.stream}
+        if 2 * host_ns >= ns:  # the host, not the rank's stream, held it back
+            evidence["of it, before the late part was submitted"] = format_ms(host_ns / others)
+            out.append(Finding(
+                "straggler", f"Rank {rank} (device {part.device}) of communicator {comm} arrives last "
+                             f"at its collectives: the host submits its work late",
+                f"in {len(colls)} collective(s) ({coll.op} #{coll.seq} first) rank {rank} reached the "
+                f"collective last; the other {others} rank(s) waited {format_ms(each)} each on average, "
+                f"their devices idle in it, {format_ms(host_ns / others)} of it before the host had "
+                f"even submitted rank {rank}'s part (its stream ran {top} before it): the host was "
+                f"still in the other ranks' calls",
+                "submit every rank's work before any rank's collective, or each rank from a thread "
+                "of its own, so that no rank's collective waits for the host to reach the others",
+                evidence, [task_ref(t) for t in sorted(before, key=_DURATION, reverse=True)[:5]], int(ns)))
+            continue
         out.append(Finding(
             "straggler", f"Rank {rank} (device {part.device}) of communicator {comm} arrives last "
                          f"at its collectives: the other ranks wait for it",
@@ -285,10 +310,7 @@ def _stragglers(profile: ProfileData) -> list[Finding]:
             f"balance the work between the ranks (rank {rank}'s stream has more, or slower, work "
             f"before the collective), or overlap it: queue the collective's inputs first and the "
             f"rest after it",
-            {"collectives": len(colls), "ranks": others + 1,
-             "waited per other rank": format_ms(each), "late rank's device": part.device,
-             "late rank's stream": part.stream},
-            [task_ref(t) for t in sorted(before, key=_DURATION, reverse=True)[:5]], int(ns)))
+            evidence, [task_ref(t) for t in sorted(before, key=_DURATION, reverse=True)[:5]], int(ns)))
     return out
 
 
@@ -672,17 +694,29 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
     sync_copies = _synchronous_copies(copies, profile)
     on_shared = sum(t.stream in shared for t in copies)
     # Waits between the copy and the compute streams, both ways: each copy waits for the
-    # kernel before it and each kernel for its copy (one buffer, ordered by events).
-    keys = {t.key: t for t in work}
+    # kernel before it and each kernel for its copy (one buffer, ordered by events). Only
+    # waits that blocked count, and only a copy stream that feeds the kernels waiting for
+    # them: a D2H stream waiting for the kernel whose output it copies is a plain output
+    # dependency, and an input stream's wait on a buffer's last use that was done long
+    # before (double-buffering; a device-wide sync between batches) ordered nothing.
     c_set, k_set = set(c_streams), set(k_streams)
-    to_copy = to_compute = 0
+    records = {t.key: t for t in profile.tasks if t.device == dev_id and t.kind in ("event_record", "notify_record")}
+    to_copy_from: list = []  # (copy stream) of each blocked copy-stream wait on a compute record
+    feeders: set = set()     # copy streams whose records compute waited for (blocking)
+    to_compute = 0
     for t in profile.tasks:
         if t.device == dev_id and t.released_by is not None and t.kind in ("event_wait", "notify_wait"):
             rec = tuple(t.released_by)
-            src = keys.get(rec)
-            src_stream = src.stream if src is not None else rec[1] if rec[0] == dev_id else None
-            to_copy += t.stream in c_set and src_stream in k_set
-            to_compute += t.stream in k_set and src_stream in c_set
+            src = records.get(rec)
+            if src is not None and src.end_ns <= t.start_ns:
+                continue  # (done when the wait began: it held nothing back)
+            src_stream = rec[1] if rec[0] == dev_id else None
+            if t.stream in c_set and src_stream in k_set:
+                to_copy_from.append(t.stream)
+            elif t.stream in k_set and src_stream in c_set:
+                to_compute += 1
+                feeders.add(src_stream)
+    to_copy = sum(stream in feeders for stream in to_copy_from)
     ping_pong = min(to_copy, to_compute) >= min(len(copies), len(compute)) / 2
     # Structural causes only: a shared stream, blocking copies or waits both ways serialize
     # by construction; separate streams that take turns otherwise are host-bound (reported
@@ -710,18 +744,84 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
         f"for only {format_ms(both)}: {why}", advice + ".", evidence, examples, smaller - both)]
 
 
+def _copy_bound(profile) -> list[Finding]:
+    """Copies over half the critical path (the chain of work the run's length is made of):
+    the run lasts as long as its transfers, however well the rest of it overlaps."""
+    copies = [t for t in profile.tasks if t.kind == "copy"]
+    if not copies:
+        return []
+    end = max(t.end_ns for t in profile.tasks)
+    # (cheap first: the path's copies are at most all the time any copy ran)
+    if end < MIN_WINDOW_NS or total(union((t.start_ns, t.end_ns) for t in copies)) < COPY_BOUND_SHARE * end:
+        return []
+    path = critical_path(profile)
+    length, copy_ns = path["length_ns"], path["by_kind"].get("copy", 0)
+    if length < MIN_WINDOW_NS or copy_ns < COPY_BOUND_SHARE * length:
+        return []
+    nbytes, busy = sum(t.nbytes for t in copies), sum(t.duration_ns for t in copies)
+    evidence: dict[str, object] = {
+        "critical path": format_ms(length), "copies on it": format_ms(copy_ns),
+        "copies' share of it": f"{copy_ns / length:.0%}", "copies": len(copies),
+        "bytes copied": format_bytes(nbytes), "copy throughput": f"{nbytes / max(1, busy):.2f} GB/s"}
+    cause = (f"copies make {copy_ns / length:.0%} of the critical path ({format_ms(copy_ns)} of "
+             f"{format_ms(length)}): the run lasts as long as its transfers")
+    advice = ("move fewer bytes: keep data on the device across iterations and copy only what "
+              "changed; put the copies on streams of their own so that they overlap the compute")
+    impact = 0  # (a bound, not a cost: what moving fewer bytes saves the profile cannot say)
+    staged = _synchronous(copies, profile)  # (pageable: staged inside the call)
+    if 2 * len(staged) >= len(copies):
+        staged_ns = sum(t.duration_ns for t in staged)
+        evidence["copies from pageable host memory"] = f"{len(staged)} ({format_ms(staged_ns)})"
+        cause += (f"; {len(staged)} of the {len(copies)} copies were from pageable host memory: "
+                  f"staged by the host through a bounce buffer, each blocking the host until done")
+        advice = ("copy from pinned memory (malloc_host): it is copied at the link's speed, "
+                  "and memcpy_async returns at once; then " + advice)
+        saving = _pinned_saving(staged, staged_ns, profile)
+        if saving:
+            evidence["pinned memory could save about"] = format_ms(saving)
+            impact = saving
+    examples = [task_ref(t) for t in sorted(copies, key=_DURATION, reverse=True)[:5]]
+    return [Finding("copy_bound", "The run is copy-bound: copies make most of its critical path",
+                    cause, advice + ".", evidence, examples, impact)]
+
+
+def _pinned_saving(staged, staged_ns: int, profile) -> int:
+    """What copying `staged` (pageable copies) from pinned memory would save, in ns, where the
+    simulated device's model is known and the copies ran at its pageable rate; else 0."""
+    dev = next((d for d in profile.devices if d.backend == "sim" and d.preset), None)
+    if dev is None or not staged_ns:
+        return 0
+    try:
+        from ..backends import presets  # (only for a simulated run's figures)
+        model = presets.load(dev.preset)
+    except Exception:
+        return 0
+    rate = sum(t.nbytes for t in staged) / staged_ns * 1e9
+    pageable, pinned = model.pageable_bandwidth, model.host_link_bandwidth
+    if not pageable < pinned or abs(rate - pageable) > 0.2 * pageable:
+        return 0  # (a model varied for the run, or copies not at its pageable rate)
+    return int(staged_ns * (1 - pageable / pinned))
+
+
 def _synchronous_copies(copies, profile) -> int:
+    return len(_synchronous(copies, profile))
+
+
+def _synchronous(copies, profile) -> list:
+    """The copies that finished inside the memcpy_async that submitted them (pageable host
+    memory: staged by the host, which the call blocks until the copy is done)."""
     calls = defaultdict(list)
     for c in profile.api_calls:
         if c.name in ("memcpy_async", "memcpy2d_async"):
             calls[c.thread].append(c)
-    count = 0
+    out = []
     for t in copies:
         for c in calls.get(t.thread, ()):
             if c.start_ns <= t.enqueue_ns <= c.end_ns:
-                count += t.end_ns <= c.end_ns
+                if t.end_ns <= c.end_ns:
+                    out.append(t)
                 break
-    return count
+    return out
 
 
 def _sync_in_loop(profile, windows) -> list[Finding]:
@@ -814,11 +914,17 @@ def _syncs_in_loop(syncs, submits, timeline, windows, profile):
         between += i < len(submits) and submits[i] < b.start_ns
     if between < 0.8 * (len(syncs) - 1):
         return None
+    # A synchronization whose work was done before it began drained nothing (the device ran
+    # dry, if it did, in an earlier one): the loop's idle is the blocking ones' alone, and a
+    # loop of mostly such is no sync in the loop (_needless_syncs names those).
+    blocked = [c for c in syncs if not c.already_done]
+    if 2 * len(blocked) < len(syncs):
+        return None
     # Idle from the moment the device ran dry inside each synchronization (its last task
     # ended; not before the call began) to the next task's start: the synchronization's own
     # latency and the host's next submissions (returning from it alone left out the first).
     after = []
-    for c in syncs:
+    for c in blocked:
         i = bisect.bisect_left(starts, c.end_ns)
         if i < len(starts):
             j = bisect.bisect_right(ends, c.end_ns) - 1
@@ -837,6 +943,8 @@ def _syncs_in_loop(syncs, submits, timeline, windows, profile):
                 **host.evidence("after them")}
     if others:
         evidence["of that idle, in other runtime calls (not counted here)"] = format_ms(others)
+    if len(blocked) < len(syncs):
+        evidence["of them, on work already complete (no wait)"] = len(syncs) - len(blocked)
     return between, total(after) - others, evidence
 
 

@@ -182,25 +182,70 @@ def host_waits(profile: ProfileData, tasks) -> Callable[[Any], Any]:
     for items in ends.values():
         items.sort(key=lambda e: (e[0], e[1]))
 
+    blocking = _blocking_copies(profile, tasks)
+
     def waited(t):
-        calls = syncs.get(t.thread)
-        if not calls:
-            return None
-        i = bisect.bisect_right(calls, (t.enqueue_ns, float("inf"))) - 1
-        if i < 0:
-            return None
-        call = calls[i][2]
-        what, _, ident = call.target.partition(" ")
-        if what not in ("stream", "device") or not ident.isdigit():
-            return None
-        items = ends.get((what, int(ident)))
-        if not items:
-            return None
-        j = bisect.bisect_right(items, (call.end_ns, float("inf"))) - 1
-        if j < 0 or items[j][0] < call.start_ns:
-            return None  # nothing of it ended while the call waited
-        return items[j][2]
+        copy = None
+        held = blocking.get(t.thread)
+        if held:  # (the last copy the host waited out in its call before submitting t)
+            i = bisect.bisect_right(held, (t.enqueue_ns, float("inf"))) - 1
+            copy = held[i][2] if i >= 0 and held[i][2] is not t else None
+        found = _sync_waited(t, syncs, ends)
+        if copy is None or (found is not None and found.end_ns >= copy.end_ns):
+            return found
+        return copy
     return waited
+
+
+def _sync_waited(t, syncs: dict, ends: dict):
+    """The task whose end the host's last synchronization before t was submitted waited for."""
+    calls = syncs.get(t.thread)
+    if not calls:
+        return None
+    i = bisect.bisect_right(calls, (t.enqueue_ns, float("inf"))) - 1
+    if i < 0:
+        return None
+    call = calls[i][2]
+    what, _, ident = call.target.partition(" ")
+    if what not in ("stream", "device") or not ident.isdigit():
+        return None
+    items = ends.get((what, int(ident)))
+    if not items:
+        return None
+    j = bisect.bisect_right(items, (call.end_ns, float("inf"))) - 1
+    if j < 0 or items[j][0] < call.start_ns:
+        return None  # nothing of it ended while the call waited
+    return items[j][2]
+
+
+# Calls that return only once their copy or memset is done when the host memory is pageable
+# (the host stages it), or always: the host submits nothing more meanwhile.
+_COPY_CALLS = ("memcpy", "memcpy_async", "memcpy2d", "memcpy2d_async", "memset", "memset_async")
+
+
+def _blocking_copies(profile: ProfileData, tasks) -> dict:
+    """thread -> [(call end, id, task)], sorted: the copies and memsets that ended inside the
+    call that submitted them (a synchronous copy, a pageable one staged by the host): what
+    the host waited for before it went on."""
+    calls: dict = defaultdict(list)  # thread -> [(start, end)] of its copy calls
+    for c in profile.api_calls:
+        if c.name in _COPY_CALLS:
+            calls[c.thread].append((c.start_ns, c.end_ns))
+    if not calls:
+        return {}
+    for items in calls.values():
+        items.sort()
+    out: dict = defaultdict(list)
+    for t in tasks:
+        if t.kind not in ("copy", "memset") or t.thread not in calls:
+            continue
+        items = calls[t.thread]
+        i = bisect.bisect_right(items, (t.enqueue_ns, float("inf"))) - 1
+        if i >= 0 and items[i][1] >= t.end_ns:  # (in the call: it had not returned before)
+            out[t.thread].append((items[i][1], id(t), t))
+    for held in out.values():
+        held.sort(key=lambda e: (e[0], e[1]))
+    return out
 
 
 def describe(path: dict) -> str:

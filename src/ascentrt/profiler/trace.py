@@ -17,7 +17,7 @@ from json.encoder import encode_basestring_ascii as _str  # a str as json.dumps 
 from operator import attrgetter
 from typing import NamedTuple, TextIO
 
-from .data import ApiCall, ProfileData, compact_json, joined, us
+from .data import QUEUE_FULL, ApiCall, ProfileData, compact_json, joined, us
 
 HOST_PID = 0
 OVERFLOW_TID = 1_000_000  # overflow tracks of a stream: stream id + k * OVERFLOW_TID
@@ -143,6 +143,24 @@ def _lanes(items: list) -> Iterator[tuple]:
             yield len(stacks) - 1, item
 
 
+def _submitter(starts: list, ends: list, enqueue: int) -> int:
+    """The index of the call that submitted a task enqueued at `enqueue`, among a thread's
+    calls (which never overlap) sorted by start, of those starting together the longer first;
+    -1 if none was running then. In virtual time a call enqueues at the instant it ends, and
+    calls that take no time and the next call may start then: the call that contains the
+    instant strictly wins, then one that ends at it, then one taking no time at it, last one
+    that begins at it (a real clock's enqueue is strictly inside its call)."""
+    lo = bisect.bisect_left(starts, enqueue)
+    if lo:  # calls that began before: only the longest of the last to begin can reach it
+        i = bisect.bisect_left(starts, starts[lo - 1])
+        if ends[i] >= enqueue:
+            return i
+    hi = bisect.bisect_right(starts, enqueue)
+    if lo == hi:
+        return -1
+    return hi - 1 if ends[hi - 1] == enqueue else lo  # (the longest comes first: see _lanes)
+
+
 def trace_events(profile: ProfileData) -> list[dict]:
     """The trace as a list of trace-event dicts."""
     return [json.loads(text) for text in _event_texts(profile)]
@@ -213,9 +231,10 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
             if isinstance(item, ApiCall):
                 yield _slice(item.name, "api", host, tid, item.start_ns, item.end_ns,
                              _api_args(item, profile, plain_args), ts)
-                starts.append(item.start_ns)
-                ends.append(item.end_ns)
-                tids.append(tid)
+                if item.name != QUEUE_FULL:  # (a wait inside the submitting call: not one)
+                    starts.append(item.start_ns)
+                    ends.append(item.end_ns)
+                    tids.append(tid)
             else:
                 yield _slice(item.name, "range", host, tid, item.start_ns, item.end_ns, "{}", ts)
     for m in profile.marks:
@@ -263,23 +282,16 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         if not found or not found[0]:
             continue
         starts, ends, tids = found
-        # The call that started before the enqueue and had not ended (in virtual time a call
-        # ends at the instant it enqueued, and the next may begin then: that one did not
-        # submit it); else one starting at that instant (the longest of them).
-        i = bisect.bisect_left(starts, t.enqueue_ns) - 1
-        if i < 0 or ends[i] < t.enqueue_ns:
-            i = bisect.bisect_right(starts, t.enqueue_ns) - 1
-            if i < 0:
-                continue
-            i = bisect.bisect_left(starts, starts[i])  # of the calls starting then, the longest
-            if ends[i] < t.enqueue_ns:
-                continue
+        i = _submitter(starts, ends, t.enqueue_ns)
+        if i < 0:
+            continue
         flow_id += 1
         pid, tid = where(t)
         # (strictly inside the call where it can be: a viewer binds an arrow starting at the
-        # instant one call ends and the next begins to the next one)
+        # instant one call ends and the next begins to the next one; never after the task
+        # started, or the arrow would point back in time)
         at = t.enqueue_ns if ends[i] - starts[i] < 2 else \
-            max(starts[i] + 1, min(t.enqueue_ns, ends[i] - 1))
+            min(t.start_ns, max(starts[i] + 1, min(t.enqueue_ns, ends[i] - 1)))
         yield _flow("submit", "launch", False, flow_id + flows, host, tids[i], ts(at))
         yield _flow("submit", "launch", True, flow_id + flows, pid, tid, ts(t.start_ns))
     # A wait that really waited starts before the record that released it: an arrow bound to
