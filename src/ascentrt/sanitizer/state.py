@@ -580,7 +580,9 @@ class Sanitizer:
                     frame = frame.f_back
                 site = (frame.f_code, frame.f_lasti) if frame is not None else "?"
         sid = stream.id
-        with self.lock:  # (no batch's checkpoint is open outside it)
+        lock = self.lock
+        lock.acquire()  # (no batch's checkpoint is open outside it; not `with`: ~80 ns a launch)
+        try:
             vc = self._stream_clock(stream, task, kind, sid, accesses, site)
             if vc is None:
                 return []  # held behind a notify wait
@@ -594,6 +596,8 @@ class Sanitizer:
                 reports = self._apply_order(sid, task, self.mode == "raise")
             else:
                 reports = self._apply(sid, task, accesses, site, stream._submitted + 1, self.mode == "raise")
+        finally:
+            lock.release()
         return reports
 
     def announce(self, reports: list) -> None:
