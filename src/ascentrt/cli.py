@@ -271,28 +271,30 @@ RACES_EXIT_CODE = 66  # as ThreadSanitizer: the program ran, and races were foun
 
 
 def _sanitize(args) -> int:
-    import json
     import os
     import tempfile
 
-    from .sanitizer import parse_mode
+    from .sanitizer import parse_mode, read_reports
     from .validate import program_command, program_env, start_program, wait_exit_status
     command = program_command(args.command, "ascentrt sanitize [--mode M] -- python prog.py")
     mode = parse_mode(args.mode)
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "races.json")
-        env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=out)
-        code = wait_exit_status(start_program(command, program_env(env)))
-        races = []
-        if os.path.exists(out):
-            with open(out) as fh:
-                races = json.load(fh)
+        # (a folder: each process of the program, those it starts included, writes its own file)
+        env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=tmp)
+        child = start_program(command, program_env(env))
+        code = wait_exit_status(child)
+        found = read_reports(tmp)
+    races = [(r, text) for r in found for text in r["races"]]
     if not races:
         print("ascentrt sanitize: no races found", file=sys.stderr)
         return code
-    print(f"ascentrt sanitize: {len(races)} race(s) found:", file=sys.stderr)
-    for text in races:
-        print(f"  - {text}", file=sys.stderr)
+    where = {r["pid"] for r, _ in races}
+    print(f"ascentrt sanitize: {len(races)} race(s) found"
+          f"{f' in {len(where)} processes' if len(where) > 1 else ''}:", file=sys.stderr)
+    for r, text in races:
+        # (a race of another process than the program's: named, with its command line)
+        who = "" if r["pid"] == child.pid else f"[process {r['pid']}: {' '.join(r['command'])[:80]}] "
+        print(f"  - {who}{text}", file=sys.stderr)
     return code or RACES_EXIT_CODE
 
 

@@ -202,8 +202,8 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "the stream race sanitizer for the whole program: off, warn (1: a RaceWarning per new "
             "race), raise (the launch completing a race raises RaceError) or log (collect only)"),
     Setting("ASCENTRT_SANITIZE_REPORT", "", str.strip,
-            "set by `ascentrt sanitize`: the file the program writes its race reports to at exit "
-            "(JSON; empty: none)"),
+            "set by `ascentrt sanitize`: the folder each process of the program writes its race "
+            "reports to at exit, as races-<pid>.json (empty: none)"),
     Setting("HCCL_EXEC_TIMEOUT", "1836", _seconds,
             "HCCL's setting: seconds a rank's collective waits for the other ranks before it fails "
             "with E_TIMEOUT (virtual seconds on sim)"),
