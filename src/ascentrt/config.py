@@ -63,6 +63,14 @@ def _seconds(text: str) -> float:
                    f"positive and at most {threading.TIMEOUT_MAX:.0f}")
 
 
+def _pid(text: str) -> str:
+    """A process id (digits), or empty."""
+    value = str(text).strip()
+    if value and not (value.isascii() and value.isdigit() and 0 < int(value) < 1 << 31):
+        raise InvalidArgumentError(f"not a process id: {text!r} (set by ascentrt; unset it)")
+    return value
+
+
 def _switch(text: str) -> bool:
     """1/0, true/false, yes/no, on/off."""
     value = str(text).strip().lower()
@@ -227,7 +235,7 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off); "
             "one that holds an earlier profile is refused"),
-    Setting("ASCENTRT_PROFILE_PID", "", str.strip,
+    Setting("ASCENTRT_PROFILE_PID", "", _pid,
             "set by ascentrt: the process writing ASCENTRT_PROFILE (processes it starts or forks "
             "write to child-<pid>/ inside it, and its profile merges them)"),
 ]}
