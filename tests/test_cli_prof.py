@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -366,3 +367,137 @@ def test_a_profile_of_a_program_whose_device_was_refused_claims_no_backend(progr
     assert out.returncode == 1 and "unknown simulator preset 'nope'" in out.stderr
     summary = (tmp_path / "p" / "summary.txt").read_text()
     assert "0 device(s); no device was set up" in summary and "cpu backend" not in summary
+
+
+FOREVER = textwrap.dedent("""
+    import os, sys, time
+    import ascentrt as art
+    art.Stream().synchronize()
+    with open(sys.argv[1] + ".tmp", "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+    while True:
+        time.sleep(0.05)
+""")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _term_the_command_alone(tmp_path, *args):
+    """Start `ascentrt ARGS -- python forever.py`, SIGTERM the command only once the program
+    runs; returns (the command's exit status, its stderr, whether the program still runs)."""
+    prog, ready = tmp_path / "forever.py", tmp_path / "pid"
+    prog.write_text(FOREVER)
+    # (stderr into a file: an orphaned program would hold a pipe open)
+    err = open(tmp_path / "stderr.txt", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "ascentrt.cli", *args, "--", "python", str(prog),
+                             str(ready)], stderr=err, text=True, start_new_session=True)
+    pid = None
+    try:
+        for _ in range(600):
+            if ready.exists():
+                pid = int(ready.read_text())
+                break
+            assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+            time.sleep(0.05)
+        assert pid is not None
+        proc.send_signal(15)  # (to the command, not to its process group)
+        code = proc.wait(timeout=30)
+        return code, (tmp_path / "stderr.txt").read_text(), _alive(pid)
+    finally:
+        if pid is not None and _alive(pid):
+            os.kill(pid, 9)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        err.close()
+
+
+@pytest.mark.cpu_only
+def test_a_sigterm_to_prof_alone_stops_the_program_and_leaves_no_profile_in_the_way(tmp_path):
+    out = tmp_path / "f3"
+    code, err, alive = _term_the_command_alone(tmp_path, "prof", "-q", "-o", str(out))
+    assert not alive and code == 128 + 15, err
+    assert "interrupted (SIGTERM)" in err
+    assert not glob.glob(str(out / "child-*"))  # (no progress file taken for a profile)
+    proc = ascentrt("prof", "-q", "-o", str(out), "--", "python", "-c", "import ascentrt")
+    assert proc.returncode == 0 and "already holds" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("command", ["run", "sanitize"])
+def test_a_sigterm_to_the_command_alone_is_passed_on_to_the_program(tmp_path, command):
+    code, err, alive = _term_the_command_alone(tmp_path, command)
+    assert not alive and code == 128 + 15, err
+
+
+def test_a_part_folder_with_only_progress_is_no_profile(tmp_path):
+    part = tmp_path / "child-123"
+    part.mkdir()
+    (part / "progress.json").write_text('{"tasks": 0, "api_calls": 0}')
+    art.profiler.profile(str(tmp_path)).start().stop(write=False)
+    assert not part.exists()
+
+
+LINGER = textwrap.dedent("""
+    import subprocess, sys
+    import ascentrt as art
+    art.Stream().synchronize()
+    child = ("import os, sys, time\\nimport ascentrt as art\\nart.Stream().synchronize()\\n"
+             "print('started', flush=True)\\n"
+             "end = time.monotonic() + 30\\n"
+             "while not os.path.exists(sys.argv[1]) and time.monotonic() < end:\\n"
+             "    time.sleep(0.02)\\n")
+    p = subprocess.Popen([sys.executable, "-c", child, sys.argv[1]], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "started\\n"  # (it records: then the program exits before it)
+""")
+
+
+def _parts_listed(folder):
+    with open(os.path.join(folder, "profile.json")) as fh:
+        return json.load(fh).get("parts", [])
+
+
+def _wait_for(path, timeout=30):
+    end = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+@pytest.mark.cpu_only
+def test_prof_waits_for_a_process_that_outlives_the_program(tmp_path):
+    prog, gate, out = tmp_path / "linger.py", tmp_path / "go", tmp_path / "lg"
+    prog.write_text(LINGER)
+    # (the gate opens while prof waits: a process ending within the wait is in the profile)
+    opener = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(1.0); open({str(gate)!r}, 'w')"])
+    proc = ascentrt("prof", "-q", "-o", str(out), "--", "python", str(prog), str(gate))
+    opener.wait(timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert len(_parts_listed(out)) == 1 and "still running" not in proc.stderr
+
+
+@pytest.mark.cpu_only
+def test_a_process_still_running_is_named_and_report_rewrite_adds_its_part(tmp_path, monkeypatch, capsys):
+    import ascentrt.cli as cli
+    monkeypatch.setattr(cli, "LINGER_WAIT_S", 0.2)
+    prog, gate, out = tmp_path / "linger.py", tmp_path / "go", tmp_path / "lg"
+    prog.write_text(LINGER)
+    try:
+        assert main(["prof", "-q", "-o", str(out), "--", "python", str(prog), str(gate)]) == 0
+        err = capsys.readouterr().err
+        assert "still running" in err and "report --rewrite" in err, err
+        assert _parts_listed(out) == []
+    finally:
+        gate.write_text("")
+    late = glob.glob(str(out / "child-*"))
+    assert len(late) == 1
+    _wait_for(os.path.join(late[0], "profile.json"))
+    assert main(["report", "--rewrite", str(out)]) == 0
+    assert len(_parts_listed(out)) == 1

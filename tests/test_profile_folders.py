@@ -226,3 +226,79 @@ def test_an_empty_part_folder_is_no_profile_and_goes_with_the_next_run(tmp_path)
     with pytest.raises(art.InvalidArgumentError, match="already holds a profile"):
         art.profile(tmp_path).start()  # (refused: the folder stays as it was)
     assert (tmp_path / "child-456").is_dir()
+
+
+# ---- a file that is not a regular one, or far too large: refused, never read ---------------
+
+def _not_regular(tmp_path, kind):
+    folder = tmp_path / kind
+    folder.mkdir()
+    if kind == "fifo":
+        os.mkfifo(folder / "profile.json")  # (reading it would wait for a writer forever)
+    else:
+        os.symlink("/dev/zero", folder / "profile.json")  # (reading it would never end)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_report_refuses_a_profile_json_that_is_not_a_regular_file(tmp_path, kind):
+    folder = _not_regular(tmp_path, kind)
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "report", str(folder)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "not a regular file" in proc.stderr, proc.stderr
+    assert "(100003 INVALID_FILE)" in proc.stderr
+
+
+def test_a_profile_or_trace_larger_than_any_written_is_refused_unread(tmp_path, monkeypatch):
+    from ascentrt.memory import trace
+    profile = sys.modules["ascentrt.profiler.profile"]  # (the module: the package's name is a function)
+    monkeypatch.setattr(profile, "MOST_BYTES", 10)
+    monkeypatch.setattr(trace, "TRACE_MOST_BYTES", 10)
+    big = tmp_path / "profile.json"
+    big.write_text("[" + " " * 20 + "]")
+    with pytest.raises(art.InvalidArgumentError, match="more than the 10"):
+        art.profiler.load(str(tmp_path))
+    with pytest.raises(art.InvalidArgumentError, match="more than the 10"):
+        trace.load_trace(str(big))
+    fifo = tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(art.InvalidArgumentError, match="not a regular file"):
+        trace.load_trace(str(fifo))
+
+
+@pytest.mark.parametrize("command", ["run", "prof"])
+def test_a_folder_with_main_and_standard_input_are_scripts_python_runs(tmp_path, command):
+    app = tmp_path / "appdir"
+    app.mkdir()
+    (app / "__main__.py").write_text("import ascentrt\nprint('ran')\n")
+    out = ["-q", "-o", str(tmp_path / "p")] if command == "prof" else []
+    for target, stdin in ((str(app), None), ("/dev/stdin", "import ascentrt\nprint('ran')\n")):
+        proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", command, *out, "--force", "--",
+                               "python", target] if command == "prof" else
+                              [sys.executable, "-m", "ascentrt.cli", command, "--", "python", target],
+                              input=stdin, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "ran" in proc.stdout, proc.stderr
+
+
+SMALL = "import ascentrt as art\nart.Stream().synchronize()\n"
+
+
+def test_a_profile_pid_that_is_not_a_number_is_refused_naming_the_setting(tmp_path):
+    env = dict(os.environ, ASCENTRT_PROFILE=str(tmp_path / "p"), ASCENTRT_PROFILE_PID="abc")
+    proc = subprocess.run([sys.executable, "-c", SMALL], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and "ASCENTRT_PROFILE_PID='abc'" in proc.stderr, proc.stderr
+    assert "100000" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("owner", ["1", "dead"])
+def test_a_profile_pid_of_no_run_of_this_folder_writes_the_profile_at_the_top(tmp_path, owner):
+    if owner == "dead":
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, timeout=30)
+        owner = gone.stdout.strip()
+    env = dict(os.environ, ASCENTRT_PROFILE=str(tmp_path / "p"), ASCENTRT_PROFILE_PID=owner)
+    proc = subprocess.run([sys.executable, "-c", SMALL], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "p" / "profile.json").exists() and art.profiler.load(str(tmp_path / "p"))

@@ -398,6 +398,31 @@ def test_the_sanitize_command_lists_the_races_and_fails_the_run(tmp_path):
 
 
 @pytest.mark.cpu_only
+def test_the_sanitize_command_keeps_the_races_of_a_process_the_program_starts(tmp_path):
+    # (each process writes its own report: the parent, exiting last with none, lost the child's)
+    racy = tmp_path / "racy.py"
+    racy.write_text(RACY)
+    parent = tmp_path / "parent.py"
+    parent.write_text("import subprocess, sys\nimport ascentrt as art\nart.Stream().synchronize()\n"
+                      f"subprocess.run([sys.executable, {str(racy)!r}], check=True)\n")
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", "log", "--",
+                           "python", str(parent)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 66, proc.stderr
+    assert "1 race(s) found" in proc.stderr and "racy.py:9" in proc.stderr
+    assert "[process " in proc.stderr and "racy.py]" in proc.stderr  # (named: not the program's own)
+
+
+@pytest.mark.cpu_only
+def test_a_forked_child_does_not_report_its_parent_s_races_again(tmp_path):
+    code = RACY + "import os\nif os.fork() == 0:\n    sys.exit(0)\nos.wait()\n"
+    prog = tmp_path / "forks.py"
+    prog.write_text("import sys\n" + code)
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", "log", "--",
+                           "python", str(prog)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 66 and "1 race(s) found" in proc.stderr, proc.stderr
+
+
+@pytest.mark.cpu_only
 def test_the_graph_pool_and_stream_tests_and_the_demo_run_clean_under_the_sanitizer(tmp_path):
     env = dict(os.environ, ASCENTRT_SANITIZE="raise")
     # (test_reuse_safety is left out: its programs misuse streams on purpose, and the sanitizer

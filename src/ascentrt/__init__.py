@@ -104,6 +104,7 @@ def _profile_from_env() -> None:
         from .profiler.session import start_from_env
         try:
             config.get("ASCENTRT_BACKEND")  # (the profile's clock reads it: its error, not the folder's)
+            config.get("ASCENTRT_PROFILE_PID")  # (a made-up owner: its own error, named)
         except InvalidArgumentError as exc:
             _refuse(str(exc))
         try:

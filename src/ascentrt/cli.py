@@ -143,18 +143,19 @@ def _demo(args) -> int:
 
 
 PROGRESS_EVERY_S = 10.0  # without a terminal, a progress line this often (--progress)
+LINGER_WAIT_S = 5.0  # how long `prof` waits for processes of the program that outlive it
 
 
 def _prof(args) -> int:
     import os
-    import subprocess
+    import signal
     import time
 
     from .errors import ErrorCode, InvalidArgumentError
     from .profiler.data import part_path
-    from .profiler.folders import PROGRESS_FILE, assemble, claim, clear_leftovers, refusals
+    from .profiler.folders import PROGRESS_FILE, assemble, claim, clear_leftovers, refusals, still_writing
     from .profiler.summary import print_summary
-    from .validate import program_command, program_env, start_program, wait_exit_status
+    from .validate import program_command, program_env, read_small_file, start_program, wait_program
     command = program_command(args.command, "ascentrt prof [-o DIR] [--force] [--range NAME] -- python prog.py [args]")
     if args.progress is not None and not 0.01 <= args.progress < float("inf"):  # (NaN too)
         raise InvalidArgumentError(f"--progress takes seconds >= 0.01 between progress lines, "
@@ -173,30 +174,37 @@ def _prof(args) -> int:
     started = time.monotonic()
     tty = sys.stderr.isatty()
     every = args.progress if args.progress is not None else 1.0 if tty else PROGRESS_EVERY_S
-    last_line = started
-    while True:
+    last_line = [started]
+
+    def progress() -> None:
+        now = time.monotonic()
+        if args.quiet or now - last_line[0] < every:
+            return
+        last_line[0] = now
+        line = f"ascentrt prof: running for {now - started:.0f} s"
         try:
-            code = wait_exit_status(child, timeout=min(1.0, every))
-            break
-        except subprocess.TimeoutExpired:
-            now = time.monotonic()
-            if args.quiet or now - last_line < every:
-                continue
-            last_line = now
-            line = f"ascentrt prof: running for {now - started:.0f} s"
-            try:
-                with open(os.path.join(part_path(out, child.pid), PROGRESS_FILE)) as fh:
-                    state = json.load(fh)
-                line += f", {state['tasks']} tasks, {state['api_calls']} API calls recorded"
-            except (OSError, ValueError, KeyError):
-                pass
-            print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr,
-                  flush=True)
-        except KeyboardInterrupt:  # the child got the interrupt too: let it write its profile
-            code = wait_exit_status(child)
-            break
+            state = json.loads(read_small_file(os.path.join(part_path(out, child.pid), PROGRESS_FILE),
+                                               "the progress file", 1 << 16))
+            line += f", {state['tasks']} tasks, {state['api_calls']} API calls recorded"
+        except (OSError, InvalidArgumentError, ValueError, KeyError, TypeError):
+            pass
+        print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    code, passed = wait_program(child, min(1.0, every), progress)
+    if passed is not None:
+        print(f"ascentrt prof: interrupted ({signal.Signals(passed).name}): passed on to the "
+              f"program, which exited with {code}", file=sys.stderr)
     if tty and not args.quiet and time.monotonic() - started >= 1.0:
         print(file=sys.stderr)
+    # Processes the program started that outlive it: their parts are waited for a while, and
+    # those still running after it are named (report --rewrite adds them once written).
+    waited_until = time.monotonic() + LINGER_WAIT_S
+    while (late := still_writing(out)) and time.monotonic() < waited_until:
+        time.sleep(0.1)
+    for pid in late:
+        print(f"ascentrt prof: process {pid} of the program was still running {LINGER_WAIT_S:.0f} s "
+              f"after it exited: its part is not included (once it ends, ascentrt report "
+              f"--rewrite {args.out} adds it)", file=sys.stderr)
     prof = assemble(out, child.pid, command)
     if prof is None:
         refused = refusals(out)
@@ -256,7 +264,9 @@ def _report(args) -> int:
         args.folder = _latest_profile()
         print(f"ascentrt report: {args.folder}/", file=sys.stderr)
     prof = profiler.load(args.folder)
-    if args.rewrite:
+    if args.rewrite:  # (with the parts written since: a process that outlived the program's run)
+        from .profiler.folders import parts
+        prof.parts = [p for p in parts(args.folder) if p.pid != prof.pid] or prof.parts
         prof.save(args.folder)
     _print_summary(prof, args.range)
     return 0
@@ -271,28 +281,30 @@ RACES_EXIT_CODE = 66  # as ThreadSanitizer: the program ran, and races were foun
 
 
 def _sanitize(args) -> int:
-    import json
     import os
     import tempfile
 
-    from .sanitizer import parse_mode
-    from .validate import program_command, program_env, start_program, wait_exit_status
+    from .sanitizer import parse_mode, read_reports
+    from .validate import program_command, program_env, start_program, wait_program
     command = program_command(args.command, "ascentrt sanitize [--mode M] -- python prog.py")
     mode = parse_mode(args.mode)
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "races.json")
-        env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=out)
-        code = wait_exit_status(start_program(command, program_env(env)))
-        races = []
-        if os.path.exists(out):
-            with open(out) as fh:
-                races = json.load(fh)
+        # (a folder: each process of the program, those it starts included, writes its own file)
+        env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=tmp)
+        child = start_program(command, program_env(env))
+        code, _ = wait_program(child)  # (a signal sent to this command alone: passed on)
+        found = read_reports(tmp)
+    races = [(r, text) for r in found for text in r["races"]]
     if not races:
         print("ascentrt sanitize: no races found", file=sys.stderr)
         return code
-    print(f"ascentrt sanitize: {len(races)} race(s) found:", file=sys.stderr)
-    for text in races:
-        print(f"  - {text}", file=sys.stderr)
+    where = {r["pid"] for r, _ in races}
+    print(f"ascentrt sanitize: {len(races)} race(s) found"
+          f"{f' in {len(where)} processes' if len(where) > 1 else ''}:", file=sys.stderr)
+    for r, text in races:
+        # (a race of another process than the program's: named, with its command line)
+        who = "" if r["pid"] == child.pid else f"[process {r['pid']}: {' '.join(r['command'])[:80]}] "
+        print(f"  - {who}{text}", file=sys.stderr)
     return code or RACES_EXIT_CODE
 
 
@@ -300,7 +312,7 @@ def _run(args) -> int:
     """`ascentrt run`: the program on the backend asked for, its `import acl` this facade."""
     import os
 
-    from .validate import program_command, program_env, start_program, wait_exit_status
+    from .validate import program_command, program_env, start_program, wait_program
     command = program_command(args.command, "ascentrt run [--backend cpu|sim] [--preset P] -- "
                                             "python prog.py [args]")
     if args.preset:  # (a preset models the sim backend: it asks for it, and is no cpu's)
@@ -311,10 +323,7 @@ def _run(args) -> int:
         args.backend = "sim"
     _use_backend(args)  # (in this process's environment, which the program inherits)
     child = start_program(command, program_env(dict(os.environ), always=True))
-    try:
-        return wait_exit_status(child)
-    except KeyboardInterrupt:  # the program got the interrupt too: its exit status is the answer
-        return wait_exit_status(child)
+    return wait_program(child)[0]  # (a signal sent to this command alone: passed on)
 
 
 def main(argv: list[str] | None = None) -> int:

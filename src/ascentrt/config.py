@@ -63,6 +63,14 @@ def _seconds(text: str) -> float:
                    f"positive and at most {threading.TIMEOUT_MAX:.0f}")
 
 
+def _pid(text: str) -> str:
+    """A process id (digits), or empty."""
+    value = str(text).strip()
+    if value and not (value.isascii() and value.isdigit() and 0 < int(value) < 1 << 31):
+        raise InvalidArgumentError(f"not a process id: {text!r} (set by ascentrt; unset it)")
+    return value
+
+
 def _switch(text: str) -> bool:
     """1/0, true/false, yes/no, on/off."""
     value = str(text).strip().lower()
@@ -210,8 +218,8 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "the stream race sanitizer for the whole program: off, warn (1: a RaceWarning per new "
             "race), raise (the launch completing a race raises RaceError) or log (collect only)"),
     Setting("ASCENTRT_SANITIZE_REPORT", "", str.strip,
-            "set by `ascentrt sanitize`: the file the program writes its race reports to at exit "
-            "(JSON; empty: none)"),
+            "set by `ascentrt sanitize`: the folder each process of the program writes its race "
+            "reports to at exit, as races-<pid>.json (empty: none)"),
     Setting("HCCL_EXEC_TIMEOUT", "1836", _seconds,
             "HCCL's setting: seconds a rank's collective waits for the other ranks before it fails "
             "with E_TIMEOUT (virtual seconds on sim)"),
@@ -235,7 +243,7 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_PROFILE", "", str.strip,
             "profile the whole program into this folder (trace, CSV, HTML report; empty: off); "
             "one that holds an earlier profile is refused"),
-    Setting("ASCENTRT_PROFILE_PID", "", str.strip,
+    Setting("ASCENTRT_PROFILE_PID", "", _pid,
             "set by ascentrt: the process writing ASCENTRT_PROFILE (processes it starts or forks "
             "write to child-<pid>/ inside it, and its profile merges them)"),
 ]}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -119,6 +121,42 @@ def write_text_file(path, text: str, what: str, make_folder: bool = False) -> st
     return path
 
 
+def read_small_file(path: str, what: str, most_bytes: int) -> str:
+    """The UTF-8 text of regular file `path` of at most `most_bytes`; InvalidArgumentError
+    (100003) naming `what` and the file when it is not one (a FIFO would block, /dev/zero never
+    ends), is larger, cannot be read or is not UTF-8. (FileNotFoundError is raised as it is.)"""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # (a FIFO's open blocks too)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read {what} {path!r}: {os_cause(exc)}",
+                                   code=ErrorCode.INVALID_FILE) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise InvalidArgumentError(f"{what} {path!r}: {kind}", code=ErrorCode.INVALID_FILE)
+        if info.st_size > most_bytes:
+            raise InvalidArgumentError(f"{what} {path!r}: {info.st_size} bytes, more than the "
+                                       f"{most_bytes} it may have", code=ErrorCode.INVALID_FILE)
+        with open(fd, "rb", closefd=False) as fh:
+            data = fh.read(most_bytes + 1)  # (one that grew since: its size is checked again)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read {what} {path!r}: {os_cause(exc)}",
+                                   code=ErrorCode.INVALID_FILE) from None
+    finally:
+        os.close(fd)
+    if len(data) > most_bytes:
+        raise InvalidArgumentError(f"{what} {path!r}: more than the {most_bytes} bytes it may "
+                                   f"have", code=ErrorCode.INVALID_FILE)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgumentError(f"{what} {path!r}: not UTF-8 text ({exc.reason} at byte "
+                                   f"{exc.start})", code=ErrorCode.INVALID_FILE) from None
+
+
 def check_timeout(timeout) -> float | None:
     """None (wait forever) or a positive number of seconds; raises InvalidArgumentError (107000)."""
     if timeout is None:
@@ -145,7 +183,9 @@ def program_command(command: list, usage: str) -> list:
         command[0] = sys.executable  # the interpreter ascentrt is installed in
     if os.path.basename(command[0]).startswith("python"):
         script = _python_script(command[1:])
-        if script is not None and not os.path.isfile(script):
+        # (exists, not isfile: Python also runs a folder or zip with __main__.py, and a pipe
+        # such as /dev/stdin; what it cannot run, it says itself)
+        if script is not None and not os.path.exists(script):
             raise InvalidArgumentError(f"no such file: {script!r} (the script to run)",
                                        code=ErrorCode.INVALID_FILE)
     return command
@@ -209,3 +249,40 @@ def wait_exit_status(child: subprocess.Popen, timeout: float | None = None) -> i
     code = child.wait(timeout)
     return 128 - code if code < 0 else code
 
+
+
+# Signals that stop a command running a program: passed on to the program when another process
+# sent them to the command alone (the terminal sends them to both, as its process group).
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None) -> tuple[int, int | None]:
+    """Wait for `child` (start_program's) and return its exit status (wait_exit_status's) and
+    the last signal passed on to it, or None. SIGINT, SIGTERM or SIGHUP sent to this process
+    alone (kill) is passed on to the program, which is waited for (no orphan left running);
+    `tick()` is called every `every` seconds meanwhile."""
+    waits = hasattr(signal, "sigtimedwait") and threading.current_thread() is threading.main_thread()
+    if not waits:  # (no sigtimedwait: macOS; or not the main thread: no signals here)
+        while True:
+            try:
+                return wait_exit_status(child, timeout=every), None
+            except subprocess.TimeoutExpired:
+                if tick is not None:
+                    tick()
+    watched = {*PASSED_ON, signal.SIGCHLD}  # (SIGCHLD: the program ended, no wait for a tick)
+    # Blocked, they wait to be taken here: the program (started before) keeps its own mask.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    passed: int | None = None
+    try:
+        while child.poll() is None:
+            info = signal.sigtimedwait(watched, every)
+            if info is None:
+                if tick is not None:
+                    tick()
+            elif info.si_signo != signal.SIGCHLD and info.si_code <= 0:  # (sent by a process)
+                passed = info.si_signo
+                child.send_signal(passed)
+            # (si_code > 0: from the kernel, the terminal, which sent the program one too)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return wait_exit_status(child), passed

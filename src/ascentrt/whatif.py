@@ -27,7 +27,7 @@ from .profiler.data import PART_DIR
 from .profiler.export import SUMMARY_FILE
 from .profiler.folders import OUTPUTS, REFUSED_NOTE, claim
 from .profiler.intervals import total, union
-from .validate import check_path, program_command, program_env
+from .validate import check_path, program_command, program_env, read_small_file
 
 CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_func",)}
 STDOUT, STDERR = "stdout.txt", "stderr.txt"  # a variant's own output, in its folder
@@ -238,21 +238,19 @@ def _note_variant(folder: str, i: int, combo: dict, preset: Preset) -> None:
     """Head the variant's summary.txt with the preset and the values it ran with."""
     path = os.path.join(folder, SUMMARY_FILE)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_small_file(path, "the summary", 1 << 24)
         with open(path, "w", encoding="utf-8") as f:
             f.write(f"whatif variant {i}: preset {preset.name} ({preset.path}) with "
                     f"{label(combo)}\n\n{text}")
-    except OSError:  # (no profile: the run failed before writing one)
+    except (OSError, InvalidArgumentError):  # (no profile: the run failed before writing one)
         pass
 
 
 def _knobs_read(path: str) -> list[str]:
     """The program knobs a run looked up through ascentrt.sim.variant() (none: it never asked)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return list(json.load(f))
-    except (OSError, ValueError):
+        return list(json.loads(read_small_file(path, "the knobs file", 1 << 24)))
+    except (OSError, ValueError, TypeError):
         return []
 
 

@@ -10,11 +10,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError, os_cause
-from ..validate import check_path, write_text_file
+from ..validate import check_path, read_small_file, write_text_file
 from ..validate import check_size
 from .chunks import ArenaChunks
 from .links import Links
 from .pool import BlockPool
+
+TRACE_MOST_BYTES = 1 << 31  # a trace file larger is none TraceRecorder.save wrote
 
 
 class TraceRecorder:
@@ -81,12 +83,10 @@ def load_trace(path: str | os.PathLike[str]) -> list[tuple]:
     """Read a trace written by TraceRecorder.save; raises InvalidArgumentError (100003) on a
     bad line, or naming `path` and the cause when it is not a path or cannot be read."""
     path = check_path(path, "trace path")  # (an int would be read as a descriptor, and closed)
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        cause = os_cause(exc) if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InvalidArgumentError(f"cannot read the trace {path!r}: {cause}",
+    try:  # (a regular file of a bounded size: a FIFO would hang, /dev/zero fill memory)
+        lines = read_small_file(path, "the trace", TRACE_MOST_BYTES).splitlines()
+    except FileNotFoundError as exc:
+        raise InvalidArgumentError(f"cannot read the trace {path!r}: {os_cause(exc)}",
                                    code=ErrorCode.INVALID_FILE) from None
     events = []
     for n, line in enumerate(lines, 1):

@@ -3,12 +3,14 @@ parts the processes of a run write inside it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import warnings
 
 from ..errors import ErrorCode, InvalidArgumentError, os_cause
+from ..validate import read_small_file
 from .csvexport import FILES as CSV_FILES
 from .data import DATA_FILE, PART_DIR, part_path
 from .export import REPORT_FILE, SUMMARY_FILE, TRACE_FILE
@@ -29,9 +31,9 @@ def claim(path: str, overwrite: bool = False) -> str:
     removes them first; other files in it are left alone."""
     try:
         os.makedirs(path, exist_ok=True)
-        # (an empty part folder, what a run that wrote no profile left, is no profile)
+        # (a part folder without a profile, what a run that wrote none left, is no profile)
         earlier = sorted(n for n in os.listdir(path) if n in OUTPUTS
-                         or _PART.match(n) and not _empty_folder(os.path.join(path, n)))
+                         or _PART.match(n) and _holds_profile(os.path.join(path, n)))
     except OSError as exc:
         raise InvalidArgumentError(f"cannot create the profile folder {path!r}: {os_cause(exc)}",
                                    code=ErrorCode.INVALID_FILE) from None
@@ -50,16 +52,41 @@ def claim(path: str, overwrite: bool = False) -> str:
     return path
 
 
-def _empty_folder(path: str) -> bool:
+def _holds_profile(path: str) -> bool:
+    """Whether part folder `path` holds a part written (not only an interrupted run's progress)."""
     try:
-        return os.path.isdir(path) and not os.listdir(path)
+        return not os.path.isdir(path) or any(n != PROGRESS_FILE for n in os.listdir(path))
     except OSError:
+        return True  # (one that cannot be looked into is not taken for nothing)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (one of another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except OSError:  # (PermissionError: it exists)
+        return True
+    return True
+
+
+def still_writing(root: str) -> list[int]:
+    """The pids of the processes of a run into `root` that are alive and have not written their
+    part yet (a process the program started that outlives it)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    pids = sorted(int(m.group(1)) for m in map(_PART.match, names) if m)
+    return [pid for pid in pids if not os.path.exists(os.path.join(part_path(root, pid), DATA_FILE))
+            and alive(pid)]
 
 
 def clear_leftovers(root: str) -> None:
-    """Remove from profile folder `root` what holds no profile: empty part folders (a process
-    that stopped before writing its part) and refusal notes."""
+    """Remove from profile folder `root` what holds no profile: part folders with nothing but a
+    progress file (a process that stopped, or was killed, before writing its part) and refusal
+    notes."""
     try:
         names = os.listdir(root)
     except OSError:
@@ -68,7 +95,10 @@ def clear_leftovers(root: str) -> None:
         try:
             if REFUSED_NOTE.match(name):
                 os.remove(os.path.join(root, name))
-            elif _PART.match(name):
+            elif m := _PART.match(name):
+                if not alive(int(m.group(1))):  # (a live one may write its part yet)
+                    with contextlib.suppress(OSError):
+                        os.remove(os.path.join(root, name, PROGRESS_FILE))
                 os.rmdir(os.path.join(root, name))  # (only when empty: OSError otherwise)
         except OSError:
             pass
@@ -90,9 +120,8 @@ def refusals(root: str) -> list[str]:
     try:
         for name in sorted(os.listdir(root)):
             if REFUSED_NOTE.match(name):
-                with open(os.path.join(root, name), encoding="utf-8") as f:
-                    found.append(f.read().strip())
-    except OSError:
+                found.append(read_small_file(os.path.join(root, name), "a refusal note", 1 << 16).strip())
+    except (OSError, InvalidArgumentError):
         pass
     return found
 

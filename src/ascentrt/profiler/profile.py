@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 
-from ..errors import AscentError, ErrorCode, InvalidArgumentError, os_cause
-from ..validate import check_path
+from ..errors import AscentError, ErrorCode, InvalidArgumentError
+from ..validate import check_path, read_small_file
 from .analysis import diagnose, metrics
 from .data import DATA_FILE, ProfileData, part_path
 from .export import write_folder
 from .scope import within
+
+MOST_BYTES = 1 << 31  # a profile.json larger is none ascentrt wrote (millions of tasks take less)
 
 
 class Profile(ProfileData):
@@ -38,16 +40,15 @@ def read(path: str | os.PathLike) -> Profile:
     path = check_path(path, "the profile folder")  # (an int would be read as a descriptor)
     file = os.path.join(path, DATA_FILE) if os.path.isdir(path) else path
     try:
-        with open(file, encoding="utf-8") as fh:
-            data = json.load(fh)
-        prof = Profile.from_json(data)  # (checks every field: see data._COLUMNS)
+        # (a regular file of a bounded size: a FIFO would hang the reader, /dev/zero fill memory)
+        text = read_small_file(file, "the profile", MOST_BYTES)
     except FileNotFoundError:
         raise InvalidArgumentError(f"no profile at {path!r} (expected a folder with {DATA_FILE})",
                                    code=ErrorCode.INVALID_FILE) from None
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot read the profile {file!r}: {os_cause(exc)}",
-                                   code=ErrorCode.INVALID_FILE) from None
-    except (ValueError, KeyError, TypeError) as exc:  # (UnicodeDecodeError and JSON's too)
+    try:
+        data = json.loads(text)
+        prof = Profile.from_json(data)  # (checks every field: see data._COLUMNS)
+    except (ValueError, KeyError, TypeError) as exc:  # (JSON's too)
         cause = exc.message if isinstance(exc, AscentError) else exc
         raise InvalidArgumentError(f"{file!r} is not a readable ascentrt profile: {cause}",
                                    code=ErrorCode.INVALID_FILE) from None

@@ -211,7 +211,9 @@ def start_from_env(path: str) -> Session:
     global _from_env
     from .. import config
     owner = config.get("ASCENTRT_PROFILE_PID")
-    child = bool(owner) and owner != str(os.getpid())
+    # A part only for a live owner other than this process, whose folder is there (it claims it
+    # before starting anything): a stale or made-up pid would hide the profile in child-<pid>/.
+    child = bool(owner) and owner != str(os.getpid()) and folders.alive(int(owner)) and os.path.isdir(path)
     if child:
         path = part_path(path, os.getpid())
     else:  # (absolute: a child that changes directory still writes here)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -94,22 +95,60 @@ def clear() -> None:
             san.races.clear()
 
 
-def write_reports_at_exit(path: str) -> None:
-    """At exit, write the reports' texts to `path` as a JSON list (for `ascentrt sanitize`);
-    raises InvalidArgumentError (100003) now when `path` is not a path. A write that fails at
-    exit is said on stderr with the races' texts, so that they are not lost."""
-    path = check_path(path, "the race report path")  # (an int: a descriptor written and closed)
+REPORT_FILE = "races-{pid}.json"  # each process's own file in the report folder
+_inherited = [0]  # reports a forked child got from its parent (the parent's to write)
+
+
+def write_reports_at_exit(folder: str) -> None:
+    """At exit, write this process's race reports into folder `folder` as races-<pid>.json
+    (its pid, command line and the races' texts: each process of a program writes its own,
+    for `ascentrt sanitize`); raises InvalidArgumentError (100003) now when `folder` is not a
+    path. A write that fails at exit is said on stderr with the races' texts, so that they are
+    not lost."""
+    folder = check_path(folder, "the race report folder")  # (an int: a descriptor written and closed)
 
     def write():
-        texts = [str(r) for r in reports()]
+        texts = [str(r) for r in reports()[_inherited[0]:]]
+        record = {"pid": os.getpid(), "command": list(sys.argv), "races": texts}
+        path = os.path.join(folder, REPORT_FILE.format(pid=os.getpid()))
         try:
-            write_text_file(path, json.dumps(texts), "the race report to")
+            write_text_file(path, json.dumps(record), "the race report to")
         except InvalidArgumentError as err:  # (at exit no caller can catch it: say it, with the races)
             print(f"ascentrt: error: {err.in_words()}; {len(texts)} race(s) found"
                   f"{':' if texts else ''}", file=sys.stderr)
             for text in texts:
                 print(f"  - {text}", file=sys.stderr)
     atexit.register(write)
+
+
+def read_reports(folder: str) -> list[dict]:
+    """The race reports the processes of a program wrote into `folder` (write_reports_at_exit),
+    by pid: {"pid", "command", "races"} each; a file that cannot be read is a record saying so."""
+    found = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    for name in names:
+        if not (name.startswith("races-") and name.endswith(".json")):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                record = json.load(fh)
+            found.append({"pid": int(record["pid"]), "command": [str(a) for a in record["command"]],
+                          "races": [str(t) for t in record["races"]]})
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # (a process killed mid-write)
+            found.append({"pid": 0, "command": [], "races": [f"the report {name} cannot be read: {exc}"]})
+    return sorted(found, key=lambda r: r["pid"])
+
+
+def _after_fork_in_child() -> None:
+    _inherited[0] = len(reports())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager
@@ -130,4 +169,4 @@ def sanitize(mode: str = "warn") -> Iterator[list[Race]]:
 
 
 __all__ = ["Access", "MODES", "Race", "RaceError", "RaceWarning", "clear", "disable", "enable",
-           "enabled", "parse_mode", "reports", "sanitize", "write_reports_at_exit"]
+           "enabled", "parse_mode", "read_reports", "reports", "sanitize", "write_reports_at_exit"]
