@@ -303,7 +303,9 @@ def _sanitize(args) -> int:
           f"{f' in {len(where)} processes' if len(where) > 1 else ''}:", file=sys.stderr)
     for r, text in races:
         # (a race of another process than the program's: named, with its command line)
-        who = "" if r["pid"] == child.pid else f"[process {r['pid']}: {' '.join(r['command'])[:80]}] "
+        # (the script by its name: a long folder path must not cut it off)
+        named = " ".join([os.path.basename(a) if i == 0 else a for i, a in enumerate(r["command"])])
+        who = "" if r["pid"] == child.pid else f"[process {r['pid']}: {named[:80]}] "
         print(f"  - {who}{text}", file=sys.stderr)
     return code or RACES_EXIT_CODE
 
