@@ -371,6 +371,20 @@ def test_a_preset_name_is_read_in_any_case_as_the_backend_name_is():
     assert out.strip() == "h200"
 
 
+def test_a_freed_pointer_is_said_to_be_freed_not_host_memory_to_register():
+    # (a freed device pointer got the advice to register host memory)
+    for alloc in (art.malloc, art.malloc_host):
+        b = alloc(4096)
+        p = b.ptr
+        b.free()
+        with pytest.raises(art.InvalidAddressError) as err:
+            art.memcpy(p, np.zeros(1024, np.float32), 4096)
+        assert "its buffer was freed" in str(err.value) and "register" not in str(err.value)
+    with pytest.raises(art.InvalidAddressError) as err:   # (an address of no pool: the advice)
+        art.memcpy(12345678, np.zeros(4, np.float32), 16)
+    assert "register_host" in str(err.value)
+
+
 def test_a_fraction_setting_of_negative_zero_is_zero(monkeypatch):
     monkeypatch.setenv("ASCENTRT_MEM_POOL_GC_THRESHOLD", "-0")
     assert str(art.config.get("ASCENTRT_MEM_POOL_GC_THRESHOLD")) == "0.0"

@@ -158,6 +158,21 @@ def test_a_folder_others_can_write_is_neither_written_nor_read(tmp_path):
     assert usage.processes(str(shared)) == [] and (shared / f"{os.getpid() + 1}.json").is_symlink()
 
 
+def test_info_says_it_could_not_look_in_a_usage_folder_open_to_others(tmp_path, monkeypatch, capsys):
+    # (it said "No other process uses these devices." where it had not looked)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o755)
+    monkeypatch.setenv("ASCENTRT_USAGE_DIR", str(shared))
+    with pytest.warns(UserWarning, match="mode 0755"):
+        assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "No other process" not in out and f"could not be read: {shared} is not this user's alone" in out
+    monkeypatch.setenv("ASCENTRT_USAGE_DIR", str(tmp_path / "none-yet"))
+    assert cli.main(["info"]) == 0
+    assert "No other process uses these devices." in capsys.readouterr().out
+
+
 def test_a_usage_folder_open_to_others_is_named_once_with_its_mode(tmp_path, monkeypatch):
     # (ASCENTRT_USAGE_DIR at a 0755 folder once published nothing, and info said no process ran)
     shared = tmp_path / "shared"

@@ -191,7 +191,7 @@ def test_prof_and_report_print_the_diagnosis_of_a_range(tmp_path, capsys):
     assert main(["prof", "-q", "--force", "-o", out, "--range", "stpe", "--", sys.executable,
                  str(prog)]) == 1
     printed = capsys.readouterr()
-    assert "Diagnosis" in printed.out and "outputs in" in printed.out
+    assert "Diagnosis of the whole run (no range 'stpe' in it)" in printed.out and "outputs in" in printed.out
     assert "no range 'stpe'; its ranges: 'step'" in printed.err
 
 

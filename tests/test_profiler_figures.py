@@ -16,6 +16,19 @@ def _profile(tasks, backend="cpu"):
                        devices=[DeviceInfo(0, "d", 2, 2, 1, 1 << 30, backend=backend)])
 
 
+def test_each_devices_small_tasks_finding_quotes_its_own_dispatch_latency():
+    # (four devices' findings each quoted the whole process's median dispatch latency)
+    from dataclasses import replace
+    tasks = [replace(_task(i, i * 100_000, i * 100_000 + (300 if dev == 0 else 900),
+                           i * 100_000 + (500 if dev == 0 else 1100), stream=1 + dev), device=dev)
+             for dev in (0, 1) for i in range(1, 201)]
+    profile = ProfileData(duration_ns=max(t.end_ns for t in tasks), tasks=tasks,
+                          devices=[DeviceInfo(d, "d", 2, 2, 1, 1 << 30) for d in (0, 1)])
+    small = {f.title.split()[3]: f for f in diagnose(profile) if f.kind == "small_tasks"}
+    assert small["0"].evidence["median dispatch latency"] == "0.3 us"
+    assert small["1"].evidence["median dispatch latency"] == "0.9 us"
+
+
 def test_queued_and_msprof_wait_columns():
     # Three tasks queued at once: the 2nd and 3rd wait behind the 1st (queued), yet each starts
     # right as the one before ends (wait 0); a 4th queued later starts 5 us after the 3rd ended.

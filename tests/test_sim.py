@@ -517,6 +517,19 @@ def test_whatif_names_what_a_failed_variant_died_of_and_a_knob_no_run_read(tmp_p
         ["RuntimeError: one unit is not enough"] * 2
 
 
+def test_the_documented_spelling_reads_a_knob_and_runs_that_all_failed_name_no_typo(tmp_path):
+    # (art.sim was not there after `import ascentrt` as the README spells it: every variant
+    # failed with AttributeError, and whatif then said the knob looked misspelt)
+    prog = tmp_path / "prog.py"
+    prog.write_text("import sys, ascentrt as art\nprint(art.sim.variant().get('streams', 1))\n"
+                    "sys.exit(int(art.sim.variant().get('fail', 0)))\n")
+    r = _cli("whatif", "--vary", "program.streams=1,2", "-o", str(tmp_path / "ok"), "--", "python", str(prog))
+    assert r.returncode == 0 and "no run read" not in r.stdout, r.stdout + r.stderr
+    r = _cli("whatif", "--vary", "program.fail=3", "--vary", "program.typo=1,2", "-o", str(tmp_path / "bad"),
+             "--", "python", str(prog))
+    assert r.returncode == 1 and "no run read" not in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("args, words", [
     (["--vary", "warp_speed=1,2"], "unknown field 'warp_speed'"),
     (["--vary", "copy_engines_h2d=0"], "must be at least 1"),
@@ -679,6 +692,27 @@ def test_stream_and_event_caps_of_the_model_are_refused_with_codes():
     lines = r.stdout.split("\n")
     assert lines[0].split()[:2] == ["streams", "207008"]
     assert lines[1] == "events 207007" and lines[2] == "ok"
+
+
+def test_the_default_stream_counts_against_the_models_stream_cap_as_cann_counts_it():
+    # (CANN's aclrtCreateStream: the cap includes the default stream; one more was allowed)
+    r = _run_sim(textwrap.dedent("""
+        import ascentrt as art
+        import ascentrt.acl as acl
+        dev = art.set_device(0)
+        acl.init(); acl.rt.set_device(0)
+        print(acl.rt.get_stream_available_num()[0])  # (set_device made the default stream)
+        art.launch(art.kernels.noop); dev.synchronize()     # the default stream, used
+        print(acl.rt.get_stream_available_num()[0])
+        made = []
+        try:
+            while True:
+                made.append(dev.create_stream())
+        except art.StreamStateError as e:
+            print(len(made), int(e.code))
+    """), env_extra={"ASCENTRT_SIM_VARY": '{"max_streams": 4}'})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["3", "3", "3", "207008"]
 
 
 def test_the_runtimes_own_events_do_not_count_against_the_models_event_cap():

@@ -35,6 +35,7 @@ from . import sanitizer
 from .sanitizer import sanitize
 from . import callback, context  # report-thread callbacks; contexts (pyACL's model, used by ascentrt.acl)
 from . import usage  # this process's device usage, published for `ascentrt info` elsewhere
+from . import sim  # what a program asks of the simulated device (ascentrt.sim.variant(), ...)
 from .backends import sim as _sim
 from . import interrupts as _interrupts
 accel.restore_docstrings(vars(_sim))  # (a backend may import nothing above it: done from here)
@@ -64,7 +65,7 @@ __all__ = [
     # profiler (issue 5), race sanitizer (issue 12)
     "profile", "profiler", "sanitize", "sanitizer",
     # contexts and report-thread callbacks (issue 3, pyACL's model); published device usage
-    "callback", "context", "usage",
+    "callback", "context", "usage", "sim",
     # interop (issue 14)
     "from_dlpack",
 ]

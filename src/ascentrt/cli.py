@@ -35,7 +35,7 @@ def _info(args) -> int:
     import os
     import ascentrt
     from .units import format_bytes
-    from .usage import processes
+    from .usage import can_read, folder as usage_folder, processes
     # Looking is not using: the devices made here publish no file. (The setting is read once,
     # when they are made; it is put back after, for whatever this process starts next.)
     previous = os.environ.get("ASCENTRT_USAGE_PUBLISH")
@@ -86,7 +86,9 @@ def _info(args) -> int:
     print("\nHot paths: " + ascentrt.accel.describe())
     users = [(i, p) for i in sorted(rows) for p in rows[i]["processes"]]
     if not users:
-        print("\nNo other process uses these devices.")
+        print("\nNo other process uses these devices." if can_read() else
+              f"\nOther processes' use could not be read: {usage_folder()} is not this user's "
+              f"alone (see the warning; chmod 700 it).")
         return 0
     header = (f"{'Device':<7}{'PID':<9}{'Backend':<20}{'Memory used / reserved':<31}"
               f"{'Streams':<9}Program")
@@ -224,7 +226,9 @@ def _prof(args) -> int:
     try:
         _print_summary(prof, args.range)
     except InvalidArgumentError as exc:  # a mistyped --range: the run and its profile still count
-        print_summary(prof)
+        # (said as the whole run's diagnosis, not the range's: "no problems" must not read as
+        # the range's verdict); the command then fails, unless the program failed first
+        print_summary(prof, scope=f"the whole run (no range {args.range!r} in it)")
         print(f"ascentrt: error: {_in_words(exc)}", file=sys.stderr)
         code = code or 1
     print(f"\noutputs in {out}: report.html, trace.json (Perfetto / chrome://tracing), "

@@ -181,7 +181,8 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "set by ascentrt whatif: a file where the run notes the program knobs it read, so "
             "that a knob nobody reads is reported"),
     Setting("ASCENTRT_DEVICE_MEMORY", "2G", parse_size,
-            "memory capacity of each device (bytes, or with a K/M/G suffix)"),
+            "memory capacity of each device (bytes, or with a K/M/G suffix; on sim the preset's "
+            "memory_bytes unless this is set, and a what-if variant's memory_bytes wins)"),
     Setting("ASCENTRT_COMPUTE_UNITS", str(os.cpu_count() or 1), _count(65536),
             "compute executors per device (kernels, memsets); default: CPU cores" + _CPU_ONLY),
     Setting("ASCENTRT_COPY_ENGINES", "2", _count(65536),
@@ -279,6 +280,14 @@ def get(env: str):
         return setting.parse(raw)
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"{env}={raw!r}: {exc.message}") from None
+
+
+def check_all() -> None:
+    """Parse every setting (InvalidArgumentError naming the first bad one): the runtime does
+    so as its devices are made, before any work is queued, where a setting read later would
+    otherwise fail first in the middle of a program (a synchronize's ASCENTRT_STALL_WARN_S)."""
+    for env in SETTINGS:
+        get(env)
 
 
 def table() -> list[tuple[str, str, str]]:

@@ -137,7 +137,9 @@ def _prepare(dst, src, nbytes, kind) -> tuple[int, _Operand, _Operand, MemcpyKin
     if n > s.data.nbytes:
         raise InvalidArgumentError(f"copy of {n} bytes reads past the end of src ({s.data.nbytes} bytes)")
     if n > d.data.nbytes:
-        raise InvalidArgumentError(f"copy of {n} bytes does not fit dst ({d.data.nbytes} bytes)")
+        hint = f" (src is {s.owner.requested} bytes as asked for, rounded to {n}: pass nbytes)" \
+            if nbytes is None and getattr(s.owner, "requested", n) < n else ""
+        raise InvalidArgumentError(f"copy of {n} bytes does not fit dst ({d.data.nbytes} bytes){hint}")
     direction = _direction(d, s)
     _check_kind(kind, direction)
     return n, d, s, direction

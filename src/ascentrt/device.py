@@ -87,6 +87,7 @@ def _table() -> list["Device"]:
                 return _devices
             config.get("ASCENTRT_PURE_PYTHON")  # (read at import, where a bad value is not refused)
             count = config.get("ASCENTRT_DEVICES")
+            config.check_all()  # (every other setting too: refused before any work is queued)
             table = []
             for i in range(count):
                 dev = object.__new__(Device)
@@ -172,7 +173,14 @@ class Device:
                     preset = preset.varied(changes)
             except PresetError as exc:
                 raise InvalidArgumentError(f"ASCENTRT_SIM_PRESET / ASCENTRT_SIM_VARY: {exc}") from None
-            capacity = capacity if config.is_set("ASCENTRT_DEVICE_MEMORY") else 0
+            # (the preset's memory unless the setting gives one; a what-if variant's wins)
+            given = config.is_set("ASCENTRT_DEVICE_MEMORY")
+            if given and "memory_bytes" in changes:
+                given = False
+                if device_id == 0:
+                    warn_at_caller("ascentrt: ASCENTRT_DEVICE_MEMORY ignored: the what-if variant "
+                                   "sets memory_bytes", UserWarning)
+            capacity = capacity if given else 0
             if device_id == 0:
                 _warn_cpu_only_settings(preset.name)
             self._backend = backend = make_backend(kind, f"{preset.name}-sim{device_id}", capacity,

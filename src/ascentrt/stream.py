@@ -95,8 +95,7 @@ class Stream:
         self._capture: Any = None      # set while the stream is being captured into a graph
         limit = device._backend.properties().max_streams
         with ENGINE.lock:  # (the count and the entry at once: other threads create streams too)
-            if limit and not _internal \
-                    and sum(not x._internal for x in self._dq.streams.values()) >= limit:
+            if limit and not _internal and counted_streams(device) >= limit:
                 raise StreamStateError(f"device {device.id} already has {limit} streams, the "
                                        f"most its {device.properties.backend} model allows: "
                                        f"destroy one first", code=ErrorCode.RT_NO_STREAM_RESOURCE)
@@ -377,6 +376,14 @@ def _capture() -> Any:
     if impl is None:
         raise NotSupportedError("stream capture needs ascentrt.graph, which is not loaded")
     return impl
+
+
+def counted_streams(device: Device) -> int:
+    """How many of the device's streams count against its max_streams (under ENGINE.lock): the
+    program's and the device's default stream once made, as CANN counts its default streams;
+    not the runtime's own (graph lanes, the stream of non-blocking host functions)."""
+    default = device._default_stream
+    return sum(not x._internal or x is default for x in list(device._dq.streams.values()))
 
 
 def resolve_stream(stream: object) -> Stream:

@@ -264,6 +264,18 @@ def _parse(text: str, pid: int) -> tuple[ProcessUsage, int | None]:
     return usage, None if ticks is None else _count(ticks)
 
 
+def can_read(where: str | None = None) -> bool:
+    """Whether other processes' usage can be read in `where` (default: folder()): it is this
+    user's alone, or does not exist yet (nothing published); False is said once in a warning."""
+    where = where or folder()
+    try:
+        return _own_folder(where, make=False)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def processes(where: str | None = None) -> list[ProcessUsage]:
     """The usage other live processes published in `where` (default: folder()), by pid.
 

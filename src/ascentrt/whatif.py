@@ -286,9 +286,10 @@ def failure_reason(stderr: str, code: int = 1) -> str:
 
 def unread_knobs(rows: list[dict], varied: list[str]) -> list[str]:
     """The varied program knobs no run looked up (a misspelt name: every row alike); a run
-    killed (a signal, a timeout) wrote none, so only one that exited is asked."""
+    killed (a signal, a timeout) wrote none, so only one that exited is asked, and only when
+    some run succeeded (runs that all failed may have failed before looking: no typo to name)."""
     exited = [r for r in rows if r["exit"] < 128]
-    if not exited:
+    if not any(r["exit"] == 0 for r in exited):
         return []
     read = {name for r in exited for name in r.get("read", ())}
     return [n for n in varied if n.startswith(PROGRAM_PREFIX) and n[len(PROGRAM_PREFIX):] not in read]

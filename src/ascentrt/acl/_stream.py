@@ -7,7 +7,7 @@ from ..callback import forget_destroyed_streams
 from ..context import is_default_stream
 from ..engine import ENGINE, PRIORITY_LEVELS
 from ..errors import ErrorCode
-from ..stream import FailureMode, Stream
+from ..stream import FailureMode, Stream, counted_streams
 from . import constants as C
 from ._api import EVENTS, STREAMS, AclTypeError, api, fail, need_context, note_task, stream_of, timeout_ms
 from ._event import NO_LIMIT, check_sync_flag, complete_before_record, note_wait
@@ -118,7 +118,7 @@ def get_stream_available_num() -> int:
     dev = need_context().device
     limit = dev._backend.properties().max_streams or NO_LIMIT
     with ENGINE.lock:  # (streams come and go under it)
-        alive = sum(not x._internal for x in list(dev._dq.streams.values()))
+        alive = counted_streams(dev)
     return max(limit - alive, 0)
 
 

@@ -164,6 +164,13 @@ class AddressRegistry:
                     return chunk.find(addr, wait)  # may take its pool's lock
         return self._entry(addr, end, write)
 
+    def _chunk_of(self, addr: int):
+        """The reserved chunk that contains `addr`, or None."""
+        for chunk in self._pages.get(addr >> _SHIFT) or ():
+            if chunk.addr <= addr < chunk.addr + chunk.size:
+                return chunk
+        return None
+
     def _entry(self, addr: int, end: int = 0, write: bool = False):
         """The entry (allocation or chunk) that contains `addr`, or None; with `end`, one that
         holds all of [addr, end) if any does, and with `write` a writable one of those if any
@@ -198,6 +205,12 @@ class AddressRegistry:
         """(allocation, offset) for a range that lies wholly inside one live allocation (a
         writable one for a write, where overlapping registrations offer one); raises."""
         alloc = self.find(addr, True, addr + nbytes if type(nbytes) is int else 0, write)
+        if alloc is None and type(addr) is int and self._chunk_of(addr) is not None:
+            # (a pool's memory, in no live buffer: freed, most likely; no register_host advice)
+            what = "pinned host" if getattr(self._chunk_of(addr), "pinned", False) else "device"
+            raise InvalidAddressError(f"address {addr:#x} is in {what} memory a pool holds but in "
+                                      f"no live allocation: its buffer was freed (or the address "
+                                      f"was never handed out)")
         if alloc is None:
             raise InvalidAddressError(f"address {addr:#x} is not inside any live allocation (host "
                                       f"memory of your own, such as a numpy array's .ctypes.data, "

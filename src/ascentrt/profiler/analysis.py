@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from ..backends import presets
 from ..errors import ErrorCode
 from ..units import format_bytes, format_ms
 from .critical import capacities, critical_path, executor_holders
@@ -116,15 +117,17 @@ _DEVICE, _STREAM, _TASK_ID = attrgetter("device"), attrgetter("stream"), attrget
 _DURATION = attrgetter("duration_ns")
 
 
-def dispatch_latencies(profile: ProfileData) -> list[int]:
+def dispatch_latencies(profile: ProfileData, device: int | None = None) -> list[int]:
     """Ready-to-start of device tasks (kernels, copies, memsets) whose stream had nothing
     else to run: the dispatch latency alone, with no queueing behind earlier work of their
     stream, and none for an executor of their class that another stream's task held (ready
-    is then when the last such task before it ended: contention, not dispatch)."""
+    is then when the last such task before it ended: contention, not dispatch). Of one
+    device's tasks when `device` is given."""
     holder = executor_holders(profile.tasks, capacities(profile))
     last_end: dict = {}
     out = []
-    ordered = sorted(profile.tasks, key=_TASK_ID)  # by (device, stream, task id): three stable
+    tasks = profile.tasks if device is None else [t for t in profile.tasks if t.device == device]
+    ordered = sorted(tasks, key=_TASK_ID)  # by (device, stream, task id): three stable
     ordered.sort(key=_STREAM)                      # sorts, no key tuple per task
     ordered.sort(key=_DEVICE)
     for t in ordered:
@@ -579,9 +582,9 @@ def _small_tasks(dev_id, work, profile) -> list[Finding]:
     d50 = statistics.median(t.duration_ns for t in small)
     if d50 >= SMALL_TASK_NS:
         return []
-    submits = _submit_costs(profile)
+    submits = _submit_costs(profile)  # (the host's: its calls are not told apart by device)
     launch50 = statistics.median(submits) if submits else 0
-    disp50 = _pct(dispatch_latencies(profile), 0.5)  # (the summary's median, the same figure)
+    disp50 = _pct(dispatch_latencies(profile, dev_id), 0.5)  # (this device's)
     overhead = launch50 + disp50
     if overhead < d50:
         return []
@@ -593,9 +596,10 @@ def _small_tasks(dev_id, work, profile) -> list[Finding]:
         f"and dispatching it {_us(disp50)}: more time goes into handling tasks than into work",
         "do more work per task: fuse small kernels, process a whole batch per launch, merge "
         "small copies into one; replay repeated sequences as a graph",
-        {"tasks": len(small), "median task": _us(d50), "median submit call": _us(launch50),
+        {"tasks": len(small), "median task": _us(d50),
+         "median submit call (the host's, all devices)": _us(launch50),
          "median dispatch latency": _us(disp50), "work in these tasks": format_ms(work_ns),
-         "host time submitting": format_ms(sum(submits))},
+         "host time submitting (all devices)": format_ms(sum(submits))},
         examples, max(0, int(len(small) * overhead - work_ns)))]
 
 
@@ -792,7 +796,6 @@ def _pinned_saving(staged, staged_ns: int, profile) -> int:
     if dev is None or not staged_ns:
         return 0
     try:
-        from ..backends import presets  # (only for a simulated run's figures)
         model = presets.load(dev.preset)
     except Exception:
         return 0

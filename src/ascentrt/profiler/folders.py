@@ -25,7 +25,10 @@ REFUSED = PART_DIR + ".refused"
 REFUSED_NOTE = re.compile(re.escape(REFUSED).replace(r"\{pid\}", "[0-9]+") + "$")
 
 
-def claim(path: str, overwrite: bool = False) -> str:
+REPLACE_HINT = "replace it with --force (overwrite=True in ascentrt.profile)"
+
+
+def claim(path: str, overwrite: bool = False, replace_hint: str = REPLACE_HINT) -> str:
     """Make folder `path` ready for one run's outputs and return it. A folder that holds an
     earlier run's outputs is refused (InvalidArgumentError 100003) unless `overwrite`, which
     removes them first; other files in it are left alone."""
@@ -40,8 +43,8 @@ def claim(path: str, overwrite: bool = False) -> str:
     if earlier and not overwrite:
         raise InvalidArgumentError(
             f"{path!r} already holds a profile ({', '.join(earlier[:3])}"
-            f"{', ...' if len(earlier) > 3 else ''}): choose another folder, or replace it "
-            f"with --force (overwrite=True in ascentrt.profile)", code=ErrorCode.INVALID_FILE)
+            f"{', ...' if len(earlier) > 3 else ''}): choose another folder, or {replace_hint}",
+            code=ErrorCode.INVALID_FILE)
     clear_leftovers(path)
     for name in earlier:
         target = os.path.join(path, name)

@@ -39,6 +39,7 @@ class Session:
         # (an int would be taken by open() as a descriptor: written into and closed)
         self.path: str | None = None if path is None else check_path(path, "profile path")
         self.overwrite = check_flag(overwrite, "overwrite")  # ("no" would replace a profile)
+        self.replace_hint = folders.REPLACE_HINT  # (how a refusal of a taken folder says to replace it)
         self.profile: Profile | None = None
         self._recorder: Recorder | None = None
         self._since: Checkpoint | None = None
@@ -69,7 +70,7 @@ class Session:
                     raise InvalidArgumentError(f"{self.path!r} is the folder of a profile that "
                                                f"is running: give this one another folder",
                                                code=ErrorCode.INVALID_FILE)
-                folders.claim(self.path, self.overwrite)
+                folders.claim(self.path, self.overwrite, self.replace_hint)
             if fresh:
                 _recorder = rec
                 rec.start()
@@ -221,7 +222,9 @@ def start_from_env(path: str) -> Session:
         os.environ["ASCENTRT_PROFILE_PID"] = str(os.getpid())
     # A part in a child-<pid>/ already there is from an earlier process of this run that had
     # the same pid: it is replaced, not refused (the run's folder was claimed empty).
-    s = _from_env = Session(path, overwrite=child).start()
+    s = Session(path, overwrite=child)
+    s.replace_hint = "delete it (ASCENTRT_PROFILE never replaces a profile)"
+    s = _from_env = s.start()
     s._report_progress()
     atexit.register(s._stop_at_exit)
     _note_uncaught_exceptions()
