@@ -506,10 +506,7 @@ class Engine:
                 self._profile_control(t)
                 return True
             t.marker.waiters.append(s)
-            s._blocked = t
-            if Hooks.profiler is not None:  # the wait's slice spans the time it blocks
-                t.t_start, t.t_end = s._dq.backend.now_ns(), 0
-            self._arm_deadline(s, t)
+            self._block(s, t)
             return False
         if kind == NOTIFY_RECORD:
             n = t.notify
@@ -530,20 +527,14 @@ class Engine:
                 self._profile_control(t)
                 return True
             n._waiters.append(s)
-            s._blocked = t
-            if Hooks.profiler is not None:
-                t.t_start, t.t_end = s._dq.backend.now_ns(), 0
-            self._arm_deadline(s, t)
+            self._block(s, t)
             return False
         if kind == VALUE_WAIT:
             if t.fn():
                 self._profile_control(t)
                 return True
             self._value_waits.append(s)
-            s._blocked = t
-            if Hooks.profiler is not None:
-                t.t_start, t.t_end = s._dq.backend.now_ns(), 0
-            self._arm_deadline(s, t)
+            self._block(s, t)
             if not s._dq.virtual:
                 self._wake_watchdog()  # (it polls the word: the host may write it)
             return False
@@ -560,6 +551,13 @@ class Engine:
             s._spawned = with_spawned(s._spawned, ((detached, t.fn.id),))
             return True
         raise AssertionError(f"not a control task: {t!r}")  # pragma: no cover
+
+    def _block(self, s, t: Task) -> None:
+        """Stream `s` blocks at wait `t` (its waiters list already holds it)."""
+        s._blocked = t
+        if Hooks.profiler is not None:  # the wait's slice spans the time it blocks
+            t.t_start, t.t_end = s._dq.backend.now_ns(), 0
+        self._arm_deadline(s, t)
 
     def _let_go(self, w, t: Task, work: list) -> None:
         """Release stream `w`, blocked at a notify wait, by record `t`."""
