@@ -2,6 +2,9 @@
 callbacks, a replayed graph's host nodes): one that comes after an access ordered after it is
 no race, whatever the order in which the two reach the sanitizer; an unordered one still is."""
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -92,8 +95,8 @@ def test_a_host_function_s_late_write_still_races_an_unordered_reader(streams, b
         art.launch(reader, buf.view(), stream=s2, reads=[buf], name="consumer")
         gate.set()
         art.synchronize(TIMEOUT)
-    names = {(r.first.name, r.second.name) for r in found}
-    assert ("consumer", "fill") in names, [str(r) for r in found]
+    # (one race of the two tasks: the function's argument access and its late write inside)
+    assert [{r.first.name, r.second.name} for r in found] == [{"consumer", "fill"}], [str(r) for r in found]
 
 
 @pytest.mark.cpu_only
@@ -143,3 +146,19 @@ def test_a_blocking_callback_s_write_reaching_it_after_an_ordered_reader_is_no_r
     thread.join(TIMEOUT)
     callback.unsubscribe(thread.ident, s1)
     assert found == [], [str(r) for r in found]
+
+
+def test_one_non_blocking_host_function_racing_one_kernel_is_one_report(tmp_path):
+    # (its argument access and what it touched inside made two reports on cpu, one on sim)
+    prog = tmp_path / "hf.py"
+    prog.write_text(textwrap.dedent("""
+        import numpy as np, ascentrt as art
+        dev = art.set_device(0); s = dev.create_stream(); b = art.malloc(4096)
+        def touch(buf): buf.numpy(np.float32)[:] = 3.0
+        art.launch_host_func(touch, b, stream=s, blocking=False)
+        art.launch(art.kernels.fill, b.view(np.float32), 1.0, stream=s)
+        dev.synchronize(); b.free()
+    """))
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", "log", "--",
+                           "python", str(prog)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 66 and "1 race(s) found" in proc.stderr, proc.stderr

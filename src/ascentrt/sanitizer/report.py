@@ -161,7 +161,7 @@ class Race:
                 f"functions too)")
 
     def __str__(self) -> str:
-        times = f" ({self.count} times, from the same two call sites)" if self.count > 1 else ""
+        times = f" ({self.count} times, from the same two call sites or tasks)" if self.count > 1 else ""
         what = "race" if self.reused_from is None else "use after free / reuse without ordering"
         old = "" if self.reused_from is None else f"; the bytes belonged to {self.reused_from}"
         return (f"{what} on bytes [{self.lo}, {self.hi}) of the {self.size}-byte allocation at "

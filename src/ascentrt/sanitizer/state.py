@@ -1042,6 +1042,16 @@ class Sanitizer:
         key = (first.site, second.site, id(alloc))
         race = self.races.get(key)
         owner = self._owner(alloc)
+        if race is None and not first.on_host and not second.on_host:
+            # (the same two tasks on the same allocation: one race, one report, however many of
+            # their accesses meet: a host function's arguments, then what it touched inside;
+            # the host's own synchronous operations are no tasks: each is a race of its own)
+            pair = {(first.stream, first.task_id), (second.stream, second.task_id)}
+            for k, r in self.races.items():
+                if r.ptr == owner[1] and pair == {(r.first.stream, r.first.task_id),
+                                                  (r.second.stream, r.second.task_id)}:
+                    key, race = k, r
+                    break
         if self.undo is not None and key not in self.saved["races"]:  # type: ignore[index]
             self.saved["races"][key] = race.count if race is not None else None  # type: ignore[index]
         if race is not None:
