@@ -82,28 +82,29 @@ _warned_folders: set[str] = set()
 def _warn_not_private(where: str, st: os.stat_result, mine: bool) -> None:
     """Say once per folder why usage is neither published nor read there (else `ascentrt info`
     reports no other process, silently)."""
+    why = ("is not a folder" if not stat.S_ISDIR(st.st_mode) else "belongs to another user" if not mine
+           else f"has mode {stat.S_IMODE(st.st_mode):04o}, open to other users")
+    _warn_once(where, f"{why}: device usage is neither published nor read there (it must be this "
+                      f"user's alone: chmod 700)")
+
+
+def _warn_once(where: str, what: str) -> None:
+    """Warn once per folder that usage cannot be used there: '<the folder> <what>'."""
     if where in _warned_folders:
         return
     _warned_folders.add(where)
     named = f"ASCENTRT_USAGE_DIR={where}" if config.is_set("ASCENTRT_USAGE_DIR") else f"usage folder {where}"
-    why = ("is not a folder" if not stat.S_ISDIR(st.st_mode) else "belongs to another user" if not mine
-           else f"has mode {stat.S_IMODE(st.st_mode):04o}, open to other users")
     # (explicit: one line, as it may come from the publishing thread, with no caller to show)
-    warnings.warn_explicit(f"ascentrt: {named} {why}: device usage is neither published nor read "
-                           f"there (it must be this user's alone: chmod 700)", UserWarning, "ascentrt", 0)
+    warnings.warn_explicit(f"ascentrt: {named} {what}", UserWarning, "ascentrt", 0)
 
 
 def _warn_not_published(where: str, exc: OSError) -> None:
     """Say once per folder that usage cannot be published there (a file in its place, a path
     that cannot be made), unless why was said already."""
-    if where in _warned_folders:
-        return
-    _warned_folders.add(where)
-    named = f"ASCENTRT_USAGE_DIR={where}" if config.is_set("ASCENTRT_USAGE_DIR") else f"usage folder {where}"
     reason = "it is not a folder" if os.path.exists(where) and not os.path.isdir(where) \
         else exc.strerror or type(exc).__name__
-    warnings.warn_explicit(f"ascentrt: {named} cannot be written ({reason}): this process's device "
-                           f"usage is not published for `ascentrt info`", UserWarning, "ascentrt", 0)
+    _warn_once(where, f"cannot be written ({reason}): this process's device usage is not "
+                      f"published for `ascentrt info`")
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -115,6 +116,11 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         return fields[0].decode(), int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` is a running process (another user's too; not a zombie)."""
+    return _alive(pid, None)
 
 
 def _alive(pid: int, start_ticks: int | None) -> bool:

@@ -157,15 +157,13 @@ class AddressRegistry:
         callers that hold the engine's): a lookup racing a split may then miss."""
         if type(addr) is not int:
             return None
-        chunks = self._pages.get(addr >> _SHIFT)  # no lock: a dict read of a whole tuple
-        if chunks is not None:
-            for chunk in chunks:
-                if chunk.addr <= addr < chunk.addr + chunk.size:
-                    return chunk.find(addr, wait)  # may take its pool's lock
+        chunk = self._chunk_of(addr)
+        if chunk is not None:
+            return chunk.find(addr, wait)  # may take its pool's lock
         return self._entry(addr, end, write)
 
     def _chunk_of(self, addr: int):
-        """The reserved chunk that contains `addr`, or None."""
+        """The reserved chunk that contains `addr`, or None (no lock: a dict read of a whole tuple)."""
         for chunk in self._pages.get(addr >> _SHIFT) or ():
             if chunk.addr <= addr < chunk.addr + chunk.size:
                 return chunk
@@ -205,9 +203,10 @@ class AddressRegistry:
         """(allocation, offset) for a range that lies wholly inside one live allocation (a
         writable one for a write, where overlapping registrations offer one); raises."""
         alloc = self.find(addr, True, addr + nbytes if type(nbytes) is int else 0, write)
-        if alloc is None and type(addr) is int and self._chunk_of(addr) is not None:
+        chunk = self._chunk_of(addr) if alloc is None and type(addr) is int else None
+        if chunk is not None:
             # (a pool's memory, in no live buffer: freed, most likely; no register_host advice)
-            what = "pinned host" if getattr(self._chunk_of(addr), "pinned", False) else "device"
+            what = "pinned host" if getattr(chunk, "pinned", False) else "device"
             raise InvalidAddressError(f"address {addr:#x} is in {what} memory a pool holds but in "
                                       f"no live allocation: its buffer was freed (or the address "
                                       f"was never handed out)")

@@ -10,6 +10,7 @@ import shutil
 import warnings
 
 from ..errors import ErrorCode, InvalidArgumentError, os_cause
+from ..usage import process_alive
 from ..validate import read_small_file
 from .csvexport import FILES as CSV_FILES
 from .data import DATA_FILE, PART_DIR, part_path
@@ -63,17 +64,6 @@ def _holds_profile(path: str) -> bool:
         return True  # (one that cannot be looked into is not taken for nothing)
 
 
-def alive(pid: int) -> bool:
-    """Whether process `pid` exists (one of another user's too)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # (PermissionError: it exists)
-        return True
-    return True
-
-
 def still_writing(root: str) -> list[int]:
     """The pids of the processes of a run into `root` that are alive and have not written their
     part yet (a process the program started that outlives it)."""
@@ -83,7 +73,7 @@ def still_writing(root: str) -> list[int]:
         return []
     pids = sorted(int(m.group(1)) for m in map(_PART.match, names) if m)
     return [pid for pid in pids if not os.path.exists(os.path.join(part_path(root, pid), DATA_FILE))
-            and alive(pid)]
+            and process_alive(pid)]
 
 
 def clear_leftovers(root: str) -> None:
@@ -99,7 +89,7 @@ def clear_leftovers(root: str) -> None:
             if REFUSED_NOTE.match(name):
                 os.remove(os.path.join(root, name))
             elif m := _PART.match(name):
-                if not alive(int(m.group(1))):  # (a live one may write its part yet)
+                if not process_alive(int(m.group(1))):  # (a live one may write its part yet)
                     with contextlib.suppress(OSError):
                         os.remove(os.path.join(root, name, PROGRESS_FILE))
                 os.rmdir(os.path.join(root, name))  # (only when empty: OSError otherwise)

@@ -11,6 +11,7 @@ import time
 import traceback
 
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
+from ..usage import process_alive
 from ..validate import check_flag, check_path
 from . import clock, folders
 from .data import EXIT_MARK, part_path
@@ -214,7 +215,7 @@ def start_from_env(path: str) -> Session:
     owner = config.get("ASCENTRT_PROFILE_PID")
     # A part only for a live owner other than this process, whose folder is there (it claims it
     # before starting anything): a stale or made-up pid would hide the profile in child-<pid>/.
-    child = bool(owner) and owner != str(os.getpid()) and folders.alive(int(owner)) and os.path.isdir(path)
+    child = bool(owner) and owner != str(os.getpid()) and process_alive(int(owner)) and os.path.isdir(path)
     if child:
         path = part_path(path, os.getpid())
     else:  # (absolute: a child that changes directory still writes here)
