@@ -514,3 +514,25 @@ def test_destroying_a_capturing_stream_is_refused_or_ends_its_capture(dev, force
         s.end_capture()
     if not force:
         s.destroy()
+
+
+def test_wait_value_refuses_what_is_no_device_word_and_a_raising_condition_lets_go(dev, caplog):
+    # (a bad word reached numpy with no code; a condition that raised would have raised under
+    # the engine's lock, in an executor)
+    s = dev.create_stream()
+    word = art.malloc(8)
+    art.memset(word, 0)
+    for bad in (np.zeros(1, np.uint64), "x", None, art.malloc(8)[:4], art.malloc_host(8)):
+        with pytest.raises(art.InvalidArgumentError) as err:
+            s.wait_value(bad, lambda w: True, "a word")
+        assert err.value.code == art.ErrorCode.INVALID_PARAM
+    with pytest.raises(art.InvalidArgumentError):
+        s.wait_value(word, 3, "a word")
+    assert s.pending == 0
+    s.wait_value(word, lambda w: 1 / 0, "a broken condition")
+    s.synchronize(10)
+    assert "raised; the wait lets its stream go" in caplog.text
+    s.wait_value(word, lambda w: w == 0, "the word to be 0")
+    s.synchronize(10)
+    word.free()
+    s.destroy()

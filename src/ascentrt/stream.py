@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import enum
 import itertools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ from .memory import links
 from .validate import as_int, check_flag, check_timeout, enum_member
 
 _ids = itertools.count(1)
+_log = logging.getLogger("ascentrt.stream")
 
 
 class _EventLike(Protocol):
@@ -242,9 +244,24 @@ class Stream:
         looked at when the wait is reached, whenever work completes, while the host waits,
         and every millisecond on a real-time device; `timeout` s fail it (timeout_error(stream,
         task) says how). `what` describes it ("the word at 0x... to equal 3"). Returns its task id."""
+        if getattr(word, "device", None) is not self.device or not hasattr(word, "_array") \
+                or getattr(word, "nbytes", 0) < 8:
+            raise InvalidArgumentError(f"wait_value: the word must be 8 bytes or more of device "
+                                       f"{self.device.id}'s memory, got {word!r:.60}")
+        if not callable(met):
+            raise InvalidArgumentError(f"wait_value: the condition must be callable, got {type(met).__name__}")
         view = word._array("<u8", None)  # (once: the check runs under the engine lock; the
                                          # device's own read, which no observer is told of)
-        task = Task(VALUE_WAIT, lambda: met(int(view[0])), (what,), name="value_wait")
+
+        def check() -> bool:
+            try:
+                return bool(met(int(view[0])))
+            except Exception:  # (under the engine lock: it must not raise there; said, then let go)
+                _log.exception("ascentrt: the condition of value wait %s on stream %d raised; "
+                               "the wait lets its stream go", what, self.id)
+                return True
+
+        task = Task(VALUE_WAIT, check, (what,), name="value_wait")
         task.keep = word
         task.timeout = check_timeout(timeout)
         task.timeout_error = timeout_error
