@@ -112,8 +112,8 @@ class Event:
             return
         if m.capture is not None:
             m.capture.refuse_event(self, m)
-        m.stream._dq.backend.host_call("synchronize")  # a simulated device charges the call
-        ev = m.stream._dq.backend.new_signal()
+        backend = m.stream._dq.backend
+        ev = backend.new_signal()
         with ENGINE.lock:
             if not m.done:
                 m.host_waiters.append(ev)
@@ -123,6 +123,7 @@ class Event:
                     m.host_waiters.remove(ev)
             ENGINE.wait_host(ev, timeout, [m.stream], f"event {self.id} synchronize",
                              ErrorCode.RT_EVENT_SYNC_TIMEOUT, cancel)
+        backend.host_call("synchronize")  # (a simulated device: the return path, once, see sync.py)
         if Hooks.sanitizer is not None:
             Hooks.sanitizer.marker_waited(m)
         raise_stream_errors([m.stream], before=m.position)

@@ -8,7 +8,7 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
     event up to the host's new time, then the host acts at exactly that time, so a submit, a
     record or a query sees the device as it is at that moment.
   - A host wait (host_wait) runs the simulation until the awaited signal is set, and the host
-    clock moves to that completion (plus the synchronize cost).
+    clock moves to that completion; a synchronize then charges its cost (the return path) once.
   - A task is taken from the engine when a unit of its executor class is free (strict
     priority: a compute kernel that does not fit blocks the ones behind it; copies go to the
     first free engine of their direction), runs at once, and ends after its modelled cost.
@@ -634,10 +634,14 @@ class SimBackend(CpuBackend):
         return threading.Event()
 
     def host_wait(self, signal, timeout_s: float | None) -> bool:
-        """Run the simulation until `signal` is set (True; the host is then at that time plus
-        host_sync_ns) or `timeout_s` of virtual time passed with nothing left to do (False)."""
+        """Run the simulation until `signal` is set (True; the host is then at that time) or
+        `timeout_s` of virtual time passed with nothing left to do (False). The call that waits
+        charges its own cost (a synchronize its return path, after this) once, so the host's
+        time is continuous in the work's end."""
         tl = self.timeline
         with tl.lock:
+            if not tl.local.noted:
+                tl.note_caller()
             tl.generation += 1  # the host is attending: the pump leaves the device to it
             tl.attending += 1
             try:
@@ -655,8 +659,6 @@ class SimBackend(CpuBackend):
             if tl.interrupted:
                 tl.raise_interrupt()
             if done:
-                if not tl.frames():
-                    tl.advance_host(self._host_cost["synchronize"])
                 return True
             # Nothing left to simulate before `until`.
             seen = tl.generation

@@ -8,7 +8,6 @@ from .scheduler import ENGINE, Hooks
 
 def synchronize_streams(streams: list, timeout: float | None, what: str) -> None:
     """Wait for the work submitted so far on `streams`, then raise their first task error."""
-    streams[0]._dq.backend.host_call("synchronize")  # a simulated device charges the call
     sanitizer = Hooks.sanitizer
     seen = sanitizer.stream_clocks(streams) if sanitizer is not None else None
     clock = ENGINE.devices[0].backend.now_ns
@@ -21,6 +20,9 @@ def synchronize_streams(streams: list, timeout: float | None, what: str) -> None
         if group:
             remaining = None if deadline is None else max((deadline - clock()) / 1e9, 1e-6)
             ENGINE.wait_all_completed(group, remaining, what)
+    # A simulated device charges the call's return path once, from when the host had the work
+    # done: from the call (it was done already) or from its completion (the host waited).
+    streams[0]._dq.backend.host_call("synchronize")
     if seen is not None:
         sanitizer.host_waited(seen)  # the host now comes after all that work
     raise_stream_errors(streams)
