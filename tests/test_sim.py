@@ -1598,3 +1598,65 @@ def test_an_untimed_wait_on_a_thread_that_acts_late_keeps_virtual_time_at_the_re
     assert r.returncode == 0, r.stderr
     virtual, cpu = (float(x) for x in r.stdout.split())
     assert 2.0 < virtual < 5 and cpu < 1.0
+
+
+@sim_only
+def test_a_replayed_graphs_copies_take_the_engines_of_their_own_direction(dev):
+    # (a copy segment took the first free engine of any direction: two H2D copies on two lanes
+    # ran side by side on the H2D and D2H engines, 1.02 ms instead of the 2.02 ms eagerly)
+    n = 50_000_000  # 1 ms over the host link
+    hosts, devs = [art.malloc_host(n) for _ in range(3)], [art.malloc(n) for _ in range(3)]
+    m, a, b, c = (dev.create_stream() for _ in range(4))
+    m.begin_capture(art.CaptureMode.GLOBAL)
+    fork = m.record()
+    for s in (a, b, c):
+        s.wait(fork)
+    art.memcpy_async(devs[0], hosts[0], n, stream=a)
+    art.memcpy_async(devs[1], hosts[1], n, stream=b)
+    art.memcpy_async(hosts[2], devs[2], n, stream=c)  # D2H: its own engine, beside them
+    for s in (a, b, c):
+        m.wait(s.record())
+    g = m.end_capture()
+    with art.profile() as prof:
+        g.launch(m)
+        m.synchronize()
+    copies = sorted(_tasks(prof, "copy"), key=lambda t: t.start_ns)
+    assert len(copies) == 3
+    h2d = [t for t in copies if t.name == "host_to_device"]
+    d2h = [t for t in copies if t.name == "device_to_host"]
+    assert len(h2d) == 2 and len(d2h) == 1, [t.name for t in copies]
+    assert h2d[1].start_ns >= h2d[0].end_ns  # one H2D engine: one after the other
+    assert d2h[0].start_ns < h2d[0].end_ns   # the D2H engine beside them
+    g.destroy()
+    for s in (m, a, b, c):
+        s.destroy()
+    for x in (*hosts, *devs):
+        x.free()
+
+
+@sim_only
+def test_a_replayed_lanes_copies_of_two_directions_hold_one_engine_at_a_time(dev):
+    # (a segment holds an engine of each direction it moves: a lane's H2D then D2H copy is cut
+    # in two, so another lane's D2H runs beside the H2D, as eagerly)
+    n = 50_000_000
+    hosts, devs = [art.malloc_host(n) for _ in range(3)], [art.malloc(n) for _ in range(3)]
+    m, a, b = (dev.create_stream() for _ in range(3))
+    m.begin_capture(art.CaptureMode.GLOBAL)
+    fork = m.record()
+    a.wait(fork), b.wait(fork)
+    art.memcpy_async(devs[0], hosts[0], n, stream=a)
+    art.memcpy_async(hosts[1], devs[1], n, stream=a)
+    art.memcpy_async(hosts[2], devs[2], n, stream=b)
+    m.wait(a.record()), m.wait(b.record())
+    g = m.end_capture()
+    with art.profile() as prof:
+        g.launch(m)
+        m.synchronize()
+    h2d, d2h_b, d2h_a = sorted(_tasks(prof, "copy"), key=lambda t: (t.start_ns, t.name != "host_to_device"))
+    assert h2d.name == "host_to_device" and d2h_b.start_ns == h2d.start_ns
+    assert d2h_a.start_ns == max(h2d.end_ns, d2h_b.end_ns) + P.dispatch_ns
+    g.destroy()
+    for s in (m, a, b):
+        s.destroy()
+    for x in (*hosts, *devs):
+        x.free()

@@ -11,7 +11,8 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
     clock moves to that completion; a synchronize then charges its cost (the return path) once.
   - A task is taken from the engine when a unit of its executor class is free (strict
     priority: a compute kernel that does not fit blocks the ones behind it; copies go to the
-    first free engine of their direction), runs at once, and ends after its modelled cost.
+    first free engine of their direction, a graph segment of copies holds one of each
+    direction it moves), runs at once, and ends after its modelled cost.
   - Running tasks share what they use, with max-min fair rates (a fluid model): a task that
     moves memory needs its share of the memory bandwidth at its full rate, and on a preset
     with shared_processors (a model of a cpu backend, whose engines are threads on a few
@@ -509,6 +510,8 @@ class SimBackend(CpuBackend):
         self._alone_frame = _Frame(None, 0)  # the frame of run_alone's task (see there)
         self.shared_since = 0           # when `sharing`'s work was last brought up to date
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
+        self._last_lane: Any = 0        # the copy engines _fits_copy found (see _take_lanes)
+        self._last_units = 0            # the compute units _fits_compute found
         self._host_cost = {what: int(ns) for what, ns in {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
             "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
@@ -762,7 +765,7 @@ class SimBackend(CpuBackend):
         if executor == _COMPUTE:
             self.free_units += units
         elif executor == _COPY:
-            self.free_copy[units] += 1
+            self._take_lanes(units, 1)
         else:
             self.free_host += 1
         queue.finish(task)
@@ -843,7 +846,7 @@ class SimBackend(CpuBackend):
                 if t is None:
                     break
                 lane = self._last_lane  # what _fits_copy found for the task it accepted
-                self.free_copy[lane] -= 1
+                self._take_lanes(lane, -1)
                 self._start(q, t, lane)
         if host.count:
             q = self.queues[_HOST]
@@ -872,16 +875,46 @@ class SimBackend(CpuBackend):
         return units <= self.free_units
 
     def _fits_copy(self, t) -> bool:
-        """Whether an engine of the copy's direction is free (a graph segment: any engine)."""
-        lane: int | None
+        """Whether an engine of the copy's direction is free; a graph segment of copies needs
+        one of each direction its nodes move (as its copies would take eagerly: a segment
+        that took any free engine ran an H2D copy on the D2H engine beside another H2D one);
+        another run of operations on the copy class, any engine."""
+        free = self.free_copy
+        lane: Any  # (a direction, or a segment's tuple of them)
         if t.fn is None:
             lane = self.direction(t.args[0], t.args[2])
-        else:
-            lane = next((i for i, n in enumerate(self.free_copy) if n), None)
-            if lane is None:
-                return False
+            self._last_lane = lane
+            return free[lane] > 0
+        if t.dispatches_nodes:
+            lanes = self._segment_lanes(t)
+            self._last_lane = lanes
+            return all(free[lane] for lane in lanes)
+        # (another run of operations, a collective's: the first free engine of any direction)
+        lane = next((i for i, n in enumerate(free) if n), None)
+        if lane is None:
+            return False
         self._last_lane = lane
-        return self.free_copy[lane] > 0
+        return True
+
+    def _segment_lanes(self, t) -> tuple[int, ...]:
+        """The copy directions a graph segment's nodes move, each once, in order (its task's
+        first argument holds (op, node) per node; a node that is no plain copy takes H2D's)."""
+        lanes: list[int] = []
+        for op, _ in t.args[0]:
+            args = op.args
+            lane = self.direction(args[0], args[2]) if op.fn is None and len(args) == 6 else H2D
+            if lane not in lanes:
+                lanes.append(lane)
+        return tuple(lanes)
+
+    def _take_lanes(self, lanes: Any, delta: int) -> None:
+        """Take (delta -1) or give back (+1) the copy engines `lanes` holds: a direction, or a
+        graph segment's tuple of them."""
+        if type(lanes) is int:
+            self.free_copy[lanes] += delta
+        else:
+            for lane in lanes:
+                self.free_copy[lane] += delta
 
     def direction(self, dst: int, src: int) -> int:
         """H2D, D2H or D2D from where the two addresses are (host to host counts as H2D)."""

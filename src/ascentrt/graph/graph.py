@@ -532,8 +532,9 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
     # Pass 2: segments between kept records and waits, one executor class each.
     slot_of = {rec: k for k, rec in enumerate(sorted(needed))}
     steps: list[tuple[int, str, Any]] = []
-    # (executor class, entries, first node, the block_dim every node of it declares)
-    open_seg: list[tuple[int | None, list[tuple[PlainOp, GraphNode]], int, int] | None] = [None] * lanes
+    # (executor class, entries, first node, the block_dim every node of it declares, or for
+    # copies their label)
+    open_seg: list[tuple[int | None, list[tuple[PlainOp, GraphNode]], int, Any] | None] = [None] * lanes
 
     def close(lane: int) -> None:
         seg = open_seg[lane]
@@ -551,7 +552,9 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
                 steps.append((lane, "detach", node))
                 continue
             ex = EXECUTOR_OF[node.kind]
-            units = _declared_units(node.op)
+            # (a copy's label is its direction: a simulated segment holds an engine of each
+            # direction it moves, so a change of direction starts a new one, as for units)
+            units = node.name if ex == COPY_ENGINE else _declared_units(node.op)
             seg = open_seg[lane]
             # A segment holds the same units throughout (see _segment_cost): a change of
             # block_dim starts a new one, so that other lanes' work runs beside a narrow node
