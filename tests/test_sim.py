@@ -1660,3 +1660,19 @@ def test_a_replayed_lanes_copies_of_two_directions_hold_one_engine_at_a_time(dev
         s.destroy()
     for x in (*hosts, *devs):
         x.free()
+
+
+@sim_only
+def test_a_memset_writes_at_what_the_one_ai_core_it_holds_can_draw(stream):
+    # (a memset held one AI core but wrote at the whole memory bandwidth: 1e9 bytes in 0.625 ms,
+    # where a kernel on one core with the same bytes took 17.4 ms)
+    n = 10**8
+    buf = art.malloc(n)
+    with art.profile() as prof:
+        art.memset_async(buf, 1, n, stream=stream)
+        art.launch(lambda: None, stream=stream, cost={"bytes": n}, block_dim=1, name="k")
+        stream.synchronize()
+    (memset,), (kernel,) = _tasks(prof, "memset"), _tasks(prof, "kernel")
+    assert memset.units == kernel.units == 1
+    assert memset.duration_ns == kernel.duration_ns == int(n / P.memory_bandwidth_per_unit * 1e9)
+    buf.free()

@@ -609,7 +609,9 @@ class SimBackend(CpuBackend):
         else:  # FILL
             dst, _, nbytes = op.args
             on_device = tl.where(dst) == "device"
-            ns = nbytes / (p.memory_bandwidth if on_device else p.pageable_bandwidth) * 1e9
+            # (on the device it holds one compute unit: it writes at what one unit can draw, as
+            # a kernel on one unit does)
+            ns = nbytes / (self._reach(1) if on_device else p.pageable_bandwidth) * 1e9
             if on_device or p.unified_memory:
                 mem = nbytes / p.memory_bandwidth * 1e9
             if on_device and p.copy_engine_bandwidth:  # (an engine writes as fast as it copies)
@@ -1144,6 +1146,16 @@ class SimBackend(CpuBackend):
             return float(p.small_copy_bandwidth)
         return rate
 
+    def _reach(self, units: int) -> float:
+        """The memory bandwidth (B/s) work on `units` compute units can draw: the preset's
+        memory_bandwidth_per_unit each, at most the whole, and the whole on every unit (few
+        cores draw less than the whole memory; all of them reach all of it)."""
+        p = self.preset
+        per_unit = p.memory_bandwidth_per_unit
+        if not per_unit or units >= self._units or units * per_unit >= p.memory_bandwidth:
+            return float(p.memory_bandwidth)
+        return units * per_unit
+
     def _kernel_ns(self, op, args) -> tuple[float, float]:
         """(Declared duration, or roofline of declared flops and bytes, or the built-in
         kernel's cost function, or the preset's default (and the kernel is listed as uncosted);
@@ -1172,10 +1184,7 @@ class SimBackend(CpuBackend):
         # The blocks run `units` at a time: a last partial wave takes as long as a whole one.
         waves = -(-blocks // units)
         compute = cost.flops / blocks * waves / p.compute_flops_per_unit
-        per_unit = p.memory_bandwidth_per_unit
-        # (few cores draw less than the whole memory; all of them reach all of it)
-        reach = memory if not per_unit or units >= self._units \
-            or units * per_unit >= p.memory_bandwidth else cost.bytes / (units * per_unit)
+        reach = cost.bytes / self._reach(units)
         link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
             if cost.link_bytes else 0.0
         return max(compute, reach, link) * 1e9, memory * 1e9
