@@ -1676,3 +1676,31 @@ def test_a_memset_writes_at_what_the_one_ai_core_it_holds_can_draw(stream):
     assert memset.units == kernel.units == 1
     assert memset.duration_ns == kernel.duration_ns == int(n / P.memory_bandwidth_per_unit * 1e9)
     buf.free()
+
+
+@sim_only
+def test_now_inside_a_task_is_its_start_as_the_profile_records_it(dev):
+    # (it read the time the task was taken: a dispatch early, and after a wait the event's
+    # release too, 3000 and 14000 where the profile said 4000 and 16000)
+    s, s2 = dev.create_stream(), dev.create_stream()
+    seen = {}
+
+    def note(name):
+        return lambda: seen.setdefault(name, dev.now_ns())
+    s.begin_capture()
+    art.launch(note("n1"), stream=s, cost=10e-6, name="n1")
+    art.launch(note("n2"), stream=s, cost=10e-6, name="n2")
+    g = s.end_capture()
+    with art.profile() as prof:
+        origin = dev.now_ns()  # (a profile's times count from its start)
+        art.launch(note("k1"), stream=s, cost=10e-6, name="k1")
+        s2.wait(s.record())
+        art.launch(note("k2"), stream=s2, cost=10e-6, name="k2")  # after a wait
+        g.launch(s)                                               # graph nodes
+        art.launch_host_func(note("h"), stream=s)                 # a host function
+        dev.synchronize()
+    tasks = prof.snapshot().tasks
+    start = {t.name: t.start_ns for t in tasks}
+    start["h"] = next(t.start_ns for t in tasks if t.kind == "host_func")
+    assert {n: t - origin for n, t in seen.items()} == {n: start[n] for n in ("k1", "k2", "n1", "n2", "h")}
+    g.destroy(), s.destroy(), s2.destroy()

@@ -619,20 +619,29 @@ class SimBackend(CpuBackend):
         took = int(ns)
         frames = tl.local.frames
         frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
+        nested = False  # a node of a segment, or an operation a host function makes
         if frame is not None:
             frame.mem += mem
             if frame.task is op:
                 frame.own = took
                 frame.link, frame.link_ns, frame.latency = link, link_ns, latency
-        if kernel is not None:
-            kernel(*args)
-        else:
-            CpuBackend.execute(self, op)
+            else:  # (dispatched first: now_ns() inside it reads its start, as a profile does)
+                nested = True
+                frame.offset += self._dispatch_ns
+        try:
+            if kernel is not None:
+                kernel(*args)
+            else:
+                CpuBackend.execute(self, op)
+        except BaseException:
+            if nested and frame is not None:  # (a node that fails adds no time, as before)
+                frame.offset -= self._dispatch_ns
+            raise
         if frame is None:  # synchronous memcpy / memset from the host
             with tl.lock:
                 tl.advance_host(took)
-        elif frame.task is not op:
-            frame.offset += self._dispatch_ns + took
+        elif nested:
+            frame.offset += took
 
     def new_signal(self) -> threading.Event:
         """A threading.Event (it has the Signal methods)."""
@@ -751,13 +760,17 @@ class SimBackend(CpuBackend):
         tl.polled, tl.polled_queries = tl.generation, tl.queries
 
     def now_ns(self) -> int:
-        """The virtual time (inside a task: its start plus the time of its nodes so far)."""
+        """The virtual time (inside a task: its start as a profile records it, once dispatched
+        and released, plus the time of its nested operations so far)."""
         tl = self.timeline
         frames = tl.local.frames
-        if frames:
-            return tl.now + frames[-1].offset
-        frame = tl.acting_frame() if tl.inflight else None
-        return tl.now if frame is None else tl.now + frame.offset
+        frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
+        if frame is None:
+            return tl.now
+        t = frame.task
+        if t is None or t.dispatches_nodes:  # (a segment's offset holds its latencies already)
+            return tl.now + frame.offset
+        return tl.now + frame.offset + self._dispatch_ns + self._held_back(t, frame.start)
 
     # ---- the model ---------------------------------------------------------------------------
 
@@ -1001,7 +1014,7 @@ class SimBackend(CpuBackend):
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)
-        t.t_start = start + fixed if not frame.offset else start
+        t.t_start = start + fixed
         computes = self._on_processors
         if work and not frame.offset and (frame.mem or computes or frame.link is not None):
             # It shares memory bandwidth or processors: its end moves with the others'. (Not a
