@@ -1723,3 +1723,26 @@ def test_now_inside_a_task_is_its_start_as_the_profile_records_it(dev):
     start["h"] = next(t.start_ns for t in tasks if t.kind == "host_func")
     assert {n: t - origin for n, t in seen.items()} == {n: start[n] for n in ("k1", "k2", "n1", "n2", "h")}
     g.destroy(), s.destroy(), s2.destroy()
+
+
+def test_copies_over_one_peer_link_share_it_whichever_device_queued_them():
+    # (sharing was per device: a push from device 0 and a pull by device 1, both 0 -> 1, each
+    # moved at the link's full rate, 2 x 56 MB in 1 ms over a 56 GB/s link)
+    r = _run_sim(textwrap.dedent("""
+        import json, ascentrt as art
+        d0, d1 = art.Device(0), art.Device(1)
+        d0.enable_peer_access(1); d1.enable_peer_access(0)
+        n = 56_000_000
+        art.set_device(0); a0, b0, s0 = art.malloc(n), art.malloc(n), d0.create_stream()
+        art.set_device(1); a1, b1, s1 = art.malloc(n), art.malloc(n), d1.create_stream()
+        d0.synchronize(); d1.synchronize()
+        with art.profile() as prof:
+            art.memcpy_async(a1, a0, n, stream=s0)   # pushed by device 0
+            art.memcpy_async(b1, b0, n, stream=s1)   # pulled by device 1
+            d0.synchronize(); d1.synchronize()
+        print(json.dumps([(t.start_ns, t.end_ns) for t in prof.snapshot().tasks if t.kind == "copy"]))
+        """), env_extra={"ASCENTRT_DEVICES": "2", "ASCENTRT_SIM_PRESET": "ascend910b"})
+    assert r.returncode == 0, r.stderr
+    (s_a, e_a), (s_b, e_b) = json.loads(r.stdout.strip().splitlines()[-1])
+    both = 2 * 56_000_000 / P.peer_link_bandwidth * 1e9  # the link moves both, one after the other's worth
+    assert both <= max(e_a, e_b) - min(s_a, s_b) <= both + 20_000

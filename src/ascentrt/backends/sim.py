@@ -1057,7 +1057,12 @@ class SimBackend(CpuBackend):
         self.shared_since = now
 
     def _share(self) -> None:
-        """Give the sharing tasks their max-min fair rates (progressive filling)."""
+        """Give the sharing tasks their max-min fair rates (progressive filling); with tasks
+        sharing on several devices at once, all of them together (a peer link joins two)."""
+        busy = [b for b in self.timeline.backends if b.sharing]
+        if len(busy) > 1:
+            _share_across(busy, self.timeline.now)
+            return
         entries = self.sharing
         procs = self.processors
         if procs and sum(e[7] for e in entries) > self._crowd_at:
@@ -1202,6 +1207,60 @@ class SimBackend(CpuBackend):
             if cost.link_bytes else 0.0
         return max(compute, reach, link) * 1e9, memory * 1e9
 
+
+
+def _share_across(backends: list, now: int) -> None:
+    """SimBackend._share over the sharing tasks of several devices: each device's memory and
+    processors are its own, a link is one whoever's engine moves the copy (a peer link from
+    device 0 to 1 carries both device 0's pushes and device 1's pulls)."""
+    rising: list = []
+    mem_left: dict = {}
+    procs_of: dict = {}
+    procs_left: dict = {}
+    for b in backends:
+        b._settle(now)  # (each at the rates it had until now)
+        entries = b.sharing
+        procs = b.processors
+        if procs and sum(e[7] for e in entries) > b._crowd_at:
+            procs = b._crowded
+        key = id(b)
+        mem_left[key], procs_of[key], procs_left[key] = 1.0, procs, float(procs)
+        for e in entries:
+            e[6] = 0.0
+            rising.append((key, e))
+    links_left: dict = {e[8]: 1.0 for _, e in rising if e[8] is not None}
+    while rising:
+        step = min(1.0 - e[6] for _, e in rising)
+        load: dict = {}
+        users: dict = {}
+        link_load: dict = {}
+        for key, e in rising:
+            load[key] = load.get(key, 0.0) + e[5]
+            users[key] = users.get(key, 0) + e[7]
+            if e[8] is not None:
+                link_load[e[8]] = link_load.get(e[8], 0.0) + e[9]
+        for key, mload in load.items():
+            if mload > 0:
+                step = min(step, mem_left[key] / mload)
+            if procs_of[key] and users[key]:
+                step = min(step, procs_left[key] / users[key])
+        for link, lload in link_load.items():
+            if lload > 0:
+                step = min(step, links_left[link] / lload)
+        for _, e in rising:
+            e[6] += step
+        for key, mload in load.items():
+            mem_left[key] -= step * mload
+            procs_left[key] -= step * users[key]
+        for link, lload in link_load.items():
+            links_left[link] -= step * lload
+        rising = [(key, e) for key, e in rising if e[6] < 1.0 - 1e-12
+                  and not (procs_of[key] and procs_left[key] <= 1e-12 and e[7])
+                  and not (mem_left[key] <= 1e-12 and e[5] > 0)
+                  and not (e[8] is not None and e[9] > 0 and links_left[e[8]] <= 1e-12)]
+    for b in backends:
+        for e in b.sharing:
+            e[6] = max(e[6], 1e-9)  # (never stalled for good: float dust)
 
 
 class _NoneReady:
