@@ -1746,3 +1746,24 @@ def test_copies_over_one_peer_link_share_it_whichever_device_queued_them():
     (s_a, e_a), (s_b, e_b) = json.loads(r.stdout.strip().splitlines()[-1])
     both = 2 * 56_000_000 / P.peer_link_bandwidth * 1e9  # the link moves both, one after the other's worth
     assert both <= max(e_a, e_b) - min(s_a, s_b) <= both + 20_000
+
+
+@sim_only
+def test_a_synchronous_copy_shares_the_host_link_with_the_copies_running_beside_it(dev, stream):
+    # (it took the link's full rate for itself while an asynchronous H2D copy crossed it too:
+    # 2 x 50 MB over a 50 GB/s link in 1 ms)
+    n = 50_000_000
+    hosts, devs = [art.malloc_host(n) for _ in range(2)], [art.malloc(n) for _ in range(2)]
+    dev.synchronize()
+    with art.profile() as prof:
+        art.memcpy_async(devs[0], hosts[0], n, stream=stream)
+        t1 = dev.now_ns()
+        art.memcpy(devs[1], hosts[1], n)  # the host waits for it, over the same link
+        took = dev.now_ns() - t1
+        stream.synchronize()
+    (copy,) = _tasks(prof, "copy")
+    both = 2 * n / P.host_link_bandwidth * 1e9
+    assert both <= took <= both + 10_000
+    assert copy.duration_ns >= both - 10_000  # the asynchronous one shared it too
+    for x in (*hosts, *devs):
+        x.free()

@@ -639,7 +639,10 @@ class SimBackend(CpuBackend):
             raise
         if frame is None:  # synchronous memcpy / memset from the host
             with tl.lock:
-                tl.advance_host(took)
+                if link is not None or mem:
+                    self._host_moves(took, mem, link, link_ns, latency)
+                else:
+                    tl.advance_host(took)
         elif nested:
             frame.offset += took
 
@@ -774,8 +777,32 @@ class SimBackend(CpuBackend):
 
     # ---- the model ---------------------------------------------------------------------------
 
+    def _host_moves(self, took: int, mem: float, link: Any, link_ns: float, latency: int) -> None:
+        """The host waits while a synchronous copy or fill moves its bytes: they share the
+        memory and the link with the tasks running meanwhile, as an asynchronous one's do (it
+        took `took` ns alone and passed everything by); the host is back at its end."""
+        tl = self.timeline
+        latency = latency if latency < took else 0
+        paced = took - latency
+        if paced <= 0:
+            tl.advance_host(took)
+            return
+        tl.advance_host(0)  # (the device at the host's time first)
+        done = threading.Event()
+        self._settle(tl.now)
+        # (no queue: `ended` sets `done`; no engine, no processor of the device's own)
+        self.sharing.append([float(paced), latency, None, done, 0, min(1.0, mem / paced), 1.0,
+                             False, link, min(1.0, link_ns / paced)])
+        tl.sharing += 1
+        self._share()
+        tl.run(math.inf, done)
+
     def ended(self, queue, task, units) -> None:
-        """A task ended: its executor units are free again, and the engine completes it."""
+        """A task ended: its executor units are free again, and the engine completes it (a
+        synchronous operation of the host's: its waiting host goes on)."""
+        if queue is None:
+            task.set()
+            return
         executor = queue.executor
         if executor == _COMPUTE:
             self.free_units += units
