@@ -276,6 +276,37 @@ def test_a_virtual_timeout_takes_little_wall_time(dev, timed, seconds):
 
 
 @sim_only
+@pytest.mark.parametrize("inside", ["synchronize", "event synchronize"])
+def test_a_host_function_that_waited_does_not_hold_later_timeouts_to_real_time(dev, inside):
+    # A host function's thread that waited once was counted as a host thread that may act, for
+    # the rest of the process: every later stuck wait then passed in real time (10 s of timeout,
+    # 10 s of wall time). Host functions are counted while they run, not after.
+    other = dev.create_stream()
+    a = dev.create_stream()
+    ev = art.Event()
+    art.launch(lambda: None, stream=other, cost=0.001)  # (so that the function must wait)
+    ev.record(other)
+
+    def waits():
+        (other.synchronize if inside == "synchronize" else ev.synchronize)(timeout=5)
+
+    art.launch_host_func(waits, stream=a)
+    a.synchronize(timeout=10)
+    n = dev.create_notify()
+    n.wait_and_reset(a)
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(art.AscentTimeoutError):
+            a.synchronize(timeout=10)
+        assert time.perf_counter() - t0 < 1.0
+    finally:
+        n.record(other)
+        a.synchronize()
+        a.destroy()
+        other.destroy()
+
+
+@sim_only
 def test_elapsed_time_is_virtual_milliseconds(stream):
     e1, e2 = art.Event(timing=True), art.Event(timing=True)
     e1.record(stream)

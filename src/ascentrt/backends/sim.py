@@ -304,6 +304,11 @@ class Timeline:
                 return True
         return False
 
+    def acts_as_host(self) -> bool:
+        """Whether the calling thread acts as the host: not inside a task (a host function's),
+        nor for one (its blocking callback's report thread)."""
+        return not self.local.frames and (not self.inflight or self.acting_frame() is None)
+
     def note_caller(self) -> None:
         """Remember the calling host thread (one that uses the runtime); once per thread."""
         me = threading.current_thread()
@@ -657,8 +662,8 @@ class SimBackend(CpuBackend):
         time is continuous in the work's end."""
         tl = self.timeline
         with tl.lock:
-            if not tl.local.noted:
-                tl.note_caller()
+            if not tl.local.noted and tl.acts_as_host():
+                tl.note_caller()  # (not a host function's thread: inflight counts those)
             tl.generation += 1  # the host is attending: the pump leaves the device to it
             tl.attending += 1
             try:
@@ -727,7 +732,7 @@ class SimBackend(CpuBackend):
         lock.acquire()  # (not `with`: every API call of the host comes here)
         try:
             local = tl.local
-            if not local.frames and (not tl.inflight or tl.acting_frame() is None):
+            if tl.acts_as_host():
                 if not local.noted:
                     tl.note_caller()
                 cost = self._host_cost.get(what)
