@@ -728,3 +728,27 @@ def test_timeout_arguments_parse_as_c_ints_a_bool_is_1_and_an_overflow_fails_to_
             rt.synchronize_stream_with_timeout(stream, huge)
     assert rt.set_op_wait_timeout((1 << 32) - 1) == 0  # the most a uint32 holds
     assert rt.set_op_wait_timeout(0) == 0 and rt.set_op_execute_time_out(0) == 0
+
+
+def test_value_write_and_value_wait_order_two_streams_for_the_race_sanitizer(rt):
+    # A memset on s1, value_write, value_wait on s2, then a copy of the memset's bytes on s2:
+    # ordered through the word, as on the device; the sanitizer reported a race, knowing no
+    # edge between the two calls.
+    s1, _ = rt.create_stream()
+    s2, _ = rt.create_stream()
+    word, _ = rt.malloc(8, 0)
+    buf, _ = rt.malloc(4096, 0)
+    out, _ = rt.malloc(4096, 0)
+    assert rt.memset(word, 8, 0, 8) == 0
+    with art.sanitize("log") as found:
+        assert rt.memset_async(buf, 4096, 1, 4096, s1) == 0
+        assert rt.value_write(word, 2, 0, s1) == 0
+        assert rt.value_wait(word, 2, C.ACL_STREAM_WAIT_VALUE_GEQ, s2) == 0
+        assert rt.memcpy_async(out, 4096, buf, 4096, C.ACL_MEMCPY_DEVICE_TO_DEVICE, s2) == 0
+        assert rt.synchronize_stream(s2) == 0
+        assert rt.synchronize_stream(s1) == 0
+    assert found == []
+    for p in (word, buf, out):
+        rt.free(p)
+    for s in (s1, s2):
+        rt.destroy_stream(s)

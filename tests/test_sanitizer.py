@@ -1268,3 +1268,44 @@ def test_a_buffer_allocated_before_the_sanitizer_is_named_by_the_allocator_s_sit
         assert "(allocated at <string>:5)" in out, out
     else:
         assert "(allocated before the sanitizer was enabled; set ASCENTRT_LEAK_CHECK=sites to see where)" in out, out
+
+
+@pytest.mark.parametrize("wait_first", [False, True], ids=["write-first", "wait-first"])
+def test_a_value_wait_orders_its_stream_after_the_value_write_it_waits_for(dev, streams, bufs, wait_first):
+    # A value write and a value wait that meets it order the two streams as a notify does
+    # (aclrtValueWrite / aclrtValueWait): the consumer after the wait reads what the producer
+    # wrote before the write, no race.
+    s1, s2 = streams
+    buf, out, _ = bufs
+    word = art.malloc(8)
+    art.memset(word, 0)
+    with art.sanitize("log") as found:
+        if wait_first:  # (queued first: s2 holds until a write that meets it)
+            s2.wait_value(word, lambda w: w >= 2, "word >= 2")
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s1.write_value(word, 1)               # (meets nothing)
+        s1.write_value(word, 2)
+        if not wait_first:
+            s2.wait_value(word, lambda w: w >= 2, "word >= 2")
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        art.synchronize(TIMEOUT)
+    assert found == []
+    word.free()
+
+
+def test_a_value_wait_the_word_meets_already_orders_nothing(dev, streams, bufs):
+    # The word as it was met the wait, before any write: the later write and what came before
+    # it are not ordered before the consumer (a race, reported).
+    s1, s2 = streams
+    buf, out, _ = bufs
+    word = art.malloc(8)
+    art.memset(word, 0)
+    with art.sanitize("log") as found:
+        s2.wait_value(word, lambda w: w == 0, "word == 0")
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s1.write_value(word, 5)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        art.synchronize(TIMEOUT)
+    assert [(r.first.name, r.second.name) for r in found] == [("producer", "consumer")]
+    word.free()
+

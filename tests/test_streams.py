@@ -536,3 +536,26 @@ def test_wait_value_refuses_what_is_no_device_word_and_a_raising_condition_lets_
     s.synchronize(10)
     word.free()
     s.destroy()
+
+
+def test_write_value_writes_the_word_in_stream_order_and_refuses_bad_input(dev):
+    s = dev.create_stream()
+    word = art.malloc(16)
+    art.memset(word, 0)
+    for bad in (np.zeros(1, np.uint64), None, art.malloc(8)[:4], art.malloc_host(8)):
+        with pytest.raises(art.InvalidArgumentError) as err:
+            s.write_value(bad, 1)
+        assert err.value.code == art.ErrorCode.INVALID_PARAM
+    for bad in (1 << 64, -(1 << 63) - 1, 1.5, "1", True, None):
+        with pytest.raises(art.InvalidArgumentError):
+            s.write_value(word, bad)
+    assert s.pending == 0
+    other = dev.create_stream()
+    other.wait_value(word, lambda w: w == (1 << 64) - 1, "the word to be all ones")
+    s.write_value(word[8:16], 7)  # (another word: leaves this one)
+    s.write_value(word, -1)       # (two's complement)
+    other.synchronize(10)
+    assert word.numpy(np.uint64)[:2].tolist() == [(1 << 64) - 1, 7]
+    for st in (s, other):
+        st.destroy()
+    word.free()

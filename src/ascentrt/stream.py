@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import interrupts
-from .backends.base import Signal
+from .backends.base import Cost, Signal
 from .device import Device, current_device, register_handle_type, resolve_device
 from .engine import ENGINE, PRIORITY_LEVELS, Hooks, Marker, Task
 from .engine.sync import synchronize_streams
-from .engine.task import EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
+from .engine.task import EVENT_WAIT, KERNEL, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from .errors import (ErrorCode, ExceptionInfo, InvalidArgumentError, InvalidHandleError,
                      NotSupportedError, StreamStateError, TaskError)
 from .memory import links
@@ -49,6 +49,11 @@ class FailureMode(enum.IntEnum):
     CONTINUE = 0  # later tasks run; the error surfaces at the next synchronization
     STOP = 1      # pending tasks are discarded and later submissions refused
 
+
+
+def _write_word(view: Any, value: int) -> None:
+    """A value write's kernel: the word takes the value."""
+    view[0] = value
 
 class Stream:
     """A queue of tasks that run one at a time, in submission order, on one device."""
@@ -244,14 +249,10 @@ class Stream:
         looked at when the wait is reached, whenever work completes, while the host waits,
         and every millisecond on a real-time device; `timeout` s fail it (timeout_error(stream,
         task) says how). `what` describes it ("the word at 0x... to equal 3"). Returns its task id."""
-        if getattr(word, "device", None) is not self.device or not hasattr(word, "_array") \
-                or getattr(word, "nbytes", 0) < 8:
-            raise InvalidArgumentError(f"wait_value: the word must be 8 bytes or more of device "
-                                       f"{self.device.id}'s memory, got {word!r:.60}")
+        view = self._word_view(word, "wait_value")  # (once: the check runs under the engine
+                                                    # lock; the device's own read, told to no observer)
         if not callable(met):
             raise InvalidArgumentError(f"wait_value: the condition must be callable, got {type(met).__name__}")
-        view = word._array("<u8", None)  # (once: the check runs under the engine lock; the
-                                         # device's own read, which no observer is told of)
 
         def check() -> bool:
             try:
@@ -263,9 +264,36 @@ class Stream:
 
         task = Task(VALUE_WAIT, check, (what,), name="value_wait")
         task.keep = word
+        task.value = (word.addr, met)
         task.timeout = check_timeout(timeout)
         task.timeout_error = timeout_error
         return self._submit(task)
+
+    def write_value(self, word: Any, value: int) -> int:
+        """Write the 64-bit `value` (an int; a negative one as its two's complement) into the
+        first 8 bytes of device buffer `word` after this stream's earlier work (aclrtValueWrite's
+        write): a wait_value on the word, on any stream, can wait for it, and the race sanitizer
+        orders that wait after this write. Returns its task id."""
+        view = self._word_view(word, "write_value")
+        number = as_int(value)
+        if number is None or not -(1 << 63) <= number < (1 << 64):
+            raise InvalidArgumentError(f"write_value: the value must be an int that fits 64 bits, "
+                                       f"got {value!r:.40}")
+        number &= (1 << 64) - 1
+        task = Task(KERNEL, _write_word, (view, number), name="value_write")
+        task.writes = (word[0:8],)
+        task.keep = word
+        task.cost = Cost(seconds=0.0, block_dim=1)  # (the stream's scheduler writes it: no kernel time)
+        task.value = (word.addr, number)
+        return self._submit(task)
+
+    def _word_view(self, word: Any, what: str) -> Any:
+        """The first 8 bytes of `word`, this device's memory, as a uint64 numpy view."""
+        if getattr(word, "device", None) is not self.device or not hasattr(word, "_array") \
+                or getattr(word, "nbytes", 0) < 8:
+            raise InvalidArgumentError(f"{what}: the word must be 8 bytes or more of device "
+                                       f"{self.device.id}'s memory, got {word!r:.60}")
+        return word._array("<u8", None)
 
     # ---- graph capture (the implementation registered in Hooks.capture by ascentrt.graph) ----
 

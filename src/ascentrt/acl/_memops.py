@@ -114,13 +114,8 @@ def _value_args(dev_addr: int, flag: int, flags: int, stream: int):
 def value_write(dev_addr: int, value: int, flag: int, stream: int) -> None:
     """Write the 64-bit `value` at dev_addr after the stream's earlier work (aclrtValueWrite)."""
     s, word = _value_args(dev_addr, flag, 1, stream)
-    launch(_write_word, word.view(np.uint64), value & 0xFFFFFFFFFFFFFFFF, stream=s,
-           writes=[word], name="value_write", cost=0.0)
+    s.write_value(word, value & 0xFFFFFFFFFFFFFFFF)
     note_task(stream, s)
-
-
-def _write_word(word: np.ndarray, value: int) -> None:
-    word[0] = value
 
 
 def _signed(x: int) -> int:

@@ -79,6 +79,9 @@ class Task(Op):
     # (send, recv)); the race sanitizer names the call whose buffer raced, and its stream
     on_behalf: tuple = ()
     clock: tuple[Any, dict] | None = None  # a host function's vector clock, kept by the race sanitizer
+    # A value write's (word address, value), a value wait's (word address, condition): what
+    # the race sanitizer orders the wait after
+    value: tuple[int, Any] | None = None
     # Set by ascentrt.graph on the tasks of a graph launch (annotations only: others have none),
     # and graph_segment on the task running a segment of nodes (which reach the profiler too)
     # or the graph's own bookkeeping (the join of its lanes): a profile shows it as no work.

@@ -34,6 +34,7 @@ HOST = -1           # the host's actor in the clocks (stream ids are positive)
 MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
 MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
 MAX_FREES = 64       # frees not yet reused kept per chunk (then merged into one, more ordered)
+MAX_VALUE_WRITES = 64  # value writes kept per word (then the oldest go: a wait meets fewer)
 _SYNC_KINDS = frozenset((EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT))  # no accesses
 
 
@@ -258,6 +259,14 @@ def _covered(clock: dict, by: dict) -> bool:
     return all(by.get(actor, 0) >= t for actor, t in clock.items())
 
 
+def _meets(met, number: int) -> bool:
+    """Whether a value wait's condition holds for `number` (one that raises: no)."""
+    try:
+        return bool(met(number))
+    except Exception:
+        return False
+
+
 def _join(into: dict, other: dict) -> None:
     for actor, t in other.items():
         if into.get(actor, 0) < t:
@@ -318,6 +327,13 @@ class Sanitizer:
         # batch changed them (None: it had none), to go back to if the batch is refused
         self.undo: dict[int, list | None] | None = None
         self.saved: dict | None = None  # the open checkpoint whose logs that batch fills (see _checkpoint)
+        # word address -> [(value, clock)] of the value writes submitted to it, oldest first: a
+        # value wait comes after what every write that meets its condition comes after (which
+        # of them lets it go shows only as they run, as for a notify's records)
+        self.value_writes: dict[int, list] = {}
+        # word address -> [(stream id, condition)] held behind a value wait that no write
+        # submitted so far meets (nor the word as it is): released by the first that does
+        self.value_waiters: dict[int, list] = {}
         # report thread id -> (self, clock, actor, (stream id, task id), name) of the non-blocking
         # callback it runs (see callback_began)
         self.callbacks: dict[int, tuple] = {}
@@ -452,6 +468,10 @@ class Sanitizer:
                 self.freed[id(region)] = [(min(f[0] for f in frees), max(f[1] for f in frees),
                                            merged)]
             self.regions[id(region)] = region
+            if self.value_writes:  # (the next owner's words start with no writes)
+                lo, hi = alloc.addr, alloc.addr + alloc.nbytes
+                for addr in [a for a in self.value_writes if lo <= a < hi]:
+                    del self.value_writes[addr]
             records = self.shadow.pop(key, None)
             self.allocs.pop(key, None)
             if records:
@@ -592,6 +612,8 @@ class Sanitizer:
                     task.clock = (self, dict(vc), sid, None)
                     self.late = True
                 reports = self._take_accesses(accesses, sid, time, stream._submitted + 1, site, vc)
+                if task.value is not None:
+                    reports += self._value_written(task.value, vc)
             elif not accesses and kind != DETACH:  # (a record or wait)
                 reports = self._apply_order(sid, task, self.mode == "raise")
             else:
@@ -680,7 +702,31 @@ class Sanitizer:
                 self.saved["marks"].append((task, task.clock))  # type: ignore[index]
             task.clock = (self, dict(vc), sid, origin)
             self.late = True
-        return self._take_accesses(accesses, sid, time, task_id, site, vc, origin) if accesses else []
+        reports = self._take_accesses(accesses, sid, time, task_id, site, vc, origin) if accesses else []
+        if task.value is not None and kind == KERNEL:
+            reports += self._value_written(task.value, vc)
+        return reports
+
+    def _value_written(self, value: tuple, vc: dict) -> list:
+        """A value write (`value`: its word's address and value; `vc`: its clock) was taken: kept
+        for the value waits to come, and the streams held behind a wait it meets go on after it."""
+        addr, number = value
+        writes = self.value_writes.setdefault(addr, [])
+        writes.append((number, dict(vc)))
+        if len(writes) > MAX_VALUE_WRITES:
+            del writes[0]
+        reports: list = []
+        waiters = self.value_waiters.get(addr)
+        if waiters:
+            for waiter in [w for w in waiters if _meets(w[1], number)]:
+                waiters.remove(waiter)
+                if self.undo is not None:
+                    self._keep(waiter[0])
+                _join(self.streams[waiter[0]], vc)
+                reports += self._release(waiter[0])
+            if not waiters:
+                del self.value_waiters[addr]
+        return reports
 
     def _refuse_races(self, accesses, actor: int, time: int, task_id: int, site, vc: dict, what: str,
                       origin: tuple | None = None) -> None:
@@ -841,6 +887,15 @@ class Sanitizer:
                 self.notify_waiters.setdefault(id(task.notify), []).append(sid)
                 self.held[sid] = []
             return []
+        if kind == VALUE_WAIT and task.value is not None:
+            addr, met = task.value
+            meeting = [clock for number, clock in self.value_writes.get(addr, ()) if _meets(met, number)]
+            if meeting:
+                _join(vc, _meet(meeting))
+            elif not task.fn():  # (nor does the word as it is now: hold until a write that does)
+                self.value_waiters.setdefault(addr, []).append((sid, met))
+                self.held[sid] = []
+            return []
         if kind == HOST_FUNC:  # (its own time: what it touches comes after the records before it)
             vc[sid] = self.latest[sid] = vc[sid] + 1
             if undo:
@@ -991,6 +1046,8 @@ class Sanitizer:
             "held": {k: list(v) for k, v in self.held.items()},
             "record_waiters": {k: list(v) for k, v in self.record_waiters.items()},
             "held_records": set(self.held_records),
+            "value_writes": {k: list(v) for k, v in self.value_writes.items()},
+            "value_waiters": {k: list(v) for k, v in self.value_waiters.items()},
             "snapshots": {k: dict(v) for k, v in self.snapshots.items()},
         }
         return self.saved
