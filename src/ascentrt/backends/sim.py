@@ -732,7 +732,7 @@ class SimBackend(CpuBackend):
         lock.acquire()  # (not `with`: every API call of the host comes here)
         try:
             local = tl.local
-            if tl.acts_as_host():
+            if not local.frames and (not tl.inflight or tl.acting_frame() is None):  # (acts_as_host, inlined: hot)
                 if not local.noted:
                     tl.note_caller()
                 cost = self._host_cost.get(what)
