@@ -752,3 +752,28 @@ def test_value_write_and_value_wait_order_two_streams_for_the_race_sanitizer(rt)
         rt.free(p)
     for s in (s1, s2):
         rt.destroy_stream(s)
+
+
+def test_a_value_wait_whose_timeout_lets_its_stream_go_on_is_no_deadlock(rt):
+    # b's wait on y times out (set_op_wait_timeout), b goes on (continue mode) and writes x,
+    # which releases a: synchronizing a is no deadlock (it was reported as one, 507950, at once:
+    # a wait with its own timeout error was taken for a collective's, whose timeout is a last
+    # resort).
+    a, _ = rt.create_stream()
+    b, _ = rt.create_stream()
+    x, _ = rt.malloc(8, 0)
+    y, _ = rt.malloc(8, 0)
+    rt.memset(x, 8, 0, 8)
+    rt.memset(y, 8, 0, 8)
+    rt.set_op_wait_timeout(1)
+    eq = C.ACL_STREAM_WAIT_VALUE_EQ
+    assert rt.value_wait(y, 1, eq, b) == 0
+    assert rt.value_write(x, 1, 0, b) == 0
+    rt.set_op_wait_timeout(10)  # (a's own wait outlasts b's)
+    assert rt.value_wait(x, 1, eq, a) == 0
+    assert rt.synchronize_stream(a) == 0
+    assert rt.synchronize_stream(b) == 107019
+    for p in (x, y):
+        rt.free(p)
+    for s in (a, b):
+        rt.destroy_stream(s)

@@ -1611,6 +1611,23 @@ def test_a_device_that_moved_on_without_the_host_says_so():
     assert proc.stderr.count("moved on without it") == 1  # (once per process)
 
 
+def test_a_host_call_waiting_for_a_running_host_function_is_not_an_idle_host():
+    # A launch whose step waits for a host function that runs long (its patience) is the host
+    # inside a runtime call: the device was said to have moved on "without the host", which
+    # "made no runtime call for 0.2 s", while it waited in that launch.
+    code = textwrap.dedent("""
+        import time, ascentrt as art
+        s = art.Stream()
+        art.launch_host_func(time.sleep, 1.0, stream=s)
+        art.launch(lambda: None, stream=s, cost=1e-3)
+        s.synchronize()
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "ASCENTRT_BACKEND": "sim"})
+    assert proc.returncode == 0, proc.stderr
+    assert "moved on without it" not in proc.stderr
+
+
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
 def test_a_timed_host_wait_with_an_idle_thread_alive_ends_at_its_virtual_deadline():
     # (the stuck wait kept the real pace for its whole timeout when only a thread that never

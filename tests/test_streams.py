@@ -559,3 +559,37 @@ def test_write_value_writes_the_word_in_stream_order_and_refuses_bad_input(dev):
     for st in (s, other):
         st.destroy()
     word.free()
+
+
+@pytest.mark.parametrize("poll", ["stream", "event"])
+def test_a_query_loop_sees_a_value_wait_the_host_released_by_writing_the_word(dev, poll):
+    # (on sim a `while not s.query()` loop spun for ever: only a waiting host looked at the words)
+    s = dev.create_stream()
+    word = art.malloc(8)
+    art.memset(word, 0)
+    s.wait_value(word, lambda w: w == 1, "the word to be 1")
+    ev = s.record()
+    art.memcpy(word, np.array([1], np.uint64))
+    end = time.monotonic() + 10
+    while not (ev.query() if poll == "event" else s.query()):
+        assert time.monotonic() < end, "the query loop never saw the wait let go"
+    s.destroy()
+    word.free()
+
+
+def test_a_value_wait_s_errors_name_the_value_wait_and_the_call_that_waited(dev):
+    # (its timeout was said as a notify's; a destroy that could never finish as a synchronize)
+    s = dev.create_stream()
+    word = art.malloc(8)
+    art.memset(word, 0)
+    s.wait_value(word, lambda w: w == 1, "the word to be 1", timeout=0.05)
+    with pytest.raises(art.AscentError) as err:
+        s.synchronize(10)
+    assert err.value.code == art.ErrorCode.RT_WAIT_TIMEOUT
+    assert "value wait for the word to be 1" in str(err.value) and "notify" not in str(err.value)
+    s.wait_value(word, lambda w: w == 1, "the word to be 1")
+    with pytest.raises((art.DeadlockError, art.AscentTimeoutError)) as err:  # (deadlock: no other thread)
+        s.destroy(timeout=0.2)
+    assert "destroy of stream" in str(err.value) and "synchronize" not in str(err.value)
+    s.destroy(force=True)
+    word.free()

@@ -243,12 +243,15 @@ class Stream:
         self._submit(task)
 
     def wait_value(self, word: Any, met: Callable[[int], bool], what: str, timeout: float | None = None,
-                   timeout_error: Callable[[Any, Task], BaseException] | None = None) -> int:
+                   timeout_error: Callable[[Any, Task], BaseException] | None = None,
+                   last_resort: bool = False) -> int:
         """Block this stream until met(w) holds for w, the 64-bit word in 8-byte device buffer
         `word` (a device-side wait, as aclrtValueWait's: it holds no executor). The word is
         looked at when the wait is reached, whenever work completes, while the host waits,
         and every millisecond on a real-time device; `timeout` s fail it (timeout_error(stream,
-        task) says how). `what` describes it ("the word at 0x... to equal 3"). Returns its task id."""
+        task) says how; with `last_resort`, a deadlock through the wait is reported at once, not
+        left to the timeout). `what` describes it ("the word at 0x... to equal 3"). Returns its
+        task id."""
         view = self._word_view(word, "wait_value")  # (once: the check runs under the engine
                                                     # lock; the device's own read, told to no observer)
         if not callable(met):
@@ -267,6 +270,7 @@ class Stream:
         task.value = (word.addr, met)
         task.timeout = check_timeout(timeout)
         task.timeout_error = timeout_error
+        task.timeout_is_last_resort = check_flag(last_resort, "last_resort")
         return self._submit(task)
 
     def write_value(self, word: Any, value: int) -> int:
@@ -337,6 +341,7 @@ class Stream:
         if self._capture is not None:
             self._capture.refuse(self, "query")
         self._dq.backend.host_call("query")  # a simulated device catches up to now first
+        ENGINE.look_at_values()  # (a word the host wrote since)
         sanitizer = Hooks.sanitizer
         seen = sanitizer.stream_clocks([self]) if sanitizer is not None else None
         done = self._completed >= self._submitted
@@ -362,8 +367,8 @@ class Stream:
         if not force:
             if self._capture is not None:  # (said as a destroy: the program called no synchronize)
                 self._capture.refuse(self, "destroy")
-            try:
-                self.synchronize(timeout)
+            try:  # (a wait that can never end is said as this destroy's)
+                synchronize_streams([self], timeout, f"destroy of stream {self.id}")
             except TaskError:
                 pass  # destroying is not the place to report task errors: they die with the stream
             except StreamStateError as exc:

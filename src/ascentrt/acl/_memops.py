@@ -146,7 +146,10 @@ def value_wait(dev_addr: int, value: int, flag: int, stream: int) -> None:
         return TimeoutError_(f"value_wait: the word at {dev_addr:#x} did not meet its condition "
                              f"within {bound:g} s", code=ErrorCode.RT_WAIT_TIMEOUT)
 
-    s.wait_value(word, lambda w: met(w, value), what, bound, timed_out)
+    # (the operator timeout is failure detection, not the program's logic: a deadlock through
+    # the wait is said at once, not after it, up to 18 minutes later; one set_op_wait_timeout
+    # set is the program's: the stream goes on after it fails the wait)
+    s.wait_value(word, lambda w: met(w, value), what, bound, timed_out, last_resort=not wait_timeout())
     note_task(stream, s)
 
 

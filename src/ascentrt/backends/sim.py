@@ -156,7 +156,8 @@ class Timeline:
         self.returned = 0               # host functions that returned so far
         self.patience_spent = -1        # `returned` when the wait for running ones last expired
         self.pumping = False
-        self.attending = 0              # host threads inside host_wait: they move time themselves
+        self.attending = 0              # host threads inside host_wait (they move time themselves)
+                                        # or waiting in a step for a host function
         self.callers: dict = {}          # ident -> thread of host threads that used the runtime
         self.sharing = 0                # running tasks whose end moves with others' (see _share)
         self.deadlines: list = []       # the engine's heap of timed waits (see attach)
@@ -275,7 +276,12 @@ class Timeline:
 
                 def returned_since(seen: int = seen) -> bool:
                     return self.returned != seen
-                if self.moved.wait_for(returned_since, HOST_FUNC_PATIENCE_S):
+                self.attending += 1  # (a host call waits here: the pump must not take it for idle)
+                try:
+                    returned = self.moved.wait_for(returned_since, HOST_FUNC_PATIENCE_S)
+                finally:
+                    self.attending -= 1
+                if returned:
                     continue
                 self.patience_spent = self.returned  # it blocks: let time go on without it
             heap = self.deadlines

@@ -839,6 +839,14 @@ class Engine:
         elif t.kind == VALUE_WAIT and s in self._value_waits:
             self._value_waits.remove(s)
 
+    def look_at_values(self) -> None:
+        """Let go the value waits whose word now meets its condition: the host, which may have
+        written a word itself, looks at the device (a query) without waiting for it (a waiting
+        host, completing work and, on a real-time device, the watchdog look too)."""
+        if self._value_waits:
+            with self.lock:
+                self._check_values()
+
     def _check_values(self) -> None:
         """Let go the streams whose value wait's word now meets its condition (under the lock)."""
         if self._checking_values:  # (letting one go advances streams, which look again here)
@@ -1057,9 +1065,11 @@ class Engine:
                 self._unblock(s)
                 s._tasks.popleft()
                 self._completed(s)
-                what = "event" if t.kind == EVENT_WAIT else "notify"
+                what = "value wait for " + t.args[0] if t.kind == VALUE_WAIT else \
+                    "wait on an event" if t.kind == EVENT_WAIT else "wait on a notify"
                 with keeping_last_error():  # (a simulated device fires it on a host thread)
-                    error = TimeoutError_(f"device-side wait on {what} timed out", code=ErrorCode.RT_WAIT_TIMEOUT) \
+                    error = TimeoutError_(f"device-side {what} timed out on stream {s.id}",
+                                          code=ErrorCode.RT_WAIT_TIMEOUT) \
                         if t.timeout_error is None else t.timeout_error(s, t)
                 infos.append(self._fail(s, t, error))
                 if s._tasks:
@@ -1258,7 +1268,7 @@ class Engine:
                 return None  # ready, and an executor will take it
         else:
             t = s._blocked
-            if t.timeout is not None and not timed and t.timeout_error is None:
+            if t.timeout is not None and not timed and not t.timeout_is_last_resort:
                 return None  # its timeout will move it (timed=True: say what it waits on anyway)
             if t.kind == VALUE_WAIT:
                 # (any work queued or running may write the word; the stream's own comes after)

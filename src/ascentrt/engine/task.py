@@ -45,8 +45,9 @@ class Task(Op):
                                                     # is dropped unrun
     timeout_error: Callable[[Any, Task], BaseException] | None = None
                           # fn(stream, task) -> the error a timed-out wait fails with (under the
-                          # engine lock); such a wait's timeout is a last resort: a deadlock
-                          # through it is reported at once
+                          # engine lock)
+    timeout_is_last_resort = False  # a deadlock through the wait is reported at once, not left
+                                    # to its timeout (a collective's, whose timeout is minutes)
     origin: tuple[Any, int] | None = None  # (stream, task id) that launched a non-blocking host function
     nbytes = 0
     reads: tuple | None = None

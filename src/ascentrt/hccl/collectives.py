@@ -142,6 +142,7 @@ def _register(comm, call: Call, pair: tuple | None) -> _Posted:
     wait.nbytes = call.nbytes
     wait.timeout = timeout
     wait.timeout_error = meeting.timed_out
+    wait.timeout_is_last_resort = True
     call.task = wait
     finish = Task(KERNEL, meeting.finisher(call.rank), (), f"hccl_{call.op}")
     finish.nbytes = call.nbytes
