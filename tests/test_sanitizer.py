@@ -423,6 +423,33 @@ def test_a_forked_child_does_not_report_its_parent_s_races_again(tmp_path):
 
 
 @pytest.mark.cpu_only
+@pytest.mark.parametrize("start", ["fork", "forkserver"])
+def test_the_sanitize_command_keeps_the_races_of_a_multiprocessing_child(tmp_path, start):
+    # (a multiprocessing child started by fork or a fork server ends with os._exit: its atexit
+    # report was never written, and the run said "no races found", exit 0)
+    (tmp_path / "racy.py").write_text("def race():\n" + "".join(f"    {line}\n" for line in RACY.strip().splitlines()))
+    prog = tmp_path / "parent.py"
+    prog.write_text("import multiprocessing as mp, racy\nif __name__ == '__main__':\n"
+                    f"    p = mp.get_context({start!r}).Process(target=racy.race); p.start(); p.join()\n")
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", "log", "--",
+                           "python", str(prog)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 66 and "1 race(s) found" in proc.stderr, proc.stderr
+
+
+@pytest.mark.cpu_only
+def test_the_sanitize_command_says_which_process_could_not_report(tmp_path):
+    # A program killed by a signal writes no report: the run said "no races found" though it
+    # had printed one. It names the process instead, and claims no clean run.
+    prog = tmp_path / "killed.py"
+    prog.write_text(RACY + "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--", "python", str(prog)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "killed.py ended without writing its report" in proc.stderr, proc.stderr
+    assert "no races found in the processes that reported (1 did not)" in proc.stderr
+
+
+@pytest.mark.cpu_only
 def test_the_graph_pool_and_stream_tests_and_the_demo_run_clean_under_the_sanitizer(tmp_path):
     env = dict(os.environ, ASCENTRT_SANITIZE="raise")
     # (test_reuse_safety is left out: its programs misuse streams on purpose, and the sanitizer

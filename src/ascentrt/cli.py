@@ -287,8 +287,10 @@ RACES_EXIT_CODE = 66  # as ThreadSanitizer: the program ran, and races were foun
 def _sanitize(args) -> int:
     import os
     import tempfile
+    import time
 
-    from .sanitizer import parse_mode, read_reports
+    from .sanitizer import parse_mode, read_reports, unreported
+    from .usage import process_alive
     from .validate import program_command, program_env, start_program, wait_program
     command = program_command(args.command, "ascentrt sanitize [--mode M] -- python prog.py")
     mode = parse_mode(args.mode)
@@ -297,19 +299,35 @@ def _sanitize(args) -> int:
         env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=tmp)
         child = start_program(command, program_env(env))
         code, _ = wait_program(child)  # (a signal sent to this command alone: passed on)
-        found = read_reports(tmp)
+        # Processes of the program that outlive it: waited for a while, as `prof` does.
+        waited_until = time.monotonic() + LINGER_WAIT_S
+        while any(process_alive(r["pid"]) for r in unreported(tmp)) and time.monotonic() < waited_until:
+            time.sleep(0.1)
+        found, silent = read_reports(tmp), unreported(tmp)
     races = [(r, text) for r in found for text in r["races"]]
+
+    def named(r: dict) -> str:
+        # (the script by its name: a long folder path must not cut it off)
+        words = " ".join([os.path.basename(a) if i == 0 else a for i, a in enumerate(r["command"])])
+        return f"process {r['pid']}: {words[:80]}"
+
+    for r in silent:  # (never "no races" for a process that could not say)
+        why = (f"was still running {LINGER_WAIT_S:.0f} s after the program exited (it prints its "
+               f"races itself as it ends)" if process_alive(r["pid"]) else
+               "ended without writing its report (killed by a signal, or os._exit): races it "
+               "found were printed as it ran, if any")
+        print(f"ascentrt sanitize: {named(r)} {why}", file=sys.stderr)
     if not races:
-        print("ascentrt sanitize: no races found", file=sys.stderr)
+        print(f"ascentrt sanitize: no races found"
+              f"{f' in the processes that reported ({len(silent)} did not)' if silent else ''}",
+              file=sys.stderr)
         return code
     where = {r["pid"] for r, _ in races}
     print(f"ascentrt sanitize: {len(races)} race(s) found"
           f"{f' in {len(where)} processes' if len(where) > 1 else ''}:", file=sys.stderr)
     for r, text in races:
         # (a race of another process than the program's: named, with its command line)
-        # (the script by its name: a long folder path must not cut it off)
-        named = " ".join([os.path.basename(a) if i == 0 else a for i, a in enumerate(r["command"])])
-        who = "" if r["pid"] == child.pid else f"[process {r['pid']}: {named[:80]}] "
+        who = "" if r["pid"] == child.pid else f"[{named(r)}] "
         print(f"  - {who}{text}", file=sys.stderr)
     return code or RACES_EXIT_CODE
 

@@ -96,29 +96,100 @@ def clear() -> None:
 
 
 REPORT_FILE = "races-{pid}.json"  # each process's own file in the report folder
+RUNNING_FILE = "running-{pid}.json"  # made as a process starts checking; gone once it reported
 _inherited = [0]  # reports a forked child got from its parent (the parent's to write)
+_report_folder: list[str | None] = [None]  # where this process writes its reports at exit
+_written: list[int] = [0]  # the pid whose reports were written (once per process)
+
+
+class _Token:
+    """What multiprocessing's after-fork registry keeps (it holds objects weakly)."""
+
+
+_MP_TOKEN = _Token()
+_mp_registered: list[int] = [0]  # the pid that registered it (a fork's child has not yet)
 
 
 def write_reports_at_exit(folder: str) -> None:
     """At exit, write this process's race reports into folder `folder` as races-<pid>.json
     (its pid, command line and the races' texts: each process of a program writes its own,
-    for `ascentrt sanitize`); raises InvalidArgumentError (100003) now when `folder` is not a
-    path. A write that fails at exit is said on stderr with the races' texts, so that they are
-    not lost."""
+    for `ascentrt sanitize`; a forked child too, a multiprocessing one included, which ends
+    without running atexit); raises InvalidArgumentError (100003) now when `folder` is not a
+    path. Until it has written them, a running-<pid>.json file says the process has not
+    reported. A write that fails at exit is said on stderr with the races' texts, so that they
+    are not lost."""
     folder = check_path(folder, "the race report folder")  # (an int: a descriptor written and closed)
+    _report_folder[0] = folder
+    _mark_running(folder)
+    atexit.register(_write_reports)
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:  # (a multiprocessing child may end with os._exit, skipping atexit)
+        _before_fork()  # (importing ascentrt as it starts, before it drops its finalizers)
+        mp_util.Finalize(_MP_TOKEN, _write_reports, exitpriority=-100)  # (later, in its target)
 
-    def write():
-        texts = [str(r) for r in reports()[_inherited[0]:]]
-        record = {"pid": os.getpid(), "command": list(sys.argv), "races": texts}
-        path = os.path.join(folder, REPORT_FILE.format(pid=os.getpid()))
-        try:
-            write_text_file(path, json.dumps(record), "the race report to")
-        except InvalidArgumentError as err:  # (at exit no caller can catch it: say it, with the races)
-            print(f"ascentrt: error: {err.in_words()}; {len(texts)} race(s) found"
-                  f"{':' if texts else ''}", file=sys.stderr)
-            for text in texts:
-                print(f"  - {text}", file=sys.stderr)
-    atexit.register(write)
+
+def _record() -> dict:
+    return {"pid": os.getpid(), "command": list(sys.argv)}
+
+
+def _mark_running(folder: str) -> None:
+    """Say in `folder` that this process checks and has not reported yet (best effort: a
+    folder it cannot write is said when it reports)."""
+    try:
+        write_text_file(os.path.join(folder, RUNNING_FILE.format(pid=os.getpid())),
+                        json.dumps(_record()), "the race report's progress file to")
+    except InvalidArgumentError:
+        pass
+
+
+def _write_reports() -> None:
+    """Write this process's reports into its report folder (once)."""
+    folder = _report_folder[0]
+    if folder is None or _written[0] == os.getpid():
+        return
+    _written[0] = os.getpid()
+    texts = [str(r) for r in reports()[_inherited[0]:]]
+    record = {**_record(), "races": texts}
+    path = os.path.join(folder, REPORT_FILE.format(pid=os.getpid()))
+    try:
+        write_text_file(path, json.dumps(record), "the race report to")
+    except InvalidArgumentError as err:  # (at exit no caller can catch it: say it, with the races)
+        print(f"ascentrt: error: {err.in_words()}; {len(texts)} race(s) found"
+              f"{':' if texts else ''}", file=sys.stderr)
+        for text in texts:
+            print(f"  - {text}", file=sys.stderr)
+        return
+    try:
+        os.remove(os.path.join(folder, RUNNING_FILE.format(pid=os.getpid())))
+    except OSError:
+        pass
+
+
+def _write_in_multiprocessing_child(_token: _Token) -> None:
+    """In a multiprocessing child started by fork (it ends with os._exit, skipping atexit):
+    write the reports as it exits, after its own children (run from the registry of
+    after-fork hooks, once the child has dropped the finalizers it inherited)."""
+    sys.modules["multiprocessing.util"].Finalize(_MP_TOKEN, _write_reports, exitpriority=-100)
+
+
+def unreported(folder: str) -> list[dict]:
+    """The processes that started checking into `folder` and have not written their reports:
+    {"pid", "command"} each (a process still running, or one that ended without its exit
+    handlers: killed by a signal, os._exit)."""
+    found = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    for name in names:
+        if name.startswith("running-") and name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                    record = json.load(fh)
+                found.append({"pid": int(record["pid"]), "command": [str(a) for a in record["command"]]})
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # (removed meanwhile: it reported)
+    return found
 
 
 def read_reports(folder: str) -> list[dict]:
@@ -143,12 +214,25 @@ def read_reports(folder: str) -> list[dict]:
     return sorted(found, key=lambda r: r["pid"])
 
 
+def _before_fork() -> None:
+    """A process that reports at exit and may start multiprocessing children by fork, or is
+    such a child (one a fork server started, which imports ascentrt as it unpickles its
+    target): have each of them report too, as it exits (once per process: the registry of
+    after-fork hooks outlives the fork; a child runs it after it has dropped its finalizers)."""
+    mp_util = sys.modules.get("multiprocessing.util")
+    if _report_folder[0] is not None and mp_util is not None and _mp_registered[0] != os.getpid():
+        _mp_registered[0] = os.getpid()
+        mp_util.register_after_fork(_MP_TOKEN, _write_in_multiprocessing_child)
+
+
 def _after_fork_in_child() -> None:
     _inherited[0] = len(reports())
+    if _report_folder[0] is not None:  # (its own report, under its own pid)
+        _mark_running(_report_folder[0])
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager
@@ -169,4 +253,5 @@ def sanitize(mode: str = "warn") -> Iterator[list[Race]]:
 
 
 __all__ = ["Access", "MODES", "Race", "RaceError", "RaceWarning", "clear", "disable", "enable",
-           "enabled", "parse_mode", "read_reports", "reports", "sanitize", "write_reports_at_exit"]
+           "enabled", "parse_mode", "read_reports", "reports", "sanitize", "unreported",
+           "write_reports_at_exit"]
