@@ -393,6 +393,17 @@ def test_presets_ship_with_a_source_for_every_number():
     assert presets.load("ascend310p").max_streams == 1024
 
 
+def test_a_file_named_as_a_preset_in_the_working_folder_does_not_shadow_it(tmp_path, monkeypatch):
+    # (a folder called h200 here made ASCENTRT_SIM_PRESET=h200 "not a regular file")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h200").mkdir()
+    (tmp_path / "ascend310p").write_text("not toml [")
+    assert presets.load("h200").name == "h200"
+    assert presets.load("ascend310p").max_streams == 1024
+    with pytest.raises(presets.PresetError, match="not a regular file"):
+        presets.load("./h200")  # (a path says so)
+
+
 @pytest.mark.parametrize("name", ["ascend910b", "ascend310p", "h200"])
 def test_a_shipped_preset_says_what_one_compute_unit_draws_from_memory(name):
     # (ascend310p and h200 left it out: a kernel on one of h200's 132 SMs drew all 4.8 TB/s,

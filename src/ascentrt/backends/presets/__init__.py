@@ -252,7 +252,10 @@ def load(name_or_path: str) -> Preset:
     """The preset named (one of names()) or at a path; InvalidArgumentError naming the file
     and field when it is unknown, unreadable, or a field is missing, negative or not a number."""
     text = str(name_or_path).strip()
-    if os.sep in text or text.endswith(".toml") or os.path.exists(text):
+    # (a name is a name wherever the program runs: a file or folder called h200 in the
+    # current directory must not shadow the preset; ./h200 names that file)
+    if os.sep in text or text.endswith(".toml") or text.lower() not in (*names(), "calibrated") \
+            and os.path.exists(text):
         path = os.path.abspath(text)
     elif (text := text.lower()) == "calibrated":  # (a name in any case, as the backend's is read)
         path = calibrated_path()
