@@ -623,6 +623,32 @@ def test_a_pool_size_beyond_the_device_is_refused_naming_the_variable_and_the_ca
     assert out.split() == [str(2 << 30)]  # the whole device may be reserved
 
 
+@pytest.mark.parametrize("capacity", [1 * MiB, 3 * MiB, 19 * MiB + 4096])
+def test_a_capacity_that_is_no_whole_number_of_chunks_is_usable_to_its_last_page(capacity):
+    # (chunks came in whole 2 MiB: a 1 MiB device could not allocate 1 KiB, a 19 MiB one not
+    # 19 MiB, with "free memory is fragmented" as the reason)
+    pool = BlockPool(ArenaChunks(capacity))
+    small = pool.allocate(1024)
+    rest = pool.allocate(capacity // MiB * MiB - 2 * MiB if capacity > 2 * MiB else 64 * 1024)
+    assert small is not None and rest is not None
+    pool.deallocate(small)
+    pool.deallocate(rest)
+    pool._flush_cache()
+    assert pool.trim_to(0) > 0 and pool.reserved == 0
+    whole = pool.allocate(capacity // MiB * MiB)  # (the whole device, in one buffer)
+    assert whole is not None
+    with pytest.raises(art.OutOfMemoryError):
+        pool.allocate(64 * 1024)
+    pool.deallocate(whole)
+    from subprocess_util import run_program
+    out = run_program("""
+        import ascentrt as art
+        art.malloc(1024).free()
+        print(art.Device(0).mem_info()[1])
+    """, env={"ASCENTRT_DEVICE_MEMORY": "1M"})
+    assert out.split() == [str(MiB)]
+
+
 def test_split_limit_keeps_large_free_blocks_whole():
     pool = BlockPool(ArenaChunks(256 * MiB), split_limit=8 * MiB)
     big = [pool.allocate(32 * MiB) for _ in range(2)]

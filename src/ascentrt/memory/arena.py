@@ -37,6 +37,24 @@ class Arena:
                     return off
         return None
 
+    def try_alloc_high(self, nbytes: int) -> int | None:
+        """Reserve `nbytes` (a multiple of 64) at the end of the highest free range that holds
+        them (its start stays where it was); return their offset, or None."""
+        with self._lock:
+            for off in reversed(self._free_offsets):
+                size = self._free_sizes[off]
+                if size < nbytes:
+                    continue
+                if size == nbytes:
+                    self._take(off, size, nbytes)
+                    return off
+                self._free_sizes[off] = size - nbytes
+                start = off + size - nbytes
+                self._used[start] = nbytes
+                self.used_bytes += nbytes
+                return start
+        return None
+
     def alloc(self, nbytes: int) -> int:
         """Reserve `nbytes` (already a multiple of 64); return its offset or raise OutOfMemoryError."""
         off = self.try_alloc(nbytes)

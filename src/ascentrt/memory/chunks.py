@@ -14,6 +14,7 @@ from .arena import Arena
 
 
 CHUNK = 2 << 20          # chunk granularity: 2 MiB (a transparent huge page)
+PAGE = 4096              # the granularity of a chunk at the end of a range that is no whole chunk
 
 
 def round_chunk(nbytes: int) -> int:
@@ -96,12 +97,21 @@ class ArenaChunks:
 
     def allocate(self, nbytes: Any, stream: Any = None) -> Chunk | None:
         """Reserve a chunk of round_chunk(nbytes) bytes, or None when the range has no room."""
-        size = round_chunk(check_size(nbytes))
-        if size > self.capacity:
-            return None
-        off = self.arena.try_alloc(size)  # no exception: a miss is not an error the caller sees
+        nbytes = check_size(nbytes)
+        size = round_chunk(nbytes)
+        # no exception: a miss is not an error the caller sees
+        off = self.arena.try_alloc(size) if size <= self.capacity else None
         if off is None:
-            return None
+            if not self.capacity % CHUNK:
+                return None
+            # The range ends in less than a whole chunk (a capacity that is no multiple of
+            # 2 MiB): a request that whole chunks cannot hold gets a chunk of its own pages,
+            # at the end of the highest free range that holds it, so that free ranges keep
+            # their starts for whole chunks (a 1 MiB device could allocate nothing).
+            size = -(-nbytes // PAGE) * PAGE
+            off = self.arena.try_alloc_high(size)
+            if off is None:
+                return None
         view = None if self.view is None else self.view[off:off + size]
         chunk = Chunk(self.base + off, size, view, off)
         if self.registry is not None:

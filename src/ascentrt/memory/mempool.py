@@ -174,7 +174,8 @@ def empty_cache(device: Any = None) -> int:
 def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType = ...,
                    release_threshold: int | None | EllipsisType = ...,
                    gc_threshold: float | EllipsisType = ..., policy: ReusePolicy | None = None) -> None:
-    """Change the device pool's settings at run time (the ASCENTRT_MEM_POOL_* settings)."""
+    """Change the device pool's settings at run time (the ASCENTRT_MEM_POOL_* settings); a
+    release threshold applies at once (cached whole chunks beyond it go back)."""
     pool = base_pool(_device(device)._memory.pool)  # (not a recorder: the settings are the pool's)
     if pool is None:
         raise InvalidArgumentError("the memory pool is off (ASCENTRT_MEM_POOL_ENABLE=0)")
@@ -195,6 +196,9 @@ def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType
             pool.gc_threshold = float(gc_threshold)
         if policy is not None:
             pool.policy = policy
+    if release_threshold is not ... and release_threshold is not None:
+        # (what the pool cached under the old threshold: as a free over the new one would)
+        pool.trim_to(release_threshold)
 
 
 # (a Ctrl-C as a new buffer is handed on would lose it: sent again once the call returned)
