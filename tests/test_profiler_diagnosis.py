@@ -276,6 +276,24 @@ def test_single_stream_pipeline_does_not_overlap_copies_and_compute(dev):
     assert found[0].evidence["copy streams"] == found[0].evidence["compute streams"]
 
 
+def test_copies_beside_memsets_only_are_not_said_to_be_beside_kernels(dev):
+    # (a program of memsets and copies on one stream was told its "20 kernels" did not overlap)
+    s = dev.create_stream()
+    n = 8 << 20
+    h, d = art.malloc_host(n), art.malloc(n)
+    with art.profile() as prof:
+        for i in range(8):
+            art.memset_async(d, i, stream=s)
+            art.memcpy_async(h, d, stream=s)
+        s.synchronize()
+    found = [f for f in prof.diagnose() if f.kind == "no_overlap"]
+    assert found, prof.diagnose()
+    assert "8 fills (memsets)" in found[0].cause and "kernel" not in found[0].cause
+    h.free()
+    d.free()
+    s.destroy()
+
+
 def _well_behaved_pipeline(dev, batches=6, elements=1 << 19):
     """Inputs staged in pinned memory up front, every batch queued ahead on 3 streams with
     events between stages, one synchronization at the end, everything freed."""

@@ -742,9 +742,13 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
         evidence["copies that finished before memcpy_async returned"] = sync_copies
         advice += "; copy from pinned memory (malloc_host) so memcpy_async does not block the host"
     examples = [task_ref(t) for t in copies[:3] + compute[:3]]
+    # (what the compute is, by its kinds: a program of copies and memsets has no kernel)
+    kernels = sum(t.kind == "kernel" for t in compute)
+    what = "kernels" if kernels == len(compute) else "fills (memsets)" if not kernels else "kernels and fills"
+    why = why.replace("kernel", "fill").replace("compute", "fill") if not kernels else why
     return [Finding(
         "no_overlap", f"Copies and compute do not overlap on device {dev_id}",
-        f"{len(copies)} copies ({format_ms(c_ns)}) and {len(compute)} kernels ({format_ms(k_ns)}) overlapped "
+        f"{len(copies)} copies ({format_ms(c_ns)}) and {len(compute)} {what} ({format_ms(k_ns)}) overlapped "
         f"for only {format_ms(both)}: {why}", advice + ".", evidence, examples, smaller - both)]
 
 
