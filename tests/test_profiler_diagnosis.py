@@ -653,3 +653,20 @@ def test_pageable_copies_that_make_the_run_are_copy_bound_with_the_pinned_saving
     assert kinds.split()[0] == "copy_bound", out
     assert pageable.startswith("8 (")
     assert float(saving.split()[0]) > 5  # ms: 13.4 ms at 10 GB/s staged, ~2.7 at 50 GB/s pinned
+
+
+def test_a_device_side_wait_that_timed_out_is_a_failed_task_not_a_host_wait_that_gave_up(dev):
+    # (the synchronize that passed the wait's 107019 on was said to have timed out itself, and
+    # the wait was in no finding)
+    s = dev.create_stream()
+    word = art.malloc(8)
+    art.memset(word, 0)
+    with art.profile() as prof:
+        s.wait_value(word, lambda w: w == 1, "the word to be 1", timeout=0.05)
+        with pytest.raises(art.AscentError):
+            s.synchronize(10)
+    found = {f.kind: f for f in prof.diagnose()}
+    assert "never_finished" not in found, found
+    assert "value_wait" in found["failed_tasks"].cause and "107019" in found["failed_tasks"].cause
+    s.destroy()
+    word.free()

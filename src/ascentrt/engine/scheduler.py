@@ -1071,6 +1071,8 @@ class Engine:
                     error = TimeoutError_(f"device-side {what} timed out on stream {s.id}",
                                           code=ErrorCode.RT_WAIT_TIMEOUT) \
                         if t.timeout_error is None else t.timeout_error(s, t)
+                t.error = error  # (a profile shows the wait that failed, not only the call that said so)
+                self._profile_control(t)
                 infos.append(self._fail(s, t, error))
                 if s._tasks:
                     self._advance(s, None)
