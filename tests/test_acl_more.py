@@ -4,6 +4,7 @@ against CANN's semantics: normal use, bad handles and ints, and the sim backend'
 import json
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -777,3 +778,19 @@ def test_a_value_wait_whose_timeout_lets_its_stream_go_on_is_no_deadlock(rt):
         rt.free(p)
     for s in (a, b):
         rt.destroy_stream(s)
+
+
+def test_acl_util_on_a_device_pointer_warns_that_an_npu_host_cannot_reach_it(rt):
+    # (it read device memory silently: a program relying on that fails on an NPU in ACL_HOST
+    # run mode, which get_run_mode reports)
+    from ascentrt.errors import HostAccessWarning
+    d, _ = rt.malloc(64, 0)
+    h, _ = rt.malloc_host(64)
+    rt.memset(d, 64, 7, 64)
+    with pytest.warns(HostAccessWarning, match="ptr_to_bytes reads device memory"):
+        assert acl.util.ptr_to_bytes(d, 4) == b"\x07" * 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HostAccessWarning)
+        assert acl.util.ptr_to_bytes(h, 4) == bytes(4)
+    rt.free(d)
+    rt.free_host(h)

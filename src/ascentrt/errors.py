@@ -254,6 +254,11 @@ def peek_at_last_error() -> int:
     return _last.code or _async_errors.get(threading.get_ident(), 0)
 
 
+class HostAccessWarning(UserWarning):
+    """The host read or wrote device memory directly (acl.util on a device pointer): it works
+    here, where device memory is this machine's, not on an NPU in ACL_HOST run mode."""
+
+
 class MemcpyKindWarning(UserWarning):
     """A copy's explicit kind disagrees with the direction its addresses make (the addresses win)."""
 

@@ -11,7 +11,8 @@ from typing import Any as _Any, Callable as _Callable
 import numpy as _np
 
 from ..backends.sim import TIMELINE as _TIMELINE
-from ..errors import ErrorCode as _ErrorCode, set_last_error as _set_last_error
+from ..errors import ErrorCode as _ErrorCode, HostAccessWarning as _HostAccessWarning, \
+    set_last_error as _set_last_error, warn_at_caller as _warn_at_caller
 from ..memory import REGISTRY as _REGISTRY
 from ..memory.external import register_bytes as _register_bytes
 from ..memory.external import register_host as _register_host
@@ -36,14 +37,20 @@ def _int(x: object) -> bool:
     return isinstance(x, (int, _np.integer))
 
 
-def _range(ptr: int, nbytes: int) -> _np.ndarray | None:
-    """The live bytes [ptr, ptr + nbytes) of one allocation, or None (and last error 100000)."""
+def _range(ptr: int, nbytes: int, what: str) -> _np.ndarray | None:
+    """The live bytes [ptr, ptr + nbytes) of one allocation, or None (and last error 100000);
+    device memory is said (HostAccessWarning), as a program ported to an NPU would fail there."""
     try:
         alloc, off = _REGISTRY.resolve(int(ptr), int(nbytes))
-        return alloc._bytes()[off:off + int(nbytes)]
+        data = alloc._bytes()[off:off + int(nbytes)]
     except Exception:
         _set_last_error(_ErrorCode.INVALID_PARAM)
         return None
+    if alloc.kind == "device":
+        _warn_at_caller(f"acl.util.{what} reads device memory at {int(ptr):#x} from the host: it "
+                        f"works here, but the host cannot reach an NPU's memory in ACL_HOST run "
+                        f"mode; copy it to host memory first (acl.rt.memcpy)", _HostAccessWarning)
+    return data
 
 
 def bytes_to_ptr(*args: _Any) -> int:
@@ -65,7 +72,7 @@ def bytes_to_ptr(*args: _Any) -> int:
 def ptr_to_bytes(*args: _Any) -> bytes | None:
     """bytes: a copy of size bytes at ptr; None when the range is not inside one live allocation."""
     _parse("ptr_to_bytes", args, _int, _int)
-    data = _range(*args)
+    data = _range(*args, "ptr_to_bytes")
     return None if data is None else data.tobytes()
 
 
@@ -135,7 +142,7 @@ def ptr_to_numpy(*args: _Any) -> _np.ndarray | None:
     count = 1
     for d in shape:
         count *= int(d)
-    data = _range(ptr, count * dtype.itemsize)
+    data = _range(ptr, count * dtype.itemsize, "ptr_to_numpy")
     if data is None:
         return None
     try:
