@@ -72,7 +72,8 @@ def bytes_to_ptr(*args: _Any) -> int:
 def ptr_to_bytes(*args: _Any) -> bytes | None:
     """bytes: a copy of size bytes at ptr; None when the range is not inside one live allocation."""
     _parse("ptr_to_bytes", args, _int, _int)
-    data = _range(*args, "ptr_to_bytes")
+    ptr, nbytes = args
+    data = _range(ptr, nbytes, "ptr_to_bytes")
     return None if data is None else data.tobytes()
 
 
