@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from ..config import sanitize_mode
 from ..engine import Hooks
@@ -172,23 +173,40 @@ def _write_in_multiprocessing_child(_token: _Token) -> None:
     sys.modules["multiprocessing.util"].Finalize(_MP_TOKEN, _write_reports, exitpriority=-100)
 
 
+def _json_files(folder: str, prefix: str) -> list[tuple[str, object]]:
+    """(name, what it holds) of each <prefix>*.json file in `folder`, by name: the parsed JSON,
+    or the exception reading it raised (a process killed mid-write, or one that removed it)."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    found: list[tuple[str, object]] = []
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                    found.append((name, json.load(fh)))
+            except (OSError, ValueError) as exc:
+                found.append((name, exc))
+    return found
+
+
+def _pid_and_command(record: Any) -> dict:
+    """{"pid", "command"} of a report or progress file's JSON (KeyError, TypeError or
+    ValueError when it holds no such thing)."""
+    return {"pid": int(record["pid"]), "command": [str(a) for a in record["command"]]}
+
+
 def unreported(folder: str) -> list[dict]:
     """The processes that started checking into `folder` and have not written their reports:
     {"pid", "command"} each (a process still running, or one that ended without its exit
     handlers: killed by a signal, os._exit)."""
     found = []
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    for name in names:
-        if name.startswith("running-") and name.endswith(".json"):
-            try:
-                with open(os.path.join(folder, name), encoding="utf-8") as fh:
-                    record = json.load(fh)
-                found.append({"pid": int(record["pid"]), "command": [str(a) for a in record["command"]]})
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # (removed meanwhile: it reported)
+    for _, record in _json_files(folder, "running-"):
+        try:
+            found.append(_pid_and_command(record))
+        except (KeyError, TypeError, ValueError):
+            continue  # (removed meanwhile: it reported)
     return found
 
 
@@ -196,19 +214,11 @@ def read_reports(folder: str) -> list[dict]:
     """The race reports the processes of a program wrote into `folder` (write_reports_at_exit),
     by pid: {"pid", "command", "races"} each; a file that cannot be read is a record saying so."""
     found = []
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    for name in names:
-        if not (name.startswith("races-") and name.endswith(".json")):
-            continue
-        path = os.path.join(folder, name)
+    for name, record in _json_files(folder, "races-"):
         try:
-            with open(path, encoding="utf-8") as fh:
-                record = json.load(fh)
-            found.append({"pid": int(record["pid"]), "command": [str(a) for a in record["command"]],
-                          "races": [str(t) for t in record["races"]]})
+            if isinstance(record, Exception):
+                raise record
+            found.append({**_pid_and_command(record), "races": [str(t) for t in record["races"]]})  # type: ignore[index]
         except (OSError, ValueError, KeyError, TypeError) as exc:  # (a process killed mid-write)
             found.append({"pid": 0, "command": [], "races": [f"the report {name} cannot be read: {exc}"]})
     return sorted(found, key=lambda r: r["pid"])
