@@ -743,3 +743,34 @@ def test_a_rank_may_reuse_its_send_buffer_once_its_reduce_scatter_part_ended():
         print(len(reports), sorted({float(x) for r in range(n) for x in recvs[r].numpy(np.float32)}))
     ''', env={"ASCENTRT_LEAK_CHECK": "off"})
     assert out.split("\n")[0] == "0 [4.0]"
+
+
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+def test_on_sim_a_collective_s_reduce_steps_leave_the_host_to_device_engine_alone():
+    # (its steps between devices took the first free engine of any direction, the H2D one:
+    # a host-to-device copy on a rank's device waited for the reduce)
+    out = run("""
+        import sys
+        n = 2
+        comms, streams, bufs = ranks(n, 64 << 20)
+        side = art.Device(1).create_stream()
+        h, d = art.malloc_host(1 << 20), art.malloc(1 << 20, device=1)
+        took = []
+        for during in (False, True):
+            for s in streams:
+                s.synchronize()
+            if during:
+                for r in range(n):
+                    hccl.all_reduce(bufs[r], bufs[r], (64 << 20) // 4, hccl.HcclDataType.FP32,
+                                    hccl.HcclReduceOp.SUM, comms[r], streams[r])
+            a, b = art.Event(art.Device(1), timing=True), art.Event(art.Device(1), timing=True)
+            a.record(side)
+            art.memcpy_async(d, h, stream=side)
+            b.record(side)
+            side.synchronize()
+            took.append(art.elapsed_time(a, b))
+        for s in streams:
+            s.synchronize()
+        print(took[1] / took[0])
+    """, env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_DEVICES": "2"})
+    assert float(out.split()[-1]) < 1.05

@@ -1487,6 +1487,94 @@ def test_compute_utilization_counts_the_units_each_kernel_held(dev):
     a.destroy(), b.destroy()
 
 
+@sim_only
+def test_whatif_utilization_is_the_summary_s_units_held_over_units_times_window(dev):
+    # (whatif said 100% for a kernel on a quarter of the AI cores, where the profile's summary
+    # of the same run said 25%: "any unit busy" against "units held")
+    from ascentrt.whatif import summarize
+    a = dev.create_stream()
+    quarter = dev.properties.compute_units // 4
+    with art.profile() as prof:
+        art.launch(lambda: None, stream=a, cost=1e-3, block_dim=quarter)
+        a.synchronize()
+    snap = prof.snapshot()
+    busy = summarize(snap)["busy"]["compute"]
+    assert busy == snap.metrics()["executors"][f"{dev.id}/compute"]["utilization"]
+    assert 0.2 < busy < 0.3
+    a.destroy()
+
+
+@sim_only
+def test_a_value_wait_the_host_released_goes_on_from_the_host_s_next_call(dev):
+    # (it went on only after the host's synchronize had waited out a 0.25 s slice: 256 ms late)
+    a, b = dev.create_stream(), dev.create_stream()
+    word = art.malloc(8)
+    art.memset(word, 0)
+    t0 = dev.now_ns()
+    b.wait_value(word, lambda w: w == 2, "the word to be 2")
+    art.launch(lambda: None, stream=b, cost=1e-3, block_dim=1)
+    art.launch(lambda: None, stream=a, cost=5e-3, block_dim=1)
+    a.synchronize()
+    word.numpy(np.uint64)[0] = 2                  # the host writes the word
+    b.synchronize()
+    assert (dev.now_ns() - t0) / 1e6 < 7          # 5 ms, then 1 ms, and the small latencies
+    word.free()
+    a.destroy(), b.destroy()
+
+
+@sim_only
+def test_a_value_write_and_a_memset_node_hold_what_their_eager_forms_hold(dev):
+    # A value write holds no AI core (the stream's scheduler writes it): it went only once a
+    # kernel holding every core ended. A memset node of a replayed graph held every core, its
+    # eager form one.
+    a, b, c = (dev.create_stream() for _ in range(3))
+    word = art.malloc(8)
+    art.memset(word, 0)
+    seen = {}
+    t0 = dev.now_ns()
+    art.launch(lambda: None, stream=a, cost=10e-3)          # every core, 10 ms
+    b.write_value(word, 1)
+    c.wait_value(word, lambda w: w == 1, "the word to be 1")
+    art.launch_host_func(lambda: seen.setdefault("t", dev.now_ns()), stream=c)
+    dev.synchronize()
+    assert (seen["t"] - t0) / 1e6 < 1
+    buf = art.malloc(1 << 20)
+    a.begin_capture()
+    art.memset_async(buf, 0, stream=a)
+    graph = a.end_capture()
+    units = dev.properties.compute_units
+    times = []
+    for replayed in (False, True):
+        t0 = dev.now_ns()
+        graph.launch(a) if replayed else art.memset_async(buf, 0, stream=a)
+        art.launch(lambda: None, stream=b, cost=1e-3, block_dim=units - 1)
+        dev.synchronize()
+        times.append(dev.now_ns() - t0)
+    assert abs(times[1] - times[0]) < 0.1 * times[0]  # side by side in both (it was one after the other)
+    graph.destroy()
+    buf.free()
+    word.free()
+    for s in (a, b, c):
+        s.destroy()
+
+
+@sim_only
+def test_a_wait_on_a_done_event_and_a_pinned_free_cost_the_host_their_calls(dev):
+    # (both cost nothing: the preset's host_record_ns is aclrtStreamWaitEvent's cost whatever
+    # the event's state, and a free of pinned memory is a free)
+    s, s2 = dev.create_stream(), dev.create_stream()
+    ev = s.record()
+    s.synchronize()
+    t0 = dev.now_ns()
+    s2.wait(ev)
+    assert dev.now_ns() - t0 == P.host_record_ns
+    h = art.malloc_host(1 << 20)
+    t0 = dev.now_ns()
+    h.free()
+    assert dev.now_ns() - t0 == P.host_free_ns
+    s.destroy(), s2.destroy()
+
+
 def test_calibrate_times_small_copies_both_ways_with_the_host_side_written_first(stream,
                                                                                   monkeypatch):
     # (H2D copies alone, from a host range only ever read, measured ~15% faster here than a

@@ -51,6 +51,9 @@ class FailureMode(enum.IntEnum):
 
 
 
+_SCHEDULER_WORK = Cost(seconds=0.0, block_dim=0)  # a task no compute unit runs (see Cost)
+
+
 def _write_word(view: Any, value: int) -> None:
     """A value write's kernel: the word takes the value."""
     view[0] = value
@@ -201,6 +204,7 @@ class Stream:
                         code=ErrorCode.RT_STREAM_ABORT)
                 if Hooks.sanitizer is not None:
                     Hooks.sanitizer.stream_waited(self, marker)  # the order holds all the same
+                self._dq.backend.host_call("event_wait")  # (a simulated host pays the call all the same)
                 return  # already satisfied: nothing to order (and nothing to wait for)
         task = Task(EVENT_WAIT, name="event_wait")
         task.marker = marker
@@ -287,7 +291,7 @@ class Stream:
         task = Task(KERNEL, _write_word, (view, number), name="value_write")
         task.writes = (word[0:8],)
         task.keep = word
-        task.cost = Cost(seconds=0.0, block_dim=1)  # (the stream's scheduler writes it: no kernel time)
+        task.cost = _SCHEDULER_WORK  # (the stream's scheduler writes it: no AI core, no time)
         task.value = (word.addr, number)
         return self._submit(task)
 

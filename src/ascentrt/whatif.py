@@ -22,14 +22,14 @@ from .backends import presets as preset_files
 from .backends.presets import FIELDS, PROGRAM_PREFIX, Preset, PresetError, load, parse_value, shown
 from .errors import ErrorCode, InvalidArgumentError, os_cause
 from .profiler import load as load_profile
+from .profiler.analysis import metrics
 from .profiler.critical import critical_path, describe
 from .profiler.data import PART_DIR
 from .profiler.export import SUMMARY_FILE
 from .profiler.folders import OUTPUTS, REFUSED_NOTE, claim
-from .profiler.intervals import total, union
 from .validate import check_path, program_command, program_env, read_small_file
 
-CLASSES = {"compute": ("kernel", "memset"), "copy": ("copy",), "host": ("host_func",)}
+CLASSES = ("compute", "copy", "host")  # the executor classes a variant's utilization is given for
 STDOUT, STDERR = "stdout.txt", "stderr.txt"  # a variant's own output, in its folder
 TAIL_BYTES = 1 << 16  # what a failure's reason is looked for in: the end of its stderr
 _VARIANT = re.compile(r"variant-([0-9]+)$")
@@ -130,12 +130,17 @@ def check_variants(preset: Preset, combos: list[dict]) -> None:
 
 
 def summarize(profile) -> dict:
-    """Total virtual time, busy share per executor class and the critical path of one run."""
-    duration = profile.duration_ns or 1
+    """Total virtual time, utilization per executor class and the critical path of one run.
+    Utilization as the profile's summary gives it: each unit's busy time, summed over the
+    devices, over units x each device's window (a kernel on 1 of 4 units for the whole run is
+    25%, not 100%)."""
+    m = metrics(profile)
     busy = {}
-    for cls, kinds in CLASSES.items():
-        spans = union((t.start_ns, t.end_ns) for t in profile.tasks if t.kind in kinds)
-        busy[cls] = total(spans) / duration
+    for cls in CLASSES:
+        held = [(e["busy_ns"], e["units"] * m["devices"][e["device"]]["window_ns"])
+                for e in m["executors"].values() if e["executor"] == cls]
+        capacity = sum(c for _, c in held)
+        busy[cls] = sum(b for b, _ in held) / capacity if capacity else 0.0
     path = critical_path(profile)
     return {"virtual_ms": profile.duration_ns / 1e6, "busy": busy, "critical_path": describe(path),
             "critical_ms": path["length_ns"] / 1e6}

@@ -60,7 +60,8 @@ class Cost:
     seconds: the duration itself. Otherwise flops and bytes: the kernel takes the longest of
     flops over the compute rate of the units it occupies, bytes over memory bandwidth, and
     link_bytes (read from another device's memory) over the peer link.
-    block_dim: compute units it occupies (None: all of them), as CANN's blockDim.
+    block_dim: compute units it occupies (None: all of them), as CANN's blockDim; 0 (the
+    runtime's own tasks only: launch refuses it): none, work the stream's scheduler does.
     """
 
     seconds: float | None = None

@@ -892,6 +892,16 @@ class SimBackend(CpuBackend):
                 self._start(q, t, units)
                 if not (self.free_units and compute.count):
                     break
+        if compute.count and not self.free_units:
+            # Every unit held: a task that holds none (a value write) still goes, unless a
+            # kernel ahead of it waits for units (strict priority).
+            q = self.queues[_COMPUTE]
+            while compute.count:
+                t = q.take(self._holds_no_unit, True)
+                if t is None:
+                    break
+                t.units = 0
+                self._start(q, t, 0)
         if copy.count:
             q = self.queues[_COPY]
             while any(self.free_copy) and copy.count:
@@ -912,8 +922,9 @@ class SimBackend(CpuBackend):
 
     def _block_dim(self, declared: int | None) -> int:
         """The compute units a kernel occupies: its blocks (what it declared, else the preset's
-        default), at most the device's units (more blocks run in waves on them)."""
-        return min(declared, self._units) if declared else self._default_units
+        default), at most the device's units (more blocks run in waves on them); 0 declared,
+        none (work the stream's scheduler does itself: a value write)."""
+        return self._default_units if declared is None else min(declared, self._units)
 
     def units_of(self, t) -> int:
         """The compute units `t` occupies (a memset occupies one)."""
@@ -921,6 +932,10 @@ class SimBackend(CpuBackend):
             cost = t.cost
             return self._default_units if cost is None else self._block_dim(cost.block_dim)
         return 1
+
+    def _holds_no_unit(self, t) -> bool:
+        """Whether `t` runs on no compute unit (see _block_dim)."""
+        return self.units_of(t) == 0
 
     def _fits_compute(self, t) -> bool:
         """Whether the compute units `t` occupies are free."""
@@ -942,10 +957,17 @@ class SimBackend(CpuBackend):
             lanes = self._segment_lanes(t)
             self._last_lane = lanes
             return all(free[lane] for lane in lanes)
-        # (another run of operations, a collective's: the first free engine of any direction)
-        lane = next((i for i, n in enumerate(free) if n), None)
-        if lane is None:
-            return False
+        # (another run of operations, a collective's steps between devices: a D2D engine, as
+        # its peer copies take; any free one only on a device without D2D engines: taking the
+        # H2D engine held the device's host-to-device copies up)
+        if self.preset.copy_engines_d2d:
+            if not free[D2D]:
+                return False
+            lane = D2D
+        else:
+            lane = next((i for i, n in enumerate(free) if n), None)
+            if lane is None:
+                return False
         self._last_lane = lane
         return True
 

@@ -348,6 +348,8 @@ class Engine:
         dq = stream._dq
         if dq.virtual:  # (_host_submits, inlined: a simulated launch pays every call)
             dq.backend.host_call(KIND_NAMES[task.kind])
+            if self._value_waits:
+                self.look_at_values()  # (a word the host wrote since its last call: from now)
             if dq.queue_depth and stream._submitted - stream._completed >= dq.queue_depth:
                 self._wait_for_room(stream)
         races = None
@@ -414,6 +416,8 @@ class Engine:
         queue is full (as a full SQ makes the host's next submit wait)."""
         dq = stream._dq
         dq.backend.host_call(what)
+        if self._value_waits:
+            self.look_at_values()  # (a word the host wrote since its last call: from now)
         if dq.queue_depth and stream._submitted - stream._completed >= dq.queue_depth:
             self._wait_for_room(stream)
 
@@ -1098,6 +1102,8 @@ class Engine:
         me = threading.get_ident()
         with self.lock:  # (a timed wait ends by itself: its thread may act after it)
             self._thread_waits[me] = (streams, timeout is None)
+            if self._value_waits:
+                self._check_values()  # (a word the host wrote since its last call: from now)
         try:
             return self._wait_host(ev, timeout, streams, what, timeout_code, cancel, own)
         finally:

@@ -597,10 +597,13 @@ def _update_mismatch(old: list[GraphNode], tasks: list[Task]) -> str | None:
 RUN_OF_NODES = Cost(seconds=0.0)  # a segment costs nothing of its own: its nodes do
 
 
-def _declared_units(op: PlainOp) -> int:
-    """The block_dim a node's cost declares (0: none, the device's default as for an eager launch)."""
+def _declared_units(op: PlainOp) -> int | None:
+    """The compute units a node holds as an eager task would: the block_dim its cost declares
+    (None: none declared, the device's default), one for a memset."""
+    if op.kind == MEMSET:  # (an op's FILL is a task's MEMSET)
+        return 1
     cost = op.cost
-    return cost.block_dim or 0 if cost is not None else 0
+    return None if cost is None else cost.block_dim
 
 
 def _segment_cost(entries: tuple) -> Cost:
@@ -609,7 +612,7 @@ def _segment_cost(entries: tuple) -> Cost:
     _compile cuts a lane where it changes; none declared, the default, as an eager launch),
     so that segments of other lanes run beside it as their eager kernels would."""
     units = _declared_units(entries[0][0])
-    return Cost(seconds=0.0, block_dim=units) if units else RUN_OF_NODES
+    return RUN_OF_NODES if units is None else Cost(seconds=0.0, block_dim=units)
 # The task an executor runs: a segment always runs inside its engine task, so never None there.
 _running = cast("Callable[[], Task]", current_task)
 

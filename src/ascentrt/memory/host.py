@@ -66,13 +66,22 @@ def _pooled(pool: BlockPool, nbytes: int, again: bool = False) -> HostBuffer:
 
 def _release(buf: HostBuffer) -> bool:
     """Free a pooled pinned buffer (after all queued work); False if already freed."""
+    _charge_free()
     return _state["pool"].deallocate(buf._handle, None, None, buf)
+
+
+def _charge_free() -> None:
+    """A simulated host pays for a free of pinned memory, as for a device buffer's."""
+    charge = _state["charge"] if "charge" in _state else None
+    if charge is not None:
+        charge("free")
 
 
 def _release_unpooled(buf: HostBuffer) -> bool:
     """Free a pinned buffer that has its own mapping (pool off): its mapping goes once the
     work queued before the free (which may still copy it, and still sees the bytes) is done;
     False if already freed."""
+    _charge_free()
     held = hold()  # (a buffer marked freed must reach the late frees or the backend)
     try:
         with _state_lock:  # one of two racing frees claims it: its mapping is freed once
