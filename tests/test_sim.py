@@ -1575,6 +1575,40 @@ def test_a_wait_on_a_done_event_and_a_pinned_free_cost_the_host_their_calls(dev)
     s.destroy(), s2.destroy()
 
 
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+def test_a_wait_released_at_the_instant_it_is_reached_takes_the_release_latency_either_way(tmp_path):
+    # A record and the end of the waiting stream's kernel at one instant: the release latency
+    # applied only when the kernel's end came first (the wait blocked), so the order the two
+    # were submitted in changed the timeline (2000 us against 2100 us).
+    preset = _write_preset(tmp_path, host_launch_ns=0, host_record_ns=0, dispatch_ns=0,
+                           host_sync_ns=0, event_latency_ns=100_000)
+    r = _run_sim(textwrap.dedent("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        kernel = lambda: None
+        for wait in ("event", "notify"):
+            for record_first in (True, False):
+                a, b = dev.create_stream(), dev.create_stream()
+                ev, n = art.Event(), dev.create_notify()
+                record = (lambda: ev.record(a)) if wait == "event" else (lambda: n.record(a))
+                t0 = dev.now_ns()
+                if record_first:
+                    art.launch(kernel, stream=a, cost=1e-3, block_dim=1)
+                    record()
+                    art.launch(kernel, stream=b, cost=1e-3, block_dim=1)
+                else:
+                    art.launch(kernel, stream=b, cost=1e-3, block_dim=1)
+                    art.launch(kernel, stream=a, cost=1e-3, block_dim=1)
+                    record()
+                b.wait(ev) if wait == "event" else n.wait_and_reset(b)
+                art.launch(kernel, stream=b, cost=1e-3, block_dim=1)
+                b.synchronize()
+                print(wait, (dev.now_ns() - t0) // 1000)
+    """), env_extra={"ASCENTRT_SIM_PRESET": preset})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["event", "2100", "event", "2100", "notify", "2100", "notify", "2100"]
+
+
 def test_calibrate_times_small_copies_both_ways_with_the_host_side_written_first(stream,
                                                                                   monkeypatch):
     # (H2D copies alone, from a host range only ever read, measured ~15% faster here than a

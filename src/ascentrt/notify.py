@@ -22,6 +22,7 @@ class Notify:
         self.device = resolve_device(device)
         self.id = next(_ids)
         self._set = False
+        self._set_ns = 0  # when the record that set it ran (a simulated device: its latency)
         self._waiters: collections.deque[Stream] = collections.deque()  # streams blocked on it (engine-owned)
         self._destroyed = False
 

@@ -194,7 +194,8 @@ class Stream:
             if marker.capture is not None:  # an event recorded in a capture: this stream joins it
                 marker.capture.join(self, marker)
                 return
-            if marker.done:
+            if marker.done and not (self._dq.virtual and marker.ts_ns):  # (a simulated one:
+                # queued all the same, so that a record a moment ago still takes its latency)
                 if self._refuse is not None:
                     raise self._refusal()  # a stopped stream refuses work, even a no-op wait
                 if marker.discarded_by:  # (its work never came: this stream would run without it)

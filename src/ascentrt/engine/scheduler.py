@@ -499,7 +499,7 @@ class Engine:
         kind = t.kind
         if kind == EVENT_RECORD:
             m = t.marker
-            if m.timing or Hooks.profiler is not None:
+            if m.timing or Hooks.profiler is not None or s._dq.virtual:  # (see EVENT_WAIT)
                 m.ts_ns = s._dq.backend.now_ns()
                 t.t_start = t.t_end = m.ts_ns
             self._mark_done(m, work)
@@ -507,6 +507,9 @@ class Engine:
             return True
         if kind == EVENT_WAIT:
             if t.marker.done:
+                if s._dq.virtual:  # (a release a moment ago still takes its latency, as one
+                    # that let a blocked wait go: which came first at one instant must not matter)
+                    s._released_ns = max(s._released_ns, t.marker.ts_ns)
                 self._profile_control(t)
                 return True
             t.marker.waiters.append(s)
@@ -519,6 +522,8 @@ class Engine:
                 self._let_go(n._waiters.popleft(), t, work)
             elif not n._set:
                 n._set = t  # set, by this record (a second one finds it set: the first released)
+                if s._dq.virtual:
+                    n._set_ns = s._dq.backend.now_ns()
             return True
         if kind == NOTIFY_WAIT:
             n = t.notify
@@ -528,6 +533,8 @@ class Engine:
                 else:
                     t.releaser = n._set
                     n._set = False
+                    if s._dq.virtual:  # (its release's latency, as for an event's: see there)
+                        s._released_ns = max(s._released_ns, n._set_ns)
                 self._profile_control(t)
                 return True
             n._waiters.append(s)
