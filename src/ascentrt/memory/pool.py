@@ -21,6 +21,7 @@ from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from ..interrupts import hold, release, release_or_undo
 from ..units import format_bytes
 from ..validate import check_finite, check_size
+from .buffer import UNVIEWED
 from .chunks import CHUNK, Chunk, round_chunk
 from .inflight import ACTIVE, defer_release
 from .links import Links
@@ -729,6 +730,8 @@ class BlockPool:
             block.buf = None
             mem = buf._mem  # (dropped on return: the state is whole before its view goes)
             if waits:
+                if mem is UNVIEWED:  # (never viewed: the tasks queued before the free will)
+                    mem = block.bytes(buf.nbytes)
                 buf._late = (mem, waits)  # tasks queued before the free still run on it
             buf._mem = None
             if _HOST_USES and self._deferred(buf, block, stream, waits):
