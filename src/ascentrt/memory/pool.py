@@ -52,7 +52,8 @@ OVERSIZE_SLACK: Final = 20 << 20    # an unsplittable block serves a request at 
 # another thread in between: the exact-size cache paths below run so, without the lock, while
 # no thread holds it (the lock is then a plain one: its holder can be seen). From source, every
 # path takes the lock (an RLock: an interrupt between acquire and try can be undone).
-ATOMIC: Final[bool] = not __file__.endswith(".py") and getattr(sys, "_is_gil_enabled", lambda: True)()
+COMPILED: Final[bool] = not __file__.endswith(".py")
+ATOMIC: Final[bool] = COMPILED and getattr(sys, "_is_gil_enabled", lambda: True)()
 # (Final: a compiled build calls them from C statics, not through the bisect module's attributes)
 _bisect_left: Final = bisect.bisect_left
 _bisect_right: Final = bisect.bisect_right
@@ -358,7 +359,7 @@ class BlockPool:
         self.n_frees: int = 0
         self._counts = dict.fromkeys(("reserves", "releases", "retries", "ooms", "reused_pending",
                                       "inserted_waits"), 0)
-        self._classes: dict[int, int] = {}   # request -> size class, memoised for the hot path
+        self._classes: dict[int, int] = {}   # request -> size class, memoised (from source)
         # (request, size class) of the request seen last: one field, so that a thread never
         # reads one request's class with another's size. It starts as a real request's: an
         # unset pair such as (-1, 0) once handed a request of -1 a block of 0 bytes.
@@ -441,7 +442,9 @@ class BlockPool:
         if nbytes <= 0:  # (a memo miss only: a size allocated just before never comes here)
             raise InvalidArgumentError(f"{self.name}: a block of {nbytes} bytes was asked for "
                                        f"(a request must be > 0 bytes)")
-        size = self._classes.get(nbytes)
+        # (Compiled, size_class is a few native steps (~20 ns): the memo's lookup costs more,
+        # and misses anyway on varied sizes. From source it is ~10x dearer than a lookup.)
+        size = size_class(nbytes, self.align) if COMPILED else self._classes.get(nbytes)
         if size is None:
             size = size_class(nbytes, self.align)
             if len(self._classes) < 4096:
