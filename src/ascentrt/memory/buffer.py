@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 
 GRANULE = 32  # CANN rounds every device allocation up to 32 bytes
 KDL_CPU = 1   # DLPack's device type of memory the host reaches (cpu and sim backends)
-# What a pooled buffer's `_mem` holds until its bytes are first asked for (_bytes): its numpy
-# view is made then, from its block. Slicing costs ~0.25 us, a third of a malloc + free whose
-# size its block did not serve last, and a buffer used only through its pointer never needs
-# it. It has no bytes and never leaves this module.
+# What a pooled buffer's `_mem` holds while it is live: its numpy view is made when its bytes
+# are first asked for (DeviceBuffer._view). Slicing costs ~0.25 us, a third of a malloc + free
+# whose size its block did not serve last, and a buffer used only through its pointer never
+# needs it. It has no bytes and is never handed out.
 UNVIEWED: Final = np.empty(0, np.uint8)
 
 # DLPack exports alive: id(allocation) -> how many. A buffer with live exports refuses to be
@@ -237,7 +237,7 @@ class _Allocation(_ByteRange):
             self._late = (late[0], ())
 
     def _view(self) -> np.ndarray | None:
-        """`_mem` with its view made if it was UNVIEWED (None once freed)."""
+        """The view of the bytes (`_mem`, made first where it is UNVIEWED); None once freed."""
         return self._mem
 
     def _bytes(self) -> np.ndarray:
@@ -267,16 +267,18 @@ class _Allocation(_ByteRange):
 class DeviceBuffer(_Allocation):
     """Device memory: `.ptr` (int address), `.nbytes` (rounded to 32), `.device`, `.free()`."""
 
-    __slots__ = ("requested", "_owner", "_block")
+    __slots__ = ("requested", "_owner", "_block", "_viewed")
     requested: int
     _owner: Any          # the DeviceAllocator that made it
     _block: Any         # the pool's Block, or None (untyped: the pool imports this module's types)
+    _viewed: np.ndarray | None  # a pooled buffer's view, once made (its _mem stays UNVIEWED)
 
     def __init__(self, device: Any, addr: int, nbytes: int, requested: int, mem: np.ndarray,
                  owner: Any, block: Any = None):
         self.device, self.addr, self.nbytes, self.requested = device, addr, nbytes, requested
         self._mem, self._owner, self._block = mem, owner, block  # block: the pool's, or None
         self.site = None
+        self._viewed = None
 
     @property
     def kind(self) -> str:
@@ -284,23 +286,22 @@ class DeviceBuffer(_Allocation):
         return "device"
 
     def _view(self) -> np.ndarray | None:
-        """`_mem`, its view made from the block first if it was UNVIEWED; None once freed.
-
-        Made under the pool's lock, as a free marks the buffer freed (a free without it, in a
-        compiled build, runs only while no thread holds it): a view made as the buffer is
-        freed must not make it live again."""
+        """The view of the bytes; None once freed. A pooled buffer's is made from its chunk on
+        first use and kept beside `_mem`, which stays UNVIEWED: `_mem` alone says whether the
+        buffer is live, so a view made as it is freed never makes it live again, and no lock
+        is taken (a view asked for as the buffer is freed is one read just before the free)."""
         mem = self._mem
         if mem is not UNVIEWED:
             return mem
-        block = self._block
-        lock = block.chunk.lock
-        if lock is None:  # (its chunk went back upstream: freed meanwhile)
-            return None
-        with lock:
-            mem = self._mem
-            if mem is UNVIEWED:
-                mem = self._mem = block.bytes(self.nbytes)
-        return mem
+        view = self._viewed
+        if view is None:
+            chunk = self._block.chunk  # (a block's address never changes, nor its chunk)
+            whole = chunk.view
+            if whole is None:  # (fake address space: no bytes)
+                return None
+            off = self.addr - chunk.addr
+            view = self._viewed = whole[off:off + self.nbytes]
+        return view
 
     def free(self, stream: Any = None) -> None:
         """Return the memory to its device after `stream`'s queued work (None: after all of it).

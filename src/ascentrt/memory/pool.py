@@ -748,8 +748,8 @@ class BlockPool:
             block.buf = None
             mem = buf._mem  # (dropped on return: the state is whole before its view goes)
             if waits:
-                if mem is UNVIEWED:  # (never viewed: the tasks queued before the free will)
-                    mem = block.bytes(buf.nbytes)
+                if mem is UNVIEWED:  # (a pooled buffer's view, made if nothing viewed it yet)
+                    mem = buf._view()
                 buf._late = (mem, waits)  # tasks queued before the free still run on it
             buf._mem = None
             if _HOST_USES and self._deferred(buf, block, stream, waits):
