@@ -372,3 +372,73 @@ def test_frees_after_empty_cache_are_cached_again_and_counted_once(dev):
             b.free()
         art.empty_cache()
         assert art.memory_stats()["cached_free_bytes.current"] == 0
+
+
+def test_a_pooled_malloc_makes_no_numpy_view_until_its_bytes_are_asked_for(dev):
+    from ascentrt.memory.buffer import UNVIEWED
+    buf = art.malloc(3000)  # (a size its block never served: a view would be a new slice)
+    assert buf._mem is UNVIEWED and buf.alive
+    view = buf.numpy()
+    assert view.nbytes == buf.nbytes == 3008 and view.ctypes.data == buf.ptr
+    assert buf._bytes() is buf._bytes()  # made once, then kept
+    buf.free()
+    with pytest.raises(InvalidHandleError):
+        buf.numpy()
+
+
+def test_a_copy_into_a_buffer_nothing_viewed_yet_lands_in_its_bytes(dev):
+    src, dst = art.malloc(5000), art.malloc(5000)
+    src.numpy()[:] = 9
+    art.memcpy(dst.ptr, src.ptr, 5000)  # int pointers: the facade's path
+    assert (dst.numpy()[:5000] == 9).all()
+    other = art.malloc(6000)
+    art.memcpy(other, src, 5000)  # whole buffers
+    assert (other.numpy()[:5000] == 9).all()
+    for b in (src, dst, other):
+        b.free()
+
+
+def test_tasks_queued_before_the_free_of_a_never_viewed_buffer_still_reach_its_bytes(dev, stream):
+    from ascentrt.memory.buffer import UNVIEWED
+    gate = threading.Event()
+    buf = art.malloc(7000)
+    seen = []
+    art.launch_host_func(lambda: gate.wait(TIMEOUT), stream=stream)
+    art.launch(lambda x: seen.append((x.nbytes, x.ctypes.data)) or x.fill(3), buf, stream=stream)
+    assert buf._mem is UNVIEWED  # the kernel asks for the bytes as it runs, after the free
+    addr = buf.ptr
+    buf.free(stream)
+    assert not buf.alive
+    again = art.malloc(7000, stream=stream)  # the same stream may reuse the block at once
+    gate.set()
+    stream.synchronize(TIMEOUT)
+    assert seen == [(7008, addr)]
+    assert again.ptr == addr and (again.numpy()[:7000] == 3).all()  # ran before the reuse
+    again.free()
+
+
+def test_a_first_view_racing_the_free_never_makes_the_buffer_live_again(dev, switch_often):
+    before = art.memory_stats()["allocated_bytes.current"]
+    for i in range(200):
+        buf = art.malloc(4096 + 64 * (i % 7))
+        go = threading.Barrier(2)
+        seen = []
+
+        def view():
+            go.wait(TIMEOUT)
+            try:
+                seen.append(buf.numpy().nbytes)
+            except InvalidHandleError:
+                seen.append("freed")
+
+        t = threading.Thread(target=view)
+        t.start()
+        go.wait(TIMEOUT)
+        buf.free()
+        t.join(TIMEOUT)
+        assert seen and not buf.alive and buf._mem is None
+        with pytest.raises(InvalidHandleError):
+            buf.numpy()
+        with pytest.raises(InvalidHandleError):
+            buf.free()
+    assert art.memory_stats()["allocated_bytes.current"] == before

@@ -19,7 +19,7 @@ from .engine.task import COPY, MEMSET
 from . import config, interrupts
 from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_caller
 from .validate import check_size, enum_member
-from .memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
+from .memory.buffer import UNVIEWED, BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 from .memory.external import from_dlpack
 from .memory.inflight import ACTIVE as _HOST_USES, DEFERRED as _DEFERRED
 from .memory.inflight import number as _use_number, run_deferred_releases
@@ -252,9 +252,14 @@ def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKi
         use = (dst, src, _use_number())
         try:
             _register(use)
+            dm, sm = dst._mem, src._mem
+            if dm is UNVIEWED:  # (a pooled buffer's first use: its view is made now)
+                dm = dst._view()
+            if sm is UNVIEWED:
+                sm = src._view()
             if kind is None and type(nbytes) is int \
                     and 0 < nbytes <= dst.nbytes and nbytes <= src.nbytes \
-                    and dst._mem is not None and src._mem is not None \
+                    and dm is not None and sm is not None \
                     and (dst.device is src.device or dc is not sc):
                 # Two live buffers and a byte count that fits both (the common call): the
                 # checks _prepare makes, without building operands.
@@ -265,7 +270,7 @@ def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKi
                 backend = device._backend if device is not None else Links.host_backend()
                 # (positional: keywords cost a call ~200 ns more, half of a 4 KiB memmove)
                 backend.execute(PlainOp(COPY, None, (dst.addr, nbytes, src.addr, nbytes, nbytes, 1),
-                                        None, (dst._mem, src._mem), nbytes))
+                                        None, (dm, sm), nbytes))
                 return
         finally:
             _end_use(use)
@@ -330,7 +335,14 @@ def _copy_pointers(dst: int, src: int, nbytes: Any, kind: Any, d: Any, s: Any) -
     if type(nbytes) is not int or nbytes <= 0:
         return False
     dc, sc = d.__class__, s.__class__
-    if dc not in _WHOLE or sc not in _WHOLE or d._mem is None or s._mem is None \
+    if dc not in _WHOLE or sc not in _WHOLE:
+        return False
+    dm, sm = d._mem, s._mem
+    if dm is UNVIEWED:  # (a pooled buffer's first use: its view is made now)
+        dm = d._view()
+    if sm is UNVIEWED:
+        sm = s._view()
+    if dm is None or sm is None \
             or dst + nbytes > d.addr + d.nbytes or src + nbytes > s.addr + s.nbytes \
             or not (d.device is s.device or dc is not sc):
         return False
@@ -344,7 +356,7 @@ def _copy_pointers(dst: int, src: int, nbytes: Any, kind: Any, d: Any, s: Any) -
     device = d.device if dc is DeviceBuffer else s.device
     backend = device._backend if device is not None else Links.host_backend()
     backend.execute(PlainOp(COPY, None, (dst, nbytes, src, nbytes, nbytes, 1), None,
-                            (d._mem, s._mem, d, s), nbytes))
+                            (dm, sm, d, s), nbytes))
     return True
 
 

@@ -23,13 +23,14 @@ import os
 import signal
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 # The C function under signal.getsignal, which converts to an enum: 1.8 µs of the 2.2 µs a
 # hold took.
-_getsignal: Callable[[int], Any] = getattr(signal, "_signal", signal).getsignal
-_get_ident = threading.get_ident
-_SIGINT = int(signal.SIGINT)
+# (Final, these and _held: a compiled build reads them from C statics, not the module's dict)
+_getsignal: Final[Callable[[int], Any]] = getattr(signal, "_signal", signal).getsignal
+_get_ident: Final = threading.get_ident
+_SIGINT: Final = int(signal.SIGINT)
 
 
 class _Held:
@@ -41,7 +42,7 @@ class _Held:
         self.main: int | None = threading.main_thread().ident  # (a fork from another thread makes that one main)
 
 
-_held = _Held()  # (an instance: a compiled build reads its fields natively)
+_held: Final = _Held()  # (an instance: a compiled build reads its fields natively)
 
 
 _deferrers: list[Callable[[], bool]] = []  # fn() -> True when it took the Ctrl-C itself
@@ -122,6 +123,9 @@ def _on_sigint(signum: int, frame: Any) -> None:
     signal.default_int_handler(signum, frame)
 
 
+_HANDLER: Final = _on_sigint  # (what hold() compares the installed handler with, read natively)
+
+
 def install() -> None:
     """Take over SIGINT (from the main thread, only while Python's own handler has it)."""
     if threading.current_thread() is threading.main_thread() \
@@ -141,9 +145,9 @@ def hold() -> bool:
     where a handler of ours is in place). Pass the result to release()."""
     if _get_ident() != _held.main:
         return False  # (Python raises KeyboardInterrupt in the main thread only)
-    if _getsignal(_SIGINT) is not _on_sigint:
+    if _getsignal(_SIGINT) is not _HANDLER:
         install()
-        if _getsignal(_SIGINT) is not _on_sigint:
+        if _getsignal(_SIGINT) is not _HANDLER:
             return False  # the program's own handler decides
     _held.depth += 1
     return True

@@ -38,7 +38,7 @@ def malloc(nbytes: int, device: Any = None, stream: Any = None) -> DeviceBuffer:
 
 def free(buffer: DeviceBuffer | HostBuffer | int) -> None:
     """Free a device or host buffer, or the live allocation at an int address."""
-    if isinstance(buffer, (DeviceBuffer, HostBuffer)):
+    if type(buffer) is DeviceBuffer or isinstance(buffer, (DeviceBuffer, HostBuffer)):  # (the common case first)
         buffer.free()
         return
     if type(buffer) is int:

@@ -13,7 +13,7 @@ from ..interrupts import hold, release, release_or_undo
 from ..units import format_bytes
 from .arena import Arena, round_size
 from ..validate import check_size
-from .buffer import GRANULE, DeviceBuffer
+from .buffer import GRANULE, UNVIEWED, DeviceBuffer
 from . import leaks
 from .chunks import ArenaChunks
 from .inflight import DEFERRED as _DEFERRED, give_back_when_unused, run_deferred_releases
@@ -148,9 +148,9 @@ class DeviceAllocator:
         block: Block = self._block(pool, n, stream)
         size = (n + _GRANULE - 1) & -_GRANULE
         try:
-            # (requested: the caller's own int object; a compiled build would box n again)
-            buf = DeviceBuffer(self.device, block.addr, size, nbytes,
-                               block.view if block.view_n == size else block.bytes(size), self, block)
+            # (requested: the caller's own int object; a compiled build would box n again.
+            # Its view is made when its bytes are first asked for: see UNVIEWED.)
+            buf = DeviceBuffer(self.device, block.addr, size, nbytes, UNVIEWED, self, block)
             block.buf = buf  # from here on its pointers resolve (through the chunk)
         except BaseException:
             give_back(pool, block)
@@ -217,8 +217,7 @@ class DeviceAllocator:
             try:
                 if pool.reserved > before:
                     host_call("malloc_driver")  # the pool had to grow: a driver allocation
-                buf = DeviceBuffer(self.device, block.addr, size, nbytes, block.bytes(size), self,
-                                   block)
+                buf = DeviceBuffer(self.device, block.addr, size, nbytes, UNVIEWED, self, block)
                 block.buf = buf
             except BaseException:
                 give_back(pool, block)

@@ -6,7 +6,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -20,10 +20,15 @@ if TYPE_CHECKING:
 
 GRANULE = 32  # CANN rounds every device allocation up to 32 bytes
 KDL_CPU = 1   # DLPack's device type of memory the host reaches (cpu and sim backends)
+# What a pooled buffer's `_mem` holds while it is live: its numpy view is made when its bytes
+# are first asked for (DeviceBuffer._view). Slicing costs ~0.25 us, a third of a malloc + free
+# whose size its block did not serve last, and a buffer used only through its pointer never
+# needs it. It has no bytes and is never handed out.
+UNVIEWED: Final = np.empty(0, np.uint8)
 
 # DLPack exports alive: id(allocation) -> how many. A buffer with live exports refuses to be
 # freed: the arrays other libraries hold would point into a block the pool hands out again.
-_exports: dict[int, int] = {}
+_exports: Final[dict[int, int]] = {}  # (Final: a compiled free reads it from a C static)
 _exports_lock = threading.Lock()
 # A view's shape: an int, ints (numpy's too), or None (1-D over all the bytes). Any to a
 # compiled build, which would otherwise refuse numpy ints with a bare TypeError at the call.
@@ -231,8 +236,14 @@ class _Allocation(_ByteRange):
         if late is not None:
             self._late = (late[0], ())
 
+    def _view(self) -> np.ndarray | None:
+        """The view of the bytes (`_mem`, made first where it is UNVIEWED); None once freed."""
+        return self._mem
+
     def _bytes(self) -> np.ndarray:
         mem = self._mem
+        if mem is UNVIEWED:
+            mem = self._view()
         if mem is None:
             late = getattr(self, "_late", None)
             if late is not None and _queued_before_free(late[1]):
@@ -256,21 +267,41 @@ class _Allocation(_ByteRange):
 class DeviceBuffer(_Allocation):
     """Device memory: `.ptr` (int address), `.nbytes` (rounded to 32), `.device`, `.free()`."""
 
-    __slots__ = ("requested", "_owner", "_block")
+    __slots__ = ("requested", "_owner", "_block", "_viewed")
     requested: int
     _owner: Any          # the DeviceAllocator that made it
     _block: Any         # the pool's Block, or None (untyped: the pool imports this module's types)
+    _viewed: np.ndarray | None  # a pooled buffer's view, once made (its _mem stays UNVIEWED)
 
     def __init__(self, device: Any, addr: int, nbytes: int, requested: int, mem: np.ndarray,
                  owner: Any, block: Any = None):
         self.device, self.addr, self.nbytes, self.requested = device, addr, nbytes, requested
         self._mem, self._owner, self._block = mem, owner, block  # block: the pool's, or None
         self.site = None
+        self._viewed = None
 
     @property
     def kind(self) -> str:
         """'device'."""
         return "device"
+
+    def _view(self) -> np.ndarray | None:
+        """The view of the bytes; None once freed. A pooled buffer's is made from its chunk on
+        first use and kept beside `_mem`, which stays UNVIEWED: `_mem` alone says whether the
+        buffer is live, so a view made as it is freed never makes it live again, and no lock
+        is taken (a view asked for as the buffer is freed is one read just before the free)."""
+        mem = self._mem
+        if mem is not UNVIEWED:
+            return mem
+        view = self._viewed
+        if view is None:
+            chunk = self._block.chunk  # (a block's address never changes, nor its chunk)
+            whole = chunk.view
+            if whole is None:  # (fake address space: no bytes)
+                return None
+            off = self.addr - chunk.addr
+            view = self._viewed = whole[off:off + self.nbytes]
+        return view
 
     def free(self, stream: Any = None) -> None:
         """Return the memory to its device after `stream`'s queued work (None: after all of it).

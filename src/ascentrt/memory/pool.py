@@ -21,6 +21,7 @@ from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from ..interrupts import hold, release, release_or_undo
 from ..units import format_bytes
 from ..validate import check_finite, check_size
+from .buffer import UNVIEWED
 from .chunks import CHUNK, Chunk, round_chunk
 from .inflight import ACTIVE, defer_release
 from .links import Links
@@ -51,7 +52,12 @@ OVERSIZE_SLACK: Final = 20 << 20    # an unsplittable block serves a request at 
 # another thread in between: the exact-size cache paths below run so, without the lock, while
 # no thread holds it (the lock is then a plain one: its holder can be seen). From source, every
 # path takes the lock (an RLock: an interrupt between acquire and try can be undone).
-ATOMIC: Final[bool] = not __file__.endswith(".py") and getattr(sys, "_is_gil_enabled", lambda: True)()
+COMPILED: Final[bool] = not __file__.endswith(".py")
+ATOMIC: Final[bool] = COMPILED and getattr(sys, "_is_gil_enabled", lambda: True)()
+# (Final: a compiled build calls them from C statics, not through the bisect module's attributes)
+_bisect_left: Final = bisect.bisect_left
+_bisect_right: Final = bisect.bisect_right
+_insort: Final = bisect.insort
 
 
 def size_class(nbytes: int, align: int = 64) -> int:
@@ -133,7 +139,7 @@ def find_buffer(chunk: Chunk, addr: int, wait: bool) -> Any:
 def _buffer_at(starts: list[int], blocks: list[Block], addr: int) -> Any:
     """The live buffer of the block that contains `addr`, or None (also when the lists are
     changing meanwhile: the caller then asks again under the pool's lock)."""
-    i = bisect.bisect_right(starts, addr) - 1
+    i = _bisect_right(starts, addr) - 1
     if i < 0:
         return None
     try:
@@ -150,9 +156,11 @@ def _buffer_at(starts: list[int], blocks: list[Block], addr: int) -> Any:
 
 def _absorb(left: Block, right: Block) -> None:
     """Merge `right` (the next block in the chunk) into `left`."""
-    starts = left.chunk.starts
-    i = bisect.bisect_left(starts, right.addr)
-    del starts[i], left.chunk.blocks[i]
+    chunk: Chunk = left.chunk  # (typed: compiled, its lists are read natively)
+    starts = chunk.starts
+    i = _bisect_left(starts, right.addr)
+    del starts[i]
+    del chunk.blocks[i]
     left.size += right.size
     left.next = right.next
     if right.next is not None:
@@ -351,7 +359,7 @@ class BlockPool:
         self.n_frees: int = 0
         self._counts = dict.fromkeys(("reserves", "releases", "retries", "ooms", "reused_pending",
                                       "inserted_waits"), 0)
-        self._classes: dict[int, int] = {}   # request -> size class, memoised for the hot path
+        self._classes: dict[int, int] = {}   # request -> size class, memoised (from source)
         # (request, size class) of the request seen last: one field, so that a thread never
         # reads one request's class with another's size. It starts as a real request's: an
         # unset pair such as (-1, 0) once handed a request of -1 a block of 0 bytes.
@@ -379,6 +387,11 @@ class BlockPool:
             if cached is not None and cached.n:
                 self._cached_bytes -= size
                 return self._hand_out(cached.pop(), stream, n)
+        return self._allocate_locked(size, stream, n)
+
+    def _allocate_locked(self, size: int, stream, n: int) -> Block:
+        """allocate() of a size class under the pool's lock. (Apart from allocate: a function
+        that makes a closure, as the undo below, pays for it on every call, compiled.)"""
         lock = self._lock
         # Held compiled too: the slow path calls Python code (the upstream's, hold()'s own),
         # where a Ctrl-C lands; held, it is raised only once the pool is whole (below).
@@ -429,7 +442,9 @@ class BlockPool:
         if nbytes <= 0:  # (a memo miss only: a size allocated just before never comes here)
             raise InvalidArgumentError(f"{self.name}: a block of {nbytes} bytes was asked for "
                                        f"(a request must be > 0 bytes)")
-        size = self._classes.get(nbytes)
+        # (Compiled, size_class is a few native steps (~20 ns): the memo's lookup costs more,
+        # and misses anyway on varied sizes. From source it is ~10x dearer than a lookup.)
+        size = size_class(nbytes, self.align) if COMPILED else self._classes.get(nbytes)
         if size is None:
             size = size_class(nbytes, self.align)
             if len(self._classes) < 4096:
@@ -492,7 +507,7 @@ class BlockPool:
     def _take_ready(self, size: int) -> Block | None:
         """Best fit among ready blocks, honouring the split limit; splits off the remainder."""
         sizes = self._sizes
-        i = bisect.bisect_left(sizes, size)
+        i = _bisect_left(sizes, size)
         if i == len(sizes):
             return None
         have = sizes[i]
@@ -501,10 +516,12 @@ class BlockPool:
             # Blocks over the split limit stay whole: only large requests close to their size get them.
             if size <= limit or have - size > OVERSIZE_SLACK:
                 return None
-        bin_ = self._bins[have]
+        key: Any = have  # (one int object for the lookups below: compiled, each would box it)
+        bin_ = self._bins[key]
         block = bin_.popitem()[0]
-        if not bin_:
-            self._drop_size(have)
+        if not bin_:  # (_drop_size, at the index found above)
+            del self._bins[key]
+            del sizes[i]
         if block.prev is None and block.next is None:
             self._unidle(block)
         if limit is None or have <= limit:
@@ -515,10 +532,12 @@ class BlockPool:
         rest = block.size - size
         if rest < MIN_SPLIT:
             return
-        chunk = block.chunk
-        tail = Block(block.addr + size, rest, chunk, block, block.next)
-        i = bisect.bisect_right(chunk.starts, block.addr)
-        chunk.starts.insert(i, tail.addr)
+        chunk: Chunk = block.chunk  # (typed: compiled, its lists are read natively)
+        addr: Any = block.addr + size  # (one int object for the tail and the list)
+        tail = Block(addr, rest, chunk, block, block.next)
+        starts = chunk.starts
+        i = _bisect_right(starts, block.addr)
+        starts.insert(i, addr)
         chunk.blocks.insert(i, tail)
         if block.next is not None:
             block.next.prev = tail
@@ -729,6 +748,8 @@ class BlockPool:
             block.buf = None
             mem = buf._mem  # (dropped on return: the state is whole before its view goes)
             if waits:
+                if mem is UNVIEWED:  # (a pooled buffer's view, made if nothing viewed it yet)
+                    mem = buf._view()
                 buf._late = (mem, waits)  # tasks queued before the free still run on it
             buf._mem = None
             if _HOST_USES and self._deferred(buf, block, stream, waits):
@@ -841,20 +862,22 @@ class BlockPool:
 
     def _add_ready(self, block: Block) -> None:
         block.state = READY
-        same = self._bins.get(block.size)
+        size: Any = block.size  # (one int object for the lookups below: compiled, each would box it)
+        same = self._bins.get(size)
         if same is None:
-            same = self._bins[block.size] = {}
-            bisect.insort(self._sizes, block.size)
+            same = self._bins[size] = {}
+            _insort(self._sizes, size)
         same[block] = None
         if block.prev is None and block.next is None:
             self._idle[block.chunk] = None
             self._idle_bytes += block.size
 
     def _remove_ready(self, block: Block) -> None:
-        same = self._bins[block.size]
+        size: Any = block.size  # (one int object for the lookups below)
+        same = self._bins[size]
         del same[block]
         if not same:
-            self._drop_size(block.size)
+            self._drop_size(size)
         if block.prev is None and block.next is None:
             self._unidle(block)
 
@@ -866,7 +889,7 @@ class BlockPool:
     def _drop_size(self, size: int) -> None:
         del self._bins[size]
         sizes = self._sizes
-        del sizes[bisect.bisect_left(sizes, size)]
+        del sizes[_bisect_left(sizes, size)]
 
     # ---- chunks ----------------------------------------------------------------------------
 
