@@ -1609,6 +1609,22 @@ def test_a_wait_released_at_the_instant_it_is_reached_takes_the_release_latency_
     assert r.stdout.split() == ["event", "2100", "event", "2100", "notify", "2100", "notify", "2100"]
 
 
+@sim_only
+def test_a_kernel_a_host_function_launches_is_dispatched_after_the_function_s_own_start(dev):
+    # (it started at the function's start: dispatched before the function that launched it)
+    a, b = dev.create_stream(), dev.create_stream()
+    seen = {}
+
+    def hf():
+        seen["hf"] = dev.now_ns()
+        art.launch(lambda: seen.setdefault("k", dev.now_ns()), stream=b, cost=1e-3, block_dim=1)
+
+    art.launch_host_func(hf, stream=a)
+    dev.synchronize()
+    assert seen["k"] - seen["hf"] == P.dispatch_ns
+    a.destroy(), b.destroy()
+
+
 def test_calibrate_times_small_copies_both_ways_with_the_host_side_written_first(stream,
                                                                                   monkeypatch):
     # (H2D copies alone, from a host range only ever read, measured ~15% faster here than a

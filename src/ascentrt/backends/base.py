@@ -151,8 +151,8 @@ class Backend(abc.ABC):
         """Block the host until `signal` is set (True) or `timeout_s` passes (False)."""
 
     @abc.abstractmethod
-    def host_call(self, what: str) -> None:
-        """The host makes API call `what` now (a simulator charges its modelled cost)."""
+    def host_call(self, what: str) -> int:
+        """The host makes call `what` now (a simulator charges it); 0, or a task's time it acts at."""
 
     @abc.abstractmethod
     def now_ns(self) -> int:

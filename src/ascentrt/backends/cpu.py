@@ -140,8 +140,9 @@ class CpuBackend(Backend):
         """Event.wait: the calling thread sleeps until the signal is set or the time passes."""
         return signal.wait(timeout_s)
 
-    def host_call(self, what: str) -> None:
-        """Nothing: host calls cost what they really cost."""
+    def host_call(self, what: str) -> int:
+        """Nothing: host calls cost what they really cost (0: no device time to keep to)."""
+        return 0
 
     def now_ns(self) -> int:
         """perf_counter_ns: monotonic, the same clock the host side uses."""

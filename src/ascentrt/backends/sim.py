@@ -730,15 +730,17 @@ class SimBackend(CpuBackend):
             tl.now = max(tl.now, until)
             return False
 
-    def host_call(self, what: str) -> None:
-        """Charge the modelled cost of host call `what`, running what the device does meanwhile
-        (nothing when called from inside a task: a host function acts at its device time)."""
+    def host_call(self, what: str) -> int:
+        """Charge the modelled cost of host call `what`, running what the device does meanwhile,
+        and return 0; from inside a task (a host function acts at its device time) charge
+        nothing and return that time: what it submits starts no earlier."""
         tl = self.timeline
         lock = tl.lock
         lock.acquire()  # (not `with`: every API call of the host comes here)
         try:
             local = tl.local
-            if not local.frames and (not tl.inflight or tl.acting_frame() is None):  # (acts_as_host, inlined: hot)
+            inside = local.frames or tl.inflight and tl.acting_frame() is not None  # (acts_as_host, inlined: hot)
+            if not inside:
                 if not local.noted:
                     tl.note_caller()
                 cost = self._host_cost.get(what)
@@ -752,6 +754,7 @@ class SimBackend(CpuBackend):
                     tl.advance_host(0)
         finally:
             lock.release()
+        return self.now_ns() if inside else 0
 
     def _poll_missed(self, tl: Timeline, what: str) -> None:
         """A query found the work not done. A second miss of the same stream or event, with
@@ -1055,9 +1058,9 @@ class SimBackend(CpuBackend):
         """How long after `start` (when it was taken) task `t`'s stream lets it go: the release
         of a wait it follows takes event_latency_ns, a hand-over from another executor class
         executor_handoff_ns."""
-        ready = 0
+        ready = t.ready_ns  # (one a host function submitted: not before its time)
         if t.released_ns:  # the first task after a wait
-            ready = t.released_ns + self._event_latency_ns
+            ready = max(ready, t.released_ns + self._event_latency_ns)
         if self._handoff_ns and t.handed_ns:  # its stream's last task ran on another class
             ready = max(ready, t.handed_ns + self._handoff_ns)
         return ready - start if ready > start else 0

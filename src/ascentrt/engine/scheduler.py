@@ -347,7 +347,9 @@ class Engine:
         """
         dq = stream._dq
         if dq.virtual:  # (_host_submits, inlined: a simulated launch pays every call)
-            dq.backend.host_call(KIND_NAMES[task.kind])
+            ready = dq.backend.host_call(KIND_NAMES[task.kind])
+            if ready:  # (submitted by a host function: not before its time)
+                task.ready_ns = ready
             if self._value_waits:
                 self.look_at_values()  # (a word the host wrote since its last call: from now)
             if dq.queue_depth and stream._submitted - stream._completed >= dq.queue_depth:
