@@ -794,3 +794,29 @@ def test_acl_util_on_a_device_pointer_warns_that_an_npu_host_cannot_reach_it(rt)
         assert acl.util.ptr_to_bytes(h, 4) == bytes(4)
     rt.free(d)
     rt.free_host(h)
+
+
+def test_on_sim_query_event_wait_status_sees_a_value_wait_the_host_let_go():
+    # (it read the streams' state without catching the simulated device up or looking at the
+    # words: ~230 polls, until the device moved on by itself, virtual time then the machine's)
+    out = run_program("""
+        import numpy as np, ascentrt.acl as acl
+        from ascentrt.acl import constants as C
+        rt = acl.rt
+        rt.set_device(0)
+        s1, _ = rt.create_stream(); s2, _ = rt.create_stream()
+        word, _ = rt.malloc(8, 0)
+        rt.memset(word, 8, 0, 8)
+        ev, _ = rt.create_event()
+        rt.record_event(ev, s1)
+        rt.synchronize_stream(s1)
+        rt.value_wait(word, 1, C.ACL_STREAM_WAIT_VALUE_EQ, s2)
+        rt.stream_wait_event(s2, ev)
+        one = np.ones(1, np.uint64).tobytes()
+        assert rt.memcpy(word, 8, acl.util.bytes_to_ptr(one), 8, C.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+        polls = 1
+        while rt.query_event_wait_status(ev)[0] != C.ACL_EVENT_WAIT_STATUS_COMPLETE and polls < 100:
+            polls += 1
+        print(polls)
+    """, env={"ASCENTRT_BACKEND": "sim"})
+    assert int(out.split()[-1]) < 5

@@ -623,7 +623,7 @@ def test_a_pool_size_beyond_the_device_is_refused_naming_the_variable_and_the_ca
     assert out.split() == [str(2 << 30)]  # the whole device may be reserved
 
 
-@pytest.mark.parametrize("capacity", [1 * MiB, 3 * MiB, 19 * MiB + 4096])
+@pytest.mark.parametrize("capacity", [1 * MiB, 3 * MiB, 19 * MiB + 4096, 1_000_001])
 def test_a_capacity_that_is_no_whole_number_of_chunks_is_usable_to_its_last_page(capacity):
     # (chunks came in whole 2 MiB: a 1 MiB device could not allocate 1 KiB, a 19 MiB one not
     # 19 MiB, with "free memory is fragmented" as the reason)
@@ -631,14 +631,15 @@ def test_a_capacity_that_is_no_whole_number_of_chunks_is_usable_to_its_last_page
     small = pool.allocate(1024)
     rest = pool.allocate(capacity // MiB * MiB - 2 * MiB if capacity > 2 * MiB else 64 * 1024)
     assert small is not None and rest is not None
+    assert small.addr % 64 == 0 and rest.addr % 64 == 0  # (a chunk at the range's end: page-aligned)
     pool.deallocate(small)
     pool.deallocate(rest)
     pool._flush_cache()
     assert pool.trim_to(0) > 0 and pool.reserved == 0
-    whole = pool.allocate(capacity // MiB * MiB)  # (the whole device, in one buffer)
+    whole = pool.allocate(capacity // MiB * MiB or 512 * 1024)  # (the whole device, or most of it)
     assert whole is not None
     with pytest.raises(art.OutOfMemoryError):
-        pool.allocate(64 * 1024)
+        pool.allocate(capacity - whole.size + 64 * 1024)  # (more than is left)
     pool.deallocate(whole)
     from subprocess_util import run_program
     out = run_program("""

@@ -14,6 +14,7 @@ import pytest
 
 import ascentrt as art
 from ascentrt import sanitizer
+from ascentrt.engine import Hooks
 from ascentrt.sanitizer import RaceError, RaceWarning
 
 TIMEOUT = 20
@@ -1317,6 +1318,25 @@ def test_a_value_wait_orders_its_stream_after_the_value_write_it_waits_for(dev, 
         art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
         art.synchronize(TIMEOUT)
     assert found == []
+    word.free()
+
+
+def test_a_value_wait_the_host_releases_lets_its_held_stream_be_checked(dev, streams, bufs):
+    # No value write met the wait when it was queued, so the sanitizer held its stream; the
+    # host wrote the word itself and the engine let the wait go, but the stream stayed held for
+    # ever: its later tasks went unchecked (a real race missed) and piled up.
+    s1, s2 = streams
+    buf, out, _ = bufs
+    word = art.malloc(8)
+    art.memset(word, 0)
+    with art.sanitize("log") as found:
+        s2.wait_value(word, lambda w: w >= 1, "word >= 1")
+        art.memcpy(word, np.ones(1, np.uint64), 8)                       # the host lets it go
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])        # unordered with s2
+        art.synchronize(TIMEOUT)
+        assert not art.sanitizer.enabled() or not Hooks.sanitizer.held
+    assert [{r.first.name, r.second.name} for r in found] == [{"consumer", "producer"}]
     word.free()
 
 

@@ -298,7 +298,7 @@ def test_a_host_function_that_waited_does_not_hold_later_timeouts_to_real_time(d
     try:
         with pytest.raises(art.AscentTimeoutError):
             a.synchronize(timeout=10)
-        assert time.perf_counter() - t0 < 1.0
+        assert time.perf_counter() - t0 < 5.0  # (it took 10 s: the timeout in real time)
     finally:
         n.record(other)
         a.synchronize()
@@ -1851,25 +1851,34 @@ def test_a_replayed_graphs_copies_take_the_engines_of_their_own_direction(dev):
 
 
 @sim_only
-def test_a_replayed_lanes_copies_of_two_directions_hold_one_engine_at_a_time(dev):
+@pytest.mark.parametrize("pitched", [False, True], ids=["1d", "2d"])
+def test_a_replayed_lanes_copies_of_two_directions_hold_one_engine_at_a_time(dev, pitched):
     # (a segment holds an engine of each direction it moves: a lane's H2D then D2H copy is cut
-    # in two, so another lane's D2H runs beside the H2D, as eagerly)
+    # in two, so another lane's D2H runs beside the H2D, as eagerly; 2D copies were all named
+    # "memcpy2d", so their lane was not cut: 3.0 ms against 2.0 ms eagerly)
     n = 50_000_000
     hosts, devs = [art.malloc_host(n) for _ in range(3)], [art.malloc(n) for _ in range(3)]
     m, a, b = (dev.create_stream() for _ in range(3))
+
+    def copy(dst, src, stream):
+        if pitched:
+            art.memcpy2d_async(dst, 1000, src, 1000, 1000, n // 1000, stream=stream)
+        else:
+            art.memcpy_async(dst, src, n, stream=stream)
+
     m.begin_capture(art.CaptureMode.GLOBAL)
     fork = m.record()
     a.wait(fork), b.wait(fork)
-    art.memcpy_async(devs[0], hosts[0], n, stream=a)
-    art.memcpy_async(hosts[1], devs[1], n, stream=a)
-    art.memcpy_async(hosts[2], devs[2], n, stream=b)
+    copy(devs[0], hosts[0], a)
+    copy(hosts[1], devs[1], a)
+    copy(hosts[2], devs[2], b)
     m.wait(a.record()), m.wait(b.record())
     g = m.end_capture()
     with art.profile() as prof:
         g.launch(m)
         m.synchronize()
-    h2d, d2h_b, d2h_a = sorted(_tasks(prof, "copy"), key=lambda t: (t.start_ns, t.name != "host_to_device"))
-    assert h2d.name == "host_to_device" and d2h_b.start_ns == h2d.start_ns
+    h2d, d2h_b, d2h_a = sorted(_tasks(prof, "copy"), key=lambda t: (t.start_ns, not t.name.endswith("host_to_device")))
+    assert h2d.name.endswith("host_to_device") and d2h_b.start_ns == h2d.start_ns
     assert d2h_a.start_ns == max(h2d.end_ns, d2h_b.end_ns) + P.dispatch_ns
     g.destroy()
     for s in (m, a, b):

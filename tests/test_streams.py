@@ -542,10 +542,13 @@ def test_write_value_writes_the_word_in_stream_order_and_refuses_bad_input(dev):
     s = dev.create_stream()
     word = art.malloc(16)
     art.memset(word, 0)
-    for bad in (np.zeros(1, np.uint64), None, art.malloc(8)[:4], art.malloc_host(8)):
+    short, host = art.malloc(8), art.malloc_host(8)
+    for bad in (np.zeros(1, np.uint64), None, short[:4], host):
         with pytest.raises(art.InvalidArgumentError) as err:
             s.write_value(bad, 1)
         assert err.value.code == art.ErrorCode.INVALID_PARAM
+    short.free()
+    host.free()
     for bad in (1 << 64, -(1 << 63) - 1, 1.5, "1", True, None):
         with pytest.raises(art.InvalidArgumentError):
             s.write_value(word, bad)

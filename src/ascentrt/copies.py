@@ -496,7 +496,9 @@ def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: 
     args, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
     _check_peer(do, so, stream.device)
     _check_stream_device(stream, do, so)
-    task = Task(COPY, None, args, "memcpy2d")
+    # (named by its direction too: a replayed graph's lane is cut where the direction changes,
+    # as for plain copies, whose names are their directions)
+    task = Task(COPY, None, args, "memcpy2d " + _DIRECTION_NAMES[(do.where == "device") + 2 * (so.where == "device")])
     task.keep = (do.data, so.data, do.owner, so.owner)
     task.resolve = _still_live(do, so)
     task.nbytes = width * height

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from ..engine import ENGINE
 from ..event import Event, elapsed_time, set_wait_timeout
 from ..errors import ErrorCode
 from . import constants as C
@@ -137,11 +138,16 @@ def query_event_status(event: int) -> int:
 @api("k", out=(C.ACL_EVENT_WAIT_STATUS_COMPLETE,))
 def query_event_wait_status(event: int) -> int:
     """(status, ret): 0 when every stream_wait_event on it was passed, 1 otherwise (aclrtQueryEventWaitStatus)."""
-    EVENTS.get(event)
+    ev = EVENTS.get(event)
     check_sync_flag(event, "query_event_wait_status", ex_allowed=False)
+    backend = ev.device._backend
+    backend.host_call("query")  # (as Stream.query: a simulated device catches up to now first,
+    ENGINE.look_at_values()     # and a word the host wrote since lets its value waits go)
     with _lock:
         pending = [m for m in _waits.get(event, ()) if not _passed(m)]
         _waits[event] = pending
+    if pending:  # (a simulated device: a loop polling it moves on, see sim._poll_missed)
+        backend.host_call(f"poll_miss event wait {ev.id}")
     return C.ACL_EVENT_WAIT_STATUS_NOT_READY if pending else C.ACL_EVENT_WAIT_STATUS_COMPLETE
 
 

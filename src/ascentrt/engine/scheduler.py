@@ -544,6 +544,8 @@ class Engine:
             return False
         if kind == VALUE_WAIT:
             if t.fn():
+                if Hooks.sanitizer is not None:  # (one it held, seeing no write that meets it)
+                    Hooks.sanitizer.value_wait_passed(s)
                 self._profile_control(t)
                 return True
             self._value_waits.append(s)
@@ -870,6 +872,8 @@ class Engine:
             for s in met:
                 t = s._blocked
                 self._unblock(s)
+                if Hooks.sanitizer is not None:  # (one it held, seeing no write that meets it)
+                    Hooks.sanitizer.value_wait_passed(s)
                 if s._dq.virtual:
                     s._released_ns = s._dq.backend.now_ns()
                 s._tasks.popleft()
@@ -1086,6 +1090,8 @@ class Engine:
                         if t.timeout_error is None else t.timeout_error(s, t)
                 t.error = error  # (a profile shows the wait that failed, not only the call that said so)
                 self._profile_control(t)
+                if t.kind == VALUE_WAIT and Hooks.sanitizer is not None:  # (its stream goes on)
+                    Hooks.sanitizer.value_wait_passed(s)
                 infos.append(self._fail(s, t, error))
                 if s._tasks:
                     self._advance(s, None)

@@ -37,19 +37,27 @@ class Arena:
                     return off
         return None
 
-    def try_alloc_high(self, nbytes: int) -> int | None:
-        """Reserve `nbytes` (a multiple of 64) at the end of the highest free range that holds
-        them (its start stays where it was); return their offset, or None."""
+    def try_alloc_high(self, nbytes: int, align: int) -> int | None:
+        """Reserve `nbytes` (a multiple of 64) starting at a multiple of `align` (one of 64),
+        as high as possible in the highest free range that holds them (its start stays where
+        it was); return their offset, or None."""
         with self._lock:
             for off in reversed(self._free_offsets):
                 size = self._free_sizes[off]
-                if size < nbytes:
+                start = (off + size - nbytes) // align * align
+                if start < off:
                     continue
-                if size == nbytes:
-                    self._take(off, size, nbytes)
-                    return off
-                self._free_sizes[off] = size - nbytes
-                start = off + size - nbytes
+                end = off + size
+                i = bisect.bisect_left(self._free_offsets, off)
+                if start == off:
+                    del self._free_offsets[i]
+                    del self._free_sizes[off]
+                else:
+                    self._free_sizes[off] = start - off  # (the free range keeps its start)
+                    i += 1
+                if start + nbytes < end:  # (what alignment left above it stays free)
+                    self._free_offsets.insert(i, start + nbytes)
+                    self._free_sizes[start + nbytes] = end - start - nbytes
                 self._used[start] = nbytes
                 self.used_bytes += nbytes
                 return start

@@ -109,7 +109,7 @@ class ArenaChunks:
             # at the end of the highest free range that holds it, so that free ranges keep
             # their starts for whole chunks (a 1 MiB device could allocate nothing).
             size = -(-nbytes // PAGE) * PAGE
-            off = self.arena.try_alloc_high(size)
+            off = self.arena.try_alloc_high(size, PAGE)
             if off is None:
                 return None
         view = None if self.view is None else self.view[off:off + size]

@@ -21,7 +21,6 @@ from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from ..interrupts import hold, release, release_or_undo
 from ..units import format_bytes
 from ..validate import check_finite, check_size
-from .buffer import UNVIEWED
 from .chunks import CHUNK, Chunk, round_chunk
 from .inflight import ACTIVE, defer_release
 from .links import Links
@@ -746,11 +745,8 @@ class BlockPool:
             if block.buf is not buf:
                 return False
             block.buf = None
-            mem = buf._mem  # (dropped on return: the state is whole before its view goes)
-            if waits:
-                if mem is UNVIEWED:  # (a pooled buffer's view, made if nothing viewed it yet)
-                    mem = buf._view()
-                buf._late = (mem, waits)  # tasks queued before the free still run on it
+            if waits:  # (its view, made here if nothing viewed it yet)
+                buf._late = (buf._view(), waits)  # tasks queued before the free still run on it
             buf._mem = None
             if _HOST_USES and self._deferred(buf, block, stream, waits):
                 return True  # a synchronous copy or fill still uses it: freed when that ends

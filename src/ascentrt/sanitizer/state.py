@@ -334,6 +334,12 @@ class Sanitizer:
         # word address -> [(stream id, condition)] held behind a value wait that no write
         # submitted so far meets (nor the word as it is): released by the first that does
         self.value_waiters: dict[int, list] = {}
+        # stream id -> the word address of the value wait it is held behind (until a value
+        # write meets it, or the engine lets the wait go: value_wait_passed)
+        self.value_held: dict[int, int] = {}
+        # Reports found while the engine's lock was held (a held stream let go by it): said at
+        # the next submit or host wait, outside any lock.
+        self.unannounced: list = []
         # report thread id -> (self, clock, actor, (stream id, task id), name) of the non-blocking
         # callback it runs (see callback_began)
         self.callbacks: dict[int, tuple] = {}
@@ -500,6 +506,8 @@ class Sanitizer:
     def host_waited(self, clocks) -> None:
         """The calling host thread waited for the work these clocks cover (inside a host
         function: what the function does from now on comes after that work)."""
+        if self.unannounced:
+            self._say_unannounced()
         running = _executing.stream
         task = running._running if running is not None else None
         tagged = task.clock if task is not None else None
@@ -582,6 +590,8 @@ class Sanitizer:
         A stream blocked (in submission order) on a notify wait whose record is not submitted
         yet holds its later tasks back here: they are checked once that record comes, after it.
         """
+        if self.unannounced:
+            self._say_unannounced()
         kind = task.kind  # (task_accesses and _submit_site inlined for a launch: hot)
         site: Site = ""
         if kind in _SYNC_KINDS:
@@ -707,6 +717,30 @@ class Sanitizer:
             reports += self._value_written(task.value, vc)
         return reports
 
+    def value_wait_passed(self, stream) -> None:
+        """The engine let `stream`'s value wait go (its word met the condition, whoever wrote
+        it, or its timeout failed it; called under the engine's lock): a stream held behind it,
+        no value write seen to meet it, goes on after what the host has seen (a write of the
+        host's, or of a plain task). Its reports are said at the next submit or host wait."""
+        sid = stream.id
+        with self.lock:
+            addr = self.value_held.pop(sid, None)
+            if addr is None:
+                return
+            waiters = [w for w in self.value_waiters.get(addr, ()) if w[0] != sid]
+            if waiters:
+                self.value_waiters[addr] = waiters
+            else:
+                self.value_waiters.pop(addr, None)
+            _join(self.streams[sid], self.host)
+            self.unannounced += self._release(sid)
+
+    def _say_unannounced(self) -> None:
+        """Announce the reports value_wait_passed found (outside any lock)."""
+        with self.lock:
+            reports, self.unannounced = self.unannounced, []
+        self.announce(reports)
+
     def _value_written(self, value: tuple, vc: dict) -> list:
         """A value write (`value`: its word's address and value; `vc`: its clock) was taken: kept
         for the value waits to come, and the streams held behind a wait it meets go on after it."""
@@ -720,6 +754,7 @@ class Sanitizer:
         if waiters:
             for waiter in [w for w in waiters if _meets(w[1], number)]:
                 waiters.remove(waiter)
+                self.value_held.pop(waiter[0], None)
                 if self.undo is not None:
                     self._keep(waiter[0])
                 _join(self.streams[waiter[0]], vc)
@@ -894,6 +929,7 @@ class Sanitizer:
                 _join(vc, _meet(meeting))
             elif not task.fn():  # (nor does the word as it is now: hold until a write that does)
                 self.value_waiters.setdefault(addr, []).append((sid, met))
+                self.value_held[sid] = addr
                 self.held[sid] = []
             return []
         if kind == HOST_FUNC:  # (its own time: what it touches comes after the records before it)
@@ -1048,6 +1084,7 @@ class Sanitizer:
             "held_records": set(self.held_records),
             "value_writes": {k: list(v) for k, v in self.value_writes.items()},
             "value_waiters": {k: list(v) for k, v in self.value_waiters.items()},
+            "value_held": dict(self.value_held),
             "snapshots": {k: dict(v) for k, v in self.snapshots.items()},
         }
         return self.saved
