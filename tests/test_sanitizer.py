@@ -448,6 +448,10 @@ def test_the_sanitize_command_says_which_process_could_not_report(tmp_path):
     assert proc.returncode != 0
     assert "killed.py ended without writing its report" in proc.stderr, proc.stderr
     assert "no races found in the processes that reported (1 did not)" in proc.stderr
+    assert "were printed as it ran" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", "log", "--",
+                           "python", str(prog)], capture_output=True, text=True, timeout=120)
+    assert "its races are lost (log mode says none" in proc.stderr, proc.stderr  # (none was printed)
 
 
 @pytest.mark.cpu_only
@@ -1337,6 +1341,27 @@ def test_a_value_wait_the_host_releases_lets_its_held_stream_be_checked(dev, str
         art.synchronize(TIMEOUT)
         assert not art.sanitizer.enabled() or not Hooks.sanitizer.held
     assert [{r.first.name, r.second.name} for r in found] == [{"consumer", "producer"}]
+    word.free()
+
+
+def test_a_value_write_replayed_from_a_graph_orders_the_wait_it_meets(dev, streams, bufs):
+    # (the replayed write was no value write to the sanitizer: a false race between the graph's
+    # producer and the consumer behind the wait)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    word = art.malloc(8)
+    art.memset(word, 0)
+    with art.sanitize("log") as found:
+        s1.begin_capture()
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        s1.write_value(word, 5)
+        graph = s1.end_capture()
+        s2.wait_value(word, lambda w: w == 5, "word == 5")
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        graph.launch(s1)
+        art.synchronize(TIMEOUT)
+    assert found == []
+    graph.destroy()
     word.free()
 
 

@@ -596,3 +596,25 @@ def test_a_value_wait_s_errors_name_the_value_wait_and_the_call_that_waited(dev)
     assert "destroy of stream" in str(err.value) and "synchronize" not in str(err.value)
     s.destroy(force=True)
     word.free()
+
+
+def test_a_queued_value_write_whose_word_was_freed_fails_instead_of_writing_its_next_owner(dev):
+    # (its view was made as it was queued: the word's block, freed after another stream's work
+    # and handed on, was written under its new owner, silently, where a kernel fails with 107017)
+    s, o = dev.create_stream(), dev.create_stream()
+    gate, word = art.malloc(8), art.malloc(8)
+    art.memset(gate, 0)
+    art.memset(word, 0)
+    s.wait_value(gate, lambda w: w == 1, "the gate to open", timeout=10)
+    s.write_value(word, 0xBEEF)
+    word.free(o)                  # after o's work only: not after the queued write
+    victim = art.malloc(8)
+    art.memset(victim, 0)
+    art.memcpy(gate, np.ones(1, np.uint64))
+    with pytest.raises(art.TaskError) as err:
+        s.synchronize(10)
+    assert err.value.code == art.ErrorCode.RT_INVALID_HANDLE
+    assert victim.numpy(np.uint64)[0] == 0
+    for b in (gate, victim):
+        b.free()
+    s.destroy(), o.destroy()

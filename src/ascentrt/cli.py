@@ -312,10 +312,11 @@ def _sanitize(args) -> int:
         return f"process {r['pid']}: {words[:80]}"
 
     for r in silent:  # (never "no races" for a process that could not say)
+        said = ("its races are lost (log mode says none as they are found)" if mode == "log" else
+                "races it found were printed as it ran, if any")
         why = (f"was still running {LINGER_WAIT_S:.0f} s after the program exited (it prints its "
                f"races itself as it ends)" if process_alive(r["pid"]) else
-               "ended without writing its report (killed by a signal, or os._exit): races it "
-               "found were printed as it ran, if any")
+               f"ended without writing its report (killed by a signal, or os._exit): {said}")
         print(f"ascentrt sanitize: {named(r)} {why}", file=sys.stderr)
     if not races:
         print(f"ascentrt sanitize: no races found"

@@ -54,6 +54,13 @@ class FailureMode(enum.IntEnum):
 _SCHEDULER_WORK = Cost(seconds=0.0, block_dim=0)  # a task no compute unit runs (see Cost)
 
 
+def _word_now(args: tuple) -> tuple:
+    """A value write's arguments as it runs: its word's bytes as a uint64 view (InvalidHandleError,
+    107017, once the word was freed and not for work queued before the free), and the value."""
+    word, value = args
+    return word._array("<u8", None), value
+
+
 def _write_word(view: Any, value: int) -> None:
     """A value write's kernel: the word takes the value."""
     view[0] = value
@@ -257,14 +264,14 @@ class Stream:
         task) says how; with `last_resort`, a deadlock through the wait is reported at once, not
         left to the timeout). `what` describes it ("the word at 0x... to equal 3"). Returns its
         task id."""
-        view = self._word_view(word, "wait_value")  # (once: the check runs under the engine
-                                                    # lock; the device's own read, told to no observer)
+        self._word_view(word, "wait_value")
         if not callable(met):
             raise InvalidArgumentError(f"wait_value: the condition must be callable, got {type(met).__name__}")
 
         def check() -> bool:
-            try:
-                return bool(met(int(view[0])))
+            try:  # (read as it is looked at: a word freed meanwhile raises, and lets the wait go,
+                # said; the device's own read, told to no observer)
+                return bool(met(int(word._array("<u8", None)[0])))
             except Exception:  # (under the engine lock: it must not raise there; said, then let go)
                 _log.exception("ascentrt: the condition of value wait %s on stream %d raised; "
                                "the wait lets its stream go", what, self.id)
@@ -283,13 +290,14 @@ class Stream:
         first 8 bytes of device buffer `word` after this stream's earlier work (aclrtValueWrite's
         write): a wait_value on the word, on any stream, can wait for it, and the race sanitizer
         orders that wait after this write. Returns its task id."""
-        view = self._word_view(word, "write_value")
-        number = as_int(value)
+        self._word_view(word, "write_value")  # (checked now; written through a view made as
+        number = as_int(value)               # it runs: a word freed meanwhile fails it, 107017)
         if number is None or not -(1 << 63) <= number < (1 << 64):
             raise InvalidArgumentError(f"write_value: the value must be an int that fits 64 bits, "
                                        f"got {value!r:.40}")
         number &= (1 << 64) - 1
-        task = Task(KERNEL, _write_word, (view, number), name="value_write")
+        task = Task(KERNEL, _write_word, (word, number), name="value_write")
+        task.resolve = _word_now
         task.writes = (word[0:8],)
         task.keep = word
         task.cost = _SCHEDULER_WORK  # (the stream's scheduler writes it: no AI core, no time)

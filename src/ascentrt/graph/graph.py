@@ -56,7 +56,7 @@ class GraphNode:
     change a node's arguments with Graph.update)."""
 
     __slots__ = ("index", "kind", "fn", "args", "name", "lane", "deps", "group", "nbytes",
-                 "keep", "op", "reads", "writes")
+                 "keep", "op", "reads", "writes", "value")
 
     index: int
     kind: int
@@ -71,6 +71,7 @@ class GraphNode:
     nbytes: int
     keep: Any
     op: PlainOp
+    value: tuple | None  # a value write's (word address, value), as its task's (the race sanitizer's)
 
     def __init__(self, index: int, task: Task, lane: int, deps: list[int],
                  group: TaskGroup | None = None):
@@ -87,6 +88,7 @@ class GraphNode:
         init(self, "group", group)
         init(self, "nbytes", task.nbytes)
         init(self, "keep", task.keep)
+        init(self, "value", task.value)
         # What a replay hands the backend: kernel buffer arguments resolved to what the
         # kernel takes once, at instantiation, not per launch.
         args = task.args if task.resolve is None else tuple(task.resolve(task.args))

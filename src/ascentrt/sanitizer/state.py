@@ -715,6 +715,10 @@ class Sanitizer:
         reports = self._take_accesses(accesses, sid, time, task_id, site, vc, origin) if accesses else []
         if task.value is not None and kind == KERNEL:
             reports += self._value_written(task.value, vc)
+        elif task.dispatches_nodes:  # (a replayed graph's value writes: as their eager form's)
+            for node in segment_nodes(task) or ():
+                if node.value is not None:
+                    reports += self._value_written(node.value, vc)
         return reports
 
     def value_wait_passed(self, stream) -> None:
