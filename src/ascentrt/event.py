@@ -89,8 +89,7 @@ class Event:
         m = self._marker
         if m is not None and m.capture is not None:
             m.capture.refuse_event(self, m)
-        self.device._backend.host_call("query")  # a simulated device catches up to now first
-        ENGINE.look_at_values()  # (a word the host wrote since)
+        ENGINE.host_looks(self.device._backend)
         if m is None:
             return True
         if m.discarded_by:

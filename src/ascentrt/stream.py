@@ -50,7 +50,6 @@ class FailureMode(enum.IntEnum):
     STOP = 1      # pending tasks are discarded and later submissions refused
 
 
-
 _SCHEDULER_WORK = Cost(seconds=0.0, block_dim=0)  # a task no compute unit runs (see Cost)
 
 
@@ -64,6 +63,7 @@ def _word_now(args: tuple) -> tuple:
 def _write_word(view: Any, value: int) -> None:
     """A value write's kernel: the word takes the value."""
     view[0] = value
+
 
 class Stream:
     """A queue of tasks that run one at a time, in submission order, on one device."""
@@ -264,7 +264,7 @@ class Stream:
         task) says how; with `last_resort`, a deadlock through the wait is reported at once, not
         left to the timeout). `what` describes it ("the word at 0x... to equal 3"). Returns its
         task id."""
-        self._word_view(word, "wait_value")
+        self._check_word(word, "wait_value")
         if not callable(met):
             raise InvalidArgumentError(f"wait_value: the condition must be callable, got {type(met).__name__}")
 
@@ -290,8 +290,8 @@ class Stream:
         first 8 bytes of device buffer `word` after this stream's earlier work (aclrtValueWrite's
         write): a wait_value on the word, on any stream, can wait for it, and the race sanitizer
         orders that wait after this write. Returns its task id."""
-        self._word_view(word, "write_value")  # (checked now; written through a view made as
-        number = as_int(value)               # it runs: a word freed meanwhile fails it, 107017)
+        self._check_word(word, "write_value")  # (written through a view made as it runs: a
+        number = as_int(value)                # word freed meanwhile fails it, 107017)
         if number is None or not -(1 << 63) <= number < (1 << 64):
             raise InvalidArgumentError(f"write_value: the value must be an int that fits 64 bits, "
                                        f"got {value!r:.40}")
@@ -304,13 +304,12 @@ class Stream:
         task.value = (word.addr, number)
         return self._submit(task)
 
-    def _word_view(self, word: Any, what: str) -> Any:
-        """The first 8 bytes of `word`, this device's memory, as a uint64 numpy view."""
+    def _check_word(self, word: Any, what: str) -> None:
+        """InvalidArgumentError unless `word` is 8 bytes or more of this device's memory."""
         if getattr(word, "device", None) is not self.device or not hasattr(word, "_array") \
                 or getattr(word, "nbytes", 0) < 8:
             raise InvalidArgumentError(f"{what}: the word must be 8 bytes or more of device "
                                        f"{self.device.id}'s memory, got {word!r:.60}")
-        return word._array("<u8", None)
 
     # ---- graph capture (the implementation registered in Hooks.capture by ascentrt.graph) ----
 
@@ -353,8 +352,7 @@ class Stream:
         self._check_alive()
         if self._capture is not None:
             self._capture.refuse(self, "query")
-        self._dq.backend.host_call("query")  # a simulated device catches up to now first
-        ENGINE.look_at_values()  # (a word the host wrote since)
+        ENGINE.host_looks(self._dq.backend)
         sanitizer = Hooks.sanitizer
         seen = sanitizer.stream_clocks([self]) if sanitizer is not None else None
         done = self._completed >= self._submitted

@@ -141,8 +141,7 @@ def query_event_wait_status(event: int) -> int:
     ev = EVENTS.get(event)
     check_sync_flag(event, "query_event_wait_status", ex_allowed=False)
     backend = ev.device._backend
-    backend.host_call("query")  # (as Stream.query: a simulated device catches up to now first,
-    ENGINE.look_at_values()     # and a word the host wrote since lets its value waits go)
+    ENGINE.host_looks(backend)  # (as Stream.query)
     with _lock:
         pending = [m for m in _waits.get(event, ()) if not _passed(m)]
         _waits[event] = pending

@@ -11,8 +11,8 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
     clock moves to that completion; a synchronize then charges its cost (the return path) once.
   - A task is taken from the engine when a unit of its executor class is free (strict
     priority: a compute kernel that does not fit blocks the ones behind it; copies go to the
-    first free engine of their direction, a graph segment of copies holds one of each
-    direction it moves), runs at once, and ends after its modelled cost.
+    first free engine of their direction, a graph segment of copies one of its direction),
+    runs at once, and ends after its modelled cost.
   - Running tasks share what they use, with max-min fair rates (a fluid model): a task that
     moves memory needs its share of the memory bandwidth at its full rate, and on a preset
     with shared_processors (a model of a cpu backend, whose engines are threads on a few
@@ -521,7 +521,7 @@ class SimBackend(CpuBackend):
         self._alone_frame = _Frame(None, 0)  # the frame of run_alone's task (see there)
         self.shared_since = 0           # when `sharing`'s work was last brought up to date
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
-        self._last_lane: Any = 0        # the copy engines _fits_copy found (see _take_lanes)
+        self._last_lane = 0             # the copy engine's direction _fits_copy found
         self._last_units = 0            # the compute units _fits_compute found
         self._host_cost = {what: int(ns) for what, ns in {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
@@ -821,7 +821,7 @@ class SimBackend(CpuBackend):
         if executor == _COMPUTE:
             self.free_units += units
         elif executor == _COPY:
-            self._take_lanes(units, 1)
+            self.free_copy[units] += 1
         else:
             self.free_host += 1
         queue.finish(task)
@@ -912,7 +912,7 @@ class SimBackend(CpuBackend):
                 if t is None:
                     break
                 lane = self._last_lane  # what _fits_copy found for the task it accepted
-                self._take_lanes(lane, -1)
+                self.free_copy[lane] -= 1
                 self._start(q, t, lane)
         if host.count:
             q = self.queues[_HOST]
@@ -946,20 +946,19 @@ class SimBackend(CpuBackend):
         return units <= self.free_units
 
     def _fits_copy(self, t) -> bool:
-        """Whether an engine of the copy's direction is free; a graph segment of copies needs
-        one of each direction its nodes move (as its copies would take eagerly: a segment
-        that took any free engine ran an H2D copy on the D2H engine beside another H2D one);
-        another run of operations on the copy class, any engine."""
+        """Whether an engine of the copy's direction is free; a graph segment of copies, one of
+        its nodes' direction (as its copies would take eagerly: a segment that took any free
+        engine ran an H2D copy on the D2H engine beside another H2D one); another run of
+        operations on the copy class (a collective's), a D2D engine."""
         free = self.free_copy
-        lane: Any  # (a direction, or a segment's tuple of them)
+        lane: int | None
         if t.fn is None:
             lane = self.direction(t.args[0], t.args[2])
             self._last_lane = lane
             return free[lane] > 0
         if t.dispatches_nodes:
-            lanes = self._segment_lanes(t)
-            self._last_lane = lanes
-            return all(free[lane] for lane in lanes)
+            lane = self._last_lane = self._segment_lane(t)
+            return free[lane] > 0
         # (another run of operations, a collective's steps between devices: a D2D engine, as
         # its peer copies take; any free one only on a device without D2D engines: taking the
         # H2D engine held the device's host-to-device copies up)
@@ -974,25 +973,13 @@ class SimBackend(CpuBackend):
         self._last_lane = lane
         return True
 
-    def _segment_lanes(self, t) -> tuple[int, ...]:
-        """The copy directions a graph segment's nodes move, each once, in order (its task's
-        first argument holds (op, node) per node; a node that is no plain copy takes H2D's)."""
-        lanes: list[int] = []
-        for op, _ in t.args[0]:
-            args = op.args
-            lane = self.direction(args[0], args[2]) if op.fn is None and len(args) == 6 else H2D
-            if lane not in lanes:
-                lanes.append(lane)
-        return tuple(lanes)
-
-    def _take_lanes(self, lanes: Any, delta: int) -> None:
-        """Take (delta -1) or give back (+1) the copy engines `lanes` holds: a direction, or a
-        graph segment's tuple of them."""
-        if type(lanes) is int:
-            self.free_copy[lanes] += delta
-        else:
-            for lane in lanes:
-                self.free_copy[lane] += delta
+    def _segment_lane(self, t) -> int:
+        """The copy direction a graph segment's nodes move (a lane is cut where it changes: its
+        first node says it; its task's first argument holds (op, node) per node); a node that
+        is no plain copy takes H2D's."""
+        op = t.args[0][0][0]
+        args = op.args
+        return self.direction(args[0], args[2]) if op.fn is None and len(args) == 6 else H2D
 
     def direction(self, dst: int, src: int) -> int:
         """H2D, D2H or D2D from where the two addresses are (host to host counts as H2D)."""
@@ -1120,49 +1107,11 @@ class SimBackend(CpuBackend):
         self.shared_since = now
 
     def _share(self) -> None:
-        """Give the sharing tasks their max-min fair rates (progressive filling); with tasks
-        sharing on several devices at once, all of them together (a peer link joins two)."""
+        """Give the sharing tasks their max-min fair rates (progressive filling, _share_across);
+        with tasks sharing on several devices at once, all of them together (a peer link joins
+        two)."""
         busy = [b for b in self.timeline.backends if b.sharing]
-        if len(busy) > 1:
-            _share_across(busy, self.timeline.now)
-            return
-        entries = self.sharing
-        procs = self.processors
-        if procs and sum(e[7] for e in entries) > self._crowd_at:
-            procs = self._crowded
-        for entry in entries:
-            entry[6] = 0.0
-        rising = list(entries)
-        mem_left, procs_left = 1.0, float(procs)
-        links_left: dict = {e[8]: 1.0 for e in entries if e[8] is not None}
-        while rising:
-            step = min(1.0 - e[6] for e in rising)
-            load = sum(e[5] for e in rising)
-            users = sum(e[7] for e in rising)
-            if load > 0:
-                step = min(step, mem_left / load)
-            if procs and users:
-                step = min(step, procs_left / users)
-            link_load: dict = {}
-            for e in rising:
-                if e[8] is not None:
-                    link_load[e[8]] = link_load.get(e[8], 0.0) + e[9]
-            for key, lload in link_load.items():
-                if lload > 0:
-                    step = min(step, links_left[key] / lload)
-            for e in rising:
-                e[6] += step
-            mem_left -= step * load
-            procs_left -= step * users
-            for key, lload in link_load.items():
-                links_left[key] -= step * lload
-            full_mem = mem_left <= 1e-12
-            full_procs = procs and procs_left <= 1e-12
-            rising = [e for e in rising if e[6] < 1.0 - 1e-12 and not (full_procs and e[7])
-                      and not (full_mem and e[5] > 0)
-                      and not (e[8] is not None and e[9] > 0 and links_left[e[8]] <= 1e-12)]
-        for entry in entries:
-            entry[6] = max(entry[6], 1e-9)  # (never stalled for good: float dust)
+        _share_across(busy if len(busy) > 1 else [self], self.timeline.now)
 
     def next_shared_end(self) -> int | None:
         """When the first of the sharing tasks finishes its work at the present rates."""

@@ -854,6 +854,13 @@ class Engine:
         elif t.kind == VALUE_WAIT and s in self._value_waits:
             self._value_waits.remove(s)
 
+    def host_looks(self, backend) -> None:
+        """The host looks at the device without waiting for it (a query): a simulated device
+        catches up to now first, and the value waits whose word the host wrote since go."""
+        backend.host_call("query")
+        if self._value_waits:
+            self.look_at_values()
+
     def look_at_values(self) -> None:
         """Let go the value waits whose word now meets its condition: the host, which may have
         written a word itself, looks at the device (a query) without waiting for it (a waiting

@@ -554,8 +554,8 @@ def _compile(ops: list[tuple[int, str, int]], nodes: list[GraphNode], lanes: int
                 steps.append((lane, "detach", node))
                 continue
             ex = EXECUTOR_OF[node.kind]
-            # (a copy's label is its direction: a simulated segment holds an engine of each
-            # direction it moves, so a change of direction starts a new one, as for units)
+            # (a copy's label is its direction: a simulated segment holds an engine of its
+            # direction, so a change of direction starts a new one, as for units)
             units = node.name if ex == COPY_ENGINE else _declared_units(node.op)
             seg = open_seg[lane]
             # A segment holds the same units throughout (see _segment_cost): a change of

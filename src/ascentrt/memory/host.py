@@ -72,7 +72,7 @@ def _release(buf: HostBuffer) -> bool:
 
 def _charge_free() -> None:
     """A simulated host pays for a free of pinned memory, as for a device buffer's."""
-    charge = _state["charge"] if "charge" in _state else None
+    charge = _state.get("charge")
     if charge is not None:
         charge("free")
 
