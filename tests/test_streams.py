@@ -528,6 +528,9 @@ def test_wait_value_refuses_what_is_no_device_word_and_a_raising_condition_lets_
         assert err.value.code == art.ErrorCode.INVALID_PARAM
     with pytest.raises(art.InvalidArgumentError):
         s.wait_value(word, 3, "a word")
+    for bad in ("yes", None, 2):  # (last_resort: a flag)
+        with pytest.raises(art.InvalidArgumentError):
+            s.wait_value(word, lambda w: True, "a word", last_resort=bad)
     assert s.pending == 0
     s.wait_value(word, lambda w: 1 / 0, "a broken condition")
     s.synchronize(10)
