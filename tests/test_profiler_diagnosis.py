@@ -523,7 +523,7 @@ def test_a_submit_held_by_a_full_queue_is_waiting_not_submitting_cost():
             for _ in range(150):
                 art.launch(lambda: None, stream=s, cost=10e-6, block_dim=1)
             s.synchronize()
-        from ascentrt.profiler.analysis import metrics
+        from ascentrt.profiler.metrics import metrics
         calls = prof.profile.api_calls
         full = [c for c in calls if c.name == "waiting for room in a full stream queue"]
         api = metrics(prof.profile)["api"]  # (calls the program made, each its own time)

@@ -1,7 +1,8 @@
 """The profiler's figures are named for what they measure: time queued in a stream is not a
 dispatch latency, task_time.csv's wait_us is msprof's gap, and one dispatch median per report."""
 
-from ascentrt.profiler.analysis import diagnose, dispatch_latencies, metrics
+from ascentrt.profiler.analysis import diagnose
+from ascentrt.profiler.metrics import dispatch_latencies, metrics
 from ascentrt.profiler.csvexport import task_rows
 from ascentrt.profiler.data import DeviceInfo, ProfileData, TaskRecord
 from ascentrt.profiler.summary import sections

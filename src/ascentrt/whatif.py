@@ -22,7 +22,7 @@ from .backends import presets as preset_files
 from .backends.presets import FIELDS, PROGRAM_PREFIX, Preset, PresetError, load, parse_value, shown
 from .errors import ErrorCode, InvalidArgumentError, os_cause
 from .profiler import load as load_profile
-from .profiler.analysis import metrics
+from .profiler.metrics import metrics
 from .profiler.critical import critical_path, describe
 from .profiler.data import PART_DIR
 from .profiler.export import SUMMARY_FILE

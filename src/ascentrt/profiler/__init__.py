@@ -9,7 +9,9 @@
 program. `load(dir)` reads a run back as a Profile.
 """
 
-from .analysis import Finding, diagnose, metrics
+from .analysis import diagnose
+from .finding import Finding
+from .metrics import metrics
 from .data import (Allocation, ApiCall, DeviceInfo, MarkRecord, MemorySample, RangeRecord,
                    StreamInfo, TaskRecord)
 from .profile import Profile

@@ -7,7 +7,8 @@ import os
 
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
 from ..validate import check_path, read_small_file
-from .analysis import diagnose, metrics
+from .analysis import diagnose
+from .metrics import metrics
 from .data import DATA_FILE, ProfileData, part_path
 from .export import write_folder
 from .scope import within
@@ -25,7 +26,7 @@ class Profile(ProfileData):
         return diagnose(self) if range is None else within(self, range).diagnose()
 
     def metrics(self) -> dict:
-        """Utilization, latency, API time and bandwidth figures (see analysis.metrics)."""
+        """Utilization, latency, API time and bandwidth figures (see profiler.metrics)."""
         return metrics(self)
 
     def save(self, path: str | os.PathLike) -> str:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError
 from ..units import format_ms
-from .analysis import Finding, diagnose
+from .analysis import diagnose
+from .finding import Finding
 from .data import ProfileData
 from .intervals import total, union
 

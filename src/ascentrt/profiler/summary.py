@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..units import format_bytes
-from .analysis import diagnose, metrics
+from .analysis import diagnose
+from .metrics import metrics
 from .data import PART_DIR, WORK_KINDS, ProfileData, calls_made_count
 
 

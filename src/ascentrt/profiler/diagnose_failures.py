@@ -1,0 +1,172 @@
+"""Findings of work that failed or never finished, and of ranks that keep a collective waiting."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from ..errors import ErrorCode
+from ..units import format_ms
+from .data import EXIT_MARK, WORK_KINDS, ProfileData
+from .finding import Finding, MIN_GAP_NS, MIN_GAP_VIRTUAL_NS, STRAGGLER_SHARE, format_us, task_ref
+from .metrics import DURATION
+
+
+def stragglers(profile: ProfileData) -> list[Finding]:
+    """A rank that reaches its collectives last while the others wait in them, idle: the time
+    they waited, and the work its stream did before it arrived."""
+    tasks = {t.key: t for t in profile.tasks}
+    shared = {k for k, n in Counter(t.key for t in profile.tasks).items() if n > 1}  # (graph replays)
+    waited: defaultdict[tuple, int] = defaultdict(int)   # (comm, late rank) -> ns the others waited
+    late: defaultdict[tuple, list] = defaultdict(list)   # (comm, late rank) -> [(collective, its part)]
+    ranks: dict[int, int] = {}                           # comm -> how many ranks
+    submitted_late: defaultdict[tuple, int] = defaultdict(int)  # ... of the waits: the host's
+    for coll in profile.collectives:
+        keys = [tuple(p[1:]) for p in coll.parts]
+        if any(k in shared for k in keys):
+            continue  # (a replayed graph's parts share their task's id: which replay is whose?)
+        parts = [(p[0], tasks[k]) for p, k in zip(coll.parts, keys) if k in tasks]
+        if len(parts) < 2 or coll.state != "done":
+            continue
+        rank, last = max(parts, key=lambda rp: rp[1].start_ns)
+        key = (coll.comm, rank)
+        waited[key] += sum(last.start_ns - t.start_ns for _, t in parts)
+        # (of that, what the late part would have waited for however fast its stream's work
+        # before it: it was not even enqueued before the others had started theirs)
+        arrived = min(last.enqueue_ns, last.start_ns)
+        submitted_late[key] += sum(max(0, arrived - t.start_ns) for _, t in parts)
+        late[key].append((coll, last))
+        ranks[coll.comm] = len(parts)
+    sim = any(d.backend == "sim" for d in profile.devices)
+    out = []
+    for (comm, rank), ns in waited.items():
+        others = ranks[comm] - 1
+        each = ns / others  # what each other rank waited, on average
+        if each < max(MIN_GAP_VIRTUAL_NS if sim else MIN_GAP_NS, STRAGGLER_SHARE * profile.duration_ns):
+            continue
+        colls = late[(comm, rank)]
+        coll, part = colls[0]
+        before = _work_before(profile, part, {tuple(p[1:]) for c in profile.collectives for p in c.parts})
+        names: Counter[str] = Counter()
+        for t in before:
+            names[t.name] += t.duration_ns
+        top = ", ".join(f"{n} {format_ms(d)}" for n, d in names.most_common(3)) or "none recorded"
+        host_ns = submitted_late[(comm, rank)]
+        evidence = {"collectives": len(colls), "ranks": others + 1,
+                    "waited per other rank": format_ms(each), "late rank's device": part.device,
+                    "late rank's stream": part.stream}
+        if 2 * host_ns >= ns:  # the host, not the rank's stream, held it back
+            evidence["of it, before the late part was submitted"] = format_ms(host_ns / others)
+            out.append(Finding(
+                "straggler", f"Rank {rank} (device {part.device}) of communicator {comm} arrives last "
+                             f"at its collectives: the host submits its work late",
+                f"in {len(colls)} collective(s) ({coll.op} #{coll.seq} first) rank {rank} reached the "
+                f"collective last; the other {others} rank(s) waited {format_ms(each)} each on average, "
+                f"their devices idle in it, {format_ms(host_ns / others)} of it before the host had "
+                f"even submitted rank {rank}'s part (its stream ran {top} before it): the host was "
+                f"still in the other ranks' calls",
+                "submit every rank's work before any rank's collective, or each rank from a thread "
+                "of its own, so that no rank's collective waits for the host to reach the others",
+                evidence, [task_ref(t) for t in sorted(before, key=DURATION, reverse=True)[:5]], int(ns)))
+            continue
+        out.append(Finding(
+            "straggler", f"Rank {rank} (device {part.device}) of communicator {comm} arrives last "
+                         f"at its collectives: the other ranks wait for it",
+            f"in {len(colls)} collective(s) ({coll.op} #{coll.seq} first) rank {rank} reached the "
+            f"collective last; the other {others} rank(s) waited {format_ms(each)} each on average, "
+            f"their devices idle in it; before it, rank {rank}'s stream ran {top}",
+            f"balance the work between the ranks (rank {rank}'s stream has more, or slower, work "
+            f"before the collective), or overlap it: queue the collective's inputs first and the "
+            f"rest after it",
+            evidence, [task_ref(t) for t in sorted(before, key=DURATION, reverse=True)[:5]], int(ns)))
+    return out
+
+
+def _work_before(profile: ProfileData, part, part_keys: set) -> list:
+    """The work tasks of `part`'s stream between its previous collective part (`part_keys`:
+    every collective's parts), or the start, and `part`."""
+    same = sorted((t for t in profile.tasks if t.device == part.device and t.stream == part.stream),
+                  key=lambda t: (t.task_id, t.start_ns))
+    out: list = []
+    for t in same:
+        if t is part:
+            break
+        if t.key in part_keys:
+            out = []
+        elif t.kind in WORK_KINDS:
+            out.append(t)
+    return out
+
+
+_WAITS = ("event_wait", "notify_wait", "value_wait")
+# (not 107019, RT_WAIT_TIMEOUT: a device-side wait's own failure, which a host call only passes
+# on; the failed wait is a failed task of the profile)
+_GAVE_UP = {ErrorCode.RT_STREAM_SYNC_TIMEOUT: "timed out", ErrorCode.RT_EVENT_SYNC_TIMEOUT: "timed out",
+            ErrorCode.RT_DEADLOCK: "found a deadlock"}
+
+
+def never_finished(profile: ProfileData) -> list[Finding]:
+    """Work that never finished: streams stopped at a task that never ended (still blocked or
+    running when profiling ended, or a wait cut short when its stream was dropped), and the
+    host calls that gave up waiting for it (a timeout, a deadlock)."""
+    stuck = [t for t in profile.tasks if t.fate == "unfinished"
+             or (t.fate == "dropped" and t.kind in _WAITS)]
+    gave_up = [c for c in profile.api_calls if c.error in _GAVE_UP]
+    if not stuck and not gave_up:
+        return []
+    # (the program's end: an uncaught exception cuts queued work off; it is not stuck)
+    ended = next((m for m in profile.marks if m.name.startswith(EXIT_MARK)), None)
+    where = []
+    for t in stuck:
+        if t.fate == "dropped":
+            how = f"blocked from {format_us(t.start_ns)} until its stream was dropped at {format_us(t.end_ns)}"
+        elif t.kind in _WAITS:
+            how = f"blocked from {format_us(t.start_ns)} to the end of the profile"
+        else:
+            how = f"had not finished (running or waiting for an executor) since {format_us(t.start_ns)}"
+        where.append(f"device {t.device} stream {t.stream}: {t.name} (task {t.task_id}) {how}")
+    calls = [f"{c.name}{f' of {c.target}' if c.target else ''} {_GAVE_UP[c.error]} ({c.error}) "
+             f"at {format_us(c.end_ns)}" for c in gave_up]
+    waits = sum(t.kind in _WAITS for t in stuck)
+    cause = "; ".join(where + calls)
+    advice = []
+    if waits or gave_up:
+        advice.append("a wait that never ends waits for a record nothing makes: check that the "
+                      "event or notify each blocked stream waits on is recorded (and not another "
+                      "one), and that no two streams wait for each other (a DeadlockError's "
+                      "message names the cycle)")
+    if len(stuck) > waits:
+        advice.append("work still queued or running when the profile ended was cut off by the "
+                      "program's end, not stuck, unless a kernel or host function never returns: "
+                      "synchronize before the program ends" + (" and fix the exception that "
+                                                               "ended it" if ended else ""))
+    title = (f"Work never finished: {len(stuck)} stream(s) stopped at a task that did not end"
+             if stuck else f"{len(gave_up)} wait(s) for the device gave up")
+    evidence: dict[str, object] = {"streams stopped": len(stuck), "of them at a wait": waits,
+                                   "host waits that gave up": len(gave_up)}
+    if ended is not None:
+        exception = ended.name[len(EXIT_MARK):]
+        evidence["the program ended with"] = exception
+        if stuck:  # (a wait among them may only have waited for work the end cut off too)
+            title = (f"Work cut off: the program ended with an uncaught exception while "
+                     f"{len(stuck)} stream(s) still had work")
+            cause = f"{exception} at {format_us(ended.ts_ns)} ended the program; {cause}"
+            advice.reverse()  # (the end first: a wait's advice only if one had truly stuck)
+    return [Finding("never_finished", title, cause, "; ".join(advice), evidence,
+                    [task_ref(t) for t in stuck])]
+
+
+def failed_tasks(profile: ProfileData) -> list[Finding]:
+    """Tasks that raised: which, where, and with what."""
+    failed = [t for t in profile.tasks if t.failed]
+    if not failed:
+        return []
+    first = failed[0]
+    where = f"task {first.task_id} ({first.name}, a {first.kind}) on device {first.device} stream {first.stream}"
+    kinds = Counter(t.error.split(":", 1)[0] or "error" for t in failed)
+    return [Finding(
+        "failed_tasks", f"{len(failed)} task(s) failed",
+        f"{where} raised {first.error or 'an error'}",
+        "the error was raised at the next synchronize of its stream (or event, or device) and "
+        "is in get_last_error(); in failure mode STOP the stream refused later work",
+        {"failed tasks": len(failed), "errors": dict(kinds)},
+        [f"{t.device}/{t.stream}/{t.task_id}" for t in failed])]

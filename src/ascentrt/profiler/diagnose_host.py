@@ -1,0 +1,245 @@
+"""Findings of the host's synchronization: synchronizes in a loop, needless waits, copies that
+block the host."""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import Counter, defaultdict
+
+from ..backends import presets
+from ..units import format_ms
+from .data import WORK_KINDS, calls_made
+from .hosttime import attribute
+from .intervals import gaps, intersection, total, union
+from .finding import (
+    Finding, LONG_DONE_NS, MIN_DEVICE_SYNCS, MIN_GAP_NS, MIN_GAP_VIRTUAL_NS, MIN_NEEDLESS_SYNCS,
+    SUBMIT_APIS)
+from .metrics import within
+
+
+def _submit_calls(profile):
+    return [c for c in profile.api_calls if c.name in SUBMIT_APIS]
+
+
+def submit_costs(profile) -> list[int]:
+    """Each submitting call's own time: less what it spent waiting for room in a full stream
+    queue (waiting on the device, which doing more per task would not save)."""
+    return [own for c, own in calls_made(profile.api_calls) if c.name in SUBMIT_APIS]
+
+
+def pinned_saving(staged, staged_ns: int, profile) -> int:
+    """What copying `staged` (pageable copies) from pinned memory would save, in ns, where the
+    simulated device's model is known and the copies ran at its pageable rate; else 0."""
+    dev = next((d for d in profile.devices if d.backend == "sim" and d.preset), None)
+    if dev is None or not staged_ns:
+        return 0
+    try:
+        model = presets.load(dev.preset)
+    except Exception:
+        return 0
+    rate = sum(t.nbytes for t in staged) / staged_ns * 1e9
+    pageable, pinned = model.pageable_bandwidth, model.host_link_bandwidth
+    if not pageable < pinned or abs(rate - pageable) > 0.2 * pageable:
+        return 0  # (a model varied for the run, or copies not at its pageable rate)
+    return int(staged_ns * (1 - pageable / pinned))
+
+
+def synchronous_copies(copies, profile) -> int:
+    """How many of `copies` blocked the host (pageable: staged inside the call)."""
+    return len(synchronous(copies, profile))
+
+
+def synchronous(copies, profile) -> list:
+    """The copies that finished inside the memcpy_async that submitted them (pageable host
+    memory: staged by the host, which the call blocks until the copy is done)."""
+    calls = defaultdict(list)
+    for c in profile.api_calls:
+        if c.name in ("memcpy_async", "memcpy2d_async"):
+            calls[c.thread].append(c)
+    out = []
+    for t in copies:
+        for c in calls.get(t.thread, ()):
+            if c.start_ns <= t.enqueue_ns <= c.end_ns:
+                if t.end_ns <= c.end_ns:
+                    out.append(t)
+                break
+    return out
+
+
+def sync_in_loop(profile, windows) -> list[Finding]:
+    """Device-wide synchronizations, synchronizations of one stream, and event
+    synchronizations that alternate with submissions: the host waits out the work every
+    iteration instead of queueing ahead."""
+    by_device, by_stream, event_syncs = defaultdict(list), defaultdict(list), []
+    for c in profile.api_calls:
+        if c.name in ("synchronize", "Device.synchronize"):
+            by_device[c.target].append(c)
+        elif c.name == "Stream.synchronize":
+            by_stream[c.target].append(c)
+        elif c.name == "Event.synchronize":
+            event_syncs.append(c)
+    if not any(len(syncs) >= MIN_DEVICE_SYNCS for syncs in
+               [*by_device.values(), *by_stream.values(), event_syncs]):
+        return []  # (the usual case: nothing below to sort or merge)
+    submits = sorted(c.start_ns for c in _submit_calls(profile))
+    work = [t for t in profile.tasks if t.kind in WORK_KINDS]
+    device_of = {f"stream {t.stream}": t.device for t in work}
+    timelines: dict[int | None, tuple] = {}
+
+    def timeline_of(device: int | None) -> tuple:
+        """The device's tasks' timeline (None: every device's), made once."""
+        if device not in timelines:
+            timelines[device] = _timeline([t for t in work if device is None or t.device == device])
+        return timelines[device]
+    out: list[Finding] = []
+    # (each synchronized device's own idle time: another device busy meanwhile hides nothing)
+    for target, syncs in sorted(by_device.items()):
+        if len(syncs) < MIN_DEVICE_SYNCS:
+            continue
+        device = int(target.split()[1]) if target.startswith("device ") else None
+        found = _syncs_in_loop(syncs, submits, timeline_of(device), windows, profile)
+        if found:
+            between, idle_after, evidence = found
+            out.append(Finding(
+                "device_sync_in_loop", "Device-wide synchronization inside the loop"
+                + (f" ({target})" if len(by_device) > 1 else ""),
+                f"{len(syncs)} device-wide synchronizations alternate with submissions: each "
+                f"one drains every stream, so the device runs dry until the host submits again",
+                "synchronize only the stream or event whose results the host needs, and only "
+                "where it reads them; let several iterations queue up before waiting",
+                {"device synchronizations": len(syncs), "with submissions in between": between,
+                 **evidence}, [], idle_after))
+    groups = [(f"Synchronization of {target}", target, syncs) for target, syncs in sorted(by_stream.items())]
+    if event_syncs:
+        groups.append(("Event synchronization", "", event_syncs))
+    virtual = any(d.backend == "sim" for d in profile.devices)
+    for title, target, syncs in groups:
+        if len(syncs) < MIN_DEVICE_SYNCS:
+            continue
+        # (events: their streams are not named in the calls, so every device's idle counts)
+        found = _syncs_in_loop(syncs, submits, timeline_of(device_of.get(target)), windows,
+                               profile)
+        # Worth a finding only where the device ran dry: more than scheduling noise per wait
+        # and 1% of the loop (a double-buffered loop that waits for the batch before the one
+        # it just queued leaves only dispatch gaps).
+        floor = (MIN_GAP_VIRTUAL_NS if virtual else MIN_GAP_NS) * len(syncs)
+        if found and found[1] >= max(floor, 0.01 * (syncs[-1].end_ns - syncs[0].start_ns)):
+            between, idle_after, evidence = found
+            what = target or "events"
+            out.append(Finding(
+                "stream_sync_in_loop", f"{title} inside the loop",
+                f"{len(syncs)} synchronizations of {what} alternate with submissions: the host "
+                f"waits for the work every iteration, so nothing of the next iteration is "
+                f"queued while this one runs and the device runs dry in between",
+                "wait only where the host reads results, and queue the next iteration before "
+                "waiting (double-buffer so copies of batch n+1 overlap batch n)",
+                {"synchronizations": len(syncs), "with submissions in between": between,
+                 **evidence}, [], idle_after))
+    return out
+
+
+def _timeline(work) -> tuple[list, list, list]:
+    """(sorted starts, sorted ends, merged busy intervals) of these tasks."""
+    return (sorted(t.start_ns for t in work), sorted(t.end_ns for t in work),
+            union((t.start_ns, t.end_ns) for t in work))
+
+
+def _syncs_in_loop(syncs, submits, timeline, windows, profile):
+    """(syncs with submissions in between, device idle after them, evidence) when at least
+    MIN_DEVICE_SYNCS synchronizations mostly alternate with submissions; else None."""
+    if len(syncs) < MIN_DEVICE_SYNCS:
+        return None
+    starts, ends, busy = timeline
+    between = 0
+    for a, b in zip(syncs, syncs[1:]):
+        i = bisect.bisect_left(submits, a.end_ns)
+        between += i < len(submits) and submits[i] < b.start_ns
+    if between < 0.8 * (len(syncs) - 1):
+        return None
+    # A synchronization whose work was done before it began drained nothing (the device ran
+    # dry, if it did, in an earlier one): the loop's idle is the blocking ones' alone, and a
+    # loop of mostly such is no sync in the loop (needless_syncs names those).
+    blocked = [c for c in syncs if not c.already_done]
+    if 2 * len(blocked) < len(syncs):
+        return None
+    # Idle from the moment the device ran dry inside each synchronization (its last task
+    # ended; not before the call began) to the next task's start: the synchronization's own
+    # latency and the host's next submissions (returning from it alone left out the first).
+    after = []
+    for c in blocked:
+        i = bisect.bisect_left(starts, c.end_ns)
+        if i < len(starts):
+            j = bisect.bisect_right(ends, c.end_ns) - 1
+            dry = max(c.start_ns, ends[j]) if j >= 0 else c.start_ns
+            after.append((min(dry, c.end_ns), starts[i]))
+    # (only where no task ran: a stream's synchronization leaves the others running)
+    idle = gaps(busy, busy[0][0], busy[-1][1]) + [(busy[-1][1], max(b for _, b in after))] \
+        if busy and after else []
+    after = within(intersection(union(after), idle), windows)
+    host = attribute(after, profile.api_calls)
+    # The idle the host spent in other runtime calls (a driver malloc, say) is theirs: the
+    # host-bound finding names them; this finding claims the rest.
+    others = sum(ns for name, (ns, _) in host.calls.items() if name not in SUBMIT_APIS)
+    evidence = {"host blocked in them": format_ms(sum(c.duration_ns for c in syncs)),
+                "device idle from running dry in them to the next task": format_ms(total(after)),
+                **host.evidence("after them")}
+    if others:
+        evidence["of that idle, in other runtime calls (not counted here)"] = format_ms(others)
+    if len(blocked) < len(syncs):
+        evidence["of them, on work already complete (no wait)"] = len(syncs) - len(blocked)
+    return between, total(after) - others, evidence
+
+
+def _stream_done_for(profile) -> dict:
+    """For already-complete Stream.synchronize calls: how long their stream had been idle."""
+    ends = defaultdict(list)
+    for t in profile.tasks:
+        ends[f"stream {t.stream}"].append(t.end_ns)
+    for v in ends.values():
+        v.sort()
+    out = {}
+    for c in profile.api_calls:
+        if c.name == "Stream.synchronize" and c.already_done and c.target in ends:
+            v = ends[c.target]
+            i = bisect.bisect_right(v, c.start_ns) - 1
+            if i >= 0:
+                out[id(c)] = c.start_ns - v[i]
+    return out
+
+
+def needless_syncs(profile) -> list[Finding]:
+    """Host waits that found their work long done, and streams that wait on their own events."""
+    out = []
+    stream_ages = _stream_done_for(profile)
+    done = []
+    for c in profile.api_calls:
+        if c.name in ("Stream.synchronize", "Event.synchronize") and c.already_done:
+            age = c.done_for_ns or stream_ages.get(id(c), 0)
+            if age >= LONG_DONE_NS:
+                done.append((c, age))
+    if len(done) >= MIN_NEEDLESS_SYNCS:
+        cost = sum(c.duration_ns for c, _ in done)
+        targets = Counter(c.target.split(" ")[0] for c, _ in done)
+        out.append(Finding(
+            "needless_sync", "Synchronizations on work that had long completed",
+            f"{len(done)} stream/event synchronizations waited for work that had completed a "
+            f"median {format_ms(statistics.median(a for _, a in done))} earlier: they ordered nothing "
+            f"and cost host time; either the host runs far behind the device or the waits are "
+            f"redundant",
+            "drop synchronizations whose results are known to be ready, keep one where the host "
+            "actually reads the results, or poll with query() when the host has other work",
+            {"needless synchronizations": len(done),
+             "on": ", ".join(f"{what}s ({n})" for what, n in targets.most_common()),
+             "host time in them": format_ms(cost),
+             "examples": ", ".join(c.target for c, _ in done[:5])}, [], cost))
+    own = [c for c in profile.api_calls if c.name == "Stream.wait" and "its own" in c.target]
+    if own:
+        out.append(Finding(
+            "needless_wait", "Streams wait on their own events",
+            f"{len(own)} stream waits were on events recorded on the waiting stream itself: a "
+            f"stream already runs its tasks in order, so these waits order nothing",
+            "remove waits on a stream's own events; wait only on events of other streams",
+            {"needless waits": len(own), "examples": ", ".join(c.target for c in own[:5])},
+            [], sum(c.duration_ns for c in own)))
+    return out
