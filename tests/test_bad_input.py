@@ -47,7 +47,7 @@ def _still_usable(stream):
     (-1, art.InvalidArgumentError, E.INVALID_PARAM),
     (-(1 << 40), art.InvalidArgumentError, E.INVALID_PARAM),
     (1 << 70, art.InvalidArgumentError, E.INVALID_PARAM),
-    (1 << 40, art.InvalidArgumentError, E.INVALID_PARAM),   # more than the whole device
+    (1 << 40, art.OutOfMemoryError, E.RT_MEMORY_ALLOCATION),  # more than the whole device
     (1.5, art.InvalidArgumentError, E.INVALID_PARAM),
     ("64", art.InvalidArgumentError, E.INVALID_PARAM),
     (None, art.InvalidArgumentError, E.INVALID_PARAM),

@@ -120,8 +120,11 @@ class DeviceAllocator:
         if type(nbytes) is not int or not 0 < nbytes <= self.capacity:  # one test on the hot path
             nbytes = check_size(nbytes)
             if nbytes > self.capacity:
-                raise InvalidArgumentError(f"nbytes {nbytes} exceeds device {self.device.id}'s "
-                                           f"capacity {self.capacity}")
+                # (an allocation no device state could serve: out of memory, as cudaMalloc and
+                # aclrtMalloc say, not bad input)
+                raise OutOfMemoryError(f"cannot allocate {nbytes} bytes ({format_bytes(nbytes)}): more "
+                                       f"than device {self.device.id}'s whole memory "
+                                       f"({format_bytes(self.capacity)})", device=self.device.id)
         if stream is not None and stream is not self._checked_stream:
             self._check_stream(stream)
         if _FROM_SOURCE:
