@@ -874,7 +874,7 @@ def test_a_pitched_copy_of_more_rows_than_kept_one_by_one_is_checked_exactly(str
 
 
 def test_strided_spans_overlap_exactly_where_their_rows_share_bytes():
-    from ascentrt.sanitizer.state import _overlap
+    from ascentrt.sanitizer.accesses import overlap as _overlap
 
     def spans(lo, pitch, width, n):
         return [(lo + r * pitch, lo + r * pitch + width) for r in range(n)]
@@ -1128,7 +1128,7 @@ def test_a_launch_with_declared_buffers_takes_the_inlined_path(streams, bufs, mo
     s1, _ = streams
     buf, out, _ = bufs
     calls = []
-    for name in ("_submit_site", "_info", "task_accesses"):
+    for name in ("submit_site", "access_info", "task_accesses"):
         real = getattr(state, name)
         monkeypatch.setattr(state, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
     for name in ("_submitted", "_apply"):

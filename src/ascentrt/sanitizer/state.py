@@ -15,21 +15,20 @@ before the other by the clocks, whichever came first.
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 from typing import Any
 
-from ..callsite import OURS, Site, site_text, user_code_site, user_frame
+from ..callsite import OURS, Site, site_text, user_code_site
 from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
-from ..engine.task import COPY, DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
-    MEMSET, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
+from ..engine.task import DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
+    NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from ..graph.graph import segment_nodes
-from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
-from ..memory.registry import REGISTRY
-from .report import BEFORE_ENABLED, Access, Race, RaceError, allocated
+from .accesses import (access_info, access_of, declared_accesses, overlap, pitched_spans, region_of,
+                       submit_site, task_accesses)
+from .clocks import covered, join, meet
+from .report import BEFORE_ENABLED, Race, RaceError, allocated
 
-_BUFFERS = (DeviceBuffer, HostBuffer, BufferSlice, TypedView)
 HOST = -1           # the host's actor in the clocks (stream ids are positive)
 MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
 MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
@@ -38,239 +37,12 @@ MAX_VALUE_WRITES = 64  # value writes kept per word (then the oldest go: a wait 
 _SYNC_KINDS = frozenset((EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT))  # no accesses
 
 
-def _span(buf):
-    """(allocation, lo, hi) of the bytes a buffer argument names."""
-    if type(buf) is TypedView:
-        alloc, lo, hi = _span(buf.buffer)
-        if buf.shape is not None:
-            n = buf.dtype.itemsize
-            for d in (buf.shape if isinstance(buf.shape, (tuple, list)) else (buf.shape,)):
-                n *= int(d)
-            hi = min(hi, lo + n)
-        return alloc, lo, hi
-    if type(buf) is BufferSlice:
-        return buf.base, buf.offset, buf.offset + buf.nbytes
-    return buf, 0, buf.nbytes
-
-
-def _address_spans(addr: int, pitch: int, width: int, height: int):
-    """(allocation, lo, hi, rows) of what a (pitched) range touches, in live allocations only."""
-    alloc = REGISTRY.find(addr, wait=False)  # (under the engine lock: never the pool's)
-    if alloc is None or not width or not height:
-        return []  # pageable memory the registry does not know: nothing to track
-    return pitched_spans(alloc, addr - alloc.addr, pitch, width, height)
-
-
-def pitched_spans(alloc, base: int, pitch: int, width: int, height: int) -> list:
-    """(allocation, lo, hi, rows) of `height` rows of `width` bytes at `pitch` from offset `base`:
-    one strided span (lo, hi: from the first byte to the last; rows: (pitch, width)), checked
-    as exactly as a record per row would be (which the cap on records would cut); rows None:
-    contiguous."""
-    if height == 1 or pitch == width:
-        return [(alloc, base, base + width * height, None)]
-    return [(alloc, base, base + (height - 1) * pitch + width, (pitch, width))]
-
-
-def _in_rows(lo: int, hi: int, rows: tuple, b_lo: int, b_hi: int) -> tuple | None:
-    """The first bytes [lo, hi) that the rows of a strided span (from `lo` to `hi`, rows
-    (pitch, width)) share with the contiguous [b_lo, b_hi), or None."""
-    pitch, width = rows
-    r = max(0, (b_lo - lo - width) // pitch + 1)  # the first row that ends after b_lo
-    start = lo + r * pitch
-    if start >= hi or start >= b_hi:
-        return None
-    return max(start, b_lo), min(start + width, b_hi)
-
-
-def _overlap(lo: int, hi: int, rows, r) -> tuple | None:
-    """The first bytes a new access (lo, hi, rows) shares with a kept record `r` whose span
-    overlaps its own (either may be strided), or None when only their gaps meet."""
-    r_rows = r[8]
-    if rows is None:
-        return (max(lo, r[0]), min(hi, r[1])) if r_rows is None else _in_rows(r[0], r[1], r_rows, lo, hi)
-    if r_rows is None:
-        return _in_rows(lo, hi, rows, r[0], r[1])
-    if rows[0] == r_rows[0] and rows[1] <= rows[0] and r_rows[1] <= rows[0]:
-        return _same_pitch(lo, hi, rows[1], r[0], r[1], r_rows[1], rows[0])
-    # Both strided: walk the rows of the one with the wider pitch (fewer) inside the other's span.
-    # Where both spans lie, which bytes each has repeats with its pitch, so what they share
-    # repeats with the lcm of the pitches: the first shared bytes lie within one lcm of the
-    # start, or nowhere (rows no wider than their pitch).
-    (a_lo, a_hi, a_rows), (b_lo, b_hi, b_rows) = sorted(((lo, hi, rows), (r[0], r[1], r_rows)),
-                                                        key=lambda x: -x[2][0])
-    pitch, width = a_rows
-    first = max(0, (b_lo - a_lo - width) // pitch + 1)
-    start = a_lo + first * pitch
-    end = min(a_hi, b_hi)
-    if width <= pitch and b_rows[1] <= b_rows[0]:
-        end = min(end, max(a_lo, b_lo) + math.lcm(pitch, b_rows[0]))
-    while start < end:
-        found = _in_rows(b_lo, b_hi, b_rows, start, start + width)
-        if found is not None:
-            return found
-        start += pitch
-    return None
-
-
-def _same_pitch(a_lo: int, a_hi: int, a_w: int, b_lo: int, b_hi: int, b_w: int, pitch: int) -> tuple | None:
-    """_overlap() of two strided spans of one pitch (widths at most it), in O(1): row k of `a`
-    meets row k + t of `b` for at most two shifts t (the rows' offsets modulo the pitch); for
-    each, the first row k both have gives its first shared bytes; the lower of those is it."""
-    a_n, b_n = (a_hi - a_lo - a_w) // pitch + 1, (b_hi - b_lo - b_w) // pitch + 1
-    d = b_lo - a_lo
-    best = None
-    t = (-b_w - d) // pitch + 1  # the least t with d + t * pitch > -b_w
-    while d + t * pitch < a_w:
-        k = max(0, -t)  # the first row of `a` whose row k + t of `b` exists
-        if k < a_n and k + t < b_n:
-            start = max(a_lo + k * pitch, b_lo + (k + t) * pitch)
-            if best is None or start < best[0]:
-                best = (start, min(a_lo + k * pitch + a_w, b_lo + (k + t) * pitch + b_w))
-        t += 1
-    return best
-
-
-def _submit_site(depth: int) -> Site:
-    """Where the user's code called the API that submits: `depth` callers up from the caller,
-    or out past our frames when a wrapper of ours lies between ("?" when none is the user's)."""
-    frame: Any = sys._getframe(depth)
-    if frame.f_code.co_filename.startswith(OURS):
-        frame = user_frame(depth + 1)
-    return (frame.f_code, frame.f_lasti) if frame is not None else "?"
-
-
-def task_accesses(task) -> list:
-    """(allocation, lo, hi, write, assumed, kind name, name, rows) for each memory access of a task
-    (of each node, for a replayed graph's run of nodes). The name of a launch may be its
-    function still: _access() names it (Task.label's rule) only if it is reported. rows: None,
-    or (pitch, width) for a strided span (see pitched_spans)."""
-    reads, writes = task.reads, task.writes
-    if reads is not None or writes is not None:  # a launch that declared them: hot
-        return _declared(reads, writes, KIND_NAMES[task.kind], task.name or task.fn)
-    nodes = segment_nodes(task)
-    if nodes is not None:
-        return [access for node in nodes for access in _op_accesses(node, node.label)]
-    if task.kind == DETACH:
-        return _op_accesses(task.fn, task.fn.label)
-    return _op_accesses(task, task.label)
-
-
-def _declared(reads, writes, what: str, name) -> list:
-    """The accesses of declared reads and writes (a kernel's or a host function's)."""
-    out = []
-    if reads:
-        for buf in reads:  # (_span inlined for the common case)
-            out.append((buf, 0, buf.nbytes, False, False, what, name, None) if type(buf) is DeviceBuffer
-                       else (*_span(buf), False, False, what, name, None))
-    if writes:
-        for buf in writes:
-            out.append((buf, 0, buf.nbytes, True, False, what, name, None) if type(buf) is DeviceBuffer
-                       else (*_span(buf), True, False, what, name, None))
-    return out
-
-
-def _op_accesses(op, name: str) -> list:
-    kind = op.kind
-    what = KIND_NAMES[kind]
-    if kind in (KERNEL, HOST_FUNC):  # declared reads / writes first (a host function's too)
-        reads, writes = getattr(op, "reads", None), getattr(op, "writes", None)
-        if reads is not None or writes is not None:
-            return _declared(reads, writes, what, name)
-    out = []
-    if kind == KERNEL:
-        letters = getattr(op.fn, "access", None)
-        for i, arg in enumerate(op.args):
-            if isinstance(arg, _BUFFERS):
-                mode = letters[i] if letters is not None and i < len(letters) else "rw"
-                span = _span(arg)
-                if "r" in mode:
-                    out.append((*span, False, letters is None, what, name, None))
-                if "w" in mode:
-                    out.append((*span, True, letters is None, what, name, None))
-        return out
-    if kind == COPY:
-        dst, dpitch, src, spitch, width, height = op.args
-        out += [(a, lo, hi, False, False, what, name, rows)
-                for a, lo, hi, rows in _address_spans(src, spitch, width, height)]
-        out += [(a, lo, hi, True, False, what, name, rows)
-                for a, lo, hi, rows in _address_spans(dst, dpitch, width, height)]
-        return out
-    if kind == MEMSET:
-        dst, _, n = op.args
-        return [(a, lo, hi, True, False, what, name, None) for a, lo, hi, _ in _address_spans(dst, n, n, 1)]
-    if kind == HOST_FUNC:
-        for arg in op.args:
-            if isinstance(arg, _BUFFERS):
-                span = _span(arg)
-                out += [(*span, False, True, what, name, None), (*span, True, True, what, name, None)]
-    return out
-
-
-def _access(rec: tuple, roles: dict, alloc) -> Access:
-    """The report's Access for an access record of `alloc` (its site formatted now); `roles`:
-    what the runtime's internal streams are for, by id."""
-    kind, name, stream, task_id, site, beside, behalf = rec[5]
-    write, assumed = rec[2], rec[7]
-    if type(name) is not str:  # a launch's function (see task_accesses)
-        name = getattr(name, "__name__", None)
-    name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
-    for_call, for_stream = "", -1
-    for what, call_stream, call_site, allocs in behalf:  # the call whose buffer it touched
-        if any(a is alloc or a.addr == alloc.addr for a in allocs):
-            for_call, for_stream, site = what, call_stream, call_site
-            break
-    return Access(write, kind, name, stream, task_id, site_text(site), assumed,
-                  roles.get(stream, ""), beside, for_call, for_stream)
-
-
-def _info(kind_name: str, name, actor: int, task_id: int, site, origin: tuple | None) -> tuple:
-    """What a report says of a task's access: (kind name, name, stream, task id, site,
-    non-blocking, on behalf); a non-blocking host function's (`origin`: the stream and task it
-    was launched as) names the program's stream, not the device's hidden one it runs as; a
-    collective's lane step's (`origin`: (stream, task id, Task.on_behalf)) the calls it serves."""
-    if origin is None:
-        return kind_name, name, actor, task_id, site, False, ()
-    if len(origin) == 3:
-        return kind_name, name, actor, task_id, site, False, origin[2]
-    return kind_name, name, origin[0], origin[1], site, True, ()
-
-
-def _region(alloc):
-    """What an allocation's bytes belong to beyond its life: its pool chunk (so that accesses
-    of a freed buffer meet those of the next owner of its bytes), else the allocation."""
-    block = getattr(alloc, "_block", None) or getattr(alloc, "_handle", None)
-    chunk = getattr(block, "chunk", None)
-    return chunk if chunk is not None else alloc
-
-
-def _meet(clocks: list) -> dict:
-    """The element-wise minimum of vector clocks: what each of them is ordered after."""
-    out = dict(clocks[0])
-    for c in clocks[1:]:
-        for actor in list(out):
-            t = c.get(actor, 0)
-            if t < out[actor]:
-                out[actor] = t
-    return out
-
-
-def _covered(clock: dict, by: dict) -> bool:
-    """Whether everything `clock` is ordered after, `by` is ordered after too."""
-    return all(by.get(actor, 0) >= t for actor, t in clock.items())
-
-
 def _meets(met, number: int) -> bool:
     """Whether a value wait's condition holds for `number` (one that raises: no)."""
     try:
         return bool(met(number))
     except Exception:
         return False
-
-
-def _join(into: dict, other: dict) -> None:
-    for actor, t in other.items():
-        if into.get(actor, 0) < t:
-            into[actor] = t
 
 
 class Sanitizer:
@@ -293,7 +65,7 @@ class Sanitizer:
         self.roles: dict[int, str] = {}  # stream id -> what an internal stream is for (its role)
         # id(allocation) -> [(lo, hi, write, actor, time, info, owner, assumed, rows, clock)]:
         # accesses by absolute address; info = (kind name, name, stream, task id, site,
-        # non-blocking) of the task, as a report names it (see _info) (shared by its accesses);
+        # non-blocking) of the task, as a report names it (see access_info) (shared by its accesses);
         # owner = (id, ptr, size, site) of the allocation they were made through (an earlier
         # owner of the same bytes, for the records a reused block inherits); clock: the
         # access's vector clock once accesses may arrive late (see late), else None.
@@ -364,7 +136,7 @@ class Sanitizer:
             self.owners[key] = (key, alloc.addr, alloc.nbytes, site)
             if stream is not None:
                 self.made_for[key] = stream.id
-            region = id(_region(alloc))
+            region = id(region_of(alloc))
             lo, hi = alloc.addr, alloc.addr + alloc.nbytes
             dead = self.dead.get(region)
             if dead:  # the accesses of earlier owners of these bytes: the new owner meets them
@@ -382,7 +154,7 @@ class Sanitizer:
             keep = []
             for f_lo, f_hi, clock in frees:
                 if f_hi > lo and f_lo < hi:
-                    _join(into, clock)
+                    join(into, clock)
                 if f_lo < lo or f_hi > hi:
                     keep.append((f_lo, f_hi, clock))  # (parts outside may be reused later)
             self.freed[region] = keep
@@ -463,14 +235,14 @@ class Sanitizer:
                 clock = {}
                 for i in {stream.id, *uses} | ({made_for} if made_for is not None else set()):
                     if i in self.streams:
-                        _join(clock, self.streams[i])
-            region = _region(alloc)
+                        join(clock, self.streams[i])
+            region = region_of(alloc)
             frees = self.freed.setdefault(id(region), [])
             frees.append((alloc.addr, alloc.addr + alloc.nbytes, clock))
             if len(frees) > MAX_FREES:  # one merged entry: later reuse only gets more ordered
                 merged: dict = {}
                 for _, _, c in frees:
-                    _join(merged, c)
+                    join(merged, c)
                 self.freed[id(region)] = [(min(f[0] for f in frees), max(f[1] for f in frees),
                                            merged)]
             self.regions[id(region)] = region
@@ -522,7 +294,7 @@ class Sanitizer:
                 if type(c) is tuple:  # a held stream's: the snapshot its release took
                     sid, upto = c
                     c = self.snapshots.get(sid, {}).pop(upto, None) or self.streams.get(sid, {})
-                _join(host, c)
+                join(host, c)
             self.host_version += 1
 
     def _clock_of(self, holder):
@@ -537,7 +309,7 @@ class Sanitizer:
             return
         with self.lock:
             vc = self.streams.setdefault(stream.id, {stream.id: 0})
-            _join(vc, clock)
+            join(vc, clock)
 
     def callback_began(self, task, name: str) -> None:
         """The calling thread (a report thread) runs a non-blocking callback that `task` (its
@@ -551,7 +323,7 @@ class Sanitizer:
         actor = -2 - tid  # (stream ids are positive, the host is -1)
         with self.lock:
             vc = self.streams.setdefault(actor, {actor: 0})
-            _join(vc, clock)
+            join(vc, clock)
             vc[actor] = self.latest[actor] = vc[actor] + 1
             self.callbacks[tid] = (self, vc, actor, (task.stream.id, task.id), name)
             self.late = True
@@ -562,7 +334,7 @@ class Sanitizer:
         with self.lock:
             running = self.callbacks.pop(threading.get_ident(), None)
             if running is not None:
-                _join(self.host, running[1])
+                join(self.host, running[1])
                 self.host_version += 1
 
     def notify_reset(self, notify) -> None:
@@ -572,7 +344,7 @@ class Sanitizer:
             host = self.host
             records = self.notifies.get(id(notify))
             if records:  # (those the host is ordered after have run: the one reset is among them)
-                self.notifies[id(notify)] = [c for c in records if not _covered(c, host)]
+                self.notifies[id(notify)] = [c for c in records if not covered(c, host)]
 
     def marker_waited(self, marker) -> None:
         """The calling host thread waited for a record (event or graph launch) to complete."""
@@ -592,14 +364,14 @@ class Sanitizer:
         """
         if self.unannounced:
             self._say_unannounced()
-        kind = task.kind  # (task_accesses and _submit_site inlined for a launch: hot)
+        kind = task.kind  # (task_accesses and submit_site inlined for a launch: hot)
         site: Site = ""
         if kind in _SYNC_KINDS:
             accesses: Any = ()
         else:
             reads, writes = task.reads, task.writes
             if reads is not None or writes is not None:
-                accesses = _declared(reads, writes, KIND_NAMES[kind], task.name or task.fn)
+                accesses = declared_accesses(reads, writes, KIND_NAMES[kind], task.name or task.fn)
             else:
                 accesses = task_accesses(task)
             if accesses:
@@ -660,7 +432,7 @@ class Sanitizer:
             self.detached_of[sid] = stream._dq.detached.id
         host_version = self.host_version
         if self.joined.get(sid) != host_version:  # (the host's clock moved since)
-            _join(vc, self.host)  # what the host waited for comes before what it submits
+            join(vc, self.host)  # what the host waited for comes before what it submits
             self.joined[sid] = host_version
         running = _executing.stream  # current_task(), inlined (hot)
         if running is not None:
@@ -668,11 +440,11 @@ class Sanitizer:
         if running is not None:
             clock = self._clock_of(running)
             if clock is not None:
-                _join(vc, clock)  # submitted from a host function: after its stream's past
+                join(vc, clock)  # submitted from a host function: after its stream's past
         elif self.callbacks:
             callback = self.callbacks.get(threading.get_ident())
             if callback is not None:
-                _join(vc, callback[1])  # submitted from a non-blocking callback: after it
+                join(vc, callback[1])  # submitted from a non-blocking callback: after it
         held = self.held.get(sid)
         if held is not None:
             held.append((sid, task, accesses, site, stream._submitted + 1))
@@ -685,7 +457,7 @@ class Sanitizer:
         """Take one task into the clocks and the accesses (under our lock); returns the reports
         [(race, new)]; with `raising`, a race raises RaceError instead, changing nothing."""
         kind = task.kind
-        origin: tuple | None = None  # (see _info)
+        origin: tuple | None = None  # (see access_info)
         if kind == DETACH:
             # A non-blocking host function runs beside its stream's later work, after its
             # earlier work: as the device's hidden stream for them (which runs them in turn);
@@ -695,7 +467,7 @@ class Sanitizer:
             if self.undo is not None:
                 self._keep(detached)
             vc = self.streams.setdefault(detached, {detached: 0})
-            _join(vc, self.streams[sid])
+            join(vc, self.streams[sid])
             sid, task = detached, task.fn
         if not accesses and kind != DETACH:
             return self._apply_order(sid, task, raising)
@@ -736,7 +508,7 @@ class Sanitizer:
                 self.value_waiters[addr] = waiters
             else:
                 self.value_waiters.pop(addr, None)
-            _join(self.streams[sid], self.host)
+            join(self.streams[sid], self.host)
             self.unannounced += self._release(sid)
 
     def _say_unannounced(self) -> None:
@@ -761,7 +533,7 @@ class Sanitizer:
                 self.value_held.pop(waiter[0], None)
                 if self.undo is not None:
                     self._keep(waiter[0])
-                _join(self.streams[waiter[0]], vc)
+                join(self.streams[waiter[0]], vc)
                 reports += self._release(waiter[0])
             if not waiters:
                 del self.value_waiters[addr]
@@ -778,11 +550,11 @@ class Sanitizer:
             for r in self.shadow.get(id(alloc), ()):
                 if r[3] != actor and r[1] > lo and r[0] < hi and (write or r[2]) and vc.get(r[3], 0) < r[4] \
                         and (r[9] is None or r[9].get(actor, 0) < time):  # (neither ordered before the other)
-                    both = _overlap(lo, hi, rows, r) if rows is not None or r[8] is not None \
+                    both = overlap(lo, hi, rows, r) if rows is not None or r[8] is not None \
                         else (max(lo, r[0]), min(hi, r[1]))
                     if both is None:
                         continue  # only the gaps of pitched rows meet
-                    new = (lo, hi, write, actor, 0, _info(kind_name, name, actor, task_id, site, origin),
+                    new = (lo, hi, write, actor, 0, access_info(kind_name, name, actor, task_id, site, origin),
                            None, assumed, rows, None)
                     race, _ = self._report(alloc, r, new, *both)
                     raise RaceError(f"{what} refused: {race}", race)
@@ -818,7 +590,7 @@ class Sanitizer:
             hi += base
             if name is not last_name or kind_name is not last_kind:
                 info = (kind_name, name, actor, task_id, site, False, ()) if origin is None \
-                    else _info(kind_name, name, actor, task_id, site, origin)  # (inlined: hot)
+                    else access_info(kind_name, name, actor, task_id, site, origin)  # (inlined: hot)
                 last_name, last_kind = name, kind_name
             rec = (lo, hi, write, actor, time, info, owners.get(key) or self._owner(alloc), assumed, rows, clock)
             recs = shadow.get(key)
@@ -832,7 +604,7 @@ class Sanitizer:
                 for r in capped.get(key, ()):
                     if vc.get(r[3], 0) < r[4] and r[1] > lo and r[0] < hi and (write or r[2]) \
                             and (r[9] is None or r[9].get(actor, 0) < time):
-                        both = _overlap(lo, hi, rows, r)
+                        both = overlap(lo, hi, rows, r)
                         if both is not None:
                             found.append((alloc, r, rec, *both))
             i = 0
@@ -848,7 +620,7 @@ class Sanitizer:
                         if rows is None and r[8] is None:
                             found.append((alloc, r, rec, max(lo, r[0]), min(hi, r[1])))
                         else:
-                            both = _overlap(lo, hi, rows, r)
+                            both = overlap(lo, hi, rows, r)
                             if both is not None:
                                 found.append((alloc, r, rec, *both))
                     redundant = False
@@ -889,14 +661,14 @@ class Sanitizer:
             for waiter in self.record_waiters.pop(id(m), ()):  # streams held for this record
                 if undo:
                     self._keep(waiter)
-                _join(self.streams[waiter], vc)
+                join(self.streams[waiter], vc)
                 reports += self._release(waiter, raising and undo)  # (refusable only in a checkpoint)
             return reports
         if kind == EVENT_WAIT:
             m = task.marker
             clock = self._clock_of(m)
             if clock is not None:
-                _join(vc, clock)
+                join(vc, clock)
             elif (m.position == 0 and not m.done) or id(m) in self.held_records:
                 # its record is not submitted (or not checked) yet: hold the stream until it is
                 self.record_waiters.setdefault(id(m), []).append(sid)
@@ -911,7 +683,7 @@ class Sanitizer:
                 waiter = waiters.pop(0)
                 if undo:
                     self._keep(waiter)
-                _join(self.streams[waiter], vc)
+                join(self.streams[waiter], vc)
                 return self._release(waiter, raising)
             self.notifies.setdefault(key, []).append(dict(vc))
             return []
@@ -921,7 +693,7 @@ class Sanitizer:
                 # The record that runs first releases it (a later one finds it set already):
                 # which that is shows only as they run, so the wait comes after what every
                 # candidate comes after (on one stream: the first).
-                _join(vc, _meet(records))
+                join(vc, meet(records))
             else:  # its record is not submitted yet: hold the stream's later tasks back
                 self.notify_waiters.setdefault(id(task.notify), []).append(sid)
                 self.held[sid] = []
@@ -930,7 +702,7 @@ class Sanitizer:
             addr, met = task.value
             meeting = [clock for number, clock in self.value_writes.get(addr, ()) if _meets(met, number)]
             if meeting:
-                _join(vc, _meet(meeting))
+                join(vc, meet(meeting))
             elif not task.fn():  # (nor does the word as it is now: hold until a write that does)
                 self.value_waiters.setdefault(addr, []).append((sid, met))
                 self.value_held[sid] = addr
@@ -953,7 +725,7 @@ class Sanitizer:
         waiter = self.notify_waiters[key].pop(0)
         try:
             self._keep(waiter)
-            _join(self.streams[waiter], vc)
+            join(self.streams[waiter], vc)
             return self._release(waiter, True)
         except RaceError as exc:
             self._rollback(saved, exc.race)
@@ -1001,7 +773,7 @@ class Sanitizer:
         with self.lock:
             for m in markers:
                 for waiter in self.record_waiters.pop(id(m), ()):
-                    _join(self.streams[waiter], self.host)
+                    join(self.streams[waiter], self.host)
                     reports += self._release(waiter)
         for race, new in reports:
             self.on_race(race, new)
@@ -1016,11 +788,11 @@ class Sanitizer:
         if len(work) == 1 and self.mode != "raise":  # (an event record: nothing to order or undo)
             ((s, t),) = work
             acc = task_accesses(t) if t.kind not in _SYNC_KINDS else ()
-            site = _submit_site(3) if acc else ""
+            site = submit_site(3) if acc else ""
             with self.lock:
                 return self._submitted(s, t, acc, site, False)
         tasks = [(s, t, task_accesses(t) if t.kind not in _SYNC_KINDS else ()) for s, t in work]
-        site = _submit_site(3) if any(acc for _, _, acc in tasks) else ""
+        site = submit_site(3) if any(acc for _, _, acc in tasks) else ""
         reports: list = []
         with self.lock:
             raising = self.mode == "raise"
@@ -1136,7 +908,7 @@ class Sanitizer:
 
     def _report(self, alloc, rec, new, lo, hi) -> tuple[Race, bool]:
         """The (deduplicated) report of a race between a kept access and a new one (records)."""
-        first, second = _access(rec, self.roles, alloc), _access(new, self.roles, alloc)
+        first, second = access_of(rec, self.roles, alloc), access_of(new, self.roles, alloc)
         key = (first.site, second.site, id(alloc))
         race = self.races.get(key)
         owner = self._owner(alloc)
