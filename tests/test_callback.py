@@ -189,6 +189,54 @@ def test_callbacks_for_a_report_thread_that_exited_fail_loudly(stream, caplog):
                for r in caplog.records)
 
 
+def _thread_with_ident(ident, target):
+    """A started thread that Python gave `ident` (an ended thread's id goes to a later thread),
+    or None when none got it in 50 tries."""
+    for _ in range(50):
+        t = threading.Thread(target=target)
+        t.start()
+        if t.ident == ident:
+            return t
+        t.join(10)
+    return None
+
+
+def test_a_new_thread_with_an_ended_report_threads_id_is_not_its_report_thread(stream, caplog):
+    # (the dead thread's blocking callback waited for ever: the new thread passed for it)
+    subscribed, leave = threading.Event(), threading.Event()
+
+    def reporter():
+        callback.subscribe(threading.get_ident(), stream)
+        subscribed.set()
+        leave.wait(10)
+    t = threading.Thread(target=reporter)
+    t.start()
+    assert subscribed.wait(10)
+    gate = threading.Event()
+    art.launch(gate.wait, 10, stream=stream)
+    callback.launch_callback(lambda _: None, None, stream)  # blocking, reached after t ended
+    leave.set()
+    t.join(10)
+    stop = threading.Event()
+    other = _thread_with_ident(t.ident, stop.wait)
+    if other is None:
+        gate.set()
+        with pytest.raises(AscentError):
+            stream.synchronize(timeout=5)
+        pytest.skip("Python gave no new thread the ended one's id")
+    try:
+        gate.set()
+        with pytest.raises(AscentError) as err:
+            stream.synchronize(timeout=5)
+        assert err.value.code == ErrorCode.RT_STREAM_NO_CB_REG
+        with pytest.raises(AscentError) as err:   # not subscribed: it never was
+            callback.subscribed_streams(other.ident) or callback.unsubscribe(other.ident, stream)
+        assert err.value.code == ErrorCode.RT_STREAM_NO_CB_REG
+    finally:
+        stop.set()
+        other.join(10)
+
+
 @pytest.mark.cpu_only
 def test_a_report_thread_synchronizing_the_stream_it_must_serve_gets_a_deadlock_error(stream):
     outcome = []

@@ -170,6 +170,33 @@ def test_last_error_of_a_failed_task_belongs_to_the_thread_that_launched_it(stre
     art.get_last_error()
 
 
+def test_an_ended_threads_failed_task_is_no_new_threads_last_error(stream):
+    # (a thread that got the ended one's id, as Python hands ids out again, got its error)
+    def submitter():
+        art.launch(_broken, stream=stream)
+        done = threading.Event()
+        art.launch_host_func(done.set, stream=stream)
+        done.wait(10)                        # the failure is noted for this thread; it ends
+
+    t = threading.Thread(target=submitter)
+    t.start()
+    t.join(20)
+    seen = []
+    for _ in range(50):                      # a thread that Python gives the ended one's id
+        other = threading.Thread(target=lambda: seen.append((threading.get_ident(),
+                                                             art.peek_at_last_error())))
+        other.start()
+        other.join(10)
+        if seen[-1][0] == t.ident:
+            break
+    with pytest.raises(art.TaskError):
+        stream.synchronize(timeout=10)
+    art.get_last_error()
+    if seen[-1][0] != t.ident:
+        pytest.skip("Python gave no new thread the ended one's id")
+    assert seen[-1][1] == 0
+
+
 def test_a_usage_error_becomes_the_last_error_of_its_thread(stream):
     art.get_last_error()
     with pytest.raises(art.InvalidArgumentError):

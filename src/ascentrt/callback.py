@@ -37,8 +37,12 @@ _running = _Running()
 class _Reporter:
     """One report thread: the device it serves, its streams, and the callbacks queued for it."""
 
-    def __init__(self, thread_id: int, device):
-        self.thread_id = thread_id
+    def __init__(self, thread: threading.Thread, device):
+        # The thread itself, not only its id: Python hands an ended thread's id to the next
+        # thread it starts, which must not pass for the report thread (its callbacks would wait
+        # for ever, taken for queued to a live thread).
+        self.thread = thread
+        self.thread_id: int = thread.ident  # type: ignore[assignment]
         self.device = device
         self.streams: dict[int, Stream] = {}
         self.queue: collections.deque[tuple[int, _Report]] = collections.deque()  # (stream id, report)
@@ -64,6 +68,16 @@ def _live_thread(thread_id: int) -> threading.Thread | None:
     return None
 
 
+def _reporter_of(thread_id: int) -> "_Reporter | None":
+    """Under _lock: the reporter of the live thread `thread_id`; one left by an ended thread
+    whose id a new thread now has is dropped first (its callbacks cancelled, said so)."""
+    rep = _reporters.get(thread_id)
+    if rep is not None and not rep.thread.is_alive():
+        _drop_dead(rep)
+        return None
+    return rep
+
+
 def subscribe(thread_id: int, stream=None) -> None:
     """Let thread `thread_id` run the callbacks of `stream` (None: the current default stream).
 
@@ -72,16 +86,18 @@ def subscribe(thread_id: int, stream=None) -> None:
     """
     stream = resolve_stream(stream)
     _refuse_inside_callback(stream, "subscribe")
-    if type(thread_id) is not int or _live_thread(thread_id) is None:
+    thread = _live_thread(thread_id) if type(thread_id) is int else None
+    if thread is None:
         raise InvalidArgumentError(f"no live thread with id {thread_id!r}")
     with _lock:
+        _reap_if_dead(stream.id)
         if stream.id in _owner:
             raise InvalidArgumentError(f"stream {stream.id} already has a report thread "
                                        f"({_owner[stream.id].thread_id})",
                                        code=ErrorCode.REPEAT_SUBSCRIBE)
-        rep = _reporters.get(thread_id)
+        rep = _reporter_of(thread_id)
         if rep is None:
-            rep = _reporters[thread_id] = _Reporter(thread_id, stream.device)
+            rep = _reporters[thread_id] = _Reporter(thread, stream.device)
         elif not rep.streams:  # (kept for callbacks handed over before its last unsubscribe)
             rep.device = stream.device
         elif rep.device is not stream.device:
@@ -98,6 +114,7 @@ def unsubscribe(thread_id: int, stream=None) -> None:
     stream = resolve_stream(stream)
     _refuse_inside_callback(stream, "unsubscribe")
     with _lock:
+        _reap_if_dead(stream.id)  # (a thread with an ended one's id is not its report thread)
         rep = _owner.get(stream.id)
         if rep is None or rep.thread_id != thread_id:
             raise InvalidArgumentError(f"thread {thread_id!r} is not subscribed to stream {stream.id}",
@@ -111,7 +128,7 @@ def unsubscribe(thread_id: int, stream=None) -> None:
             else:
                 keep.append((sid, report))
         rep.queue = keep
-        if not rep.streams and not rep.queue:
+        if not rep.streams and not rep.queue and _reporters.get(thread_id) is rep:
             del _reporters[thread_id]
         rep.cond.notify_all()
 
@@ -131,11 +148,12 @@ def _reap_if_dead(stream_id: int) -> None:
     warning (never silently lost), and the stream has no report thread from then on.
     """
     rep = _owner.get(stream_id)
-    if rep is None:
-        return
-    thread = _live_thread(rep.thread_id)
-    if thread is not None and thread.is_alive():
-        return
+    if rep is not None and not rep.thread.is_alive():
+        _drop_dead(rep)
+
+
+def _drop_dead(rep: _Reporter) -> None:
+    """Under _lock: forget the reporter of an ended thread, its queued callbacks cancelled."""
     lost = len(rep.queue)
     for _, report in rep.queue:
         _cancel(report)
@@ -143,7 +161,9 @@ def _reap_if_dead(stream_id: int) -> None:
     for sid in list(rep.streams):
         _owner.pop(sid, None)
     rep.streams.clear()
-    _reporters.pop(rep.thread_id, None)
+    if _reporters.get(rep.thread_id) is rep:
+        del _reporters[rep.thread_id]
+    rep.cond.notify_all()
     _log.warning("report thread %d exited without unsubscribing; %d queued callback(s) of its "
                  "streams will not run", rep.thread_id, lost)
 
@@ -189,9 +209,9 @@ def _deliver(stream_id: int, report: _Report) -> None:
         rep.cond.notify_all()
     if report.done is None:
         return
-    thread = _live_thread(rep.thread_id)
+    thread = rep.thread
     while not report.done.wait(_POLL_S):
-        if thread is None or not thread.is_alive():
+        if not thread.is_alive():
             if report.done.is_set():  # (it ran, then its thread ended: between the wait and the look)
                 break
             with _lock:
@@ -213,7 +233,7 @@ def process_reports(timeout: float | None = None) -> int:
     timeout = check_timeout(timeout)
     me = threading.get_ident()
     with _lock:
-        rep = _reporters.get(me)
+        rep = _reporter_of(me)
         if rep is None:
             raise StreamStateError(f"thread {me} subscribed to no stream",
                                    code=ErrorCode.RT_THREAD_SUBSCRIBE)
@@ -264,7 +284,7 @@ def process_reports(timeout: float | None = None) -> int:
 def subscribed_streams(thread_id: int) -> list:
     """The streams whose callbacks thread `thread_id` runs."""
     with _lock:
-        rep = _reporters.get(thread_id)
+        rep = _reporter_of(thread_id)
         return list(rep.streams.values()) if rep else []
 
 
@@ -285,7 +305,7 @@ def _held_by(thread_id: int) -> list:
     """Streams whose blocking callback is queued for report thread `thread_id`: they cannot go
     on until it processes reports (the engine's deadlock diagnosis asks)."""
     with _lock:
-        rep = _reporters.get(thread_id)
+        rep = _reporter_of(thread_id)
         if rep is None:
             return []
         return [r.task.stream for _, r in rep.queue

@@ -209,13 +209,31 @@ class _ThreadError(threading.local):
 
 
 _last = _ThreadError()
-_async_errors: dict[int, int] = {}  # host thread id -> code of a task it submitted that failed
+# host thread id -> (code of a task it submitted that failed, that thread): the thread is
+# kept because Python hands an ended thread's id to the next thread it starts, which must not
+# inherit its errors
+_async_errors: dict[int, tuple[int, threading.Thread]] = {}
 
 
 def note_async_error(thread_id: int, code: int) -> None:
-    """Record that a task submitted by `thread_id` failed, for that thread's get_last_error."""
-    _async_errors[thread_id] = int(code)
+    """Record that a task submitted by `thread_id` failed, for that thread's get_last_error
+    (nothing when it has ended: nobody is left to ask)."""
+    for thread in threading.enumerate():
+        if thread.ident == thread_id:
+            _async_errors[thread_id] = (int(code), thread)
+            return
 
+
+def _async_error(clear: bool) -> int:
+    """The calling thread's recorded task failure (0: none), cleared with `clear`."""
+    me = threading.get_ident()
+    entry = _async_errors.pop(me, None) if clear else _async_errors.get(me)
+    if entry is None:
+        return 0
+    if entry[1] is not threading.current_thread():  # an ended thread's, whose id this one got
+        _async_errors.pop(me, None)
+        return 0
+    return entry[0]
 
 
 @contextlib.contextmanager
@@ -243,15 +261,15 @@ def set_last_error(code: int) -> None:
 
 def get_last_error() -> int:
     """Return this thread's last error code and clear it (0 when none)."""
-    code = _last.code or _async_errors.pop(threading.get_ident(), 0)
+    code = _async_error(clear=True)
+    code = _last.code or code
     _last.code = 0
-    _async_errors.pop(threading.get_ident(), None)
     return code
 
 
 def peek_at_last_error() -> int:
     """Return this thread's last error code without clearing it (0 when none)."""
-    return _last.code or _async_errors.get(threading.get_ident(), 0)
+    return _last.code or _async_error(clear=False)
 
 
 class HostAccessWarning(UserWarning):
