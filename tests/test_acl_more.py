@@ -821,3 +821,45 @@ def test_on_sim_query_event_wait_status_sees_a_value_wait_the_host_let_go():
         print(polls)
     """, env={"ASCENTRT_BACKEND": "sim"})
     assert int(out.split()[-1]) < 5
+
+
+# ---- host_register / host_unregister ----------------------------------------------------------
+
+def test_host_register_lets_the_device_reach_mapped_host_memory_until_unregistered(rt, stream):
+    import mmap
+    region = mmap.mmap(-1, 8192)
+    ptr = np.frombuffer(region, np.uint8).ctypes.data
+    dev_ptr, ret = rt.host_register(ptr, 8192, C.ACL_HOST_REGISTER_MAPPED)
+    assert ret == 0 and dev_ptr == ptr
+    src, _ = rt.malloc(4096, 0)
+    rt.memset(src, 4096, 9, 4096)
+    assert rt.memcpy_async(dev_ptr + 4096, 4096, src, 4096, C.ACL_MEMCPY_DEVICE_TO_HOST, stream) == 0
+    assert rt.synchronize_stream(stream) == 0
+    assert region[4096] == 9 and region[8191] == 9 and region[0] == 0
+    assert rt.host_register(ptr, 8192, 0) == (0, C.ACL_ERROR_INVALID_PARAM)      # registered already
+    assert rt.host_unregister(ptr) == 0
+    assert rt.host_unregister(ptr) == C.ACL_ERROR_INVALID_PARAM                  # not any more
+    assert rt.memcpy(dev_ptr, 4096, src, 4096, C.ACL_MEMCPY_DEVICE_TO_HOST) != 0  # unreachable again
+    rt.free(src)
+    del ptr
+    region.close()
+
+
+def test_host_register_refuses_unaligned_unmapped_read_only_memory_and_other_types(rt):
+    import mmap
+    region = mmap.mmap(-1, 8192)
+    ptr = np.frombuffer(region, np.uint8).ctypes.data
+    assert rt.host_register(ptr + 64, 4096, 0) == (0, C.ACL_ERROR_INVALID_PARAM)   # not 4 KiB aligned
+    assert rt.host_register(ptr, 4096, 1) == (0, C.ACL_ERROR_INVALID_PARAM)        # no such type
+    assert rt.host_register(ptr, 0, 0) == (0, C.ACL_ERROR_INVALID_PARAM)
+    assert rt.host_register(ptr, 1 << 40, 0) == (0, C.ACL_ERROR_INVALID_PARAM)     # past its mapping
+    read_only = mmap.mmap(-1, 4096, prot=mmap.PROT_READ)
+    ro_ptr = np.frombuffer(read_only, np.uint8).ctypes.data
+    assert rt.host_register(ro_ptr, 4096, 0) == (0, C.ACL_ERROR_INVALID_PARAM)
+    closed = mmap.mmap(-1, 4096)
+    gone = np.frombuffer(closed, np.uint8).ctypes.data
+    closed.close()
+    assert rt.host_register(gone, 4096, 0) == (0, C.ACL_ERROR_INVALID_PARAM)       # unmapped
+    assert rt.host_unregister(ptr) == C.ACL_ERROR_INVALID_PARAM                    # never registered
+    read_only.close()
+    region.close()

@@ -8,8 +8,9 @@ from typing import Any, Callable
 
 from .. import interrupts
 from ..device import Device
-from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError, InvalidHandleError
 from ..memory import REGISTRY, DeviceBuffer, HostBuffer, leaks, malloc_host as _malloc_host
+from ..memory.external import register_mapped, unregister_mapped
 from ..copies import memcpy as _memcpy, memcpy2d as _memcpy2d
 from ..copies import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_async
 from ..copies import memset as _memset, memset_async as _memset_async
@@ -278,6 +279,31 @@ def memcpy_async_with_condition(dst: int, dest_max: int, src: int, count: int, k
 def _not_provided(what: str) -> Exception:
     """The refusal (207000) of a memory feature ascentrt's devices do not have."""
     return fail(ErrorCode.RT_FEATURE_NOT_SUPPORT, f"{what} is not provided by ascentrt's devices")
+
+
+@api("kKi", out=(0,))
+def host_register(ptr: int, size: int, reg_type: int) -> int:
+    """(dev_ptr, ret): let the device reach `size` bytes of the caller's host memory at `ptr`
+    (4 KiB aligned), until host_unregister; the device address is `ptr` itself, as the host's
+    memory is what these devices reach (aclrtHostRegister)."""
+    if reg_type != C.ACL_HOST_REGISTER_MAPPED:
+        raise fail(ErrorCode.INVALID_PARAM, f"register type must be ACL_HOST_REGISTER_MAPPED (0), "
+                                            f"got {reg_type}")
+    need_context()
+    try:
+        register_mapped(ptr, size)
+    except (InvalidArgumentError, InvalidAddressError) as exc:
+        raise fail(ErrorCode.INVALID_PARAM, str(exc)) from None
+    return ptr
+
+
+@api("k")
+def host_unregister(ptr: int) -> None:
+    """Undo host_register(ptr); the memory stays the caller's (aclrtHostUnregister)."""
+    try:
+        unregister_mapped(ptr)
+    except InvalidArgumentError as exc:
+        raise fail(ErrorCode.INVALID_PARAM, str(exc)) from None
 
 
 _VMM = ("virtual memory management (reserve_mem_address, malloc_physical, map_mem): device "
@@ -558,4 +584,4 @@ __all__ = ["malloc", "malloc_cached", "malloc_align32", "free", "malloc_host", "
            "pointer_get_attributes", "memcpy_async_with_condition", "reserve_mem_address",
            "release_mem_address", "malloc_physical", "free_physical", "map_mem", "unmap_mem",
            "ipc_mem_get_export_key", "ipc_mem_close", "ipc_mem_import_by_key",
-           "ipc_mem_set_import_pid", "memcpy_async_with_desc"]
+           "ipc_mem_set_import_pid", "memcpy_async_with_desc", "host_register", "host_unregister"]

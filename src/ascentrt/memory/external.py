@@ -213,3 +213,67 @@ def from_dlpack(obj: Any) -> np.ndarray:
                                    f"contiguous (strides {array.strides}); make it contiguous first")
     register_host(array)
     return array
+
+
+# Host memory registered by address (acl.rt.host_register): start -> the array over it, held
+# here so that the registration stands until unregister_mapped, whoever else refers to it.
+_mapped: dict[int, np.ndarray] = {}
+PAGE = 4096  # aclrtHostRegister takes 4 KiB-aligned memory
+
+
+def _mapped_writable(addr: int, nbytes: int) -> bool:
+    """Whether [addr, addr + nbytes) lies in this process's readable and writable mappings
+    (Linux's /proc/self/maps; elsewhere, nothing can be checked: no)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.readlines()
+    except OSError:
+        return False
+    at, end = addr, addr + nbytes
+    for line in lines:  # (sorted by address, adjacent mappings may continue the range)
+        span, perms = line.split(None, 2)[:2]
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        if lo <= at < hi and perms.startswith("rw"):
+            at = hi
+            if at >= end:
+                return True
+    return False
+
+
+def register_mapped(addr: int, nbytes: int) -> None:
+    """Register `nbytes` of the caller's host memory at `addr` (4 KiB aligned, mapped readable
+    and writable in this process) until unregister_mapped(addr): kernels and copies may then
+    take pointers into it. Raises InvalidArgumentError for an unaligned, unmapped or
+    read-only range, or one registered already."""
+    if addr <= 0 or addr % PAGE:
+        raise InvalidArgumentError(f"host memory to register must start 4 KiB aligned, got {addr:#x}")
+    if not 0 < nbytes < 1 << 62:
+        raise InvalidArgumentError(f"size must be > 0, got {nbytes}")
+    with _lock:
+        if addr in _mapped:
+            raise InvalidArgumentError(f"host memory at {addr:#x} is registered already")
+    if not _mapped_writable(addr, nbytes):
+        raise InvalidAddressError(f"{nbytes} bytes at {addr:#x} are not host memory this process "
+                                  f"has mapped readable and writable")
+    array = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(addr))
+    with _lock:
+        if addr in _mapped:
+            raise InvalidArgumentError(f"host memory at {addr:#x} is registered already")
+        _mapped[addr] = array
+    _register(array, True)
+
+
+def unregister_mapped(addr: int) -> None:
+    """Undo register_mapped(addr); InvalidArgumentError when nothing was registered there."""
+    with _lock:
+        array = _mapped.pop(addr, None)
+        entries = _external.get(addr, [])
+        entry = next((e for e in entries if e.obj is array), None) if array is not None else None
+        if entry is not None:
+            entries.remove(entry)
+            if not entries:
+                del _external[addr]
+    if array is None:
+        raise InvalidArgumentError(f"no host memory registered at {addr:#x}")
+    if entry is not None:  # (none where live memory, pinned say, held the range already)
+        _forget(entry)
