@@ -14,6 +14,7 @@ import ascentrt.acl as acl
 from ascentrt import context
 from ascentrt.acl import constants as C
 from ascentrt.device import Device
+from ascentrt.errors import MemcpyKindWarning
 
 from subprocess_util import run_program
 from test_acl_conformance import released_without_device, rt, stream  # noqa: F401  (fixtures: device 0 set, a stream)
@@ -657,6 +658,17 @@ def test_an_asynchronous_host_to_host_copy_is_refused_as_on_an_ep_server(rt, str
     assert rt.memcpy_async(b, 64, a, 64, C.ACL_MEMCPY_HOST_TO_HOST, stream) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     assert rt.memcpy_async(b, 64, a, 64, C.ACL_MEMCPY_DEFAULT, stream) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     assert rt.memcpy(b, 64, a, 64, C.ACL_MEMCPY_HOST_TO_HOST) == 0   # (the synchronous one is fine)
+    # The addresses decide, not the kind (a wrong kind copied once, with a warning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MemcpyKindWarning)
+        for kind in (C.ACL_MEMCPY_HOST_TO_DEVICE, C.ACL_MEMCPY_DEVICE_TO_HOST,
+                     C.ACL_MEMCPY_DEVICE_TO_DEVICE, C.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE):
+            assert rt.memcpy_async(b, 64, a, 64, kind, stream) == C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+            assert rt.memcpy_async_with_condition(b, 64, a, 64, min(kind, 3), stream) == \
+                C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+        assert rt.memcpy2d_async(b, 8, a, 8, 8, 8, C.ACL_MEMCPY_HOST_TO_DEVICE, stream) == \
+            C.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert rt.synchronize_stream(stream) == 0
     assert rt.free_host(a) == 0 and rt.free_host(b) == 0
 
 

@@ -17,7 +17,7 @@ from .backends.base import PlainOp
 from .engine import Hooks, Task, check_sync_allowed
 from .engine.task import COPY, MEMSET
 from . import config, interrupts
-from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, warn_at_caller
+from .errors import ErrorCode, InvalidArgumentError, MemcpyKindWarning, NotSupportedError, warn_at_caller
 from .validate import check_size, enum_member
 from .memory.buffer import UNVIEWED, BufferSlice, DeviceBuffer, HostBuffer, TypedView, task_view
 from .memory.external import from_dlpack
@@ -361,14 +361,18 @@ def _copy_pointers(dst: int, src: int, nbytes: Any, kind: Any, d: Any, s: Any) -
 
 
 def memcpy_async(dst: _Memory, src: _Memory, nbytes: int | None = None, *, stream: Stream | None = None,
-                 kind: MemcpyKind | int | None = None) -> None:
+                 kind: MemcpyKind | int | None = None, host_to_host: bool = True) -> None:
     """Copy after the stream's earlier work, on a copy engine.
 
     With pinned or device memory on both sides the call returns at once; with pageable host
-    memory (a plain numpy array) it returns only once the copy is done.
+    memory (a plain numpy array) it returns only once the copy is done. host_to_host=False
+    refuses (207000) a copy whose addresses are both host memory, whatever `kind` says (as
+    pyACL does with the host apart from the device).
     """
     stream = resolve_stream(stream)
     n, do, so, direction = _prepare(dst, src, nbytes, kind)
+    if not host_to_host and direction == MemcpyKind.HOST_TO_HOST:
+        _refuse_host_to_host()
     _check_peer(do, so, stream.device)
     _check_stream_device(stream, do, so)
     args, keep = _copy_op(n, do, so)
@@ -377,6 +381,11 @@ def memcpy_async(dst: _Memory, src: _Memory, nbytes: int | None = None, *, strea
     task.resolve = _still_live(do, so)
     task.nbytes = n
     _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")
+
+
+def _refuse_host_to_host() -> None:
+    raise NotSupportedError("an asynchronous host-to-host copy is not supported with the host apart "
+                            "from the device (ACL_HOST run mode): use memcpy")
 
 
 def _check_stream_device(stream, *ops: _Operand) -> None:
@@ -490,10 +499,14 @@ def memcpy2d(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: int, h
 
 
 def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: int, height: int, *,
-                   stream: Stream | None = None, kind: MemcpyKind | int | None = None) -> None:
-    """Pitched copy after the stream's earlier work (returns at once unless memory is pageable)."""
+                   stream: Stream | None = None, kind: MemcpyKind | int | None = None,
+                   host_to_host: bool = True) -> None:
+    """Pitched copy after the stream's earlier work (returns at once unless memory is pageable);
+    host_to_host as memcpy_async's."""
     stream = resolve_stream(stream)
     args, do, so = _prepare_2d(dst, dpitch, src, spitch, width, height, kind)
+    if not host_to_host and do.where != "device" and so.where != "device":
+        _refuse_host_to_host()
     _check_peer(do, so, stream.device)
     _check_stream_device(stream, do, so)
     # (named by its direction too: a replayed graph's lane is cut where the direction changes,

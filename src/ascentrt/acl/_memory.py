@@ -247,21 +247,11 @@ def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, strea
     if count == 0:
         return
     core_kind = _copy_args(dst, dest_max, src, count, kind)
-    if kind == C.ACL_MEMCPY_HOST_TO_HOST or (kind == C.ACL_MEMCPY_DEFAULT and _on_host(dst)
-                                              and _on_host(src)):
-        # (get_run_mode says ACL_HOST: the host is not the device's, as on an EP server)
-        raise fail(ErrorCode.RT_FEATURE_NOT_SUPPORT, "an asynchronous host-to-host copy is not "
-                                                     "supported with the host apart from the "
-                                                     "device (ACL_HOST run mode): use memcpy")
     s = stream_of(stream, own=True)
-    _memcpy_async(dst, src, count, stream=s, kind=core_kind)
+    # (get_run_mode says ACL_HOST: the host is not the device's, as on an EP server; the
+    # addresses decide, as for every direction, not the kind)
+    _memcpy_async(dst, src, count, stream=s, kind=core_kind, host_to_host=False)
     note_task(stream, s)
-
-
-def _on_host(ptr: int) -> bool:
-    """Whether ptr is host memory (pinned, registered, or no live allocation holds it)."""
-    alloc = REGISTRY.find(ptr)
-    return alloc is None or alloc.kind != "device"
 
 
 @api("kkkkik")
@@ -466,7 +456,7 @@ def memcpy2d_async(dst: int, dpitch: int, src: int, spitch: int, width: int, hei
     _copy2d_args(dst, dpitch, src, spitch, width, height, kind,
                  _2D_KINDS + (C.ACL_MEMCPY_DEVICE_TO_DEVICE,))
     s = stream_of(stream, own=True)
-    _memcpy2d_async(dst, dpitch, src, spitch, width, height, stream=s, kind=kind)
+    _memcpy2d_async(dst, dpitch, src, spitch, width, height, stream=s, kind=kind, host_to_host=False)
     note_task(stream, s)
 
 
