@@ -184,9 +184,10 @@ def test_the_pyacl_modules_outside_the_runtime_say_so_with_a_code(tmp_path):
     # (acl.mdl and its kin were missing: a sample died with a bare AttributeError at import)
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent('''
-        import acl, acl.mdl
+        import acl, acl.mdl, acl.himpi
         print(hasattr(acl.mdl, "load_from_file"))
-        for call in (lambda: acl.mdl.load_from_file("m.om"), lambda: acl.media.dvpp_malloc(0, 64)):
+        for call in (lambda: acl.mdl.load_from_file("m.om"), lambda: acl.media.dvpp_malloc(0, 64),
+                     lambda: acl.himpi.venc_create_chn, lambda: acl.blas.gemm_ex, lambda: acl.fv.search):
             try:
                 call()
             except AttributeError as e:
@@ -195,7 +196,7 @@ def test_the_pyacl_modules_outside_the_runtime_say_so_with_a_code(tmp_path):
     out = subprocess.run([sys.executable, "-m", "ascentrt", "run", "--", "python", str(prog)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "200001", "200001"]
+    assert out.stdout.split() == ["False"] + ["200001"] * 5
 
 
 DESTRUCTOR_TEARDOWN = """

@@ -195,17 +195,23 @@ class _Unsupported(_types.ModuleType):
     def __getattr__(self, attr: str) -> _Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
+        name = self.__name__.split('.')[-1]
         raise UnsupportedModuleError(
-            f"acl.{self.__name__.split('.')[-1]}.{attr}: pyACL's {self._what} are not part of "
-            f"ascentrt, which runs streams, events, memory and kernels (acl.rt, acl.util); "
-            f"load and run models with a framework on top of it")
+            f"acl.{name}.{attr}: pyACL's acl.{name} ({self._what}) is not part of ascentrt, "
+            f"which runs streams, events, memory and kernels (acl.rt, acl.util); run models "
+            f"and operators with a framework on top of it")
 
 
+# (every pyACL submodule besides rt and util: reference §1)
 mdl = _Unsupported("mdl", "offline models (.om) and their datasets")
 op = _Unsupported("op", "single operators")
 media = _Unsupported("media", "DVPP media processing")
-prof = _Unsupported("prof", "msprof profiling calls (use ascentrt prof)")
+blas = _Unsupported("blas", "BLAS operators")
+himpi = _Unsupported("himpi", "the media processing interface of Ascend 310P SoCs")
+fv = _Unsupported("fv", "feature vector search")
+prof = _Unsupported("prof", "msprof profiling calls: use ascentrt prof")
+UNSUPPORTED_MODULES = ("mdl", "op", "media", "blas", "himpi", "fv", "prof")
 
 __all__ = ["init", "finalize", "finalize_reference", "get_version", "get_soc_name",
            "get_recent_err_msg", "get_cann_version", "app_log", "rt", "util", "constants",
-           "mdl", "op", "media", "prof"]
+           "mdl", "op", "media", "blas", "himpi", "fv", "prof"]
