@@ -167,6 +167,16 @@ def test_destroy_stream_behind_an_unrecorded_notify_fails_and_keeps_the_handle(s
     assert acl.rt.destroy_stream_force(s) == 0
     assert acl.rt.destroy_stream(s) == C.ACL_ERROR_RT_INVALID_HANDLE
 
+def test_destroy_stream_in_a_cycle_of_waits_says_deadlock_and_keeps_the_handle(short_drain):
+    s, _ = acl.rt.create_stream()
+    n, _ = acl.rt.create_notify(0)
+    assert acl.rt.wait_and_reset_notify(n, s, 0) == 0
+    assert acl.rt.record_notify(n, s) == 0                     # behind the wait it releases
+    assert acl.rt.destroy_stream(s) == C.ACL_ERROR_RT_DEADLOCK
+    assert acl.rt.stream_query(s)[1] == 0                      # still a live handle
+    assert acl.rt.destroy_stream_force(s) == 0
+
+
 
 @pytest.mark.cpu_only
 def test_destroy_stream_waits_past_the_grace_for_work_that_runs(short_drain):

@@ -14,7 +14,7 @@ import threading
 from .device import Device, resolve_device, set_device
 from .engine import ENGINE
 from .engine.sync import synchronize_streams, warn_discarded
-from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, InvalidHandleError
+from .errors import AscentError, AscentTimeoutError, DeadlockError, ErrorCode, InvalidArgumentError, InvalidHandleError
 from .validate import check_flag
 
 _ids = itertools.count(1)
@@ -192,18 +192,23 @@ def release_primary(device, *, force: bool = False) -> int:
     return 0
 
 
-def wait_while_it_can_finish(stream, wait) -> AscentTimeoutError | None:
+def wait_while_it_can_finish(stream, wait) -> AscentError | None:
     """Call wait(DRAIN_S) (a synchronize or a destroy of `stream`) again and again until it
     returns (None), or until the stream is stuck: waiting, timed or not, for a record that
-    nothing queued will make, or in a cycle (then the timeout error of the last call)."""
+    nothing queued will make (then the timeout error of the last call), or in a cycle (a
+    DeadlockError, whichever of the two the wait happened to raise first)."""
     while True:
         try:
             wait(DRAIN_S)
             return None
-        except AscentTimeoutError as exc:
+        except (AscentTimeoutError, DeadlockError) as exc:
             with ENGINE.lock:
-                if ENGINE.diagnose([stream], timed=True) is not None:
-                    return exc
+                found = ENGINE.diagnose([stream], timed=True)
+            if found is None:
+                continue
+            if found[0] == "cycle" and not isinstance(exc, DeadlockError):
+                return DeadlockError(found[1])
+            return exc
 
 
 def settle(streams) -> None:

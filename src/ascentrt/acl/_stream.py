@@ -41,7 +41,8 @@ def _destroy(handle: int, force: bool) -> None:
 
 def _destroy_when_done(stream: Stream) -> None:
     """Wait for the stream's work as long as it can finish, then destroy it; once it is stuck,
-    fail with the synchronize timeout (507046) and leave the stream alive."""
+    fail with the stuck wait's code and leave the stream alive: 507046 (the synchronize
+    timeout) for a wait nothing will release, 507950 for a cycle of waits (a deadlock)."""
     stuck = context.wait_while_it_can_finish(stream, lambda t: stream.destroy(timeout=t))
     if stuck is not None:
         raise fail(stuck.code, f"{stuck.message}; the stream is left alive: destroy_stream_force "
@@ -50,7 +51,7 @@ def _destroy_when_done(stream: Stream) -> None:
 
 @api("k")
 def destroy_stream(stream: int) -> None:
-    """Wait for the stream's tasks, then destroy it; 507046 when it is stuck (aclrtDestroyStream)."""
+    """Wait for the stream's tasks, then destroy it; stuck: 507046, or 507950 in a cycle (aclrtDestroyStream)."""
     if stream == 0:
         raise fail(ErrorCode.INVALID_PARAM, "stream handle is null")
     _destroy(stream, force=False)
