@@ -1,5 +1,7 @@
 """ascentrt.callback: report threads subscribed to streams run their callbacks, in stream order."""
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -296,3 +298,21 @@ def test_a_callback_interrupted_by_ctrl_c_leaves_the_rest_of_its_batch_queued(de
         callback.unsubscribe(me, s1)
         callback.unsubscribe(me, s2)
         s1.destroy(), s2.destroy()
+
+
+def test_callbacks_left_queued_for_a_report_thread_at_exit_are_named(tmp_path):
+    # (a program that subscribed its main thread and ended before processing lost them silently)
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import threading, time, ascentrt as art\n"
+        "from ascentrt import callback\n"
+        "s = art.Stream()\n"
+        "callback.subscribe(threading.get_ident(), s)\n"
+        "callback.launch_callback(print, 'a', s, blocking=False)\n"
+        "callback.launch_callback(print, 'b', s)\n"
+        "deadline = time.monotonic() + 10\n"
+        "while len(callback._reporters[threading.get_ident()].queue) < 2 and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n")
+    out = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "the program ended with 2 callback(s) queued for report thread" in out.stderr

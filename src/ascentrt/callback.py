@@ -8,6 +8,7 @@ back the stream's later tasks until the report thread has run it.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import logging
 import threading
@@ -312,4 +313,16 @@ def _held_by(thread_id: int) -> list:
                 if r.done is not None and r.task is not None and not r.cancelled]
 
 
+def _warn_unrun_at_exit() -> None:
+    """At exit: say which report threads still had callbacks queued that never ran (a program
+    that subscribed a thread, often its main one, and ended before processing them)."""
+    with _lock:
+        left = [(rep.thread_id, sum(not r.cancelled for _, r in rep.queue)) for rep in _reporters.values()]
+    for thread_id, n in left:
+        if n:
+            _log.warning("the program ended with %d callback(s) queued for report thread %d that "
+                         "never ran: it did not call process_report for them", n, thread_id)
+
+
 Hooks.thread_holds.append(_held_by)
+atexit.register(_warn_unrun_at_exit)
