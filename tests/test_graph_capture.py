@@ -325,6 +325,35 @@ def test_end_capture_from_another_thread_is_107038_unless_relaxed(streams):
     assert isinstance(out.get("value"), art.Graph)
 
 
+def test_a_thread_with_the_id_of_the_ended_capturing_thread_is_another_thread(streams):
+    # (a THREAD_LOCAL capture took a new thread with the ended one's id for its own)
+    s = streams[0]
+    began = []
+    t = threading.Thread(target=lambda: began.append(s.begin_capture(CaptureMode.THREAD_LOCAL)))
+    t.start()
+    t.join(10)
+    assert began and s.capture_status() == CaptureStatus.ACTIVE
+    out = {}
+    for _ in range(50):                      # a thread Python gives the ended one's id
+        other = threading.Thread(target=lambda: out.update(ident=threading.get_ident(),
+                                                           result=_call(s.end_capture)))
+        other.start()
+        other.join(10)
+        if out["ident"] == t.ident or s.capture_status() != CaptureStatus.ACTIVE:
+            break
+    if out["ident"] != t.ident:
+        pytest.skip("Python gave no new thread the ended one's id")
+    assert out["result"].code == ErrorCode.RT_STREAM_CAPTURE_WRONG_THREAD
+    assert s.capture_status() == CaptureStatus.ACTIVE
+
+
+def _call(fn):
+    try:
+        return fn()
+    except Exception as exc:
+        return exc
+
+
 def test_waiting_on_an_event_recorded_outside_the_capture_is_107024(streams, buf):
     s0, s1, _ = streams
     outside = s1.record()

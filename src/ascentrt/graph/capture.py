@@ -52,7 +52,8 @@ class Capture:
     def __init__(self, origin: Stream, mode: CaptureMode):
         self.origin = origin
         self.mode = mode
-        self.thread = threading.get_ident()
+        # (the Thread, not its id: Python hands an ended thread's id to the next one it starts)
+        self.thread = threading.current_thread()
         self.lock = threading.Lock()
         self.lanes = {origin: 0}            # stream -> lane index (origin is lane 0)
         self.ops: list[tuple[int, str, Any]] = []  # (lane, op, payload): "node" task / "record" / "wait" marker
@@ -224,7 +225,7 @@ def end_capture(stream: Stream) -> Graph:
     if cap.origin is not stream:
         raise CaptureError(f"the capture stream {stream.id} is part of was begun on stream "
                            f"{cap.origin.id}: end it there", code=ErrorCode.RT_STREAM_CAPTURE_UNMATCHED)
-    if cap.mode != CaptureMode.RELAXED and cap.thread != threading.get_ident():
+    if cap.mode != CaptureMode.RELAXED and cap.thread is not threading.current_thread():
         raise CaptureError(f"the capture on stream {stream.id} was begun in another thread; in "
                            f"{cap.mode.name} mode only that thread can end it",
                            code=ErrorCode.RT_STREAM_CAPTURE_WRONG_THREAD)
@@ -264,10 +265,10 @@ def check_unsafe(what: str) -> None:
     """
     if not _active:
         return
-    me = threading.get_ident()
+    me = threading.current_thread()
     with _active_lock:
         offenders = [c for c in _active if c.invalid is None and
-                     (c.mode == CaptureMode.GLOBAL or c.mode == CaptureMode.THREAD_LOCAL and c.thread == me)]
+                     (c.mode == CaptureMode.GLOBAL or c.mode == CaptureMode.THREAD_LOCAL and c.thread is me)]
     if not offenders:
         return
     for c in offenders:
