@@ -875,3 +875,11 @@ def test_host_register_refuses_unaligned_unmapped_read_only_memory_and_other_typ
     assert rt.host_unregister(ptr) == C.ACL_ERROR_INVALID_PARAM                    # never registered
     read_only.close()
     region.close()
+    # Memory the runtime's pools hold: inside one live allocation it is reachable already;
+    # anything else there (a freed block, past an allocation's end) goes to another owner
+    pinned, _ = rt.malloc_host(1 << 20)
+    assert rt.host_register(pinned, 4096, 0) == (pinned, 0)
+    assert rt.host_unregister(pinned) == 0
+    assert rt.host_register(pinned, 2 << 20, 0)[1] == C.ACL_ERROR_INVALID_PARAM    # past its end
+    assert rt.free_host(pinned) == 0
+    assert rt.host_register(pinned, 4096, 0)[1] == C.ACL_ERROR_INVALID_PARAM       # freed

@@ -115,8 +115,7 @@ def unsubscribe(thread_id: int, stream=None) -> None:
     stream = resolve_stream(stream)
     _refuse_inside_callback(stream, "unsubscribe")
     with _lock:
-        _reap_if_dead(stream.id)  # (a thread with an ended one's id is not its report thread)
-        rep = _owner.get(stream.id)
+        rep = _owner.get(stream.id)  # (an ended report thread's too: undoing it is cleanup)
         if rep is None or rep.thread_id != thread_id:
             raise InvalidArgumentError(f"thread {thread_id!r} is not subscribed to stream {stream.id}",
                                        code=ErrorCode.RT_STREAM_NO_CB_REG)

@@ -255,6 +255,14 @@ def register_mapped(addr: int, nbytes: int) -> None:
     if not _mapped_writable(addr, nbytes):
         raise InvalidAddressError(f"{nbytes} bytes at {addr:#x} are not host memory this process "
                                   f"has mapped readable and writable")
+    holder = REGISTRY.find(addr, True, addr + nbytes, True)
+    inside = holder is not None and addr + nbytes <= holder.addr + holder.nbytes
+    if not inside and REGISTRY.pooled_in(addr, addr + nbytes):
+        # (a pool's free memory goes to the next owner, or back to the OS: registered as the
+        # caller's, a copy into it would write another buffer's bytes, or unmapped memory)
+        raise InvalidAddressError(f"{nbytes} bytes at {addr:#x} reach memory a pool of the runtime "
+                                  f"holds outside one live allocation: register host memory of "
+                                  f"your own")
     array = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(addr))
     with _lock:
         if addr in _mapped:

@@ -169,6 +169,14 @@ class AddressRegistry:
                 return chunk
         return None
 
+    def pooled_in(self, addr: int, end: int) -> bool:
+        """Whether any reserved pool chunk overlaps [addr, end) (no lock, as _chunk_of)."""
+        for page in range(addr >> _SHIFT, ((end - 1) >> _SHIFT) + 2):
+            for chunk in self._pages.get(page) or ():
+                if chunk.addr < end and addr < chunk.addr + chunk.size:
+                    return True
+        return False
+
     def _entry(self, addr: int, end: int = 0, write: bool = False):
         """The entry (allocation or chunk) that contains `addr`, or None; with `end`, one that
         holds all of [addr, end) if any does, and with `write` a writable one of those if any
