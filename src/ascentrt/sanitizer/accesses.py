@@ -149,6 +149,8 @@ def declared_accesses(reads, writes, what: str, name) -> list:
 
 
 def op_accesses(op, name: str) -> list:
+    """The accesses of one operation (a task or a graph node) named `name`: declared reads and
+    writes, else its buffer arguments by kind (a copy's source and destination, a fill's bytes)."""
     kind = op.kind
     what = KIND_NAMES[kind]
     if kind in (KERNEL, HOST_FUNC):  # declared reads / writes first (a host function's too)
