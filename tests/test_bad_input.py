@@ -275,6 +275,8 @@ def test_bad_device_ids_raise_107001(device_id):
         with pytest.raises(art.InvalidDeviceError) as err:
             call()
         assert err.value.code == E.RT_INVALID_DEVICEID
+        # (an id past the last device says how to have more)
+        assert ("ASCENTRT_DEVICES" in str(err.value)) == (type(device_id) is int and device_id > 0)
     assert art.current_device() is before
 
 

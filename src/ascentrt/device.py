@@ -112,10 +112,17 @@ def device_count() -> int:
     return len(_table())
 
 
+def more_devices_hint(count: int) -> str:
+    """What a refused device id adds: how many devices there are and how to have more."""
+    return (f"this process has {count} device(s): set ASCENTRT_DEVICES=N before its first use "
+            f"of ascentrt for N of them")
+
+
 def _check_id(device_id: object) -> int:
     count = device_count()
     if type(device_id) is not int or not 0 <= device_id < count:
-        raise InvalidDeviceError(f"device id must be an int in [0, {count}), got {device_id!r}")
+        hint = f" ({more_devices_hint(count)})" if type(device_id) is int and device_id >= count else ""
+        raise InvalidDeviceError(f"device id must be an int in [0, {count}), got {device_id!r}{hint}")
     return device_id
 
 

@@ -15,7 +15,7 @@ from typing import cast
 
 from .. import config
 from ..validate import as_int
-from ..device import Device, current_device, device_count
+from ..device import Device, current_device, device_count, more_devices_hint
 from ..engine import ENGINE
 from ..stream import Stream
 from .constants import HcclError, HcclResult
@@ -175,7 +175,8 @@ def _check_devices(devices: object) -> list:
     for d in devices:
         i = d.id if isinstance(d, Device) else d
         if type(i) is not int or not 0 <= i < device_count():
-            raise HcclError(f"device {d!r} is not a device id in [0, {device_count()})",
+            hint = f" ({more_devices_hint(device_count())})" if type(i) is int and i >= device_count() else ""
+            raise HcclError(f"device {d!r} is not a device id in [0, {device_count()}){hint}",
                             code=HcclResult.E_PARA)
         ids.append(i)
     if len(set(ids)) != len(ids):
