@@ -875,6 +875,17 @@ def test_a_demo_with_more_batches_than_the_host_can_stage_is_refused_before_allo
     demo.check_batches(12)
 
 
+def test_a_demo_refused_part_way_leaves_no_profile_folder(tmp_path, monkeypatch):
+    # (the memory shrank after the command's own check: the folder of the run that did not
+    # happen made its retry refused, "already holds a profile")
+    from ascentrt import cli, demo
+    rooms = iter([64 << 30])
+    monkeypatch.setattr(demo, "_available_memory", lambda: next(rooms, 1 << 20))
+    out = tmp_path / "demo"
+    assert cli.main(["demo", "--no-compare", "-o", str(out)]) == 1
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("value", [1.0, True, "1", [1], None, 99], ids=repr)
 def test_an_enum_argument_takes_its_members_and_ints_only(stream, buf, value):
     # (IntEnum(1.0) and IntEnum(True) are members: a float or a bool passed as a mode or a data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -124,6 +125,7 @@ def _demo(args) -> int:
     _use_backend(args)
     from . import profiler
     from .demo import PIPELINE_RANGE, check_batches, main as demo_main
+    from .errors import OutOfMemoryError
     check_batches(args.batches)  # (before the profile starts: no folder for a refused run)
     compare = None if args.backend == "sim" or args.no_compare else (args.preset or "ascend910b")
     # (its own default folder is the demo's each run: a second `ascentrt demo` after `make demo`
@@ -131,8 +133,16 @@ def _demo(args) -> int:
     overwrite = args.force or args.out is None
     if args.out is None:
         args.out = DEMO_OUT
-    with profiler.profile(args.out, overwrite=overwrite) as prof:
-        code = demo_main(args.batches, compare_preset=compare)
+    made = not os.path.exists(args.out)
+    try:
+        with profiler.profile(args.out, overwrite=overwrite) as prof:
+            code = demo_main(args.batches, compare_preset=compare)
+    except OutOfMemoryError:
+        # (refused part-way, the memory having shrunk since check_batches: a retry must not
+        # find the folder of a run that did not happen)
+        if made:
+            shutil.rmtree(args.out, ignore_errors=True)
+        raise
     # The pipelines' own time: around them the host stages inputs and checks results, which
     # would read as a host-bound device.
     findings = prof.diagnose(PIPELINE_RANGE)
