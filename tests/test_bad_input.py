@@ -1017,3 +1017,12 @@ def test_views_unregistering_and_costs_refuse_what_numpy_or_the_clock_cannot_hol
         with pytest.raises(art.InvalidArgumentError):
             art.launch(art.kernels.noop, cost=cost)
     b.free()
+
+
+def test_every_setting_set_but_empty_is_read_as_its_default_or_its_own_empty_meaning(monkeypatch):
+    # (empty ASCENTRT_SIM_PRESET meant the default, empty ASCENTRT_BACKEND was refused)
+    from ascentrt import config
+    for env, _, _ in config.table():
+        monkeypatch.setenv(env, "")
+        config.get(env)  # no refusal
+        monkeypatch.delenv(env)

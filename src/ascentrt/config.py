@@ -279,6 +279,8 @@ def get(env: str):
     try:
         return setting.parse(raw)
     except InvalidArgumentError as exc:
+        if not raw.strip():  # (set but empty, where empty means nothing of its own: the default,
+            return setting.parse(setting.default)  # as for most settings that take empty)
         raise InvalidArgumentError(f"{env}={raw!r}: {exc.message}") from None
 
 
