@@ -57,6 +57,8 @@ def main() -> None:
                                lambda: art.memcpy(dev, host, COPY_BYTES), sync)
     emit("acl_memcpy_4k_h2d", facade, "ns/copy", "ascentrt.memcpy(int pointers)", core, "<=", 1.5,
          "the facade adds at most half of the core's checked pointer copy")
+    acl.rt.free(dev)
+    acl.rt.free_host(host)
 
     def acl_malloc_free():
         ptr, _ = acl.rt.malloc(1 << 20, 0)

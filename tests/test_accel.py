@@ -198,7 +198,7 @@ def test_info_says_a_compiled_build_switched_off_by_pure_python_is_there(monkeyp
     text = accel.describe()
     assert "switched off by ASCENTRT_PURE_PYTHON=1" in text and "make accel" not in text
     monkeypatch.setattr(accel, "built", lambda: [])
-    assert accel.describe() == "Python source (compiled build: make accel)"
+    assert accel.describe() == "Python source (a compiled build comes from make accel in a source checkout)"
 
 
 def test_a_bad_pure_python_switch_runs_the_source_and_is_refused_with_its_code_at_first_use():

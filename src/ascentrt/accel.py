@@ -114,7 +114,7 @@ def describe() -> str:
     if running:
         return f"compiled ({', '.join(running)})"
     if not built():
-        return "Python source (compiled build: make accel)"
+        return "Python source (a compiled build comes from make accel in a source checkout)"
     try:
         pure = config.get("ASCENTRT_PURE_PYTHON")
     except AscentError:

@@ -146,9 +146,9 @@ def _demo(args) -> int:
     # The pipelines' own time: around them the host stages inputs and checks results, which
     # would read as a host-bound device.
     findings = prof.diagnose(PIPELINE_RANGE)
-    print(f"profile written to {args.out}/ (report.html, trace.json, CSV summaries); "
-          f"{len(findings)} finding(s) in the timed pipelines{':' if findings else ''} (ascentrt "
-          f"report {args.out} for the whole run, the demo's set-up and checks included)")
+    print(f"profile written to {args.out}/ (report.html, trace.json, CSV summaries; ascentrt "
+          f"report {args.out} for the whole run, the demo's set-up and checks included); "
+          f"{len(findings)} finding(s) in the timed pipelines{':' if findings else ''}")
     for f in findings:
         print(f"  - {f.title}")
     return code

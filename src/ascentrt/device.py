@@ -173,13 +173,15 @@ class Device:
         executors = cast("tuple[int, int, int]", tuple(sizes))  # one size per executor class
         kind = config.get("ASCENTRT_BACKEND")
         if kind == "sim":  # the preset gives memory and executors, unless memory is set
+            setting = "ASCENTRT_SIM_PRESET"  # (the error names the setting it came from)
             try:
-                preset = load_preset(config.get("ASCENTRT_SIM_PRESET"))
-                changes = variant_fields(config.get("ASCENTRT_SIM_VARY"))
+                preset = load_preset(config.get(setting))
+                setting = "ASCENTRT_SIM_VARY"
+                changes = variant_fields(config.get(setting))
                 if changes:
                     preset = preset.varied(changes)
             except PresetError as exc:
-                raise InvalidArgumentError(f"ASCENTRT_SIM_PRESET / ASCENTRT_SIM_VARY: {exc}") from None
+                raise InvalidArgumentError(f"{setting}: {exc}") from None
             # (the preset's memory unless the setting gives one; a what-if variant's wins)
             given = config.is_set("ASCENTRT_DEVICE_MEMORY")
             if given and "memory_bytes" in changes:
