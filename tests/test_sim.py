@@ -1969,7 +1969,110 @@ def test_a_synchronous_copy_shares_the_host_link_with_the_copies_running_beside_
         stream.synchronize()
     (copy,) = _tasks(prof, "copy")
     both = 2 * n / P.host_link_bandwidth * 1e9
-    assert both <= took <= both + 10_000
+    call = P.host_launch_ns + P.dispatch_ns + P.host_sync_ns  # (launched, then the wait's return)
+    assert both <= took <= both + call + 10_000
     assert copy.duration_ns >= both - 10_000  # the asynchronous one shared it too
     for x in (*hosts, *devs):
         x.free()
+
+
+@sim_only
+def test_a_replayed_host_function_holds_its_stream_as_long_as_its_eager_form(dev, stream):
+    # (its segment held the stream for host_func_ns, and its node for host_func_ns again: the
+    # kernel after it started 5 us late)
+    def body():
+        art.launch(art.kernels.noop, stream=stream, cost=50e-6, name="k1")
+        art.launch_host_func(lambda: None, stream=stream)
+        art.launch(art.kernels.noop, stream=stream, cost=20e-6, name="k2")
+    stream.begin_capture()
+    body()
+    graph = stream.end_capture()
+    for replayed in (False, True):
+        with art.profile() as prof:
+            graph.launch(stream) if replayed else body()
+            stream.synchronize()
+        (hf,) = _tasks(prof, "host_func")
+        k1, k2 = sorted(_tasks(prof, "kernel"), key=lambda t: t.start_ns)
+        assert hf.start_ns == k1.end_ns + P.dispatch_ns
+        assert hf.duration_ns == P.host_func_ns
+        assert k2.start_ns == hf.end_ns + P.dispatch_ns
+    graph.destroy()
+
+
+@sim_only
+@pytest.mark.parametrize("through", ["events", "notifies"])
+def test_a_record_right_after_a_wait_pays_the_release_latency_once_per_hop(dev, through):
+    # (a record right after a wait was stamped at the release instant: an event recorded there
+    # read 0 ms after the one it waited for, and two hops paid event_latency_ns once)
+    s1, s2, s3 = (dev.create_stream() for _ in range(3))
+    D, EL = P.dispatch_ns, P.event_latency_ns
+    e1, e2 = art.Event(timing=True), art.Event(timing=True)
+    n1, n2 = dev.create_notify(), dev.create_notify()
+    with art.profile() as prof:
+        art.launch(art.kernels.noop, stream=s1, cost=100e-6, block_dim=1, name="k1")
+        if through == "events":
+            e1.record(s1)
+            s2.wait(e1)
+            e2.record(s2)
+            s3.wait(e2)
+        else:
+            s1.record_notify(n1)
+            s2.wait_notify(n1)
+            s2.record_notify(n2)
+            s3.wait_notify(n2)
+        art.launch(art.kernels.noop, stream=s2, cost=10e-6, block_dim=1, name="k2")
+        art.launch(art.kernels.noop, stream=s3, cost=10e-6, block_dim=1, name="k3")
+        dev.synchronize()
+    k1, k2, k3 = (next(t for t in _tasks(prof, "kernel") if t.name == k) for k in ("k1", "k2", "k3"))
+    assert k2.start_ns == k1.end_ns + EL + D      # one hop
+    assert k3.start_ns == k1.end_ns + 2 * EL + D  # two hops: each release takes its latency
+    if through == "events":
+        assert round(art.elapsed_time(e1, e2) * 1e6) == EL
+    for x in (e1, e2, n1, n2):
+        x.destroy()
+    for s in (s1, s2, s3):
+        s.destroy()
+
+
+@sim_only
+def test_a_value_wait_the_host_wrote_goes_on_from_the_write_not_after_the_next_call(dev):
+    # (the host's next launch charged its own cost before looking at the word: the stream went
+    # on host_launch_ns after the write)
+    a, b = dev.create_stream(), dev.create_stream()
+    word = art.malloc(8)
+    art.memset(word, 0)
+    dev.synchronize()
+    with art.profile() as prof:
+        b.wait_value(word, lambda w: w == 2, "the word to be 2")
+        art.launch(art.kernels.noop, stream=b, cost=10e-6, block_dim=1, name="after")
+        art.launch(art.kernels.noop, stream=a, cost=1e-6, block_dim=1, name="ref")
+        word.numpy(np.uint64)[0] = 2  # the host writes the word as that launch returns
+        art.launch(art.kernels.noop, stream=a, cost=1e-6, block_dim=1)  # its next call
+        dev.synchronize()
+    k, ref = (next(t for t in _tasks(prof, "kernel") if t.name == n) for n in ("after", "ref"))
+    written = ref.start_ns - P.dispatch_ns  # (`ref` started its dispatch after the launch)
+    assert k.start_ns == written + P.event_latency_ns + P.dispatch_ns
+    word.free()
+    a.destroy(), b.destroy()
+
+
+@sim_only
+def test_a_synchronous_copy_costs_the_host_what_an_asynchronous_one_it_waits_for_costs(dev, stream):
+    # (memcpy of pageable memory charged only its transfer, memcpy_async of the same copy a
+    # launch, its dispatch and the wait's return besides)
+    n = 4 << 20
+    buf = art.malloc(n)
+    src = np.ones(n, np.uint8)
+    stream.synchronize()
+    xfer = int(P.host_link_latency_ns + n / P.pageable_bandwidth * 1e9)
+    took = []
+    for copy in (lambda: art.memcpy_async(buf, src, stream=stream), lambda: art.memcpy(buf, src),
+                 lambda: art.memset(buf, 0)):
+        t0 = dev.now_ns()
+        copy()
+        took.append(dev.now_ns() - t0)
+    call = P.host_launch_ns + P.dispatch_ns + P.host_sync_ns
+    assert took[0] == took[1] == call + xfer
+    memset = int(n / P.memory_bandwidth_per_unit * 1e9)  # (one AI core's draw)
+    assert took[2] == call + memset
+    buf.free()

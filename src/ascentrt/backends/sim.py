@@ -164,6 +164,7 @@ class Timeline:
         self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
         self.acting_for: Any = None     # the engine's acting_for(): see acting_frame
         self.host_wait_timed: Any = None  # the engine's host_wait_timed(): see _host_wait
+        self.look_at_values: Any = None  # the engine's look_at_values(): see SimBackend.execute
         self.host_frames: dict = {}     # task -> frame of each host function running
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
@@ -390,6 +391,7 @@ class Timeline:
             self.fire_deadlines = queue.fire_deadlines
             self.acting_for = queue.acting_for
             self.host_wait_timed = queue.host_wait_timed
+            self.look_at_values = queue.engine.look_at_values
 
     def advance_host(self, cost_ns: int) -> None:
         """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""
@@ -498,6 +500,7 @@ class SimBackend(CpuBackend):
                                   + p.copy_engines_d2d, p.host_func_threads),
             preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
             max_events=p.max_events, dispatch_ns=int(p.dispatch_ns),
+            release_ns=int(p.event_latency_ns),
             copy_engines_per_direction=(p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d))
         self.queues: list[Any] = [None, None, None]   # the engine's ExecutorQueue per class
         self.ready: list[Any] = [_NONE_READY] * 3   # their ready streams (.count), per class
@@ -517,6 +520,9 @@ class SimBackend(CpuBackend):
         self._dispatch_ns = int(p.dispatch_ns)
         self._event_latency_ns = int(p.event_latency_ns)
         self._handoff_ns = int(p.executor_handoff_ns)
+        # A synchronous copy or fill goes the way of an asynchronous one the host waits for:
+        # its launch and dispatch before its bytes move (the wait's return after them).
+        self._sync_op_ns = int(p.host_launch_ns) + self._dispatch_ns
         self.sharing: list[list] = []   # running tasks that share (see _share)
         self._alone_frame = _Frame(None, 0)  # the frame of run_alone's task (see there)
         self.shared_since = 0           # when `sharing`'s work was last brought up to date
@@ -600,10 +606,10 @@ class SimBackend(CpuBackend):
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
             ns, mem = self._kernel_ns(op, args)
+        elif op.fn is not None and (kind != HOST or getattr(op, "dispatches_nodes", False)):
+            ns = 0.0  # a run of operations (a graph segment): its nodes add their own time
         elif kind == HOST:
             ns = p.host_func_ns
-        elif op.fn is not None:  # a run of copies or fills
-            ns = 0.0
         elif kind == COPY:
             dst, dpitch, src, spitch, width, height = op.args
             # (a pitched copy is no single memmove on a cpu backend: no small-copy rate for it)
@@ -631,7 +637,11 @@ class SimBackend(CpuBackend):
         frames = tl.local.frames
         frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
         nested = False  # a node of a segment, or an operation a host function makes
-        if frame is not None:
+        if frame is None:  # a synchronous memcpy / memset of the host: the path of an
+            # asynchronous one that it waits for (launched and dispatched, then its bytes move)
+            with tl.lock:
+                tl.advance_host(self._sync_op_ns)
+        else:
             frame.mem += mem
             if frame.task is op:
                 frame.own = took
@@ -654,6 +664,10 @@ class SimBackend(CpuBackend):
                     self._host_moves(took, mem, link, link_ns, latency)
                 else:
                     tl.advance_host(took)
+            if tl.look_at_values is not None:  # (a word it wrote lets a value wait go now)
+                tl.look_at_values()
+            with tl.lock:
+                tl.advance_host(self._host_cost["synchronize"])  # (the wait's return path)
         elif nested:
             frame.offset += took
 
