@@ -2076,3 +2076,110 @@ def test_a_synchronous_copy_costs_the_host_what_an_asynchronous_one_it_waits_for
     memset = int(n / P.memory_bandwidth_per_unit * 1e9)  # (one AI core's draw)
     assert took[2] == call + memset
     buf.free()
+
+
+def test_a_kernel_s_link_bytes_share_the_peer_link_with_a_copy_crossing_it():
+    # (a kernel's link_bytes took fixed time: a peer copy over the same link beside it kept the
+    # link's full rate, and two collectives over one ring ran as fast as one)
+    r = _run_sim(textwrap.dedent("""
+        import json, ascentrt as art
+        from ascentrt.backends.base import Cost
+        d0, d1 = art.Device(0), art.Device(1)
+        d0.enable_peer_access(1); d1.enable_peer_access(0)
+        n = 56_000_000
+        art.set_device(0); a0 = art.malloc(n)
+        art.set_device(1); b1 = art.malloc(n); s1, t1 = d1.create_stream(), d1.create_stream()
+        d0.synchronize(); d1.synchronize()
+        with art.profile() as prof:
+            art.launch(art.kernels.noop, stream=t1, block_dim=1,
+                       cost=Cost(flops=1.0, link_bytes=float(n), link_src=a0.addr))  # reads 0 -> 1
+            art.memcpy_async(b1, a0, n, stream=s1)                                      # pulls 0 -> 1
+            d1.synchronize()
+        print(json.dumps([(t.start_ns, t.end_ns) for t in prof.snapshot().tasks
+                          if t.kind in ("copy", "kernel")]))
+        """), env_extra={"ASCENTRT_DEVICES": "2", "ASCENTRT_SIM_PRESET": "ascend910b"})
+    assert r.returncode == 0, r.stderr
+    (s_a, e_a), (s_b, e_b) = json.loads(r.stdout.strip().splitlines()[-1])
+    both = 2 * 56_000_000 / P.peer_link_bandwidth * 1e9  # the link moves both
+    assert both <= max(e_a, e_b) - min(s_a, s_b) <= both + 20_000
+
+
+def test_two_all_reduces_over_one_ring_take_twice_one_alone():
+    # (the reduce-scatter steps, kernels with link_bytes, escaped the link sharing: 1.48x)
+    r = _run_sim(textwrap.dedent("""
+        import json, ascentrt as art
+        from ascentrt import hccl
+        R, N = 2, 64 << 20
+        comms = [hccl.comm_init_all(list(range(R))) for _ in range(2)]
+        devs = [art.Device(r) for r in range(R)]
+        streams = [[d.create_stream() for d in devs] for _ in range(2)]
+        bufs = [[art.malloc(N, device=r) for r in range(R)] for _ in range(2)]
+        for d in devs:
+            d.synchronize()
+        F, S = hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM
+        spans = []
+        for how_many in (1, 2):
+            t0 = devs[0].now_ns()
+            for r in range(R):
+                for i in range(how_many):
+                    hccl.all_reduce(bufs[i][r], bufs[i][r], N // 4, F, S, comms[i][r], streams[i][r])
+            for d in devs:
+                d.synchronize()
+            spans.append(devs[0].now_ns() - t0)
+        print(json.dumps(spans))
+        """), env_extra={"ASCENTRT_DEVICES": "2", "ASCENTRT_SIM_PRESET": "ascend910b",
+                         "ASCENTRT_SIM_VARY": '{"copy_engines_d2d": 2}'})
+    assert r.returncode == 0, r.stderr
+    one, two = json.loads(r.stdout.strip().splitlines()[-1])
+    assert 1.9 * one <= two <= 2.1 * one
+
+
+def test_each_device_has_a_host_link_of_its_own():
+    # (every device's host copies shared one link per direction: two NPUs, each on its own
+    # PCIe x16 link, moved their H2D copies at half its rate)
+    r = _run_sim(textwrap.dedent("""
+        import json, ascentrt as art
+        n = 50_000_000
+        hosts = [art.malloc_host(n) for _ in range(2)]
+        bufs = [art.malloc(n, device=i) for i in range(2)]
+        streams = [art.Device(i).create_stream() for i in range(2)]
+        with art.profile() as prof:
+            for i in range(2):
+                art.memcpy_async(bufs[i], hosts[i], n, stream=streams[i])
+            for s in streams:
+                s.synchronize()
+        print(json.dumps([t.duration_ns for t in prof.snapshot().tasks if t.kind == "copy"]))
+        """), env_extra={"ASCENTRT_DEVICES": "2", "ASCENTRT_SIM_PRESET": "ascend910b"})
+    assert r.returncode == 0, r.stderr
+    alone = P.host_link_latency_ns + 50_000_000 / P.host_link_bandwidth * 1e9
+    assert [abs(d - alone) <= 2 for d in json.loads(r.stdout.strip().splitlines()[-1])] == [True, True]
+
+
+def test_a_peer_copy_shares_the_memory_of_the_device_it_writes_into():
+    # (its memory traffic was charged to the device running it only: a memory-bound kernel on
+    # the device it wrote into kept the whole memory bandwidth)
+    r = _run_sim(textwrap.dedent("""
+        import json, ascentrt as art
+        from ascentrt.backends.base import Cost
+        d0, d1 = art.Device(0), art.Device(1)
+        d0.enable_peer_access(1); d1.enable_peer_access(0)
+        n = 56_000_000
+        art.set_device(0); a0, s0 = art.malloc(n), d0.create_stream()
+        art.set_device(1); b1, s1 = art.malloc(n), d1.create_stream()
+        took = []
+        for push in (False, True):
+            with art.profile() as prof:
+                art.launch(art.kernels.noop, stream=s1, cost=Cost(bytes=3.2e9))  # 2 ms of memory
+                if push:
+                    art.memcpy_async(b1, a0, n, stream=s0)  # pushed by device 0 into device 1
+                d0.synchronize(); d1.synchronize()
+            took += [t.duration_ns for t in prof.snapshot().tasks if t.kind == "kernel"]
+        print(json.dumps(took))
+        """), env_extra={"ASCENTRT_DEVICES": "2", "ASCENTRT_SIM_PRESET": "ascend910b"})
+    assert r.returncode == 0, r.stderr
+    alone, beside = json.loads(r.stdout.strip().splitlines()[-1])
+    assert alone == 2_000_000
+    # while the copy moves its bytes both run at r = 1 / (1 + peer / memory bandwidth) of their
+    # rate: the kernel loses what the copy's bytes take of device 1's memory
+    lost = 56_000_000 / P.memory_bandwidth * 1e9
+    assert abs(beside - alone - lost) <= 2

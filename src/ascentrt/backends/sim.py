@@ -91,13 +91,16 @@ class _Frame:
     """A task the simulation is running on this thread: when it started, and the time its
     nested operations (graph nodes) took so far."""
 
-    __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency")
+    __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency", "peer")
 
     def __init__(self, task: Any, start: int):
         self.task, self.start, self.offset, self.own, self.mem = task, start, 0, 0, 0.0
-        self.link: Any = None    # the link its bytes cross (a copy over the host or a peer link)
+        self.link: Any = None    # the link its bytes cross (a copy over the host or a peer
+                                 # link, a kernel's link_bytes over a peer link)
         self.link_ns = 0.0       # the ns they take on it at its full bandwidth
         self.latency = 0         # the ns of `own` no bandwidth paces (the link's latency)
+        self.peer: Any = None    # (key, ns at its bandwidth) of the other device's memory its
+                                 # bytes cross (a peer copy's or link read's other end)
 
 
 class _HostThread:
@@ -529,6 +532,8 @@ class SimBackend(CpuBackend):
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
         self._last_lane = 0             # the copy engine's direction _fits_copy found
         self._last_units = 0            # the compute units _fits_compute found
+        self._link_bytes = 0.0          # the last kernel's link_bytes and link_src (_kernel_ns)
+        self._link_src = 0
         self._host_cost = {what: int(ns) for what, ns in {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
             "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
@@ -602,10 +607,19 @@ class SimBackend(CpuBackend):
         link: Any = None
         link_ns = 0.0
         latency = 0
+        peer: Any = None
         ns: float  # (declared: mypyc keeps ints and floats apart)
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
             ns, mem = self._kernel_ns(op, args)
+            link_bytes = self._link_bytes
+            if link_bytes:  # (read from another device's memory: over the peer link, as a
+                # peer copy's bytes, sharing it with them)
+                source = tl.device_of(self._link_src) if self._link_src else None
+                link = (D2D, id(source), id(self._name))
+                link_ns = link_bytes / p.peer_link_bandwidth * 1e9
+                latency = int(p.peer_link_latency_ns)
+                peer = self._peer_memory(source, link_bytes)
         elif op.fn is not None and (kind != HOST or getattr(op, "dispatches_nodes", False)):
             ns = 0.0  # a run of operations (a graph segment): its nodes add their own time
         elif kind == HOST:
@@ -623,6 +637,10 @@ class SimBackend(CpuBackend):
                 link_ns = nbytes / (p.peer_link_bandwidth if direction == D2D
                                     else p.host_link_bandwidth) * 1e9
                 latency = int(p.peer_link_latency_ns if direction == D2D else p.host_link_latency_ns)
+                if direction == D2D:  # a peer copy: it reads one device's memory, writes the other's
+                    here = tl.device_of(dst)
+                    peer = self._peer_memory(tl.device_of(src) if here is self._name else here,
+                                             nbytes)
         else:  # FILL
             dst, _, nbytes = op.args
             on_device = tl.where(dst) == "device"
@@ -645,7 +663,7 @@ class SimBackend(CpuBackend):
             frame.mem += mem
             if frame.task is op:
                 frame.own = took
-                frame.link, frame.link_ns, frame.latency = link, link_ns, latency
+                frame.link, frame.link_ns, frame.latency, frame.peer = link, link_ns, latency, peer
             else:  # (dispatched first: now_ns() inside it reads its start, as a profile does)
                 nested = True
                 frame.offset += self._dispatch_ns
@@ -661,7 +679,7 @@ class SimBackend(CpuBackend):
         if frame is None:  # synchronous memcpy / memset from the host
             with tl.lock:
                 if link is not None or mem:
-                    self._host_moves(took, mem, link, link_ns, latency)
+                    self._host_moves(took, mem, link, link_ns, latency, peer)
                 else:
                     tl.advance_host(took)
             if tl.look_at_values is not None:  # (a word it wrote lets a value wait go now)
@@ -805,7 +823,8 @@ class SimBackend(CpuBackend):
 
     # ---- the model ---------------------------------------------------------------------------
 
-    def _host_moves(self, took: int, mem: float, link: Any, link_ns: float, latency: int) -> None:
+    def _host_moves(self, took: int, mem: float, link: Any, link_ns: float, latency: int,
+                    peer: Any) -> None:
         """The host waits while a synchronous copy or fill moves its bytes: they share the
         memory and the link with the tasks running meanwhile, as an asynchronous one's do (it
         took `took` ns alone and passed everything by); the host is back at its end."""
@@ -820,7 +839,7 @@ class SimBackend(CpuBackend):
         self._settle(tl.now)
         # (no queue: `ended` sets `done`; no engine, no processor of the device's own)
         self.sharing.append([float(paced), latency, None, done, 0, min(1.0, mem / paced), 1.0,
-                             False, link, min(1.0, link_ns / paced)])
+                             False, link, min(1.0, link_ns / paced), _demand(peer, paced)])
         tl.sharing += 1
         self._share()
         tl.run(math.inf, done)
@@ -866,7 +885,7 @@ class SimBackend(CpuBackend):
         frame = self._alone_frame
         if frame.task is None:
             frame.task, frame.start, frame.offset, frame.own, frame.mem = t, tl.now, 0, 0, 0.0
-            frame.link, frame.link_ns, frame.latency = None, 0.0, 0
+            frame.link, frame.link_ns, frame.latency, frame.peer = None, 0.0, 0, None
         else:
             frame = _Frame(t, tl.now)
         if t.dispatches_nodes:
@@ -1091,7 +1110,7 @@ class SimBackend(CpuBackend):
             paced = work - latency
             self.sharing.append([float(paced), fixed + latency, queue, t, units,
                                  min(1.0, frame.mem / paced), 1.0, computes, frame.link,
-                                 min(1.0, frame.link_ns / paced)])
+                                 min(1.0, frame.link_ns / paced), _demand(frame.peer, paced)])
             tl.sharing += 1
             self._share()
             return None
@@ -1108,9 +1127,11 @@ class SimBackend(CpuBackend):
     # A copy over the host link (one per direction) or a peer link (one per pair and direction) needs
     # that link at its full rate too: copies crossing one link share its bandwidth, however
     # many engines move them.
+    # A kernel's link_bytes cross a peer link as a peer copy's bytes do, and a peer copy (or
+    # such a read) needs the other device's memory too, at its bandwidth.
     # `sharing` holds [work ns left at full rate, fixed ns after it, queue, task, units,
-    # demand, rate, uses a processor, link, link demand] and is brought up to date (_settle)
-    # whenever it changes.
+    # demand, rate, uses a processor, link, link demand, (the other device's memory key,
+    # demand) or None] and is brought up to date (_settle) whenever it changes.
 
     def _settle(self, now: int) -> None:
         """Bring the sharing tasks' work left up to `now` at the rates they had since."""
@@ -1125,7 +1146,9 @@ class SimBackend(CpuBackend):
         with tasks sharing on several devices at once, all of them together (a peer link joins
         two)."""
         busy = [b for b in self.timeline.backends if b.sharing]
-        _share_across(busy if len(busy) > 1 else [self], self.timeline.now)
+        # (every busy device: one whose last task left still frees what it shared with the
+        # others, a link or another device's memory)
+        _share_across(busy or [self], self.timeline.now)
 
     def next_shared_end(self) -> int | None:
         """When the first of the sharing tasks finishes its work at the present rates."""
@@ -1176,12 +1199,28 @@ class SimBackend(CpuBackend):
 
     def link_of(self, direction: int, dst: int, src: int) -> Any:
         """The link a copy's bytes cross: the host link of its direction (pinned or pageable
-        host memory), the peer link to the other device, or None (a copy inside the device)."""
+        host memory) of the device whose memory it moves (each device has its own: a PCIe
+        x16 link per NPU), the peer link to the other device, or None (a copy inside the
+        device). With unified memory (a cpu backend's devices) one host link per direction
+        serves them all: the host copies of every device cross one machine's memory."""
+        device_of = self.timeline.device_of
         if direction == D2D:
-            device_of = self.timeline.device_of
             a, b = device_of(src), device_of(dst)
             return None if a is b else (D2D, id(a), id(b))  # (one link each way per pair)
-        return (direction, 0, 0)
+        if self.preset.unified_memory:
+            return (direction, 0, 0)
+        device = device_of(dst if direction == H2D else src)
+        return (direction, id(self._name if device is None else device), 0)
+
+    def _peer_memory(self, name: Any, nbytes: float) -> Any:
+        """(key, ns at its memory bandwidth) of `nbytes` crossing the memory of the simulated
+        device named `name` (None: none, or an unknown one, or this device itself)."""
+        if name is None or name is self._name:
+            return None
+        for b in self.timeline.backends:
+            if b._name is name:
+                return (id(b), nbytes / b.preset.memory_bandwidth * 1e9)
+        return None
 
     def _copy_rate(self, nbytes: int, rate: float, contiguous: bool) -> float:
         """`rate`, or small_copy_bandwidth for a contiguous copy under small_copy_bytes."""
@@ -1206,6 +1245,7 @@ class SimBackend(CpuBackend):
         the ns its declared bytes take at the memory bandwidth)."""
         p = self.preset
         cost = op.cost
+        self._link_bytes = 0.0
         if cost is None or (cost.seconds is None and not (cost.flops or cost.bytes
                                                           or cost.link_bytes)):
             block_dim = None if cost is None else cost.block_dim  # launch(block_dim=) alone
@@ -1231,8 +1271,15 @@ class SimBackend(CpuBackend):
         reach = cost.bytes / self._reach(units)
         link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
             if cost.link_bytes else 0.0
+        self._link_bytes, self._link_src = cost.link_bytes, cost.link_src
         return max(compute, reach, link) * 1e9, memory * 1e9
 
+
+
+def _demand(peer: Any, paced: float) -> Any:
+    """A sharing entry's (key, demand) of the other device's memory a task's bytes cross,
+    from _peer_memory's (key, ns) (None: none)."""
+    return None if peer is None else (peer[0], min(1.0, peer[1] / paced))
 
 
 def _share_across(backends: list, now: int) -> None:
@@ -1255,6 +1302,9 @@ def _share_across(backends: list, now: int) -> None:
             e[6] = 0.0
             rising.append((key, e))
     links_left: dict = {e[8]: 1.0 for _, e in rising if e[8] is not None}
+    for _, e in rising:  # (a peer copy's other end: that device's memory, busy or not)
+        if e[10] is not None and e[10][0] not in mem_left:
+            mem_left[e[10][0]] = 1.0
     while rising:
         step = min(1.0 - e[6] for _, e in rising)
         load: dict = {}
@@ -1265,10 +1315,13 @@ def _share_across(backends: list, now: int) -> None:
             users[key] = users.get(key, 0) + e[7]
             if e[8] is not None:
                 link_load[e[8]] = link_load.get(e[8], 0.0) + e[9]
+            if e[10] is not None:
+                other = e[10][0]
+                load[other] = load.get(other, 0.0) + e[10][1]
         for key, mload in load.items():
             if mload > 0:
                 step = min(step, mem_left[key] / mload)
-            if procs_of[key] and users[key]:
+            if procs_of.get(key) and users.get(key):
                 step = min(step, procs_left[key] / users[key])
         for link, lload in link_load.items():
             if lload > 0:
@@ -1277,12 +1330,14 @@ def _share_across(backends: list, now: int) -> None:
             e[6] += step
         for key, mload in load.items():
             mem_left[key] -= step * mload
-            procs_left[key] -= step * users[key]
+            if key in procs_left:
+                procs_left[key] -= step * users.get(key, 0)
         for link, lload in link_load.items():
             links_left[link] -= step * lload
         rising = [(key, e) for key, e in rising if e[6] < 1.0 - 1e-12
                   and not (procs_of[key] and procs_left[key] <= 1e-12 and e[7])
                   and not (mem_left[key] <= 1e-12 and e[5] > 0)
+                  and not (e[10] is not None and mem_left[e[10][0]] <= 1e-12)
                   and not (e[8] is not None and e[9] > 0 and links_left[e[8]] <= 1e-12)]
     for b in backends:
         for e in b.sharing:
