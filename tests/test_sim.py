@@ -2183,3 +2183,33 @@ def test_a_peer_copy_shares_the_memory_of_the_device_it_writes_into():
     # rate: the kernel loses what the copy's bytes take of device 1's memory
     lost = 56_000_000 / P.memory_bandwidth * 1e9
     assert abs(beside - alone - lost) <= 2
+
+
+def test_a_held_back_copy_shares_the_link_only_once_it_has_started():
+    # (a copy released by a wait shared the host link from its release on, event_latency_ns
+    # before the start its profile shows: the copy beside it was slowed by bytes not yet moving)
+    r = _run_sim(textwrap.dedent("""
+        import json, ascentrt as art
+        d = art.set_device(0)
+        s1, s2, s3 = (d.create_stream() for _ in range(3))
+        nA, nB = 25_000_000, 50_000_000
+        hA, hB, dA, dB = art.malloc_host(nA), art.malloc_host(nB), art.malloc(nA), art.malloc(nB)
+        d.synchronize()
+        with art.profile() as prof:
+            art.launch(art.kernels.noop, stream=s1, cost=100e-6, block_dim=1)
+            s2.wait(s1.record())
+            art.memcpy_async(dA, hA, stream=s2)   # held back: released 500 us after the kernel
+            art.memcpy_async(dB, hB, stream=s3)   # over the same link, from the start
+            d.synchronize()
+        print(json.dumps([(t.start_ns, t.end_ns) for t in sorted(
+            (t for t in prof.snapshot().tasks if t.kind == "copy"), key=lambda t: t.stream)]))
+        """), env_extra={"ASCENTRT_SIM_PRESET": "ascend910b",
+                         "ASCENTRT_SIM_VARY": '{"event_latency_ns": 500000, "copy_engines_h2d": 2}'})
+    assert r.returncode == 0, r.stderr
+    (a_start, a_end), (b_start, b_end) = json.loads(r.stdout.strip().splitlines()[-1])
+    bw, lat, D = P.host_link_bandwidth, P.host_link_latency_ns, P.dispatch_ns
+    # (each copy's bytes move from its dispatch on: its dispatch_ns comes after them)
+    alone = (a_start - D) - (b_start - D)            # B's work alone, until A's begins
+    both = 2 * (50_000_000 / bw * 1e9 - alone)       # B's rest at half the link
+    assert b_end == round((a_start - D) + both + lat + D)
+    assert a_end == round(b_end + (25_000_000 / bw * 1e9 - both / 2))

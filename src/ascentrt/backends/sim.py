@@ -17,10 +17,10 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
     moves memory needs its share of the memory bandwidth at its full rate, and on a preset
     with shared_processors (a model of a cpu backend, whose engines are threads on a few
     cores) each running task needs one of that many processors. So a
-    task's end moves whenever another one starts or ends. Its fixed latencies (dispatch, an
-    event's release, the hand-over of a stream's work to another executor class) come after
-    its shared work; a replayed graph's segment runs at its full
-    rate (its nodes' times are fixed as they run).
+    task's end moves whenever another one starts or ends. A task held back (an event's
+    release, the hand-over of a stream's work to another executor class) shares nothing
+    until then; its dispatch comes after its shared work; a replayed graph's segment runs at
+    its full rate (its nodes' times are fixed as they run).
 A program with one host thread therefore gives the same timeline on every run, however busy
 the machine is. With several host threads the semantics hold, but the interleaving of their
 calls (and so the timeline) follows the real threads.
@@ -1093,7 +1093,8 @@ class SimBackend(CpuBackend):
         work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
         # A graph segment's latencies came first, in its offset, and each node was dispatched
         # as it ran: it adds nothing after its nodes.
-        fixed = 0 if t.dispatches_nodes else self._dispatch_ns + self._held_back(t, start)
+        held = 0 if t.dispatches_nodes else self._held_back(t, start)
+        fixed = 0 if t.dispatches_nodes else self._dispatch_ns + held
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)
@@ -1103,16 +1104,20 @@ class SimBackend(CpuBackend):
             # It shares memory bandwidth or processors: its end moves with the others'. (Not a
             # graph segment or a host function whose nested operations took time: their nodes'
             # times were fixed at full rate as they ran.)
-            self._settle(tl.now)
             # (a copy's link latency is no bandwidth: it passes alike however many share the
             # link, after its bytes moved)
             latency = frame.latency if frame.latency < work else 0
             paced = work - latency
-            self.sharing.append([float(paced), fixed + latency, queue, t, units,
-                                 min(1.0, frame.mem / paced), 1.0, computes, frame.link,
-                                 min(1.0, frame.link_ns / paced), _demand(frame.peer, paced)])
-            tl.sharing += 1
-            self._share()
+            entry = [float(paced), fixed - held + latency, queue, t, units,
+                     min(1.0, frame.mem / paced), 1.0, computes, frame.link,
+                     min(1.0, frame.link_ns / paced), _demand(frame.peer, paced)]
+            begin = start + held
+            if begin > tl.now:
+                # Held back (a wait's release, a hand-over): it shares nothing before then, so
+                # its work joins the others' at that instant (an event of the timeline's).
+                heapq.heappush(tl.ends, (begin, next(tl.seq), self, None, _Begin(self, entry), 0))
+            else:
+                self.begin_sharing(entry)
             return None
         now = tl.now
         t.t_end = end = (now if now > start else start) + work + fixed
@@ -1149,6 +1154,13 @@ class SimBackend(CpuBackend):
         # (every busy device: one whose last task left still frees what it shared with the
         # others, a link or another device's memory)
         _share_across(busy or [self], self.timeline.now)
+
+    def begin_sharing(self, entry: list) -> None:
+        """A task's work joins the sharing tasks now (see the layout of `sharing` above)."""
+        self._settle(self.timeline.now)
+        self.sharing.append(entry)
+        self.timeline.sharing += 1
+        self._share()
 
     def next_shared_end(self) -> int | None:
         """When the first of the sharing tasks finishes its work at the present rates."""
@@ -1342,6 +1354,20 @@ def _share_across(backends: list, now: int) -> None:
     for b in backends:
         for e in b.sharing:
             e[6] = max(e[6], 1e-9)  # (never stalled for good: float dust)
+
+
+class _Begin:
+    """A held-back task whose work joins the sharing ones when the timeline reaches its release
+    (an end of the timeline's heap with no queue: SimBackend.ended calls set())."""
+
+    __slots__ = ("backend", "entry")
+
+    def __init__(self, backend: SimBackend, entry: list):
+        self.backend, self.entry = backend, entry
+
+    def set(self) -> None:
+        """Its work begins now."""
+        self.backend.begin_sharing(self.entry)
 
 
 class _NoneReady:
