@@ -101,7 +101,8 @@ def make_cost(cost, block_dim, device) -> Cost | None:
     seconds = _field(fields["seconds"], "cost seconds", MAX_COST_SECONDS) if "seconds" in fields else None
     return Cost(seconds=seconds, flops=_field(fields.get("flops", 0.0), "cost flops", MAX_COST_WORK),
                 bytes=_field(fields.get("bytes", 0.0), "cost bytes", MAX_COST_WORK), block_dim=block_dim,
-                link_bytes=_field(fields.get("link_bytes", 0.0), "cost link_bytes", MAX_COST_WORK))
+                link_bytes=_field(fields.get("link_bytes", 0.0), "cost link_bytes", MAX_COST_WORK),
+                link_src=cost.link_src if isinstance(cost, Cost) else 0)
 
 
 def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None = None,

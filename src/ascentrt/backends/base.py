@@ -59,7 +59,9 @@ class Cost:
 
     seconds: the duration itself. Otherwise flops and bytes: the kernel takes the longest of
     flops over the compute rate of the units it occupies, bytes over memory bandwidth, and
-    link_bytes (read from another device's memory) over the peer link.
+    link_bytes (read from another device's memory) over the peer link; link_src, an address
+    in the memory they are read from (0: not said), names that link (it shares it with the
+    peer copies and other reads crossing it).
     block_dim: compute units it occupies (None: all of them), as CANN's blockDim; 0 (the
     runtime's own tasks only: launch refuses it): none, work the stream's scheduler does.
     """
@@ -69,6 +71,7 @@ class Cost:
     bytes: float = 0.0
     block_dim: int | None = None
     link_bytes: float = 0.0
+    link_src: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class BackendProperties:
     max_streams: int = 0          # streams the device can have at once (0: no limit)
     max_events: int = 0           # events the device can have at once (0: no limit)
     dispatch_ns: int = 0          # modelled time from a task's dispatch to its start (0: real time)
+    release_ns: int = 0           # modelled time from a wait's release to its stream going on
     # (H2D, D2H, D2D) engines where each direction has engines of its own; () where any copy
     # engine takes any copy
     copy_engines_per_direction: tuple[int, ...] = ()

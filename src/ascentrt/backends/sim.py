@@ -17,10 +17,10 @@ a discrete-event simulation driven by the host threads themselves, not by a thre
     moves memory needs its share of the memory bandwidth at its full rate, and on a preset
     with shared_processors (a model of a cpu backend, whose engines are threads on a few
     cores) each running task needs one of that many processors. So a
-    task's end moves whenever another one starts or ends. Its fixed latencies (dispatch, an
-    event's release, the hand-over of a stream's work to another executor class) come after
-    its shared work; a replayed graph's segment runs at its full
-    rate (its nodes' times are fixed as they run).
+    task's end moves whenever another one starts or ends. A task held back (an event's
+    release, the hand-over of a stream's work to another executor class) shares nothing
+    until then; its dispatch comes after its shared work; a replayed graph's segment runs at
+    its full rate (its nodes' times are fixed as they run).
 A program with one host thread therefore gives the same timeline on every run, however busy
 the machine is. With several host threads the semantics hold, but the interleaving of their
 calls (and so the timeline) follows the real threads.
@@ -91,13 +91,16 @@ class _Frame:
     """A task the simulation is running on this thread: when it started, and the time its
     nested operations (graph nodes) took so far."""
 
-    __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency")
+    __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency", "peer")
 
     def __init__(self, task: Any, start: int):
         self.task, self.start, self.offset, self.own, self.mem = task, start, 0, 0, 0.0
-        self.link: Any = None    # the link its bytes cross (a copy over the host or a peer link)
+        self.link: Any = None    # the link its bytes cross (a copy over the host or a peer
+                                 # link, a kernel's link_bytes over a peer link)
         self.link_ns = 0.0       # the ns they take on it at its full bandwidth
         self.latency = 0         # the ns of `own` no bandwidth paces (the link's latency)
+        self.peer: Any = None    # (key, ns at its bandwidth) of the other device's memory its
+                                 # bytes cross (a peer copy's or link read's other end)
 
 
 class _HostThread:
@@ -164,6 +167,7 @@ class Timeline:
         self.fire_deadlines: Any = None  # the engine's fire_deadlines(now) (see attach)
         self.acting_for: Any = None     # the engine's acting_for(): see acting_frame
         self.host_wait_timed: Any = None  # the engine's host_wait_timed(): see _host_wait
+        self.look_at_values: Any = None  # the engine's look_at_values(): see SimBackend.execute
         self.host_frames: dict = {}     # task -> frame of each host function running
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
@@ -390,6 +394,7 @@ class Timeline:
             self.fire_deadlines = queue.fire_deadlines
             self.acting_for = queue.acting_for
             self.host_wait_timed = queue.host_wait_timed
+            self.look_at_values = queue.engine.look_at_values
 
     def advance_host(self, cost_ns: int) -> None:
         """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""
@@ -498,6 +503,7 @@ class SimBackend(CpuBackend):
                                   + p.copy_engines_d2d, p.host_func_threads),
             preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
             max_events=p.max_events, dispatch_ns=int(p.dispatch_ns),
+            release_ns=int(p.event_latency_ns),
             copy_engines_per_direction=(p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d))
         self.queues: list[Any] = [None, None, None]   # the engine's ExecutorQueue per class
         self.ready: list[Any] = [_NONE_READY] * 3   # their ready streams (.count), per class
@@ -517,12 +523,17 @@ class SimBackend(CpuBackend):
         self._dispatch_ns = int(p.dispatch_ns)
         self._event_latency_ns = int(p.event_latency_ns)
         self._handoff_ns = int(p.executor_handoff_ns)
+        # A synchronous copy or fill goes the way of an asynchronous one the host waits for:
+        # its launch and dispatch before its bytes move (the wait's return after them).
+        self._sync_op_ns = int(p.host_launch_ns) + self._dispatch_ns
         self.sharing: list[list] = []   # running tasks that share (see _share)
         self._alone_frame = _Frame(None, 0)  # the frame of run_alone's task (see there)
         self.shared_since = 0           # when `sharing`'s work was last brought up to date
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
         self._last_lane = 0             # the copy engine's direction _fits_copy found
         self._last_units = 0            # the compute units _fits_compute found
+        self._link_bytes = 0.0          # the last kernel's link_bytes and link_src (_kernel_ns)
+        self._link_src = 0
         self._host_cost = {what: int(ns) for what, ns in {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
             "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
@@ -596,14 +607,23 @@ class SimBackend(CpuBackend):
         link: Any = None
         link_ns = 0.0
         latency = 0
+        peer: Any = None
         ns: float  # (declared: mypyc keeps ints and floats apart)
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
             ns, mem = self._kernel_ns(op, args)
+            link_bytes = self._link_bytes
+            if link_bytes:  # (read from another device's memory: over the peer link, as a
+                # peer copy's bytes, sharing it with them)
+                source = tl.device_of(self._link_src) if self._link_src else None
+                link = (D2D, id(source), id(self._name))
+                link_ns = link_bytes / p.peer_link_bandwidth * 1e9
+                latency = int(p.peer_link_latency_ns)
+                peer = self._peer_memory(source, link_bytes)
+        elif op.fn is not None and (kind != HOST or getattr(op, "dispatches_nodes", False)):
+            ns = 0.0  # a run of operations (a graph segment): its nodes add their own time
         elif kind == HOST:
             ns = p.host_func_ns
-        elif op.fn is not None:  # a run of copies or fills
-            ns = 0.0
         elif kind == COPY:
             dst, dpitch, src, spitch, width, height = op.args
             # (a pitched copy is no single memmove on a cpu backend: no small-copy rate for it)
@@ -617,6 +637,10 @@ class SimBackend(CpuBackend):
                 link_ns = nbytes / (p.peer_link_bandwidth if direction == D2D
                                     else p.host_link_bandwidth) * 1e9
                 latency = int(p.peer_link_latency_ns if direction == D2D else p.host_link_latency_ns)
+                if direction == D2D:  # a peer copy: it reads one device's memory, writes the other's
+                    here = tl.device_of(dst)
+                    peer = self._peer_memory(tl.device_of(src) if here is self._name else here,
+                                             nbytes)
         else:  # FILL
             dst, _, nbytes = op.args
             on_device = tl.where(dst) == "device"
@@ -631,11 +655,15 @@ class SimBackend(CpuBackend):
         frames = tl.local.frames
         frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
         nested = False  # a node of a segment, or an operation a host function makes
-        if frame is not None:
+        if frame is None:  # a synchronous memcpy / memset of the host: the path of an
+            # asynchronous one that it waits for (launched and dispatched, then its bytes move)
+            with tl.lock:
+                tl.advance_host(self._sync_op_ns)
+        else:
             frame.mem += mem
             if frame.task is op:
                 frame.own = took
-                frame.link, frame.link_ns, frame.latency = link, link_ns, latency
+                frame.link, frame.link_ns, frame.latency, frame.peer = link, link_ns, latency, peer
             else:  # (dispatched first: now_ns() inside it reads its start, as a profile does)
                 nested = True
                 frame.offset += self._dispatch_ns
@@ -651,9 +679,13 @@ class SimBackend(CpuBackend):
         if frame is None:  # synchronous memcpy / memset from the host
             with tl.lock:
                 if link is not None or mem:
-                    self._host_moves(took, mem, link, link_ns, latency)
+                    self._host_moves(took, mem, link, link_ns, latency, peer)
                 else:
                     tl.advance_host(took)
+            if tl.look_at_values is not None:  # (a word it wrote lets a value wait go now)
+                tl.look_at_values()
+            with tl.lock:
+                tl.advance_host(self._host_cost["synchronize"])  # (the wait's return path)
         elif nested:
             frame.offset += took
 
@@ -791,7 +823,8 @@ class SimBackend(CpuBackend):
 
     # ---- the model ---------------------------------------------------------------------------
 
-    def _host_moves(self, took: int, mem: float, link: Any, link_ns: float, latency: int) -> None:
+    def _host_moves(self, took: int, mem: float, link: Any, link_ns: float, latency: int,
+                    peer: Any) -> None:
         """The host waits while a synchronous copy or fill moves its bytes: they share the
         memory and the link with the tasks running meanwhile, as an asynchronous one's do (it
         took `took` ns alone and passed everything by); the host is back at its end."""
@@ -806,7 +839,7 @@ class SimBackend(CpuBackend):
         self._settle(tl.now)
         # (no queue: `ended` sets `done`; no engine, no processor of the device's own)
         self.sharing.append([float(paced), latency, None, done, 0, min(1.0, mem / paced), 1.0,
-                             False, link, min(1.0, link_ns / paced)])
+                             False, link, min(1.0, link_ns / paced), _demand(peer, paced)])
         tl.sharing += 1
         self._share()
         tl.run(math.inf, done)
@@ -852,7 +885,7 @@ class SimBackend(CpuBackend):
         frame = self._alone_frame
         if frame.task is None:
             frame.task, frame.start, frame.offset, frame.own, frame.mem = t, tl.now, 0, 0, 0.0
-            frame.link, frame.link_ns, frame.latency = None, 0.0, 0
+            frame.link, frame.link_ns, frame.latency, frame.peer = None, 0.0, 0, None
         else:
             frame = _Frame(t, tl.now)
         if t.dispatches_nodes:
@@ -1060,7 +1093,8 @@ class SimBackend(CpuBackend):
         work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
         # A graph segment's latencies came first, in its offset, and each node was dispatched
         # as it ran: it adds nothing after its nodes.
-        fixed = 0 if t.dispatches_nodes else self._dispatch_ns + self._held_back(t, start)
+        held = 0 if t.dispatches_nodes else self._held_back(t, start)
+        fixed = 0 if t.dispatches_nodes else self._dispatch_ns + held
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)
@@ -1070,16 +1104,20 @@ class SimBackend(CpuBackend):
             # It shares memory bandwidth or processors: its end moves with the others'. (Not a
             # graph segment or a host function whose nested operations took time: their nodes'
             # times were fixed at full rate as they ran.)
-            self._settle(tl.now)
             # (a copy's link latency is no bandwidth: it passes alike however many share the
             # link, after its bytes moved)
             latency = frame.latency if frame.latency < work else 0
             paced = work - latency
-            self.sharing.append([float(paced), fixed + latency, queue, t, units,
-                                 min(1.0, frame.mem / paced), 1.0, computes, frame.link,
-                                 min(1.0, frame.link_ns / paced)])
-            tl.sharing += 1
-            self._share()
+            entry = [float(paced), fixed - held + latency, queue, t, units,
+                     min(1.0, frame.mem / paced), 1.0, computes, frame.link,
+                     min(1.0, frame.link_ns / paced), _demand(frame.peer, paced)]
+            begin = start + held
+            if begin > tl.now:
+                # Held back (a wait's release, a hand-over): it shares nothing before then, so
+                # its work joins the others' at that instant (an event of the timeline's).
+                heapq.heappush(tl.ends, (begin, next(tl.seq), self, None, _Begin(self, entry), 0))
+            else:
+                self.begin_sharing(entry)
             return None
         now = tl.now
         t.t_end = end = (now if now > start else start) + work + fixed
@@ -1094,9 +1132,11 @@ class SimBackend(CpuBackend):
     # A copy over the host link (one per direction) or a peer link (one per pair and direction) needs
     # that link at its full rate too: copies crossing one link share its bandwidth, however
     # many engines move them.
+    # A kernel's link_bytes cross a peer link as a peer copy's bytes do, and a peer copy (or
+    # such a read) needs the other device's memory too, at its bandwidth.
     # `sharing` holds [work ns left at full rate, fixed ns after it, queue, task, units,
-    # demand, rate, uses a processor, link, link demand] and is brought up to date (_settle)
-    # whenever it changes.
+    # demand, rate, uses a processor, link, link demand, (the other device's memory key,
+    # demand) or None] and is brought up to date (_settle) whenever it changes.
 
     def _settle(self, now: int) -> None:
         """Bring the sharing tasks' work left up to `now` at the rates they had since."""
@@ -1111,7 +1151,16 @@ class SimBackend(CpuBackend):
         with tasks sharing on several devices at once, all of them together (a peer link joins
         two)."""
         busy = [b for b in self.timeline.backends if b.sharing]
-        _share_across(busy if len(busy) > 1 else [self], self.timeline.now)
+        # (every busy device: one whose last task left still frees what it shared with the
+        # others, a link or another device's memory)
+        _share_across(busy or [self], self.timeline.now)
+
+    def begin_sharing(self, entry: list) -> None:
+        """A task's work joins the sharing tasks now (see the layout of `sharing` above)."""
+        self._settle(self.timeline.now)
+        self.sharing.append(entry)
+        self.timeline.sharing += 1
+        self._share()
 
     def next_shared_end(self) -> int | None:
         """When the first of the sharing tasks finishes its work at the present rates."""
@@ -1162,12 +1211,28 @@ class SimBackend(CpuBackend):
 
     def link_of(self, direction: int, dst: int, src: int) -> Any:
         """The link a copy's bytes cross: the host link of its direction (pinned or pageable
-        host memory), the peer link to the other device, or None (a copy inside the device)."""
+        host memory) of the device whose memory it moves (each device has its own: a PCIe
+        x16 link per NPU), the peer link to the other device, or None (a copy inside the
+        device). With unified memory (a cpu backend's devices) one host link per direction
+        serves them all: the host copies of every device cross one machine's memory."""
+        device_of = self.timeline.device_of
         if direction == D2D:
-            device_of = self.timeline.device_of
             a, b = device_of(src), device_of(dst)
             return None if a is b else (D2D, id(a), id(b))  # (one link each way per pair)
-        return (direction, 0, 0)
+        if self.preset.unified_memory:
+            return (direction, 0, 0)
+        device = device_of(dst if direction == H2D else src)
+        return (direction, id(self._name if device is None else device), 0)
+
+    def _peer_memory(self, name: Any, nbytes: float) -> Any:
+        """(key, ns at its memory bandwidth) of `nbytes` crossing the memory of the simulated
+        device named `name` (None: none, or an unknown one, or this device itself)."""
+        if name is None or name is self._name:
+            return None
+        for b in self.timeline.backends:
+            if b._name is name:
+                return (id(b), nbytes / b.preset.memory_bandwidth * 1e9)
+        return None
 
     def _copy_rate(self, nbytes: int, rate: float, contiguous: bool) -> float:
         """`rate`, or small_copy_bandwidth for a contiguous copy under small_copy_bytes."""
@@ -1192,6 +1257,7 @@ class SimBackend(CpuBackend):
         the ns its declared bytes take at the memory bandwidth)."""
         p = self.preset
         cost = op.cost
+        self._link_bytes = 0.0
         if cost is None or (cost.seconds is None and not (cost.flops or cost.bytes
                                                           or cost.link_bytes)):
             block_dim = None if cost is None else cost.block_dim  # launch(block_dim=) alone
@@ -1217,8 +1283,15 @@ class SimBackend(CpuBackend):
         reach = cost.bytes / self._reach(units)
         link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
             if cost.link_bytes else 0.0
+        self._link_bytes, self._link_src = cost.link_bytes, cost.link_src
         return max(compute, reach, link) * 1e9, memory * 1e9
 
+
+
+def _demand(peer: Any, paced: float) -> Any:
+    """A sharing entry's (key, demand) of the other device's memory a task's bytes cross,
+    from _peer_memory's (key, ns) (None: none)."""
+    return None if peer is None else (peer[0], min(1.0, peer[1] / paced))
 
 
 def _share_across(backends: list, now: int) -> None:
@@ -1241,6 +1314,9 @@ def _share_across(backends: list, now: int) -> None:
             e[6] = 0.0
             rising.append((key, e))
     links_left: dict = {e[8]: 1.0 for _, e in rising if e[8] is not None}
+    for _, e in rising:  # (a peer copy's other end: that device's memory, busy or not)
+        if e[10] is not None and e[10][0] not in mem_left:
+            mem_left[e[10][0]] = 1.0
     while rising:
         step = min(1.0 - e[6] for _, e in rising)
         load: dict = {}
@@ -1251,10 +1327,13 @@ def _share_across(backends: list, now: int) -> None:
             users[key] = users.get(key, 0) + e[7]
             if e[8] is not None:
                 link_load[e[8]] = link_load.get(e[8], 0.0) + e[9]
+            if e[10] is not None:
+                other = e[10][0]
+                load[other] = load.get(other, 0.0) + e[10][1]
         for key, mload in load.items():
             if mload > 0:
                 step = min(step, mem_left[key] / mload)
-            if procs_of[key] and users[key]:
+            if procs_of.get(key) and users.get(key):
                 step = min(step, procs_left[key] / users[key])
         for link, lload in link_load.items():
             if lload > 0:
@@ -1263,16 +1342,32 @@ def _share_across(backends: list, now: int) -> None:
             e[6] += step
         for key, mload in load.items():
             mem_left[key] -= step * mload
-            procs_left[key] -= step * users[key]
+            if key in procs_left:
+                procs_left[key] -= step * users.get(key, 0)
         for link, lload in link_load.items():
             links_left[link] -= step * lload
         rising = [(key, e) for key, e in rising if e[6] < 1.0 - 1e-12
                   and not (procs_of[key] and procs_left[key] <= 1e-12 and e[7])
                   and not (mem_left[key] <= 1e-12 and e[5] > 0)
+                  and not (e[10] is not None and mem_left[e[10][0]] <= 1e-12)
                   and not (e[8] is not None and e[9] > 0 and links_left[e[8]] <= 1e-12)]
     for b in backends:
         for e in b.sharing:
             e[6] = max(e[6], 1e-9)  # (never stalled for good: float dust)
+
+
+class _Begin:
+    """A held-back task whose work joins the sharing ones when the timeline reaches its release
+    (an end of the timeline's heap with no queue: SimBackend.ended calls set())."""
+
+    __slots__ = ("backend", "entry")
+
+    def __init__(self, backend: SimBackend, entry: list):
+        self.backend, self.entry = backend, entry
+
+    def set(self) -> None:
+        """Its work begins now."""
+        self.backend.begin_sharing(self.entry)
 
 
 class _NoneReady:

@@ -122,6 +122,7 @@ class DeviceQueues:
         self.sizes = sizes = props.executors
         self.virtual = props.virtual            # time is modelled: host calls are charged
         self.queue_depth = props.queue_depth    # a stream this full makes a submit wait
+        self.release_ns = props.release_ns      # a wait's release to its stream going on (virtual)
         self.ready = [_ReadyQueue() for _ in sizes]
         # Per class, the wake-up locks of parked workers not yet woken (a list: its length is
         # the number of idle workers). Lighter than a Condition: one release wakes one worker.
@@ -267,6 +268,17 @@ class ExecutorQueue:
 _WAIT_KINDS = (EVENT_WAIT, NOTIFY_WAIT)
 
 
+def _control_ns(s) -> int:
+    """When a record that virtual stream `s` runs inline happens: now, or, right after a wait
+    released the stream, no earlier than that release's latency (as the task it precedes)."""
+    dq = s._dq
+    now = dq.backend.now_ns()
+    released = s._released_ns
+    if released and released + dq.release_ns > now:
+        return released + dq.release_ns
+    return now
+
+
 def _released_unrun(s, t: Task) -> bool:
     """Whether wait `t` of stream `s` was released by a record its stream dropped unrun."""
     if t.kind == EVENT_WAIT:
@@ -347,11 +359,11 @@ class Engine:
         """
         dq = stream._dq
         if dq.virtual:  # (_host_submits, inlined: a simulated launch pays every call)
+            if self._value_waits:  # (a word the host wrote since its last call: then, before
+                self.look_at_values()  # this call's cost passes)
             ready = dq.backend.host_call(KIND_NAMES[task.kind])
             if ready:  # (submitted by a host function: not before its time)
                 task.ready_ns = ready
-            if self._value_waits:
-                self.look_at_values()  # (a word the host wrote since its last call: from now)
             if dq.queue_depth and stream._submitted - stream._completed >= dq.queue_depth:
                 self._wait_for_room(stream)
         races = None
@@ -417,9 +429,9 @@ class Engine:
         """On a virtual device: charge the host call, and wait while the stream's submission
         queue is full (as a full SQ makes the host's next submit wait)."""
         dq = stream._dq
+        if self._value_waits:  # (a word the host wrote since its last call: then, before this
+            self.look_at_values()  # call's cost passes)
         dq.backend.host_call(what)
-        if self._value_waits:
-            self.look_at_values()  # (a word the host wrote since its last call: from now)
         if dq.queue_depth and stream._submitted - stream._completed >= dq.queue_depth:
             self._wait_for_room(stream)
 
@@ -502,7 +514,7 @@ class Engine:
         if kind == EVENT_RECORD:
             m = t.marker
             if m.timing or Hooks.profiler is not None or s._dq.virtual:  # (see EVENT_WAIT)
-                m.ts_ns = s._dq.backend.now_ns()
+                m.ts_ns = _control_ns(s)
                 t.t_start = t.t_end = m.ts_ns
             self._mark_done(m, work)
             self._profile_control(t)
@@ -521,11 +533,11 @@ class Engine:
             n = t.notify
             self._profile_control(t)  # first: the record happens, then the wait it releases ends
             if n._waiters:
-                self._let_go(n._waiters.popleft(), t, work)
+                self._let_go(n._waiters.popleft(), t, work, _control_ns(s) if s._dq.virtual else 0)
             elif not n._set:
                 n._set = t  # set, by this record (a second one finds it set: the first released)
                 if s._dq.virtual:
-                    n._set_ns = s._dq.backend.now_ns()
+                    n._set_ns = _control_ns(s)
             return True
         if kind == NOTIFY_WAIT:
             n = t.notify
@@ -574,11 +586,12 @@ class Engine:
             t.t_start, t.t_end = s._dq.backend.now_ns(), 0
         self._arm_deadline(s, t)
 
-    def _let_go(self, w, t: Task, work: list) -> None:
-        """Release stream `w`, blocked at a notify wait, by record `t`."""
+    def _let_go(self, w, t: Task, work: list, at_ns: int = 0) -> None:
+        """Release stream `w`, blocked at a notify wait, by record `t` (virtual: made at `at_ns`,
+        else now)."""
         w._blocked = None
         if w._dq.virtual:
-            w._released_ns = w._dq.backend.now_ns()
+            w._released_ns = at_ns or w._dq.backend.now_ns()
         work.append(w)
         consumed = w._tasks.popleft()  # the waiter's wait task completes here
         consumed.releaser = t           # (for the profiler's record -> wait arrow)
@@ -611,8 +624,8 @@ class Engine:
         if m.waiters:
             for w in m.waiters:
                 w._blocked = None
-                if w._dq.virtual:
-                    w._released_ns = w._dq.backend.now_ns()
+                if w._dq.virtual:  # (from the record's stamp: it may pay its own release's latency)
+                    w._released_ns = max(w._dq.backend.now_ns(), m.ts_ns)
                 work.append(w)
             m.waiters = []
         for ev in m.host_waiters:
@@ -856,10 +869,10 @@ class Engine:
 
     def host_looks(self, backend) -> None:
         """The host looks at the device without waiting for it (a query): a simulated device
-        catches up to now first, and the value waits whose word the host wrote since go."""
-        backend.host_call("query")
-        if self._value_waits:
+        catches up to now, and the value waits whose word the host wrote before it went go."""
+        if self._value_waits:  # (written before this call: released then, not after its cost)
             self.look_at_values()
+        backend.host_call("query")
 
     def look_at_values(self) -> None:
         """Let go the value waits whose word now meets its condition: the host, which may have

@@ -60,10 +60,10 @@ def all_reduce(plan: Plan) -> None:
                 plan.wait(r, steps[prev][s - 1])
             what = f"rs{s} reduce chunk {c} from rank {prev}"
             if s < n - 2:  # (a partial sum the last step computes again, in rank order)
-                plan.modelled_reduce(r, recv[r][c].nbytes, what)
+                plan.modelled_reduce(r, recv[r][c].nbytes, send[prev][c], what)
             else:
                 plan.ring_reduce(r, recv[r][c], [send[q][c] for q in range(n)], c0.dtype,
-                                 c0.reduce, what)
+                                 c0.reduce, what, send[prev][c])
             plan.mark(r, steps[r][s])
     # All-gather: at step k every rank copies the chunk rank k finished (chunk k + 1), so the
     # n - 1 readers of one chunk run together and share its cache lines.
@@ -100,11 +100,11 @@ def reduce_scatter(plan: Plan) -> None:
                 plan.wait(r, steps[prev][s - 1])
             what = f"rs{s} reduce chunk {c} from rank {prev}"
             if s < n - 2:  # (a partial sum the last step computes again, in rank order)
-                plan.modelled_reduce(r, size, what)
+                plan.modelled_reduce(r, size, at(calls[prev].send, c * size, size), what)
             else:
                 plan.ring_reduce(r, at(calls[r].recv, 0, size),
                                  [at(calls[q].send, c * size, size) for q in range(n)],
-                                 c0.dtype, c0.reduce, what)
+                                 c0.dtype, c0.reduce, what, at(calls[prev].send, c * size, size))
             plan.mark(r, steps[r][s])
     for r in range(n):  # (every rank's last step reads rank r's send: its part ends after them)
         plan.finish(r, *(steps[q][-1] for q in range(n) if q != r))

@@ -54,10 +54,11 @@ def _modelled_step() -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def _inline_reduce_cost(nbytes: int) -> Cost:
-    """What an inline-reduce transfer of nbytes costs: the bytes over the link, and three
-    passes over them in local memory (cached: a frozen dataclass is slow to build)."""
-    return Cost(bytes=3.0 * nbytes, link_bytes=float(nbytes))
+def _inline_reduce_cost(nbytes: int, src: int) -> Cost:
+    """What an inline-reduce transfer of nbytes from address `src` (on the rank it pulls
+    from) costs: the bytes over the link from there, and three passes over them in local
+    memory (cached: a frozen dataclass is slow to build)."""
+    return Cost(bytes=3.0 * nbytes, link_bytes=float(nbytes), link_src=src)
 
 
 class Plan:
@@ -106,29 +107,29 @@ class Plan:
         t.resolve = self._copy_guard(dst, src)
         self._task(r, t)
 
-    def modelled_reduce(self, r: int, nbytes: int, what: str) -> None:
-        """Rank r's copy engine takes the time of an inline-reduce transfer of `nbytes` and
-        moves nothing (see ring_reduce)."""
+    def modelled_reduce(self, r: int, nbytes: int, src: BufferSlice, what: str) -> None:
+        """Rank r's copy engine takes the time of an inline-reduce transfer of `nbytes` from
+        `src` (the rank it pulls from) and moves nothing (see ring_reduce)."""
         if not nbytes:
             return
         t = Task(KERNEL, _modelled_step, (), f"{self.meeting.name}: {what}")
         t.executor = COPY_ENGINE
         t.nbytes = nbytes
-        t.cost = _inline_reduce_cost(nbytes)
+        t.cost = _inline_reduce_cost(nbytes, src.addr)
         self._task(r, t)
 
     def ring_reduce(self, r: int, out: BufferSlice, ins: list[BufferSlice], dtype, op,
-                    what: str) -> None:
+                    what: str, src: BufferSlice) -> None:
         """The last ring step of a chunk, on rank r's copy engine: out = op folded over every
         rank's input `ins` in rank order, as the cpu backend's mesh computes it (the ring's
         own order of sums would give other float roundings), in the time of one inline-reduce
-        transfer from the predecessor, which is what the ring's model charges."""
+        transfer from the predecessor (`src`), which is what the ring's model charges."""
         if not out.nbytes:
             return
         t = Task(KERNEL, _ordered_fold, (out, tuple(ins), UFUNCS[op]), f"{self.meeting.name}: {what}")
         t.executor = COPY_ENGINE
         t.nbytes = out.nbytes
-        t.cost = _inline_reduce_cost(out.nbytes)
+        t.cost = _inline_reduce_cost(out.nbytes, src.addr)
         t.reads, t.writes = tuple(ins), (out,)  # for the race sanitizer
         t.resolve = self._fold_guard(dtype)
         self._task(r, t)
