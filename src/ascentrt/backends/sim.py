@@ -652,8 +652,9 @@ class SimBackend(CpuBackend):
             if on_device and p.copy_engine_bandwidth:  # (an engine writes as fast as it copies)
                 ns = max(ns, nbytes / p.copy_engine_bandwidth * 1e9)
         took = int(ns)
-        frames = tl.local.frames
-        frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
+        frames: list | None = tl.local.frames
+        # (typed: a compiled build then sets its fields natively)
+        frame: _Frame | None = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
         nested = False  # a node of a segment, or an operation a host function makes
         if frame is None:  # a synchronous memcpy / memset of the host: the path of an
             # asynchronous one that it waits for (launched and dispatched, then its bytes move)
@@ -1040,7 +1041,7 @@ class SimBackend(CpuBackend):
         """Run taken task `t` on the calling thread, as the innermost task it runs for the
         simulation (its nested operations and now_ns() read the frame)."""
         tl = self.timeline
-        frames = tl.local.frames
+        frames: list | None = tl.local.frames
         if frames is None:
             frames = tl.frames()
         frames.append(frame)

@@ -170,11 +170,12 @@ class ExecutorQueue:
     its modelled time is over (one task at a time, in virtual-time order).
     """
 
-    __slots__ = ("engine", "dq", "executor", "ready")
+    __slots__ = ("engine", "dq", "executor", "ready", "_execute")
 
     def __init__(self, engine: "Engine", dq: DeviceQueues, executor: int):
         self.engine, self.dq, self.executor = engine, dq, executor
         self.ready = dq.ready[executor]   # .count: streams waiting (read without the lock)
+        self._execute = dq.backend.execute  # (bound once: a simulator runs every task through run)
 
     def __call__(self) -> None:
         self.engine._worker(self.dq, self.executor)
@@ -199,10 +200,11 @@ class ExecutorQueue:
                         ready.count -= 1
                         s._tasks.popleft()
                         s._running = t
-                        self.dq.busy[self.executor] += 1
+                        ex = self.executor
+                        self.dq.busy[ex] += 1
                         if s._released_ns:
                             t.released_ns, s._released_ns = s._released_ns, 0
-                        if s._ended_class != self.executor:  # (-1: none ended yet)
+                        if s._ended_class != ex:  # (-1: none ended yet)
                             t.handed_ns = s._ended_ns
                         return t
                     if first_only:
@@ -213,14 +215,15 @@ class ExecutorQueue:
 
     def run(self, task: Task) -> None:
         """Execute a taken task on the calling thread as its executor (errors kept in task.error)."""
-        prev = _local.stream
-        _local.stream = task.stream
+        local = _local
+        prev = local.stream
+        local.stream = task.stream
         try:
-            self.dq.backend.execute(task)
+            self._execute(task)
         except BaseException as e:  # a failing task must never kill the simulation
             task.error = e
         finally:
-            _local.stream = prev
+            local.stream = prev
 
     def finish(self, task: Task) -> None:
         """A taken task ended (at its t_end): complete it and move its stream (and what it
@@ -231,9 +234,10 @@ class ExecutorQueue:
         try:
             s = task.stream
             # (what take() needs to stamp a hand-over to another executor class)
-            s._ended_class, s._ended_ns = self.executor, task.t_end
+            ex = s._ended_class = self.executor
+            s._ended_ns = task.t_end
             if s._cut is None and task.error is None and Hooks.profiler is None:
-                engine._batch_succeeded(self.dq, self.executor, s, 1)
+                engine._batch_succeeded(self.dq, ex, s, 1)
             elif s._cut is not None and task.id > s._cut:  # discarded before it ran: not counted twice
                 engine._batch_ended(self.dq, self.executor, s, [task], 0, ())
             else:
