@@ -324,8 +324,15 @@ def _well_behaved_pipeline(dev, batches=6, elements=1 << 19):
 
 def test_well_behaved_pipeline_has_no_findings(dev):
     _well_behaved_pipeline(dev, 2)  # warm-up: first-touch page faults
-    prof = _well_behaved_pipeline(dev)
-    assert prof.diagnose() == []
+    found = _well_behaved_pipeline(dev).diagnose()
+    # (on cpu, a machine busier than its cores keeps executors from the GIL: a dispatch-bound
+    # finding is then true of that run; a quiet run must have none, so a busy one runs again)
+    for _ in range(2):
+        if not found or os.getloadavg()[0] <= (os.cpu_count() or 1) \
+                or {f.kind for f in found} - {"dispatch_bound", "host_bound"}:
+            break
+        found = _well_behaved_pipeline(dev).diagnose()
+    assert found == []
 
 
 def test_unfreed_buffer_is_diagnosed_with_its_allocation_site(dev):
