@@ -1068,3 +1068,75 @@ def test_the_ctrl_c_handler_is_in_place_from_import_on():
         print(signal.getsignal(signal.SIGINT) is interrupts._on_sigint)
     ''', env={}, timeout=60)
     assert out.split() == ["True"]
+
+
+@pytest.mark.parametrize("free", ["stream-ordered", "device-wide"])
+def test_a_value_wait_queued_before_a_free_of_its_word_goes_on_watching_it(dev, free):
+    # (its check read the word from the engine's thread, which no task ran: the free hid the
+    # bytes from it, the read raised, and the wait let its stream go as if met)
+    s = dev.create_stream()
+    word, out = art.malloc(64), art.malloc(64)
+    art.memset(word, 0, 64)
+    art.memset(out, 0, 64)
+    s.wait_value(word, lambda w: w == 5, "the word to be 5")
+    art.memset_async(out, 7, 64, stream=s)
+    word.free(stream=s if free == "stream-ordered" else None)
+    with pytest.raises(art.AscentTimeoutError):
+        s.synchronize(timeout=0.3)
+    assert out.numpy()[0] == 0                 # the work behind the wait has not run
+    assert s.destroy(force=True) >= 1
+    out.free()
+
+
+def test_a_value_wait_is_let_go_by_a_write_queued_before_the_free_of_its_word(dev):
+    s, writer = dev.create_stream(), dev.create_stream()
+    word, out = art.malloc(64), art.malloc(64)
+    art.memset(word, 0, 64)
+    art.memset(out, 0, 64)
+    gate = art.Notify()
+    writer.wait_notify(gate)
+    writer.write_value(word, 5)                # queued before the free: sees the bytes
+    s.wait_value(word, lambda w: w == 5, "the word to be 5")
+    art.memset_async(out, 7, 64, stream=s)
+    word.free()
+    with pytest.raises(art.AscentTimeoutError):   # (not let go by the free)
+        s.synchronize(timeout=0.2)
+    assert out.numpy()[0] == 0
+    other = dev.create_stream()
+    other.record_notify(gate)
+    s.synchronize(timeout=10)
+    assert out.numpy()[0] == 7
+    for st in (s, writer, other):
+        st.destroy()
+    out.free()
+
+
+def test_a_value_wait_whose_condition_raises_fails_with_a_code_and_is_not_met(dev):
+    s = dev.create_stream()
+    word = art.malloc(64)
+    art.memset(word, 0, 64)
+    s.wait_value(word, lambda w: 1 // 0, "a condition that raises")
+    with pytest.raises(art.TaskError) as err:
+        s.synchronize(timeout=10)
+    assert err.value.code == art.ErrorCode.RT_AICPU_EXCEPTION
+    assert "condition raised ZeroDivisionError" in str(err.value)
+    s.destroy()
+    word.free()
+
+
+@pytest.mark.parametrize("word,value,met", [
+    (0x8000000000000002, 0x7FFFFFFFFFFFFFF0, True),    # a counter just past 2**63
+    (5, 0x8000000000000005, False),                    # 2**63 behind: not reached
+    (5, (1 << 64) - 1, True),                          # 5 - (-1) >= 0
+    (0, 1, False)])
+def test_acl_value_wait_geq_is_cann_s_cyclic_compare(word, value, met):
+    from ascentrt.acl import constants as C
+    acl.rt.set_device(0)
+    s, _ = acl.rt.create_stream()
+    w, _ = acl.rt.malloc(64, 0)
+    art.memcpy(w, np.array([word], np.uint64), 8)
+    assert acl.rt.value_wait(w, value, C.ACL_STREAM_WAIT_VALUE_GEQ, s) == 0
+    ret = acl.rt.synchronize_stream_with_timeout(s, 300)
+    assert (ret == 0) == met, ret
+    assert acl.rt.destroy_stream_force(s) == 0
+    assert acl.rt.free(w) == 0

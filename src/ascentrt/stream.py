@@ -17,8 +17,9 @@ from .engine import ENGINE, PRIORITY_LEVELS, Hooks, Marker, Task
 from .engine.sync import synchronize_streams
 from .engine.task import EVENT_WAIT, KERNEL, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from .errors import (ErrorCode, ExceptionInfo, InvalidArgumentError, InvalidHandleError,
-                     NotSupportedError, StreamStateError, TaskError)
+                     NotSupportedError, StreamStateError, TaskError, failure_of_a_task)
 from .memory import links
+from .memory.buffer import bytes_seen_by
 from .validate import as_int, check_flag, check_timeout, enum_member
 
 _ids = itertools.count(1)
@@ -262,19 +263,36 @@ class Stream:
         looked at when the wait is reached, whenever work completes, while the host waits,
         and every millisecond on a real-time device; `timeout` s fail it (timeout_error(stream,
         task) says how; with `last_resort`, a deadlock through the wait is reported at once, not
-        left to the timeout). `what` describes it ("the word at 0x... to equal 3"). Returns its
-        task id."""
+        left to the timeout). `what` describes it ("the word at 0x... to equal 3"). A wait
+        queued before a free of its word goes on watching those bytes; a word gone for it (a
+        device reset) fails it (107017), and so does a condition that raises (507018): neither
+        is counted as met. For a counter, compare cyclically as CANN's and CUDA's GEQ do,
+        ((w - v) & (2**64 - 1)) < 2**63, not w >= v. Returns its task id."""
         self._check_word(word, "wait_value")
         if not callable(met):
             raise InvalidArgumentError(f"wait_value: the condition must be callable, got {type(met).__name__}")
 
         def check() -> bool:
-            try:  # (read as it is looked at: a word freed meanwhile raises, and lets the wait go,
-                # said; the device's own read, told to no observer)
-                return bool(met(int(word._array("<u8", None)[0])))
-            except Exception:  # (under the engine lock: it must not raise there; said, then let go)
-                _log.exception("ascentrt: the condition of value wait %s on stream %d raised; "
-                               "the wait lets its stream go", what, self.id)
+            # Read as it is looked at, as the wait task sees the word (the engine looks from
+            # any thread): queued before a free, it keeps watching those bytes; the device's
+            # own read, told to no observer. Under the engine lock nothing may raise: a word
+            # gone for it (a device reset) or a condition that raises sets the task's error,
+            # and the engine fails the wait with it (its stream goes on in continue mode).
+            try:
+                raw = bytes_seen_by(word, task)
+            except InvalidHandleError as exc:
+                task.error = failure_of_a_task(InvalidHandleError, f"value wait for {what} on "
+                                               f"stream {self.id}: {exc.message}",
+                                               ErrorCode.RT_INVALID_HANDLE)
+                return True
+            try:
+                return bool(met(int(raw[:8].view("<u8")[0])))
+            except Exception as exc:
+                _log.debug("the condition of value wait %s raised", what, exc_info=True)
+                task.error = failure_of_a_task(
+                    TaskError, f"value wait for {what} on stream {self.id}: its condition raised "
+                    f"{type(exc).__name__}: {exc}", ErrorCode.RT_AICPU_EXCEPTION)
+                task.error.__cause__ = exc
                 return True
 
         task = Task(VALUE_WAIT, check, (what,), name="value_wait")

@@ -487,7 +487,9 @@ class Engine:
                     break  # blocked on a wait
                 tasks.popleft()
                 self._completed(s)
-                if t.kind in _WAIT_KINDS and _released_unrun(s, t):
+                if t.kind == VALUE_WAIT and t.error is not None:  # (its word could not be
+                    self._report_later([self._fail(s, t, t.error)])  # looked at: not met)
+                elif t.kind in _WAIT_KINDS and _released_unrun(s, t):
                     # Released by a record its stream dropped unrun: what this stream does next
                     # would read what the work before that record was to write. It fails (in
                     # STOP mode, the rest of it is dropped too), as CANN reports an aborted wait.
@@ -886,6 +888,8 @@ class Engine:
                 s._tasks.popleft()
                 self._completed(s)
                 self._profile_control(t)
+                if t.error is not None:  # (its word could not be looked at: failed, not met)
+                    self._report_later([self._fail(s, t, t.error)])
                 self._advance(s, None)
         finally:
             self._checking_values = False

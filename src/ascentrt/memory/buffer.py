@@ -326,7 +326,26 @@ def _queued_before_free(waits: tuple) -> bool:
     """Whether the calling executor thread runs a task that was queued before the buffer's
     free (itself, or a task it runs as part of: a collective's step for each rank's task, a
     non-blocking host function for the task that handed it off)."""
-    task = Links.current_task()
+    return _task_before_free(Links.current_task(), waits)
+
+
+def bytes_seen_by(x: Any, task: Any) -> np.ndarray:
+    """The bytes (uint8) of buffer or slice `x` as `task` sees them, whichever thread asks (a
+    stream's value wait, looked at by the engine): a task queued before a stream-ordered free
+    still sees them. Raises InvalidHandleError (107017) once they are gone for it."""
+    try:
+        return x._bytes()
+    except InvalidHandleError:
+        base = x.base
+        late = getattr(base, "_late", None)
+        if late is None or not _task_before_free(task, late[1]):
+            raise
+        start = x.offset
+        return late[0][start:start + x.nbytes]
+
+
+def _task_before_free(task: Any, waits: tuple) -> bool:
+    """Whether `task` (None: no task) was queued before the free whose waits are `waits`."""
     if task is None:
         return False
     for s, last in waits:
