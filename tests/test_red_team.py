@@ -1140,3 +1140,47 @@ def test_acl_value_wait_geq_is_cann_s_cyclic_compare(word, value, met):
     assert (ret == 0) == met, ret
     assert acl.rt.destroy_stream_force(s) == 0
     assert acl.rt.free(w) == 0
+
+
+_DESTROY_RACE = """
+import threading, time, warnings
+import ascentrt as art
+from ascentrt import context
+warnings.simplefilter("ignore")
+dev = art.set_device(0)
+lost = 0
+for trial in range({trials}):
+    owner = context.create_context(0) if "{what}" == "context" else None
+    s = owner.create_stream() if owner is not None else dev.create_stream()
+    ran, accepted = [], [0]
+    def submit():
+        for i in range(1500):
+            try:
+                art.launch(ran.append, i, stream=s)
+                accepted[0] += 1
+            except art.InvalidHandleError:
+                pass                                  # refused once the destroy began: fine
+    t = threading.Thread(target=submit)
+    t.start()
+    time.sleep(0.002 * (trial % 4))
+    if owner is not None:
+        owner.destroy()
+    else:
+        s.destroy(timeout=30)
+    t.join()
+    dev.synchronize(timeout=30)
+    lost += accepted[0] - len(ran)
+print(lost)
+"""
+
+
+@pytest.mark.parametrize("what", ["stream", "context"])
+@pytest.mark.parametrize("backend", ["cpu", "sim"])
+def test_a_launch_accepted_while_another_thread_destroys_its_stream_runs(what, backend):
+    # (destroy synchronized, then took the lock to mark the stream destroyed and take it off
+    # its device: work another thread queued in between was never run on sim, and a context
+    # destroy discarded it as work that "could not finish")
+    from subprocess_util import run_program
+    out = run_program(_DESTROY_RACE.format(trials=8, what=what),
+                      env={"ASCENTRT_BACKEND": backend}, timeout=120)
+    assert out.split()[-1] == "0", out

@@ -97,6 +97,16 @@ class Context:
         try:
             if wait:
                 settle(owned)
+                # Then refuse more, and let what other threads queued meanwhile run: a launch
+                # that returned without error runs, never dropped as "could not finish".
+                closed = []
+                for s in owned:
+                    try:
+                        s._close()
+                        closed.append(s)
+                    except InvalidHandleError:
+                        pass  # destroyed (or being destroyed) by another thread
+                settle(closed)
         finally:  # (a Ctrl-C while it waits: the context is gone, so are its streams)
             dropped = {}
             for s in owned:

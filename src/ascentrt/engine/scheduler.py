@@ -731,7 +731,7 @@ class Engine:
         info = ExceptionInfo(s.device.id, s.id, t.id, int(code), t.label, exc, t.thread)
         s._errors.append(info)
         note_async_error(t.thread, code)
-        if s._stop_on_failure and s._refuse is None:
+        if s._stop_on_failure and (s._refuse is None or s._refuse == "closing"):
             s._refuse = "failed"
             s._failure = info
             self._discard(s)
@@ -1004,7 +1004,7 @@ class Engine:
         tasks = s._tasks
         if done < len(batch):  # (tested first: no slice on the common path)
             rest = batch[done:]
-            if s._refuse is None and s._cut is None:
+            if (s._refuse is None or s._refuse == "closing") and s._cut is None:
                 tasks.extendleft(reversed(rest))  # not run yet: back to the head, in order
             else:
                 self._completed(s, len(rest))      # the stream stopped: they are discarded
