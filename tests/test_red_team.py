@@ -1184,3 +1184,72 @@ def test_a_launch_accepted_while_another_thread_destroys_its_stream_runs(what, b
     out = run_program(_DESTROY_RACE.format(trials=8, what=what),
                       env={"ASCENTRT_BACKEND": backend}, timeout=120)
     assert out.split()[-1] == "0", out
+
+
+_FORK_WHILE_BUSY = """
+import faulthandler, os, sys, threading, time, warnings
+import numpy as np
+warnings.simplefilter("ignore")              # (fork with threads: Python 3.12 warns)
+import ascentrt as art
+from ascentrt import context, hccl
+from ascentrt.memory import external, trace
+dev = art.set_device(0)
+
+def device_memory():
+    art.malloc(4096).free()
+def pinned_memory():
+    art.malloc_host(4096).free()
+def registered_memory():
+    external.unregister_host(external.register_host(np.zeros(64, np.uint8)))
+def traced_memory():
+    with trace.record_trace(dev):
+        art.malloc(512).free()
+def streams():
+    st = dev.create_stream(); art.launch(lambda: None, stream=st); st.record().synchronize(5); st.destroy()
+def contexts():
+    ctx = context.create_context(0); ctx.destroy(); art.set_device(0)
+def collectives(comm=None):   # (a child makes its own: a communicator is its process's)
+    b, st = art.malloc(256), dev.create_stream()
+    comm = comm or hccl.comm_init_all([0])[0]
+    hccl.all_reduce(b, b, 64, hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM, comm, st)
+    st.synchronize(5); st.destroy(); b.free()
+FAMILIES = [device_memory, pinned_memory, registered_memory, traced_memory, streams, contexts,
+            collectives]
+
+stop = False
+def hammer(family):
+    art.set_device(0)
+    while not stop:
+        family()
+threads = [threading.Thread(target=hammer, args=(f,), daemon=True) for f in FAMILIES]
+for t in threads:
+    t.start()
+hung = 0
+for k in range({forks}):
+    time.sleep(0.003)
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(5, exit=True)   # stuck: say where, exit 1
+        art.set_device(0)
+        for family in FAMILIES:
+            family()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        hung += 1
+        if hung >= 2:
+            break
+stop = True
+for t in threads:
+    t.join(10)
+print(hung)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_threads_use_every_api_family_finds_no_lock_held():
+    # (the engine renewed its lock after a fork, but the memory pool's, the registry's, the
+    # chunks', ... were copied held: the child's first malloc waited for ever)
+    from subprocess_util import run_program
+    out = run_program(_FORK_WHILE_BUSY.format(forks=20), timeout=150)
+    assert out.split()[-1] == "0", out

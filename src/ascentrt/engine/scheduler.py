@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from .. import forksafe
 from .. import config, interrupts
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, failure_of_a_task, keeping_last_error, note_async_error,
@@ -308,7 +309,7 @@ class Engine:
 
     def __init__(self):
         # Reentrant only so that submit() can tell it still holds the lock after an interrupt.
-        self.lock = threading.RLock()
+        self.lock = forksafe.rlock()
         self.devices: list[DeviceQueues] = []  # every device's queues, in device order
         self.active_sets: list[set] = []       # their `active` sets, for a cheap "anything busy?"
         self._claimed_waits: set = set()  # notify waits dropped records will let go (_discard)
@@ -327,8 +328,8 @@ class Engine:
         self._deadlines: list = []  # heap of (deadline, seq, stream, task) for timed waits
         self._seq = itertools.count()
         self._watchdog: threading.Thread | None = None
-        self._watchdog_cv = threading.Condition(self.lock)
-        self._exit_cv = threading.Condition(self.lock)  # executors ending at exit notify it
+        self._watchdog_cv = forksafe.condition(self.lock)
+        self._exit_cv = forksafe.condition(self.lock)  # executors ending at exit notify it
         # stream -> (thread id, streams, what) while a task of that stream waits in wait_host:
         # the stream (and the executor running it) then depends on those streams.
         self._host_waits: dict = {}
@@ -1459,10 +1460,7 @@ def _after_fork_in_child() -> None:
     """A forked child has none of the parent's executor threads and may have inherited a held
     lock: give it a fresh lock and executors, and drop the work that was in flight at the fork
     (it belongs to the parent), so the child's own work runs instead of waiting forever."""
-    engine = ENGINE
-    engine.lock = threading.RLock()
-    engine._watchdog_cv = threading.Condition(engine.lock)
-    engine._exit_cv = threading.Condition(engine.lock)
+    engine = ENGINE  # (its lock and conditions: renewed by forksafe's hook, which runs first)
     engine._watchdog = None
     engine._deadlines.clear()
     engine._host_waits.clear()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from .. import forksafe
 from ..accel import restore_docstrings
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .links import Links
@@ -29,7 +29,7 @@ UNVIEWED: Final = np.empty(0, np.uint8)
 # DLPack exports alive: id(allocation) -> how many. A buffer with live exports refuses to be
 # freed: the arrays other libraries hold would point into a block the pool hands out again.
 _exports: Final[dict[int, int]] = {}  # (Final: a compiled free reads it from a C static)
-_exports_lock = threading.Lock()
+_exports_lock = forksafe.lock()
 # A view's shape: an int, ints (numpy's too), or None (1-D over all the bytes). Any to a
 # compiled build, which would otherwise refuse numpy ints with a bare TypeError at the call.
 _Shape = Any

@@ -18,10 +18,10 @@ import contextlib
 import json
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .. import forksafe
 from ..config import sanitize_mode
 from ..engine import Hooks
 from ..errors import InvalidArgumentError, warn_at_caller
@@ -31,7 +31,7 @@ from .report import Access, Race, RaceError, RaceWarning
 from .state import Sanitizer
 
 MODES = ("warn", "raise", "log")
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _found: list[Race] = []  # reports of earlier sessions (kept after the sanitizer is turned off)
 
 

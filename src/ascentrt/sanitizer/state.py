@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Any
 
+from .. import forksafe
 from ..callsite import OURS, Site, site_text, user_code_site
 from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
 from ..engine.task import DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
@@ -51,7 +52,7 @@ class Sanitizer:
     def __init__(self, mode: str, on_race):
         self.mode = mode                 # warn, raise or log
         self.on_race = on_race           # fn(Race, new: bool), called outside our lock
-        self.lock = threading.Lock()
+        self.lock = forksafe.lock()
         self.streams: dict[int, dict] = {}   # stream id -> vector clock (actor -> time)
         # The host's vector clock. Host threads share it: they order each other by means the
         # sanitizer cannot see (start, join, locks, queues), so the order in which they act is
