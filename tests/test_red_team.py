@@ -1253,3 +1253,51 @@ def test_a_child_forked_while_threads_use_every_api_family_finds_no_lock_held():
     from subprocess_util import run_program
     out = run_program(_FORK_WHILE_BUSY.format(forks=20), timeout=150)
     assert out.split()[-1] == "0", out
+
+
+def test_a_communicator_whose_collective_timed_out_without_a_rank_says_it_is_broken_at_once():
+    # (the ranks' sequence numbers parted for good: every later pair of correct calls waited out
+    # HCCL_EXEC_TIMEOUT, and the late rank's call joined the failed meeting, whose text blamed
+    # it for not calling the collective it had just called)
+    from subprocess_util import run_program
+    out = run_program('''
+        import numpy as np, ascentrt as art
+        from ascentrt import hccl
+        F, S = hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM
+        comms = hccl.comm_init_all([0, 1, 2])
+        st = [art.Device(r).create_stream() for r in range(3)]
+        g = [art.malloc(4096, device=r) for r in range(3)]
+        try:
+            hccl.all_reduce(g[1], g[1], 4096, F, S, comms[1], st[1])   # refused: takes no number
+        except hccl.HcclError as exc:
+            print("refused", exc.code == hccl.HcclResult.E_PARA)
+        for r in (0, 2):                                  # rank 1 never calls #0, nor #1
+            for _ in range(2):
+                hccl.all_reduce(g[r], g[r], 1024, F, S, comms[r], st[r])
+        for r in (0, 2):
+            try:
+                st[r].synchronize(timeout=30)
+            except art.TaskError as exc:
+                text = str(exc.__cause__)
+                print("failed", "#0" in text and "timed out" in text, "1 more failed" in str(exc))
+        last = hccl.flight_record(comms[0])[-1]            # #1 failed with #0, not after its own wait
+        print("flight", last.seq, last.state, "is broken" in last.error)
+        for r in range(3):                                # every later call: refused at once
+            try:
+                hccl.all_reduce(g[r], g[r], 1024, F, S, comms[r], st[r])
+            except hccl.HcclError as exc:
+                print("broken", exc.code == hccl.HcclResult.E_TIMEOUT, "comm_destroy" in str(exc),
+                      st[r].pending == 0)
+        for c in comms:
+            hccl.comm_destroy(c)
+        comms = hccl.comm_init_all([0, 1, 2])             # a new one works
+        for r in range(3):
+            art.memcpy(g[r], np.full(1024, r + 1, np.float32))
+            hccl.all_reduce(g[r], g[r], 1024, F, S, comms[r], st[r])
+        for r in range(3):
+            st[r].synchronize(timeout=30)
+        print("new", [float(g[r].numpy(np.float32)[0]) for r in range(3)])
+    ''', env={"ASCENTRT_DEVICES": "3", "HCCL_EXEC_TIMEOUT": "1", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split("\n")[:-1] == ["refused True", "failed True True", "failed True True",
+                                    "flight 1 failed True", "broken True True True", "broken True True True",
+                                    "broken True True True", "new [6.0, 6.0, 6.0]"], out

@@ -85,6 +85,7 @@ class GroupState:
         self.p2p: dict[tuple, int] = {}      # (src, dst, "send"/"recv") -> calls so far
         self.last_done = [-1] * self.size    # the last collective each rank completed
         self.destroyed = [False] * self.size
+        self.broken: HcclError | None = None  # set once its ranks' calls no longer pair up
         self.flight = FlightRecorder()
         register_group(self)
 
