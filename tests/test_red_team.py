@@ -1301,3 +1301,24 @@ def test_a_communicator_whose_collective_timed_out_without_a_rank_says_it_is_bro
     assert out.split("\n")[:-1] == ["refused True", "failed True True", "failed True True",
                                     "flight 1 failed True", "broken True True True", "broken True True True",
                                     "broken True True True", "new [6.0, 6.0, 6.0]"], out
+
+
+def test_a_collective_racing_comm_destroy_of_its_rank_is_refused_not_left_waiting(monkeypatch):
+    # (checked live, then destroyed by another thread before it registered: comm_destroy had
+    # counted the meetings the rank abandoned, and this one was queued for a rank that is gone)
+    from ascentrt import hccl
+    from ascentrt.hccl import collectives
+    comms = hccl.comm_init_all([0])
+    stream = art.Device(0).create_stream()
+    buf = art.malloc(256)
+    site = collectives.user_site
+
+    def destroyed_meanwhile(depth):
+        hccl.comm_destroy(comms[0])   # (what another thread does in that window)
+        return site(depth)
+    monkeypatch.setattr(collectives, "user_site", destroyed_meanwhile)
+    with pytest.raises(hccl.HcclError) as err:
+        hccl.all_reduce(buf, buf, 64, hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM, comms[0], stream)
+    assert err.value.code == hccl.HcclResult.E_PTR and stream.pending == 0
+    stream.destroy()
+    buf.free()

@@ -116,6 +116,9 @@ def _register(comm, call: Call, pair: tuple | None) -> _Posted:
     group = comm.group
     timeout = config.get("HCCL_EXEC_TIMEOUT")
     with group.lock:
+        if group.destroyed[call.rank]:  # (by another thread since check_comm: comm_destroy
+            # counted the meetings this rank abandoned under this lock; this one would be none)
+            raise HcclError(f"{comm!r} was destroyed", code=HcclResult.E_PTR)
         if group.broken is not None:  # (refused: nothing queued, no sequence number taken)
             raise group.broken.again()
         if pair is None:
