@@ -440,18 +440,43 @@ def test_the_sanitize_command_keeps_the_races_of_a_multiprocessing_child(tmp_pat
 @pytest.mark.cpu_only
 def test_the_sanitize_command_says_which_process_could_not_report(tmp_path):
     # A program killed by a signal writes no report: the run said "no races found" though it
-    # had printed one. It names the process instead, and claims no clean run.
+    # had printed one. It names the process instead, and the races it counted as it ran.
     prog = tmp_path / "killed.py"
     prog.write_text(RACY + "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
-    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--", "python", str(prog)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
-    assert "killed.py ended without writing its report" in proc.stderr, proc.stderr
-    assert "no races found in the processes that reported (1 did not)" in proc.stderr
-    assert "were printed as it ran" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", "log", "--",
+    for mode in ("warn", "log"):  # (log mode prints none as found: counted all the same)
+        proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", mode, "--",
+                               "python", str(prog)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0
+        assert "killed.py ended without writing its report" in proc.stderr, proc.stderr
+        assert "it counted 1 race(s) as it ran" in proc.stderr and "1 race(s) found" in proc.stderr
+        assert "(counted as found, its report lost) race on bytes" in proc.stderr, proc.stderr
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("mode", ["warn", "raise", "log"])
+def test_a_process_that_raced_and_ended_with_os_exit_0_fails_the_sanitize_run(tmp_path, mode):
+    # (its progress file said only "running": the run exited 0 with "no races found")
+    prog = tmp_path / "exits.py"
+    prog.write_text("import os, sys\nimport ascentrt as art\ntry:\n" +
+                    "".join(f"    {line}\n" for line in RACY.strip().splitlines()) +
+                    "except art.sanitizer.RaceError:\n    pass\nos._exit(0)\n")
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--mode", mode, "--",
                            "python", str(prog)], capture_output=True, text=True, timeout=120)
-    assert "its races are lost (log mode says none" in proc.stderr, proc.stderr  # (none was printed)
+    assert proc.returncode == 66, proc.stderr
+    assert "no races found" not in proc.stderr
+    assert "exits.py ended without writing its report" in proc.stderr, proc.stderr
+    assert "1 race(s) found" in proc.stderr and "exits.py:" in proc.stderr, proc.stderr
+
+
+@pytest.mark.cpu_only
+def test_a_process_that_ended_with_os_exit_and_counted_no_race_is_said_so(tmp_path):
+    prog = tmp_path / "clean_exit.py"
+    prog.write_text(RACY.replace("art.launch(consumer", "s2.wait(s1.record())\nart.launch(consumer")
+                    + "import os\nos._exit(0)\n")
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "sanitize", "--", "python",
+                           str(prog)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "no races found (1 process(es) did not report, and counted none)" in proc.stderr, proc.stderr
 
 
 @pytest.mark.cpu_only

@@ -15,12 +15,13 @@ import threading
 
 from .engine.scheduler import Hooks, act_for_stream, current_task, restore_stream_mark
 from .engine.task import HOST_FUNC, Task
+from . import forksafe
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, StreamStateError
 from .stream import Stream, resolve_stream
 from .validate import check_flag, check_timeout
 
 _log = logging.getLogger("ascentrt.callback")
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _reporters: dict[int, "_Reporter"] = {}   # thread id -> its reporter
 _owner: dict[int, "_Reporter"] = {}       # stream id -> the reporter subscribed to it
 _POLL_S = 0.25                            # how often a blocked callback checks its reporter lives
@@ -47,7 +48,7 @@ class _Reporter:
         self.device = device
         self.streams: dict[int, Stream] = {}
         self.queue: collections.deque[tuple[int, _Report]] = collections.deque()  # (stream id, report)
-        self.cond = threading.Condition(_lock)
+        self.cond = forksafe.condition(_lock)
 
 
 class _Report:

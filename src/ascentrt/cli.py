@@ -314,7 +314,12 @@ def _sanitize(args) -> int:
         while any(process_alive(r["pid"]) for r in unreported(tmp)) and time.monotonic() < waited_until:
             time.sleep(0.1)
         found, silent = read_reports(tmp), unreported(tmp)
-    races = [(r, text) for r in found for text in r["races"]]
+    reported = {r["pid"] for r in found}  # (one that reported as it was killed: its report holds all)
+    silent = [r for r in silent if r["pid"] not in reported]
+    # A process that did not report still counted its races in its progress file as it found
+    # them: they are named (lost with its report, not with its count).
+    races = [(r, text) for r in found + [r for r in silent if r["races"]] for text in r["races"]]
+    unknown = [r for r in silent if r["races"] is None or process_alive(r["pid"])]
 
     def named(r: dict) -> str:
         # (the script by its name: a long folder path must not cut it off)
@@ -322,15 +327,25 @@ def _sanitize(args) -> int:
         return f"process {r['pid']}: {words[:80]}"
 
     for r in silent:  # (never "no races" for a process that could not say)
-        said = ("its races are lost (log mode says none as they are found)" if mode == "log" else
-                "races it found were printed as it ran, if any")
-        why = (f"was still running {LINGER_WAIT_S:.0f} s after the program exited (it prints its "
-               f"races itself as it ends)" if process_alive(r["pid"]) else
-               f"ended without writing its report (killed by a signal, or os._exit): {said}")
+        counted = r["races"]
+        if process_alive(r["pid"]):
+            why = (f"was still running {LINGER_WAIT_S:.0f} s after the program exited (it prints its "
+                   f"races itself as it ends; {len(counted or ())} found so far)")
+        elif counted is None:
+            said = ("its races are lost (log mode says none as they are found)" if mode == "log" else
+                    "races it found were printed as it ran, if any")
+            why = f"ended without writing its report (killed by a signal, or os._exit): {said}"
+        else:
+            why = (f"ended without writing its report (killed by a signal, or os._exit); it counted "
+                   f"{len(counted)} race(s) as it ran" + (", named below" if counted else ""))
         print(f"ascentrt sanitize: {named(r)} {why}", file=sys.stderr)
     if not races:
+        if unknown:  # (not known race-free: never "no races found", exit 0)
+            print(f"ascentrt sanitize: no races found in the processes that reported; "
+                  f"{len(unknown)} could not say whether they raced", file=sys.stderr)
+            return code or RACES_EXIT_CODE
         print(f"ascentrt sanitize: no races found"
-              f"{f' in the processes that reported ({len(silent)} did not)' if silent else ''}",
+              f"{f' ({len(silent)} process(es) did not report, and counted none)' if silent else ''}",
               file=sys.stderr)
         return code
     where = {r["pid"] for r, _ in races}
@@ -339,6 +354,8 @@ def _sanitize(args) -> int:
     for r, text in races:
         # (a race of another process than the program's: named, with its command line)
         who = "" if r["pid"] == child.pid else f"[{named(r)}] "
+        if r["pid"] not in reported:
+            who += "(counted as found, its report lost) "
         print(f"  - {who}{text}", file=sys.stderr)
     return code or RACES_EXIT_CODE
 

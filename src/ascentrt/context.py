@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from . import forksafe
 from .device import Device, resolve_device, set_device
 from .engine import ENGINE
 from .engine.sync import synchronize_streams, warn_discarded
@@ -27,7 +28,7 @@ class _ThreadContext(threading.local):
 
 
 _current = _ThreadContext()
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _primary: dict[int, "Context"] = {}     # device id -> its live primary context
 _uses: dict[int, int] = {}              # device id -> primary context use count
 _contexts: dict[int, list] = {}         # device id -> every live context of the device
@@ -97,6 +98,16 @@ class Context:
         try:
             if wait:
                 settle(owned)
+                # Then refuse more, and let what other threads queued meanwhile run: a launch
+                # that returned without error runs, never dropped as "could not finish".
+                closed = []
+                for s in owned:
+                    try:
+                        s._close()
+                        closed.append(s)
+                    except InvalidHandleError:
+                        pass  # destroyed (or being destroyed) by another thread
+                settle(closed)
         finally:  # (a Ctrl-C while it waits: the context is gone, so are its streams)
             dropped = {}
             for s in owned:

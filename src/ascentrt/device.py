@@ -15,6 +15,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
+from . import forksafe
 from . import config
 from .backends import PresetError, load_preset, make_backend
 from .backends.presets import variant_fields
@@ -52,7 +53,7 @@ class DeviceProperties:
 
 
 _devices: list["Device"] | None = None
-_devices_lock = threading.Lock()
+_devices_lock = forksafe.lock()
 
 
 class _ThreadDevice(threading.local):
@@ -220,7 +221,7 @@ class Device:
         self._default_stream: Any = None  # a Stream
         self._events: weakref.WeakSet[object] = weakref.WeakSet()  # live events, counted where the model caps them
         self._peers: set[int] = set()  # ids of the devices whose memory this one may access
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
         self._dq.detached = _handle_types["stream"](self, PRIORITY_LEVELS - 1, _internal=True)
 
     @property

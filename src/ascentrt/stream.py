@@ -17,8 +17,9 @@ from .engine import ENGINE, PRIORITY_LEVELS, Hooks, Marker, Task
 from .engine.sync import synchronize_streams
 from .engine.task import EVENT_WAIT, KERNEL, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from .errors import (ErrorCode, ExceptionInfo, InvalidArgumentError, InvalidHandleError,
-                     NotSupportedError, StreamStateError, TaskError)
+                     NotSupportedError, StreamStateError, TaskError, failure_of_a_task)
 from .memory import links
+from .memory.buffer import bytes_seen_by
 from .validate import as_int, check_flag, check_timeout, enum_member
 
 _ids = itertools.count(1)
@@ -99,7 +100,7 @@ class Stream:
         self._ended_ns = 0             # and when that task ended
         self._errors: list[ExceptionInfo] = []
         self._sync_waiters: list[tuple[int, Signal]] = []
-        self._refuse: str | None = None  # None, "destroyed" or "failed"
+        self._refuse: str | None = None  # None, "closing" (a destroy waits), "destroyed" or "failed"
         self._cut: int | None = None   # set by a discard: later tasks of the running batch are dropped
         self._after_running: list | None = None  # records a discard dropped behind a running task
         self._failure: ExceptionInfo | None = None
@@ -130,6 +131,8 @@ class Stream:
     def _refusal(self) -> Exception:
         if self._refuse == "destroyed":
             return InvalidHandleError(f"stream {self.id} was destroyed")
+        if self._refuse == "closing":
+            return InvalidHandleError(f"stream {self.id} is being destroyed")
         return StreamStateError(f"stream {self.id} stopped after a failed task "
                                 f"(failure mode STOP): {self._failure}",
                                 code=ErrorCode.RT_STREAM_ABORT, info=self._failure)
@@ -161,8 +164,8 @@ class Stream:
         return self._submitted - self._completed
 
     def _check_alive(self) -> None:
-        if self._refuse == "destroyed":
-            raise InvalidHandleError(f"stream {self.id} was destroyed")
+        if self._refuse == "destroyed" or self._refuse == "closing":
+            raise self._refusal()
 
     def _awaited_positions(self) -> dict:
         """For each stream this one's queue waits on, the latest recorded position.
@@ -262,19 +265,36 @@ class Stream:
         looked at when the wait is reached, whenever work completes, while the host waits,
         and every millisecond on a real-time device; `timeout` s fail it (timeout_error(stream,
         task) says how; with `last_resort`, a deadlock through the wait is reported at once, not
-        left to the timeout). `what` describes it ("the word at 0x... to equal 3"). Returns its
-        task id."""
+        left to the timeout). `what` describes it ("the word at 0x... to equal 3"). A wait
+        queued before a free of its word goes on watching those bytes; a word gone for it (a
+        device reset) fails it (107017), and so does a condition that raises (507018): neither
+        is counted as met. For a counter, compare cyclically as CANN's and CUDA's GEQ do,
+        ((w - v) & (2**64 - 1)) < 2**63, not w >= v. Returns its task id."""
         self._check_word(word, "wait_value")
         if not callable(met):
             raise InvalidArgumentError(f"wait_value: the condition must be callable, got {type(met).__name__}")
 
         def check() -> bool:
-            try:  # (read as it is looked at: a word freed meanwhile raises, and lets the wait go,
-                # said; the device's own read, told to no observer)
-                return bool(met(int(word._array("<u8", None)[0])))
-            except Exception:  # (under the engine lock: it must not raise there; said, then let go)
-                _log.exception("ascentrt: the condition of value wait %s on stream %d raised; "
-                               "the wait lets its stream go", what, self.id)
+            # Read as it is looked at, as the wait task sees the word (the engine looks from
+            # any thread): queued before a free, it keeps watching those bytes; the device's
+            # own read, told to no observer. Under the engine lock nothing may raise: a word
+            # gone for it (a device reset) or a condition that raises sets the task's error,
+            # and the engine fails the wait with it (its stream goes on in continue mode).
+            try:
+                raw = bytes_seen_by(word, task)
+            except InvalidHandleError as exc:
+                task.error = failure_of_a_task(InvalidHandleError, f"value wait for {what} on "
+                                               f"stream {self.id}: {exc.message}",
+                                               ErrorCode.RT_INVALID_HANDLE)
+                return True
+            try:
+                return bool(met(int(raw[:8].view("<u8")[0])))
+            except Exception as exc:
+                _log.debug("the condition of value wait %s raised", what, exc_info=True)
+                task.error = failure_of_a_task(
+                    TaskError, f"value wait for {what} on stream {self.id}: its condition raised "
+                    f"{type(exc).__name__}: {exc}", ErrorCode.RT_AICPU_EXCEPTION)
+                task.error.__cause__ = exc
                 return True
 
         task = Task(VALUE_WAIT, check, (what,), name="value_wait")
@@ -374,20 +394,54 @@ class Stream:
             raise InvalidArgumentError("a device's default stream cannot be destroyed; reset the device")
         timeout = check_timeout(timeout)
         force = check_flag(force, "force")
+        if force:  # (also of a stream another thread's destroy is closing: it takes over)
+            if self._refuse == "destroyed":
+                raise InvalidHandleError(f"stream {self.id} was destroyed")
+            if self._capture is not None:  # (its capture cannot go on: end_capture then raises)
+                self._capture.invalidate(ErrorCode.RT_STREAM_CAPTURED,
+                                         f"destroy(force=True) of captured stream {self.id}")
+            return self._drop(force=True)
         self._check_alive()
-        if not force:
-            if self._capture is not None:  # (said as a destroy: the program called no synchronize)
-                self._capture.refuse(self, "destroy")
-            try:  # (a wait that can never end is said as this destroy's)
-                synchronize_streams([self], timeout, f"destroy of stream {self.id}")
-            except TaskError:
-                pass  # destroying is not the place to report task errors: they die with the stream
-            except StreamStateError as exc:
-                if exc.code != ErrorCode.RT_STREAM_ABORT:
-                    raise  # (a capture refuses the destroy)
-        elif self._capture is not None:  # (its capture cannot go on: end_capture then raises)
-            self._capture.invalidate(ErrorCode.RT_STREAM_CAPTURED,
-                                     f"destroy(force=True) of captured stream {self.id}")
+        if self._capture is not None:  # (said as a destroy: the program called no synchronize)
+            self._capture.refuse(self, "destroy")
+        clock = self._dq.backend.now_ns
+        deadline = None if timeout is None else clock() + timeout * 1e9
+        self._settle(timeout)  # (other threads may still queue work meanwhile)
+        # Then refuse more, and wait for what other threads queued while it waited: a launch
+        # that returned without error runs (one after this is refused, 107017), never dropped
+        # unrun as the stream leaves its device.
+        before = self._close()
+        try:
+            self._settle(None if deadline is None else max((deadline - clock()) / 1e9, 1e-6))
+        except BaseException:
+            with ENGINE.lock:  # (a wait past the timeout leaves the stream alive, as it was)
+                if self._refuse == "closing":
+                    self._refuse = before
+            raise
+        return self._drop(force=False)
+
+    def _settle(self, timeout: float | None) -> None:
+        """Wait for the stream's queued work, as a destroy does (task errors die with it)."""
+        try:  # (a wait that can never end is said as this destroy's)
+            synchronize_streams([self], timeout, f"destroy of stream {self.id}")
+        except TaskError:
+            pass  # destroying is not the place to report task errors: they die with the stream
+        except StreamStateError as exc:
+            if exc.code != ErrorCode.RT_STREAM_ABORT:
+                raise  # (a capture refuses the destroy)
+
+    def _close(self) -> str | None:
+        """Refuse every later submission (107017), keeping the queued work, which runs: the
+        stream is being destroyed. Returns what it refused before; InvalidHandleError when it
+        is destroyed, or being destroyed, already."""
+        with ENGINE.lock:
+            self._check_alive()
+            before, self._refuse = self._refuse, "closing"
+            return before
+
+    def _drop(self, force: bool) -> int:
+        """Take the stream off its device (with `force`, its pending tasks discarded first);
+        returns how many were. InvalidHandleError when another thread destroyed it first."""
         with ENGINE.lock:
             if self._refuse == "destroyed":
                 raise InvalidHandleError(f"stream {self.id} was destroyed")

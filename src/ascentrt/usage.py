@@ -25,6 +25,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from . import forksafe
 from . import config
 from .device import when_devices_exist
 from .memory.stats import reserved_bytes
@@ -167,8 +168,8 @@ class _Publisher:
         self.header = {"format": FORMAT, "pid": os.getpid(), "program": _program(),
                        "since": time.time(), "start_ticks": stat[1] if stat else None,
                        "backend": backend}
-        self.lock = threading.Lock()  # one writer at a time: the thread, publish(), exit
-        self.stopped = threading.Event()
+        self.lock = forksafe.lock()  # one writer at a time: the thread, publish(), exit
+        self.stopped = forksafe.event()
         self.written: str | None = None  # the text the file holds
 
     def publish(self) -> None:
@@ -208,7 +209,7 @@ class _Publisher:
 
 
 _publisher: _Publisher | None = None
-_start_lock = threading.Lock()
+_start_lock = forksafe.lock()
 
 
 def _start(devices: list) -> None:

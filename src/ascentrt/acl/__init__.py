@@ -10,11 +10,11 @@ from __future__ import annotations
 import json as _json
 import os as _os
 import sys as _sys
-import threading as _threading
 import time as _time
 import types as _types
 from typing import Any as _Any
 
+from .. import forksafe as _forksafe
 from .. import config as _config
 from .. import context as _ctx
 from ..device import Device as _Device, device_count as _device_count
@@ -25,7 +25,7 @@ from ._api import CONTEXTS as _CONTEXTS, EVENTS as _EVENTS, NOTIFIES as _NOTIFIE
 from ._api import STREAMS as _STREAMS, AclTypeError as _AclTypeError, api as _api, fail as _fail
 from ._api import MESSAGES as _MESSAGES, recent_error_message as _recent_error_message, sweep as _sweep
 
-_init_lock = _threading.Lock()
+_init_lock = _forksafe.lock()
 _init_count = [0]
 # (pyACL programs commonly tear down in a destructor that runs after the exit handlers: the
 # leak report at exit waits for acl.finalize, which reports what is still unfreed then)
@@ -124,7 +124,7 @@ def get_recent_err_msg(*_ignored: _Any) -> str | None:
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-_log_lock = _threading.Lock()
+_log_lock = _forksafe.lock()
 
 
 def app_log(*args: _Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
+from .. import forksafe
 from ..callback import forget_destroyed_streams
 from ..callsite import GENERATED_PREFIX
 from ..context import Context, current_context
@@ -290,7 +291,7 @@ class Handles(Generic[T]):
         self.what = what
         self._by_handle: dict[int, T] = {}
         self._by_object: dict[int, int] = {}
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     def add(self, obj: T) -> int:
         """The handle of `obj`, made on first use."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 import weakref
 
+from .. import forksafe
 from .. import context as _ctx
 from ..device import Device, device_count
 from ..engine.task import COMPUTE
@@ -253,7 +253,7 @@ def get_primary_ctx_state(device_id: int) -> tuple[int, int]:
 # kernels compute the same way whatever the value, and reading it back is what programs do.
 _CTX_OPTS = (C.ACL_OPT_DETERMINISTIC, C.ACL_OPT_ENABLE_DEBUG_KERNEL, C.ACL_OPT_STRONG_CONSISTENCY)
 _PROCESS_OPTS = _CTX_OPTS + (C.ACL_OPT_ENABLE_KERNEL_EARLY_START,)
-_opts_lock = threading.Lock()
+_opts_lock = forksafe.lock()
 _ctx_opts: weakref.WeakKeyDictionary[_ctx.Context, dict[int, int]] = weakref.WeakKeyDictionary()
 _process_opts: dict[int, int] = dict.fromkeys(_PROCESS_OPTS, 0)
 
@@ -313,7 +313,7 @@ def get_sys_param_opt(opt: int) -> int:
 # ---- overflow mode, task scheduler, capabilities, resource limits, topology, id mapping -------
 # Process-wide settings per device id, as CANN keeps them per process: read back by the getters
 # (and the resource limit by launch_kernel).
-_settings_lock = threading.Lock()
+_settings_lock = forksafe.lock()
 _sat_mode: dict[int, int] = {}                 # device id -> aclrtFloatOverflowMode set
 _res_limits: dict[tuple[int, int], int] = {}   # (device id, aclrtDevResLimitType) -> cores
 

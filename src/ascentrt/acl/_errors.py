@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import collections
 import itertools
-import threading
 from typing import Any, Callable
 
+from .. import forksafe
 from .. import errors as _errors
 from ..callback import _live_thread
 from ..engine.scheduler import Hooks
@@ -15,7 +15,7 @@ from ._api import AclTypeError
 
 _INVALID = 0xFFFFFFFF  # what the C API returns for fields of an invalid exception info
 _KEEP = 4096           # exception infos kept addressable (oldest forgotten first)
-_lock = threading.Lock()
+_lock = forksafe.lock()
 # handle -> (the info, the failing task's thread as an OS id, found when it was reported)
 _infos: collections.OrderedDict[int, tuple[_errors.ExceptionInfo, int]] = collections.OrderedDict()
 _handles = itertools.count(0x5E0000001000, 0x40)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
+from .. import forksafe
 from ..engine import ENGINE
 from ..event import Event, elapsed_time, set_wait_timeout
 from ..errors import ErrorCode
@@ -20,7 +20,7 @@ _KNOWN_FLAGS = (C.ACL_EVENT_SYNC | C.ACL_EVENT_CAPTURE_STREAM_PROGRESS | C.ACL_E
 # value `ascentrt calibrate` writes as max_streams / max_events for "no limit", so a calibrated
 # sim preset answers alike; it fits CANN's uint32.
 NO_LIMIT = 1 << 30
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _flags: dict[int, tuple[int | None, bool]] = {}  # handle -> (flag or None for create_event, ex?)
 _waits: dict[int, list[Event]] = {}               # handle -> markers after its stream waits
 

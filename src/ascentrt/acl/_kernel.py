@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 
 import numpy as np
 
+from .. import forksafe
 from ..device import Device, device_count
 from ..errors import ErrorCode
 from ..launch import launch
@@ -91,7 +91,7 @@ def get_thread_last_task_id() -> int:
 # only: a kernel is a host-thread call that cannot be pre-empted, so none is cut off.
 _INTERVAL_US = (1 << 32) // 1000
 _MAX_INTERVALS = 254
-_timeout_lock = threading.Lock()
+_timeout_lock = forksafe.lock()
 _op_timeout_us = [_INTERVAL_US * _MAX_INTERVALS]  # the default: the most
 
 

@@ -118,13 +118,15 @@ def value_write(dev_addr: int, value: int, flag: int, stream: int) -> None:
     note_task(stream, s)
 
 
-def _signed(x: int) -> int:
-    """A 64-bit word read as int64."""
-    return x - (1 << 64) if x >> 63 else x
+def _reached(w: int, v: int) -> bool:
+    """GEQ as CANN defines it, (int64_t)(*devAddr - value) >= 0 (CUDA's CU_STREAM_WAIT_VALUE_GEQ
+    too): a cyclic compare of 64-bit counters, which holds across their wrap-around (a word
+    just past 2**63 has reached a value just below it; one 2**63 or more behind has not)."""
+    return (w - v) & 0xFFFFFFFFFFFFFFFF < 1 << 63
 
 
 _CONDITIONS = {  # ACL_STREAM_WAIT_VALUE_*: whether the word at the address lets the stream go
-    C.ACL_STREAM_WAIT_VALUE_GEQ: lambda w, v: _signed(w) >= _signed(v),  # (a signed compare)
+    C.ACL_STREAM_WAIT_VALUE_GEQ: _reached,
     C.ACL_STREAM_WAIT_VALUE_EQ: lambda w, v: w == v,
     C.ACL_STREAM_WAIT_VALUE_AND: lambda w, v: (w & v) != 0,
     C.ACL_STREAM_WAIT_VALUE_NOR: lambda w, v: (~(w | v)) & 0xFFFFFFFFFFFFFFFF != 0,
@@ -134,7 +136,8 @@ _CONDITIONS = {  # ACL_STREAM_WAIT_VALUE_*: whether the word at the address lets
 @api("kkIk")
 def value_wait(dev_addr: int, value: int, flag: int, stream: int) -> None:
     """Hold the stream's later work until the 64-bit word at dev_addr meets the condition
-    (flag: GEQ, EQ, AND or NOR against `value`) (aclrtValueWait): a device-side wait, which
+    (flag: GEQ, a cyclic compare (int64)(word - value) >= 0, EQ, AND or NOR against `value`)
+    (aclrtValueWait): a device-side wait, which
     holds no host-function thread, bounded by the device wait timeout (set_op_wait_timeout),
     else the operator timeout: past it the stream fails with 107019."""
     s, word = _value_args(dev_addr, flag, len(_CONDITIONS), stream)

@@ -11,6 +11,7 @@ from typing import Any as _Any, Callable as _Callable
 import numpy as _np
 
 from ..backends.sim import TIMELINE as _TIMELINE
+from .. import forksafe as _forksafe
 from ..errors import ErrorCode as _ErrorCode, HostAccessWarning as _HostAccessWarning, \
     set_last_error as _set_last_error, warn_at_caller as _warn_at_caller
 from ..memory import REGISTRY as _REGISTRY
@@ -22,7 +23,7 @@ from ._api import AclTypeError as _AclTypeError
 _DTYPE_OF_NUM: dict[int, _np.dtype[_Any]] = {_np.dtype(c).num: _np.dtype(c) for c in _np.typecodes["All"]
                                              if c not in "OMmVSUa"}
 _threads: dict[int, "_NativeThread"] = {}
-_threads_lock = _threading.Lock()
+_threads_lock = _forksafe.lock()
 # A program may exec code it compiled and keep only the code (or what it bound): note what runs
 # from now on, so that bytes_to_ptr knows the constants of that code for the interpreter's.
 _watch_code()

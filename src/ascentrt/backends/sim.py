@@ -39,6 +39,7 @@ import threading
 import time
 from typing import Any
 
+from .. import forksafe
 from .base import COPY, HOST, KERNEL, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
 from .presets import Preset
@@ -108,7 +109,7 @@ class _HostThread:
     so thread-local state and blocking on other host threads behave as on hardware."""
 
     def __init__(self, name: str):
-        self.cv = threading.Condition()
+        self.cv = forksafe.condition()
         self.job: Any = None  # (backend, queue, task, frame) handed to this thread to run
         threading.Thread(target=self._loop, daemon=True, name=name).start()
 
@@ -144,8 +145,8 @@ class Timeline:
     """The virtual clock, the pending task ends, and who runs the simulation (one per process)."""
 
     def __init__(self):
-        self.lock = threading.RLock()   # held while a thread runs the simulation
-        self.moved = threading.Condition(self.lock)
+        self.lock = forksafe.rlock()   # held while a thread runs the simulation
+        self.moved = forksafe.condition(self.lock)
         self.now = 0                    # ns: the device time, and the host's when it acts
         self.ends: list = []            # heap of (end ns, seq, backend, queue, task, units)
         self.seq = itertools.count()
@@ -465,8 +466,7 @@ def _after_fork_in_child() -> None:
     tasks the parent's simulation was running are the parent's (the engine counts them done
     in the child): their ends and the units they held go, or the child's work would wait
     behind them."""
-    TIMELINE.lock = threading.RLock()
-    TIMELINE.moved = threading.Condition(TIMELINE.lock)
+    # (its lock and condition: renewed by forksafe's hook, which runs first)
     TIMELINE.local = _ThreadFrames()
     TIMELINE.pumping = False
     TIMELINE.interrupted = False  # (the parent's Ctrl-C, not the child's)

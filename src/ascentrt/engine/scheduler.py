@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from .. import forksafe
 from .. import config, interrupts
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, failure_of_a_task, keeping_last_error, note_async_error,
@@ -324,7 +325,7 @@ class Engine:
 
     def __init__(self):
         # Reentrant only so that submit() can tell it still holds the lock after an interrupt.
-        self.lock = threading.RLock()
+        self.lock = forksafe.rlock()
         self.devices: list[DeviceQueues] = []  # every device's queues, in device order
         self.active_sets: list[set] = []       # their `active` sets, for a cheap "anything busy?"
         self._claimed_waits: set = set()  # notify waits dropped records will let go (_discard)
@@ -343,8 +344,8 @@ class Engine:
         self._deadlines: list = []  # heap of (deadline, seq, stream, task) for timed waits
         self._seq = itertools.count()
         self._watchdog: threading.Thread | None = None
-        self._watchdog_cv = threading.Condition(self.lock)
-        self._exit_cv = threading.Condition(self.lock)  # executors ending at exit notify it
+        self._watchdog_cv = forksafe.condition(self.lock)
+        self._exit_cv = forksafe.condition(self.lock)  # executors ending at exit notify it
         # stream -> (thread id, streams, what) while a task of that stream waits in wait_host:
         # the stream (and the executor running it) then depends on those streams.
         self._host_waits: dict = {}
@@ -503,7 +504,9 @@ class Engine:
                     break  # blocked on a wait
                 tasks.popleft()
                 self._completed(s)
-                if t.kind in _WAIT_KINDS and _released_unrun(s, t):
+                if t.kind == VALUE_WAIT and t.error is not None:  # (its word could not be
+                    self._report_later([self._fail(s, t, t.error)])  # looked at: not met)
+                elif t.kind in _WAIT_KINDS and _released_unrun(s, t):
                     # Released by a record its stream dropped unrun: what this stream does next
                     # would read what the work before that record was to write. It fails (in
                     # STOP mode, the rest of it is dropped too), as CANN reports an aborted wait.
@@ -746,7 +749,7 @@ class Engine:
         info = ExceptionInfo(s.device.id, s.id, t.id, int(code), t.label, exc, t.thread)
         s._errors.append(info)
         note_async_error(t.thread, code)
-        if s._stop_on_failure and s._refuse is None:
+        if s._stop_on_failure and (s._refuse is None or s._refuse == "closing"):
             s._refuse = "failed"
             s._failure = info
             self._discard(s)
@@ -903,6 +906,8 @@ class Engine:
                 s._tasks.popleft()
                 self._completed(s)
                 self._profile_control(t)
+                if t.error is not None:  # (its word could not be looked at: failed, not met)
+                    self._report_later([self._fail(s, t, t.error)])
                 self._advance(s, None)
         finally:
             self._checking_values = False
@@ -1017,7 +1022,7 @@ class Engine:
         tasks = s._tasks
         if done < len(batch):  # (tested first: no slice on the common path)
             rest = batch[done:]
-            if s._refuse is None and s._cut is None:
+            if (s._refuse is None or s._refuse == "closing") and s._cut is None:
                 tasks.extendleft(reversed(rest))  # not run yet: back to the head, in order
             else:
                 self._completed(s, len(rest))      # the stream stopped: they are discarded
@@ -1472,10 +1477,7 @@ def _after_fork_in_child() -> None:
     """A forked child has none of the parent's executor threads and may have inherited a held
     lock: give it a fresh lock and executors, and drop the work that was in flight at the fork
     (it belongs to the parent), so the child's own work runs instead of waiting forever."""
-    engine = ENGINE
-    engine.lock = threading.RLock()
-    engine._watchdog_cv = threading.Condition(engine.lock)
-    engine._exit_cv = threading.Condition(engine.lock)
+    engine = ENGINE  # (its lock and conditions: renewed by forksafe's hook, which runs first)
     engine._watchdog = None
     engine._deadlines.clear()
     engine._host_waits.clear()

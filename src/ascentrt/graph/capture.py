@@ -13,6 +13,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .. import forksafe
 from ..engine import Hooks
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from ..errors import CaptureError, ErrorCode, InvalidArgumentError, NotSupportedError
@@ -43,7 +44,7 @@ class CaptureStatus(enum.IntEnum):
 
 
 _active: list["Capture"] = []   # captures begun and not yet ended (any thread)
-_active_lock = threading.Lock()
+_active_lock = forksafe.lock()
 
 
 class Capture:
@@ -54,7 +55,7 @@ class Capture:
         self.mode = mode
         # (the Thread, not its id: Python hands an ended thread's id to the next one it starts)
         self.thread = threading.current_thread()
-        self.lock = threading.Lock()
+        self.lock = forksafe.lock()
         self.lanes = {origin: 0}            # stream -> lane index (origin is lane 0)
         self.ops: list[tuple[int, str, Any]] = []  # (lane, op, payload): "node" task / "record" / "wait" marker
         self.node_count = 0

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from .. import forksafe
 from .. import interrupts
 from ..backends.base import Cost, PlainOp
 from ..engine import ENGINE, Marker, Task
@@ -226,7 +227,7 @@ class Graph:
         self.groups = list(cap.closed_groups)
         self._plan = _compile(self._ops, nodes, self._lane_count, self.id)
         self._check_joined()
-        self._lock = threading.Lock()      # one launch at a time
+        self._lock = forksafe.lock()      # one launch at a time
         self._last_end = None
         self._destroyed = False
         _release_orphans()

@@ -116,6 +116,11 @@ def _register(comm, call: Call, pair: tuple | None) -> _Posted:
     group = comm.group
     timeout = config.get("HCCL_EXEC_TIMEOUT")
     with group.lock:
+        if group.destroyed[call.rank]:  # (by another thread since check_comm: comm_destroy
+            # counted the meetings this rank abandoned under this lock; this one would be none)
+            raise HcclError(f"{comm!r} was destroyed", code=HcclResult.E_PTR)
+        if group.broken is not None:  # (refused: nothing queued, no sequence number taken)
+            raise group.broken.again()
         if pair is None:
             seq = group.seq[call.rank]
             key, ranks = ("coll", seq), tuple(range(group.size))
@@ -207,6 +212,8 @@ def _start_if_complete(posted: _Posted) -> None:
     failed meeting is released at once (its task reports the meeting's error)."""
     group, m, key = posted.group, posted.meeting, posted.key
     with group.lock:
+        if group.broken is not None and m.error is None and group.meetings.get(key) is m:
+            m.fail(group.broken)  # (registered as the communicator broke: it can never pair up)
         if m.error is not None and group.meetings.get(key) is m:
             m.fail(m.error)
             if m.ready() and key[-1] < group.started.get(key[:-1], 0):

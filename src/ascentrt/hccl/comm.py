@@ -8,11 +8,11 @@ steps (peer copies and reduce kernels) run, so the ranks' own streams only wait 
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 import weakref
 from typing import cast
 
+from .. import forksafe
 from .. import config
 from ..validate import as_int
 from ..device import Device, current_device, device_count, more_devices_hint
@@ -24,7 +24,7 @@ from .flight import FlightRecorder
 ROOT_INFO_BYTES = 4108  # HCCL_ROOT_INFO_BYTES: the size of HCCL's opaque root info
 _ids = iter(range(1, 1 << 62))
 _forming: dict[bytes, "_Forming"] = {}   # root info -> the group its ranks are joining
-_forming_lock = threading.Lock()
+_forming_lock = forksafe.lock()
 _groups: "weakref.WeakSet[GroupState]" = weakref.WeakSet()  # live communicators (for the profiler)
 
 
@@ -81,10 +81,11 @@ class GroupState:
         self.id = next_id()
         self.devices = devices               # rank -> its device (None: another process's)
         self.size = len(devices)
-        self.lock = threading.Lock()
+        self.lock = forksafe.lock()
         self.p2p: dict[tuple, int] = {}      # (src, dst, "send"/"recv") -> calls so far
         self.last_done = [-1] * self.size    # the last collective each rank completed
         self.destroyed = [False] * self.size
+        self.broken: HcclError | None = None  # set once its ranks' calls no longer pair up
         self.flight = FlightRecorder()
         register_group(self)
 
@@ -196,7 +197,7 @@ class _Forming:
     def __init__(self, nranks: int):
         self.nranks = nranks
         self.devices: dict[int, Device] = {}
-        self.joined = threading.Condition(_forming_lock)
+        self.joined = forksafe.condition(_forming_lock)
         self.group: Group | None = None
         self.error: HcclError | None = None
 

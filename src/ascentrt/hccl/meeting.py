@@ -150,14 +150,38 @@ class Meeting:
                          f"called it, so the collective can never complete", code=HcclResult.E_REMOTE)
 
     def timed_out(self, stream, task) -> HcclError:
-        """The error a rank's timed-out wait fails with (called by the engine, under its lock)."""
+        """The error a rank's timed-out wait fails with (called by the engine, under its lock).
+        Where ranks had not called it, the communicator is broken from now on (see break_off)."""
         rank = next((r for r, c in self.calls.items() if c.stream is stream), None)
+        missing = [r for r in self.ranks if r not in self.calls]
         error = HcclError(f"{self.name} timed out after {task.timeout:g} s (HCCL_EXEC_TIMEOUT) "
                           f"(first on rank {rank}): {self.waiting_for()}", code=HcclResult.E_TIMEOUT)
         self.reported.add(rank)
         self.fail(error)
         assert self.error is not None  # (fail() keeps the first error)
+        if missing and self.error is error:
+            self.break_off(missing)
         return self.error.again()
+
+    def break_off(self, missing: list) -> None:
+        """This meeting failed before ranks `missing` called it: a later call of theirs would
+        take its place, and every later one would pair with another rank's next (the ranks'
+        sequence numbers part for good). The communicator is broken, as HCCL's and NCCL's are
+        after such a failure: every later call is refused at once (its error says so: destroy
+        the communicator on every rank and make a new one), and the collectives called already
+        after this one fail now instead of each waiting out HCCL_EXEC_TIMEOUT. (Under the
+        engine's lock: the group's is not taken; a call registering meanwhile checks again once
+        queued, see collectives._start_if_complete.)"""
+        group = self.group
+        if group.broken is None:
+            group.broken = HcclError(
+                f"communicator {group.id} is broken: {self.name} failed before rank(s) "
+                f"{', '.join(map(str, missing))} called it, so the ranks' later calls no longer "
+                f"pair up; destroy it on every rank (comm_destroy) and make a new one (the "
+                f"failure: {self.error})", code=self.error.code if self.error else HcclResult.E_INTERNAL)
+        for m in list(group.meetings.values()):
+            if m is not self and m.error is None:
+                m.fail(group.broken)
 
     # ---- the collective's own task on each rank's stream ------------------------------------
 

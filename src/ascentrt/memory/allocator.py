@@ -319,11 +319,12 @@ class DeviceAllocator:
         streams = [stream, *named] if stream is not None else Links.busy_streams()
         waits = busy_positions(streams)
         mem = buf._mem
+        if waits and mem is not None:  # (before the bytes go: a queued task looking at them
+            buf._late = (mem, waits)  # meanwhile, a value wait's check, must find them here)
         buf._mem = None  # (first: a synchronous copy that starts now refuses it)
         offset = buf.addr - self.base
         return_range: Callable[[], Any]
         if waits and mem is not None:
-            buf._late = (mem, waits)
             return_range = lambda: self.late_frees.add(offset, waits)  # noqa: E731
         else:
             return_range = lambda: self.arena.free(offset)  # type: ignore[union-attr]  # noqa: E731  # (the plain arena's)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import bisect
-import threading
 
+from .. import forksafe
 from ..errors import InvalidArgumentError, OutOfMemoryError
 
 ALIGNMENT = 64   # every allocation starts 64-byte aligned (CANN and CUDA guarantee at least this)
@@ -21,7 +21,7 @@ class Arena:
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
         self._free_offsets = [0]      # sorted
         self._free_sizes = {0: capacity}
         self._used: dict[int, int] = {}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from .. import forksafe
 from ..accel import restore_docstrings
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .links import Links
@@ -29,7 +29,7 @@ UNVIEWED: Final = np.empty(0, np.uint8)
 # DLPack exports alive: id(allocation) -> how many. A buffer with live exports refuses to be
 # freed: the arrays other libraries hold would point into a block the pool hands out again.
 _exports: Final[dict[int, int]] = {}  # (Final: a compiled free reads it from a C static)
-_exports_lock = threading.Lock()
+_exports_lock = forksafe.lock()
 # A view's shape: an int, ints (numpy's too), or None (1-D over all the bytes). Any to a
 # compiled build, which would otherwise refuse numpy ints with a bare TypeError at the call.
 _Shape = Any
@@ -326,7 +326,26 @@ def _queued_before_free(waits: tuple) -> bool:
     """Whether the calling executor thread runs a task that was queued before the buffer's
     free (itself, or a task it runs as part of: a collective's step for each rank's task, a
     non-blocking host function for the task that handed it off)."""
-    task = Links.current_task()
+    return _task_before_free(Links.current_task(), waits)
+
+
+def bytes_seen_by(x: Any, task: Any) -> np.ndarray:
+    """The bytes (uint8) of buffer or slice `x` as `task` sees them, whichever thread asks (a
+    stream's value wait, looked at by the engine): a task queued before a stream-ordered free
+    still sees them. Raises InvalidHandleError (107017) once they are gone for it."""
+    try:
+        return x._bytes()
+    except InvalidHandleError:
+        base = x.base
+        late = getattr(base, "_late", None)
+        if late is None or not _task_before_free(task, late[1]):
+            raise
+        start = x.offset
+        return late[0][start:start + x.nbytes]
+
+
+def _task_before_free(task: Any, waits: tuple) -> bool:
+    """Whether `task` (None: no task) was queued before the free whose waits are `waits`."""
     if task is None:
         return False
     for s, last in waits:

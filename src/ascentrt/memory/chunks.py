@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .. import forksafe
 from ..errors import InvalidArgumentError
 from ..validate import check_size
 from .arena import Arena
@@ -166,7 +166,7 @@ class HostChunks:
         self.backend = backend
         self.registry = registry  # an AddressRegistry the chunks are entered in
         self.capacity = check_size(capacity, "capacity")
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
         self.reserved = 0
         self.mlock_calls = 0
         self.refusal = ""  # why the last chunk could not be mapped ("" once one could)

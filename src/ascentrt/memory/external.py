@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import threading
 from typing import Any
 
 import numpy as np
 
+from .. import forksafe
 from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError
 from ..validate import check_flag
 from .registry import REGISTRY
 from .shared_bytes import interpreter_shares
 
-_lock = threading.Lock()
+_lock = forksafe.lock()
 # start address -> its registrations, oldest first (a view of an array's start, then the
 # array: both stay, as queued or captured work may hold either)
 _external: dict[int, list["ExternalHostBuffer"]] = {}

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import mmap
-import threading
 from typing import Any, Callable
 
 import numpy as np
 
+from .. import forksafe
 from .. import config
 from ..errors import OutOfMemoryError
 from .. import interrupts
@@ -24,7 +24,7 @@ from .registry import REGISTRY
 HOST_RELEASE_THRESHOLD = 256 << 20  # pinned bytes the pool keeps cached at most
 HOST_SPLIT_LIMIT = 32 << 20         # larger pinned blocks serve only requests of about their size
 _state: dict = {}
-_state_lock = threading.Lock()
+_state_lock = forksafe.lock()
 
 
 def host_pool():

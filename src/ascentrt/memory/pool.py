@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import bisect
 import sys
-import threading
 from typing import TYPE_CHECKING, Any, Final
 
+from .. import forksafe
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from ..interrupts import hold, release, release_or_undo
 from ..units import format_bytes
@@ -219,7 +219,7 @@ class DeferredFrees:
 
     def __init__(self) -> None:
         self.entries: list[tuple[Any, tuple]] = []
-        self.lock = threading.Lock()
+        self.lock = forksafe.lock()
 
     def add(self, what: Any, waits: tuple) -> None:
         """Hold `what` until `waits` are reached."""
@@ -320,7 +320,7 @@ class BlockPool:
         self.busy_sets: list[set] | None = busy_sets
         self.name: str = name
         self.device_id: int = -1  # the device whose memory it holds (its allocator sets it); -1: host
-        lock: Any = threading.Lock() if ATOMIC else threading.RLock()  # (see ATOMIC)
+        lock: Any = forksafe.lock() if ATOMIC else forksafe.rlock()  # (see ATOMIC)
         self._lock: Any = lock
         self._acquire: Any = lock.acquire  # bound once: the hot paths skip a method lookup
         self._release: Any = lock.release

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import bisect
-import threading
 
+from .. import forksafe
 from ..errors import InvalidAddressError
 from .chunks import Chunk
 
@@ -31,7 +31,7 @@ class AddressRegistry:
     """
 
     def __init__(self):
-        self._lock = threading.RLock()  # reentrant only so an interrupted acquire can be undone
+        self._lock = forksafe.rlock()  # reentrant only so an interrupted acquire can be undone
         self._buckets: dict[int, tuple[list[int], list]] = {}
         self._large: tuple[list[int], list] = ([], [])
         self._pages: dict[int, tuple[Chunk, ...]] = {}  # 2 MiB page -> the chunks on it

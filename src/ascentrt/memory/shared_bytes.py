@@ -19,9 +19,10 @@ from __future__ import annotations
 import functools
 import gc
 import sys
-import threading
 import types
 import weakref
+
+from .. import forksafe
 
 # No program holds this many references: objects counted so are static (immortal on 3.12+,
 # deep-frozen on 3.11).
@@ -32,7 +33,7 @@ _CODE_OF = {types.FunctionType: "__code__", types.GeneratorType: "gi_code",
 _NEW_CODE = frozenset({"compile", "marshal.load", "marshal.loads", "code.__new__"})
 _PRUNE_AT = 4096  # code noted but not yet taken in, past which the dead entries are dropped
 
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _held: dict[int, bytes] = {}   # id -> bytes a live code object holds (kept: ids stay unique)
 _state = {"stale": True, "hooked": False}
 _ran: dict[int, weakref.ref] = {}  # id -> code exec / eval ran since the last check (the hook

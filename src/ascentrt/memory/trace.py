@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from .. import forksafe
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError, os_cause
 from ..validate import check_path, read_small_file, write_text_file
 from ..validate import check_size
@@ -31,7 +31,7 @@ class TraceRecorder:
         self.events: list[tuple] = []
         self._ids: dict = {}
         self._next = 0
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     def allocate(self, nbytes: int, stream: Any = None) -> Any:
         """Allocate upstream and record it."""

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
+from .. import forksafe
 from . import clock
 from .. import device as _device  # (its _devices: read as the module's, it is reassigned)
 
@@ -100,7 +101,7 @@ class Recorder:
         # done, or at once to a later allocation on the freeing stream); with `allocated`,
         # changed under the lock (executor threads settle them as their tasks end).
         self.pending_frees: list[_PendingFree] = []
-        self._memory_lock = threading.Lock()
+        self._memory_lock = forksafe.lock()
         self.devices: dict[int, Device] = {}
         # thread ident -> name, noted when a thread is first seen: it may have ended by finish()
         self.thread_names: dict[int, str] = {}

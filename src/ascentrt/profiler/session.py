@@ -10,6 +10,7 @@ import threading
 import time
 import traceback
 
+from .. import forksafe
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
 from ..usage import process_alive
 from ..validate import check_flag, check_path
@@ -19,7 +20,7 @@ from .export import collector_paused
 from .profile import Profile
 from .recorder import Checkpoint, Recorder
 
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _running: "list[Session]" = []     # started and not yet stopped, oldest first
 _recorder: Recorder | None = None  # the one recording every running session shares
 _from_env: "Session | None" = None  # the session ASCENTRT_PROFILE started in this process
@@ -153,7 +154,7 @@ class Session:
     def _report_progress(self, every_s: float = 1.0) -> None:
         """Write PROGRESS_FILE into the folder every `every_s` seconds (for `ascentrt prof`)."""
         assert self.path is not None  # (a session with a folder)
-        stop = self._progress_stop = threading.Event()
+        stop = self._progress_stop = forksafe.event()
         path = os.path.join(self.path, folders.PROGRESS_FILE)
         started = time.monotonic()
 
@@ -254,8 +255,7 @@ def _note_uncaught_exceptions() -> None:
 def _after_fork_in_child() -> None:
     """A forked child inherits the parent's sessions, which are not its to write: it drops
     them, and under ASCENTRT_PROFILE records its own part, as a process started anew does."""
-    global _lock, _recorder, _from_env
-    _lock = threading.Lock()  # (another thread of the parent may have held it)
+    global _recorder, _from_env  # (_lock: renewed by forksafe's hook, which runs first)
     profiled = _from_env is not None and _from_env.running
     for s in _running:
         s._recorder = None

@@ -18,10 +18,10 @@ import contextlib
 import json
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .. import forksafe
 from ..config import sanitize_mode
 from ..engine import Hooks
 from ..errors import InvalidArgumentError, warn_at_caller
@@ -31,7 +31,7 @@ from .report import Access, Race, RaceError, RaceWarning
 from .state import Sanitizer
 
 MODES = ("warn", "raise", "log")
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _found: list[Race] = []  # reports of earlier sessions (kept after the sanitizer is turned off)
 
 
@@ -60,7 +60,7 @@ def enable(mode: str = "warn") -> None:
         if current is not None:
             current.mode = mode
             return
-        san = Sanitizer(mode, _announce)
+        san = Sanitizer(mode, _announce, _count_found)
         REGISTRY.observe(san)
         Hooks.sanitizer = san
 
@@ -97,7 +97,9 @@ def clear() -> None:
 
 
 REPORT_FILE = "races-{pid}.json"  # each process's own file in the report folder
-RUNNING_FILE = "running-{pid}.json"  # made as a process starts checking; gone once it reported
+RUNNING_FILE = "running-{pid}.json"  # made as a process starts checking, rewritten with each
+                                     # race it finds (their texts); gone once it reported
+_counted: list[str] = []  # the texts of the races this process found, as its progress file holds them
 _inherited = [0]  # reports a forked child got from its parent (the parent's to write)
 _report_folder: list[str | None] = [None]  # where this process writes its reports at exit
 _written: list[int] = [0]  # the pid whose reports were written (once per process)
@@ -134,13 +136,25 @@ def _record() -> dict:
 
 
 def _mark_running(folder: str) -> None:
-    """Say in `folder` that this process checks and has not reported yet (best effort: a
-    folder it cannot write is said when it reports)."""
-    try:
-        write_text_file(os.path.join(folder, RUNNING_FILE.format(pid=os.getpid())),
-                        json.dumps(_record()), "the race report's progress file to")
-    except InvalidArgumentError:
+    """Say in `folder` that this process checks and has not reported yet, with the races it
+    found so far (best effort: a folder it cannot write is said when it reports)."""
+    name = RUNNING_FILE.format(pid=os.getpid())
+    try:  # (whole or not at all: a process killed as it rewrites it leaves the last one)
+        tmp = write_text_file(os.path.join(folder, f".{name}.tmp"),
+                              json.dumps({**_record(), "races": _counted}),
+                              "the race report's progress file to")
+        os.replace(tmp, os.path.join(folder, name))
+    except (InvalidArgumentError, OSError):
         pass
+
+
+def _count_found(race: Race) -> None:
+    """A new race: into the progress file at once, so that a process that ends without its
+    report (os._exit, a signal) still has it counted and named."""
+    folder = _report_folder[0]
+    if folder is not None and _written[0] != os.getpid():
+        _counted.append(str(race))
+        _mark_running(folder)
 
 
 def _write_reports() -> None:
@@ -199,14 +213,21 @@ def _pid_and_command(record: Any) -> dict:
 
 def unreported(folder: str) -> list[dict]:
     """The processes that started checking into `folder` and have not written their reports:
-    {"pid", "command"} each (a process still running, or one that ended without its exit
-    handlers: killed by a signal, os._exit)."""
+    {"pid", "command", "races"} each (a process still running, or one that ended without its
+    exit handlers: killed by a signal, os._exit), "races" the texts of those it found so far
+    (None when its progress file does not say: written by an older version)."""
     found = []
-    for _, record in _json_files(folder, "running-"):
-        try:
-            found.append(_pid_and_command(record))
-        except (KeyError, TypeError, ValueError):
+    for name, record in _json_files(folder, "running-"):
+        if isinstance(record, FileNotFoundError):
             continue  # (removed meanwhile: it reported)
+        try:
+            entry = _pid_and_command(record)
+        except (KeyError, TypeError, ValueError):  # (unreadable: what it found is not known)
+            digits = name[len("running-"):-len(".json")]
+            entry = {"pid": int(digits) if digits.isdigit() else 0, "command": []}
+        races = record.get("races") if isinstance(record, dict) else None
+        entry["races"] = [str(t) for t in races] if isinstance(races, list) else None
+        found.append(entry)
     return found
 
 
@@ -237,6 +258,7 @@ def _before_fork() -> None:
 
 def _after_fork_in_child() -> None:
     _inherited[0] = len(reports())
+    _counted.clear()  # (the parent's, which it reports itself)
     if _report_folder[0] is not None:  # (its own report, under its own pid)
         _mark_running(_report_folder[0])
 

@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Any
 
+from .. import forksafe
 from ..callsite import OURS, Site, site_text, user_code_site
 from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
 from ..engine.task import DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
@@ -48,10 +49,12 @@ def _meets(met, number: int) -> bool:
 class Sanitizer:
     """Checks each submitted task against the unordered accesses before it (see the module)."""
 
-    def __init__(self, mode: str, on_race):
+    def __init__(self, mode: str, on_race, on_found=None):
         self.mode = mode                 # warn, raise or log
         self.on_race = on_race           # fn(Race, new: bool), called outside our lock
-        self.lock = threading.Lock()
+        self.on_found = on_found         # fn(Race) as each new race is found (under our lock:
+                                         # a refused one too, which raise mode never announces)
+        self.lock = forksafe.lock()
         self.streams: dict[int, dict] = {}   # stream id -> vector clock (actor -> time)
         # The host's vector clock. Host threads share it: they order each other by means the
         # sanitizer cannot see (start, join, locks, queues), so the order in which they act is
@@ -936,6 +939,8 @@ class Sanitizer:
             reused_from = f"the {old[2]}-byte allocation at {old[1]:#x} ({allocated(site_text(old[3]))}), freed"
         race = self.races[key] = Race(owner[1], owner[2], site_text(owner[3]), lo - owner[1],
                                       hi - owner[1], first, second, reused_from=reused_from)
+        if self.on_found is not None:
+            self.on_found(race)
         return race, True
 
     def reports(self) -> list[Race]:
