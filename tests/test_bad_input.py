@@ -881,8 +881,11 @@ def test_a_demo_refused_part_way_leaves_no_profile_folder(tmp_path, monkeypatch)
     from ascentrt import cli, demo
     rooms = iter([64 << 30])
     monkeypatch.setattr(demo, "_available_memory", lambda: next(rooms, 1 << 20))
+    backend = art.Device(0).properties.backend
+    for env in ("ASCENTRT_BACKEND", "ASCENTRT_SIM_PRESET"):  # (the command sets them: restored after)
+        monkeypatch.setenv(env, os.environ.get(env, "cpu" if env == "ASCENTRT_BACKEND" else "ascend910b"))
     out = tmp_path / "demo"
-    assert cli.main(["demo", "--no-compare", "-o", str(out)]) == 1
+    assert cli.main(["demo", "--backend", backend, "--no-compare", "-o", str(out)]) == 1
     assert not out.exists()
 
 
