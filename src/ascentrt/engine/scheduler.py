@@ -54,7 +54,8 @@ _local = _ThreadStream()
 class Hooks:
     """Observers registered with the core (it never imports them); each slot is empty when unused.
 
-    profiler: task_done(task) and tasks_done(stream, tasks) (a batch), while profiling.
+    profiler: task_done(task[, error text]) and tasks_done(stream, tasks) (a batch), while
+        profiling; tasks_dropped(stream, tasks, now) for work dropped unrun (under the lock).
     exception_callbacks: fn(ExceptionInfo), called outside the lock.
     capture: the stream-capture implementation (begin, end, status, task groups), set by
         ascentrt.graph when it is imported.
@@ -701,7 +702,10 @@ class Engine:
             # A wait released by a record dropped unrun fails once it ends (see _advance and
             # _release_records): the profile shows that failure on it.
             unrun = t.kind in _WAIT_KINDS and t.error is None and _released_unrun(t.stream, t)
-            prof.task_done(t, _error_text(_unrun_record(t.stream, t)) if unrun else "")
+            if unrun:
+                prof.task_done(t, _error_text(_unrun_record(t.stream, t)))
+            else:
+                prof.task_done(t)
 
     def _completed(self, s, count: int = 1) -> None:
         """Count finished tasks of `s` and wake host threads synchronizing on it."""
