@@ -501,3 +501,13 @@ def test_a_process_still_running_is_named_and_report_rewrite_adds_its_part(tmp_p
     _wait_for(os.path.join(late[0], "profile.json"))
     assert main(["report", "--rewrite", str(out)]) == 0
     assert len(_parts_listed(out)) == 1
+
+
+def test_a_profile_written_but_unreadable_is_said_so_not_that_none_was_written(tmp_path):
+    # (a part that load() refused was left out silently: "no profile was written")
+    code = ("import os, ascentrt; from ascentrt.profiler.data import part_path; "
+            "d = part_path(os.environ['ASCENTRT_PROFILE'], os.getpid()); os.makedirs(d, exist_ok=True); "
+            "open(os.path.join(d, 'profile.json'), 'w').write('{}'); os._exit(0)")
+    out = ascentrt("prof", "-q", "-o", str(tmp_path / "p"), "--", "python", "-c", code)
+    assert out.returncode == 1 and "no profile was written" not in out.stderr, out.stderr
+    assert "cannot be read" in out.stderr and "not a readable ascentrt profile" in out.stderr

@@ -406,6 +406,9 @@ class _Collector:
     def tasks_done(self, stream, tasks):
         self.tasks.extend(tasks)
 
+    def tasks_dropped(self, stream, tasks, now):
+        pass
+
 
 def test_replayed_nodes_reach_the_profiler_with_names(streams):
     s = streams[0]

@@ -677,3 +677,55 @@ def test_a_device_side_wait_that_timed_out_is_a_failed_task_not_a_host_wait_that
     assert "value_wait" in found["failed_tasks"].cause and "107019" in found["failed_tasks"].cause
     s.destroy()
     word.free()
+
+
+def test_a_snapshot_of_a_deadlocked_run_names_the_streams_stuck_at_their_waits():
+    # (snapshot() and a running session's diagnose() said no stream was stopped; only stop()
+    # recorded where each stream was held up)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, ascentrt as art
+        dev = art.set_device(0)
+        s1, s2 = dev.create_stream(), dev.create_stream()
+        n1, n2 = art.Notify(dev), art.Notify(dev)
+        sess = art.profile(); sess.start()
+        s1.wait_notify(n1); s1.record_notify(n2)
+        s2.wait_notify(n2); s2.record_notify(n1)
+        try:
+            dev.synchronize(timeout=5)
+        except art.AscentError:
+            pass
+        snap = sess.snapshot()
+        found = {f.kind: f.evidence for f in sess.diagnose()}
+        stuck = sorted((t.stream, t.kind, t.fate) for t in snap.tasks)
+        after = {f.kind: f.evidence for f in sess.stop().diagnose()}
+        print(json.dumps({"stuck": stuck, "snapshot": found, "stop": after}))
+        for s in (s1, s2):
+            s.destroy(force=True)
+    """)], env=dict(os.environ, ASCENTRT_BACKEND="sim", ASCENTRT_LEAK_CHECK="off"),
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert [k for _, k, f in got["stuck"] if f == "unfinished"] == ["notify_wait", "notify_wait"]
+    (kind,) = [k for k, ev in got["stop"].items() if ev.get("of them at a wait") == 2]
+    assert got["snapshot"][kind]["streams stopped"] == 2
+    assert got["snapshot"][kind]["of them at a wait"] == 2
+
+
+def test_an_unfinished_non_blocking_host_function_is_on_its_programs_stream(dev):
+    # (it was reported on the hidden stream that ran it, with that stream's task id)
+    import threading
+    s = dev.create_stream()
+    go = threading.Event()
+    with art.profile() as sess:
+        tid = art.launch_host_func(lambda: go.wait(10), stream=s, blocking=False)
+        s.synchronize(timeout=10)
+        for _ in range(1000):  # (until it runs: the detached stream has taken it)
+            if any(x._running is not None for x in dev._dq.streams.values() if x is not s):
+                break
+            threading.Event().wait(0.005)
+        prof = sess.stop()
+    go.set()
+    dev.synchronize(timeout=10)
+    (t,) = [t for t in prof.tasks if t.fate == "unfinished"]
+    assert (t.stream, t.task_id, t.kind) == (s.id, tid, "host_func_nonblocking")
+    s.destroy()

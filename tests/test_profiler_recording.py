@@ -284,7 +284,7 @@ def test_a_non_blocking_host_function_is_enqueued_when_the_program_launched_it()
             art.launch(lambda: None, stream=s, cost=1e-3)
             art.launch_host_func(lambda: None, stream=s, blocking=False)
             dev.synchronize()
-        (t,) = [t for t in prof.snapshot().tasks if t.kind == "host_func"]
+        (t,) = [t for t in prof.snapshot().tasks if t.kind == "host_func_nonblocking"]
         print(t.enqueue_ns < 100_000 < 1_000_000 <= t.start_ns)
     ''', env={"ASCENTRT_BACKEND": "sim"})
     assert out.strip() == "True"

@@ -302,3 +302,39 @@ def test_replayed_graphs_arrows_come_from_their_own_launch(dev, two_streams):
     replays = sorted(src[0] for src in sources["G"])
     assert len(replays) == 2 and replays[0] != replays[1]
     assert all(r.startswith("Graph.launch@") for r in replays)
+
+
+def test_the_reports_timeline_marks_failed_unfinished_and_dropped_tasks():
+    # (report.html drew them as tasks that ran: its rows carried no fate or error)
+    from ascentrt.profiler.data import ProfileData, TaskRecord
+    from ascentrt.profiler.views import FATES, view_data
+    prof = ProfileData(duration_ns=100_000)
+    prof.tasks = [TaskRecord(0, 2, 1, "kernel", "ok", 0, 0, 0, 10_000, 1),
+                  TaskRecord(0, 2, 2, "kernel", "bad", 0, 0, 10_000, 20_000, 1, True,
+                             error="ValueError: boom"),
+                  TaskRecord(0, 2, 3, "kernel", "never", 0, 0, 20_000, 20_000, 1, fate="dropped"),
+                  TaskRecord(0, 3, 1, "notify_wait", "notify_wait", 0, 0, 0, 100_000, 1,
+                             fate="unfinished")]
+    data = view_data(prof)
+    rows = {data["names"][r[2]]: r for t in data["tracks"] for r in t["s"]}
+    assert len(rows["ok"]) == 5
+    fate = {name: data["fates"][r[5]] for name, r in rows.items() if len(r) > 5}
+    assert fate == {"bad": "failed", "never": "dropped", "notify_wait": "unfinished"}
+    assert data["names"][rows["bad"][6]] == "ValueError: boom" and rows["never"][6] == -1
+    script = (__import__("pathlib").Path(art.profiler.__file__).parent / "report.js").read_text()
+    assert "fate-" in script and "D.fates" in script
+
+
+def test_on_cpu_an_event_records_time_in_the_profile_is_the_events_own(dev):
+    # (the record was stamped again after its event completed: the profile's difference of two
+    # records read 0.148 ms where elapsed_time said 0.150)
+    s = dev.create_stream()
+    e1, e2 = art.Event(dev, timing=True), art.Event(dev, timing=True)
+    with art.profile() as sess:
+        s.record(e1)
+        art.launch(lambda: None, stream=s, name="K1")
+        s.record(e2)
+        s.synchronize()
+    recs = sorted((t for t in sess.stop().tasks if t.kind == "event_record"), key=lambda t: t.task_id)
+    assert recs[1].end_ns - recs[0].end_ns == round(art.elapsed_time(e1, e2) * 1e6)
+    s.destroy()

@@ -217,7 +217,16 @@ def _prof(args) -> int:
         print(f"ascentrt prof: process {pid} of the program was still running {LINGER_WAIT_S:.0f} s "
               f"after it exited: its part is not included (once it ends, ascentrt report "
               f"--rewrite {args.out} adds it)", file=sys.stderr)
-    prof = assemble(out, child.pid, command)
+    unreadable: list[str] = []
+    prof = assemble(out, child.pid, command, unreadable)
+    if prof is None and unreadable:  # written, but not readable: say what failed (kept to look at)
+        error = InvalidArgumentError(f"a profile was written into {out} but cannot be read "
+                                     f"(the program exited with {code}): {unreadable[0]}",
+                                     code=ErrorCode.INVALID_FILE)
+        if not code:
+            raise error
+        print(f"ascentrt: error: {_in_words(error)}", file=sys.stderr)
+        return code
     if prof is None:
         refused = refusals(out)
         clear_leftovers(out)  # (nothing of this run may count as a profile)

@@ -24,7 +24,7 @@ from .errors import ErrorCode, InvalidArgumentError, os_cause
 from .profiler import load as load_profile
 from .profiler.metrics import metrics
 from .profiler.critical import critical_path, describe
-from .profiler.data import PART_DIR
+from .profiler.data import DATA_FILE, PART_DIR
 from .profiler.export import SUMMARY_FILE
 from .profiler.folders import OUTPUTS, REFUSED_NOTE, claim
 from .validate import check_path, program_command, program_env, read_small_file
@@ -220,7 +220,9 @@ def run_variant(i: int, combo: dict, preset: Preset, command: list[str], out: st
         try:
             row.update(summarize(load_profile(folder)))
         except InvalidArgumentError as exc:  # (one variant's missing profile loses no other row)
-            row["error"] = (f"no profile was written ({exc.message}): the program must import "
+            row["error"] = (f"its profile cannot be read: {exc.message}"
+                            if os.path.exists(os.path.join(folder, DATA_FILE)) else
+                            f"no profile was written ({exc.message}): the program must import "
                             f"ascentrt and exit normally")
     else:
         with open(os.path.join(folder, STDERR), "rb") as f:

@@ -55,7 +55,8 @@ _local = _ThreadStream()
 class Hooks:
     """Observers registered with the core (it never imports them); each slot is empty when unused.
 
-    profiler: task_done(task) and tasks_done(stream, tasks) (a batch), while profiling.
+    profiler: task_done(task[, error text]) and tasks_done(stream, tasks) (a batch), while
+        profiling; tasks_dropped(stream, tasks, now) for work dropped unrun (under the lock).
     exception_callbacks: fn(ExceptionInfo), called outside the lock.
     capture: the stream-capture implementation (begin, end, status, task groups), set by
         ascentrt.graph when it is imported.
@@ -291,6 +292,11 @@ def _released_unrun(s, t: Task) -> bool:
     return t.releaser is not None and t.releaser.dropped and t.releaser.lost_work
 
 
+def _error_text(exc: BaseException) -> str:
+    """'ExceptionType: message', as a profile shows a failure."""
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _unrun_record(s, t: Task) -> AscentError:
     """The failure of wait `t` of stream `s`, released by a record that never ran."""
     if t.kind == EVENT_WAIT:
@@ -524,7 +530,7 @@ class Engine:
                 m.ts_ns = _control_ns(s)
                 t.t_start = t.t_end = m.ts_ns
             self._mark_done(m, work)
-            self._profile_control(t)
+            self._profile_control(t, m.ts_ns)  # (the time the event has: elapsed_time's)
             return True
         if kind == EVENT_WAIT:
             if t.marker.done:
@@ -706,14 +712,21 @@ class Engine:
         if races:  # (once all is queued: a warning turned into an error leaves it so)
             san.announce(races)  # type: ignore[union-attr]
 
-    def _profile_control(self, t: Task) -> None:
+    def _profile_control(self, t: Task, at: int = 0) -> None:
+        """Report control task `t` to the profiler, as ended now (or at `at`, when not 0)."""
         prof = Hooks.profiler
         if prof is not None:
-            now = t.stream._dq.backend.now_ns()
-            if t.t_end or not t.t_start:  # not a wait that blocked (t_end 0): it took no time
+            now = at or t.stream._dq.backend.now_ns()
+            if t.t_end or not t.t_start or at:  # not a wait that blocked (t_end 0): no time
                 t.t_start = now
             t.t_end = now
-            prof.task_done(t)
+            # A wait released by a record dropped unrun fails once it ends (see _advance and
+            # _release_records): the profile shows that failure on it.
+            unrun = t.kind in _WAIT_KINDS and t.error is None and _released_unrun(t.stream, t)
+            if unrun:
+                prof.task_done(t, _error_text(_unrun_record(t.stream, t)))
+            else:
+                prof.task_done(t)
 
     def _completed(self, s, count: int = 1) -> None:
         """Count finished tasks of `s` and wake host threads synchronizing on it."""
@@ -786,6 +799,8 @@ class Engine:
             first = running.id + 1
         queued = len(tasks)
         records = []
+        prof = Hooks.profiler
+        unrun: list | None = [] if prof is not None else None  # (what the profile shows dropped)
         # Whether work before the records dropped here never ran (or failed: a STOP-mode
         # discard follows a failure): their waiters go on without it. A record right behind
         # work that all ran releases them as its run would have.
@@ -805,8 +820,13 @@ class Engine:
                     t.lost_work = lost
                     t.lets_go = self._wait_to_let_go(t.notify, s)
                     t.discarded_by = why
-            elif t.executor is not None:
+                continue
+            if t.executor is not None:
                 lost = True
+            if unrun is not None:
+                unrun.append(t)
+        if unrun:
+            prof.tasks_dropped(s, unrun, s._dq.backend.now_ns())
         if s._running is not None:
             # A task still runs: the records behind it release their waiters once it ends (a
             # stream that waits on one, or a block reused after it, must not overlap with it).
@@ -1026,6 +1046,8 @@ class Engine:
                 tasks.extendleft(reversed(rest))  # not run yet: back to the head, in order
             else:
                 self._completed(s, len(rest))      # the stream stopped: they are discarded
+                if Hooks.profiler is not None:
+                    Hooks.profiler.tasks_dropped(s, rest, dq.backend.now_ns())
         s._cut = None
         if s._after_running is not None:  # the records a discard dropped behind this batch
             records, s._after_running = s._after_running, None

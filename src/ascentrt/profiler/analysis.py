@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 
 from ..units import format_bytes, format_ms
 from .critical import critical_path
-from .data import COMPUTE_KINDS, GRAPH_SEGMENT, QUEUE_FULL, ProfileData
+from .data import COMPUTE_KINDS, GRAPH_SEGMENT, NONBLOCKING, QUEUE_FULL, ProfileData
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 from .diagnose_failures import failed_tasks, never_finished, stragglers
@@ -202,7 +202,7 @@ def _held_by_a_full_queue(dev_id, idle, idle_ns, util, span, feeders, profile) -
 
 
 def _small_tasks(dev_id, work, profile) -> list[Finding]:
-    small = [t for t in work if t.kind != "host_func"]
+    small = [t for t in work if t.kind not in ("host_func", NONBLOCKING)]
     if len(small) < MIN_SMALL_TASKS:
         return []
     d50 = statistics.median(t.duration_ns for t in small)
@@ -256,7 +256,7 @@ def _useful_streams(work, info) -> int:
         useful += max(1, info.compute_units // max(1, int(statistics.median(units))))
     if any(t.kind == "copy" for t in work):
         useful += info.copy_engines
-    if any(t.kind == "host_func" for t in work):
+    if any(t.kind in ("host_func", NONBLOCKING) for t in work):
         useful += info.host_func_threads
     return max(useful, 1)
 

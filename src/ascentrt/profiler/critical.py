@@ -4,13 +4,15 @@ waits) that ended last, and what its time went to."""
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from .data import EXECUTOR_OF_KIND, GRAPH_SEGMENT, SYNC_APIS, ProfileData
+from .data import (EXECUTOR_OF_KIND, GRAPH_SEGMENT, NONBLOCKING, QUERY_APIS, SYNC_APIS, WAIT_KINDS,
+                   WORK_KINDS, ProfileData)
 
-WORK = ("kernel", "copy", "memset", "host_func")
+WORK = WORK_KINDS
 
 
 def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any]:
@@ -22,9 +24,11 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
     ends: dict = defaultdict(list)  # (device, executor class) -> [(end, id, task)], sorted
     steps: dict = defaultdict(list)  # (device, class) -> [(time, units change)]
     for t in tasks:
+        if not t.units:
+            continue  # (it held no unit: a value write the stream's scheduler does)
         for cls in _classes_of(t, capacity):
             ends[(t.device, cls)].append((t.end_ns, id(t), t))
-            steps[(t.device, cls)] += [(t.start_ns, t.units or 1), (t.end_ns, -(t.units or 1))]
+            steps[(t.device, cls)] += [(t.start_ns, t.units), (t.end_ns, -t.units)]
     for items in ends.values():
         items.sort(key=lambda e: (e[0], e[1]))
     busy: dict = {}  # (device, class) -> (times, units in use from each time on)
@@ -48,7 +52,7 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
         return levels[i] if i >= 0 else 0
 
     def holder(t):
-        classes = _classes_of(t, capacity)
+        classes = _classes_of(t, capacity) if t.units else ()
         if not classes:
             return None
         key = (t.device, classes[-1])  # (the narrowest: a copy's own direction where it has one)
@@ -62,7 +66,7 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
             return None
         last = items[i][2]
         units = capacity.get(key) if capacity else None
-        if units is not None and in_use(key, last.end_ns - 1) + (t.units or 1) <= units:
+        if units is not None and in_use(key, last.end_ns - 1) + t.units <= units:
             return None  # there was room for t before that task ended
         return last
     return holder
@@ -105,17 +109,24 @@ def capacities(profile: ProfileData) -> dict:
 
 
 def critical_path(profile: ProfileData) -> dict:
-    """{'length_ns', 'by_kind' (ns per task kind on the path, plus 'host' for the gaps where
-    the next task was not yet submitted, the time before its first task included, and
-    'dispatch' for those where it was, waiting to be dispatched), 'tasks' (work tasks on it),
-    'top' [(name, ns)]}; the path runs from the profile's start to its last task's end.
+    """{'length_ns', 'by_kind' (ns per share of the path: a task kind for the time its tasks
+    on it ran, 'host' for the gaps where the next task was not yet submitted, the time before
+    its first task included, 'dispatch' for those where it was, waiting to be dispatched,
+    'sync' for records and for waits after what released them, 'blocked' for a wait nothing
+    recorded released (a deadlock, a wait still blocked at the end, one the host let go) and
+    'timeout' for a device-side wait that failed so), 'tasks' (work tasks on it), 'top' [(name,
+    ns)]}; the path runs from the profile's start to its last task's end, and its parts add up
+    to its length.
 
     Walks back from the task that ended last; each step goes to whichever of its predecessors
-    ended latest: the stream's previous task, the record that released a wait, the task of
-    its executor class on the device that ended last before it started (it may have held
-    the executor this one waited for), and the task whose end a synchronization of the host
-    thread that submitted it waited for (the host could not submit it before). A replayed
-    graph's nodes share their task's id: tasks are told apart as objects, not by id.
+    ended latest: the stream's previous task (a non-blocking host function is none: its
+    stream's next task did not wait for it), the record that released a wait, the task of its
+    executor class on the device that ended last before it started (it may have held the
+    executor this one waited for), the task whose end a synchronization (or a query) of the
+    host thread that submitted it waited for (the host could not submit it before), and the
+    host function that submitted it. A replayed graph's nodes share their task's id: tasks are
+    told apart as objects, not by id. Each step accounts for the time back to where its
+    predecessor ended (a task's time before then is its predecessor's), so no time counts twice.
     """
     tasks = [t for t in profile.tasks if t.kind != GRAPH_SEGMENT]
     if not tasks:
@@ -128,59 +139,125 @@ def critical_path(profile: ProfileData) -> dict:
     prev = {}
     for items in per_stream.values():
         items.sort(key=lambda t: (t.task_id, t.start_ns))
-        for a, b in zip(items, items[1:]):
-            prev[id(b)] = a
+        last = None
+        for t in items:
+            if last is not None:
+                prev[id(t)] = last
+            if t.kind != NONBLOCKING:  # (it ran beside its stream's later work)
+                last = t
 
     waited = host_waits(profile, tasks)
+    launcher = host_launches(tasks)
     cur = max(tasks, key=lambda t: t.end_ns)
-    end = cur.end_ns
+    end = frontier = cur.end_ns  # the path is accounted for from `frontier` to its end
     by_kind: dict[str, int] = defaultdict(int)
     names: dict[str, int] = defaultdict(int)
     count = 0
     seen = set()
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
+        releaser = by_key.get(tuple(cur.released_by)) if cur.released_by else None
+        # (predecessor, when cur could go on after it): a host function that submitted cur
+        # held it up only until it did so
+        preds = [(p, p.end_ns) for p in (prev.get(id(cur)), releaser, holder(cur), waited(cur))
+                 if p is not None]
+        parent = launcher(cur)
+        if parent is not None:
+            preds.append((parent, min(parent.end_ns, cur.enqueue_ns)))
+        nxt, after = max(preds, key=lambda p: p[1]) if preds else (None, 0)
+        floor = min(after, frontier)
+        lo = min(frontier, max(cur.start_ns, floor))  # cur's own part: [lo, frontier]
+        if frontier > lo:
+            by_kind[_share(cur, releaser)] += frontier - lo
         if cur.kind in WORK:
-            by_kind[cur.kind] += cur.duration_ns
-            names[cur.name] += cur.duration_ns
+            names[cur.name] += frontier - lo
             count += 1
-        preds = [p for p in (prev.get(id(cur)), by_key.get(tuple(cur.released_by))
-                             if cur.released_by else None, holder(cur), waited(cur)) if p is not None]
-        nxt = max(preds, key=lambda p: p.end_ns) if preds else None
-        if nxt is not None and cur.start_ns > nxt.end_ns:
-            gap = cur.start_ns - nxt.end_ns
-            late = max(0, min(gap, cur.enqueue_ns - nxt.end_ns))  # submitted after nxt ended
+        if lo > floor:  # nothing ran on the path: the host had not submitted cur, or it waited
+            gap = lo - floor
+            late = max(0, min(gap, cur.enqueue_ns - floor)) if nxt is not None else gap
             by_kind["host"] += late
             by_kind["dispatch"] += gap - late
-        start = cur.start_ns
+        frontier = floor
         cur = nxt
-    # Before the chain's first task the host had not submitted it yet (its setup, or a submit
-    # held by a full queue): the path starts with the profile, so it explains the whole run.
-    if start > 0:
-        by_kind["host"] += start
-        start = 0
-    top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
-    return {"length_ns": end - start, "by_kind": dict(by_kind), "tasks": count, "top": top}
+    # (a cycle of predecessors, which no profile should hold: the rest is the host's)
+    if frontier > 0:
+        by_kind["host"] += frontier
+    top = sorted(((n, v) for n, v in names.items() if v), key=lambda kv: -kv[1])[:3]
+    return {"length_ns": end, "by_kind": {k: v for k, v in by_kind.items() if v}, "tasks": count,
+            "top": top}
+
+
+def _share(t, releaser) -> str:
+    """What the path's time inside task `t` is called (see critical_path)."""
+    if t.kind in WORK:
+        return "host_func" if t.kind == NONBLOCKING else t.kind
+    if t.kind in WAIT_KINDS and releaser is None:
+        return "timeout" if t.failed else "blocked"
+    return "sync"
+
+
+def host_launches(tasks) -> Callable[[Any], Any]:
+    """launcher(t): the host function that submitted t (its thread submitted work only while
+    host functions ran, and t was submitted while this one ran), else None."""
+    funcs = sorted((t for t in tasks if t.kind in ("host_func", NONBLOCKING)),
+                   key=lambda t: t.start_ns)
+    if not funcs:
+        return lambda t: None
+    starts = [f.start_ns for f in funcs]
+    reach: list[int] = []  # the latest end of the host functions that started up to each one
+    for f in funcs:
+        reach.append(max(f.end_ns, reach[-1]) if reach else f.end_ns)
+
+    def during(at: int) -> bool:
+        i = bisect.bisect_right(starts, at) - 1
+        return i >= 0 and reach[i] >= at
+    program = {t.thread for t in tasks if not during(t.enqueue_ns)}  # (a program thread's)
+
+    def launcher(t):
+        if t.thread in program:
+            return None
+        i = bisect.bisect_right(starts, t.enqueue_ns) - 1
+        while i >= 0 and reach[i] >= t.enqueue_ns:
+            f = funcs[i]
+            if f.end_ns >= t.enqueue_ns and f is not t and f.thread != t.thread:
+                return f
+            i -= 1
+        return None
+    return launcher
+
+
+_EVENT_TARGET = re.compile(r"event \d+ \(stream (\d+) task (\d+)\)")
 
 
 def host_waits(profile: ProfileData, tasks) -> Callable[[Any], Any]:
-    """waited(t): the task whose end the last synchronization of a stream or a device by the
-    host thread that submitted t, before it did, waited for (the last of that stream's or
-    device's tasks to end while the call waited); None when that call found the work done,
-    waited for something else (an event), or there was none."""
-    syncs: dict = defaultdict(list)  # thread -> [(end, call)] of the synchronizations that waited
+    """waited(t): the task whose end the host thread that submitted t waited for last before
+    it did: in a synchronization of a stream, a device or an event (the last of that stream's
+    or device's tasks to end while the call waited; the event's record), or in a query that
+    found that work done (a polling loop's last); or a copy it waited out in its call. None
+    when there is none, or the synchronization found the work done already."""
+    syncs: dict = defaultdict(list)  # thread -> [(end, id, call)] of the calls that waited
     for c in profile.api_calls:
-        if c.name in SYNC_APIS and c.already_done is False and not c.error:
+        if c.error:
+            continue
+        if (c.name in SYNC_APIS and c.already_done is False) or c.name in QUERY_APIS:
             syncs[c.thread].append((c.end_ns, id(c), c))
     for items in syncs.values():
         items.sort(key=lambda e: (e[0], e[1]))
     ends: dict = defaultdict(list)  # ("stream" | "device", id) -> [(end, id, task)], sorted
-    for t in tasks:
-        if t.kind in WORK:
-            ends[("stream", t.stream)].append((t.end_ns, id(t), t))
-            ends[("device", t.device)].append((t.end_ns, id(t), t))
-    for items in ends.values():
+    records = {}  # (stream, task id) -> an event record
+    for t in tasks:  # (every kind: a stream that only waits ends with its wait's release)
+        ends[("stream", t.stream)].append((t.end_ns, id(t), t))
+        ends[("device", t.device)].append((t.end_ns, id(t), t))
+        if t.kind == "event_record":
+            records[(t.stream, t.task_id)] = t
+    later: dict = {}  # key -> the earliest enqueue of its tasks from each position on
+    for key, items in ends.items():
         items.sort(key=lambda e: (e[0], e[1]))
+        low, first = float("inf"), []
+        for e in reversed(items):
+            low = min(low, e[2].enqueue_ns)
+            first.append(low)
+        later[key] = first[::-1]
 
     blocking = _blocking_copies(profile, tasks)
 
@@ -190,15 +267,16 @@ def host_waits(profile: ProfileData, tasks) -> Callable[[Any], Any]:
         if held:  # (the last copy the host waited out in its call before submitting t)
             i = bisect.bisect_right(held, (t.enqueue_ns, float("inf"))) - 1
             copy = held[i][2] if i >= 0 and held[i][2] is not t else None
-        found = _sync_waited(t, syncs, ends)
+        found = _sync_waited(t, syncs, ends, later, records)
         if copy is None or (found is not None and found.end_ns >= copy.end_ns):
             return found
         return copy
     return waited
 
 
-def _sync_waited(t, syncs: dict, ends: dict):
-    """The task whose end the host's last synchronization before t was submitted waited for."""
+def _sync_waited(t, syncs: dict, ends: dict, later: dict, records: dict):
+    """The task whose end the host's last synchronization (or query) before t was submitted
+    waited for."""
     calls = syncs.get(t.thread)
     if not calls:
         return None
@@ -206,14 +284,25 @@ def _sync_waited(t, syncs: dict, ends: dict):
     if i < 0:
         return None
     call = calls[i][2]
+    if call.target.startswith("event "):
+        m = _EVENT_TARGET.match(call.target)
+        rec = records.get((int(m.group(1)), int(m.group(2)))) if m else None
+        return rec if rec is not None and rec is not t and rec.end_ns <= call.end_ns else None
     what, _, ident = call.target.partition(" ")
     if what not in ("stream", "device") or not ident.isdigit():
         return None
-    items = ends.get((what, int(ident)))
+    key = (what, int(ident))
+    items = ends.get(key)
     if not items:
         return None
     j = bisect.bisect_right(items, (call.end_ns, float("inf"))) - 1
-    if j < 0 or items[j][0] < call.start_ns:
+    if j < 0:
+        return None
+    if call.name in QUERY_APIS:  # (one that found all work queued before it done)
+        first = later[key]
+        if j + 1 < len(first) and first[j + 1] <= call.start_ns:
+            return None
+    elif items[j][0] < call.start_ns:
         return None  # nothing of it ended while the call waited
     return items[j][2]
 

@@ -17,8 +17,12 @@ FORMAT = "ascentrt-profile/1"
 DATA_FILE = "profile.json"
 PART_DIR = "child-{pid}"  # the folder of a child process's part, inside its parent's profile
 
+# A host function launched with blocking=False: it runs beside its stream's later work (which
+# does not wait for it), filed under the stream and task id its launch returned.
+NONBLOCKING = "host_func_nonblocking"
 # Task kinds that occupy an executor (the rest are control tasks that complete inline).
-WORK_KINDS = ("kernel", "copy", "memset", "host_func")
+WORK_KINDS = ("kernel", "copy", "memset", "host_func", NONBLOCKING)
+WAIT_KINDS = ("event_wait", "notify_wait", "value_wait")  # device-side waits
 # The kind of a task that ran a segment of a replayed graph: a span around its nodes' tasks
 # (which count as the work), so analyses that take WORK_KINDS do not count its time twice.
 GRAPH_SEGMENT = "graph"
@@ -27,7 +31,8 @@ COMPUTE_KINDS = ("kernel", "memset")
 # is named otherwise)
 COPY_DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device", "host_to_host")
 # The executor class each kind of work runs on (a device's units of it are shared by its streams).
-EXECUTOR_OF_KIND = {"kernel": "compute", "memset": "compute", "copy": "copy", "host_func": "host"}
+EXECUTOR_OF_KIND = {"kernel": "compute", "memset": "compute", "copy": "copy", "host_func": "host",
+                    NONBLOCKING: "host"}
 # What the profile calls the part of a submitting call that waited for a full stream's queue
 # to have room (a submit on a simulated device with queue_depth tasks pending): waiting.
 QUEUE_FULL = "waiting for room in a full stream queue"
@@ -93,7 +98,8 @@ class TaskRecord:
     # lets its waiters go. "unfinished": it still blocked, ran or waited for an executor when
     # profiling ended (end_ns: then; start_ns: when it blocked or started, else its enqueue).
     fate: str = ""
-    units: int = 1     # executor units it held while it ran (a simulated kernel: its block_dim)
+    units: int = 1     # executor units it held while it ran (a simulated kernel: its block_dim;
+                       # 0: none, a value write the stream's scheduler does itself)
 
     @property
     def duration_ns(self) -> int:
@@ -363,7 +369,7 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
               "released_by": ("null or [device, stream, task id]",
                               lambda v: v is None or _int_list(3)(v)),
               "fate": ("'', 'dropped' or 'unfinished'", lambda v: v in ("", "dropped", "unfinished")),
-              "units": _ints(1)},
+              "units": _ints(0)},  # (0: it held no executor unit, a value write's)
     "api_calls": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT,
                   "error": _ints(-1), "target": _STR, "already_done": _OPT_BOOL,
                   "done_for_ns": _NS,

@@ -119,8 +119,9 @@ def refusals(root: str) -> list[str]:
     return found
 
 
-def parts(root: str) -> list[Profile]:
-    """The parts child processes have written into profile folder `root`, by pid."""
+def parts(root: str, unreadable: list[str] | None = None) -> list[Profile]:
+    """The parts child processes have written into profile folder `root`, by pid; the reasons
+    those written but unreadable were left out go to `unreadable` (when given)."""
     try:
         names = os.listdir(root)
     except OSError:
@@ -132,17 +133,19 @@ def parts(root: str) -> list[Profile]:
             try:
                 found.append(read(part_path(root, pid)))
             except InvalidArgumentError as exc:  # one bad part does not lose the others
+                if unreadable is not None:
+                    unreadable.append(f"the profile process {pid} wrote cannot be read: {exc.message}")
                 warnings.warn(f"ascentrt: the part of process {pid} is left out of the profile "
                               f"(its folder stays): {exc}", RuntimeWarning, stacklevel=2)
     return found
 
 
-def assemble(root: str, pid: int, command: list) -> Profile | None:
+def assemble(root: str, pid: int, command: list, unreadable: list[str] | None = None) -> Profile | None:
     """Make the parts the processes of an `ascentrt prof` run wrote into `root` its profile:
     the part of process `pid` (the program; else the only part) becomes the folder's own, with
     the others as its parts (then the folder is written again: its trace shows them all).
-    None when no process wrote a part."""
-    found = parts(root)
+    None when no process wrote a readable part (why those written were not: `unreadable`)."""
+    found = parts(root, unreadable)
     if not found:
         return None
     main = next((p for p in found if p.pid == pid), found[0] if len(found) == 1 else None)

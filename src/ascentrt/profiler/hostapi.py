@@ -68,7 +68,9 @@ def _probe_event(args, kwargs):
     m = ev._marker
     if m is None:
         return f"event {ev.id}", True, 0
-    return f"event {ev.id}", m.done, clock.now_ns() - m.ts_ns if m.done and m.ts_ns else 0
+    # (the record it waits for: the critical path goes on from that task)
+    what = f"event {ev.id}" if m.stream is None else f"event {ev.id} (stream {m.stream.id} task {m.position})"
+    return what, m.done, clock.now_ns() - m.ts_ns if m.done and m.ts_ns else 0
 
 
 def _probe_device_sync(args, kwargs):

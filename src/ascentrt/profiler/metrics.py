@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from operator import attrgetter
 
 from .critical import capacities, executor_holders
-from .data import COMPUTE_KINDS, COPY_DIRECTIONS, WORK_KINDS, ProfileData, calls_made
+from .data import COMPUTE_KINDS, COPY_DIRECTIONS, NONBLOCKING, WORK_KINDS, ProfileData, calls_made
 from .intervals import intersection, total, union
 from .finding import percentile
 
@@ -90,7 +90,7 @@ def metrics(profile: ProfileData) -> dict:
         units = {"compute": info.compute_units if info else 1,
                  "copy": info.copy_engines if info else 1,
                  "host": info.host_func_threads if info else 1}
-        classes = (("compute", COMPUTE_KINDS), ("copy", ("copy",)), ("host", ("host_func",)))
+        classes = (("compute", COMPUTE_KINDS), ("copy", ("copy",)), ("host", ("host_func", NONBLOCKING)))
         for ex, kinds in classes:  # (a task holds its units: a kernel on 24 AI cores, 24)
             b = sum(t.duration_ns * t.units for t in work if t.kind in kinds)
             out["executors"][f"{dev_id}/{ex}"] = {"device": dev_id, "executor": ex,

@@ -17,7 +17,7 @@ from .. import device as _device  # (its _devices: read as the module's, it is r
 
 from ..callsite import site_text, user_code_site
 from ..engine import ENGINE, Hooks
-from ..engine.task import EVENT_WAIT, KIND_NAMES, NOTIFY_WAIT
+from ..engine.task import DETACH, EVENT_WAIT, KERNEL, KIND_NAMES, NOTIFY_WAIT, VALUE_WAIT
 from ..errors import ErrorCode
 from ..memory import leaks
 from ..memory.pool import positions_reached
@@ -108,25 +108,28 @@ class Recorder:
         self._last_layout_ns = 0
         self._instrumentation = Instrumentation(self.calls, self.thread_names, self._api_error)
         self._sanitizer = None  # the sanitizer, when it is on too
+        self.value_waits = False  # whether a value wait was recorded (see finish)
         self.origin = Checkpoint(self.t0, time.perf_counter_ns(), 0, _wall_now())
 
     # ---- engine hook ---------------------------------------------------------------------
 
-    def task_done(self, task) -> None:
-        """Called by the engine for every finished task (stamped with its device's clock)."""
+    def task_done(self, task, error: str = "") -> None:
+        """Called by the engine for every finished task (stamped with its device's clock);
+        `error`: why it failed, where its failure is decided after it ended (a wait released
+        by a record that never ran)."""
         # Plain values only, filed per stream: such tuples drop out of the garbage collector's
         # view at its first pass, and the task itself may be reused (graph replays).
         released = _released_by(task)
-        stream, task_id = task.stream, task.id
-        if task.origin is not None:  # a non-blocking host function: the program's stream's
-            stream, task_id = task.origin  # (not the hidden stream that ran it)
+        if task.kind == VALUE_WAIT:
+            self.value_waits = True  # (finish() looks for the writes that released them)
+        stream, task_id, kind = _filed_as(task)
         bucket = self.per_stream.get(stream)
         if bucket is None:  # setdefault is atomic: a racing first task of the stream shares it
             bucket = self.per_stream.setdefault(stream, [])
-        kind = SEGMENT if task.graph_segment else task.kind
         bucket.append((task_id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
-                       task.t_enqueue, task.t_start, task.t_end, task.thread, _error_text(task),
-                       released, "dropped" if task.dropped else "", task.units))
+                       task.t_enqueue, task.t_start, task.t_end, task.thread,
+                       error or _error_text(task), released, "dropped" if task.dropped else "",
+                       task.units))
         if self.pending_frees:
             self._settle(task.stream, (task,))
 
@@ -144,9 +147,20 @@ class Recorder:
             kind = SEGMENT if task.graph_segment else task.kind
             append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                     task.t_enqueue, task.t_start, task.t_end, task.thread,
-                    "" if task.error is None else _error_text(task), None, "", task.units))
+                    "" if task.error is None else _error_text(task), task.value, "", task.units))
         if self.pending_frees:
             self._settle(stream, tasks)
+
+    def tasks_dropped(self, stream, tasks, now: int) -> None:
+        """Tasks of `stream` dropped unrun at `now` (an abort, a destroy, a reset, a STOP-mode
+        failure): filed as dropped, taking no time (the records a drop lets go are filed as
+        they release their waiters)."""
+        bucket = self.per_stream.setdefault(stream, [])
+        for t in tasks:
+            stream_, task_id, kind = _filed_as(t)
+            (bucket if stream_ is stream else self.per_stream.setdefault(stream_, [])).append(
+                (task_id, kind, t.name or getattr(t.fn, "__name__", None), t.nbytes, t.t_enqueue,
+                 now, now, t.thread, "", None, "dropped", t.units))
 
     def now_ns(self) -> int:
         """The profile's clock (virtual time on a simulated device)."""
@@ -220,26 +234,31 @@ class Recorder:
             if p.rec is not None:
                 p.rec[4] = self.t_end
                 self.done_allocations.append(p.rec)
-        self._note_unfinished(self.t_end)
+        for stream, record in self._unfinished(self.t_end):
+            self.per_stream.setdefault(stream, []).append(record)
         self._sample_devices()
 
-    def _note_unfinished(self, now: int) -> None:
-        """Record the task that holds up each stream with work left (a wait that still blocks,
-        a task that still runs, or the head waiting for an executor) as unfinished at `now`:
-        a hang or a deadlock then shows where each stream stopped."""
+    @staticmethod
+    def _unfinished(now: int) -> list[tuple]:
+        """(stream, task record) of the task that holds up each stream with work left (a wait
+        that still blocks, a task that still runs, or the head waiting for an executor), as
+        unfinished at `now`: a hang or a deadlock then shows where each stream stopped. A
+        non-blocking host function's is filed as it is when it ends (see task_done)."""
         with ENGINE.lock:
             heads = []
             for dq in ENGINE.devices:
                 for s in list(dq.streams.values()):
                     head = s._running if s._running is not None else s._tasks[0] if s._tasks else None
                     if head is not None and head.id:
-                        heads.append((s, head))
-        for s, t in heads:
+                        heads.append(head)
+        out = []
+        for t in heads:
             start = t.t_start or t.t_enqueue or now
-            bucket = self.per_stream.setdefault(s, [])
-            bucket.append((t.id, SEGMENT if t.graph_segment else t.kind,
-                           t.name or getattr(t.fn, "__name__", None), t.nbytes, t.t_enqueue,
-                           min(start, now), now, t.thread, "", None, "unfinished", t.units))
+            stream, task_id, kind = _filed_as(t)
+            out.append((stream, (task_id, kind, t.name or getattr(t.fn, "__name__", None), t.nbytes,
+                                 t.t_enqueue, min(start, now), now, t.thread, "", None,
+                                 "unfinished", t.units)))
+        return out
 
     def detach(self) -> None:
         """Stop being told anything (the engine, the API, the registry); touches no device."""
@@ -399,7 +418,12 @@ class Recorder:
         # get_ident(): a new int each time. One object per thread instead (50k tasks: 1.6 MB).
         idents: dict[int, int] = {}
         tasks: list[TaskRecord] = []
-        for s, bucket in list(self.per_stream.items()):
+        buckets = list(self.per_stream.items())
+        if not hasattr(self, "t_end"):  # still recording: where each stream is held up now
+            for stream, record in self._unfinished(min(end, clock.now_ns())):
+                buckets.append((stream, [record]))
+        writes = _value_writes(buckets) if self.value_waits else {}
+        for s, bucket in buckets:
             dev = s.device
             self._note_device(dev)
             streams[(dev.id, s.id)] = s
@@ -408,6 +432,10 @@ class Recorder:
                  released, fate, units) in (_drained(bucket) if consume else list(bucket)):
                 if not t_end or t_start < t0 or t_start > last:
                     continue  # started before profiling (no complete timing) or after it
+                if released is not None and type(released[0]) is not int:
+                    released = _value_writer(released, t_end, writes)
+                elif kind == KERNEL:
+                    released = None  # (a value write's word and value: see _value_writes)
                 kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
                 enqueue = max(t_enq, t0) if t_enq else t_start
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
@@ -500,8 +528,52 @@ def _collectives(tasks: list) -> list:
     return sorted(out, key=lambda c: (c.comm, c.seq, c.op))
 
 
+def _filed_as(task) -> tuple:
+    """(stream, task id, kind) a task is filed under: a non-blocking host function's are the
+    program's stream's and the id its launch returned (not the hidden stream that ran it)."""
+    if task.origin is not None:
+        stream, task_id = task.origin
+        return stream, task_id, DETACH  # (whose name is host_func_nonblocking)
+    return task.stream, task.id, SEGMENT if task.graph_segment else task.kind
+
+
+def _value_writes(buckets: list) -> dict:
+    """(device, word address) -> [(end, value, (device, stream, task id))] by end: the value
+    writes among the raw records (a kernel's record holds its task's (address, value) where a
+    wait's holds its releaser)."""
+    out: dict = {}
+    for s, bucket in buckets:
+        dev = s.device.id
+        for r in list(bucket):
+            if r[1] == KERNEL and r[9] is not None and r[6]:
+                out.setdefault((dev, r[9][0]), []).append((r[6], r[9][1], (dev, s.id, r[0])))
+    for items in out.values():
+        items.sort(key=lambda e: e[0])
+    return out
+
+
+def _value_writer(wait: tuple, t_end: int, writes: dict):
+    """(device, stream, task id) of the value write that let value wait `wait` (its raw
+    ("value", device, address, condition)) go: the last write of the word to end by the wait's
+    end with a value that meets the condition; None when none did (the host wrote it)."""
+    _, dev, addr, met = wait
+    for end, value, key in reversed(writes.get((dev, addr), ())):
+        if end <= t_end:
+            try:
+                if met(value):
+                    return key
+            except Exception:  # (the program's condition: see Stream.wait_value)
+                return None
+    return None
+
+
 def _released_by(task):
-    """(device, stream, task id) of the record that let a wait go on, or None."""
+    """(device, stream, task id) of the record that let a wait go on, a value wait's word to
+    find its write by at the end (see _value_writer), or None."""
+    if task.kind == KERNEL:
+        return task.value  # (a value write's (word address, value): see _value_writes)
+    if task.kind == VALUE_WAIT:
+        return None if task.value is None else ("value", task.stream.device.id) + task.value
     if task.kind == EVENT_WAIT:
         m = task.marker
         if m.stream is None:

@@ -43,6 +43,10 @@ for(const tr of D.tracks)for(const s of tr.s)used.add(s[3]);
 const legend=document.getElementById('legend');
 D.kinds.forEach((k,i)=>{if(!used.has(i))return;const s=document.createElement('span');s.setAttribute('data-kind',k);
   s.innerHTML='<i style="background:'+D.colors[i]+'"></i>'+k;legend.appendChild(s);});
+const fates=new Set();  // (and the outlines of the tasks that did not run to their end)
+for(const tr of D.tracks)for(const s of tr.s)if(s.length>5)fates.add(s[5]);
+D.fates.forEach((f,i)=>{if(!fates.has(i))return;const s=document.createElement('span');s.setAttribute('data-fate',f);
+  s.innerHTML='<svg width="12" height="10"><rect x="1" y="1" width="10" height="8" fill="#ccc" class="slice fate-'+f+'"></rect></svg>'+f;legend.appendChild(s);});
 
 // ---- the timeline: one row per host thread and stream; slices labelled where they fit ----
 function drawTimeline(W){
@@ -60,14 +64,16 @@ function drawTimeline(W){
       const a=s[0], b=s[0]+s[1];
       if(b<view.t0||a>view.t1)continue;
       const x=LABEL+(Math.max(a,view.t0)-view.t0)*scale, w=Math.max((Math.min(b,view.t1)-Math.max(a,view.t0))*scale,0.6);
-      const kind=s[3];
+      const kind=s[3], fate=s.length>5?D.fates[s[5]]:'';
       // Runs of sub-pixel slices of one kind become one rect: the DOM stays bounded by the width.
-      if(last&&last.small&&last.kind===kind&&x-(last.x+last.w)<0.5&&w<2){last.w=x+w-last.x;last.r.setAttribute('width',last.w);continue;}
+      if(!fate&&last&&last.small&&last.kind===kind&&x-(last.x+last.w)<0.5&&w<2){last.w=x+w-last.x;last.r.setAttribute('width',last.w);continue;}
       const color=D.colors[kind]||'#999';
-      const r=el('rect',{x:x,y:y+1,width:w,height:ROW-4,fill:color,class:'slice'},g);
+      // A task that failed, was dropped unrun or never finished is outlined (see the key).
+      const r=el('rect',{x:x,y:y+1,width:w,height:ROW-4,fill:color,class:fate?'slice fate-'+fate:'slice'},g);
       const name=D.names[s[2]];
-      el('title',{},r).textContent=name+' ('+D.kinds[kind]+(s.length>4?', task '+s[4]:'')+'): '+s[1].toFixed(1)+' us at '+ms(a);
-      last={x:x,w:w,kind:kind,r:r,small:w<2};
+      const what=fate?' \u2014 '+fate+(s[6]>=0?': '+D.names[s[6]]:''):'';
+      el('title',{},r).textContent=name+' ('+D.kinds[kind]+(s.length>4?', task '+s[4]:'')+'): '+s[1].toFixed(1)+' us at '+ms(a)+what;
+      last=fate?null:{x:x,w:w,kind:kind,r:r,small:w<2};
       const label=w>=MIN_LABEL?fitLabel(name,w-5):'';
       if(label)text(g,x+2,y+12,label,'slice-label',ink(color));
     }

@@ -89,7 +89,7 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
 
 def headline(profile: ProfileData) -> str:
     """One line: duration, tasks, API calls, devices, and what produced the timings."""
-    work = sum(t.kind in ("kernel", "copy", "memset", "host_func") for t in profile.tasks)
+    work = sum(t.kind in WORK_KINDS for t in profile.tasks)
     return (f"profile: {profile.duration_ns / 1e6:.1f} ms, {len(profile.tasks)} tasks "
             f"({work} kernels/copies/memsets/host functions), {calls_made_count(profile.api_calls)} API calls, "
             f"{len(profile.devices)} device(s); {timing_source(profile)}")

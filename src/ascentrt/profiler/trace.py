@@ -307,7 +307,8 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         if rec is None:
             continue
         flow_id += 1
-        what = "notify" if t.kind == "notify_wait" else "event"
+        what = "notify" if t.kind == "notify_wait" else "value" if t.kind == "value_wait" else "event"
+        noun = "value write" if what == "value" else f"{what} record"
         rpid, rtid = where(rec)
         pid, tid = where(t)
         released = min(t.end_ns, max(t.start_ns, rec.end_ns, t.end_ns - 1000))
@@ -315,8 +316,7 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         # (a wait whose record was done before its stream reached it never blocked: the arrow
         # shows the order it kept, the slice that nothing had to release it)
         done_before = rec.end_ns <= t.start_ns and t.end_ns == t.start_ns
-        label = f"{what} record done before: no wait" if done_before \
-            else f"released by {what} record{dropped}"
+        label = f"{noun} done before: no wait" if done_before else f"released by {noun}{dropped}"
         yield _slice(label, what, pid, tid, released, t.end_ns,
                      compact_json({"record": f"stream {rec.stream} task {rec.task_id}{dropped}",
                                    "blocked": not done_before}), ts)

@@ -21,6 +21,16 @@ KIND_COLORS = {"kernel": "#4e79a7", "copy": "#f28e2b", "memset": "#76b7b2",
                "notify_wait": "#8c6d31", "value_wait": "#d37295", GRAPH_SEGMENT: "#bab0ac", "api": "#9c755f",
                "range": "#b07aa1"}
 _KINDS = list(KIND_COLORS)
+# What became of a task that did not simply run to its end (a task row's 6th field: its index;
+# the report draws these outlined, with the fate and the error in the slice's tooltip).
+FATES = ("", "failed", "dropped", "unfinished")
+
+
+def _fate(t) -> int:
+    """The index in FATES of what became of task `t` (0: it ran to its end)."""
+    if t.fate in FATES[2:]:
+        return FATES.index(t.fate)
+    return 1 if t.failed else 0
 
 
 def program_name(command: list) -> str:
@@ -75,6 +85,15 @@ def _tracks(profile: ProfileData) -> list[_Track]:
     return tracks
 
 
+def _fate_fields(t, names: dict) -> str:
+    """',fate,error name id' of a task row ('' for a task that ran to its end; the error's id
+    is -1 where it has none)."""
+    fate = _fate(t)
+    if not fate:
+        return ""
+    return f",{fate},{names[t.error] if t.error else -1}"
+
+
 def _allocations(profile: ProfileData, site_id) -> dict:
     """{device: {'rows': [[alloc us, free us or None (live at the end), bytes, site, address]],
     'hidden': how many smaller ones are left to the 'allocated' area}}; rows in allocation order."""
@@ -121,13 +140,18 @@ def view_json(profile: ProfileData) -> Iterator[str]:
             if r.end_ns - r.start_ns >= cutoff:
                 names.setdefault(r.name, len(names))
                 kept += 1
+    errors = [r.error for t in tracks if not t.kind for r in t.items
+              if r.end_ns - r.start_ns >= cutoff and r.error]
+    for e in errors:  # (after the slices' names: a task's error is a name too)
+        names.setdefault(e, len(names))
     allocations = _allocations(profile, lambda n: names.setdefault(n, len(names)))
     memory = defaultdict(list)
     for s in profile.memory:
         memory[str(s.device)].append([us(s.ts_ns), s.allocated, s.reserved])
     yield (f'{{"duration_us":{compact_json(us(profile.duration_ns))},"names":'
            f'{compact_json(list(names))},"kinds":{compact_json(_KINDS)},"colors":'
-           f'{compact_json([KIND_COLORS[k] for k in _KINDS])},"tracks":[')
+           f'{compact_json([KIND_COLORS[k] for k in _KINDS])},"fates":{compact_json(list(FATES))},'
+           f'"tracks":[')
     kind_index = {k: i for i, k in enumerate(_KINDS)}
     for i, t in enumerate(tracks):
         head = compact_json({"id": t.id, "group": t.group, "label": t.label})
@@ -136,9 +160,9 @@ def view_json(profile: ProfileData) -> Iterator[str]:
             k = kind_index.get(t.kind, 0)
             rows = (f"[{us(r.start_ns)!r},{us(r.end_ns - r.start_ns)!r},{names[r.name]},{k}]"
                     for r in t.items if r.end_ns - r.start_ns >= cutoff)
-        else:  # tasks: each of its own kind, and its task id
+        else:  # tasks: each of its own kind, and its task id (then its fate and error, if any)
             rows = (f"[{us(r.start_ns)!r},{us(r.end_ns - r.start_ns)!r},{names[r.name]},"
-                    f"{kind_index.get(r.kind, 0)},{r.task_id}]"
+                    f"{kind_index.get(r.kind, 0)},{r.task_id}{_fate_fields(r, names)}]"
                     for r in t.items if r.end_ns - r.start_ns >= cutoff)
         yield from joined(rows)
         yield "]}"
