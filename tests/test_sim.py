@@ -2028,6 +2028,12 @@ def test_a_record_right_after_a_wait_pays_the_release_latency_once_per_hop(dev, 
     assert k3.start_ns == k1.end_ns + 2 * EL + D  # two hops: each release takes its latency
     if through == "events":
         assert round(art.elapsed_time(e1, e2) * 1e6) == EL
+    # The profile agrees: each wait ends no earlier than the record that released it (its
+    # record -> wait arrow points forward), and the second record is stamped EL after the first
+    kinds = ("event_record", "event_wait") if through == "events" else ("notify_record", "notify_wait")
+    (r1, r2), (w1, w2) = (sorted(_tasks(prof, k), key=lambda t: t.end_ns) for k in kinds)
+    assert r1.end_ns <= w1.end_ns and r2.end_ns <= w2.end_ns
+    assert r2.end_ns == r1.end_ns + EL
     for x in (e1, e2, n1, n2):
         x.destroy()
     for s in (s1, s2, s3):

@@ -537,16 +537,21 @@ class Engine:
                 if s._dq.virtual:  # (a release a moment ago still takes its latency, as one
                     # that let a blocked wait go: which came first at one instant must not matter)
                     s._released_ns = max(s._released_ns, t.marker.ts_ns)
-                self._profile_control(t)
+                    # (it ends no earlier than the record it waited for: a record right after
+                    # a wait is stamped that wait's release latency later than it ran)
+                    self._profile_control(t, ends_at=max(s._dq.backend.now_ns(), t.marker.ts_ns))
+                else:
+                    self._profile_control(t)
                 return True
             t.marker.waiters.append(s)
             self._block(s, t)
             return False
         if kind == NOTIFY_RECORD:
             n = t.notify
-            self._profile_control(t)  # first: the record happens, then the wait it releases ends
+            at = _control_ns(s) if s._dq.virtual else 0  # (0: now)
+            self._profile_control(t, at)  # first: the record happens, then the wait it releases ends
             if n._waiters:
-                self._let_go(n._waiters.popleft(), t, work, _control_ns(s) if s._dq.virtual else 0)
+                self._let_go(n._waiters.popleft(), t, work, at)
             elif not n._set:
                 n._set = t  # set, by this record (a second one finds it set: the first released)
                 if s._dq.virtual:
@@ -555,6 +560,7 @@ class Engine:
         if kind == NOTIFY_WAIT:
             n = t.notify
             if n._set or t.let_go:
+                ends = 0  # (now)
                 if t.let_go:  # (a record dropped unrun let this queued wait go: see _discard;
                     t.let_go = False  # its releaser says which, and _advance fails the wait)
                 else:
@@ -562,7 +568,9 @@ class Engine:
                     n._set = False
                     if s._dq.virtual:  # (its release's latency, as for an event's: see there)
                         s._released_ns = max(s._released_ns, n._set_ns)
-                self._profile_control(t)
+                        ends = max(s._dq.backend.now_ns(), n._set_ns)  # (no earlier than the
+                        # record's stamp: see EVENT_WAIT)
+                self._profile_control(t, ends_at=ends)
                 return True
             n._waiters.append(s)
             self._block(s, t)
@@ -609,7 +617,7 @@ class Engine:
         consumed = w._tasks.popleft()  # the waiter's wait task completes here
         consumed.releaser = t           # (for the profiler's record -> wait arrow)
         self._completed(w)
-        self._profile_control(consumed)
+        self._profile_control(consumed, ends_at=at_ns)
 
     def _wait_to_let_go(self, n, dropping):
         """The wait task a notify record dropped unrun lets go, chosen as it is dropped: the
@@ -712,11 +720,12 @@ class Engine:
         if races:  # (once all is queued: a warning turned into an error leaves it so)
             san.announce(races)  # type: ignore[union-attr]
 
-    def _profile_control(self, t: Task, at: int = 0) -> None:
-        """Report control task `t` to the profiler, as ended now (or at `at`, when not 0)."""
+    def _profile_control(self, t: Task, at: int = 0, ends_at: int = 0) -> None:
+        """Report control task `t` to the profiler, as ended now (or at `at`, when not 0, an
+        instant; or at `ends_at`, a wait that may have blocked since its start)."""
         prof = Hooks.profiler
         if prof is not None:
-            now = at or t.stream._dq.backend.now_ns()
+            now = at or ends_at or t.stream._dq.backend.now_ns()
             if t.t_end or not t.t_start or at:  # not a wait that blocked (t_end 0): no time
                 t.t_start = now
             t.t_end = now
