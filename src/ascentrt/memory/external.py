@@ -153,15 +153,23 @@ def unregister_host(addr: int) -> None:
         raise InvalidArgumentError(f"unregister_host takes the int address register_host "
                                    f"returned, got {type(addr).__name__}")
     addr = int(addr)
-    with _lock:
-        entries = _external.get(addr)
-        entry = entries.pop() if entries else None
-        if entries == []:
-            del _external[addr]
+    entry = _take_entry(addr, lambda e: True)
     if entry is None:
         raise InvalidArgumentError(f"no registered host memory starts at {addr!r}",
                                    code=ErrorCode.RT_MEMORY_FREE)
     _forget(entry)
+
+
+def _take_entry(addr: int, pick) -> "ExternalHostBuffer | None":
+    """Remove and return the latest registration starting at `addr` that `pick` accepts."""
+    with _lock:
+        entries = _external.get(addr, [])
+        entry = next((e for e in reversed(entries) if pick(e)), None)
+        if entry is not None:
+            entries.remove(entry)
+            if not entries:
+                del _external[addr]
+    return entry
 
 
 def _forget(entry: ExternalHostBuffer) -> None:
@@ -249,9 +257,6 @@ def register_mapped(addr: int, nbytes: int) -> None:
         raise InvalidArgumentError(f"host memory to register must start 4 KiB aligned, got {addr:#x}")
     if not 0 < nbytes < 1 << 62:
         raise InvalidArgumentError(f"size must be > 0, got {nbytes}")
-    with _lock:
-        if addr in _mapped:
-            raise InvalidArgumentError(f"host memory at {addr:#x} is registered already")
     if not _mapped_writable(addr, nbytes):
         raise InvalidAddressError(f"{nbytes} bytes at {addr:#x} are not host memory this process "
                                   f"has mapped readable and writable")
@@ -275,12 +280,7 @@ def unregister_mapped(addr: int) -> None:
     """Undo register_mapped(addr); InvalidArgumentError when nothing was registered there."""
     with _lock:
         array = _mapped.pop(addr, None)
-        entries = _external.get(addr, [])
-        entry = next((e for e in entries if e.obj is array), None) if array is not None else None
-        if entry is not None:
-            entries.remove(entry)
-            if not entries:
-                del _external[addr]
+    entry = _take_entry(addr, lambda e: e.obj is array) if array is not None else None
     if array is None:
         raise InvalidArgumentError(f"no host memory registered at {addr:#x}")
     if entry is not None:  # (none where live memory, pinned say, held the range already)

@@ -171,7 +171,7 @@ class AddressRegistry:
 
     def pooled_in(self, addr: int, end: int) -> bool:
         """Whether any reserved pool chunk overlaps [addr, end) (no lock, as _chunk_of)."""
-        for page in range(addr >> _SHIFT, ((end - 1) >> _SHIFT) + 2):
+        for page in range(addr >> _SHIFT, ((end - 1) >> _SHIFT) + 1):  # (a chunk is on each page it covers)
             for chunk in self._pages.get(page) or ():
                 if chunk.addr < end and addr < chunk.addr + chunk.size:
                     return True
