@@ -21,6 +21,7 @@ demo: bytecode
 # Optional: the modules listed in src/ascentrt/accel.py compiled with mypyc from their own
 # source (the Python source runs wherever no build exists; ASCENTRT_PURE_PYTHON=1 ignores it).
 ACCEL_SOURCES := src/ascentrt/accel.py src/ascentrt/memory/pool.py src/ascentrt/memory/allocator.py \
+                 src/ascentrt/memory/block.py src/ascentrt/memory/stream_order.py \
                  src/ascentrt/memory/buffer.py src/ascentrt/memory/registry.py \
                  src/ascentrt/backends/sim.py src/ascentrt/interrupts.py src/ascentrt/memory/chunks.py
 accel: src/build/.accel

@@ -335,7 +335,8 @@ def test_each_block_has_its_own_requests_size_class_while_threads_ask_for_differ
     # (A best fit may hand a free block whole when what would be left is under MIN_SPLIT: at
     # least the request's class, less than MIN_SPLIT more. Each thread's small class is 768
     # bytes or more from every other thread's, so another's class falls outside that range.)
-    from ascentrt.memory.pool import MIN_SPLIT, size_class
+    from ascentrt.memory.block import size_class
+    from ascentrt.memory.pool import MIN_SPLIT
     errors = []
     barrier = threading.Barrier(8)
 

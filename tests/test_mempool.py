@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import ascentrt as art
 from ascentrt.backends import CpuBackend
 from ascentrt.memory import ArenaChunks, BlockPool, HostChunks, ReusePolicy
-from ascentrt.memory.pool import ALLOCATED, READY, size_class
+from ascentrt.memory.block import ALLOCATED, READY, size_class
 from ascentrt.memory.stats import pool_stats
 
 MiB = 1 << 20

@@ -22,7 +22,8 @@ from typing import Any
 from . import config
 from .errors import AscentError
 
-MODULES = ("ascentrt.memory.pool", "ascentrt.memory.allocator",  # what `make accel` compiles
+MODULES = ("ascentrt.memory.pool", "ascentrt.memory.block", "ascentrt.memory.stream_order",
+           "ascentrt.memory.allocator",  # what `make accel` compiles
            "ascentrt.memory.buffer", "ascentrt.memory.registry", "ascentrt.backends.sim",
            "ascentrt.interrupts", "ascentrt.memory.chunks")
 _PACKAGE = Path(__file__).parent

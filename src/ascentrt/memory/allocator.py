@@ -18,7 +18,9 @@ from . import leaks
 from .chunks import ArenaChunks
 from .inflight import DEFERRED as _DEFERRED, give_back_when_unused, run_deferred_releases
 from .links import Links
-from .pool import Block, BlockPool, DeferredFrees, busy_positions, give_back
+from .block import Block, give_back
+from .pool import BlockPool
+from .stream_order import DeferredFrees, busy_positions
 from .registry import REGISTRY
 
 # Final: a compiled build keeps these in C statics (no module-dict lookup per malloc) and

@@ -17,7 +17,9 @@ from ..validate import check_size
 from .buffer import HostBuffer
 from .chunks import HostChunks
 from .inflight import give_back_when_unused
-from .pool import BlockPool, DeferredFrees, busy_positions, give_back
+from .block import give_back
+from .pool import BlockPool
+from .stream_order import DeferredFrees, busy_positions
 from .links import Links
 from .registry import REGISTRY
 

@@ -21,29 +21,22 @@ from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
 from ..interrupts import hold, release, release_or_undo
 from ..units import format_bytes
 from ..validate import check_finite, check_size
-from .chunks import CHUNK, Chunk, round_chunk
+from .block import ALLOCATED, CACHED, PENDING, READY, Block, absorb, chunk_size_for, find_buffer, size_class
+from .chunks import Chunk, round_chunk
 from .inflight import ACTIVE, defer_release
 from .links import Links
 from .policy import ReusePolicy
+from .stream_order import busy_positions, furthest_positions, positions_reached
 
 if TYPE_CHECKING:
-    from .buffer import _Allocation, _ByteRange  # (typed: a compiled build reads them natively)
+    from .buffer import _Allocation  # (typed: a compiled build reads it natively)
 
 # Final: a compiled build inlines them instead of looking each up in the module per use.
 _HOST_USES: Final = ACTIVE  # (memory/inflight.py's, read natively: not from the module's dict)
-ALLOCATED: Final = "allocated"
-READY: Final = "free"
-PENDING: Final = "pending"
-CACHED: Final = "cached"
 CACHE_PER_SIZE: Final = 8           # freed blocks kept unmerged per size, for exact-size reuse
 CACHE_BYTES: Final = 64 << 20       # at most this many bytes kept unmerged
 CACHE_SIZES_KEPT: Final = 512       # emptied per-size caches kept across a flush, at most
 MIN_SPLIT: Final = 512              # a remainder smaller than this stays inside the block
-SMALL_LIMIT: Final = 1 << 20        # requests up to 1 MiB share 2 MiB chunks ...
-MEDIUM_LIMIT: Final = 10 << 20      # ... those under 10 MiB share 20 MiB ones; larger get their own
-MEDIUM_CHUNK: Final = 20 << 20      # (as PyTorch's caching allocator: 3 MiB blocks in chunks of
-                                    # their own would leave a quarter of each 4 MiB chunk unusable)
-MAX_CLASS_STEP: Final = 512 << 10   # size classes above 8 MiB are 512 KiB apart
 OVERSIZE_SLACK: Final = 20 << 20    # an unsplittable block serves a request at most this much smaller
 
 # Compiled (accel.py) under a GIL, code that calls no Python code, allocates no container
@@ -57,193 +50,6 @@ ATOMIC: Final[bool] = COMPILED and getattr(sys, "_is_gil_enabled", lambda: True)
 _bisect_left: Final = bisect.bisect_left
 _bisect_right: Final = bisect.bisect_right
 _insort: Final = bisect.insort
-
-
-def size_class(nbytes: int, align: int = 64) -> int:
-    """The block size for a request: 64-byte steps up to 1 KiB, then 16 classes per power of two
-    (steps of at most 512 KiB, so a huge request wastes little)."""
-    if nbytes <= 1024:
-        size = (nbytes + 63) & ~63
-    else:
-        step = min(1 << (nbytes.bit_length() - 5), MAX_CLASS_STEP)
-        size = (nbytes + step - 1) & -step
-    if align > 64:
-        size = -(-size // align) * align
-    return size or align
-
-
-def chunk_size_for(size: int, split_limit: int | None = None) -> int:
-    """How much to reserve upstream for a block of `size` that found no free block (a split
-    limit under a shared chunk's size would leave its rest unsplittable: no sharing then)."""
-    if size <= SMALL_LIMIT:
-        return CHUNK
-    if size < MEDIUM_LIMIT and (split_limit is None or split_limit >= MEDIUM_CHUNK):
-        return MEDIUM_CHUNK
-    return -(-size // CHUNK) * CHUNK
-
-
-class Block:
-    """A range of a chunk: allocated, free (ready for anyone) or pending (free, streams still busy)."""
-
-    __slots__ = ("addr", "size", "chunk", "prev", "next", "state", "stream", "waits", "uses",
-                 "requested", "view", "view_n", "buf")
-
-    # Typed precisely: a compiled build (accel.py) keeps these as native fields.
-    def __init__(self, addr: int, size: int, chunk: Any, prev: Block | None = None,
-                 next: Block | None = None):
-        self.addr: int = addr
-        self.size: int = size
-        self.chunk: Any = chunk
-        self.prev: Block | None = prev
-        self.next: Block | None = next
-        self.state: str = READY
-        self.stream: Any = None  # allocating stream, then the stream that may reuse it at once
-        self.waits: tuple = ()   # ((stream, position), ...) work that must finish before others reuse
-        self.uses: list | None = None  # extra streams marked with record_stream
-        self.requested: int = 0
-        self.view: Any = None    # cached uint8 view of the first view_n bytes
-        self.view_n: int = 0
-        self.buf: Any = None     # the live buffer the block backs (set and cleared by its allocator)
-
-    def bytes(self, nbytes: int):
-        """A uint8 view of the block's first `nbytes` bytes (cached for exact-size reuse)."""
-        if self.view_n != nbytes:
-            chunk = self.chunk
-            off = self.addr - chunk.addr
-            self.view = None if chunk.view is None else chunk.view[off:off + nbytes]
-            self.view_n = nbytes
-        return self.view
-
-    def __repr__(self) -> str:
-        return f"Block({self.addr:#x}, {self.size}, {self.state})"
-
-
-def find_buffer(chunk: Chunk, addr: int, wait: bool) -> Any:
-    """The live buffer of a pool's chunk that contains `addr`, or None (wait=False: without
-    asking again under the pool's lock after a miss). Each chunk a pool holds finds through
-    it (Chunk.finder): typed here, a compiled build reads the blocks' fields natively."""
-    buf = _buffer_at(chunk.starts, chunk.blocks, addr)  # first without the lock: a hit is
-    if buf is not None:                                 # checked against the buffer itself
-        return buf
-    lock = chunk.lock
-    if lock is None or not wait:
-        return None
-    # A miss may have raced a split or merge of this chunk: look again under the lock
-    # (`with`: the pool's lock may be a plain one, whose owner an interrupt handler
-    # could not tell; `with` leaves no gap between the acquire and the block).
-    with lock:
-        return _buffer_at(chunk.starts, chunk.blocks, addr)
-
-
-def _buffer_at(starts: list[int], blocks: list[Block], addr: int) -> Any:
-    """The live buffer of the block that contains `addr`, or None (also when the lists are
-    changing meanwhile: the caller then asks again under the pool's lock)."""
-    i = _bisect_right(starts, addr) - 1
-    if i < 0:
-        return None
-    try:
-        held = blocks[i].buf
-    except IndexError:  # the lists changed meanwhile
-        return None
-    if held is None:
-        return None
-    buf: _ByteRange = held  # (typed: compiled, its fields are read natively, ~3x faster)
-    if buf.addr <= addr < buf.addr + buf.nbytes:
-        return buf
-    return None
-
-
-def _absorb(left: Block, right: Block) -> None:
-    """Merge `right` (the next block in the chunk) into `left`."""
-    chunk: Chunk = left.chunk  # (typed: compiled, its lists are read natively)
-    starts = chunk.starts
-    i = _bisect_left(starts, right.addr)
-    del starts[i]
-    del chunk.blocks[i]
-    left.size += right.size
-    left.next = right.next
-    if right.next is not None:
-        right.next.prev = left
-    left.view_n = -1
-
-
-def give_back(pool: Any, block: Block) -> None:
-    """Return a block its taker could not hand out (an interrupt came between the two) to the
-    pool; one that already backs a buffer stays: that buffer is live and can be freed."""
-    if block.buf is None:
-        pool.deallocate(block)
-
-
-def busy_positions(streams) -> tuple:
-    """(stream, submitted) for each stream that still has queued or running work, and the
-    positions of the work it queued on other streams that has not run yet (`_spawned`: it was
-    queued before the free too): the waits of a free that must come after that work."""
-    busy: tuple = ()
-    for s in streams:  # a loop, not a generator: the common answer (nothing busy) costs ~nothing
-        if s._completed < s._submitted:
-            busy += ((s, s._submitted),)
-        for other, pos in s._spawned:
-            if other._completed < pos:
-                busy += ((other, pos),)
-    return busy
-
-
-def positions_reached(waits: tuple) -> bool:
-    """Whether every stream of `waits` has completed its work up to the position given, and
-    the work it queued on other streams so far (`_spawned`: a host function it handed off
-    only after the free, when it reached it) too."""
-    for s, pos in waits:
-        if s._completed < pos:
-            return False
-        for other, p in s._spawned:
-            if other._completed < p:
-                return False
-    return True
-
-
-def furthest_positions(waits: Any) -> tuple:
-    """The (stream, position) pairs of several frees' waits, one per stream (its furthest)
-    and only those not reached yet: what all those frees wait for together."""
-    furthest: dict[Any, int] = {}
-    for stream_waits in waits:
-        for s, pos in stream_waits:
-            for w, p in ((s, pos), *s._spawned):
-                if w._completed < p and p > furthest.get(w, -1):
-                    furthest[w] = p
-    return tuple(furthest.items())
-
-
-class DeferredFrees:
-    """Frees without a pool (its own mapping, or a range of the plain arena) that wait for the
-    work queued before them: (what, waits), released once every wait is reached."""
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[Any, tuple]] = []
-        self.lock = forksafe.lock()
-
-    def add(self, what: Any, waits: tuple) -> None:
-        """Hold `what` until `waits` are reached."""
-        with self.lock:
-            self.entries.append((what, waits))
-
-    def wait_for(self, release: Any) -> bool:
-        """Wait until the work the held frees wait for is done, then release them as reap()
-        does; False when none were held, or the calling thread may not wait (Links.wait_reached)."""
-        with self.lock:
-            waits = furthest_positions([waits for _, waits in self.entries])
-        if not waits or not Links.wait_reached(waits):
-            return False
-        self.reap(release)
-        return True
-
-    def reap(self, release: Any) -> None:
-        """release(what) for each entry whose waits were reached since it was added."""
-        with self.lock:
-            done = [what for what, waits in self.entries if positions_reached(waits)]
-            if done:
-                self.entries = [e for e in self.entries if not positions_reached(e[1])]
-        for what in done:
-            release(what)
 
 
 class _SizeCache:
@@ -843,10 +649,10 @@ class BlockPool:
         prev, nxt = block.prev, block.next
         if nxt is not None and nxt.state is READY:
             self._remove_ready(nxt)
-            _absorb(block, nxt)
+            absorb(block, nxt)
         if prev is not None and prev.state is READY:
             self._remove_ready(prev)
-            _absorb(prev, block)
+            absorb(prev, block)
             block = prev
         self._add_ready(block)  # (first: a Ctrl-C at the release below leaves it in the bins)
         threshold = self.release_threshold

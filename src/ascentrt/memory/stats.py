@@ -8,7 +8,9 @@ from ..errors import InvalidArgumentError
 from ..units import format_bytes
 from .chunks import Chunk
 from .links import Links
-from .pool import ALLOCATED, PENDING, READY, BlockPool, positions_reached
+from .block import ALLOCATED, PENDING, READY
+from .pool import BlockPool
+from .stream_order import positions_reached
 from .trace import base_pool
 
 

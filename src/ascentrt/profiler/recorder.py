@@ -20,7 +20,7 @@ from ..engine import ENGINE, Hooks
 from ..engine.task import DETACH, EVENT_WAIT, KERNEL, KIND_NAMES, NOTIFY_WAIT, VALUE_WAIT
 from ..errors import ErrorCode
 from ..memory import leaks
-from ..memory.pool import positions_reached
+from ..memory.stream_order import positions_reached
 from ..memory.registry import REGISTRY
 from . import memstats
 from ..hccl.comm import groups as hccl_groups
