@@ -856,6 +856,63 @@ def test_host_register_lets_the_device_reach_mapped_host_memory_until_unregister
     region.close()
 
 
+def test_host_register_refuses_device_memory_live_or_not(rt):
+    buf, _ = rt.malloc(1 << 21, 0)
+    rt.memset(buf, 1 << 21, 0x11, 1 << 21)
+    page = buf + 4096 - buf % 4096
+    assert rt.host_register(page, 4096, 0) == (0, C.ACL_ERROR_INVALID_PARAM)        # a live buffer's
+    from ascentrt.context import current_context
+    memory = current_context().device._memory
+    untouched = memory.base + memory.capacity - (64 << 20)                         # no buffer's yet
+    assert rt.host_register(untouched, 4096, 0) == (0, C.ACL_ERROR_INVALID_PARAM)
+    assert rt.host_unregister(page) == C.ACL_ERROR_INVALID_PARAM                    # nothing taken
+    assert rt.free(buf) == 0
+
+
+def test_host_register_takes_each_page_once(rt, stream):
+    import mmap
+    region = mmap.mmap(-1, 1 << 16)
+    base = np.frombuffer(region, np.uint8).ctypes.data
+    assert rt.host_register(base, 32768, 0) == (base, 0)
+    assert rt.host_register(base + 16384, 32768, 0)[1] == C.ACL_ERROR_INVALID_PARAM  # overlaps
+    assert rt.host_register(base + 4096, 4096, 0)[1] == C.ACL_ERROR_INVALID_PARAM    # inside
+    assert rt.host_register(base + 32768, 32768, 0) == (base + 32768, 0)            # beside it
+    assert rt.host_unregister(base) == 0
+    dev, _ = rt.malloc(4096, 0)
+    # the first registration's pages are unreachable again, the second's still reachable
+    assert rt.memcpy_async(dev, 4096, base + 4096, 4096, C.ACL_MEMCPY_HOST_TO_DEVICE, stream) != 0
+    assert rt.memcpy_async(dev, 4096, base + 40960, 4096, C.ACL_MEMCPY_HOST_TO_DEVICE, stream) == 0
+    assert rt.synchronize_stream(stream) == 0
+    assert rt.host_unregister(base + 4096) == C.ACL_ERROR_INVALID_PARAM
+    assert rt.host_unregister(base + 32768) == 0
+    rt.free(dev)
+    del base
+    region.close()
+
+
+def test_kernels_take_pointers_into_host_registered_memory(rt, stream):
+    import mmap
+    region = mmap.mmap(-1, 8192)
+    ptr = np.frombuffer(region, np.uint8).ctypes.data
+    assert rt.host_register(ptr, 8192, 0) == (ptr, 0)
+    seen = []
+
+    def fill(raw, typed):
+        seen.append((type(raw).__name__, raw.nbytes, typed.dtype.name, typed.shape))
+        typed[:] = 2.5
+
+    assert rt.launch_kernel(fill, (ptr + 4096, (ptr, np.float32, (4, 8))), stream) == 0
+    assert rt.synchronize_stream(stream) == 0
+    assert seen == [("ndarray", 4096, "float32", (4, 8))]
+    assert (np.frombuffer(region, np.float32, 32) == 2.5).all()
+    assert rt.launch_kernel(fill, (ptr, (ptr, np.float32, (4096,))), stream) != 0   # past its end
+    other = np.zeros(4096, np.uint8)                                                # not registered
+    assert rt.launch_kernel(fill, (ptr, (acl.util.numpy_to_ptr(other), np.uint8, 16)), stream) != 0
+    assert rt.host_unregister(ptr) == 0
+    del ptr
+    region.close()
+
+
 def test_host_register_refuses_unaligned_unmapped_read_only_memory_and_other_types(rt):
     import mmap
     region = mmap.mmap(-1, 8192)
@@ -874,11 +931,12 @@ def test_host_register_refuses_unaligned_unmapped_read_only_memory_and_other_typ
     assert rt.host_unregister(ptr) == C.ACL_ERROR_INVALID_PARAM                    # never registered
     read_only.close()
     region.close()
-    # Memory the runtime's pools hold: inside one live allocation it is reachable already;
-    # anything else there (a freed block, past an allocation's end) goes to another owner
+    # Memory the runtime's pools hold: page-locked already inside a live allocation (as
+    # CUDA's cudaErrorHostMemoryAlreadyRegistered); anything else there (a freed block, past
+    # an allocation's end) goes to another owner
     pinned, _ = rt.malloc_host(1 << 20)
-    assert rt.host_register(pinned, 4096, 0) == (pinned, 0)
-    assert rt.host_unregister(pinned) == 0
+    assert rt.host_register(pinned, 4096, 0) == (0, C.ACL_ERROR_INVALID_PARAM)
+    assert rt.host_unregister(pinned) == C.ACL_ERROR_INVALID_PARAM
     assert rt.host_register(pinned, 2 << 20, 0)[1] == C.ACL_ERROR_INVALID_PARAM    # past its end
     assert rt.free_host(pinned) == 0
     assert rt.host_register(pinned, 4096, 0)[1] == C.ACL_ERROR_INVALID_PARAM       # freed

@@ -233,7 +233,7 @@ LAZY_IMPORTS_ALLOWED = {
     ("ascentrt.profiler.session", "_after_fork_in_child"),
     ("ascentrt.profiler.session", "_stop_at_multiprocessing_exit"),
     ("ascentrt.profiler.summary", "_switch_note"), ("ascentrt.profiler.summary", "print_summary"),
-    ("ascentrt.acl._kernel", "_device_ranges"), ("ascentrt.memory.host", "host_pool"),  # once
+    ("ascentrt.memory.host", "host_pool"),                                   # once
     ("ascentrt.hccl.mpi", "_mpi"),                                           # once (optional extra)
     ("ascentrt.profiler.ranges", "mark"), ("ascentrt.profiler.ranges", "__init__"),  # on errors
     ("ascentrt.profiler.recorder", "_api_error"),                            # on errors

@@ -2,49 +2,61 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
 
 from .. import forksafe
-from ..device import Device, device_count
 from ..errors import ErrorCode
 from ..launch import launch
-from ..memory import REGISTRY, BufferSlice, TypedView
+from ..memory import REGISTRY
+from ..memory.external import mapped_entry
 from ._api import EVENTS, AclTypeError, api, fail, last_task_id, note_task, stream_of
 from ._device import core_limit
 
 
-_ranges: list[tuple[int, int]] = []  # (start, end) of each device's memory mapping, made once
-
-
-def _device_ranges() -> list[tuple[int, int]]:
-    """Where device memory lives: ints in these ranges are pointers, not scalars."""
-    if not _ranges:
-        for i in range(device_count()):
-            mem = Device(i)._memory
-            base, size = getattr(mem, "base", None), getattr(mem, "capacity", None)
-            if base is not None and size is not None:
-                _ranges.append((base, base + size))
-    return _ranges
-
-
-def _pointer_arg(ptr: int, dtype: np.dtype[Any] | None = None, shape: Any = None) -> BufferSlice | TypedView:
-    """The device allocation range starting at ptr, as a BufferSlice or a TypedView of dtype/shape."""
+def _pointer_arg(ptr: int, dtype: np.dtype[Any] | None = None, shape: Any = None) -> Any:
+    """The device allocation range starting at ptr, as a BufferSlice or a TypedView of dtype/shape;
+    in host memory registered with host_register (the device reaches it), a numpy view."""
     alloc = REGISTRY.find(ptr)
     if alloc is None:
         raise fail(ErrorCode.INVALID_PARAM, f"kernel argument {ptr:#x} is not inside a live allocation")
     if alloc.kind != "device":
-        raise fail(ErrorCode.RT_INVALID_MEMORY_TYPE, f"kernel argument {ptr:#x} is host memory; "
-                                                     f"kernels take device pointers")
+        mapped = mapped_entry(ptr)
+        if mapped is None:
+            raise fail(ErrorCode.RT_INVALID_MEMORY_TYPE, f"kernel argument {ptr:#x} is host memory "
+                                                         f"not registered with host_register; kernels "
+                                                         f"take device pointers")
+        return _mapped_view(mapped, ptr, dtype, shape)
     offset = ptr - alloc.addr
     piece = alloc[offset:alloc.nbytes]
     return piece if dtype is None else piece.view(dtype, shape)
 
 
+def _mapped_view(entry: Any, ptr: int, dtype: np.dtype[Any] | None, shape: Any) -> np.ndarray:
+    """A numpy view of registered host memory from ptr to the registration's end, or of
+    dtype/shape there (INVALID_PARAM if it does not fit or is no shape)."""
+    raw = entry._bytes()[ptr - entry.addr:]
+    if dtype is None:
+        return raw
+    dims = [raw.nbytes // dtype.itemsize] if shape is None else \
+        [shape] if isinstance(shape, (int, np.integer)) else shape
+    if not isinstance(dims, (tuple, list)) or any(
+            type(d) is bool or not isinstance(d, (int, np.integer)) or d < 0 for d in dims):
+        raise fail(ErrorCode.INVALID_PARAM, f"shape must be non-negative ints, got {shape!r:.60}")
+    need = math.prod(int(d) for d in dims) * dtype.itemsize
+    if need > raw.nbytes:
+        raise fail(ErrorCode.INVALID_PARAM, f"a {dtype} array of shape {tuple(dims)} needs {need} "
+                                            f"bytes; {raw.nbytes} are registered from {ptr:#x}")
+    return raw[:need].view(dtype).reshape(tuple(int(d) for d in dims))
+
+
 def _translate(arg: Any) -> Any:
     if type(arg) is int:
-        if any(lo <= arg < hi for lo, hi in _device_ranges()):
+        # (ints in a device's memory, or in host memory registered for the device, are
+        # pointers; any other int is a scalar)
+        if REGISTRY.in_device_memory(arg, arg + 1) or mapped_entry(arg) is not None:
             return _pointer_arg(arg)
         return arg
     if isinstance(arg, tuple) and len(arg) == 3 and type(arg[0]) is int:

@@ -96,6 +96,8 @@ class DeviceAllocator:
         # A simulated device charges each malloc and free its modelled host cost.
         self.host_call: Callable[[str], None] | None = \
             backend.host_call if backend.properties().virtual else None
+        if pool is None:  # (the device's own allocator: its range is device memory, no host's)
+            _REGISTRY.add_device_memory(base, capacity)
         if pool is not None:
             self.chunks = pool.upstream   # an explicit MemPool sharing the device's chunks
         elif config.get("ASCENTRT_MEM_POOL_ENABLE"):

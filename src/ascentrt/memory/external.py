@@ -252,28 +252,46 @@ def register_mapped(addr: int, nbytes: int) -> None:
     """Register `nbytes` of the caller's host memory at `addr` (4 KiB aligned, mapped readable
     and writable in this process) until unregister_mapped(addr): kernels and copies may then
     take pointers into it. Raises InvalidArgumentError for an unaligned, unmapped or
-    read-only range, or one registered already."""
+    read-only range, device memory, or a range that overlaps one registered already or the
+    runtime's own host memory."""
     if addr <= 0 or addr % PAGE:
         raise InvalidArgumentError(f"host memory to register must start 4 KiB aligned, got {addr:#x}")
     if not 0 < nbytes < 1 << 62:
         raise InvalidArgumentError(f"size must be > 0, got {nbytes}")
+    end = addr + nbytes
+    if REGISTRY.in_device_memory(addr, end):
+        # (mapped readable and writable too: registered as host memory, a host copy into it
+        # would write a device buffer's bytes)
+        raise InvalidAddressError(f"{nbytes} bytes at {addr:#x} reach device memory: host_register "
+                                  f"takes host memory of your own")
     if not _mapped_writable(addr, nbytes):
         raise InvalidAddressError(f"{nbytes} bytes at {addr:#x} are not host memory this process "
                                   f"has mapped readable and writable")
-    holder = REGISTRY.find(addr, True, addr + nbytes, True)
-    inside = holder is not None and addr + nbytes <= holder.addr + holder.nbytes
-    if not inside and REGISTRY.pooled_in(addr, addr + nbytes):
-        # (a pool's free memory goes to the next owner, or back to the OS: registered as the
-        # caller's, a copy into it would write another buffer's bytes, or unmapped memory)
-        raise InvalidAddressError(f"{nbytes} bytes at {addr:#x} reach memory a pool of the runtime "
-                                  f"holds outside one live allocation: register host memory of "
-                                  f"your own")
+    # The runtime's own host memory (pinned, from malloc_host) is page-locked and reachable
+    # already; a pool's free memory goes to its next owner, or back to the OS: registered as
+    # the caller's, a copy into it would write another buffer's bytes, or unmapped memory.
+    owned = next((a for a in REGISTRY.live() if a.addr < end and addr < a.addr + max(a.nbytes, 1)
+                  and not isinstance(a, ExternalHostBuffer)), None)
+    if owned is not None or REGISTRY.pooled_in(addr, end):
+        held = f"a live {owned.kind} allocation" if owned is not None else "a pool of its own"
+        raise InvalidAddressError(f"{nbytes} bytes at {addr:#x} reach memory the runtime holds "
+                                  f"({held}): host_register takes host memory of your own")
     array = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(addr))
+    entry = ExternalHostBuffer(array, addr, nbytes, True)
     with _lock:
-        if addr in _mapped:
-            raise InvalidArgumentError(f"host memory at {addr:#x} is registered already")
+        # (as CUDA's cudaErrorHostMemoryAlreadyRegistered: each page is registered once, so
+        # that one unregister cannot take away what another registration still covers)
+        for at, registered in _mapped.items():
+            if at < end and addr < at + registered.nbytes:
+                raise InvalidArgumentError(f"host memory at {addr:#x} overlaps the "
+                                           f"{registered.nbytes} bytes registered at {at:#x} already")
         _mapped[addr] = array
-    _register(array, True)
+        _external.setdefault(addr, []).append(entry)
+    # (its own entry, even where a pageable registration reaches the range: unregistering
+    # that one leaves this one standing)
+    REGISTRY.add(entry)
+    if REGISTRY.observers:
+        REGISTRY.allocated(entry)
 
 
 def unregister_mapped(addr: int) -> None:
@@ -283,5 +301,19 @@ def unregister_mapped(addr: int) -> None:
     entry = _take_entry(addr, lambda e: e.obj is array) if array is not None else None
     if array is None:
         raise InvalidArgumentError(f"no host memory registered at {addr:#x}")
-    if entry is not None:  # (none where live memory, pinned say, held the range already)
+    if entry is not None:
         _forget(entry)
+
+
+def mapped_entry(addr: int) -> "ExternalHostBuffer | None":
+    """The host_register registration that contains `addr`, or None."""
+    if not _mapped:  # (the common case: nothing registered, no lookup)
+        return None
+    alloc = REGISTRY.find(addr)
+    if isinstance(alloc, ExternalHostBuffer) and _mapped.get(alloc.addr) is alloc.obj:
+        return alloc
+    with _lock:  # (a pageable registration may be found first where both reach the address)
+        for at, array in _mapped.items():
+            if at <= addr < at + array.nbytes:
+                return next((e for e in _external.get(at, ()) if e.obj is array), None)
+    return None

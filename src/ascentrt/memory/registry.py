@@ -36,6 +36,22 @@ class AddressRegistry:
         self._large: tuple[list[int], list] = ([], [])
         self._pages: dict[int, tuple[Chunk, ...]] = {}  # 2 MiB page -> the chunks on it
         self.observers: tuple = ()
+        # (start, end) of each device's whole memory range, reserved or not: no host memory
+        # lies there (a device's range is its for the process's life)
+        self.device_memory: tuple[tuple[int, int], ...] = ()
+
+    def add_device_memory(self, addr: int, nbytes: int) -> None:
+        """Note a device's whole memory range [addr, addr + nbytes)."""
+        with self._lock:
+            if (addr, addr + nbytes) not in self.device_memory:
+                self.device_memory = (*self.device_memory, (addr, addr + nbytes))
+
+    def in_device_memory(self, addr: int, end: int) -> bool:
+        """Whether [addr, end) overlaps any device's memory range."""
+        for lo, hi in self.device_memory:
+            if lo < end and addr < hi:
+                return True
+        return False
 
     def observe(self, observer) -> None:
         """Start telling `observer` of allocations (buffer_allocated(alloc) / buffer_freed(alloc))."""
