@@ -765,3 +765,41 @@ def test_one_refused_allocation_is_one_oom_though_it_was_tried_again(dev, where)
     s.destroy()
     if pool:
         pool.destroy()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "sim"])
+def test_a_release_threshold_gives_back_frees_whose_work_ended(backend):
+    # A MemPool with release_threshold=0 whose buffer was freed after queued work: once that
+    # work is done its chunk goes back (CUDA: at the next synchronize), so the device's other
+    # pool can have the room; before, it stayed reserved and the default pool's malloc was an
+    # OOM, and trim_to(0) released it but said 0.
+    from subprocess_util import run_program
+    out = run_program("""
+        import threading, ascentrt as art
+        MiB = 1 << 20
+        dev = art.Device(0)
+        s = dev.create_stream()
+        for trim in (False, True):
+            pool = art.MemPool(dev, release_threshold=None if trim else 0)
+            a = pool.malloc_async(40 * MiB, s)
+            gate = threading.Event()
+            # (on sim a kernel runs on the stepping host thread: its 1 virtual ms holds it)
+            hold = (lambda x: None) if dev.properties.backend == "sim" else (lambda x: gate.wait(30))
+            art.launch(hold, a, stream=s, cost=1e-3)
+            pool.free_async(a, s)
+            try:
+                art.malloc(40 * MiB).free()
+                print("early ok")           # (the free still waits for the kernel)
+            except art.OutOfMemoryError as e:
+                print("early oom", "once that work is done" in str(e))
+            gate.set()
+            dev.synchronize()
+            if trim:
+                print("trimmed", pool.trim_to(0) == 40 * MiB)
+            print("reserved", pool.reserved_current)
+            art.malloc(40 * MiB).free()
+            print("malloc ok")
+            pool.destroy()
+    """, env={"ASCENTRT_BACKEND": backend, "ASCENTRT_DEVICE_MEMORY": "64M"})
+    assert out.split("\n")[:-1] == ["early oom True", "reserved 0", "malloc ok",
+                                    "early oom True", "trimmed True", "reserved 0", "malloc ok"]

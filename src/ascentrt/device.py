@@ -265,6 +265,9 @@ class Device:
         reservation is not free to malloc)."""
         memory = self._memory
         pool = memory.pool
+        for p in (pool, *memory.pools()):  # (frees whose work is done: in, past thresholds back)
+            if p is not None:
+                p.synchronize_pending()
         cached = 0 if pool is None else pool.free_bytes()
         return memory.chunks.unreserved_bytes() + cached, memory.capacity
 

@@ -183,9 +183,25 @@ class DeviceAllocator:
                     return pool.allocate_again(n, stream)
                 except OutOfMemoryError:
                     pass
+            if self._settled_other_pools(pool):
+                try:
+                    return pool.allocate_again(n, stream)
+                except OutOfMemoryError:
+                    pass
             if not self._emptied_default_cache(pool):
                 raise
             return pool.allocate_again(n, stream)  # (one refusal: counted once)
+
+    def _settled_other_pools(self, pool: Any) -> bool:
+        """After a refused allocation: the device's other pools take in their frees whose
+        queued work is done, giving back what their release thresholds say (a CUDA pool does
+        at the next synchronize); True if that gave any memory back to the device."""
+        memory = self.device._memory
+        others = [p for p in (memory.pool, *memory.pools()) if p is not None and p is not pool]
+        before = sum(p.reserved for p in others)
+        for p in others:
+            p.synchronize_pending()
+        return sum(p.reserved for p in others) < before
 
     def _emptied_default_cache(self, pool: Any) -> bool:
         """After a MemPool's refused allocation: the device's default pool gives back its wholly

@@ -741,19 +741,19 @@ class BlockPool:
 
     def _release_free_chunks(self, target: int) -> int:
         """Release wholly free chunks (largest first) until reserved <= target; returns bytes
-        freed. The caller holds a Ctrl-C (hold()): the cache's blocks, taken out to merge,
-        must all reach the bins."""
+        freed (with those the release threshold gave back as finished frees came in). The
+        caller holds a Ctrl-C (hold()): the cache's blocks, taken out to merge, must all reach
+        the bins."""
+        before = self.reserved
         self._collect()
         self._flush_cache()
         whole = self._whole_free_chunks()
         whole.sort(key=lambda c: -c.size)
-        freed = 0
         for chunk in whole:
             if self.reserved <= target:
                 break
-            freed += chunk.size
             self._release_chunk(chunk)
-        return freed
+        return before - self.reserved
 
     def _trim_free_tails(self) -> int:
         """Give back the free end of every chunk that a live block keeps (from its first 2 MiB
@@ -800,7 +800,9 @@ class BlockPool:
         return self.trim_to(0)
 
     def synchronize_pending(self) -> int:
-        """Move pending blocks whose work is done to the free lists; returns how many."""
+        """Move pending blocks whose work is done to the free lists (past the release
+        threshold, wholly free chunks go back: as CUDA's pools release at the next
+        synchronize, here wherever the pool's state is looked at); returns how many."""
         with self._lock:
             return self._collect()
 
@@ -912,7 +914,8 @@ class BlockPool:
                 "free buffers you no longer need, or raise ASCENTRT_DEVICE_MEMORY")
         if elsewhere >= size - largest > 0:
             hint = (f"the device's other pools reserve {format_bytes(elsewhere)}: what they cache "
-                    f"comes back with MemPool.trim_to(0) or ascentrt.empty_cache(); " + hint)
+                    f"comes back with MemPool.trim_to(0) or ascentrt.empty_cache(), what they "
+                    f"hold for frees still waiting on queued work once that work is done; " + hint)
         if self.pending_bytes:
             hint += (f"; {format_bytes(self.pending_bytes)} are freed after queued work not done "
                      "yet (a device allocation waits for that work, except inside a task, during "
@@ -926,7 +929,8 @@ class BlockPool:
             f"reserved-but-free {format_bytes(frag['free_bytes'])}, unreserved "
             f"{format_bytes(unreserved)}"
             + (f", reserved by other pools {format_bytes(elsewhere)}" if elsewhere else "")
-            + f", largest free block {format_bytes(largest)}; "
+            + f", largest free block {format_bytes(largest)} (of the pool, or of the memory no "
+            f"pool holds: memory_stats()['largest_free_block'] counts the pool's blocks only); "
             f"fragmentation: external {frag['external']:.1%}, the largest free piece is "
             f"{largest / free_total if free_total else 0:.1%} of all free memory, internal "
             f"{frag['internal']:.1%}; {hint}", code=ErrorCode.RT_MEMORY_ALLOCATION,
