@@ -2219,3 +2219,27 @@ def test_a_held_back_copy_shares_the_link_only_once_it_has_started():
     both = 2 * (50_000_000 / bw * 1e9 - alone)       # B's rest at half the link
     assert b_end == round((a_start - D) + both + lat + D)
     assert a_end == round(b_end + (25_000_000 / bw * 1e9 - both / 2))
+
+
+@sim_only
+def test_a_host_idle_outside_the_runtime_after_writing_a_word_leaves_its_wait_met(dev):
+    # (an idle host lets the device move on by itself: it jumped to the value wait's deadline
+    # without looking at the word, and the wait timed out, 107019; once looked at, it jumped
+    # to the met wait's deadline, left behind in the heap, 20 virtual s on)
+    s = dev.create_stream()
+    word = art.malloc(8)
+    art.memset(word, 0)
+    dev.synchronize()
+    took = []
+    for idle in (0.0, 0.5):
+        word.numpy(np.int64)[0] = 0
+        t0 = dev.now_ns()
+        s.wait_value(word, lambda v: v >= 1, "the word to be 1", timeout=20.0)
+        art.launch_host_func(lambda: None, stream=s)
+        word.numpy(np.int64)[0] = 1
+        time.sleep(idle)  # (past the simulator's 0.2 s of an unattended device)
+        s.synchronize(timeout=10)
+        took.append(dev.now_ns() - t0)
+    assert took[0] == took[1] < 1e6
+    word.free()
+    s.destroy()

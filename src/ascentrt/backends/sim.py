@@ -169,6 +169,7 @@ class Timeline:
         self.acting_for: Any = None     # the engine's acting_for(): see acting_frame
         self.host_wait_timed: Any = None  # the engine's host_wait_timed(): see _host_wait
         self.look_at_values: Any = None  # the engine's look_at_values(): see SimBackend.execute
+        self.drop_ended_deadlines: Any = None  # the engine's, through its queue: see _unattended_work
         self.host_frames: dict = {}     # task -> frame of each host function running
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
@@ -186,6 +187,16 @@ class Timeline:
         if not self.pumping:
             self.pumping = True
             threading.Thread(target=self._pump, daemon=True, name="ascentrt-sim-pump").start()
+
+    def _unattended_work(self) -> bool:
+        """Whether the device has work to move on without its host, once what the host wrote
+        meanwhile has released the value waits it meets (as its next call would) and the
+        deadlines of waits that ended are gone: a jump must not land on one of those."""
+        if self.look_at_values is not None:
+            self.look_at_values()
+        if self.drop_ended_deadlines is not None:
+            self.drop_ended_deadlines()
+        return self._pending()
 
     def _pending(self) -> bool:
         return bool(self.ends or self.next_end() is not None or self.inflight or self.next_deadline() is not None
@@ -211,7 +222,7 @@ class Timeline:
                     # (a host that waits moves time itself, at the real world's pace while other
                     # threads may still act: jumping to a deadline would skip what they do)
                     seen, since = self.generation, time.monotonic()
-                elif time.monotonic() - since >= IDLE_HOST_S and self._pending():
+                elif time.monotonic() - since >= IDLE_HOST_S and self._unattended_work():
                     # Unattended: run one instant of device time, as a waiting host would.
                     nxt = self.next_event()
                     self.run(self.now if nxt is None else max(nxt, self.now))
@@ -396,6 +407,7 @@ class Timeline:
             self.acting_for = queue.acting_for
             self.host_wait_timed = queue.host_wait_timed
             self.look_at_values = queue.engine.look_at_values
+            self.drop_ended_deadlines = queue.drop_ended_deadlines
 
     def advance_host(self, cost_ns: int) -> None:
         """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""

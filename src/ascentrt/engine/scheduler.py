@@ -270,6 +270,14 @@ class ExecutorQueue:
             infos = self.engine._fire_due(now)
         self.engine._report_failures(infos)
 
+    def drop_ended_deadlines(self) -> None:
+        """Take the timed waits that ended early (met, or dropped) off the front of the
+        deadline heap: a simulator looking for its next event must not take theirs for one."""
+        with self.engine.lock:
+            heap = self.engine._deadlines
+            while heap and heap[0][2]._blocked is not heap[0][3]:
+                heapq.heappop(heap)
+
 
 _WAIT_KINDS = (EVENT_WAIT, NOTIFY_WAIT)
 
