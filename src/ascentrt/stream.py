@@ -289,12 +289,14 @@ class Stream:
                 return True
             try:
                 return bool(met(int(raw[:8].view("<u8")[0])))
-            except Exception as exc:
+            except BaseException as exc:  # (SystemExit too: whichever thread looks lives on)
                 _log.debug("the condition of value wait %s raised", what, exc_info=True)
                 task.error = failure_of_a_task(
                     TaskError, f"value wait for {what} on stream {self.id}: its condition raised "
                     f"{type(exc).__name__}: {exc}", ErrorCode.RT_AICPU_EXCEPTION)
                 task.error.__cause__ = exc
+                if isinstance(exc, KeyboardInterrupt):  # (a Ctrl-C on the main thread: its own)
+                    interrupts.redeliver()
                 return True
 
         task = Task(VALUE_WAIT, check, (what,), name="value_wait")

@@ -57,7 +57,8 @@ class Hooks:
 
     profiler: task_done(task[, error text]) and tasks_done(stream, tasks) (a batch), while
         profiling; tasks_dropped(stream, tasks, now) for work dropped unrun (under the lock).
-    exception_callbacks: fn(ExceptionInfo), called outside the lock.
+    exception_callbacks: fn(ExceptionInfo), called outside the lock; a facade's hook that
+        calls the program's function names it as `fn.__wrapped__` (what a failure is logged as).
     capture: the stream-capture implementation (begin, end, status, task groups), set by
         ascentrt.graph when it is imported.
     sync_guards: fn(what) called before a synchronous host call; a capture in progress
@@ -1092,8 +1093,11 @@ class Engine:
             for cb in list(Hooks.exception_callbacks):
                 try:
                     cb(info)
-                except BaseException:  # SystemExit included: executors must live on
-                    _log.exception("ascentrt: exception-info callback %r raised", cb)
+                except BaseException as exc:  # SystemExit included: executors must live on
+                    _log.exception("ascentrt: exception-info callback %r raised",
+                                   getattr(cb, "__wrapped__", None) or cb)  # (the program's, not a hook's)
+                    if isinstance(exc, KeyboardInterrupt):  # (a simulated device's main thread)
+                        interrupts.redeliver()
 
     # ---- timed device-side waits -----------------------------------------------------------
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
-from .. import forksafe
+from .. import forksafe, interrupts
 from . import clock
 from .. import device as _device  # (its _devices: read as the module's, it is reassigned)
 
@@ -562,7 +562,9 @@ def _value_writer(wait: tuple, t_end: int, writes: dict):
             try:
                 if met(value):
                     return key
-            except Exception:  # (the program's condition: see Stream.wait_value)
+            except BaseException as exc:  # (the program's condition: see Stream.wait_value)
+                if isinstance(exc, KeyboardInterrupt):
+                    interrupts.redeliver()
                 return None
     return None
 
