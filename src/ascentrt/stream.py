@@ -128,6 +128,17 @@ class Stream:
         task.thread = threading.get_ident()
         return ENGINE.submit(self, task)
 
+    def _withdraw(self, task: Task, args: tuple) -> bool:
+        """Make `task`, queued on this stream by a call that failed before it ran, run on `args`
+        instead (its operation with nothing to move), in stream order, holding nothing of what
+        it was given: True; False once an executor took it (it runs, or ran, as queued)."""
+        with ENGINE.lock:
+            if task not in self._tasks:  # (taken, run, or dropped with the stream's pending work)
+                return False
+            task.args, task.resolve, task.keep, task.nbytes = args, None, None, 0
+            task.name = f"{task.name} (withdrawn)"
+            return True
+
     def _refusal(self) -> Exception:
         if self._refuse == "destroyed":
             return InvalidHandleError(f"stream {self.id} was destroyed")
