@@ -94,6 +94,7 @@ class Stream:
         self._submitted = 0
         self._completed = 0
         self._running: Task | None = None
+        self._batch: list[Task] | tuple = ()  # the tasks an executor took with _running (cpu)
         self._blocked: Task | None = None
         self._released_ns = 0          # virtual devices: when a blocked wait of it last ended
         self._ended_class = -1         # virtual devices: the executor class of its last task

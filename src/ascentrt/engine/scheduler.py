@@ -982,6 +982,7 @@ class Engine:
                 batch.append(tasks.popleft())
             stop_on_failure = s._stop_on_failure
             s._running = batch[0]  # under the lock: the stream is owned until this batch ends
+            s._batch = batch       # (what runs after it: a profile that ends meanwhile lists it)
             busy[ex] += 1
             _local.stream = s  # current_task() reads s._running: no per-task thread-local store
             lock.release()
@@ -1027,6 +1028,7 @@ class Engine:
         simulator one per task)."""
         dq.busy[ex] -= 1
         s._running = None
+        s._batch = ()
         s._completed += done  # (_completed, inlined)
         self.progress += done
         if s._sync_waiters:
@@ -1047,6 +1049,7 @@ class Engine:
         lock = self.lock
         dq.busy[ex] -= 1
         s._running = None
+        s._batch = ()
         self._completed(s, done)
         infos = [self._fail(s, t, t.error) for t in failed] if failed else ()
         tasks = s._tasks
@@ -1527,7 +1530,7 @@ def _after_fork_in_child() -> None:
                 # counted done here, or a synchronize of the stream would wait for them for ever.
                 in_flight = (s._tasks[0].id - 1 if s._tasks else s._submitted) - s._completed
                 first = s._running if s._running is not None else s._tasks[0] if s._tasks else None
-                s._running, s._cut, s._after_running = None, None, None
+                s._running, s._cut, s._after_running, s._batch = None, None, None, ()
                 s._sync_waiters = []
                 engine._discard(s, _FORKED)
                 if in_flight > 0:

@@ -96,7 +96,8 @@ class TaskRecord:
     # "": it ran to its end. "dropped": its stream was destroyed or stopped (failure mode
     # STOP) before it ran, or, a wait, while it blocked (end_ns: then); a dropped record still
     # lets its waiters go. "unfinished": it still blocked, ran or waited for an executor when
-    # profiling ended (end_ns: then; start_ns: when it blocked or started, else its enqueue).
+    # profiling ended (end_ns: then; start_ns: when it blocked or started, else its enqueue),
+    # or was queued behind one that did and never started (start_ns = end_ns: then).
     fate: str = ""
     units: int = 1     # executor units it held while it ran (a simulated kernel: its block_dim;
                        # 0: none, a value write the stream's scheduler does itself)
