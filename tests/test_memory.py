@@ -530,3 +530,35 @@ def test_a_pageable_call_that_cannot_finish_raises_and_leaves_nothing_to_run_lat
     """, env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=120)
     for call in ("memcpy_async", "memset_async", "memcpy2d_async"):
         assert f"{call} raised named\n{call} untouched\n{call} then done" in out, out
+
+
+def test_a_pageable_copy_interrupted_by_ctrl_c_before_it_ran_never_runs():
+    # (the interrupted call's copy stayed queued and overwrote what the program wrote after it)
+    from subprocess_util import run_program
+    out = run_program("""
+        import os, signal, threading, time
+        import numpy as np, ascentrt as art
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        src = art.malloc(4096)
+        art.memset(src, 0x55)
+        gate = threading.Event()
+        art.launch_host_func(gate.wait, 10, stream=s)  # (the stream is held until the Ctrl-C)
+        out = np.zeros(4096, np.uint8)
+        def ctrl_c():
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+            gate.set()
+        threading.Thread(target=ctrl_c, daemon=True).start()
+        try:
+            art.memcpy_async(out, src, stream=s)
+            print("returned")
+        except KeyboardInterrupt:
+            print("interrupted")
+        out[:] = 7
+        dev.synchronize(timeout=10)
+        print("kept" if (out == 7).all() else "overwritten")
+        src.free()
+    """, timeout=60)
+    assert out.split() == ["interrupted", "kept"], out
