@@ -707,7 +707,9 @@ def test_a_snapshot_of_a_deadlocked_run_names_the_streams_stuck_at_their_waits()
         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.splitlines()[-1])
-    assert [k for _, k, f in got["stuck"] if f == "unfinished"] == ["notify_wait", "notify_wait"]
+    # (each stream stopped at its wait; the record queued behind it never started)
+    assert sorted(k for _, k, f in got["stuck"] if f == "unfinished") == \
+        ["notify_record", "notify_record", "notify_wait", "notify_wait"]
     (kind,) = [k for k, ev in got["stop"].items() if ev.get("of them at a wait") == 2]
     assert got["snapshot"][kind]["streams stopped"] == 2
     assert got["snapshot"][kind]["of them at a wait"] == 2
@@ -765,3 +767,32 @@ def test_a_profile_that_ends_lists_every_task_queued_behind_an_unfinished_one(de
     rows = (tmp_path / "p" / "task_time.csv").read_text().splitlines()
     assert len(rows) == 1 + 8
     a.destroy(), b.destroy()
+
+
+@pytest.mark.cpu_only  # (a host function that blocks on a host gate)
+def test_tasks_that_never_started_are_no_work_to_the_analyses(dev):
+    # (queued behind an unfinished host function when the profile ended, 200 kernels of no
+    # duration made a "too-small tasks" finding, and counted as queued and as copied bytes)
+    import threading
+    from ascentrt.profiler.metrics import metrics
+    s = dev.create_stream()
+    gate, started = threading.Event(), threading.Event()
+    buf = art.malloc(1 << 20)
+    host = art.malloc_host(1 << 20)
+    try:
+        with art.profile() as sess:
+            art.launch_host_func(lambda: (started.set(), gate.wait(10)), stream=s)
+            for _ in range(200):
+                art.launch(lambda: None, stream=s, name="queued")
+            art.memcpy_async(buf, host, stream=s)
+            assert started.wait(10)
+            prof = sess.stop()
+    finally:
+        gate.set()
+        s.synchronize(timeout=10)
+    assert sum(t.name == "queued" and t.start_ns == t.end_ns for t in prof.tasks) == 200
+    assert "small_tasks" not in {f.kind for f in prof.diagnose()}
+    m = metrics(prof)
+    assert m["queued_ns"]["count"] == 0 and m["copy_bandwidth"] == {}
+    s.destroy()
+    buf.free(), host.free()

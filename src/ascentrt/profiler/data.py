@@ -113,6 +113,12 @@ class TaskRecord:
         return self.start_ns - self.enqueue_ns
 
     @property
+    def started(self) -> bool:
+        """Whether it ever ran or blocked: not one dropped unrun, nor one still queued behind
+        an unfinished task when profiling ended (neither took time: start_ns = end_ns)."""
+        return self.start_ns != self.end_ns or self.fate not in ("dropped", "unfinished")
+
+    @property
     def key(self) -> tuple:
         """(device, stream, task_id): one task of a stream (a replayed graph's nodes share the
         id of the task that ran them)."""
