@@ -154,11 +154,12 @@ def hold() -> bool:
 
 
 def redeliver() -> None:
-    """Give the program back a Ctrl-C that its own code, called by the runtime on the main
-    thread (a condition, a callback), raised where the runtime turned it into that code's
-    failure to stay whole: raised again as the outermost held section ends, else sent again a
-    moment later (where no protected section is cut). Nothing on other threads, where no
-    Ctrl-C lands, nor where the program's own SIGINT handler is in place."""
+    """Give the program back a Ctrl-C its own code took on the main thread inside a runtime step.
+
+    The runtime made that KeyboardInterrupt the code's failure (a condition's, a callback's)
+    to stay whole; the Ctrl-C is raised again as the outermost held section ends, else sent
+    again a moment later (where no protected section is cut). Nothing on other threads, where
+    no Ctrl-C lands, nor where the program's own SIGINT handler is in place."""
     if _get_ident() != _held.main:
         return
     if _held.depth:

@@ -114,8 +114,9 @@ class TaskRecord:
 
     @property
     def started(self) -> bool:
-        """Whether it ever ran or blocked: not one dropped unrun, nor one still queued behind
-        an unfinished task when profiling ended (neither took time: start_ns = end_ns)."""
+        """Whether it ever ran or blocked (not dropped unrun, nor still queued at the end).
+
+        Neither of those took time: start_ns = end_ns, the drop or the profile's end."""
         return self.start_ns != self.end_ns or self.fate not in ("dropped", "unfinished")
 
     @property
