@@ -187,7 +187,7 @@ def test_callbacks_for_a_report_thread_that_exited_fail_loudly(stream, caplog):
     with pytest.raises(art.InvalidArgumentError) as err:   # refused, not accepted and lost
         callback.launch_callback(lambda _: None, None, stream, blocking=False)
     assert err.value.code == art.ErrorCode.RT_STREAM_NO_CB_REG
-    assert any("exited without unsubscribing; 1 queued callback" in r.getMessage()
+    assert any("exited without unsubscribing: 1 callback(s) handed to it will not run" in r.getMessage()
                for r in caplog.records)
 
 

@@ -493,3 +493,72 @@ def test_a_trace_records_an_allocation_taken_after_waiting_for_pending_frees():
         print([e[0] for e in rec.events])
     ''', env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
     assert out.split() == ["['alloc',", "'free']"]
+
+
+
+def test_a_pageable_call_that_cannot_finish_raises_and_leaves_nothing_to_run_later():
+    # (it raised 507950 naming "event 1 synchronize", an event the program never made, and
+    # its copy or fill stayed queued: once the stream went on it wrote into the array anyway)
+    from subprocess_util import run_program
+    out = run_program("""
+        import numpy as np, ascentrt as art
+        dev = art.set_device(0)
+        s, other = dev.create_stream(), dev.create_stream()
+        buf = art.malloc(4096)
+        art.memset(buf, 0x66)
+        calls = {
+            "memcpy_async": lambda host: art.memcpy_async(host, buf, stream=s),
+            "memset_async": lambda host: art.memset_async(host, 0x55, stream=s),
+            "memcpy2d_async": lambda host: art.memcpy2d_async(host, 64, buf, 64, 64, 64, stream=s),
+        }
+        for call, make in calls.items():
+            host = np.zeros(4096, np.uint8)
+            note = art.Notify(dev)
+            s.wait_notify(note)  # (only the host can record it: this thread, waiting in the call)
+            try:
+                make(host)
+                print(call, "returned")
+            except art.DeadlockError as exc:
+                said = str(exc)
+                named = f"{call} (" in said and f"on stream {s.id} can never finish" in said
+                print(call, "raised", "named" if named else said)
+            other.record_notify(note)
+            s.synchronize(timeout=10)
+            print(call, "untouched" if not host.any() else "written later")
+            make(host)  # (the stream goes on as before)
+            print(call, "then", "done" if host.all() else "not done")
+    """, env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=120)
+    for call in ("memcpy_async", "memset_async", "memcpy2d_async"):
+        assert f"{call} raised named\n{call} untouched\n{call} then done" in out, out
+
+
+def test_a_pageable_copy_interrupted_by_ctrl_c_before_it_ran_never_runs():
+    # (the interrupted call's copy stayed queued and overwrote what the program wrote after it)
+    from subprocess_util import run_program
+    out = run_program("""
+        import os, signal, threading, time
+        import numpy as np, ascentrt as art
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        src = art.malloc(4096)
+        art.memset(src, 0x55)
+        gate = threading.Event()
+        art.launch_host_func(gate.wait, 10, stream=s)  # (the stream is held until the Ctrl-C)
+        out = np.zeros(4096, np.uint8)
+        def ctrl_c():
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+            gate.set()
+        threading.Thread(target=ctrl_c, daemon=True).start()
+        try:
+            art.memcpy_async(out, src, stream=s)
+            print("returned")
+        except KeyboardInterrupt:
+            print("interrupted")
+        out[:] = 7
+        dev.synchronize(timeout=10)
+        print("kept" if (out == 7).all() else "overwritten")
+        src.free()
+    """, timeout=60)
+    assert out.split() == ["interrupted", "kept"], out

@@ -455,12 +455,14 @@ def test_a_stream_blocked_to_the_end_is_shown_and_diagnosed(dev):
         assert err.value.code == art.ErrorCode.RT_STREAM_SYNC_TIMEOUT
         data = prof.snapshot()
         stuck = [t for t in data.tasks if t.fate == "unfinished"]
-        assert [(t.stream, t.kind) for t in stuck] == [(b.id, "notify_wait")]
+        assert [(t.stream, t.kind, t.name) for t in stuck] == [(b.id, "notify_wait", "notify_wait"),
+                                                               (b.id, "kernel", "consumer")]
         assert stuck[0].end_ns - stuck[0].start_ns >= 0.25e9
-        assert "consumer" not in {t.name for t in data.tasks}  # it never ran
+        assert stuck[1].start_ns == stuck[1].end_ns  # the consumer never started
         first = prof.diagnose()[0]
         assert first.kind == "never_finished" and first.task_ids == [f"0/{b.id}/{stuck[0].task_id}"]
         assert "notify_wait" in first.cause and "timed out (507046)" in first.cause
+        assert "1 task(s) queued behind it never started" in first.cause
         names = {e["name"] for e in trace_events(data)}
         assert "notify_wait (unfinished)" in names
     finally:
@@ -705,7 +707,9 @@ def test_a_snapshot_of_a_deadlocked_run_names_the_streams_stuck_at_their_waits()
         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.splitlines()[-1])
-    assert [k for _, k, f in got["stuck"] if f == "unfinished"] == ["notify_wait", "notify_wait"]
+    # (each stream stopped at its wait; the record queued behind it never started)
+    assert sorted(k for _, k, f in got["stuck"] if f == "unfinished") == \
+        ["notify_record", "notify_record", "notify_wait", "notify_wait"]
     (kind,) = [k for k, ev in got["stop"].items() if ev.get("of them at a wait") == 2]
     assert got["snapshot"][kind]["streams stopped"] == 2
     assert got["snapshot"][kind]["of them at a wait"] == 2
@@ -729,3 +733,66 @@ def test_an_unfinished_non_blocking_host_function_is_on_its_programs_stream(dev)
     (t,) = [t for t in prof.tasks if t.fate == "unfinished"]
     assert (t.stream, t.task_id, t.kind) == (s.id, tid, "host_func_nonblocking")
     s.destroy()
+
+
+@pytest.mark.cpu_only  # (a kernel that blocks on a host gate)
+def test_a_profile_that_ends_lists_every_task_queued_behind_an_unfinished_one(dev, tmp_path):
+    # (only each stream's head was recorded: the tasks queued behind it, and those its
+    # executor had taken in the same batch, were missing from the counts and CSVs)
+    import threading
+    a, b = dev.create_stream(), dev.create_stream()
+    gate, started = threading.Event(), threading.Event()
+
+    def held():
+        started.set()
+        gate.wait(10)
+    try:
+        with art.profile(str(tmp_path / "p")) as sess:
+            art.launch_host_func(held, stream=a)
+            for _ in range(3):
+                art.launch(lambda: None, stream=a, name="after_the_host_function")
+            art.launch(lambda: (started.set(), gate.wait(10)), stream=b, name="held_kernel")
+            for _ in range(3):  # (taken with it in one batch by its executor)
+                art.launch(lambda: None, stream=b, name="in_its_batch")
+            assert started.wait(10)
+            threading.Event().wait(0.05)
+            prof = sess.stop()
+    finally:
+        gate.set()
+        dev.synchronize(timeout=10)
+    names = sorted((t.stream, t.name, t.fate) for t in prof.tasks)
+    assert names == sorted([(a.id, "held", "unfinished")] + [(a.id, "after_the_host_function", "unfinished")] * 3
+                           + [(b.id, "held_kernel", "unfinished")] + [(b.id, "in_its_batch", "unfinished")] * 3)
+    assert sum(t.start_ns == t.end_ns for t in prof.tasks) == 6  # the queued ones never started
+    rows = (tmp_path / "p" / "task_time.csv").read_text().splitlines()
+    assert len(rows) == 1 + 8
+    a.destroy(), b.destroy()
+
+
+@pytest.mark.cpu_only  # (a host function that blocks on a host gate)
+def test_tasks_that_never_started_are_no_work_to_the_analyses(dev):
+    # (queued behind an unfinished host function when the profile ended, 200 kernels of no
+    # duration made a "too-small tasks" finding, and counted as queued and as copied bytes)
+    import threading
+    from ascentrt.profiler.metrics import metrics
+    s = dev.create_stream()
+    gate, started = threading.Event(), threading.Event()
+    buf = art.malloc(1 << 20)
+    host = art.malloc_host(1 << 20)
+    try:
+        with art.profile() as sess:
+            art.launch_host_func(lambda: (started.set(), gate.wait(10)), stream=s)
+            for _ in range(200):
+                art.launch(lambda: None, stream=s, name="queued")
+            art.memcpy_async(buf, host, stream=s)
+            assert started.wait(10)
+            prof = sess.stop()
+    finally:
+        gate.set()
+        s.synchronize(timeout=10)
+    assert sum(t.name == "queued" and t.start_ns == t.end_ns for t in prof.tasks) == 200
+    assert "small_tasks" not in {f.kind for f in prof.diagnose()}
+    m = metrics(prof)
+    assert m["queued_ns"]["count"] == 0 and m["copy_bandwidth"] == {}
+    s.destroy()
+    buf.free(), host.free()

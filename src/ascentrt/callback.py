@@ -165,8 +165,9 @@ def _drop_dead(rep: _Reporter) -> None:
     if _reporters.get(rep.thread_id) is rep:
         del _reporters[rep.thread_id]
     rep.cond.notify_all()
-    _log.warning("report thread %d exited without unsubscribing; %d queued callback(s) of its "
-                 "streams will not run", rep.thread_id, lost)
+    _log.warning("report thread %d exited without unsubscribing: %d callback(s) handed to it "
+                 "will not run, and each callback its streams reach later fails (107015)",
+                 rep.thread_id, lost)
 
 
 def _cancel(report: _Report) -> None:
@@ -229,7 +230,8 @@ def process_reports(timeout: float | None = None) -> int:
 
     Returns how many ran. Raises StreamStateError (107012) when this thread subscribed to no
     stream and AscentTimeoutError (507012) when nothing arrived in time. A callback that
-    raises is logged and does not stop the others.
+    raises is logged and does not stop the others (on the main thread a KeyboardInterrupt or
+    SystemExit reaches the caller, the callbacks after it left queued for the next call).
     """
     timeout = check_timeout(timeout)
     me = threading.get_ident()
@@ -251,6 +253,7 @@ def process_reports(timeout: float | None = None) -> int:
                                    code=ErrorCode.RT_THREAD_SUBSCRIBE)
         raise AscentTimeoutError(f"no callback arrived within {timeout} s",
                                  code=ErrorCode.RT_REPORT_TIMEOUT)
+    main = threading.current_thread() is threading.main_thread()
     for i, (stream_id, report) in enumerate(entries):
         # While a blocking callback runs, its stream is held by it: marking the thread as
         # running that task makes a synchronize of the same stream fail (107011), not hang.
@@ -265,9 +268,14 @@ def process_reports(timeout: float | None = None) -> int:
         except Exception:
             _log.exception("callback %r raised", report.fn)
         except BaseException:
-            # A Ctrl-C (or SystemExit) reaches the program; the callbacks after it in the batch
-            # did not run: they go back to the front of the queue for the next call, and their
-            # streams stay held until then (none is lost, none is left waiting for ever).
+            if not main:  # (no Ctrl-C lands on a report thread of the program's: a callback's
+                # KeyboardInterrupt or SystemExit is its failure, logged as any other)
+                _log.exception("callback %r raised", report.fn)
+                continue
+            # A Ctrl-C (or SystemExit) on the main thread reaches the program; the callbacks
+            # after it in the batch did not run: they go back to the front of the queue for
+            # the next call, and their streams stay held until then (none is lost, none is
+            # left waiting for ever).
             with _lock:
                 rep.queue.extendleft(reversed(entries[i + 1:]))
                 rep.cond.notify_all()

@@ -380,7 +380,13 @@ def memcpy_async(dst: _Memory, src: _Memory, nbytes: int | None = None, *, strea
     task.keep = keep
     task.resolve = _still_live(do, so)
     task.nbytes = n
-    _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")
+    _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable",
+                       "memcpy_async", _no_copy(args))
+
+
+def _no_copy(args: tuple) -> tuple:
+    """A copy's arguments (dst, dpitch, src, spitch, width, height) with nothing to move."""
+    return (args[0], 0, args[2], 0, 0, 0)
 
 
 def _refuse_host_to_host() -> None:
@@ -399,7 +405,11 @@ def _check_stream_device(stream, *ops: _Operand) -> None:
                                        f"{stream.device.id}", code=ErrorCode.RT_STREAM_CONTEXT)
 
 
-def _submit_maybe_sync(stream, task: Task, pageable: bool) -> None:
+def _submit_maybe_sync(stream, task: Task, pageable: bool, call: str, nothing: tuple) -> None:
+    """Submit `task` (of the program's `call`); with pageable host memory, return only once it
+    ran. A wait that fails or is interrupted before the task started withdraws it (it runs on
+    `nothing`, its arguments with no byte to move): a call that raised moved no byte, and none
+    moves later into memory the program took back."""
     if not pageable:
         stream._submit(task)
         return
@@ -407,9 +417,21 @@ def _submit_maybe_sync(stream, task: Task, pageable: bool) -> None:
     # Pageable host memory may change or vanish once we return: finish the copy first.
     ev = stream.device.internal_event()
     stream._submit(task)
-    if stream._capture is None:
+    if stream._capture is not None:
+        return
+    what = f"{call} ({task.name}, {task.nbytes} bytes, pageable host memory) on stream {stream.id}"
+    try:
         ev.record(stream)
-        ev.synchronize()
+        ev._synchronize(None, what)
+    except BaseException:
+        if not stream._withdraw(task, nothing):
+            # It started (or ran, or its stream dropped it): one that runs must end before the
+            # call returns, the memory the program holds being the copy's until then.
+            try:
+                ev._synchronize(None, what)
+            except BaseException:  # (the first error is the call's; a second Ctrl-C ends this)
+                pass
+        raise
 
 
 def _check_fill(value) -> int:
@@ -455,7 +477,7 @@ def memset_async(dst: _Memory, value: int, nbytes: int | None = None, *, stream:
     task.keep = (op.data, op.owner)  # (bytes kept alive, and the allocation they are in)
     task.resolve = _still_live(op)
     task.nbytes = n
-    _submit_maybe_sync(stream, task, op.where == "pageable")
+    _submit_maybe_sync(stream, task, op.where == "pageable", "memset_async", (op.addr, value, 0))
 
 
 def _check_pitched(data: np.ndarray, pitch: int, width: int, height: int, role: str) -> None:
@@ -515,7 +537,8 @@ def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: 
     task.keep = (do.data, so.data, do.owner, so.owner)
     task.resolve = _still_live(do, so)
     task.nbytes = width * height
-    _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable")
+    _submit_maybe_sync(stream, task, do.where == "pageable" or so.where == "pageable",
+                       "memcpy2d_async", _no_copy(args))
 
 
 interrupts.protect(_end_use)  # (a Ctrl-C there would leave the operation registered for good)

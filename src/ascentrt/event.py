@@ -105,6 +105,11 @@ class Event:
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until the recorded work completed; raise a task error that happened before it."""
+        self._synchronize(timeout, f"event {self.id} synchronize")
+
+    def _synchronize(self, timeout: float | None, what: str) -> None:
+        """synchronize(), its timeout or deadlock named as `what` (the runtime's own waits on
+        an event of its own say what the program asked for instead)."""
         timeout = check_timeout(timeout)
         self._check_alive()
         m = self._marker
@@ -121,8 +126,7 @@ class Event:
             def cancel() -> None:
                 if ev in m.host_waiters:
                     m.host_waiters.remove(ev)
-            ENGINE.wait_host(ev, timeout, [m.stream], f"event {self.id} synchronize",
-                             ErrorCode.RT_EVENT_SYNC_TIMEOUT, cancel)
+            ENGINE.wait_host(ev, timeout, [m.stream], what, ErrorCode.RT_EVENT_SYNC_TIMEOUT, cancel)
         backend.host_call("synchronize")  # (a simulated device: the return path, once, see sync.py)
         if Hooks.sanitizer is not None:
             Hooks.sanitizer.marker_waited(m)

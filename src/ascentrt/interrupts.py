@@ -153,6 +153,27 @@ def hold() -> bool:
     return True
 
 
+def redeliver() -> None:
+    """Give the program back a Ctrl-C its own code took on the main thread inside a runtime step.
+
+    The runtime made that KeyboardInterrupt the code's failure (a condition's, a callback's)
+    to stay whole; the Ctrl-C is raised again as the outermost held section ends, else sent
+    again a moment later (where no protected section is cut). Nothing on other threads, where
+    no Ctrl-C lands, nor where the program's own SIGINT handler is in place."""
+    if _get_ident() != _held.main:
+        return
+    if _held.depth:
+        _held.pending = True
+        return
+    if _getsignal(_SIGINT) not in (_HANDLER, signal.default_int_handler):
+        return
+    if not _resend_due[0]:
+        _resend_due[0] = True
+        timer = threading.Timer(_REDELIVER_S, _resend)
+        timer.daemon = True
+        timer.start()
+
+
 def _after_fork_in_child() -> None:
     """A child forked while the main thread held a section starts with none held (its main
     thread is the forking one, which held nothing)."""

@@ -94,6 +94,7 @@ class Stream:
         self._submitted = 0
         self._completed = 0
         self._running: Task | None = None
+        self._batch: list[Task] | tuple = ()  # the tasks an executor took with _running (cpu)
         self._blocked: Task | None = None
         self._released_ns = 0          # virtual devices: when a blocked wait of it last ended
         self._ended_class = -1         # virtual devices: the executor class of its last task
@@ -127,6 +128,17 @@ class Stream:
             return self._capture.add(self, task)
         task.thread = threading.get_ident()
         return ENGINE.submit(self, task)
+
+    def _withdraw(self, task: Task, args: tuple) -> bool:
+        """Make `task`, queued on this stream by a call that failed before it ran, run on `args`
+        instead (its operation with nothing to move), in stream order, holding nothing of what
+        it was given: True; False once an executor took it (it runs, or ran, as queued)."""
+        with ENGINE.lock:
+            if task not in self._tasks:  # (taken, run, or dropped with the stream's pending work)
+                return False
+            task.args, task.resolve, task.keep, task.nbytes = args, None, None, 0
+            task.name = f"{task.name} (withdrawn)"
+            return True
 
     def _refusal(self) -> Exception:
         if self._refuse == "destroyed":
@@ -289,12 +301,14 @@ class Stream:
                 return True
             try:
                 return bool(met(int(raw[:8].view("<u8")[0])))
-            except Exception as exc:
+            except BaseException as exc:  # (SystemExit too: whichever thread looks lives on)
                 _log.debug("the condition of value wait %s raised", what, exc_info=True)
                 task.error = failure_of_a_task(
                     TaskError, f"value wait for {what} on stream {self.id}: its condition raised "
                     f"{type(exc).__name__}: {exc}", ErrorCode.RT_AICPU_EXCEPTION)
                 task.error.__cause__ = exc
+                if isinstance(exc, KeyboardInterrupt):  # (a Ctrl-C on the main thread: its own)
+                    interrupts.redeliver()
                 return True
 
         task = Task(VALUE_WAIT, check, (what,), name="value_wait")

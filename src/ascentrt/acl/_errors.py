@@ -71,6 +71,7 @@ def set_exception_info_callback(*args: Any) -> int:
     if fn is not None and not callable(fn):
         raise AclTypeError("parameter must be callable")
     _user_callback[0] = fn
+    _dispatch.__wrapped__ = fn  # type: ignore[attr-defined]  # (what the engine names when fn raises)
     hooks = Hooks.exception_callbacks
     if fn is not None and _dispatch not in hooks:
         hooks.append(_dispatch)

@@ -57,7 +57,8 @@ class Hooks:
 
     profiler: task_done(task[, error text]) and tasks_done(stream, tasks) (a batch), while
         profiling; tasks_dropped(stream, tasks, now) for work dropped unrun (under the lock).
-    exception_callbacks: fn(ExceptionInfo), called outside the lock.
+    exception_callbacks: fn(ExceptionInfo), called outside the lock; a facade's hook that
+        calls the program's function names it as `fn.__wrapped__` (what a failure is logged as).
     capture: the stream-capture implementation (begin, end, status, task groups), set by
         ascentrt.graph when it is imported.
     sync_guards: fn(what) called before a synchronous host call; a capture in progress
@@ -989,6 +990,7 @@ class Engine:
                 batch.append(tasks.popleft())
             stop_on_failure = s._stop_on_failure
             s._running = batch[0]  # under the lock: the stream is owned until this batch ends
+            s._batch = batch       # (what runs after it: a profile that ends meanwhile lists it)
             busy[ex] += 1
             _local.stream = s  # current_task() reads s._running: no per-task thread-local store
             lock.release()
@@ -1034,6 +1036,7 @@ class Engine:
         simulator one per task)."""
         dq.busy[ex] -= 1
         s._running = None
+        s._batch = ()
         s._completed += done  # (_completed, inlined)
         self.progress += done
         if s._sync_waiters:
@@ -1054,6 +1057,7 @@ class Engine:
         lock = self.lock
         dq.busy[ex] -= 1
         s._running = None
+        s._batch = ()
         self._completed(s, done)
         infos = [self._fail(s, t, t.error) for t in failed] if failed else ()
         tasks = s._tasks
@@ -1100,8 +1104,11 @@ class Engine:
             for cb in list(Hooks.exception_callbacks):
                 try:
                     cb(info)
-                except BaseException:  # SystemExit included: executors must live on
-                    _log.exception("ascentrt: exception-info callback %r raised", cb)
+                except BaseException as exc:  # SystemExit included: executors must live on
+                    _log.exception("ascentrt: exception-info callback %r raised",
+                                   getattr(cb, "__wrapped__", None) or cb)  # (the program's, not a hook's)
+                    if isinstance(exc, KeyboardInterrupt):  # (a simulated device's main thread)
+                        interrupts.redeliver()
 
     # ---- timed device-side waits -----------------------------------------------------------
 
@@ -1531,7 +1538,7 @@ def _after_fork_in_child() -> None:
                 # counted done here, or a synchronize of the stream would wait for them for ever.
                 in_flight = (s._tasks[0].id - 1 if s._tasks else s._submitted) - s._completed
                 first = s._running if s._running is not None else s._tasks[0] if s._tasks else None
-                s._running, s._cut, s._after_running = None, None, None
+                s._running, s._cut, s._after_running, s._batch = None, None, None, ()
                 s._sync_waiters = []
                 engine._discard(s, _FORKED)
                 if in_flight > 0:

@@ -381,7 +381,7 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
 def _copy_bound(profile) -> list[Finding]:
     """Copies over half the critical path (the chain of work the run's length is made of):
     the run lasts as long as its transfers, however well the rest of it overlaps."""
-    copies = [t for t in profile.tasks if t.kind == "copy"]
+    copies = [t for t in profile.tasks if t.kind == "copy" and t.started]
     if not copies:
         return []
     end = max(t.end_ns for t in profile.tasks)

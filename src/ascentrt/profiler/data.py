@@ -96,7 +96,8 @@ class TaskRecord:
     # "": it ran to its end. "dropped": its stream was destroyed or stopped (failure mode
     # STOP) before it ran, or, a wait, while it blocked (end_ns: then); a dropped record still
     # lets its waiters go. "unfinished": it still blocked, ran or waited for an executor when
-    # profiling ended (end_ns: then; start_ns: when it blocked or started, else its enqueue).
+    # profiling ended (end_ns: then; start_ns: when it blocked or started, else its enqueue),
+    # or was queued behind one that did and never started (start_ns = end_ns: then).
     fate: str = ""
     units: int = 1     # executor units it held while it ran (a simulated kernel: its block_dim;
                        # 0: none, a value write the stream's scheduler does itself)
@@ -110,6 +111,13 @@ class TaskRecord:
     def queued_ns(self) -> int:
         """Enqueue to start: the time queued in the stream behind earlier work, plus dispatch."""
         return self.start_ns - self.enqueue_ns
+
+    @property
+    def started(self) -> bool:
+        """Whether it ever ran or blocked (not dropped unrun, nor still queued at the end).
+
+        Neither of those took time: start_ns = end_ns, the drop or the profile's end."""
+        return self.start_ns != self.end_ns or self.fate not in ("dropped", "unfinished")
 
     @property
     def key(self) -> tuple:

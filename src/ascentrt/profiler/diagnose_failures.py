@@ -110,6 +110,13 @@ def never_finished(profile: ProfileData) -> list[Finding]:
     host calls that gave up waiting for it (a timeout, a deadlock)."""
     stuck = [t for t in profile.tasks if t.fate == "unfinished"
              or (t.fate == "dropped" and t.kind in _WAITS)]
+    # Each stream stopped at its first unfinished task; the ones queued behind it never started.
+    first: dict[tuple, object] = {}
+    for t in sorted((t for t in stuck if t.fate == "unfinished"), key=lambda t: t.task_id):
+        first.setdefault((t.device, t.stream), t)
+    behind = Counter((t.device, t.stream) for t in stuck
+                     if t.fate == "unfinished" and first[(t.device, t.stream)] is not t)
+    stuck = [t for t in stuck if t.fate != "unfinished" or first[(t.device, t.stream)] is t]
     gave_up = [c for c in profile.api_calls if c.error in _GAVE_UP]
     if not stuck and not gave_up:
         return []
@@ -123,6 +130,9 @@ def never_finished(profile: ProfileData) -> list[Finding]:
             how = f"blocked from {format_us(t.start_ns)} to the end of the profile"
         else:
             how = f"had not finished (running or waiting for an executor) since {format_us(t.start_ns)}"
+        queued = behind.get((t.device, t.stream)) if t.fate == "unfinished" else None
+        if queued:
+            how += f", and {queued} task(s) queued behind it never started"
         where.append(f"device {t.device} stream {t.stream}: {t.name} (task {t.task_id}) {how}")
     calls = [f"{c.name}{f' of {c.target}' if c.target else ''} {_GAVE_UP[c.error]} ({c.error}) "
              f"at {format_us(c.end_ns)}" for c in gave_up]
@@ -142,6 +152,7 @@ def never_finished(profile: ProfileData) -> list[Finding]:
     title = (f"Work never finished: {len(stuck)} stream(s) stopped at a task that did not end"
              if stuck else f"{len(gave_up)} wait(s) for the device gave up")
     evidence: dict[str, object] = {"streams stopped": len(stuck), "of them at a wait": waits,
+                                   "tasks queued behind them": sum(behind.values()),
                                    "host waits that gave up": len(gave_up)}
     if ended is not None:
         exception = ended.name[len(EXIT_MARK):]

@@ -13,10 +13,11 @@ from .finding import percentile
 
 
 def work_by_device(profile: ProfileData) -> dict[int, list]:
-    """Each device's work tasks (kernels, copies, memsets, host functions, waits) by device id."""
+    """Each device's work tasks (kernels, copies, memsets, host functions, waits) by device
+    id, those that never started left out (dropped unrun, or queued when profiling ended)."""
     out = defaultdict(list)
     for t in profile.tasks:
-        if t.kind in WORK_KINDS:
+        if t.kind in WORK_KINDS and t.started:
             out[t.device].append(t)
     return out
 
@@ -110,7 +111,8 @@ def metrics(profile: ProfileData) -> dict:
                 "utilization": b / span}
     # Time queued in the stream (enqueue -> start, behind earlier work) is not a latency of
     # the runtime; the dispatch latency is that of tasks whose stream was idle.
-    out["queued_ns"] = _spread([t.queued_ns for t in profile.tasks if t.kind in DISPATCHED_KINDS])
+    out["queued_ns"] = _spread([t.queued_ns for t in profile.tasks
+                                if t.kind in DISPATCHED_KINDS and t.started])
     out["dispatch_latency_ns"] = _spread(dispatch_latencies(profile))
     api = defaultdict(list)
     for call, own_ns in calls_made(profile.api_calls):
@@ -120,7 +122,7 @@ def metrics(profile: ProfileData) -> dict:
     out["api_total_ns"] = sum(v["total_ns"] for v in out["api"].values())
     copies: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for t in profile.tasks:
-        if t.kind == "copy":
+        if t.kind == "copy" and t.started:  # (bytes that never moved make no bandwidth)
             c = copies[t.name]
             c[0] += 1
             c[1] += t.nbytes

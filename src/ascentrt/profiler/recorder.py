@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
-from .. import forksafe
+from .. import forksafe, interrupts
 from . import clock
 from .. import device as _device  # (its _devices: read as the module's, it is reassigned)
 
@@ -240,23 +240,37 @@ class Recorder:
 
     @staticmethod
     def _unfinished(now: int) -> list[tuple]:
-        """(stream, task record) of the task that holds up each stream with work left (a wait
-        that still blocks, a task that still runs, or the head waiting for an executor), as
-        unfinished at `now`: a hang or a deadlock then shows where each stream stopped. A
-        non-blocking host function's is filed as it is when it ends (see task_done)."""
+        """(stream, task record) of each task of a stream with work left, as unfinished at
+        `now`: the one that holds the stream up (a wait that still blocks, a task that still
+        runs, or the head waiting for an executor) from when it blocked, started or was
+        queued, and every task queued behind it, which never started (start and end: `now`).
+        A hang, a deadlock or a program that ended early then shows where each stream stopped
+        and what it never got to. A non-blocking host function's is filed as it is when it
+        ends (see task_done)."""
         with ENGINE.lock:
-            heads = []
+            heads: list = []
+            behind: list = []
             for dq in ENGINE.devices:
                 for s in list(dq.streams.values()):
-                    head = s._running if s._running is not None else s._tasks[0] if s._tasks else None
-                    if head is not None and head.id:
+                    running = s._running
+                    queued = list(s._tasks)
+                    if running is not None:  # (then the rest of its executor's batch, not cut off)
+                        cut = s._cut
+                        queued[:0] = [t for t in s._batch if t.id > running.id
+                                      and (cut is None or t.id <= cut)]
+                        head = running
+                    elif queued:
+                        head = queued.pop(0)
+                    else:
+                        continue
+                    if head.id:
                         heads.append(head)
+                    behind.extend(t for t in queued if t.id)
         out = []
-        for t in heads:
-            start = t.t_start or t.t_enqueue or now
+        for t, at in [(t, t.t_start or t.t_enqueue or now) for t in heads] + [(t, now) for t in behind]:
             stream, task_id, kind = _filed_as(t)
             out.append((stream, (task_id, kind, t.name or getattr(t.fn, "__name__", None), t.nbytes,
-                                 t.t_enqueue, min(start, now), now, t.thread, "", None,
+                                 t.t_enqueue, min(at, now), now, t.thread, "", None,
                                  "unfinished", t.units)))
         return out
 
@@ -562,7 +576,9 @@ def _value_writer(wait: tuple, t_end: int, writes: dict):
             try:
                 if met(value):
                     return key
-            except Exception:  # (the program's condition: see Stream.wait_value)
+            except BaseException as exc:  # (the program's condition: see Stream.wait_value)
+                if isinstance(exc, KeyboardInterrupt):
+                    interrupts.redeliver()
                 return None
     return None
 

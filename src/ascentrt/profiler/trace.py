@@ -74,7 +74,7 @@ def _slice(name: str, cat: str, pid: int, tid: int, start_ns, end_ns, args: str,
 _FATES = {"dropped": "dropped unrun (or, a wait, cut short) when its stream was destroyed or "
                       "stopped after a failure",
           "unfinished": "never finished while profiling: it still blocked, ran or waited for an "
-                        "executor at the end"}
+                        "executor at the end, or was queued behind one that did"}
 
 
 def _task_slice(t, pid: int, tid: int, ts: Callable) -> str:

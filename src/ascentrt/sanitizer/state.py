@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any
 
-from .. import forksafe
+from .. import forksafe, interrupts
 from ..callsite import OURS, Site, site_text, user_code_site
 from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
 from ..engine.task import DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
@@ -39,10 +39,13 @@ _SYNC_KINDS = frozenset((EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, V
 
 
 def _meets(met, number: int) -> bool:
-    """Whether a value wait's condition holds for `number` (one that raises: no)."""
+    """Whether a value wait's condition holds for `number` (one that raises: no; a Ctrl-C it
+    took on the main thread goes back to the program)."""
     try:
         return bool(met(number))
-    except Exception:
+    except BaseException as exc:  # (SystemExit too: the engine's thread that asks lives on)
+        if isinstance(exc, KeyboardInterrupt):
+            interrupts.redeliver()
         return False
 
 
