@@ -265,9 +265,6 @@ class Device:
         reservation is not free to malloc)."""
         memory = self._memory
         pool = memory.pool
-        for p in (pool, *memory.pools()):  # (frees whose work is done: in, past thresholds back)
-            if p is not None:
-                p.synchronize_pending()
         cached = 0 if pool is None else pool.free_bytes()
         return memory.chunks.unreserved_bytes() + cached, memory.capacity
 
@@ -313,6 +310,7 @@ class Device:
             detached = self._dq.detached
             streams = [s for s in self._dq.streams.values() if s is not detached] + [detached]
         synchronize_streams(streams, timeout, f"device {self.id} synchronize")
+        self._memory.settle()  # (a release threshold applies at a synchronize)
 
     def reset(self) -> None:
         """Discard all pending work, destroy every stream and free every buffer of this device

@@ -128,6 +128,7 @@ class Event:
                     m.host_waiters.remove(ev)
             ENGINE.wait_host(ev, timeout, [m.stream], what, ErrorCode.RT_EVENT_SYNC_TIMEOUT, cancel)
         backend.host_call("synchronize")  # (a simulated device: the return path, once, see sync.py)
+        m.stream.device._memory.settle()  # (a release threshold applies at a synchronize)
         if Hooks.sanitizer is not None:
             Hooks.sanitizer.marker_waited(m)
         raise_stream_errors([m.stream], before=m.position)

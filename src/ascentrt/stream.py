@@ -380,6 +380,7 @@ class Stream:
         if self._capture is not None:
             self._capture.refuse(self, "synchronize")
         synchronize_streams([self], timeout, f"stream {self.id} synchronize")
+        self.device._memory.settle()  # (a release threshold applies at a synchronize)
 
     def query(self) -> bool:
         """True when every task submitted so far has completed."""

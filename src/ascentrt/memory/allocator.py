@@ -192,6 +192,14 @@ class DeviceAllocator:
                 raise
             return pool.allocate_again(n, stream)  # (one refusal: counted once)
 
+    def settle(self) -> None:
+        """After a host synchronize: every pool of the device takes in its frees whose queued
+        work is done, and past its release threshold gives their chunks back, as CUDA's pools
+        do at a synchronize (not when their state is read: reading must not move the pool)."""
+        for p in (self.pool, *self.pools()):
+            if p is not None:
+                p.synchronize_pending()
+
     def _settled_other_pools(self, pool: Any) -> bool:
         """After a refused allocation: the device's other pools take in their frees whose
         queued work is done, giving back what their release thresholds say (a CUDA pool does

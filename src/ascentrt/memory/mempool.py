@@ -85,9 +85,7 @@ class MemPool:
 
     @property
     def reserved_current(self) -> int:
-        """Bytes the pool holds from the device now (frees whose work is done taken in first:
-        past the release threshold, their chunks went back)."""
-        self._pool.synchronize_pending()
+        """Bytes the pool holds from the device now."""
         return self._pool.reserved
 
     @property
@@ -112,7 +110,6 @@ class MemPool:
 
     def stats(self) -> dict:
         """memory_stats() of this pool alone."""
-        self._pool.synchronize_pending()
         return pool_stats(self._pool)
 
     def destroy(self) -> None:

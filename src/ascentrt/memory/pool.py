@@ -801,8 +801,9 @@ class BlockPool:
 
     def synchronize_pending(self) -> int:
         """Move pending blocks whose work is done to the free lists (past the release
-        threshold, wholly free chunks go back: as CUDA's pools release at the next
-        synchronize, here wherever the pool's state is looked at); returns how many."""
+        threshold, wholly free chunks go back); returns how many."""
+        if not self._pending:  # (read without the lock: a free queued meanwhile waits for the next)
+            return 0
         with self._lock:
             return self._collect()
 

@@ -54,8 +54,7 @@ def _largest_free_ratio(frag: dict, ready: int, done_largest: int) -> float:
 
 
 def pool_stats(pool: BlockPool) -> dict:
-    """Statistics of one pool: bytes current/peak, counts, fragmentation figures (a read:
-    memory_stats() takes in the frees whose work is done first)."""
+    """Statistics of one pool: bytes current/peak, counts, fragmentation figures."""
     with pool._lock:
         ready, done, done_largest = pool._free_now()  # (frees whose work is done: free, not pending)
         inactive_split = 0
@@ -124,8 +123,6 @@ def memory_stats(device: Any = None, pool: Any = None) -> dict:
     pools = _pools(device, pool)
     if not pools:  # the pool is off: the same keys, from the plain arena
         return plain_stats(Links.resolve_device(device)._memory)
-    for p in pools:  # (frees whose work is done: in, and past a release threshold, given back)
-        p.synchronize_pending()
     per = [pool_stats(p) for p in pools]
     out = dict(per[0])
     for extra in per[1:]:
