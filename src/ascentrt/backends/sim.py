@@ -175,6 +175,7 @@ class Timeline:
         self.stranger_wait: Any = None  # the signal whose wait waits for strangers, since when
         self.stranger_since = 0.0
         self.step: Any = None           # the task a host thread runs for the simulation now
+        self.step_frame: Any = None     # and its frame (execute finds it here: see there)
         self.polled = -2                # `generation` at the last query that found work not done
         self.missed: set[str] = set()   # what the queries missed since then, in a row
         self.queries = 0                # queries so far (host calls "query")
@@ -652,9 +653,16 @@ class SimBackend(CpuBackend):
             if on_device and p.copy_engine_bandwidth:  # (an engine writes as fast as it copies)
                 ns = max(ns, nbytes / p.copy_engine_bandwidth * 1e9)
         took = int(ns)
-        frames: list | None = tl.local.frames
         # (typed: a compiled build then sets its fields natively)
-        frame: _Frame | None = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
+        frame: _Frame | None
+        if op is tl.step:
+            # The task a step runs, on the thread that steps (only _run_in_frame sets it, just
+            # before it runs it here): its frame is that thread's innermost, without a look at
+            # the thread's own state (a thread-local read costs a tenth of a noop's step).
+            frame = tl.step_frame
+        else:
+            frames: list | None = tl.local.frames
+            frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
         nested = False  # a node of a segment, or an operation a host function makes
         if frame is None:  # a synchronous memcpy / memset of the host: the path of an
             # asynchronous one that it waits for (launched and dispatched, then its bytes move)
@@ -771,10 +779,10 @@ class SimBackend(CpuBackend):
         lock = tl.lock
         lock.acquire()  # (not `with`: every API call of the host comes here)
         try:
-            local = tl.local
-            inside = local.frames or tl.inflight and tl.acting_frame() is not None  # (acts_as_host, inlined: hot)
+            mine = tl.local.__dict__  # (the thread's own state, looked up once: see execute)
+            inside = mine.get("frames") or tl.inflight and tl.acting_frame() is not None  # (acts_as_host, inlined: hot)
             if not inside:
-                if not local.noted:
+                if not mine.get("noted"):
                     tl.note_caller()
                 cost = self._host_cost.get(what)
                 if cost is not None:
@@ -1046,11 +1054,12 @@ class SimBackend(CpuBackend):
             frames = tl.frames()
         frames.append(frame)
         tl.step = t  # (for the pump: a step that never returns is said, see Timeline._pump)
+        tl.step_frame = frame
         try:
             queue.run(t)
         finally:
             frames.pop()
-            tl.step = None
+            tl.step = tl.step_frame = None
         if type(t.error) is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
             # A second Ctrl-C cut the task short (it failed with it): the program still gets
             # its interrupt, once the step is whole.
