@@ -779,7 +779,7 @@ class SimBackend(CpuBackend):
         lock = tl.lock
         lock.acquire()  # (not `with`: every API call of the host comes here)
         try:
-            mine = tl.local.__dict__  # (the thread's own state, looked up once: see execute)
+            mine: dict = tl.local.__dict__  # (the thread's own state, looked up once: see execute)
             inside = mine.get("frames") or tl.inflight and tl.acting_frame() is not None  # (acts_as_host, inlined: hot)
             if not inside:
                 if not mine.get("noted"):
