@@ -37,15 +37,20 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Final
 
 from .. import forksafe
 from .base import COPY, HOST, KERNEL, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
 from .presets import Preset
 
-_COMPUTE, _COPY, _HOST = 0, 1, 2           # the engine's executor classes
-H2D, D2H, D2D = 0, 1, 2                    # copy directions (one engine pool each)
+# (Final: compiled, they are constants, not lookups in this module's globals)
+_COMPUTE: Final = 0                        # the engine's executor classes
+_COPY: Final = 1
+_HOST: Final = 2
+H2D: Final = 0                             # copy directions (one engine pool each)
+D2H: Final = 1
+D2D: Final = 2
 _PAGEABLE = (0, 0, "pageable", None)       # what an address outside every allocation is in
 _GRACE_S = 0.005  # idle and alone: wait this long for a thread that may just be starting
 _REAL_PACE_S = 0.05  # idle while others may act: look again this often (real seconds)
