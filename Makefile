@@ -25,8 +25,10 @@ ACCEL_SOURCES := src/ascentrt/accel.py src/ascentrt/memory/pool.py src/ascentrt/
                  src/ascentrt/memory/buffer.py src/ascentrt/memory/registry.py \
                  src/ascentrt/backends/sim.py src/ascentrt/interrupts.py src/ascentrt/memory/chunks.py
 accel: src/build/.accel
-# (also rebuilt when a module they take types from changes: the build compiles those types in)
-src/build/.accel: $(VENV)/.installed-dev $(ACCEL_SOURCES) $(wildcard src/ascentrt/memory/*.py)
+# (also rebuilt when a module they take types or Final constants from changes: the build
+# compiles those in)
+src/build/.accel: $(VENV)/.installed-dev $(ACCEL_SOURCES) $(wildcard src/ascentrt/memory/*.py) \
+                  src/ascentrt/backends/base.py
 	cd src && ASCENTRT_PURE_PYTHON=1 ../$(PY) -c 'import sys, ascentrt.accel as a; sys.exit(a.build())'
 	touch $@
 

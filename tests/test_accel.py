@@ -182,6 +182,34 @@ def test_one_build_older_than_its_source_keeps_every_compiled_module_to_source(t
     assert accel._SourceFirst.find_spec("ascentrt.memory.other") is None
 
 
+def test_a_build_older_than_the_device_contract_keeps_to_source(tmp_path, monkeypatch):
+    # The simulator's build inlines the contract's Final operation kinds (backends/base.py):
+    # an edit of them makes every build stale, as an edit of the memory types does.
+    names = ("ascentrt.memory.built",)
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "backends").mkdir()
+    source = tmp_path / "memory" / "built.py"
+    source.write_text("VALUE = 'source'\n")
+    build = source.with_name("built" + EXTENSION_SUFFIXES[0])
+    build.write_bytes(b"not loaded")
+    contract = tmp_path / "backends" / "base.py"
+    contract.write_text("KERNEL = 0\n")
+    os.utime(source, (1000, 1000))
+    os.utime(build, (2000, 2000))      # built after its own source...
+    os.utime(contract, (3000, 3000))   # ...but before the contract's last edit
+    monkeypatch.setattr(accel, "_PACKAGE", tmp_path)
+    monkeypatch.setattr(accel, "MODULES", names)
+    monkeypatch.setattr(accel, "_from_source", set())
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delenv("ASCENTRT_PURE_PYTHON", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        accel.keep_to_source_if_asked()
+    assert any("built is older than its source" in str(w.message) for w in caught)
+    spec = accel._SourceFirst.find_spec("ascentrt.memory.built")
+    assert spec is not None and spec.origin.endswith("built.py")
+
+
 def test_info_says_whether_the_hot_paths_run_compiled(capsys):
     from ascentrt import cli
     assert cli.main(["info"]) == 0

@@ -70,8 +70,10 @@ def keep_to_source_if_asked() -> None:
     builds = {name: _build_of(name) for name in MODULES}
     if not any(builds.values()):
         return
-    # (a build also goes stale when a module it takes types from changes: the memory package's)
-    shared = max(path.stat().st_mtime for path in _PACKAGE.joinpath("memory").glob("*.py"))
+    # (a build also goes stale when a module it takes types or constants from changes: the
+    # memory package's, and the device contract, whose Final operation kinds it inlines)
+    shared_sources = [*_PACKAGE.joinpath("memory").glob("*.py"), *_PACKAGE.joinpath("backends").glob("base.py")]
+    shared = max((path.stat().st_mtime for path in shared_sources), default=0.0)
     stale = [name for name, build in builds.items()
              if build is not None and build.stat().st_mtime < max(_source_of(name).stat().st_mtime, shared)]
     if stale and not pure:

@@ -13,7 +13,7 @@ import collections
 import logging
 import threading
 
-from .engine.scheduler import Hooks, act_for_stream, current_task, restore_stream_mark
+from .engine.hooks import Hooks, act_for_stream, current_task, restore_stream_mark
 from .engine.task import HOST_FUNC, Task
 from . import forksafe
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, StreamStateError

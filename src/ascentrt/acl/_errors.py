@@ -9,7 +9,7 @@ from typing import Any, Callable
 from .. import forksafe
 from .. import errors as _errors
 from ..callback import _live_thread
-from ..engine.scheduler import Hooks
+from ..engine.hooks import Hooks
 from . import constants as C
 from ._api import AclTypeError
 

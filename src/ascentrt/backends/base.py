@@ -11,10 +11,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 # Operation kinds a backend executes (the engine's task kinds use the same numbers).
-KERNEL, COPY, FILL, HOST = 0, 1, 2, 3
+# (Final: a compiled module reads them as constants, not from this module's globals)
+KERNEL: Final = 0
+COPY: Final = 1
+FILL: Final = 2
+HOST: Final = 3
 OP_NAMES = ("kernel", "copy", "fill", "host")
 
 

@@ -37,15 +37,20 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Final
 
 from .. import forksafe
 from .base import COPY, HOST, KERNEL, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
 from .presets import Preset
 
-_COMPUTE, _COPY, _HOST = 0, 1, 2           # the engine's executor classes
-H2D, D2H, D2D = 0, 1, 2                    # copy directions (one engine pool each)
+# (Final: compiled, they are constants, not lookups in this module's globals)
+_COMPUTE: Final = 0                        # the engine's executor classes
+_COPY: Final = 1
+_HOST: Final = 2
+H2D: Final = 0                             # copy directions (one engine pool each)
+D2H: Final = 1
+D2D: Final = 2
 _PAGEABLE = (0, 0, "pageable", None)       # what an address outside every allocation is in
 _GRACE_S = 0.005  # idle and alone: wait this long for a thread that may just be starting
 _REAL_PACE_S = 0.05  # idle while others may act: look again this often (real seconds)
@@ -176,6 +181,7 @@ class Timeline:
         self.stranger_wait: Any = None  # the signal whose wait waits for strangers, since when
         self.stranger_since = 0.0
         self.step: Any = None           # the task a host thread runs for the simulation now
+        self.step_frame: Any = None     # and its frame (execute finds it here: see there)
         self.polled = -2                # `generation` at the last query that found work not done
         self.missed: set[str] = set()   # what the queries missed since then, in a row
         self.queries = 0                # queries so far (host calls "query")
@@ -546,6 +552,10 @@ class SimBackend(CpuBackend):
         self._last_units = 0            # the compute units _fits_compute found
         self._link_bytes = 0.0          # the last kernel's link_bytes and link_src (_kernel_ns)
         self._link_src = 0
+        # The Cost object of the last costed kernel and (ns, memory ns, link_bytes, link_src)
+        # it gave (see _kernel_ns)
+        self._known_cost: Any = None
+        self._known_ns: tuple[float, float, float, int] = (0.0, 0.0, 0.0, 0)
         self._host_cost = {what: int(ns) for what, ns in {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
             "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
@@ -664,9 +674,16 @@ class SimBackend(CpuBackend):
             if on_device and p.copy_engine_bandwidth:  # (an engine writes as fast as it copies)
                 ns = max(ns, nbytes / p.copy_engine_bandwidth * 1e9)
         took = int(ns)
-        frames: list | None = tl.local.frames
         # (typed: a compiled build then sets its fields natively)
-        frame: _Frame | None = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
+        frame: _Frame | None
+        if op is tl.step:
+            # The task a step runs, on the thread that steps (only _run_in_frame sets it, just
+            # before it runs it here): its frame is that thread's innermost, without a look at
+            # the thread's own state (a thread-local read costs a tenth of a noop's step).
+            frame = tl.step_frame
+        else:
+            frames: list | None = tl.local.frames
+            frame = frames[-1] if frames else tl.acting_frame() if tl.inflight else None
         nested = False  # a node of a segment, or an operation a host function makes
         if frame is None:  # a synchronous memcpy / memset of the host: the path of an
             # asynchronous one that it waits for (launched and dispatched, then its bytes move)
@@ -783,10 +800,10 @@ class SimBackend(CpuBackend):
         lock = tl.lock
         lock.acquire()  # (not `with`: every API call of the host comes here)
         try:
-            local = tl.local
-            inside = local.frames or tl.inflight and tl.acting_frame() is not None  # (acts_as_host, inlined: hot)
+            mine: dict = tl.local.__dict__  # (the thread's own state, looked up once: see execute)
+            inside = mine.get("frames") or tl.inflight and tl.acting_frame() is not None  # (acts_as_host, inlined: hot)
             if not inside:
-                if not local.noted:
+                if not mine.get("noted"):
                     tl.note_caller()
                 cost = self._host_cost.get(what)
                 if cost is not None:
@@ -1058,11 +1075,12 @@ class SimBackend(CpuBackend):
             frames = tl.frames()
         frames.append(frame)
         tl.step = t  # (for the pump: a step that never returns is said, see Timeline._pump)
+        tl.step_frame = frame
         try:
             queue.run(t)
         finally:
             frames.pop()
-            tl.step = None
+            tl.step = tl.step_frame = None
         if type(t.error) is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
             # A second Ctrl-C cut the task short (it failed with it): the program still gets
             # its interrupt, once the step is whole.
@@ -1270,20 +1288,36 @@ class SimBackend(CpuBackend):
         the ns its declared bytes take at the memory bandwidth)."""
         p = self.preset
         cost = op.cost
+        known = self._known_cost
         self._link_bytes = 0.0
-        if cost is None or (cost.seconds is None and not (cost.flops or cost.bytes
-                                                          or cost.link_bytes)):
+        if cost is None or cost is not known and (cost.seconds is None and not (
+                cost.flops or cost.bytes or cost.link_bytes)):
             block_dim = None if cost is None else cost.block_dim  # launch(block_dim=) alone
             fn_cost = getattr(op.fn, "cost", None)
             if fn_cost is not None:
                 cost = fn_cost(*args)
                 if block_dim is not None:
                     cost = dataclasses.replace(cost, block_dim=block_dim)
-            if cost is None or (cost.seconds is None and not (cost.flops or cost.bytes
-                                                              or cost.link_bytes)):
+            if cost is None or cost is not known and (cost.seconds is None and not (
+                    cost.flops or cost.bytes or cost.link_bytes)):
                 label = getattr(op, "label", "") or getattr(op.fn, "__name__", "kernel")
                 self.uncosted[label] = self.uncosted.get(label, 0) + 1
                 return p.default_kernel_ns, 0.0
+        if cost is known:
+            # The very Cost object the last costed kernel had (one held as a constant: a cost
+            # function that returns the same object for any arguments, as noop's, or one
+            # passed to every launch): a Cost is frozen and the preset fixed, so its figures
+            # are the ones found then (the cache holds the object: its id is never reused).
+            ns, mem, self._link_bytes, self._link_src = self._known_ns
+            return ns, mem
+        ns, mem = self._costed_ns(cost)
+        self._known_cost = cost
+        self._known_ns = (ns, mem, self._link_bytes, self._link_src)
+        return ns, mem
+
+    def _costed_ns(self, cost: Any) -> tuple[float, float]:
+        """_kernel_ns of a kernel with a Cost that declares its duration or work."""
+        p = self.preset
         seconds = cost.seconds
         memory = cost.bytes / p.memory_bandwidth
         if seconds is not None:

@@ -25,6 +25,8 @@ from .. import config, interrupts
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, failure_of_a_task, keeping_last_error, note_async_error,
                       warn_at_caller)
+from .hooks import Hooks, _local, current_task
+from .stepping import ExecutorQueue, batch_succeeded
 from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_FUNC, KERNEL,
                    KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT, Task)
 
@@ -41,48 +43,6 @@ MAX_VIRTUAL_SLICE_S = 1e6
 # launch stream's join task, renamed to the node, on another executor class.
 _ERROR_OF_KIND = {KERNEL: ErrorCode.RT_AICORE_EXCEPTION, HOST_FUNC: ErrorCode.RT_AICPU_EXCEPTION}
 _log = logging.getLogger("ascentrt")
-
-
-class _ThreadStream(threading.local):
-    """The stream whose batch this executor thread is running (None on host threads)."""
-
-    stream: Any = None
-
-
-_local = _ThreadStream()
-
-
-class Hooks:
-    """Observers registered with the core (it never imports them); each slot is empty when unused.
-
-    profiler: task_done(task[, error text]) and tasks_done(stream, tasks) (a batch), while
-        profiling; tasks_dropped(stream, tasks, now) for work dropped unrun (under the lock).
-    exception_callbacks: fn(ExceptionInfo), called outside the lock; a facade's hook that
-        calls the program's function names it as `fn.__wrapped__` (what a failure is logged as).
-    capture: the stream-capture implementation (begin, end, status, task groups), set by
-        ascentrt.graph when it is imported.
-    sync_guards: fn(what) called before a synchronous host call; a capture in progress
-        registers one that refuses calls it forbids (empty, and free, otherwise).
-    thread_holds: fn(thread id) -> streams that wait for that host thread to act (a report
-        thread's queued blocking callbacks), for the deadlock diagnosis of its host waits.
-    sanitizer: the race sanitizer while it is on: submitted(stream, task) (before the engine
-        lock) and submitted_all(work) (under it) see tasks before they are queued (it may raise
-        to refuse them), the host synchronizations tell it what the host waited for, and
-        markers_released(markers) the records that will never come.
-    """
-
-    profiler: Any = None
-    exception_callbacks: list = []
-    capture: Any = None
-    sync_guards: list = []
-    thread_holds: list = []
-    sanitizer: Any = None
-
-
-def check_sync_allowed(what: str) -> None:
-    """Ask the registered guards whether the synchronous host call `what` may run (they raise)."""
-    for guard in list(Hooks.sync_guards):
-        guard(what)
 
 
 class _ReadyQueue:
@@ -163,121 +123,6 @@ class DeviceQueues:
                                            code=ErrorCode.RT_RESOURCE_ALLOC_FAIL) from exc
                 self.running[ex] += 1
         self.started = True
-
-
-class ExecutorQueue:
-    """One executor class of one device, as the engine hands it to Backend.start_queue.
-
-    A threaded backend calls it: the engine's dispatch loop, until the device closes. A
-    simulator steps it instead: take() a task when a unit is free, run() it, finish() it when
-    its modelled time is over (one task at a time, in virtual-time order).
-    """
-
-    __slots__ = ("engine", "dq", "executor", "ready", "_execute")
-
-    def __init__(self, engine: "Engine", dq: DeviceQueues, executor: int):
-        self.engine, self.dq, self.executor = engine, dq, executor
-        self.ready = dq.ready[executor]   # .count: streams waiting (read without the lock)
-        self._execute = dq.backend.execute  # (bound once: a simulator runs every task through run)
-
-    def __call__(self) -> None:
-        self.engine._worker(self.dq, self.executor)
-
-    def take(self, fits, first_only: bool):
-        """The head task of the first ready stream (priority, then FIFO) for which fits(task)
-        holds (fits None: any task fits), now running; None when none fits (first_only: when
-        the first does not). It carries when a wait last released its stream (released_ns),
-        and when its stream's task before it ended on another executor class (handed_ns)."""
-        lock = self.engine.lock
-        lock.acquire()  # (not `with`: a simulator calls this per task)
-        try:
-            ready = self.ready
-            for level in ready.levels:
-                for s in level:
-                    t = s._tasks[0]
-                    if fits is None or fits(t):
-                        if level[0] is s:
-                            level.popleft()
-                        else:
-                            level.remove(s)
-                        ready.count -= 1
-                        s._tasks.popleft()
-                        s._running = t
-                        ex = self.executor
-                        self.dq.busy[ex] += 1
-                        if s._released_ns:
-                            t.released_ns, s._released_ns = s._released_ns, 0
-                        if s._ended_class != ex:  # (-1: none ended yet)
-                            t.handed_ns = s._ended_ns
-                        return t
-                    if first_only:
-                        return None
-            return None
-        finally:
-            lock.release()
-
-    def run(self, task: Task) -> None:
-        """Execute a taken task on the calling thread as its executor (errors kept in task.error)."""
-        local = _local
-        prev = local.stream
-        local.stream = task.stream
-        try:
-            self._execute(task)
-        except BaseException as e:  # a failing task must never kill the simulation
-            task.error = e
-        finally:
-            local.stream = prev
-
-    def finish(self, task: Task) -> None:
-        """A taken task ended (at its t_end): complete it and move its stream (and what it
-        releases) on."""
-        engine = self.engine
-        lock = engine.lock
-        lock.acquire()
-        try:
-            s = task.stream
-            # (what take() needs to stamp a hand-over to another executor class)
-            ex = s._ended_class = self.executor
-            s._ended_ns = task.t_end
-            if s._cut is None and task.error is None and Hooks.profiler is None:
-                engine._batch_succeeded(self.dq, ex, s, 1)
-            elif s._cut is not None and task.id > s._cut:  # discarded before it ran: not counted twice
-                engine._batch_ended(self.dq, self.executor, s, [task], 0, ())
-            else:
-                engine._batch_ended(self.dq, self.executor, s, [task], 1,
-                                    () if task.error is None else [task])
-        finally:
-            lock.release()
-
-    def acting_for(self) -> Task | None:
-        """The task the calling thread runs, or acts for (a report thread running a blocking
-        callback while its host task holds the stream: see act_for_stream); None otherwise."""
-        return current_task()
-
-    def host_wait_timed(self) -> bool:
-        """Whether the calling thread waits in wait_host with a timeout (a deadline of its own,
-        which the engine passes as slices of it)."""
-        waits = self.engine._thread_waits.get(threading.get_ident())
-        return waits is not None and not waits[1]
-
-    def next_deadline(self) -> int | None:
-        """The earliest deadline of a timed device-side wait (backend clock ns), or None."""
-        heap = self.engine._deadlines
-        return heap[0][0] if heap else None
-
-    def fire_deadlines(self, now: int) -> None:
-        """Fail the timed waits whose deadline is at or before `now`."""
-        with self.engine.lock:
-            infos = self.engine._fire_due(now)
-        self.engine._report_failures(infos)
-
-    def drop_ended_deadlines(self) -> None:
-        """Take the timed waits that ended early (met, or dropped) off the front of the
-        deadline heap: a simulator looking for its next event must not take theirs for one."""
-        with self.engine.lock:
-            heap = self.engine._deadlines
-            while heap and heap[0][2]._blocked is not heap[0][3]:
-                heapq.heappop(heap)
 
 
 _WAIT_KINDS = (EVENT_WAIT, NOTIFY_WAIT)
@@ -1026,28 +871,9 @@ class Engine:
             if not lock.acquire(False):
                 self._wait_for_lock()
             if done == len(batch) and not failed and s._cut is None and prof is None:
-                self._batch_succeeded(dq, ex, s, done)
+                batch_succeeded(self, busy, dq.active, ex, s, done)
             else:
                 self._batch_ended(dq, ex, s, batch, done, failed)
-
-    def _batch_succeeded(self, dq: DeviceQueues, ex: int, s, done: int) -> None:
-        """_batch_ended for a batch whose `done` tasks all ran and succeeded, no profiler
-        recording (the common case, in one call: a worker ends one per stream it visits, a
-        simulator one per task)."""
-        dq.busy[ex] -= 1
-        s._running = None
-        s._batch = ()
-        s._completed += done  # (_completed, inlined)
-        self.progress += done
-        if s._sync_waiters:
-            self._wake_synchronizers(s)
-        if s._tasks:
-            self._advance(s, ex)
-        else:
-            s._active = False
-            dq.active.discard(s)
-        if self._value_waits:  # (the work may have written a word a value wait watches)
-            self._check_values()
 
     def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int,
                      failed: list | tuple) -> None:
@@ -1561,12 +1387,6 @@ def _hand_over_gil() -> None:
     time.sleep(0)
 
 
-def current_task() -> Task | None:
-    """The task the calling executor thread is running (None on user threads)."""
-    s = _local.stream
-    return None if s is None else s._running
-
-
 def ordered_before(task: Task, waits: tuple) -> bool:
     """Whether running `task` comes before the (stream, position) pairs `waits` (a
     stream-ordered free's) through event waits queued on those streams before the positions,
@@ -1597,16 +1417,3 @@ def ordered_before(task: Task, waits: tuple) -> bool:
                 if m is not None and m.stream is not None and not m.done:
                     todo.append((m.stream, m.position))
     return False
-
-
-def act_for_stream(stream) -> object:
-    """Mark the calling thread as running `stream`'s current task (a report thread running a
-    blocking callback on its behalf); returns the previous mark for restore_stream_mark()."""
-    prev = _local.stream
-    _local.stream = stream
-    return prev
-
-
-def restore_stream_mark(prev) -> None:
-    """Undo act_for_stream()."""
-    _local.stream = prev

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..errors import ErrorCode, ExceptionInfo, StreamStateError, TaskError, warn_at_caller
-from .scheduler import ENGINE, Hooks
+from .hooks import Hooks
+from .scheduler import ENGINE
 
 
 def synchronize_streams(streams: list, timeout: float | None, what: str) -> None:

@@ -22,7 +22,8 @@ from .. import interrupts
 from ..backends.base import Cost, PlainOp
 from ..engine import ENGINE, Marker, Task
 from ..engine.task import with_spawned
-from ..engine.scheduler import BATCH, Hooks, current_task
+from ..engine.hooks import Hooks, current_task
+from ..engine.scheduler import BATCH
 from ..engine.sync import synchronize_streams
 from ..engine.task import (COMPUTE, COPY, COPY_ENGINE, DETACH, EVENT_RECORD, EVENT_WAIT,
                            EXECUTOR_OF, HOST_EXECUTOR, HOST_FUNC, KERNEL, KIND_NAMES, MEMSET)

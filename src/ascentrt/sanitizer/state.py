@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import forksafe, interrupts
 from ..callsite import OURS, Site, site_text, user_code_site
-from ..engine.scheduler import _local as _executing  # .stream: what an executor thread runs
+from ..engine.hooks import _local as _executing  # .stream: what an executor thread runs
 from ..engine.task import DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
     NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from ..graph.graph import segment_nodes
