@@ -366,6 +366,10 @@ def test_bad_input_gets_hccl_codes_queues_nothing_and_leaves_the_communicator_us
 
 def test_comm_init_root_info_joins_one_thread_per_rank():
     out = run('''
+        import os
+        # (4 ranks that all come may take a while to meet on a loaded machine: the short
+        # timeout is for the cases below that must time out)
+        os.environ["HCCL_CONNECT_TIMEOUT"] = "30"
         info = hccl.get_root_info()
         print(len(bytes(info)) == hccl.ROOT_INFO_BYTES)
         results = {}
@@ -382,6 +386,7 @@ def test_comm_init_root_info_joins_one_thread_per_rank():
         for t in threads: t.start()
         for t in threads: t.join(30)
         print(sorted(results.values()))
+        os.environ["HCCL_CONNECT_TIMEOUT"] = "0.3"
         def expect(code, fn):
             try:
                 fn()
