@@ -776,3 +776,53 @@ def test_on_sim_a_collective_s_reduce_steps_leave_the_host_to_device_engine_alon
         print(took[1] / took[0])
     """, env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_DEVICES": "2"})
     assert float(out.split()[-1]) < 1.05
+
+
+def test_a_lane_step_that_fails_fails_its_collective_on_every_rank_of_every_algorithm():
+    out = run('''
+        from ascentrt.hccl import plan as P
+        real, armed = P.Plan._alive, []
+        def _alive(self, *slices):  # the first step that runs once armed fails
+            if armed:
+                armed.clear()
+                raise RuntimeError("injected step failure")
+            return real(self, *slices)
+        P.Plan._alive = _alive
+        comms, s, b = ranks(3, 4 * 12)
+        out = [art.malloc(4 * 12, device=r) for r in range(3)]
+        calls = {
+            "all_reduce": lambda r: hccl.all_reduce(b[r], out[r], 12, D.FP32, O.SUM, comms[r], s[r]),
+            "reduce_scatter": lambda r: hccl.reduce_scatter(b[r], out[r], 4, D.FP32, O.SUM, comms[r], s[r]),
+            "all_gather": lambda r: hccl.all_gather(b[r], out[r], 4, D.FP32, comms[r], s[r]),
+            "broadcast": lambda r: hccl.broadcast(b[r], 12, D.FP32, 0, comms[r], s[r]),
+            "all_to_all": lambda r: hccl.all_to_all(b[r], out[r], 4, D.FP32, comms[r], s[r]),
+            "send_recv": lambda r: (hccl.send(b[0], 12, D.FP32, 1, comms[0], s[0]) if r == 0 else
+                                    hccl.recv(out[1], 12, D.FP32, 0, comms[1], s[1]) if r == 1 else None),
+        }
+        for op, call in calls.items():
+            involved = (0, 1) if op == "send_recv" else (0, 1, 2)
+            armed.append(True)
+            for r in involved: call(r)
+            errors = [sync_error(s[r]) for r in involved]
+            print(op, all(e is not None and "injected step failure" in str(e.__cause__) and
+                          e.__cause__.code == R.E_INTERNAL for e in errors),
+                  hccl.flight_record(comms[0])[-1].state if op != "send_recv" else "failed")
+            for r in involved: call(r)  # the communicator goes on: the next one works
+            print(op, [sync_error(s[r]) for r in involved] == [None] * len(involved))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_EXEC_TIMEOUT": "10"})
+    ops = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "send_recv"]
+    assert out.split() == [w for op in ops for w in (op, "True", "failed", op, "True")], out
+
+
+def test_a_reduction_that_overflows_gives_inf_without_a_warning_or_an_error():
+    out = run('''
+        import warnings
+        warnings.simplefilter("error")      # as pytest's filterwarnings=error
+        np.seterr(all="raise")              # as much scientific code does
+        comms, s, b = ranks(3, 2 * 16)
+        for r in range(3): art.memcpy(b[r], np.full(16, 30000, np.float16))
+        for r in range(3): hccl.all_reduce(b[r], b[r], 16, D.FP16, O.SUM, comms[r], s[r])
+        print([sync_error(x) for x in s] == [None] * 3, art.get_last_error())
+        print(all(np.isinf(b[r].numpy(np.float16)).all() for r in range(3)))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["True", "0", "True"], out
