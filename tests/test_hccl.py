@@ -826,3 +826,39 @@ def test_a_reduction_that_overflows_gives_inf_without_a_warning_or_an_error():
         print(all(np.isinf(b[r].numpy(np.float16)).all() for r in range(3)))
     ''', env={"ASCENTRT_LEAK_CHECK": "off"})
     assert out.split() == ["True", "0", "True"], out
+
+
+def test_pyacl_stream_handles_pointers_and_typed_views_are_taken_as_in_cann():
+    out = run('''
+        import ascentrt.acl as acl
+        acl.init()
+        comms = hccl.comm_init_all([0, 1])
+        handles, ptrs = [], []
+        for r in range(2):
+            acl.rt.set_device(r)
+            st, ret = acl.rt.create_stream()
+            p, ret2 = acl.rt.malloc(64, 0)
+            handles.append(st); ptrs.append(p)
+            data = np.full(16, r + 1, np.float32).tobytes()
+            acl.rt.memcpy(p, 64, acl.util.bytes_to_ptr(data), 64, acl.constants.ACL_MEMCPY_HOST_TO_DEVICE)
+        for r in range(2):
+            acl.rt.set_device(r)
+            hccl.all_reduce(ptrs[r], ptrs[r], 16, D.FP32, O.SUM, comms[r], handles[r])
+        for r in range(2):
+            acl.rt.set_device(r)
+            print(acl.rt.synchronize_stream(handles[r]))
+        host = bytes(64)
+        acl.rt.memcpy(acl.util.bytes_to_ptr(host), 64, ptrs[1], 64, acl.constants.ACL_MEMCPY_DEVICE_TO_HOST)
+        print(float(np.frombuffer(host, np.float32)[0]))
+        try:
+            hccl.all_reduce(ptrs[1], ptrs[1], 16, D.FP32, O.SUM, comms[1], 0x7777)
+        except hccl.HcclError as exc:
+            print(exc.code == R.E_PTR)
+        s = [art.Device(r).create_stream() for r in range(2)]
+        b = [art.malloc(64, device=r) for r in range(2)]
+        for r in range(2): art.memcpy(b[r], np.full(16, r + 1, np.float32))
+        for r in range(2):
+            hccl.all_reduce(b[r].view(np.float32), b[r].view(np.float32), 16, D.FP32, O.SUM, comms[r], s[r])
+        print([sync_error(x) for x in s] == [None, None], float(b[0].numpy(np.float32)[15]))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["0", "0", "3.0", "True", "True", "3.0"], out
