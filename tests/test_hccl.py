@@ -862,3 +862,31 @@ def test_pyacl_stream_handles_pointers_and_typed_views_are_taken_as_in_cann():
         print([sync_error(x) for x in s] == [None, None], float(b[0].numpy(np.float32)[15]))
     ''', env={"ASCENTRT_LEAK_CHECK": "off"})
     assert out.split() == ["0", "0", "3.0", "True", "True", "3.0"], out
+
+
+def test_a_rank_joining_with_another_nranks_is_told_the_group_is_still_forming():
+    out = run('''
+        import time
+        from ascentrt.hccl import comm as C
+        info = hccl.get_root_info()
+        first = []
+        def join():
+            art.set_device(0)
+            try:
+                hccl.comm_init_root_info(3, info, 0)
+            except hccl.HcclError as exc:
+                first.append(exc.code)
+        t = threading.Thread(target=join)
+        t.start()
+        deadline = time.monotonic() + 30
+        while info.internal not in C._forming and time.monotonic() < deadline:
+            time.sleep(0.001)
+        art.set_device(1)
+        try:
+            hccl.comm_init_root_info(2, info, 1)
+        except hccl.HcclError as exc:
+            print(exc.code == R.E_PARA, "is forming with nranks=3" in str(exc), "was formed" in str(exc))
+        t.join(30)
+        print(first == [R.E_TIMEOUT])
+    ''', env={"HCCL_CONNECT_TIMEOUT": "0.5"})
+    assert out.split() == ["True", "True", "False", "True"], out

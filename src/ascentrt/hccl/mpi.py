@@ -30,7 +30,7 @@ from .. import config
 from ..engine import ENGINE
 from ..engine.task import HOST_FUNC, Task
 from ..memory.buffer import BufferSlice
-from .comm import Communicator, GroupState, RootInfo
+from .comm import Communicator, GroupState, RootInfo, is_local
 from ..errors import AscentError
 from .constants import HcclError, HcclReduceOp, HcclResult
 from .meeting import Meeting
@@ -91,9 +91,10 @@ class MpiGroup(GroupState):
         self.tag_span = comm.Get_attr(_mpi().TAG_UB) // 4  # sequence numbers before tags repeat
 
 
-def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicator:
+def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicator | None:
     """Join, as `rank` of `nranks`, the communicator that every process passing the same root
-    info forms (every process of the MPI job calls this together)."""
+    info forms (every process of the MPI job calls this together). None when no other process
+    holds the root info and this one made it: its ranks are threads of this process."""
     MPI = _mpi()
     world = MPI.COMM_WORLD
     digest = int.from_bytes(hashlib.sha256(root_info.internal).digest()[:7], "little")
@@ -105,11 +106,15 @@ def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicat
         raise HcclError(f"comm_init_root_info: not every process of the MPI job joined within "
                         f"{timeout:g} s (HCCL_CONNECT_TIMEOUT)", code=HcclResult.E_TIMEOUT)
     members = table[table[:, 0] == digest]
+    if len(members) == 1 and nranks > 1 and is_local(root_info):
+        return None  # (each process's own root info, one thread per rank: they meet in-process)
     if len(members) != nranks or set(members[:, 1]) != {nranks} \
             or sorted(members[:, 2]) != list(range(nranks)):
         found = ", ".join(f"rank {int(m[2])} of {int(m[1])}" for m in members)
         raise HcclError(f"comm_init_root_info: the processes sharing this root info joined as "
-                        f"[{found}]; expected ranks 0..{nranks - 1} of {nranks}",
+                        f"[{found}]; expected ranks 0..{nranks - 1} of {nranks} (over MPI, one "
+                        f"process makes the root info and broadcasts it; where the ranks are "
+                        f"threads of one process, set ASCENTRT_HCCL_TRANSPORT=process)",
                         code=HcclResult.E_PARA)
     colors = sorted({int(d) for d in table[:, 0]})
     sub = world.Split(colors.index(digest), rank)
