@@ -192,17 +192,14 @@ class Plan:
             self._task(r, t)
         self.ending = []
 
-    def _step_failed(self, task: Task):
-        """The failure hook of lane step `task`: its error fails the meeting (under the engine
-        lock), which every rank's part then reports on its stream."""
+    def _step_failed(self, task: Task, exc: BaseException) -> None:
+        """The failure hook of the lane tasks: a task's error fails the meeting (under the
+        engine lock), which every rank's part then reports on its stream."""
         meeting = self.meeting
-
-        def failed(exc: BaseException) -> None:
-            if meeting.error is None:
-                code = exc.code if isinstance(exc, HcclError) else HcclResult.E_INTERNAL
-                meeting.fail(HcclError(f"{meeting.name}: its step '{task.label}' failed on a "
-                                       f"communicator lane ({type(exc).__name__}: {exc})", code=code))
-        return failed
+        if meeting.error is None:
+            code = exc.code if isinstance(exc, HcclError) else HcclResult.E_INTERNAL
+            meeting.fail(HcclError(f"{meeting.name}: its step '{task.label}' failed on a "
+                                   f"communicator lane ({type(exc).__name__}: {exc})", code=code))
 
     def submit(self) -> None:
         """Queue every lane task (one engine lock hold; a full lane never makes the host wait:
@@ -216,10 +213,11 @@ class Plan:
             parts = tuple((c.stream, c.task.id) for c in calls)
             behalf = tuple((f"rank {c.rank}'s {c.op}", c.stream.id, c.site,
                             tuple(b[0] for b in (c.send, c.recv) if b is not None)) for c in calls)
+            failed = self._step_failed
             for _, t in self.work:
                 t.acting_for = parts
                 t.on_behalf = behalf  # (a race names the rank whose buffer it touched)
-                t.on_fail = self._step_failed(t)
+                t.on_fail = failed
             ENGINE.submit_all(lanes, self.work, internal=True)
 
     def release(self) -> None:
