@@ -781,3 +781,117 @@ def test_on_sim_a_collective_s_reduce_steps_leave_the_host_to_device_engine_alon
         print(took[1] / took[0])
     """, env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_DEVICES": "2"})
     assert float(out.split()[-1]) < 1.05
+
+
+def test_a_lane_step_that_fails_fails_its_collective_on_every_rank_of_every_algorithm():
+    out = run('''
+        from ascentrt.hccl import plan as P
+        real, armed = P.Plan._alive, []
+        def _alive(self, *slices):  # the first step that runs once armed fails
+            if armed:
+                armed.clear()
+                raise RuntimeError("injected step failure")
+            return real(self, *slices)
+        P.Plan._alive = _alive
+        comms, s, b = ranks(3, 4 * 12)
+        out = [art.malloc(4 * 12, device=r) for r in range(3)]
+        calls = {
+            "all_reduce": lambda r: hccl.all_reduce(b[r], out[r], 12, D.FP32, O.SUM, comms[r], s[r]),
+            "reduce_scatter": lambda r: hccl.reduce_scatter(b[r], out[r], 4, D.FP32, O.SUM, comms[r], s[r]),
+            "all_gather": lambda r: hccl.all_gather(b[r], out[r], 4, D.FP32, comms[r], s[r]),
+            "broadcast": lambda r: hccl.broadcast(b[r], 12, D.FP32, 0, comms[r], s[r]),
+            "all_to_all": lambda r: hccl.all_to_all(b[r], out[r], 4, D.FP32, comms[r], s[r]),
+            "send_recv": lambda r: (hccl.send(b[0], 12, D.FP32, 1, comms[0], s[0]) if r == 0 else
+                                    hccl.recv(out[1], 12, D.FP32, 0, comms[1], s[1]) if r == 1 else None),
+        }
+        for op, call in calls.items():
+            involved = (0, 1) if op == "send_recv" else (0, 1, 2)
+            armed.append(True)
+            for r in involved: call(r)
+            errors = [sync_error(s[r]) for r in involved]
+            print(op, all(e is not None and "injected step failure" in str(e.__cause__) and
+                          e.__cause__.code == R.E_INTERNAL for e in errors),
+                  hccl.flight_record(comms[0])[-1].state if op != "send_recv" else "failed")
+            for r in involved: call(r)  # the communicator goes on: the next one works
+            print(op, [sync_error(s[r]) for r in involved] == [None] * len(involved))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_EXEC_TIMEOUT": "10"})
+    ops = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "send_recv"]
+    assert out.split() == [w for op in ops for w in (op, "True", "failed", op, "True")], out
+
+
+def test_a_reduction_that_overflows_gives_inf_without_a_warning_or_an_error():
+    out = run('''
+        import warnings
+        warnings.simplefilter("error")      # as pytest's filterwarnings=error
+        np.seterr(all="raise")              # as much scientific code does
+        comms, s, b = ranks(3, 2 * 16)
+        for r in range(3): art.memcpy(b[r], np.full(16, 30000, np.float16))
+        for r in range(3): hccl.all_reduce(b[r], b[r], 16, D.FP16, O.SUM, comms[r], s[r])
+        print([sync_error(x) for x in s] == [None] * 3, art.get_last_error())
+        print(all(np.isinf(b[r].numpy(np.float16)).all() for r in range(3)))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["True", "0", "True"], out
+
+
+def test_pyacl_stream_handles_pointers_and_typed_views_are_taken_as_in_cann():
+    out = run('''
+        import ascentrt.acl as acl
+        acl.init()
+        comms = hccl.comm_init_all([0, 1])
+        handles, ptrs = [], []
+        for r in range(2):
+            acl.rt.set_device(r)
+            st, ret = acl.rt.create_stream()
+            p, ret2 = acl.rt.malloc(64, 0)
+            handles.append(st); ptrs.append(p)
+            data = np.full(16, r + 1, np.float32).tobytes()
+            acl.rt.memcpy(p, 64, acl.util.bytes_to_ptr(data), 64, acl.constants.ACL_MEMCPY_HOST_TO_DEVICE)
+        for r in range(2):
+            acl.rt.set_device(r)
+            hccl.all_reduce(ptrs[r], ptrs[r], 16, D.FP32, O.SUM, comms[r], handles[r])
+        for r in range(2):
+            acl.rt.set_device(r)
+            print(acl.rt.synchronize_stream(handles[r]))
+        host = bytes(64)
+        acl.rt.memcpy(acl.util.bytes_to_ptr(host), 64, ptrs[1], 64, acl.constants.ACL_MEMCPY_DEVICE_TO_HOST)
+        print(float(np.frombuffer(host, np.float32)[0]))
+        try:
+            hccl.all_reduce(ptrs[1], ptrs[1], 16, D.FP32, O.SUM, comms[1], 0x7777)
+        except hccl.HcclError as exc:
+            print(exc.code == R.E_PTR)
+        s = [art.Device(r).create_stream() for r in range(2)]
+        b = [art.malloc(64, device=r) for r in range(2)]
+        for r in range(2): art.memcpy(b[r], np.full(16, r + 1, np.float32))
+        for r in range(2):
+            hccl.all_reduce(b[r].view(np.float32), b[r].view(np.float32), 16, D.FP32, O.SUM, comms[r], s[r])
+        print([sync_error(x) for x in s] == [None, None], float(b[0].numpy(np.float32)[15]))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["0", "0", "3.0", "True", "True", "3.0"], out
+
+
+def test_a_rank_joining_with_another_nranks_is_told_the_group_is_still_forming():
+    out = run('''
+        import time
+        from ascentrt.hccl import comm as C
+        info = hccl.get_root_info()
+        first = []
+        def join():
+            art.set_device(0)
+            try:
+                hccl.comm_init_root_info(3, info, 0)
+            except hccl.HcclError as exc:
+                first.append(exc.code)
+        t = threading.Thread(target=join)
+        t.start()
+        deadline = time.monotonic() + 30
+        while info.internal not in C._forming and time.monotonic() < deadline:
+            time.sleep(0.001)
+        art.set_device(1)
+        try:
+            hccl.comm_init_root_info(2, info, 1)
+        except hccl.HcclError as exc:
+            print(exc.code == R.E_PARA, "is forming with nranks=3" in str(exc), "was formed" in str(exc))
+        t.join(30)
+        print(first == [R.E_TIMEOUT])
+    ''', env={"HCCL_CONNECT_TIMEOUT": "0.5"})
+    assert out.split() == ["True", "True", "False", "True"], out

@@ -49,3 +49,9 @@ def test_the_mpi_data_parallel_example_runs_under_mpiexec():
 def test_a_refused_group_is_withdrawn_whole_and_stale_messages_are_dropped_over_mpi():
     out = mpirun(2, "failures.py", env={"HCCL_EXEC_TIMEOUT": "1"})
     assert "failures True" in out, out
+
+
+def test_a_group_may_use_two_communicators_in_either_order_and_threads_meet_in_process():
+    out = mpirun(2, "groups.py", env={"HCCL_EXEC_TIMEOUT": "5", "ASCENTRT_DEVICES": "2",
+                                      "HCCL_CONNECT_TIMEOUT": "10"}, timeout=60)
+    assert "groups True" in out, out

@@ -247,6 +247,31 @@ def test_a_rank_that_reaches_its_collective_last_is_named_with_the_work_that_hel
     assert "straggler" not in {f.kind for f in diagnose(prof)}
 
 
+def test_a_straggler_s_wait_and_work_are_both_totals_or_both_per_collective():
+    # (six collectives: "waited 162.00 ms each on average ... before it, rank 1's stream ran
+    # work 30.00 ms": the sum of six waits set against the first collective's work)
+    from ascentrt.profiler.data import CollectiveRecord
+    tasks, colls = [], []
+    for seq in range(3):
+        base = seq * 2_000_000
+        for rank in range(4):
+            work = 1_000_000 if rank == 2 else 100_000
+            tasks.append(TaskRecord(rank, 10 + rank, 2 * seq + 1, "kernel", f"work{rank}", 0, 0,
+                                    base, base + work, 7))
+            tasks.append(TaskRecord(rank, 10 + rank, 2 * seq + 2, "event_wait",
+                                    f"all_reduce #{seq} of communicator 1", 0, 0, base + work,
+                                    base + 1_900_000, 7))
+        colls.append(CollectiveRecord(1, seq, "all_reduce", 4096, "done",
+                                      [[r, r, 10 + r, 2 * seq + 2] for r in range(4)], [], ""))
+    prof = ProfileData(duration_ns=6_000_000, tasks=tasks,
+                       devices=[DeviceInfo(d, "d", 2, 2, 1, 1 << 30, backend="sim") for d in range(4)])
+    prof.collectives = colls
+    (found,) = [f for f in diagnose(prof) if f.kind == "straggler"]
+    assert "waited 2.70 ms each on average in all (0.90 ms per collective)" in found.cause, found.cause
+    assert "before each, on average, rank 2's stream ran work2 1.00 ms" in found.cause, found.cause
+    assert found.task_ids == ["2/12/1", "2/12/3", "2/12/5"]
+
+
 def test_a_rank_whose_part_the_host_submitted_late_blames_the_host_not_its_stream():
     # (one host thread submits rank 0's kernel and all_reduce, then rank 1's: on cpu rank 1's
     # part was enqueued ~0.65 ms after rank 0's had started, behind a kernel of no time, and

@@ -1,6 +1,7 @@
 """Run under mpiexec -n 2 with HCCL_EXEC_TIMEOUT=1: a group refused by one stream is withdrawn
-whole (E_RUNTIME, the sequence number as it was), and the messages a timed-out collective
-leaves behind are dropped even when the tags come round again. Rank 0 prints one line."""
+whole (E_RUNTIME, the sequence number as it was), and a collective one rank calls only after
+the other gave up fails on both and breaks the communicator (a new one works). Rank 0 prints
+one line."""
 
 import logging
 import time
@@ -52,7 +53,7 @@ hccl.all_reduce(b, b, 16, D.FP32, O.SUM, comm, good)
 good.synchronize()
 checks.append(float(a.numpy(np.float32)[0]) == 3.0 and float(b.numpy(np.float32)[0]) == 30.0)
 if rank == 1:
-    time.sleep(1.5)  # rank 0 gives up on the next one; its description and vote stay queued
+    time.sleep(1.5)  # rank 0 gives up on the next one; rank 1 calls it late and hears so
 hccl.all_reduce(a, a, 16, D.FP32, O.SUM, comm, good)
 try:
     good.synchronize()
@@ -60,7 +61,14 @@ try:
 except art.TaskError as exc:
     checks.append(exc.__cause__.code == hccl.HcclResult.E_TIMEOUT)
 world.Barrier()
-for _ in range(4):  # the same tags again: the stale messages must not be taken for these
+try:  # broken on both ranks (a late call and a missing one look alike over MPI): refused
+    hccl.all_reduce(a, a, 16, D.FP32, O.SUM, comm, good)
+    checks.append("accepted")
+except hccl.HcclError as exc:
+    checks.append("is broken" in str(exc))
+hccl.comm_destroy(comm)  # a new communicator over the same processes works
+comm = hccl.comm_init_root_info(2, world.bcast(hccl.get_root_info() if rank == 0 else None), rank)
+for _ in range(2):
     value(a, rank + 1)
     hccl.all_reduce(a, a, 16, D.FP32, O.SUM, comm, good)
     good.synchronize()

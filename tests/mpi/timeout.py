@@ -1,6 +1,8 @@
 """Run under mpiexec -n N with HCCL_EXEC_TIMEOUT=1: the last rank calls the second AllReduce
 only after the others gave up; they fail with E_TIMEOUT naming it, and it fails with E_TIMEOUT
-too (told by their votes) instead of waiting in MPI for them. Rank 0 prints one summary line."""
+too (told by their votes) instead of waiting in MPI for them. The communicator is broken on
+every rank then (the ranks' later calls would no longer pair up): the next call is refused at
+once, naming the failure. Rank 0 prints one summary line."""
 
 import logging
 import time
@@ -31,8 +33,16 @@ except art.TaskError as exc:
     if rank == n - 1:
         result = timed_out and "gave up waiting for it" in text
     else:
-        result = (timed_out and f"rank(s) {n - 1} have not called it" in text
+        result = (timed_out and f"rank(s) {n - 1} have not reached it" in text
                   and f"rank {n - 1}: #0" in text)
+try:  # every rank: refused at once, nothing queued
+    hccl.all_reduce(buf, buf, 16, hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM, comm, stream)
+    result = (result, "accepted")
+except hccl.HcclError as exc:
+    if not (exc.code == hccl.HcclResult.E_TIMEOUT and "is broken" in str(exc)
+            and "all_reduce #1" in str(exc) and comm.group.seq == 2):
+        result = (result, str(exc))
+stream.synchronize()
 buf.free()
 results = world.gather(result, root=0)
 if rank == 0:

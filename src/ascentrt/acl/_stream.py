@@ -7,10 +7,13 @@ from ..callback import forget_destroyed_streams
 from ..context import is_default_stream
 from ..engine import ENGINE, PRIORITY_LEVELS
 from ..errors import ErrorCode
+from ..hccl.collectives import accept_stream_handles
 from ..stream import FailureMode, Stream, counted_streams
 from . import constants as C
 from ._api import EVENTS, STREAMS, AclTypeError, api, fail, need_context, note_task, stream_of, timeout_ms
 from ._event import NO_LIMIT, check_sync_flag, complete_before_record, note_wait
+
+accept_stream_handles(stream_of)  # (hccl's calls take the aclrtStream handles pyACL code holds)
 
 
 @api("", out=(0,))

@@ -616,6 +616,8 @@ class Engine:
             code = getattr(exc, "task_code", None) or exc.code
         else:
             code = _ERROR_OF_KIND.get(t.kind, ErrorCode.RT_COPY_DATA)
+        if t.on_fail is not None:  # (a collective's lane step: its collective fails on every rank)
+            t.on_fail(t, exc)
         if t.origin is not None:  # a non-blocking host function: report on the launching stream
             origin, task_id = t.origin
             info = ExceptionInfo(s.device.id, origin.id, task_id, int(code), t.label, exc, t.thread)

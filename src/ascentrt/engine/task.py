@@ -43,6 +43,8 @@ class Task(Op):
     timeout: float | None = None  # seconds a device-side wait may block (None: forever)
     on_discard: Callable[[], object] | None = None  # fn() called (under the engine lock) when it
                                                     # is dropped unrun
+    on_fail: Callable[[Any, BaseException], object] | None = None  # fn(task, error) called (under
+                                                                  # the engine lock) when it fails
     timeout_error: Callable[[Any, Task], BaseException] | None = None
                           # fn(stream, task) -> the error a timed-out wait fails with (under the
                           # engine lock)

@@ -34,7 +34,14 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
     transport = _config.get("ASCENTRT_HCCL_TRANSPORT")
     if transport == "mpi" or transport == "auto" and (
             _mpi.launched_under_mpi() or not _comm.is_local(root_info)):
-        return _mpi.comm_init(nranks, root_info, rank, _current_device())
+        comm = _mpi.comm_init(nranks, root_info, rank, _current_device())
+        if comm is not None or transport == "mpi":
+            if comm is None:
+                raise HcclError("comm_init_root_info: no other process of the MPI job holds this "
+                                "root info (ASCENTRT_HCCL_TRANSPORT=mpi): make it on one process and "
+                                "broadcast it, or set ASCENTRT_HCCL_TRANSPORT=process for ranks that "
+                                "are threads of this one", code=HcclResult.E_PARA)
+            return comm
     return _comm.comm_init_root_info(nranks, root_info, rank)
 
 

@@ -17,7 +17,7 @@ from ..engine import ENGINE, Task
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, KERNEL
 from ..backends.base import Cost
 from ..errors import AscentError
-from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer
+from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
 from ..memory.registry import REGISTRY
 from ..stream import Stream
 from . import mpi
@@ -38,11 +38,16 @@ class _ThreadGroup(threading.local):
 
 _group = _ThreadGroup()
 _NO_TIME = Cost(seconds=0.0)  # the part's own task: it only reports the outcome
-Memory = DeviceBuffer | BufferSlice | int  # what holds a call's data: a device buffer, a slice, a pointer
+Memory = DeviceBuffer | BufferSlice | TypedView | int  # what holds a call's data: a device
+                                                      # buffer, a slice, a typed view, a pointer
+_stream_handles: list = []  # fn(int) -> Stream: the facade that hands out int stream handles
 
 
 def _location(x, nbytes: int, device, role: str) -> tuple:
-    """(allocation, offset) of a device buffer, slice or pointer holding `nbytes` on `device`."""
+    """(allocation, offset) of a device buffer, slice, typed view or pointer holding `nbytes` on
+    `device`."""
+    if type(x) is TypedView:  # (its bytes: the dtype is the call's, as memcpy takes it)
+        x = x.buffer
     if x is None or (type(x) is int and x == 0):  # (`x == 0` of an array is an array)
         raise HcclError(f"{role} is null", code=HcclResult.E_PTR)
     if isinstance(x, (DeviceBuffer, BufferSlice, HostBuffer)):
@@ -53,7 +58,8 @@ def _location(x, nbytes: int, device, role: str) -> tuple:
     elif type(x) is int:
         addr = x
     else:
-        raise HcclError(f"{role} must be a device buffer, slice or pointer, got {type(x).__name__}",
+        raise HcclError(f"{role} must be a device buffer, slice, typed view or pointer, got "
+                        f"{type(x).__name__}",
                         code=HcclResult.E_PTR)
     try:
         alloc, off = REGISTRY.resolve(addr, nbytes)
@@ -74,9 +80,22 @@ def _count(value, what: str = "count") -> int:
     return number
 
 
+def accept_stream_handles(resolve) -> None:
+    """Let the collectives take int stream handles too: `resolve(handle)` gives the Stream
+    (the pyACL facade registers its aclrtStream handles here; it raises for a bad one)."""
+    if resolve not in _stream_handles:
+        _stream_handles.append(resolve)
+
+
 def _stream(stream, comm) -> Stream:
+    if type(stream) is int and _stream_handles:  # an aclrtStream a pyACL program holds
+        try:
+            stream = _stream_handles[-1](stream)
+        except AscentError as exc:
+            raise HcclError(f"stream handle {stream:#x}: {exc}", code=HcclResult.E_PTR) from None
     if not isinstance(stream, Stream):
-        raise HcclError(f"stream must be a stream, got {type(stream).__name__}", code=HcclResult.E_PTR)
+        raise HcclError(f"stream must be a stream (or a pyACL stream handle), got "
+                        f"{type(stream).__name__}", code=HcclResult.E_PTR)
     try:
         stream._check_alive()
     except AscentError as exc:

@@ -234,8 +234,9 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
         if forming is None:
             forming = _forming[root_info.internal] = _Forming(nranks)
         if forming.nranks != nranks:
-            raise HcclError(f"rank {rank} joins with nranks={nranks}; the group was formed with "
-                            f"nranks={forming.nranks}", code=HcclResult.E_PARA)
+            raise HcclError(f"rank {rank} joins with nranks={nranks}; the group it joins is forming "
+                            f"with nranks={forming.nranks} (what the ranks that joined before it "
+                            f"gave)", code=HcclResult.E_PARA)
         if rank in forming.devices:
             raise HcclError(f"rank {rank} joined this group twice", code=HcclResult.E_PARA)
         if device in forming.devices.values():

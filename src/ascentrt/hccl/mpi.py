@@ -5,7 +5,12 @@ Each collective is a host function on the caller's stream (so it is stream-order
 task): it first exchanges the ranks' call descriptions, point to point, so that a mismatch
 fails every rank with E_PARA naming each call and a rank that never comes fails the others
 with E_TIMEOUT naming it, as in one process; then it moves the data with MPI's own collective
-on host-reachable views of the buffers. (On the cpu and sim backends device memory is host
+on host-reachable views of the buffers. The collectives are MPI's non-blocking ones, all the
+parts of a group started before any is waited for (two communicators may be used in either
+order inside one), and only once every rank voted to go: a rank that never comes is reported
+within HCCL_EXEC_TIMEOUT, never waited for inside MPI.
+A part that timed out before every rank took part breaks the communicator, as in one process:
+the ranks' later calls would no longer pair up, so they are refused. (On the cpu and sim backends device memory is host
 memory, so the views are the staging buffers; a device backend would stage through pinned
 ones here.) Over MPI, a communicator's collectives must be issued in the same order on every
 rank, as MPI requires.
@@ -17,6 +22,7 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import cast
 
 import numpy as np
@@ -25,7 +31,7 @@ from .. import config
 from ..engine import ENGINE
 from ..engine.task import HOST_FUNC, Task
 from ..memory.buffer import BufferSlice
-from .comm import Communicator, GroupState, RootInfo
+from .comm import Communicator, GroupState, RootInfo, is_local
 from ..errors import AscentError
 from .constants import HcclError, HcclReduceOp, HcclResult
 from .meeting import Meeting
@@ -86,9 +92,10 @@ class MpiGroup(GroupState):
         self.tag_span = comm.Get_attr(_mpi().TAG_UB) // 4  # sequence numbers before tags repeat
 
 
-def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicator:
+def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicator | None:
     """Join, as `rank` of `nranks`, the communicator that every process passing the same root
-    info forms (every process of the MPI job calls this together)."""
+    info forms (every process of the MPI job calls this together). None when no other process
+    holds the root info and this one made it: its ranks are threads of this process."""
     MPI = _mpi()
     world = MPI.COMM_WORLD
     digest = int.from_bytes(hashlib.sha256(root_info.internal).digest()[:7], "little")
@@ -100,11 +107,15 @@ def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicat
         raise HcclError(f"comm_init_root_info: not every process of the MPI job joined within "
                         f"{timeout:g} s (HCCL_CONNECT_TIMEOUT)", code=HcclResult.E_TIMEOUT)
     members = table[table[:, 0] == digest]
+    if len(members) == 1 and nranks > 1 and is_local(root_info):
+        return None  # (each process's own root info, one thread per rank: they meet in-process)
     if len(members) != nranks or set(members[:, 1]) != {nranks} \
             or sorted(members[:, 2]) != list(range(nranks)):
         found = ", ".join(f"rank {int(m[2])} of {int(m[1])}" for m in members)
         raise HcclError(f"comm_init_root_info: the processes sharing this root info joined as "
-                        f"[{found}]; expected ranks 0..{nranks - 1} of {nranks}",
+                        f"[{found}]; expected ranks 0..{nranks - 1} of {nranks} (over MPI, one "
+                        f"process makes the root info and broadcasts it; where the ranks are "
+                        f"threads of one process, set ASCENTRT_HCCL_TRANSPORT=process)",
                         code=HcclResult.E_PARA)
     colors = sorted({int(d) for d in table[:, 0]})
     sub = world.Split(colors.index(digest), rank)
@@ -136,6 +147,8 @@ def post(comm: Communicator, call, pair: tuple | None, parts) -> None:
     A stream that refuses it leaves the communicator as if the call was never made."""
     group = cast(MpiGroup, comm.group)
     with group.lock:
+        if group.broken is not None:  # (refused: nothing queued, no sequence number taken)
+            raise group.broken.again()
         if pair is None:
             seq = group.seq
             key, ranks = ("coll", seq), tuple(range(group.size))
@@ -228,13 +241,22 @@ def run(items) -> None:
     """Run the parts (one, or a group's on one stream): exchange and check the calls, then
     move the data. Raises the first failure (HcclError)."""
     items = [it[:3] for it in items]
+    for group, meeting, _ in items:
+        if group.broken is not None:  # called before the communicator broke: it never pairs up
+            _fail(meeting, group.broken.again())
     _exchange(items)
     MPI = _mpi()
-    requests = []
-    for group, meeting, call in items:
-        requests += _move(MPI, group, meeting, call)
+    # Every rank voted go: each is in these very parts, so MPI's collectives end. A group's are
+    # all started before any is waited for (the ranks may start them in different orders);
+    # one part alone runs MPI's blocking collective (a few tens of microseconds faster).
+    start = len(items) > 1
+    moves = [(meeting, _move(MPI, group, meeting, call, start)) for group, meeting, call in items]
+    requests = [req for _, (reqs, _) in moves for req in reqs]
     if requests:
         MPI.Request.Waitall(requests)
+    for _, (_, then) in moves:
+        if then is not None:
+            then()
     for group, meeting, call in items:
         call.done_ns = call.stream.device.now_ns()
         meeting.state = "done"
@@ -300,13 +322,18 @@ def _exchange(items) -> None:
             meeting.calls[q] = RemoteCall(q, op, count, nbytes, sig, text, site)
             group.last_done[q] = max(group.last_done[q], last)
     timed_out = None
+    unheard = {}  # meeting key -> the ranks not heard from
     for group, meeting, call in items:
         missing = [q for (_, m, q), p in zip(whose, heard) if m is meeting and p is None]
+        unheard[meeting.key] = missing
         if missing and timed_out is None:
+            # (a rank's description goes out when its stream reaches the call: one not heard
+            # from may have called it behind other work)
             timed_out = (meeting, HcclError(
                 f"{meeting.name} timed out after {timeout:g} s (HCCL_EXEC_TIMEOUT) on rank "
-                f"{call.rank}: rank(s) {', '.join(map(str, missing))} have not called it (last "
-                f"completed: {group.last_completed_text(missing)})", code=HcclResult.E_TIMEOUT))
+                f"{call.rank}: rank(s) {', '.join(map(str, missing))} have not reached it (not "
+                f"called, or their stream has not run up to it; last completed: "
+                f"{group.last_completed_text(missing)})", code=HcclResult.E_TIMEOUT))
     for r in sends:
         r.wait()
     # Every rank votes: go once it heard all the others, abort when it gave up. A rank enters
@@ -316,21 +343,30 @@ def _exchange(items) -> None:
     for group, meeting, call in items:
         for q in meeting.ranks:
             if q != call.rank:
-                cast.append(group.vote.isend((meeting.key, vote), dest=q, tag=_tag(meeting)))
+                cast.append(group.vote.isend((meeting.key, vote, unheard[meeting.key]), dest=q,
+                                             tag=_tag(meeting)))
                 ballots.append((group.vote, q, _tag(meeting), meeting.key))
                 voters.append((meeting, q))
     for r in cast:
         r.wait()  # (a few bytes: sent at once, whether or not the peer ever takes them)
     if timed_out is not None:
+        meeting = timed_out[0]
+        _break(meeting, f"rank(s) {', '.join(map(str, unheard[meeting.key]))} reached it", timed_out[1])
         _fail(*timed_out)
     # Each rank that called votes within its own timeout of hearing the others: twice the
     # timeout is only passed by a rank that died or stalled between the two.
     votes = _hear_all(ballots, time.monotonic() + 2 * timeout)
     for (meeting, q), got in zip(voters, votes):
         if got is None or got[1] != "go":
-            why = "sent no vote (it stalled or died)" if got is None else \
-                "gave up waiting for it (HCCL_EXEC_TIMEOUT) before every rank had called it"
-            _fail(meeting, HcclError(f"{meeting.name}: rank {q} {why}", code=HcclResult.E_TIMEOUT))
+            if got is None:
+                why = "sent no vote (it stalled or died)"
+            else:
+                why = (f"gave up waiting for it (HCCL_EXEC_TIMEOUT) before rank(s) "
+                       f"{', '.join(map(str, got[2]))} reached it (called it and their stream "
+                       f"ran up to it)")
+            error = HcclError(f"{meeting.name}: rank {q} {why}", code=HcclResult.E_TIMEOUT)
+            _break(meeting, f"rank {q} took part in it", error)
+            _fail(meeting, error)
     for _, meeting, _ in items:
         error = meeting.mismatch()
         if error is not None:
@@ -347,6 +383,19 @@ def _hear_all(wanted: list, deadline: float) -> list:
         for (i, _), payload in zip(entries, _hear(comm, [e for _, e in entries], deadline)):
             got[i] = payload
     return got
+
+
+def _break(meeting: Meeting, what: str, error: HcclError | None = None) -> None:
+    """Meeting failed before `what` (some rank took no part in it, or left it): a later call
+    of that rank would take its place, so the communicator is broken, as in one process (see
+    Meeting.break_off): every later call is refused, and those queued already fail at once."""
+    group = meeting.group
+    if group.broken is None:
+        why = f" (the failure: {error})" if error is not None else ""
+        group.broken = HcclError(
+            f"communicator {group.id} is broken: {meeting.name} failed before {what}, so the "
+            f"ranks' later calls no longer pair up; destroy it on every rank (comm_destroy) and "
+            f"make a new one{why}", code=HcclResult.E_TIMEOUT)
 
 
 def _fail(meeting: Meeting, error: HcclError) -> None:
@@ -367,49 +416,52 @@ def _view(loc, nbytes: int, dtype) -> np.ndarray:
     return alloc._bytes()[off:off + nbytes].view(dtype)
 
 
-def _move(MPI, group, meeting: Meeting, call) -> list:
-    """Move the data of one part; returns the requests still in flight (send/recv)."""
+def _move(MPI, group, meeting: Meeting, call, start: bool) -> tuple[list, Callable[[], None] | None]:
+    """Move the data of one part with MPI's collective (`start`: only start its non-blocking
+    one): (the requests in flight, what to do once they completed, or None)."""
     comm, op, dt, n = group.data, call.op, call.dtype, call.nbytes
     size = group.size
-    if op == "barrier":
-        comm.Barrier()
+
+    def coll(name: str, *args, **kwargs) -> list:
+        if start:
+            return [getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kwargs)]
+        getattr(comm, name)(*args, **kwargs)
         return []
+    if op == "barrier":
+        return coll("Barrier"), None
     if op in ("send", "recv"):
         tag = meeting.seq % (1 << 15)
         buf = _view(call.send if op == "send" else call.recv, n, np.uint8)
         if op == "send":
-            return [comm.Isend(buf, dest=call.peer, tag=tag)]
-        return [comm.Irecv(buf, source=call.peer, tag=tag)]
+            return [comm.Isend(buf, dest=call.peer, tag=tag)], None
+        return [comm.Irecv(buf, source=call.peer, tag=tag)], None
     if op == "broadcast":
-        comm.Bcast(_view(call.recv, n, dt), root=call.root)
-        return []
+        return coll("Bcast", _view(call.recv, n, dt), root=call.root), None
     if op == "all_gather":
         send, recv = _view(call.send, n, dt), _view(call.recv, n * size, dt)
-        comm.Allgather(MPI.IN_PLACE if _same(call.send, call.recv, call.rank * n) else send, recv)
-        return []
+        return coll("Allgather", MPI.IN_PLACE if _same(call.send, call.recv, call.rank * n) else send,
+                    recv), None
     if op == "all_to_all":
         send = _view(call.send, n * size, dt)
-        comm.Alltoall(send.copy() if _overlap(call, n * size, n * size) else send, _view(call.recv, n * size, dt))
-        return []
+        return coll("Alltoall", send.copy() if _overlap(call, n * size, n * size) else send,
+                    _view(call.recv, n * size, dt)), None
     total = n if op == "all_reduce" else n * size
     send = _view(call.send, total, dt)
     recv = _view(call.recv, n, dt)
-    native = dt != np.float16  # MPI has no half type: reduce those with numpy
+    if dt == np.float16:  # MPI has no half type: gather the ranks' inputs, reduce with numpy
+        parts = np.empty((size, send.size), dtype=send.dtype)
+        lo = 0 if op == "all_reduce" else call.rank * call.count
+
+        def reduce() -> None:
+            with np.errstate(all="ignore"):  # (as a device: an overflow gives inf, no warning)
+                recv[:] = _UFUNCS[call.reduce].reduce(parts[:, lo:lo + recv.size], axis=0)
+        return coll("Allgather", send, parts), reduce
+    mpi_op = getattr(MPI, _OPS[call.reduce])
     if op == "all_reduce":
-        if native:
-            comm.Allreduce(MPI.IN_PLACE if _same(call.send, call.recv) else send, recv,
-                           op=getattr(MPI, _OPS[call.reduce]))
-        else:
-            recv[:] = _reduce_by_gather(comm, send, call.reduce)
-        return []
-    # reduce_scatter
-    if native:
-        comm.Reduce_scatter_block(send.copy() if _overlap(call, n * size, n) else send, recv,
-                                  op=getattr(MPI, _OPS[call.reduce]))
-    else:
-        full = _reduce_by_gather(comm, send, call.reduce)
-        recv[:] = full[call.rank * call.count:(call.rank + 1) * call.count]
-    return []
+        return coll("Allreduce", MPI.IN_PLACE if _same(call.send, call.recv) else send, recv,
+                    op=mpi_op), None
+    return coll("Reduce_scatter_block", send.copy() if _overlap(call, n * size, n) else send, recv,
+                op=mpi_op), None
 
 
 def _overlap(call, send_bytes: int, recv_bytes: int) -> bool:
@@ -421,10 +473,3 @@ def _overlap(call, send_bytes: int, recv_bytes: int) -> bool:
 def _same(a, b, offset: int = 0) -> bool:
     """Whether location a is location b shifted by `offset` bytes (an in-place call)."""
     return a[0] is b[0] and a[1] == b[1] + offset
-
-
-def _reduce_by_gather(comm, send: np.ndarray, op) -> np.ndarray:
-    """The reduction of every rank's `send` (gathered, then reduced here)."""
-    parts = np.empty((comm.Get_size(), send.size), dtype=send.dtype)
-    comm.Allgather(send, parts)
-    return _UFUNCS[op].reduce(parts, axis=0)

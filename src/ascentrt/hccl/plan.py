@@ -1,7 +1,8 @@
 """The lane tasks of one collective: a Plan builds them rank by rank (waits on other ranks'
 markers, peer copies, reduce kernels on the copy engines, step markers) and queues them at
-once; its run-time guards make a failed meeting move nothing. The algorithms (ring, mesh) are
-written on it.
+once; its run-time guards make a failed meeting move nothing, and a lane step that fails fails
+the collective on every rank (no rank's part ends before every lane's last step did). The
+algorithms (ring, mesh) are written on it.
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ def _mesh_reduce(outs, ins, ufunc, acc) -> None:
     if acc is None:
         return
     step, size = len(acc), len(outs[0])
-    for lo in range(0, size, step):
-        hi = lo + step
-        tile = acc if hi <= size else acc[:size - lo]
-        ufunc(ins[0][lo:hi], ins[1][lo:hi], out=tile)
-        for x in ins[2:]:
-            ufunc(tile, x[lo:hi], out=tile)
-        for out in outs:
-            out[lo:hi] = tile
+    # As a device's reduce: an overflow gives inf (a 0/0 NaN), never a warning or an exception,
+    # whatever numpy error state the thread running it has (on sim: the program's own thread).
+    with np.errstate(all="ignore"):
+        for lo in range(0, size, step):
+            hi = lo + step
+            tile = acc if hi <= size else acc[:size - lo]
+            ufunc(ins[0][lo:hi], ins[1][lo:hi], out=tile)
+            for x in ins[2:]:
+                ufunc(tile, x[lo:hi], out=tile)
+            for out in outs:
+                out[lo:hi] = tile
 
 
 def _ordered_fold(out, ins, ufunc) -> None:
@@ -69,9 +73,16 @@ class Plan:
         self.lanes = lanes          # rank -> the lane its steps go on
         self.work: list = []
         self.scratch: list = []     # buffers freed behind the lanes' steps
+        self.last: dict[int, Marker] = {}   # rank -> the marker of its lane's last step so far
+        self.unmarked: set[int] = set()     # ranks whose lane has a step after its last marker
+        self.ending: list[tuple[int, tuple]] = []  # (rank, what it waited for) of finish() calls
 
     def _task(self, r: int, task: Task) -> None:
         self.work.append((self.lanes[r], task))
+
+    def _step(self, r: int, task: Task) -> None:
+        self.unmarked.add(r)
+        self._task(r, task)
 
     def wait(self, r: int, *markers) -> None:
         """Rank r's lane waits for each marker."""
@@ -95,6 +106,8 @@ class Plan:
         t = Task(EVENT_RECORD, name=f"{self.meeting.name}: step")
         t.marker = m
         self._task(r, t)
+        self.last[r] = m
+        self.unmarked.discard(r)
         return m
 
     def copy(self, r: int, dst: BufferSlice, src: BufferSlice, what: str) -> None:
@@ -105,7 +118,7 @@ class Plan:
         t = Task(COPY, None, (dst.addr, n, src.addr, n, n, 1), f"{self.meeting.name}: {what}")
         t.nbytes = n
         t.resolve = self._copy_guard(dst, src)
-        self._task(r, t)
+        self._step(r, t)
 
     def modelled_reduce(self, r: int, nbytes: int, src: BufferSlice, what: str) -> None:
         """Rank r's copy engine takes the time of an inline-reduce transfer of `nbytes` from
@@ -116,7 +129,7 @@ class Plan:
         t.executor = COPY_ENGINE
         t.nbytes = nbytes
         t.cost = _inline_reduce_cost(nbytes, src.addr)
-        self._task(r, t)
+        self._step(r, t)
 
     def ring_reduce(self, r: int, out: BufferSlice, ins: list[BufferSlice], dtype, op,
                     what: str, src: BufferSlice) -> None:
@@ -132,7 +145,7 @@ class Plan:
         t.cost = _inline_reduce_cost(out.nbytes, src.addr)
         t.reads, t.writes = tuple(ins), (out,)  # for the race sanitizer
         t.resolve = self._fold_guard(dtype)
-        self._task(r, t)
+        self._step(r, t)
 
     def mesh_reduce(self, r: int, outs: list[BufferSlice], ins: list[BufferSlice], dtype, op,
                     what: str) -> None:
@@ -149,7 +162,7 @@ class Plan:
         t.nbytes = nbytes * len(ins)
         t.reads, t.writes = (*ins, acc), (*outs, acc)  # for the race sanitizer
         t.resolve = self._mesh_guard(dtype)
-        self._task(r, t)
+        self._step(r, t)
 
     def temp(self, r: int, nbytes: int) -> BufferSlice:
         """A scratch buffer on rank r's device, ordered on its lane."""
@@ -159,17 +172,39 @@ class Plan:
         return buf[0:nbytes]
 
     def finish(self, r: int, *after) -> None:
-        """Rank r's part ends once `after` are reached: its done marker is recorded."""
+        """Rank r's part ends once `after` are reached, and every other lane's last step (see
+        submit): its done marker is recorded."""
         self.wait(r, *after)
-        m = self.meeting.done[r]
-        m.stream = self.lanes[r]
-        t = Task(EVENT_RECORD, name=f"{self.meeting.name}: done")
-        t.marker = m
-        self._task(r, t)
+        if r in self.unmarked and len(self.lanes) > 1:
+            self.mark(r)  # (a step after its last marker: the other ranks' parts wait for it)
+        self.ending.append((r, after))
+
+    def _record_done(self) -> None:
+        """Each finishing rank's lane waits for the last step of every other lane it has not
+        waited for, then records the rank's done marker: a step that fails anywhere fails the
+        meeting before any rank's part ends, so the collective fails on every rank or none."""
+        for r, after in self.ending:
+            self.wait(r, *(m for q, m in self.last.items() if q != r and m not in after))
+            m = self.meeting.done[r]
+            m.stream = self.lanes[r]
+            t = Task(EVENT_RECORD, name=f"{self.meeting.name}: done")
+            t.marker = m
+            self._task(r, t)
+        self.ending = []
+
+    def _step_failed(self, task: Task, exc: BaseException) -> None:
+        """The failure hook of the lane tasks: a task's error fails the meeting (under the
+        engine lock), which every rank's part then reports on its stream."""
+        meeting = self.meeting
+        if meeting.error is None:
+            code = exc.code if isinstance(exc, HcclError) else HcclResult.E_INTERNAL
+            meeting.fail(HcclError(f"{meeting.name}: its step '{task.label}' failed on a "
+                                   f"communicator lane ({type(exc).__name__}: {exc})", code=code))
 
     def submit(self) -> None:
         """Queue every lane task (one engine lock hold; a full lane never makes the host wait:
         what drains it may be the very thread submitting)."""
+        self._record_done()
         lanes = list(dict.fromkeys(lane for lane, _ in self.work))
         if lanes:
             # Every step runs as part of each rank's task: a buffer a rank freed after its call
@@ -178,9 +213,11 @@ class Plan:
             parts = tuple((c.stream, c.task.id) for c in calls)
             behalf = tuple((f"rank {c.rank}'s {c.op}", c.stream.id, c.site,
                             tuple(b[0] for b in (c.send, c.recv) if b is not None)) for c in calls)
+            failed = self._step_failed
             for _, t in self.work:
                 t.acting_for = parts
                 t.on_behalf = behalf  # (a race names the rank whose buffer it touched)
+                t.on_fail = failed
             ENGINE.submit_all(lanes, self.work, internal=True)
 
     def release(self) -> None:

@@ -37,6 +37,7 @@ def stragglers(profile: ProfileData) -> list[Finding]:
         late[key].append((coll, last))
         ranks[coll.comm] = len(parts)
     sim = any(d.backend == "sim" for d in profile.devices)
+    part_keys = {tuple(p[1:]) for c in profile.collectives for p in c.parts}
     out = []
     for (comm, rank), ns in waited.items():
         others = ranks[comm] - 1
@@ -45,11 +46,20 @@ def stragglers(profile: ProfileData) -> list[Finding]:
             continue
         colls = late[(comm, rank)]
         coll, part = colls[0]
-        before = _work_before(profile, part, {tuple(p[1:]) for c in profile.collectives for p in c.parts})
+        # (the work before every late part, per collective on average: set against the wait
+        # per collective, not the first one's work against the total wait)
+        by_stream: defaultdict[tuple, list] = defaultdict(list)  # (a rank may use several streams)
+        for _, p in colls:
+            by_stream[(p.device, p.stream)].append(p)
+        before = [t for ps in by_stream.values() for ts in _work_before_each(profile, ps, part_keys)
+                  for t in ts]
         names: Counter[str] = Counter()
         for t in before:
             names[t.name] += t.duration_ns
-        top = ", ".join(f"{n} {format_ms(d)}" for n, d in names.most_common(3)) or "none recorded"
+        top = ", ".join(f"{n} {format_ms(d / len(colls))}" for n, d in names.most_common(3) if d) \
+            or "none recorded"
+        per_coll = (f" ({format_ms(each / len(colls))} per collective)" if len(colls) > 1 else "")
+        ran = "before each, on average," if len(colls) > 1 else "before it,"
         host_ns = submitted_late[(comm, rank)]
         evidence = {"collectives": len(colls), "ranks": others + 1,
                     "waited per other rank": format_ms(each), "late rank's device": part.device,
@@ -60,10 +70,10 @@ def stragglers(profile: ProfileData) -> list[Finding]:
                 "straggler", f"Rank {rank} (device {part.device}) of communicator {comm} arrives last "
                              f"at its collectives: the host submits its work late",
                 f"in {len(colls)} collective(s) ({coll.op} #{coll.seq} first) rank {rank} reached the "
-                f"collective last; the other {others} rank(s) waited {format_ms(each)} each on average, "
-                f"their devices idle in it, {format_ms(host_ns / others)} of it before the host had "
-                f"even submitted rank {rank}'s part (its stream ran {top} before it): the host was "
-                f"still in the other ranks' calls",
+                f"collective last; the other {others} rank(s) waited {format_ms(each)} each on average "
+                f"in all{per_coll}, their devices idle in it, {format_ms(host_ns / others)} of it "
+                f"before the host had even submitted rank {rank}'s part ({ran} its stream ran "
+                f"{top}): the host was still in the other ranks' calls",
                 "submit every rank's work before any rank's collective, or each rank from a thread "
                 "of its own, so that no rank's collective waits for the host to reach the others",
                 evidence, [task_ref(t) for t in sorted(before, key=DURATION, reverse=True)[:5]], int(ns)))
@@ -72,8 +82,8 @@ def stragglers(profile: ProfileData) -> list[Finding]:
             "straggler", f"Rank {rank} (device {part.device}) of communicator {comm} arrives last "
                          f"at its collectives: the other ranks wait for it",
             f"in {len(colls)} collective(s) ({coll.op} #{coll.seq} first) rank {rank} reached the "
-            f"collective last; the other {others} rank(s) waited {format_ms(each)} each on average, "
-            f"their devices idle in it; before it, rank {rank}'s stream ran {top}",
+            f"collective last; the other {others} rank(s) waited {format_ms(each)} each on average "
+            f"in all{per_coll}, their devices idle in it; {ran} rank {rank}'s stream ran {top}",
             f"balance the work between the ranks (rank {rank}'s stream has more, or slower, work "
             f"before the collective), or overlap it: queue the collective's inputs first and the "
             f"rest after it",
@@ -81,19 +91,25 @@ def stragglers(profile: ProfileData) -> list[Finding]:
     return out
 
 
-def _work_before(profile: ProfileData, part, part_keys: set) -> list:
-    """The work tasks of `part`'s stream between its previous collective part (`part_keys`:
-    every collective's parts), or the start, and `part`."""
-    same = sorted((t for t in profile.tasks if t.device == part.device and t.stream == part.stream),
+def _work_before_each(profile: ProfileData, parts: list, part_keys: set) -> list[list]:
+    """Per part of `parts` (one stream's), the work tasks of its stream between its previous
+    collective part (`part_keys`: every collective's parts), or the start, and it."""
+    if not parts:
+        return []
+    device, stream = parts[0].device, parts[0].stream
+    same = sorted((t for t in profile.tasks if t.device == device and t.stream == stream),
                   key=lambda t: (t.task_id, t.start_ns))
-    out: list = []
+    wanted = {id(p): i for i, p in enumerate(parts)}
+    out: list[list] = [[] for _ in parts]
+    run: list = []
     for t in same:
-        if t is part:
-            break
+        i = wanted.get(id(t))
+        if i is not None:
+            out[i] = run
         if t.key in part_keys:
-            out = []
+            run = []
         elif t.kind in WORK_KINDS:
-            out.append(t)
+            run.append(t)
     return out
 
 
