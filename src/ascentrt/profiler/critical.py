@@ -174,7 +174,7 @@ def critical_path(profile: ProfileData) -> dict:
             count += 1
         if lo > floor:  # nothing ran on the path: the host had not submitted cur, or it waited
             gap = lo - floor
-            late = max(0, min(gap, cur.enqueue_ns - floor)) if nxt is not None else gap
+            late = max(0, min(gap, cur.enqueue_ns - floor))  # (the first task too: from 0)
             by_kind["host"] += late
             by_kind["dispatch"] += gap - late
         frontier = floor
