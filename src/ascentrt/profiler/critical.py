@@ -237,7 +237,7 @@ def host_waits(profile: ProfileData, tasks) -> Callable[[Any], Any]:
     when there is none, or the synchronization found the work done already."""
     syncs: dict = defaultdict(list)  # thread -> [(end, id, call)] of the calls that waited
     for c in profile.api_calls:
-        if c.error:
+        if c.error and not c.task_error:  # (one that passed on a task's error waited for it all)
             continue
         if (c.name in SYNC_APIS and c.already_done is False) or c.name in QUERY_APIS:
             syncs[c.thread].append((c.end_ns, id(c), c))
