@@ -796,3 +796,69 @@ def test_tasks_that_never_started_are_no_work_to_the_analyses(dev):
     assert m["queued_ns"]["count"] == 0 and m["copy_bandwidth"] == {}
     s.destroy()
     buf.free(), host.free()
+
+
+# ---- a failed task's error passed on by a synchronize is no wait that gave up ----------------
+# (a host function that found a deadlock made the main thread's Device.synchronize, which waited
+# for all the work, read "found a deadlock (507950)", "gave up"; the wait advice said "a record
+# nothing makes" for an event wait whose record was made)
+
+def _calls_profile(calls, tasks=()):
+    from ascentrt.profiler.data import DeviceInfo, ProfileData
+    return ProfileData(duration_ns=10_000_000, tasks=list(tasks), api_calls=list(calls),
+                       devices=[DeviceInfo(0, "d", 2, 2, 1, 1 << 30, backend="sim")])
+
+
+def test_a_task_error_passed_on_by_a_synchronize_is_not_that_call_giving_up():
+    from ascentrt.profiler.data import ApiCall, ProfileData, TaskRecord
+    from ascentrt.profiler.diagnose_failures import never_finished
+    deadlock = ApiCall("Stream.synchronize", 0, 1000, 7, error=507950, target="stream 2")
+    passed = [ApiCall("Device.synchronize", 0, 5000, 8, error=code, target="device 0", task_error=True)
+              for code in (507950, 507046, 207001)]
+    found = never_finished(_calls_profile([deadlock, *passed]))
+    assert len(found) == 1 and found[0].evidence["host waits that gave up"] == 1
+    assert "Stream.synchronize of stream 2 found a deadlock" in found[0].cause
+    assert "Device.synchronize" not in found[0].cause
+    assert never_finished(_calls_profile(passed)) == []
+    # it round-trips through profile.json
+    back = ProfileData.from_json(json.loads(json.dumps(_calls_profile([deadlock, *passed]).to_json())))
+    assert [c.task_error for c in back.api_calls] == [False, True, True, True]
+    # the host waited for the work in it: the critical path goes through the task it waited for
+    from ascentrt.profiler.critical import host_waits
+    k1 = TaskRecord(0, 1, 1, "kernel", "K1", 0, 0, 100, 2000, 8)
+    k2 = TaskRecord(0, 1, 2, "kernel", "K2", 0, 6000, 6100, 7000, 8)
+    prof = _calls_profile([ApiCall("Device.synchronize", 50, 2000, 8, error=507950, target="device 0",
+                                   already_done=False, task_error=True)], [k1, k2])
+    assert host_waits(prof, prof.tasks)(k2) is k1
+
+
+def test_a_recorded_synchronize_knows_a_passed_on_task_error_from_its_own():
+    def bad():
+        raise ValueError("boom")
+    dev = art.set_device(0)
+    s = dev.create_stream()
+    with art.profile() as prof:
+        art.launch(bad, stream=s)
+        with pytest.raises(art.TaskError):
+            s.synchronize(timeout=10)
+        with pytest.raises(art.AscentError):
+            art.Event(dev).synchronize(timeout=-1)  # its own error: a bad argument
+    calls = [c for c in prof.snapshot().api_calls if c.error]
+    assert [(c.name, c.task_error) for c in calls] == [("Stream.synchronize", True),
+                                                       ("Event.synchronize", False)]
+    s.destroy()
+    art.get_last_error()
+
+
+@pytest.mark.parametrize("wait", ["event_wait", "notify_wait"])
+def test_the_advice_for_a_stuck_wait_says_a_record_is_missing_only_where_it_may_be(wait):
+    from ascentrt.profiler.data import TaskRecord
+    from ascentrt.profiler.diagnose_failures import never_finished
+    running = TaskRecord(0, 1, 1, "kernel", "B", 0, 3000, 4000, 10_000, 7, fate="unfinished")
+    blocked = TaskRecord(0, 2, 1, wait, wait, 0, 5000, 5000, 10_000, 7, fate="unfinished")
+    (found,) = never_finished(_calls_profile([], [running, blocked]))
+    missing = "record nothing makes" in found.advice
+    assert missing == (wait == "notify_wait"), found.advice
+    if wait == "event_wait":  # (its record was made: the stream that holds it is the lead)
+        assert found.advice.startswith("work still queued or running"), found.advice
+        assert "record was made" in found.advice

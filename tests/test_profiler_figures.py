@@ -123,6 +123,19 @@ def test_the_critical_path_follows_executor_contention_and_a_replayed_graphs_nod
     assert path["tasks"] == 3 and path["length_ns"] == 3_000_000
 
 
+def test_the_critical_paths_first_task_splits_its_wait_into_host_and_dispatch():
+    # (the gap before a task with no predecessor was all "host", its dispatch included: a
+    # kernel enqueued at 3 us that started at 4 us gave host 4 us, dispatch none)
+    from ascentrt.profiler.critical import critical_path
+    path = critical_path(_profile([_task(1, 3_000, 4_000, 104_000)]))
+    assert path["by_kind"] == {"kernel": 100_000, "host": 3_000, "dispatch": 1_000}
+    # the nodes of a replayed graph share one enqueue: the first one's dispatch too
+    nodes = [_task(7, 2_000, 5_000 + i * 10_000, 5_000 + (i + 1) * 10_000) for i in range(3)]
+    path = critical_path(_profile(nodes))
+    assert path["by_kind"] == {"kernel": 30_000, "host": 2_000, "dispatch": 3_000}
+    assert sum(path["by_kind"].values()) == path["length_ns"]
+
+
 def test_in_virtual_time_short_idle_stretches_count():
     # (on sim a driver malloc of 17 us before every 5 us kernel left the device 74% idle, and the
     # 20 us cut-off meant for real time's scheduling noise hid all of it)

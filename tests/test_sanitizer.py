@@ -1406,3 +1406,50 @@ def test_a_value_wait_the_word_meets_already_orders_nothing(dev, streams, bufs):
     assert [(r.first.name, r.second.name) for r in found] == [("producer", "consumer")]
     word.free()
 
+
+
+@pytest.mark.parametrize("how", ["blocking", "non-blocking", "callback"])
+def test_an_access_inside_a_host_function_is_located_at_its_launch(streams, bufs, how):
+    # (the report and its fix named the line inside the function, "record an event on stream 3
+    # after `hf` (prog.py:6)": no event can be recorded there; it goes after the launch)
+    from ascentrt import callback
+    s1, s2 = streams
+    buf, _, _ = bufs
+    host = art.malloc_host(N)
+    thread = None
+    gate, done = threading.Event(), threading.Event()
+    lines: list[int] = []
+
+    def hf(_):  # (no buffer argument: a report of the launch's own accesses would come first)
+        art.memset(host, 7, N); inside = here()  # noqa: E702  (the write's line)
+        lines.append(inside)
+
+    with art.sanitize("log") as found:
+        if how == "callback":
+            def reporter():
+                gate.wait(TIMEOUT)
+                callback.process_reports(TIMEOUT)
+                done.set()
+            thread = threading.Thread(target=reporter)
+            thread.start()
+            callback.subscribe(thread.ident, s1)
+            callback.launch_callback(hf, None, s1, blocking=False); launched = here()  # noqa: E702
+        else:
+            art.launch_host_func(hf, None, stream=s1, blocking=how == "blocking"); launched = here()  # noqa: E702
+        art.memcpy_async(buf, host, stream=s2); used = here()  # noqa: E702  (reads what hf writes)
+        gate.set()
+        if thread is not None:
+            assert done.wait(TIMEOUT)
+        art.synchronize(TIMEOUT)
+    if thread is not None:
+        thread.join(TIMEOUT)
+        callback.unsubscribe(thread.ident, s1)
+    host.free()
+    assert len(found) == 1, [str(r) for r in found]
+    race = found[0]
+    fn = race.first if race.first.name == "hf" else race.second
+    name = os.path.basename(__file__)
+    assert fn.site == f"{name}:{launched}" and fn.inside == f"{name}:{lines[0]}", str(race)
+    assert f"{name}:{lines[0]}" not in race.fix and f"`hf` ({name}:{launched})" in race.fix, race.fix
+    assert f"{name}:{used}" in race.fix
+    assert f"write in it at {name}:{lines[0]}" in str(race)

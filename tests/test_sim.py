@@ -2243,3 +2243,126 @@ def test_a_host_idle_outside_the_runtime_after_writing_a_word_leaves_its_wait_me
     assert took[0] == took[1] < 1e6
     word.free()
     s.destroy()
+
+
+# ---- a deadlock or stuck-work check costs no virtual time ------------------------------------
+# (the check interval, ASCENTRT_DEADLOCK_CHECK_S, and a teardown's budget are the runtime's own
+# real time: each once moved the device clock, 0.25 s per check, 2 s per teardown)
+
+def _notify_cycle(dev):
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    n1, n2 = art.Notify(dev), art.Notify(dev)
+    s1.wait_notify(n1), s1.record_notify(n2)
+    s2.wait_notify(n2), s2.record_notify(n1)
+    return s1, s2
+
+
+@sim_only
+@pytest.mark.parametrize("wait", ["stream", "device", "event", "destroyed notify"])
+def test_a_deadlock_is_found_where_the_device_went_idle_not_a_check_interval_later(dev, wait):
+    busy = dev.create_stream()
+    art.launch(art.kernels.noop, stream=busy, cost=50e-6)  # the device idles after 50 us
+    t0 = dev.now_ns()
+    if wait == "destroyed notify":
+        stuck = [dev.create_stream()]
+        n = art.Notify(dev)
+        stuck[0].wait_notify(n)
+        n.destroy()
+    else:
+        stuck = list(_notify_cycle(dev))
+    with pytest.raises(art.DeadlockError):
+        if wait == "event":
+            stuck[0].record().synchronize()
+        elif wait == "device":
+            dev.synchronize()
+        else:
+            stuck[0].synchronize()
+    spent = dev.now_ns() - t0
+    assert 50_000 <= spent < 100_000, spent  # the kernel's 50 us, not 250 ms more
+    for s in stuck + [busy]:
+        s.destroy(force=True)
+    art.get_last_error()
+
+
+# (a program of its own: under pytest, pytest-timeout's signal handler might record a notify, so
+# a wait only the host could end is no deadlock there, and a teardown no stuck wait)
+STUCK_ALONE = r"""
+import warnings
+import ascentrt as art
+import ascentrt.acl as acl
+dev = art.Device(0)
+
+def spent(what, fn):
+    t0 = dev.now_ns()
+    try:
+        fn()
+    except art.AscentError as exc:
+        what += " " + type(exc).__name__
+    print(what, dev.now_ns() - t0)
+
+def host_notify(destroy):
+    s = dev.create_stream()
+    art.launch(art.kernels.noop, stream=s, cost=50e-6)
+    s.wait_notify(art.Notify(dev))
+    try:
+        s.destroy() if destroy else s.synchronize()
+    finally:
+        s.destroy(force=True)
+
+spent("host-notify-sync", lambda: host_notify(False))
+spent("host-notify-destroy", lambda: host_notify(True))
+
+def hf_cycle():
+    s1, s3 = dev.create_stream(), dev.create_stream()
+    with art.profile() as prof:
+        art.launch(art.kernels.noop, stream=s3, cost=100e-6, name="slow")
+        art.launch_host_func(s1.synchronize, stream=s3)
+        s1.wait(s3.record())
+        art.launch(art.kernels.noop, stream=s1, cost=5e-6, name="after_wait")
+        try:
+            dev.synchronize(timeout=5.0)
+        except art.TaskError:  # (the host function's DeadlockError, passed on)
+            pass
+    (hf,) = [t for t in prof.snapshot().tasks if t.kind == "host_func"]
+    print("hf-duration", hf.duration_ns)
+
+spent("hf-cycle", hf_cycle)
+art.get_last_error()
+
+def acl_teardown(how):
+    acl.rt.set_device(0)
+    ctx, _ = acl.rt.create_context(0)
+    stream, _ = acl.rt.create_stream()
+    notify, _ = acl.rt.create_notify(0)
+    acl.rt.wait_and_reset_notify(notify, stream, 0)  # nothing will record it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if how == "destroy_stream":
+            t0 = dev.now_ns()
+            assert acl.rt.destroy_stream(stream) == 507046  # stuck: left for the force
+            print("acl-destroy_stream-alone", dev.now_ns() - t0)
+            acl.rt.destroy_stream_force(stream)
+        elif how == "destroy_context":
+            acl.rt.destroy_context(ctx)
+        acl.rt.reset_device(0)
+
+for how in ("destroy_stream", "destroy_context", "reset_device"):
+    spent("acl-" + how, lambda: acl_teardown(how))
+"""
+
+
+def test_a_stuck_wait_or_teardown_with_no_one_to_act_spends_no_virtual_time():
+    r = _run_sim(STUCK_ALONE)
+    assert r.returncode == 0, r.stderr
+    spent = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in r.stdout.splitlines()}
+    # found where the device idled (after the 50 us kernel), not a check interval (0.25 s) later
+    assert 50_000 <= spent["host-notify-sync DeadlockError"] < 100_000, spent
+    assert 50_000 <= spent["host-notify-destroy DeadlockError"] < 100_000, spent
+    # the host function synchronizing its own stream's later work fails at once: it lasts its
+    # preset cost, and the program about its kernels' 105 us
+    assert spent["hf-duration"] < 50_000, spent
+    assert spent["hf-cycle"] < 1_000_000, spent
+    # a teardown's budget for stuck work (2 s) is real time, not the device's
+    assert spent["acl-destroy_stream-alone"] < 1_000_000, spent
+    for how in ("destroy_stream", "destroy_context", "reset_device"):
+        assert spent["acl-" + how] < 1_000_000, spent

@@ -190,7 +190,8 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_HOST_FUNC_THREADS", "1", _count(65536),
             "threads per device that run host functions and callbacks" + _CPU_ONLY),
     Setting("ASCENTRT_DEADLOCK_CHECK_S", "0.25", _seconds,
-            "how long a synchronizing call waits without device progress before it checks for a deadlock"),
+            "how long a synchronizing call waits without device progress before it checks for a deadlock "
+            "(real time: on sim the check comes where the device went idle, at no virtual time)"),
     Setting("ASCENTRT_STALL_WARN_S", "10", _seconds,
             "after this long with no progress and no provable cycle, a waiting call warns what it waits on"),
     Setting("ASCENTRT_MEM_POOL_ENABLE", "1", _switch,

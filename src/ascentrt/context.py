@@ -14,6 +14,7 @@ import threading
 from . import forksafe
 from .device import Device, resolve_device, set_device
 from .engine import ENGINE
+from .engine.scheduler import teardown_budget
 from .engine.sync import synchronize_streams, warn_discarded
 from .errors import AscentError, AscentTimeoutError, DeadlockError, ErrorCode, InvalidArgumentError, InvalidHandleError
 from .validate import check_flag
@@ -194,7 +195,8 @@ def release_primary(device, *, force: bool = False) -> int:
         _primary.pop(dev.id, None)
         doomed = list(_contexts.get(dev.id, []))
     try:
-        dev.synchronize(DRAIN_S)
+        with teardown_budget():
+            dev.synchronize(DRAIN_S)
     except Exception:
         pass  # failed or stuck work is discarded by the reset below
     for ctx in doomed:
@@ -210,7 +212,8 @@ def wait_while_it_can_finish(stream, wait) -> AscentError | None:
     DeadlockError, whichever of the two the wait happened to raise first)."""
     while True:
         try:
-            wait(DRAIN_S)
+            with teardown_budget():
+                wait(DRAIN_S)
             return None
         except (AscentTimeoutError, DeadlockError) as exc:
             with ENGINE.lock:
@@ -245,7 +248,8 @@ def drain(contexts) -> None:
         if left <= 0:
             break
         try:
-            synchronize_streams([s], left, "context teardown")
+            with teardown_budget():
+                synchronize_streams([s], left, "context teardown")
         except Exception:
             pass  # teardown is not where task errors or stuck waits are reported
 

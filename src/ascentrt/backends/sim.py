@@ -139,11 +139,12 @@ class _HostThread:
                 backend.host_task_returned(self, job)
 
 
-# Per host thread: the tasks it runs for the simulation (innermost last), and whether it was
-# noted as a caller. Class defaults: reading them unset raises nothing. (Made with type(): a
-# class statement compiled by mypyc would keep the attributes per object, not per thread.)
+# Per host thread: the tasks it runs for the simulation (innermost last), whether it was noted
+# as a caller, and where its wait was last told the device idle (_host_wait). Class defaults:
+# reading them unset raises nothing. (Made with type(): a class statement compiled by mypyc
+# would keep the attributes per object, not per thread.)
 _ThreadFrames: Any = type("_ThreadFrames", (threading.local,),
-                          {"frames": None, "noted": False, "__module__": __name__})
+                          {"frames": None, "noted": False, "idle_told": None, "__module__": __name__})
 
 
 class Timeline:
@@ -178,6 +179,7 @@ class Timeline:
         self.host_frames: dict = {}     # task -> frame of each host function running
         self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
+        self.engine: Any = None         # the engine (its `progress`: see attach)
         self.stranger_wait: Any = None  # the signal whose wait waits for strangers, since when
         self.stranger_since = 0.0
         self.step: Any = None           # the task a host thread runs for the simulation now
@@ -414,6 +416,7 @@ class Timeline:
             self.host_wait_timed = queue.host_wait_timed
             self.look_at_values = queue.engine.look_at_values
             self.drop_ended_deadlines = queue.drop_ended_deadlines
+            self.engine = queue.engine
 
     def advance_host(self, cost_ns: int) -> None:
         """The host spends `cost_ns`: run what happens meanwhile, then it is at the new time."""
@@ -725,7 +728,9 @@ class SimBackend(CpuBackend):
 
     def host_wait(self, signal, timeout_s: float | None) -> bool:
         """Run the simulation until `signal` is set (True; the host is then at that time) or
-        `timeout_s` of virtual time passed with nothing left to do (False). The call that waits
+        `timeout_s` of virtual time passed with nothing left to do (False); False at once, time
+        unmoved, where nothing is left to simulate (the caller checks for a deadlock; a call
+        again with no task done since waits on). The call that waits
         charges its own cost (a synchronize its return path, after this) once, so the host's
         time is continuous in the work's end."""
         tl = self.timeline
@@ -751,6 +756,15 @@ class SimBackend(CpuBackend):
             if done:
                 return True
             # Nothing left to simulate before `until`.
+            told = (signal, -1 if tl.engine is None else tl.engine.progress)
+            if tl.next_end() is None and tl.local.idle_told != told \
+                    and not (tl.inflight and tl.inflight > tl._own_host_tasks()):
+                # Idle: from here only time passing (or another thread) moves anything. The
+                # caller looks for a deadlock first, at this instant: its check interval is
+                # real time, never the device's (it cost 0.25 virtual s); asked again with no
+                # task done since, the wait goes on as before.
+                tl.local.idle_told = told  # (per thread: two waiting threads took turns)
+                return False
             seen = tl.generation
             who = tl.others_may_act()
             if who == _STRANGERS and tl.next_end() is None:

@@ -11,9 +11,12 @@ from .task import Task
 
 
 class _ThreadStream(threading.local):
-    """The stream whose batch this executor thread is running (None on host threads)."""
+    """The stream whose batch this executor thread is running (None on host threads), and
+    whether this thread's waits have a budget of the runtime's own (see
+    scheduler.teardown_budget)."""
 
     stream: Any = None
+    budget: bool = False
 
 
 _local = _ThreadStream()

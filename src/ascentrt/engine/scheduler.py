@@ -9,6 +9,7 @@ ready stream itself, so a busy stream costs no thread handoff per task.
 from __future__ import annotations
 
 import collections
+import contextlib
 import heapq
 import atexit
 import itertools
@@ -18,7 +19,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from .. import forksafe
 from .. import config, interrupts
@@ -1084,9 +1085,11 @@ class Engine:
                     return
                 why = f": {stuck[1]}" if stuck is not None else ""
                 raise TimeoutError_(f"{what} timed out after {timeout:.3g} s{why}", code=timeout_code)
-            if self.progress != seen:
+            moved = self.progress != seen
+            if moved:
                 seen, stalled_since, step = self.progress, now, check
-                continue
+                if not virtual:  # (in virtual time the wait came back where the device went
+                    continue     # idle, or a slice on: look now, a cycle costs no device time)
             self._claim_held(own, streams, what, cancel)
             with self.lock:
                 if self._value_waits:  # (the host may have written a word one watches)
@@ -1105,7 +1108,7 @@ class Engine:
                 if fatal:
                     cancel()
             if report is None:
-                if virtual:  # (work runs: in virtual time nothing moves until its next event)
+                if virtual and not moved:  # (work runs: in virtual time nothing moves until its next event)
                     step = min(2 * step, MAX_VIRTUAL_SLICE_S)
                 continue
             kind, text, _ = report
@@ -1115,6 +1118,14 @@ class Engine:
                 with self.lock:
                     alone = self._no_host_can_act(stuck)
                 step = (deadline - now if deadline is not None else check) if alone else check
+                if alone and deadline is not None and _local.budget:
+                    # (a teardown's budget is real time: spent, it would show as device time)
+                    with self.lock:
+                        cancel()
+                    if ev.is_set():
+                        return
+                    raise TimeoutError_(f"{what} can make no progress, nothing left could move "
+                                        f"it: {text}", code=timeout_code)
             if fatal:
                 if kind == "host":
                     text += ", and this thread, the only one left that could, waits here"
@@ -1419,3 +1430,16 @@ def ordered_before(task: Task, waits: tuple) -> bool:
                 if m is not None and m.stream is not None and not m.done:
                     todo.append((m.stream, m.position))
     return False
+
+
+@contextlib.contextmanager
+def teardown_budget() -> Iterator[None]:
+    """Inside the block, the calling thread's timed waits are a teardown's budget of real
+    time (the runtime's own, not the program's): on a virtual device, one stuck with nothing
+    left that could move it ends at once with its timeout error, moving no device time."""
+    prev = _local.budget
+    _local.budget = True
+    try:
+        yield
+    finally:
+        _local.budget = prev

@@ -174,7 +174,7 @@ def critical_path(profile: ProfileData) -> dict:
             count += 1
         if lo > floor:  # nothing ran on the path: the host had not submitted cur, or it waited
             gap = lo - floor
-            late = max(0, min(gap, cur.enqueue_ns - floor)) if nxt is not None else gap
+            late = max(0, min(gap, cur.enqueue_ns - floor))  # (the first task too: from 0)
             by_kind["host"] += late
             by_kind["dispatch"] += gap - late
         frontier = floor
@@ -237,7 +237,7 @@ def host_waits(profile: ProfileData, tasks) -> Callable[[Any], Any]:
     when there is none, or the synchronization found the work done already."""
     syncs: dict = defaultdict(list)  # thread -> [(end, id, call)] of the calls that waited
     for c in profile.api_calls:
-        if c.error:
+        if c.error and not c.task_error:  # (one that passed on a task's error waited for it all)
             continue
         if (c.name in SYNC_APIS and c.already_done is False) or c.name in QUERY_APIS:
             syncs[c.thread].append((c.end_ns, id(c), c))

@@ -141,6 +141,8 @@ class ApiCall:
     already_done: bool | None = None  # synchronizations: the work was complete before the call
     done_for_ns: int = 0         # ... and for how long (when known)
     device: int | None = None    # the device an out-of-memory error was about (None: not one)
+    task_error: bool = False     # the error was a failed task's, passed on by this call (a
+                                 # synchronization that waited for the work), not its own
 
     @property
     def duration_ns(self) -> int:
@@ -381,7 +383,8 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
     "api_calls": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT,
                   "error": _ints(-1), "target": _STR, "already_done": _OPT_BOOL,
                   "done_for_ns": _NS,
-                  "device": ("null or a device id", lambda v: v is None or _ints(0)[1](v))},
+                  "device": ("null or a device id", lambda v: v is None or _ints(0)[1](v)),
+                  "task_error": _BOOL},
     "ranges": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT},
     "marks": {"name": _STR, "ts_ns": _NS, "thread": _INT},
     "memory": {"ts_ns": _NS, "device": _ints(-1), "allocated": _COUNT, "reserved": _COUNT,

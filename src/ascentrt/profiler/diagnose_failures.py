@@ -133,7 +133,9 @@ def never_finished(profile: ProfileData) -> list[Finding]:
     behind = Counter((t.device, t.stream) for t in stuck
                      if t.fate == "unfinished" and first[(t.device, t.stream)] is not t)
     stuck = [t for t in stuck if t.fate != "unfinished" or first[(t.device, t.stream)] is t]
-    gave_up = [c for c in profile.api_calls if c.error in _GAVE_UP]
+    # (a failed task's error that a synchronization passed on is no wait that gave up: that
+    # call waited for all the work; its task's failure is a finding of its own)
+    gave_up = [c for c in profile.api_calls if c.error in _GAVE_UP and not c.task_error]
     if not stuck and not gave_up:
         return []
     # (the program's end: an uncaught exception cuts queued work off; it is not stuck)
@@ -153,18 +155,30 @@ def never_finished(profile: ProfileData) -> list[Finding]:
     calls = [f"{c.name}{f' of {c.target}' if c.target else ''} {_GAVE_UP[c.error]} ({c.error}) "
              f"at {format_us(c.end_ns)}" for c in gave_up]
     waits = sum(t.kind in _WAITS for t in stuck)
+    # An event wait's record was made (a wait refers to the record submitted before it): it
+    # waits for the work before that record. A notify or value wait may wait for a record or
+    # a write nothing makes.
+    recorded = [t for t in stuck if t.kind == "event_wait"]
+    unmade = waits - len(recorded)
+    cycle = any(c.error == ErrorCode.RT_DEADLOCK for c in gave_up)
     cause = "; ".join(where + calls)
     advice = []
-    if waits or gave_up:
-        advice.append("a wait that never ends waits for a record nothing makes: check that the "
-                      "event or notify each blocked stream waits on is recorded (and not another "
-                      "one), and that no two streams wait for each other (a DeadlockError's "
-                      "message names the cycle)")
+    if unmade or (gave_up and not recorded and not cycle):
+        advice.append("a wait that never ends may wait for a record nothing makes: check that the "
+                      "notify (or the word, for a value wait) each blocked stream waits on is "
+                      "recorded (written), and not another one")
+    if cycle or (waits and waits == len(stuck)):
+        advice.append("check that no two streams wait for each other (a DeadlockError's message "
+                      "names the cycle)")
     if len(stuck) > waits:
         advice.append("work still queued or running when the profile ended was cut off by the "
                       "program's end, not stuck, unless a kernel or host function never returns: "
                       "synchronize before the program ends" + (" and fix the exception that "
                                                                "ended it" if ended else ""))
+    if recorded:
+        advice.append("an event wait's record was made: it waits for the work queued before that "
+                      "record on the recording stream, and ends when that stream gets there; look "
+                      "at what held that stream up")
     title = (f"Work never finished: {len(stuck)} stream(s) stopped at a task that did not end"
              if stuck else f"{len(gave_up)} wait(s) for the device gave up")
     evidence: dict[str, object] = {"streams stopped": len(stuck), "of them at a wait": waits,

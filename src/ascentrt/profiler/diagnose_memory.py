@@ -14,7 +14,7 @@ def memory_findings(profile, devices) -> list[Finding]:
     by_dev = defaultdict(list)
     for s in profile.memory:
         by_dev[s.device].append(s)
-    all_ooms = [c for c in profile.api_calls if c.error in (207001, 207018)]
+    all_ooms = [c for c in profile.api_calls if c.error in (207001, 207018) and not c.task_error]
     for dev_id, samples in sorted(by_dev.items()):
         if dev_id < 0 or dev_id not in devices:
             continue

@@ -21,6 +21,7 @@ from ..callback import launch_callback, process_reports
 from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe_report
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
 from ..device import Device, current_device, set_device, synchronize
+from ..errors import TaskError
 from ..event import Event, elapsed_time
 from ..launch import launch, launch_host_func
 from ..memory import free, malloc, malloc_host
@@ -171,7 +172,8 @@ def _failed(append, threads, on_error, name, t0, exc, facts) -> None:
     thread = threading.get_ident()
     threads.setdefault(thread, threading.current_thread().name)
     device = getattr(exc, "device", None)  # (an OOM's: the device whose memory ran out)
-    append((name, t0, clock.now_ns(), thread, code, facts, device))
+    # (a failed task's error that a synchronization passes on: not the call's own failure)
+    append((name, t0, clock.now_ns(), thread, code, facts, device, isinstance(exc, TaskError)))
     on_error(name, code, device)
 
 

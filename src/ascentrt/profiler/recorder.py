@@ -518,10 +518,11 @@ class Recorder:
 
 
 def _error_and_facts(call: tuple) -> tuple:
-    """(error, target, already_done, done_for_ns, device) of a recorded call's tuple."""
+    """(error, target, already_done, done_for_ns, device, task_error) of a recorded call's tuple."""
     if len(call) == 4:
-        return (0, "", None, 0, None)
-    return (call[4],) + (call[5] or ("", None, 0)) + (call[6] if len(call) > 6 else None,)
+        return (0, "", None, 0, None, False)
+    return (call[4],) + (call[5] or ("", None, 0)) + (call[6] if len(call) > 6 else None,
+                                                      len(call) > 7 and call[7])
 
 
 def _collectives(tasks: list) -> list:

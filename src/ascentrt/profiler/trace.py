@@ -116,6 +116,8 @@ def _api_args(c: ApiCall, profile: ProfileData, plain: dict[int, str]) -> str:
         args["already complete"] = c.already_done
     if c.error:
         args["error code"] = c.error
+        if c.task_error:
+            args["error of"] = "a failed task, passed on"
     return compact_json(args)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from ..callsite import OURS, Site, site_text, user_frame
@@ -187,6 +188,15 @@ def op_accesses(op, name: str) -> list:
     return out
 
 
+@dataclass(frozen=True)
+class InsideSite:
+    """The site of an access a host function (or callback) made in its body: where the
+    program queued the function (`launch`, what a fix orders after) and the line inside it."""
+
+    launch: Site
+    inside: Site
+
+
 def access_of(rec: tuple, roles: dict, alloc) -> Access:
     """The report's Access for an access record of `alloc` (its site formatted now); `roles`:
     what the runtime's internal streams are for, by id."""
@@ -200,8 +210,11 @@ def access_of(rec: tuple, roles: dict, alloc) -> Access:
         if any(a is alloc or a.addr == alloc.addr for a in allocs):
             for_call, for_stream, site = what, call_stream, call_site
             break
+    inside = ""
+    if isinstance(site, InsideSite):
+        inside, site = site_text(site.inside), site.launch
     return Access(write, kind, name, stream, task_id, site_text(site), assumed,
-                  roles.get(stream, ""), beside, for_call, for_stream)
+                  roles.get(stream, ""), beside, for_call, for_stream, inside)
 
 
 def access_info(kind_name: str, name, actor: int, task_id: int, site, origin: tuple | None) -> tuple:

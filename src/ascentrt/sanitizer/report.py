@@ -22,6 +22,8 @@ class Access:
     beside: bool = False   # a non-blocking host function: it runs beside `stream`'s later work
     for_call: str = ""     # what program call a runtime-made task did this for ("rank 1's all_reduce")
     for_stream: int = -1   # the stream of that call: the one the program orders
+    inside: str = ""       # a host function's (callback's) access in its body: the line there
+                           # (`site` is then where it was queued)
 
     @property
     def where(self) -> str:
@@ -48,8 +50,9 @@ class Access:
         how = "access" if self.assumed else self.kind  # (undeclared: not known to be a read)
         beside = "non-blocking, " if self.beside else ""
         call = f"; for {self.for_call} on stream {self.for_stream}" if self.for_call else ""
+        inside = f"; the {how} in it at {self.inside}" if self.inside else ""
         return (f"{how} by {self.task_kind} `{self.name}` ({beside}task {self.task_id} on "
-                f"{self.where}{call}, {self.site}){guess}")
+                f"{self.where}{call}, {self.site}{inside}){guess}")
 
 
 # The allocation site of a buffer allocated while the sanitizer was off (the allocator notes

@@ -25,8 +25,8 @@ from ..engine.hooks import _local as _executing  # .stream: what an executor thr
 from ..engine.task import DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
     NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from ..graph.graph import segment_nodes
-from .accesses import (access_info, access_of, declared_accesses, overlap, pitched_spans, region_of,
-                       submit_site, task_accesses)
+from .accesses import (InsideSite, access_info, access_of, declared_accesses, overlap, pitched_spans,
+                       region_of, submit_site, task_accesses)
 from .clocks import covered, join, meet
 from .report import BEFORE_ENABLED, Race, RaceError, allocated
 
@@ -184,13 +184,14 @@ class Sanitizer:
             tagged = task.clock if task is not None else None
             if tagged is None or tagged[0] is not self:
                 return  # a kernel's own view, or a task submitted before the sanitizer ran
-            self._function_accessed(task.id, task.label, tagged, spans, write)
+            self._function_accessed(task.id, task.label, tagged, spans, write,
+                                    launch=tagged[4] if len(tagged) > 4 else "")
             return
         tid = threading.get_ident()
         if self.callbacks:
             running = self.callbacks.get(tid)
             if running is not None:  # a non-blocking callback's access, as its own
-                self._function_accessed(0, running[4], running, spans, write, "callback")
+                self._function_accessed(0, running[4], running, spans, write, "callback", running[5])
                 return
         actor = HOST  # (stream ids are positive)
         site = user_code_site(3)
@@ -208,11 +209,14 @@ class Sanitizer:
             self.on_race(race, new)
 
     def _function_accessed(self, task_id: int, label: str, tagged: tuple, spans: list, write: bool,
-                           kind: str = "host function") -> None:
+                           kind: str = "host function", launch: Site = "") -> None:
         """buffer_viewed() from inside a host function: its access, by the actor it runs as
-        (its stream; the hidden stream of non-blocking ones), at its time."""
+        (its stream; the hidden stream of non-blocking ones), at its time; reported at the
+        function's launch (`launch`: where the program queued it, which is where an event can
+        be recorded after it), with the line inside it."""
         vc, actor, origin = tagged[1], tagged[2], tagged[3]
-        site = user_code_site(3)
+        inside = user_code_site(3)
+        site: Site | InsideSite = InsideSite(launch, inside) if launch else inside
         accesses = [(a, lo, hi, write, False, kind, label, r) for a, lo, hi, r in spans]
         with self.lock:
             if self.mode == "raise":
@@ -331,7 +335,8 @@ class Sanitizer:
             vc = self.streams.setdefault(actor, {actor: 0})
             join(vc, clock)
             vc[actor] = self.latest[actor] = vc[actor] + 1
-            self.callbacks[tid] = (self, vc, actor, (task.stream.id, task.id), name)
+            launch = task.clock[4] if len(task.clock) > 4 else ""  # (its launch_callback's site)
+            self.callbacks[tid] = (self, vc, actor, (task.stream.id, task.id), name, launch)
             self.late = True
 
     def callback_ended(self) -> None:
@@ -380,7 +385,7 @@ class Sanitizer:
                 accesses = declared_accesses(reads, writes, KIND_NAMES[kind], task.name or task.fn)
             else:
                 accesses = task_accesses(task)
-            if accesses:
+            if accesses or kind in (HOST_FUNC, DETACH):  # (a host function: its body's accesses name it)
                 # The caller of the API that submits (frame 1 is ENGINE.submit, 2 that API): the
                 # user's code, unless a wrapper of ours lies between (then walk out).
                 frame: Any = sys._getframe(3)
@@ -397,13 +402,13 @@ class Sanitizer:
             if accesses and kind != DETACH and not task.on_behalf and self.mode != "raise":
                 vc[sid] = self.latest[sid] = time = vc[sid] + 1  # (_apply inlined: a launch)
                 if kind == HOST_FUNC:  # what it accesses and submits itself comes after
-                    task.clock = (self, dict(vc), sid, None)
+                    task.clock = (self, dict(vc), sid, None, site)
                     self.late = True
                 reports = self._take_accesses(accesses, sid, time, stream._submitted + 1, site, vc)
                 if task.value is not None:
                     reports += self._value_written(task.value, vc)
             elif not accesses and kind != DETACH:  # (a record or wait)
-                reports = self._apply_order(sid, task, self.mode == "raise")
+                reports = self._apply_order(sid, task, self.mode == "raise", site)
             else:
                 reports = self._apply(sid, task, accesses, site, stream._submitted + 1, self.mode == "raise")
         finally:
@@ -476,7 +481,7 @@ class Sanitizer:
             join(vc, self.streams[sid])
             sid, task = detached, task.fn
         if not accesses and kind != DETACH:
-            return self._apply_order(sid, task, raising)
+            return self._apply_order(sid, task, raising, site)
         if self.undo is not None:  # (a held task released in the batch)
             self._keep(sid)
         vc = self.streams[sid]
@@ -488,7 +493,7 @@ class Sanitizer:
         if kind in (HOST_FUNC, DETACH):  # what it accesses and submits itself comes after
             if self.undo is not None:
                 self.saved["marks"].append((task, task.clock))  # type: ignore[index]
-            task.clock = (self, dict(vc), sid, origin)
+            task.clock = (self, dict(vc), sid, origin, site)
             self.late = True
         reports = self._take_accesses(accesses, sid, time, task_id, site, vc, origin) if accesses else []
         if task.value is not None and kind == KERNEL:
@@ -646,12 +651,13 @@ class Sanitizer:
                 del recs[:cut]
         return [self._report(*f) for f in found] if found else found  # (no comprehension: hot)
 
-    def _apply_order(self, sid: int, task, raising: bool = False) -> list:
+    def _apply_order(self, sid: int, task, raising: bool = False, site: Site = "") -> list:
         """_apply() for a task without accesses: records and waits (their edges), and host
         functions (the clock what they submit comes after). With `raising`, a notify record
         that releases a held stream whose tasks race is refused (RaceError), changing nothing;
         so is one whose release reaches such tasks through a held event record (under the
-        notify record's or a batch's checkpoint, which undoes it)."""
+        notify record's or a batch's checkpoint, which undoes it). `site`: a host function's
+        launch (see _function_accessed)."""
         undo = self.undo is not None  # (a batch that may be refused: log what changes)
         if undo:
             self._keep(sid)
@@ -718,7 +724,7 @@ class Sanitizer:
             vc[sid] = self.latest[sid] = vc[sid] + 1
             if undo:
                 self.saved["marks"].append((task, task.clock))  # type: ignore[index]
-            task.clock = (self, dict(vc), sid, None)
+            task.clock = (self, dict(vc), sid, None, site)
             self.late = True
         return []
 
