@@ -4,6 +4,7 @@ Exceptions): each is that code's documented failure, no runtime thread dies of i
 of it escapes from an unrelated call (kernels and host functions: see test_failures)."""
 
 import logging
+import time
 import threading
 
 import numpy as np
@@ -153,6 +154,12 @@ def test_an_exception_info_callback_that_exits_is_logged_under_the_programs_name
             art.launch(bad, stream=stream)
             with pytest.raises(art.TaskError):
                 stream.synchronize(timeout=TIMEOUT)
+            # (the callback runs on the executor once the failure is recorded, outside the
+            # engine's lock: a synchronize may return before it has been called)
+            deadline = time.monotonic() + TIMEOUT
+            while time.monotonic() < deadline and not any(
+                    "exception-info callback" in r.getMessage() for r in caplog.records):
+                time.sleep(0.01)
         logged = [r.getMessage() for r in caplog.records if "exception-info callback" in r.getMessage()]
         assert logged and all("my_info_callback" in m and "_dispatch" not in m for m in logged)
     finally:
