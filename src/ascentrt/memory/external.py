@@ -309,6 +309,11 @@ def mapped_entry(addr: int) -> "ExternalHostBuffer | None":
     """The host_register registration that contains `addr`, or None."""
     if not _mapped:  # (the common case: nothing registered, no lookup)
         return None
+    with _lock:  # (registrations never overlap: the one whose range holds addr, if any)
+        for at, array in _mapped.items():
+            if at <= addr < at + array.nbytes:
+                return next((e for e in _external.get(at, ()) if e.obj is array), None)
+    return None
     alloc = REGISTRY.find(addr)
     if isinstance(alloc, ExternalHostBuffer) and _mapped.get(alloc.addr) is alloc.obj:
         return alloc
