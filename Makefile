@@ -3,9 +3,23 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint docs bench clean accel bytecode
+.PHONY: help demo test lint docs bench clean accel bytecode
 
+help:  # (the default goal: a bare `make` says what there is)
+	@echo "make demo    the multi-stream pipeline demo, on the cpu backend and on the simulated NPU"
+	@echo "make test    lint and the test suite (installs the dev, cli and mpi extras)"
+	@echo "make bench   the benchmarks; rewrites bench/RESULTS.md"
+	@echo "make docs    the API reference under docs/_build/"
+	@echo "make accel   the optional compiled build of the hot modules (mypyc)"
+	@echo "make clean   removes .venv and every build"
+	@echo "(PYTHON=python3.12 names the interpreter that makes .venv)"
+
+# (a venv made by another Python is made again: `python -m venv` keeps an existing one's
+# interpreter, so a first run with too old a Python could not be mended by a second)
 $(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ascentrt needs Python >= 3.11 and $(PYTHON) is " + sys.version.split()[0] + ": run make with PYTHON=python3.11 (or newer)")'
+	@if [ -e $(PY) ] && [ "$$($(PY) -c 'import sys; print(sys.version)' 2>/dev/null)" != "$$($(PYTHON) -c 'import sys; print(sys.version)')" ]; then \
+		echo "$(VENV) was made by another Python: making it again with $(PYTHON)"; rm -rf $(VENV); fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .

@@ -51,6 +51,10 @@ def test_prof_runs_the_program_and_writes_every_output(program, tmp_path):
     assert "sine" in out.stdout  # the top-tasks table
     for name in OUTPUTS:
         assert (tmp_path / "p" / name).stat().st_size > 0, name
+    # The closing line names every file the folder holds (it named all but summary.txt once).
+    said = out.stdout.split("outputs in", 1)[1]
+    assert sorted(os.listdir(tmp_path / "p")) == sorted(OUTPUTS)
+    assert all(name in said for name in OUTPUTS), said
     trace = json.loads((tmp_path / "p" / "trace.json").read_text())
     assert sum(e["name"] == "sine" for e in trace["traceEvents"] if e["ph"] == "X") == 20
 
@@ -225,11 +229,11 @@ class _Terminal(__import__("io").StringIO):
         return True
 
 
-def _small_profile(tmp_path):
+def _small_profile(tmp_path, name="tiny"):
     import ascentrt as art
     s = art.set_device(0).create_stream()
     with art.profile() as prof:
-        art.launch(lambda: None, stream=s, name="tiny")
+        art.launch(lambda: None, stream=s, name=name)
         s.synchronize(timeout=10)
     s.destroy()
     return prof.profile
@@ -242,6 +246,17 @@ def test_summary_uses_rich_tables_on_a_terminal(tmp_path):
     print_summary(_small_profile(tmp_path), file=out)
     text = out.getvalue()
     assert "Top tasks" in text and "tiny" in text and "┃" in text  # a rich table border
+
+
+def test_rich_tables_print_the_profiles_text_as_it_is(tmp_path):
+    # (rich's markup and highlighting split "device(s)" into four colours, and would take a
+    # task named "a[/b]" for a tag)
+    pytest.importorskip("rich")
+    from ascentrt.profiler.summary import print_summary
+    out = _Terminal()
+    print_summary(_small_profile(tmp_path, name="k[/bold]x"), file=out)
+    text = out.getvalue()
+    assert "k[/bold]x" in text and "1 device(s)" in text, text
 
 
 def test_summary_is_plain_text_when_not_a_terminal(tmp_path):

@@ -146,8 +146,9 @@ def _demo(args) -> int:
     # The pipelines' own time: around them the host stages inputs and checks results, which
     # would read as a host-bound device.
     findings = prof.diagnose(PIPELINE_RANGE)
-    print(f"profile written to {args.out}/ (report.html, trace.json, CSV summaries; ascentrt "
-          f"report {args.out} for the whole run, the demo's set-up and checks included); "
+    print(f"profile written to {args.out}/ (report.html, summary.txt, trace.json, CSV summaries: "
+          f"the whole run, the demo's set-up and checks included; ascentrt report {args.out} "
+          f"--range {PIPELINE_RANGE} repeats the timed pipelines' diagnosis); "
           f"{len(findings)} finding(s) in the timed pipelines{':' if findings else ''}")
     for f in findings:
         print(f"  - {f.title}")
@@ -166,6 +167,7 @@ def _prof(args) -> int:
     from .errors import ErrorCode, InvalidArgumentError
     from .profiler.data import part_path
     from .profiler.folders import PROGRESS_FILE, assemble, claim, clear_leftovers, refusals, still_writing
+    from .profiler.export import OUTPUT_FILES, TRACE_FILE
     from .profiler.summary import print_summary
     from .validate import program_command, program_env, read_small_file, start_program, wait_program
     command = program_command(args.command, "ascentrt prof [-o DIR] [--force] [--range NAME] -- python prog.py [args]")
@@ -250,8 +252,8 @@ def _prof(args) -> int:
         print_summary(prof, scope=f"the whole run (no range {args.range!r} in it)")
         print(f"ascentrt: error: {_in_words(exc)}", file=sys.stderr)
         code = code or 1
-    print(f"\noutputs in {out}: report.html, trace.json (Perfetto / chrome://tracing), "
-          f"task_time.csv, kernel_statistic.csv, api_statistic.csv, memory.csv, profile.json")
+    print(f"\noutputs in {out}: " + ", ".join(
+        name + (" (Perfetto / chrome://tracing)" if name == TRACE_FILE else "") for name in OUTPUT_FILES))
     return code
 
 

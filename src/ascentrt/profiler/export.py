@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from ..errors import ErrorCode, InvalidArgumentError, os_cause
 from ..validate import check_path
 from .analysis import diagnose
-from .csvexport import write_csvs
+from .csvexport import FILES as CSV_FILES, write_csvs
 from .data import DATA_FILE, ProfileData
 from .report import write_html
 from .summary import sections, summary_text
@@ -19,6 +19,8 @@ from .trace import write_trace
 TRACE_FILE = "trace.json"
 REPORT_FILE = "report.html"
 SUMMARY_FILE = "summary.txt"
+# What a folder holds, in the order a reader wants them (said after `ascentrt prof`)
+OUTPUT_FILES = (REPORT_FILE, SUMMARY_FILE, TRACE_FILE, *CSV_FILES, DATA_FILE)
 
 
 @contextlib.contextmanager

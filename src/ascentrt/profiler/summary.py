@@ -147,7 +147,9 @@ def print_summary(profile: ProfileData, findings=None, file=None, scope: str = "
     except (ImportError, AttributeError, ValueError):
         print(summary_text(profile, findings, scope=scope), file=file)
         return
-    console = Console(file=file)
+    # (every string is the runtime's or the program's own text: no rich markup, no
+    # highlighting, which split "device(s)" into four colours and fails on a "[/x]" in a name)
+    console = Console(file=file, markup=False, highlight=False)
     console.print(headline(profile))
     for title, headers, rows in sections(profile, findings):
         table = Table(title=title, title_justify="left")
@@ -156,4 +158,4 @@ def print_summary(profile: ProfileData, findings=None, file=None, scope: str = "
         for r in rows:
             table.add_row(*[str(x) for x in r])
         console.print(table)
-    console.print(findings_text(findings, scope), markup=False, highlight=False)
+    console.print(findings_text(findings, scope))
