@@ -203,6 +203,7 @@ def _thread_with_ident(ident, target):
     return None
 
 
+@pytest.mark.cpu_only  # (its kernel blocks on a host gate: on sim the step waited out 10 s)
 def test_a_new_thread_with_an_ended_report_threads_id_is_not_its_report_thread(stream, caplog):
     # (the dead thread's blocking callback waited for ever: the new thread passed for it)
     subscribed, leave = threading.Event(), threading.Event()

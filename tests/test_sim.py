@@ -1,8 +1,8 @@
 """The simulated NPU: exact timings from the preset, priorities, SQ back-pressure, virtual
 timeouts, determinism, and the checks on presets and costs.
 
-The exact cases run in the `--backend sim` session (make test runs one); the preset checks and
-the subprocess cases run in every session.
+The exact cases run in the `--backend sim` session (make test runs one); the preset checks run
+in every session, the cases in processes of their own once per build (see cli_once).
 """
 
 import json
@@ -16,12 +16,20 @@ import numpy as np
 import pytest
 
 import ascentrt as art
+from ascentrt import accel
 from ascentrt.backends import presets
 from ascentrt.backends.presets import PresetError
 from subprocess_util import run_program
 
 ON_SIM = os.environ.get("ASCENTRT_BACKEND") == "sim"
 sim_only = pytest.mark.skipif(not ON_SIM, reason="runs in the --backend sim session")
+# A test that starts its own processes gives them their backend itself: the session it runs in
+# changes only the build they load (the cpu session's compiled one, the sim session's source).
+# The command-line checks run once, in the cpu session; the simulator's cases once per build.
+cli_once = pytest.mark.skipif(ON_SIM, reason="its own processes: runs once, in the cpu session")
+each_build_once = pytest.mark.skipif(
+    ON_SIM and "ascentrt.backends.sim" in accel.compiled(),
+    reason="its own processes: the cpu session runs them on the compiled build")
 P = presets.load("ascend910b")  # the default preset of the sim session
 
 
@@ -113,6 +121,7 @@ def test_a_synchronize_charges_its_return_path_once_from_the_work_end(dev, strea
     assert clock() - t2 == P.host_sync_ns
 
 
+@each_build_once
 def test_copies_sharing_the_host_link_move_no_faster_than_it_and_keep_their_latency():
     # (the latency was paced as bytes: two copies sharing the link ended 2 us early, as if the
     # link had moved more than its bandwidth)
@@ -517,6 +526,7 @@ def _run_sim(code, *args, env_extra=None):
                           text=True, timeout=120)
 
 
+@each_build_once
 def test_the_same_program_gives_the_same_trace_on_every_run(tmp_path):
     outs = []
     for i in range(2):
@@ -530,6 +540,7 @@ def test_the_same_program_gives_the_same_trace_on_every_run(tmp_path):
     assert strip(a) == strip(b)
 
 
+@each_build_once
 def test_an_unknown_preset_in_the_settings_is_one_clear_error():
     r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
                  "\n    print('ERR', e)", env_extra={"ASCENTRT_SIM_PRESET": "nope"})
@@ -562,6 +573,7 @@ def _cli(*args, cwd=None):
                           text=True, timeout=300, cwd=cwd)
 
 
+@cli_once
 def test_whatif_runs_each_variant_and_writes_a_table_csv_and_plot(tmp_path):
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent("""
@@ -588,6 +600,7 @@ def test_whatif_runs_each_variant_and_writes_a_table_csv_and_plot(tmp_path):
     assert "critical path" in r.stdout and "copy" in r.stdout
 
 
+@cli_once
 def test_whatif_names_what_a_failed_variant_died_of_and_a_knob_no_run_read(tmp_path):
     # (a failed row showed the LeakWarning printed at exit, 200 characters wide, and a
     # misspelt program knob gave identical rows with no word)
@@ -613,6 +626,7 @@ def test_whatif_names_what_a_failed_variant_died_of_and_a_knob_no_run_read(tmp_p
         ["RuntimeError: one unit is not enough"] * 2
 
 
+@cli_once
 def test_the_documented_spelling_reads_a_knob_and_runs_that_all_failed_name_no_typo(tmp_path):
     # (art.sim was not there after `import ascentrt` as the README spells it: every variant
     # failed with AttributeError, and whatif then said the knob looked misspelt)
@@ -626,6 +640,7 @@ def test_the_documented_spelling_reads_a_knob_and_runs_that_all_failed_name_no_t
     assert r.returncode == 1 and "no run read" not in r.stdout, r.stdout
 
 
+@cli_once
 @pytest.mark.parametrize("args, words", [
     (["--vary", "warp_speed=1,2"], "unknown field 'warp_speed'"),
     (["--vary", "copy_engines_h2d=0"], "must be at least 1"),
@@ -650,6 +665,7 @@ def test_whatif_bad_input_is_one_line_naming_the_field(args, words, tmp_path):
     assert list(tmp_path.iterdir()) == []  # refused before anything ran or was written
 
 
+@cli_once
 def test_info_prints_a_preset_with_its_sources():
     r = _cli("info", "--preset", "ascend310p")
     assert r.returncode == 0
@@ -725,6 +741,7 @@ def test_a_host_function_that_copies_keeps_its_own_cost(stream):
     buf.free()
 
 
+@cli_once
 def test_calibrate_writes_a_preset_the_simulator_loads(tmp_path):
     out = tmp_path / "cal.toml"
     r = _cli("calibrate", "-o", str(out))
@@ -782,6 +799,7 @@ LIMITS = textwrap.dedent("""
 """)
 
 
+@each_build_once
 def test_stream_and_event_caps_of_the_model_are_refused_with_codes():
     r = _run_sim(LIMITS, env_extra={"ASCENTRT_SIM_VARY": '{"max_streams": 3, "max_events": 2}'})
     assert r.returncode == 0, r.stderr
@@ -790,6 +808,7 @@ def test_stream_and_event_caps_of_the_model_are_refused_with_codes():
     assert lines[1] == "events 207007" and lines[2] == "ok"
 
 
+@each_build_once
 def test_the_default_stream_counts_against_the_models_stream_cap_as_cann_counts_it():
     # (CANN's aclrtCreateStream: the cap includes the default stream; one more was allowed)
     r = _run_sim(textwrap.dedent("""
@@ -811,6 +830,7 @@ def test_the_default_stream_counts_against_the_models_stream_cap_as_cann_counts_
     assert r.stdout.split() == ["3", "3", "3", "207008"]
 
 
+@each_build_once
 def test_the_runtimes_own_events_do_not_count_against_the_models_event_cap():
     # (a pageable memcpy_async, a TaskGraph's run and its capture recorded events of the
     # program's quota: a program holding all its events had its copy refused with 207007)
@@ -922,12 +942,14 @@ def test_a_thread_that_starts_using_the_runtime_late_still_releases_a_wait():
     assert r.stdout.split() == ["released"]
 
 
+@each_build_once
 def test_a_malformed_variant_is_one_clear_error():
     r = _run_sim("import ascentrt as art\ntry:\n    art.Device(0)\nexcept art.InvalidArgumentError as e:"
                  "\n    print('ERR', int(e.code), e)", env_extra={"ASCENTRT_SIM_VARY": "{not json"})
     assert r.returncode == 0 and "ERR 100000" in r.stdout and "not JSON" in r.stdout
 
 
+@each_build_once
 def test_a_device_with_a_hundred_million_units_starts_as_fast_as_a_small_one():
     # (the engine once made one executor queue per unit: 1e8 of them took minutes to start)
     code = ("import time, ascentrt as art\nt = time.perf_counter()\ns = art.Stream()\n"
@@ -1043,6 +1065,7 @@ SHARED = textwrap.dedent("""
 """)
 
 
+@each_build_once
 @pytest.mark.parametrize("procs", [1, 3])
 def test_kernels_share_the_processors_of_a_cpu_backend_model(procs):
     # default_block_dim 1: the three kernels run at once; on 1 processor they share it (it
@@ -1080,6 +1103,7 @@ CROWD = textwrap.dedent("""
 """)
 
 
+@each_build_once
 @pytest.mark.parametrize("crowded", [0, 1])
 def test_more_tasks_than_processors_get_what_the_crowded_processors_deliver(crowded):
     # Two processors: three kernels at once share them (2/3 of a processor each); a preset
@@ -1092,6 +1116,7 @@ def test_more_tasks_than_processors_get_what_the_crowded_processors_deliver(crow
     assert abs(end - (first + work)) <= 2 * (last - first) + 3
 
 
+@each_build_once
 @pytest.mark.parametrize("procs", [0, 1])
 def test_on_shared_processors_a_copy_needs_one_too(procs):
     # The copy takes 1 ms on its engine (16 MiB at copy_engine_bandwidth). On one shared
@@ -1140,6 +1165,7 @@ HANDOFF = textwrap.dedent("""
 """)
 
 
+@each_build_once
 @pytest.mark.parametrize("handoff", [0, 7000, 2_000_000])
 def test_a_stream_pays_the_handoff_once_per_change_of_executor_class(handoff):
     # 910B with executor_handoff_ns set: a stream's next task on another executor class
@@ -1311,6 +1337,7 @@ except art.TaskError as e:
 """
 
 
+@each_build_once
 def test_a_kernel_that_blocks_its_host_thread_is_said_and_two_ctrl_c_get_the_program_back():
     # (the second Ctrl-C failed the kernel and synchronize raised TaskError instead of the
     # interrupt the program waits for; nothing said why the program stood still)
@@ -1347,6 +1374,7 @@ except KeyboardInterrupt:
 """
 
 
+@each_build_once
 @pytest.mark.parametrize("then", ["free", "synchronize"])
 def test_ctrl_c_in_a_kernel_that_frees_or_waits_is_raised_once_the_step_is_whole(then):
     r = _run_sim(CTRL_C_IN_KERNEL, then, env_extra={"ASCENTRT_MEM_POOL_ENABLE": "0"})
@@ -1741,6 +1769,7 @@ def test_an_event_synchronized_every_iteration_is_diagnosed_only_where_the_devic
     s.destroy()
 
 
+@each_build_once
 def test_a_device_that_moved_on_without_the_host_says_so():
     # (a host busy longer than IDLE_HOST_S between calls got 2 s of virtual time instead of
     # 1 s, with nothing said: the figure depended on the machine's speed)
@@ -1760,6 +1789,7 @@ def test_a_device_that_moved_on_without_the_host_says_so():
     assert proc.stderr.count("moved on without it") == 1  # (once per process)
 
 
+@each_build_once
 def test_a_host_call_waiting_for_a_running_host_function_is_not_an_idle_host():
     # A launch whose step waits for a host function that runs long (its patience) is the host
     # inside a runtime call: the device was said to have moved on "without the host", which
@@ -1931,6 +1961,7 @@ def test_now_inside_a_task_is_its_start_as_the_profile_records_it(dev):
     g.destroy(), s.destroy(), s2.destroy()
 
 
+@each_build_once
 def test_copies_over_one_peer_link_share_it_whichever_device_queued_them():
     # (sharing was per device: a push from device 0 and a pull by device 1, both 0 -> 1, each
     # moved at the link's full rate, 2 x 56 MB in 1 ms over a 56 GB/s link)
@@ -2084,6 +2115,7 @@ def test_a_synchronous_copy_costs_the_host_what_an_asynchronous_one_it_waits_for
     buf.free()
 
 
+@each_build_once
 def test_a_kernel_s_link_bytes_share_the_peer_link_with_a_copy_crossing_it():
     # (a kernel's link_bytes took fixed time: a peer copy over the same link beside it kept the
     # link's full rate, and two collectives over one ring ran as fast as one)
@@ -2110,6 +2142,7 @@ def test_a_kernel_s_link_bytes_share_the_peer_link_with_a_copy_crossing_it():
     assert both <= max(e_a, e_b) - min(s_a, s_b) <= both + 20_000
 
 
+@each_build_once
 def test_two_all_reduces_over_one_ring_take_twice_one_alone():
     # (the reduce-scatter steps, kernels with link_bytes, escaped the link sharing: 1.48x)
     r = _run_sim(textwrap.dedent("""
@@ -2140,6 +2173,7 @@ def test_two_all_reduces_over_one_ring_take_twice_one_alone():
     assert 1.9 * one <= two <= 2.1 * one
 
 
+@each_build_once
 def test_each_device_has_a_host_link_of_its_own():
     # (every device's host copies shared one link per direction: two NPUs, each on its own
     # PCIe x16 link, moved their H2D copies at half its rate)
@@ -2161,6 +2195,7 @@ def test_each_device_has_a_host_link_of_its_own():
     assert [abs(d - alone) <= 2 for d in json.loads(r.stdout.strip().splitlines()[-1])] == [True, True]
 
 
+@each_build_once
 def test_a_peer_copy_shares_the_memory_of_the_device_it_writes_into():
     # (its memory traffic was charged to the device running it only: a memory-bound kernel on
     # the device it wrote into kept the whole memory bandwidth)
@@ -2191,6 +2226,7 @@ def test_a_peer_copy_shares_the_memory_of_the_device_it_writes_into():
     assert abs(beside - alone - lost) <= 2
 
 
+@each_build_once
 def test_a_held_back_copy_shares_the_link_only_once_it_has_started():
     # (a copy released by a wait shared the host link from its release on, event_latency_ns
     # before the start its profile shows: the copy beside it was slowed by bytes not yet moving)
@@ -2351,6 +2387,7 @@ for how in ("destroy_stream", "destroy_context", "reset_device"):
 """
 
 
+@each_build_once
 def test_a_stuck_wait_or_teardown_with_no_one_to_act_spends_no_virtual_time():
     r = _run_sim(STUCK_ALONE)
     assert r.returncode == 0, r.stderr
