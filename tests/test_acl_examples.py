@@ -1,10 +1,7 @@
-"""Every pyACL-style program under examples/acl runs to completion with exit status 0."""
+"""The pyACL-style programs under examples/acl cover the classic flows (tests/test_examples.py
+runs each, and checks it prints OK)."""
 
 import pathlib
-import subprocess
-import sys
-
-import pytest
 
 EXAMPLES = sorted((pathlib.Path(__file__).parent.parent / "examples" / "acl").glob("*.py"))
 
@@ -13,10 +10,3 @@ def test_there_is_an_example_per_classic_flow():
     names = {p.stem for p in EXAMPLES}
     assert {"quick_start", "multi_stream_events", "failure_mode", "callbacks", "timing",
             "memory_copies", "error_handling"} <= names
-
-
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_example_runs(path):
-    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "OK" in proc.stdout

@@ -157,20 +157,6 @@ def test_report_prints_a_saved_profile(tmp_path, capsys):
     assert "no profile" in capsys.readouterr().err
 
 
-EXAMPLES = sorted(p for p in glob.glob(os.path.join(ROOT, "examples", "**", "*.py"), recursive=True)
-                  if not os.path.basename(p).startswith("_"))
-
-
-@pytest.mark.parametrize("example", EXAMPLES, ids=[os.path.relpath(p, ROOT) for p in EXAMPLES])
-def test_prof_on_each_example_produces_all_outputs(example, tmp_path):
-    out = ascentrt("prof", "-q", "-o", str(tmp_path / "p"), "--", "python", example,
-                   cwd=os.path.dirname(example), timeout=180)
-    assert out.returncode == 0, out.stderr[-3000:]
-    for name in OUTPUTS:
-        assert (tmp_path / "p" / name).exists(), name
-    assert "Diagnosis" in out.stdout
-
-
 def test_demo_writes_its_report(tmp_path):
     out = ascentrt("demo", "--batches", "3", "-o", str(tmp_path / "demo"), timeout=300)
     assert out.returncode == 0, out.stderr
