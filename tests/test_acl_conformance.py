@@ -99,10 +99,20 @@ def test_too_few_arguments_is_the_parse_failure(fn):
         fn(*([0] * (least - 1)))
 
 
-def test_numpy_ints_take_the_converting_path(rt):
-    ptr, ret = rt.malloc(np.int64(256), np.int32(0))
+def test_numpy_ints_parse_as_cpythons_converters_take_them(rt):
+    # i / I / l take what has __index__ (a numpy integer too); k / K (sizes, pointers, handles)
+    # take a Python int only (PyLong_Check), as pyACL's own parsing does: a program keeping
+    # pointers in a numpy array fails there, so it must here.
+    ptr, ret = rt.malloc(256, np.int32(0))
     assert ret == 0 and type(ptr) is int
-    assert rt.free(np.uint64(ptr)) == 0
+    with pytest.raises(TypeError, match="args parse failed"):
+        rt.malloc(np.int64(256), 0)
+    for bad in (np.uint64(ptr), np.int64(ptr)):
+        with pytest.raises(TypeError, match="args parse failed"):
+            rt.free(bad)
+    with pytest.raises(TypeError, match="args parse failed"):
+        acl.util.ptr_to_bytes(np.uint64(ptr), 4)
+    assert rt.free(ptr) == 0
 
 
 def test_no_constants_are_exported_by_the_pyacl_namespaces():

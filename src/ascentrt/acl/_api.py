@@ -49,7 +49,9 @@ MESSAGES = _MessageScope()
 
 
 def _is_int(x: Any) -> bool:
-    return type(x) is int or isinstance(x, (int, np.integer))
+    """What CPython's k / K converters take: an int (or subclass, bool too), never a numpy integer
+    (PyLong_Check; i, I and l also take what has __index__)."""
+    return type(x) is int or isinstance(x, int)
 
 
 def _int_in(lo: int, hi: int) -> Callable[[Any], object]:
@@ -58,7 +60,8 @@ def _int_in(lo: int, hi: int) -> Callable[[Any], object]:
 
 # PyArg_ParseTuple format letters as pyACL uses them: i/I/l range-checked (an int that overflows
 # an i or I fails to parse, as the reference says; I takes what a C int or unsigned int holds),
-# k/K masked (any int).
+# k/K masked (any Python int, but no numpy integer: a pointer a program keeps in a numpy array
+# must be made an int first on CANN too).
 _CHECKS: dict[str, Callable[[Any], object]] = {
     "i": _int_in(*_INT32),
     "I": _int_in(*_UINT32),

@@ -38,6 +38,11 @@ def _int(x: object) -> bool:
     return isinstance(x, (int, _np.integer))
 
 
+def _pointer(x: object) -> bool:
+    """A pointer or thread id as pyACL's k converter takes it: a Python int, no numpy integer."""
+    return isinstance(x, int)
+
+
 def _range(ptr: int, nbytes: int, what: str) -> _np.ndarray | None:
     """The live bytes [ptr, ptr + nbytes) of one allocation, or None (and last error 100000);
     device memory is said (HostAccessWarning), as a program ported to an NPU would fail there."""
@@ -72,7 +77,7 @@ def bytes_to_ptr(*args: _Any) -> int:
 
 def ptr_to_bytes(*args: _Any) -> bytes | None:
     """bytes: a copy of size bytes at ptr; None when the range is not inside one live allocation."""
-    _parse("ptr_to_bytes", args, _int, _int)
+    _parse("ptr_to_bytes", args, _pointer, _int)
     ptr, nbytes = args
     data = _range(ptr, nbytes, "ptr_to_bytes")
     return None if data is None else data.tobytes()
@@ -130,9 +135,9 @@ def numpy_contiguous_to_ptr(*args: _Any) -> tuple[int, _np.ndarray]:
 
 def ptr_to_numpy(*args: _Any) -> _np.ndarray | None:
     """ndarray: a zero-copy view of shape/npy_type at ptr; None when it is not inside one live allocation."""
-    if len(args) == 3 and not isinstance(args[1], tuple) and _int(args[0]) and _int(args[2]):
+    if len(args) == 3 and not isinstance(args[1], tuple) and _pointer(args[0]) and _int(args[2]):
         raise ValueError("shape is empty")  # (pyACL's answer to a shape that is no tuple: a list)
-    _parse("ptr_to_numpy", args, _int, lambda s: isinstance(s, tuple) and all(_int(d) for d in s), _int)
+    _parse("ptr_to_numpy", args, _pointer, lambda s: isinstance(s, tuple) and all(_int(d) for d in s), _int)
     _warnings.warn("acl.util.ptr_to_numpy will be deprecated. Please use acl.util.ptr_to_bytes "
                    "instead.", Warning, stacklevel=2)
     ptr, shape, npy_type = args
@@ -191,7 +196,7 @@ def start_thread(*args: _Any) -> tuple[int, int]:
 
 def stop_thread(*args: _Any) -> int:
     """ret: join a start_thread thread (it is not interrupted); RuntimeError when fn raised; 3 (ESRCH) when unknown."""
-    _parse("stop_thread", args, _int)
+    _parse("stop_thread", args, _pointer)
     ident = int(args[0])
     with _threads_lock:
         t = _threads.pop(ident, None)
