@@ -84,8 +84,8 @@ def _table() -> list["Device"]:
     global _devices
     if _devices is None:
         with _devices_lock:
-            if _devices is not None:
-                return _devices
+            if _devices is not None:  # (made by another thread meanwhile)
+                return _devices  # type: ignore[unreachable]
             config.get("ASCENTRT_PURE_PYTHON")  # (read at import, where a bad value is not refused)
             count = config.get("ASCENTRT_DEVICES")
             config.check_all()  # (every other setting too: refused before any work is queued)

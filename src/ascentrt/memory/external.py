@@ -314,11 +314,3 @@ def mapped_entry(addr: int) -> "ExternalHostBuffer | None":
             if at <= addr < at + array.nbytes:
                 return next((e for e in _external.get(at, ()) if e.obj is array), None)
     return None
-    alloc = REGISTRY.find(addr)
-    if isinstance(alloc, ExternalHostBuffer) and _mapped.get(alloc.addr) is alloc.obj:
-        return alloc
-    with _lock:  # (a pageable registration may be found first where both reach the address)
-        for at, array in _mapped.items():
-            if at <= addr < at + array.nbytes:
-                return next((e for e in _external.get(at, ()) if e.obj is array), None)
-    return None

@@ -233,8 +233,8 @@ def _rebind(swaps: dict[int, tuple[object, object]]) -> None:
             namespace = vars(module)
         except TypeError:
             continue
-        if not isinstance(namespace, dict):
-            continue
+        if not isinstance(namespace, dict):  # (a module object of an extension may hold anything)
+            continue  # type: ignore[unreachable]
         for key, value in list(namespace.items()):
             pair = swaps.get(id(value))
             if pair is not None and pair[0] is value:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 from . import clock
 
 from . import session
@@ -26,7 +26,7 @@ class range:  # noqa: N801 - named like the function users call: ascentrt.profil
             from ..errors import InvalidArgumentError
             raise InvalidArgumentError(f"a range needs a non-empty str name, got {name!r}")
         self.name = name
-        self._recorder = None
+        self._recorder: Any = None  # (the recorder of the profile it is entered under)
 
     def __enter__(self) -> "range":
         rec = session.active_recorder()
