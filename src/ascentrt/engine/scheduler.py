@@ -27,7 +27,7 @@ from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, Stre
                       TimeoutError_, failure_of_a_task, keeping_last_error, note_async_error,
                       warn_at_caller)
 from .hooks import Hooks, _local, current_task
-from .stepping import ExecutorQueue, batch_succeeded
+from .stepping import ExecutorQueue, batch_succeeded, pending
 from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_FUNC, KERNEL,
                    KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT, Task)
 
@@ -202,7 +202,9 @@ class Engine:
         # trip per stream) fall into a convoy.
         self.lock_waiters: list = []
         self.progress = 0          # tasks completed so far: a stalled device stops moving it
-        self._deadlines: list = []  # heap of (deadline, seq, stream, task) for timed waits
+        # heap of (deadline, seq, stream, task) for timed waits, and of (time, seq, stream,
+        # record) for virtual records stamped later than they ran (see _control)
+        self._deadlines: list = []
         self._seq = itertools.count()
         self._watchdog: threading.Thread | None = None
         self._watchdog_cv = forksafe.condition(self.lock)
@@ -384,6 +386,14 @@ class Engine:
             if m.timing or Hooks.profiler is not None or s._dq.virtual:  # (see EVENT_WAIT)
                 m.ts_ns = _control_ns(s)
                 t.t_start = t.t_end = m.ts_ns
+                if m.ts_ns > s._dq.backend.now_ns():
+                    # Virtual, right after a wait's release: it happens that release's latency
+                    # later, so it is done then, not now (a query before then says not yet, a
+                    # synchronize ends then): the simulator completes it at its time, as it
+                    # fires a timed wait's deadline. Its stream goes on meanwhile.
+                    heapq.heappush(self._deadlines, (m.ts_ns, next(self._seq), s, t))
+                    self._profile_control(t, m.ts_ns)
+                    return True
             self._mark_done(m, work)
             self._profile_control(t, m.ts_ns)  # (the time the event has: elapsed_time's)
             return True
@@ -947,7 +957,7 @@ class Engine:
             return
         heap = self._deadlines
         if len(heap) > 256:  # drop entries of waits that ended early, so the heap stays small
-            heap[:] = [e for e in heap if e[2]._blocked is e[3]]
+            heap[:] = [e for e in heap if pending(e)]
             heapq.heapify(heap)
         deadline = s._dq.backend.now_ns() + int(t.timeout * 1e9)
         heapq.heappush(heap, (deadline, next(self._seq), s, t))
@@ -982,6 +992,13 @@ class Engine:
         infos = []
         while self._deadlines and self._deadlines[0][0] <= now:
             _, _, s, t = heapq.heappop(self._deadlines)
+            if t.kind == EVENT_RECORD:  # a virtual record whose time has come (see _control)
+                if not t.marker.done:
+                    released: list = []
+                    self._mark_done(t.marker, released)
+                    for w in released:
+                        self._advance(w, None)
+                continue
             if s._blocked is t:
                 self._unblock(s)
                 s._tasks.popleft()

@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from .hooks import Hooks, _local, current_task
-from .task import Task
+from .task import EVENT_RECORD, Task
 
 
 class ExecutorQueue:
@@ -151,7 +151,7 @@ class ExecutorQueue:
         deadline heap: a simulator looking for its next event must not take theirs for one."""
         with self.engine.lock:
             heap = self.engine._deadlines
-            while heap and heap[0][2]._blocked is not heap[0][3]:
+            while heap and not pending(heap[0]):
                 heapq.heappop(heap)
 
 
@@ -174,3 +174,10 @@ def batch_succeeded(engine: Any, busy: list[int], active: set, ex: int, s: Any, 
         active.discard(s)
     if engine._value_waits:  # (the work may have written a word a value wait watches)
         engine._check_values()
+
+
+def pending(entry: tuple) -> bool:
+    """Whether an entry (time, seq, stream, task) of the engine's deadline heap still has work
+    to do at its time: a timed wait still blocking its stream, or a virtual record not done."""
+    s, t = entry[2], entry[3]
+    return not t.marker.done if t.kind == EVENT_RECORD else s._blocked is t
