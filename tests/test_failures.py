@@ -318,3 +318,51 @@ def test_a_thread_left_waiting_for_a_notify_after_the_main_thread_returned_is_to
         print("main: returns", flush=True)
     """, env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
     assert out.split() == ["main:", "returns", "worker:", "507950"]
+
+
+@pytest.mark.parametrize("sites", ["0", "1"])
+def test_a_deadlock_report_names_the_lines_that_queued_the_waits_when_asked(sites):
+    # (tasks keep no call site by default: taking one costs ~0.3 us a submit; the report says
+    # how to have them)
+    out = run_program("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        a, b = dev.create_stream(), dev.create_stream()
+        na, nb = dev.create_notify(), dev.create_notify()
+        na.wait_and_reset(a)                 # line 6
+        nb.wait_and_reset(b)                 # line 7
+        nb.record(a)
+        na.record(b)
+        try:
+            dev.synchronize(timeout=30)
+        except art.DeadlockError as exc:
+            print(exc)
+    """, env={"ASCENTRT_CALL_SITES": sites})
+    assert "the streams wait on each other" in out, out
+    if sites == "1":
+        assert "waits at task 1 (queued at <string>:6) for notify" in out, out
+        assert "waits at task 1 (queued at <string>:7) for notify" in out, out
+        assert "ASCENTRT_CALL_SITES" not in out
+    else:
+        assert "queued at" not in out and "ASCENTRT_CALL_SITES=1 names the program lines" in out, out
+
+
+def test_a_stuck_event_wait_names_where_its_record_was_queued():
+    out = run_program("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        a, b = dev.create_stream(), dev.create_stream()
+        n = dev.create_notify()
+        ev = art.Event()
+        n.wait_and_reset(a)                  # line 7: a waits for b's record of n ...
+        ev.record(a)                         # line 8
+        b.wait(ev)                           # line 9: ... and b for a's record of ev, before it
+        n.record(b)
+        try:
+            dev.synchronize(timeout=30)
+        except art.DeadlockError as exc:
+            print(exc)
+    """, env={"ASCENTRT_CALL_SITES": "1"})
+    assert "(queued at <string>:9) for an event recorded on stream" in out, out
+    assert "(its record queued at <string>:8)" in out, out
+    assert "(queued at <string>:7) for notify" in out, out

@@ -216,6 +216,9 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_LEAK_CHECK", "warn", _leak_mode,
             "memory never freed but reclaimed at a device reset, acl.finalize or exit: warn (a LeakWarning "
             "with sizes), sites (also where each was allocated; costs ~1 us per malloc) or off"),
+    Setting("ASCENTRT_CALL_SITES", "0", _switch,
+            "note the program line that queued each task, for deadlock, timeout and stuck-stream "
+            "reports to name (1; costs ~0.3 us per submitted task)"),
     Setting("ASCENTRT_SANITIZE", "off", sanitize_mode,
             "the stream race sanitizer for the whole program: off, warn (1: a RaceWarning per new "
             "race), raise (the launch completing a race raises RaceError) or log (collect only)"),

@@ -89,6 +89,7 @@ def _table() -> list["Device"]:
             config.get("ASCENTRT_PURE_PYTHON")  # (read at import, where a bad value is not refused)
             count = config.get("ASCENTRT_DEVICES")
             config.check_all()  # (every other setting too: refused before any work is queued)
+            ENGINE.sites = config.get("ASCENTRT_CALL_SITES")
             table = []
             for i in range(count):
                 dev = object.__new__(Device)

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 from .. import forksafe
 from .. import config, interrupts
+from ..callsite import site_text, user_code_site
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
                       TimeoutError_, failure_of_a_task, keeping_last_error, note_async_error,
                       warn_at_caller)
@@ -216,6 +217,9 @@ class Engine:
         # thread, for the deadlock check (one that waits without end for stuck streams cannot
         # act either)
         self._thread_waits: dict = {}
+        # ASCENTRT_CALL_SITES (read as the devices are made): each task keeps the program line
+        # that queued it, for the reports of stuck streams to name
+        self.sites = False
 
     # ---- submission (hot path) -------------------------------------------------------------
 
@@ -234,6 +238,8 @@ class Engine:
                 task.ready_ns = ready
             if dq.queue_depth and stream._submitted - stream._completed >= dq.queue_depth:
                 self._wait_for_room(stream)
+        if self.sites:
+            task.site = user_code_site(2)
         races = None
         san = Hooks.sanitizer
         if san is not None and stream._refuse is None:
@@ -567,9 +573,12 @@ class Engine:
         races = san.submitted_all(work) if san is not None else None  # may refuse: nothing queued yet
         stamp = Hooks.profiler is not None
         me = threading.get_ident()
+        site = user_code_site(2) if self.sites else None  # (one call of the program queued them)
         for s, t in work:
             s._submitted = t.id = s._submitted + 1
             t.stream = s
+            if site is not None and t.site is None:
+                t.site = site
             if not t.thread:
                 t.thread = me  # (a graph's or a collective's tasks: the thread that launched them)
             if stamp:
@@ -1142,16 +1151,21 @@ class Engine:
                     if ev.is_set():
                         return
                     raise TimeoutError_(f"{what} can make no progress, nothing left could move "
-                                        f"it: {text}", code=timeout_code)
+                                        f"it: {text}{self._sites_hint()}", code=timeout_code)
             if fatal:
                 if kind == "host":
                     text += ", and this thread, the only one left that could, waits here"
-                raise DeadlockError(f"{what} can never finish: {text}")
+                raise DeadlockError(f"{what} can never finish: {text}{self._sites_hint()}")
             if kind in ("stuck", "host") and not warned and now - stalled_since >= warn_after:
                 warned = True
                 unit = "s of virtual time" if virtual else "s"  # (on sim: the device's clock)
+                # (at the user's call, whichever API it came through)
                 warn_at_caller(f"ascentrt: {what} has made no progress for {now - stalled_since:.0f} "
-                               f"{unit}: {text}", RuntimeWarning)  # (at the user's call, whichever API it came through)
+                               f"{unit}: {text}{self._sites_hint()}", RuntimeWarning)
+
+    def _sites_hint(self) -> str:
+        """How to have a stuck-stream report name the program's lines, while it cannot."""
+        return "" if self.sites else " (ASCENTRT_CALL_SITES=1 names the program lines that queued these tasks)"
 
     def _no_host_can_act(self, stuck_streams) -> bool:
         """Whether no code but the calling thread's could still record a notify (called under
@@ -1278,20 +1292,25 @@ class Engine:
             yield from list(dq.streams.values())
 
 
+def _at(t: Task) -> str:
+    """' (queued at prog.py:12)' where ASCENTRT_CALL_SITES noted where the program queued `t`."""
+    return "" if t.site is None else f" (queued at {site_text(t.site)})"
+
+
 def _describe_wait(s) -> str:
     t = s._blocked
     if t is None:
         wait = ENGINE._host_waits.get(s)
         if s._running is not None and wait is not None:
             r = s._running
-            return (f"stream {s.id} (device {s.device.id}) runs task {r.id} ({r.label}) on a "
-                    f"{EXECUTOR_NAMES[r.executor]} executor, and that task waits in {wait[2]}")
+            return (f"stream {s.id} (device {s.device.id}) runs task {r.id} ({r.label}){_at(r)} on "
+                    f"a {EXECUTOR_NAMES[r.executor]} executor, and that task waits in {wait[2]}")
         if s._running is None and s._tasks and s._tasks[0].executor is not None:
             h = s._tasks[0]
-            return (f"stream {s.id} (device {s.device.id}) waits at task {h.id} for a "
+            return (f"stream {s.id} (device {s.device.id}) waits at task {h.id}{_at(h)} for a "
                     f"{EXECUTOR_NAMES[h.executor]} executor (all {s._dq.sizes[h.executor]} busy)")
         return f"stream {s.id}"
-    named = f" ({t.name})" if t.name else ""
+    named = (f" ({t.name})" if t.name else "") + _at(t)
     if t.kind == EVENT_WAIT:
         m = t.marker
         if m.stream is not None and not m.position:
@@ -1301,12 +1320,16 @@ def _describe_wait(s) -> str:
             return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{named} for "
                     f"{m.note() if m.note is not None else 'a record not submitted yet'}"
                     f"{_time_left(s, t)}")
+        record = next((x for x in list(m.stream._tasks) if x.kind == EVENT_RECORD and x.marker is m), None)
+        queued = "" if record is None or record.site is None else \
+            f" (its record queued at {site_text(record.site)})"
         return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{named} for an event "
-                f"recorded on stream {m.stream.id} after its task {m.position - 1}{_time_left(s, t)}")
+                f"recorded on stream {m.stream.id} after its task {m.position - 1}{queued}"
+                f"{_time_left(s, t)}")
     if t.kind == VALUE_WAIT:
-        return f"stream {s.id} (device {s.device.id}) waits at task {t.id} for {t.args[0]}{_time_left(s, t)}"
-    return (f"stream {s.id} (device {s.device.id}) waits at task {t.id} for notify {t.notify.id}"
-            f"{_time_left(s, t)}")
+        return f"stream {s.id} (device {s.device.id}) waits at task {t.id}{_at(t)} for {t.args[0]}{_time_left(s, t)}"
+    return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{_at(t)} for notify "
+            f"{t.notify.id}{_time_left(s, t)}")
 
 
 def _time_left(s, t) -> str:

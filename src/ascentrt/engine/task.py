@@ -93,6 +93,7 @@ class Task(Op):
     graph_node: int
     graph_segment = False
     dispatches_nodes = False  # a graph segment's task: a simulator dispatches each of its nodes
+    site: Any = None  # where the program queued it (a callsite.Site), when ASCENTRT_CALL_SITES is on
 
     def __init__(self, kind: int, fn: Any = None, args: tuple = (), name: str | None = None):
         self.kind = kind
