@@ -2040,6 +2040,68 @@ def test_a_record_right_after_a_wait_pays_the_release_latency_once_per_hop(dev, 
         s.destroy()
 
 
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+def test_a_value_wait_reached_at_or_just_after_its_write_takes_the_release_latency(tmp_path):
+    # A value wait that found its word written already passed with no release latency, while
+    # one that blocked took it: the waiting stream went on 100 us sooner when its kernel ended
+    # at the write's instant or within the latency after it (2000 / 2050 us against 2100).
+    preset = _write_preset(tmp_path, host_launch_ns=0, host_record_ns=0, dispatch_ns=0,
+                           host_sync_ns=0, event_latency_ns=100_000)
+    r = _run_sim(textwrap.dedent("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        kernel = lambda: None
+        word = art.malloc(8)
+        for n, (write_first, later) in enumerate([(True, 0), (False, 0), (True, 50e-6)], 1):
+            a, b = dev.create_stream(), dev.create_stream()
+            t0 = dev.now_ns()
+            if write_first:
+                art.launch(kernel, stream=a, cost=1e-3, block_dim=1)
+                a.write_value(word, n)
+                art.launch(kernel, stream=b, cost=1e-3 + later, block_dim=1)
+            else:
+                art.launch(kernel, stream=b, cost=1e-3 + later, block_dim=1)
+                art.launch(kernel, stream=a, cost=1e-3, block_dim=1)
+                a.write_value(word, n)
+            b.wait_value(word, lambda w, n=n: w == n, f"the word to be {n}")
+            art.launch(kernel, stream=b, cost=1e-3, block_dim=1)
+            b.synchronize()
+            print((dev.now_ns() - t0) // 1000)
+        word.free()
+    """), env_extra={"ASCENTRT_SIM_PRESET": preset})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["2100", "2100", "2100"]
+
+
+@sim_only
+def test_a_value_write_pays_no_dispatch_and_its_hop_costs_what_an_event_s_costs(dev):
+    # A value write was a kernel dispatched as one: written dispatch_ns after the work before
+    # it, so a write -> value wait hop cost event_latency_ns + 2 dispatches, an event's one.
+    D, EL = P.dispatch_ns, P.event_latency_ns
+    word = art.malloc(8)
+    art.memset(word, 0)
+    for through in ("event", "value"):
+        a, b = dev.create_stream(), dev.create_stream()
+        with art.profile() as prof:
+            art.launch(art.kernels.noop, stream=a, cost=100e-6, block_dim=1, name="k1")
+            if through == "event":
+                b.wait(a.record())
+            else:
+                a.write_value(word, 1)
+                b.wait_value(word, lambda w: w == 1, "the word to be 1")
+            art.launch(art.kernels.noop, stream=b, cost=10e-6, block_dim=1, name="k2")
+            dev.synchronize()
+        tasks = prof.snapshot().tasks
+        k1, k2 = (next(t for t in tasks if t.name == k) for k in ("k1", "k2"))
+        assert k2.start_ns == k1.end_ns + EL + D, through
+        if through == "value":
+            (w,) = [t for t in tasks if t.kind == "value_write"]
+            assert w.start_ns == w.end_ns == k1.end_ns
+        art.memset(word, 0)
+        a.destroy(), b.destroy()
+    word.free()
+
+
 @sim_only
 def test_a_value_wait_the_host_wrote_goes_on_from_the_write_not_after_the_next_call(dev):
     # (the host's next launch charged its own cost before looking at the word: the stream went

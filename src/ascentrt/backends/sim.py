@@ -863,7 +863,16 @@ class SimBackend(CpuBackend):
         t = frame.task
         if t is None or t.dispatches_nodes:  # (a segment's offset holds its latencies already)
             return tl.now + frame.offset
-        return tl.now + frame.offset + self._dispatch_ns + self._held_back(t, frame.start)
+        return tl.now + frame.offset + self._dispatch_of(t) + self._held_back(t, frame.start)
+
+    def _dispatch_of(self, t) -> int:
+        """The dispatch latency task `t` pays: none for work the stream's scheduler does itself
+        (a value write, which holds no unit: stamped as an event record is, when its stream
+        reaches it), else dispatch_ns."""
+        cost = t.cost
+        if cost is not None and cost.block_dim == 0 and t.kind == KERNEL:
+            return 0
+        return self._dispatch_ns
 
     # ---- the model ---------------------------------------------------------------------------
 
@@ -1139,7 +1148,7 @@ class SimBackend(CpuBackend):
         # A graph segment's latencies came first, in its offset, and each node was dispatched
         # as it ran: it adds nothing after its nodes.
         held = 0 if t.dispatches_nodes else self._held_back(t, start)
-        fixed = 0 if t.dispatches_nodes else self._dispatch_ns + held
+        fixed = 0 if t.dispatches_nodes else self._dispatch_of(t) + held
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)

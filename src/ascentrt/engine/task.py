@@ -67,6 +67,7 @@ class Task(Op):
     group: Any = None
     cost: Cost | None = None  # the Op's cost on a simulated device (None: the backend's default)
     released_ns = 0     # on a virtual device: when the wait before it let its stream go on
+    written_ns = 0      # a value wait met by a value write, on a virtual device: the write's time
     ready_ns = 0        # on a virtual device: the time of the host function that submitted it
     handed_ns = 0       # on a virtual device: when its stream's task before it ended on
                         # another executor class (0: the same class, or none)

@@ -24,8 +24,8 @@ from ..memory.stream_order import positions_reached
 from ..memory.registry import REGISTRY
 from . import memstats
 from ..hccl.comm import groups as hccl_groups
-from .data import (GRAPH_SEGMENT, QUEUE_FULL, Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord,
-                   MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
+from .data import (GRAPH_SEGMENT, QUEUE_FULL, VALUE_WRITE, Allocation, ApiCall, CollectiveRecord, DeviceInfo,
+                   MarkRecord, MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
 from .hostapi import Instrumentation, by_start
 from .profile import Profile
 
@@ -446,11 +446,13 @@ class Recorder:
                  released, fate, units) in (_drained(bucket) if consume else list(bucket)):
                 if not t_end or t_start < t0 or t_start > last:
                     continue  # started before profiling (no complete timing) or after it
+                kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
                 if released is not None and type(released[0]) is not int:
                     released = _value_writer(released, t_end, writes)
                 elif kind == KERNEL:
-                    released = None  # (a value write's word and value: see _value_writes)
-                kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
+                    if released is not None:  # (a value write's word and value: see
+                        kind_name = VALUE_WRITE  # _value_writes; no kernel: see VALUE_WRITE)
+                    released = None
                 enqueue = max(t_enq, t0) if t_enq else t_start
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
                                         enqueue - t0, t_start - t0, t_end - t0,
