@@ -393,6 +393,23 @@ def test_presets_ship_with_a_source_for_every_number():
     assert presets.load("ascend310p").max_streams == 1024
 
 
+def test_each_preset_s_compute_rate_is_the_one_its_source_derives():
+    # (910B's 14.7e12 against 16x16x16 MACs x 2 x 1.8 GHz = 14.7456e12, 310P's 8.7e12 against
+    # 8.68352e12, H200's 7.49e12 against 989 / 132 TFLOPS)
+    import re
+    for name in ("ascend910b", "ascend310p", "h200"):
+        p = presets.load(name)
+        source = p.sources["compute_flops_per_unit"][1]
+        macs = re.search(r"(\d+)x(\d+)x(\d+) cube MACs x 2 x ([\d.]+) GHz", source)
+        if macs:
+            a, b, c, ghz = macs.groups()
+            derived = int(a) * int(b) * int(c) * 2 * float(ghz) * 1e9
+        else:
+            tflops, units = re.search(r"([\d.]+) TFLOPS .*/ (\d+) SMs", source).groups()
+            derived = float(tflops) * 1e12 / int(units)
+        assert abs(p.compute_flops_per_unit - derived) <= 1e-4 * derived, (name, source)
+
+
 def test_a_file_named_as_a_preset_in_the_working_folder_does_not_shadow_it(tmp_path, monkeypatch):
     # (a folder called h200 here made ASCENTRT_SIM_PRESET=h200 "not a regular file")
     monkeypatch.chdir(tmp_path)
