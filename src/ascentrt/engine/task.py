@@ -93,6 +93,9 @@ class Task(Op):
     graph_id: int
     graph_node: int
     graph_segment = False
+    # A task captured into a graph: (site, stream id, capture, node number) where the program
+    # captured it (set by ascentrt.graph; the race sanitizer names it)
+    captured: tuple | None = None
     dispatches_nodes = False  # a graph segment's task: a simulator dispatches each of its nodes
 
     def __init__(self, kind: int, fn: Any = None, args: tuple = (), name: str | None = None):
