@@ -2058,6 +2058,34 @@ def test_a_record_right_after_a_wait_pays_the_release_latency_once_per_hop(dev, 
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+def test_ascend310p_peer_copies_share_the_source_device_s_host_link(tmp_path):
+    # (310P cards have no link between chips: a peer copy crosses PCIe through the host, out
+    # over the source's x16 link, but it had a link of its own and ran beside that device's
+    # D2H copy at full rate, 10 ms each instead of 20 ms)
+    r = _run_sim(textwrap.dedent("""
+        import ascentrt as art
+        from ascentrt.backends import presets
+        p = presets.load("ascend310p")
+        d0, d1 = art.Device(0), art.Device(1)
+        d0.enable_peer_access(1)
+        n = 250_000_000
+        a0, a1, h = d0.malloc(n), d1.malloc(n), art.malloc_host(n)
+        s0, s1 = d0.create_stream(), d0.create_stream()
+        for both in (False, True):
+            t0 = d0.now_ns()
+            art.memcpy_async(a1, a0, stream=s0)          # peer, 0 -> 1
+            if both:
+                art.memcpy_async(h, a0, stream=s1)       # device 0 -> host, at the same time
+            d0.synchronize()
+            print(round((d0.now_ns() - t0) / (n / p.host_link_bandwidth * 1e9), 2))
+        for b in (a0, a1, h):
+            b.free()
+    """), env_extra={"ASCENTRT_SIM_PRESET": "ascend310p", "ASCENTRT_DEVICES": "2"})
+    assert r.returncode == 0, r.stderr
+    assert [float(x) for x in r.stdout.split()] == [1.0, 2.0]  # alone: the link's rate; both: half
+
+
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
 def test_a_value_wait_reached_at_or_just_after_its_write_takes_the_release_latency(tmp_path):
     # A value wait that found its word written already passed with no release latency, while
     # one that blocked took it: the waiting stream went on 100 us sooner when its kernel ended

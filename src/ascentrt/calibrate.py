@@ -386,6 +386,8 @@ def measure() -> dict:
         "compute_units": (props.compute_units, "ASCENTRT_COMPUTE_UNITS of the cpu backend"),
         "default_block_dim": (1, "the cpu backend runs each kernel on one of its compute threads"),
         "unified_memory": (1, "the cpu backend's device memory is this machine's memory"),
+        "peer_over_host_link": (0, "the cpu backend's devices share this machine's memory: "
+                                "a peer copy takes the peer link model"),
         "memory_bandwidth_per_unit": (0.0, "a kernel thread of the cpu backend draws on the "
                                       "memory as any other (the memory bandwidth bounds it)"),
         "ai_cpus": (0, "the cpu backend has no AI CPUs"),
@@ -419,7 +421,7 @@ def write(values: dict, path: str) -> str:
         kind = "measured" if field not in ("ai_cpus", "queue_depth", "max_streams", "max_events",
                                           "copy_engines_h2d", "copy_engines_d2h",
                                           "copy_engines_d2d", "default_block_dim",
-                                          "unified_memory", "small_copy_bytes",
+                                          "unified_memory", "peer_over_host_link", "small_copy_bytes",
                                           "memory_bandwidth_per_unit") else "documented"
         lines.append(f'{field} = {{ value = {shown!r}, kind = "{kind}", source = '
                      f'"ascentrt calibrate: {how} ({where})" }}')
