@@ -127,6 +127,12 @@ def test_a_thread_given_an_ended_thread_s_ident_is_a_thread_of_its_own(stream):
     with art.profile() as prof:
         idents = []
         for name, n in (("loader", 5), ("trainer", 7)):
+            for _ in range(200 if idents else 0):  # (until the ended thread's ident is free)
+                probe = threading.Thread(target=lambda: None)
+                probe.start()
+                probe.join(timeout=10)
+                if probe.ident == idents[0]:
+                    break
             t = threading.Thread(target=work, args=(n,), name=name)
             t.start()
             t.join(timeout=10)

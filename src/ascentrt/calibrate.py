@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import config
+from . import config, forksafe
 from .validate import check_path, write_text_file
 from .backends.presets import FIELDS, calibrated_path
 
@@ -69,13 +69,12 @@ def _event_hop_ns(dev, s, hops: int = 200) -> float:
     """Median ns per hop of an event ping-pong: no-op kernels on two streams in turn, each
     waiting on an event the other recorded after its kernel, all queued behind a gate first
     (the host's submitting is not timed)."""
-    import threading
     import ascentrt as art
     other = dev.create_stream()
     events = [dev.create_event() for _ in range(hops)]
     times = []
     for _ in range(5):
-        gate = threading.Event()
+        gate = forksafe.event()
         art.launch(gate.wait, 60, stream=s)
         for i in range(hops):
             a, b = (s, other) if i % 2 == 0 else (other, s)

@@ -191,7 +191,7 @@ class ThreadNames(dict):
     def __init__(self) -> None:
         super().__init__()
         self.ended: dict[int, list[tuple[int, str]]] = {}  # ident -> [(end ns, name)] in order
-        self._local = threading.local()  # (dropped as its thread ends: see _ThreadEnd)
+        self._local = _Watch()  # (dropped as its thread ends: see _ThreadEnd)
 
     def see(self, ident: int) -> None:
         """Note the calling thread, whose ident is `ident`, and watch for its end."""
@@ -220,6 +220,12 @@ class ThreadNames(dict):
         for ident, name in list(self.items()):
             out[ident + len(self.ended.get(ident, ()))] = live.get(ident, name)
         return out
+
+
+class _Watch(threading.local):
+    """A thread's watch for its end (see ThreadNames.see)."""
+
+    end: object = None
 
 
 class _ThreadEnd:
