@@ -87,6 +87,21 @@ for _ in range(7):
 print(json.dumps([sorted(times)[3] / 1e6]))
 """
 
+# A latency-bound loop: launch a no-op kernel, synchronize, 200 times (each iteration waits for
+# the executor's wake-up and the host's: what calibrate's latencies are for).
+LATENCY_PROGRAM = r"""
+import json, ascentrt as art
+s = art.Stream()
+dev = art.Device(0)
+times = []
+for i in range(8):
+    t0 = dev.now_ns()
+    for _ in range(200):
+        art.launch(art.kernels.noop, stream=s); s.synchronize()
+    times.append(dev.now_ns() - t0)
+print(json.dumps([sorted(times[1:])[3] / 1e6]))
+"""
+
 # The wide DAG of bench_graph (4 chains of 6 kernels, joined at the end) with costed kernels:
 # the demo's transform in the chains and kernels.add for the join, on 1 stream and on 4.
 DAG_PROGRAM = r"""
@@ -136,16 +151,18 @@ def _ms(env, program: str | None, repeats: int = 1) -> list[float]:
 
 
 CASES = (("demo_1_stream", None, 0), ("demo_3_streams", None, 1), ("wide_dag_1_stream", DAG_PROGRAM, 0),
-         ("wide_dag_4_streams", DAG_PROGRAM, 1), ("copy_64MiB", COPY_PROGRAM, 0))
+         ("wide_dag_4_streams", DAG_PROGRAM, 1), ("copy_64MiB", COPY_PROGRAM, 0),
+         ("launch_sync_loop", LATENCY_PROGRAM, 0))
 
 
 # (quick mode, for the tests: the copy alone proves the figures' shape)
-PROGRAMS = pick((None, DAG_PROGRAM, COPY_PROGRAM), (COPY_PROGRAM,))
+PROGRAMS = pick((None, DAG_PROGRAM, COPY_PROGRAM, LATENCY_PROGRAM), (COPY_PROGRAM,))
 
 
 def accuracy() -> None:
-    """Predicted (sim, calibrated) vs measured (cpu) for the demo pipeline, the wide DAG and a
-    64 MiB copy, ROUNDS times: calibrate, then measure both sides."""
+    """Predicted (sim, calibrated) vs measured (cpu) for the demo pipeline, the wide DAG, a
+    64 MiB copy and a launch + synchronize loop, ROUNDS times: calibrate, then measure both
+    sides."""
     import tempfile
     preset = os.path.join(tempfile.mkdtemp(), "calibrated.toml")
     cpu_env = dict(os.environ, ASCENTRT_BACKEND="cpu")

@@ -342,6 +342,32 @@ def _copies_and_kernels(copy_ns: int, kernel_ns: int) -> ProfileData:
     return prof
 
 
+def test_copy_bound_advice_follows_the_overlap_and_names_a_saturated_engine():
+    # (the advice said "put the copies on streams of their own" to a pipeline whose copies ran
+    # on 3 streams beside the kernels, and not that one H2D engine was busy the whole run)
+    from dataclasses import replace
+    from ascentrt.profiler.data import ApiCall
+    tasks, calls, t = [], [], 0
+    for i in range(8):  # stream i % 3: its copy (the H2D engine: back to back), then its kernel
+        s = 2 + i % 3
+        tasks.append(TaskRecord(0, s, 2 * i + 1, "copy", "host_to_device", 16 << 20, t, t, t + 1_000_000, 7))
+        tasks.append(TaskRecord(0, s, 2 * i + 2, "kernel", "k", 0, t, t + 1_000_000, t + 1_200_000, 7))
+        calls += [ApiCall("memcpy_async", 0, 0, 7), ApiCall("launch", 0, 0, 7)]
+        t += 1_000_000
+    prof = _profile(tasks, backend="sim")
+    prof.devices = [replace(prof.devices[0], copy_engines_per_direction=[1, 1, 1])]
+    prof.api_calls = calls
+    (found,) = [f for f in diagnose(prof) if f.kind == "copy_bound"]
+    assert found.evidence["compute time overlapped by copies"] == "88%"
+    assert found.evidence["device 0's H2D copy engine busy"] == "98% of the run"
+    assert "streams of their own" not in found.advice
+    assert "device 0's H2D copy engine" in found.advice
+    # One stream, copies and kernels in turn: the copies overlap nothing, and that is the advice
+    (alone,) = [f for f in diagnose(_copies_and_kernels(1_600_000, 10_000)) if f.kind == "copy_bound"]
+    assert alone.evidence["compute time overlapped by copies"] == "0%"
+    assert "put the copies on streams of their own" in alone.advice
+
+
 def test_copies_that_make_most_of_the_critical_path_are_a_copy_bound_finding():
     (found,) = [f for f in diagnose(_copies_and_kernels(1_600_000, 10_000)) if f.kind == "copy_bound"]
     assert found.evidence["copies' share of it"] == "99%"

@@ -115,6 +115,43 @@ def test_api_calls_of_other_threads_carry_their_thread(stream):
                                        "Stream.synchronize", "Stream.destroy"]
 
 
+def test_a_thread_given_an_ended_thread_s_ident_is_a_thread_of_its_own(stream):
+    # (CPython reuses an ended thread's ident: the calls, tasks and marks of the second thread
+    # were filed under the first one's name, 12 launches by "loader")
+    def work(n):
+        for _ in range(n):
+            art.launch(_noop, stream=stream)
+        art.profiler.mark(threading.current_thread().name)
+        stream.synchronize(timeout=10)
+
+    with art.profile() as prof:
+        idents = []
+        for name, n in (("loader", 5), ("trainer", 7)):
+            for _ in range(200 if idents else 0):  # (until the ended thread's ident is free)
+                probe = threading.Thread(target=lambda: None)
+                probe.start()
+                probe.join(timeout=10)
+                if probe.ident == idents[0]:
+                    break
+            t = threading.Thread(target=work, args=(n,), name=name)
+            t.start()
+            t.join(timeout=10)
+            idents.append(t.ident)
+    if idents[0] != idents[1]:
+        pytest.skip("this interpreter gave the second thread an ident of its own")
+    p = prof.snapshot()
+    launches = {}
+    for c in p.api_calls:
+        if c.name == "launch":
+            launches[p.threads[c.thread]] = launches.get(p.threads[c.thread], 0) + 1
+    assert launches == {"loader": 5, "trainer": 7}
+    kernels = {}
+    for t in p.tasks:
+        kernels[p.threads[t.thread]] = kernels.get(p.threads[t.thread], 0) + 1
+    assert kernels == {"loader": 5, "trainer": 7}
+    assert [p.threads[m.thread] for m in p.marks] == [m.name for m in p.marks] == ["loader", "trainer"]
+
+
 def test_ranges_nest_and_work_as_decorators_and_marks_are_instants():
     @art.profiler.range("decorated")
     def step():

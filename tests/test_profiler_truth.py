@@ -394,6 +394,37 @@ def test_a_profile_with_a_value_write_reads_back(tmp_path):
     assert got == [["value_write", 0]]
 
 
+def test_value_writes_are_no_kernels_in_the_statistics_or_the_small_tasks_finding(tmp_path):
+    # (a value write is the stream scheduler's: it was counted as a kernel, "301 kernels" for
+    # 101, in kernel_statistic.csv too, and its 0 us made "fuse small kernels" the advice
+    # where every kernel ran 200 us)
+    got = _run(f"""
+        import json, ascentrt as art
+        from ascentrt.profiler.summary import headline
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        word = art.malloc(8)
+        with art.profile({str(tmp_path / "p")!r}) as prof:
+            for i in range(1, 101):
+                art.launch(art.kernels.noop, stream=s, cost=200e-6, name="k")
+                s.write_value(word, 2 * i - 1)
+                s.write_value(word, 2 * i)
+            s.synchronize()
+        kinds = {{}}
+        for t in prof.snapshot().tasks:
+            kinds[t.kind] = kinds.get(t.kind, 0) + 1
+        found = [f.kind for f in prof.diagnose()]
+        print(json.dumps([kinds, found, headline(prof.snapshot())]))
+    """)
+    kinds, found, summary = got
+    assert kinds == {"kernel": 100, "value_write": 200}
+    assert "small_tasks" not in found
+    assert "(100 kernels/copies/memsets/host functions)" in summary
+    with open(tmp_path / "p" / "kernel_statistic.csv") as f:
+        rows = [line.split(",")[:3] for line in f.read().splitlines()[1:]]
+    assert rows == [["k", "kernel", "100"]]
+
+
 def test_stop_mode_shows_the_failed_wait_and_the_work_it_dropped():
     # (the wait released by a record its stream dropped failed with 107023 but showed no
     # error; the kernel dropped unrun, and the work an abort dropped, were missing)

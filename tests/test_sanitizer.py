@@ -812,6 +812,41 @@ def test_a_race_with_a_graph_lane_names_the_lane_and_orders_the_launch_stream(de
     side.destroy()
 
 
+def test_a_race_between_two_nodes_of_one_graph_names_their_capture_sites_and_fixes_the_capture(
+        dev, streams, bufs):
+    # (both accesses were placed at the launch line, and the fix asked for events around the
+    # launch, which cannot order two nodes of one launch)
+    s1, _ = streams
+    buf, out, _ = bufs
+    left = dev.create_stream()
+    s1.begin_capture()
+    left.wait(s1.record())
+    art.launch(producer, buf.view(), stream=left, writes=[buf], name="lane_write")
+    write_line = inspect.currentframe().f_lineno - 1
+    art.launch(consumer, out.view(), buf.view(), stream=s1, reads=[buf], writes=[out],
+               name="main_read")  # (no wait on `left` before it)
+    read_line = inspect.currentframe().f_lineno - 2
+    s1.wait(left.record())
+    g = s1.end_capture()
+    with art.sanitize("log") as found:
+        g.launch(s1)
+        launch_line = inspect.currentframe().f_lineno - 1
+        art.synchronize(TIMEOUT)
+    assert len(found) == 1
+    race = found[0]
+    here = os.path.basename(__file__)
+    by_name = {race.first.name: race.first, race.second.name: race.second}
+    assert by_name["lane_write"].captured == f"{here}:{write_line}"
+    assert by_name["main_read"].captured == f"{here}:{read_line}"
+    assert race.fix == (f"both are nodes of one graph, which runs them as they were captured: in the "
+                        f"capture, record an event on stream {left.id} after `lane_write` "
+                        f"({here}:{write_line}) and make stream {s1.id} wait on it before "
+                        f"`main_read` ({here}:{read_line}), then capture the graph again")
+    assert f":{launch_line}" in str(race)  # (each access still says which launch ran it)
+    g.destroy()
+    left.destroy()
+
+
 @pytest.mark.cpu_only
 def test_a_notify_recorded_on_two_streams_orders_the_wait_after_neither_alone(dev, streams, bufs):
     # (the first record submitted was taken as the one releasing the wait; the other stream's

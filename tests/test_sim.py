@@ -404,6 +404,23 @@ def test_presets_ship_with_a_source_for_every_number():
     assert presets.load("ascend310p").max_streams == 1024
 
 
+def test_each_preset_s_compute_rate_is_the_one_its_source_derives():
+    # (910B's 14.7e12 against 16x16x16 MACs x 2 x 1.8 GHz = 14.7456e12, 310P's 8.7e12 against
+    # 8.68352e12, H200's 7.49e12 against 989 / 132 TFLOPS)
+    import re
+    for name in ("ascend910b", "ascend310p", "h200"):
+        p = presets.load(name)
+        source = p.sources["compute_flops_per_unit"][1]
+        macs = re.search(r"(\d+)x(\d+)x(\d+) cube MACs x 2 x ([\d.]+) GHz", source)
+        if macs:
+            a, b, c, ghz = macs.groups()
+            derived = int(a) * int(b) * int(c) * 2 * float(ghz) * 1e9
+        else:
+            tflops, units = re.search(r"([\d.]+) TFLOPS .*/ (\d+) SMs", source).groups()
+            derived = float(tflops) * 1e12 / int(units)
+        assert abs(p.compute_flops_per_unit - derived) <= 1e-4 * derived, (name, source)
+
+
 def test_a_file_named_as_a_preset_in_the_working_folder_does_not_shadow_it(tmp_path, monkeypatch):
     # (a folder called h200 here made ASCENTRT_SIM_PRESET=h200 "not a regular file")
     monkeypatch.chdir(tmp_path)
@@ -2071,6 +2088,96 @@ def test_a_record_right_after_a_wait_pays_the_release_latency_once_per_hop(dev, 
         x.destroy()
     for s in (s1, s2, s3):
         s.destroy()
+
+
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+def test_ascend310p_peer_copies_share_the_source_device_s_host_link(tmp_path):
+    # (310P cards have no link between chips: a peer copy crosses PCIe through the host, out
+    # over the source's x16 link, but it had a link of its own and ran beside that device's
+    # D2H copy at full rate, 10 ms each instead of 20 ms)
+    r = _run_sim(textwrap.dedent("""
+        import ascentrt as art
+        from ascentrt.backends import presets
+        p = presets.load("ascend310p")
+        d0, d1 = art.Device(0), art.Device(1)
+        d0.enable_peer_access(1)
+        n = 250_000_000
+        a0, a1, h = d0.malloc(n), d1.malloc(n), art.malloc_host(n)
+        s0, s1 = d0.create_stream(), d0.create_stream()
+        for both in (False, True):
+            t0 = d0.now_ns()
+            art.memcpy_async(a1, a0, stream=s0)          # peer, 0 -> 1
+            if both:
+                art.memcpy_async(h, a0, stream=s1)       # device 0 -> host, at the same time
+            d0.synchronize()
+            print(round((d0.now_ns() - t0) / (n / p.host_link_bandwidth * 1e9), 2))
+        for b in (a0, a1, h):
+            b.free()
+    """), env_extra={"ASCENTRT_SIM_PRESET": "ascend310p", "ASCENTRT_DEVICES": "2"})
+    assert r.returncode == 0, r.stderr
+    assert [float(x) for x in r.stdout.split()] == [1.0, 2.0]  # alone: the link's rate; both: half
+
+
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+def test_a_value_wait_reached_at_or_just_after_its_write_takes_the_release_latency(tmp_path):
+    # A value wait that found its word written already passed with no release latency, while
+    # one that blocked took it: the waiting stream went on 100 us sooner when its kernel ended
+    # at the write's instant or within the latency after it (2000 / 2050 us against 2100).
+    preset = _write_preset(tmp_path, host_launch_ns=0, host_record_ns=0, dispatch_ns=0,
+                           host_sync_ns=0, event_latency_ns=100_000)
+    r = _run_sim(textwrap.dedent("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        kernel = lambda: None
+        word = art.malloc(8)
+        for n, (write_first, later) in enumerate([(True, 0), (False, 0), (True, 50e-6)], 1):
+            a, b = dev.create_stream(), dev.create_stream()
+            t0 = dev.now_ns()
+            if write_first:
+                art.launch(kernel, stream=a, cost=1e-3, block_dim=1)
+                a.write_value(word, n)
+                art.launch(kernel, stream=b, cost=1e-3 + later, block_dim=1)
+            else:
+                art.launch(kernel, stream=b, cost=1e-3 + later, block_dim=1)
+                art.launch(kernel, stream=a, cost=1e-3, block_dim=1)
+                a.write_value(word, n)
+            b.wait_value(word, lambda w, n=n: w == n, f"the word to be {n}")
+            art.launch(kernel, stream=b, cost=1e-3, block_dim=1)
+            b.synchronize()
+            print((dev.now_ns() - t0) // 1000)
+        word.free()
+    """), env_extra={"ASCENTRT_SIM_PRESET": preset})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["2100", "2100", "2100"]
+
+
+@sim_only
+def test_a_value_write_pays_no_dispatch_and_its_hop_costs_what_an_event_s_costs(dev):
+    # A value write was a kernel dispatched as one: written dispatch_ns after the work before
+    # it, so a write -> value wait hop cost event_latency_ns + 2 dispatches, an event's one.
+    D, EL = P.dispatch_ns, P.event_latency_ns
+    word = art.malloc(8)
+    art.memset(word, 0)
+    for through in ("event", "value"):
+        a, b = dev.create_stream(), dev.create_stream()
+        with art.profile() as prof:
+            art.launch(art.kernels.noop, stream=a, cost=100e-6, block_dim=1, name="k1")
+            if through == "event":
+                b.wait(a.record())
+            else:
+                a.write_value(word, 1)
+                b.wait_value(word, lambda w: w == 1, "the word to be 1")
+            art.launch(art.kernels.noop, stream=b, cost=10e-6, block_dim=1, name="k2")
+            dev.synchronize()
+        tasks = prof.snapshot().tasks
+        k1, k2 = (next(t for t in tasks if t.name == k) for k in ("k1", "k2"))
+        assert k2.start_ns == k1.end_ns + EL + D, through
+        if through == "value":
+            (w,) = [t for t in tasks if t.kind == "value_write"]
+            assert w.start_ns == w.end_ns == k1.end_ns
+        art.memset(word, 0)
+        a.destroy(), b.destroy()
+    word.free()
 
 
 @sim_only

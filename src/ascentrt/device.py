@@ -213,6 +213,8 @@ class Device:
         self._memory = DeviceAllocator(self, mem, handle.addr, capacity,
                                        decommit=lambda off, n: backend.free(handle, off, n))
         self._dq = DeviceQueues(ENGINE, device_id, backend)
+        # word address -> (value, virtual ns) of the last value write to it (virtual devices)
+        self._value_written: dict[int, tuple[int, int]] = {}
         compute, copy, host = props.executors
         self.properties = DeviceProperties(
             id=device_id, name=props.name, backend=props.backend, total_memory=props.memory_bytes,
@@ -335,6 +337,7 @@ class Device:
         warn_discarded(f"device {self.id} reset", dropped)
         self._memory.reset()
         self._peers.clear()  # as a reset device: peer access is enabled again after it
+        self._value_written.clear()  # (its words are gone)
 
     def __repr__(self) -> str:
         return f"Device({self.id})"

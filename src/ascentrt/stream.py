@@ -58,12 +58,16 @@ def _word_now(args: tuple) -> tuple:
     """A value write's arguments as it runs: its word's bytes as a uint64 view (InvalidHandleError,
     107017, once the word was freed and not for work queued before the free), and the value."""
     word, value = args
-    return word._array("<u8", None), value
+    return word._array("<u8", None), value, word
 
 
-def _write_word(view: Any, value: int) -> None:
-    """A value write's kernel: the word takes the value."""
+def _write_word(view: Any, value: int, word: Any) -> None:
+    """A value write's kernel: the word takes the value (on a simulated device, when is kept
+    for the value waits it meets: their release's latency counts from it)."""
     view[0] = value
+    device = word.device
+    if device._dq.virtual:
+        device._value_written[word.addr] = (value, device._dq.backend.now_ns())
 
 
 class Stream:
@@ -300,7 +304,13 @@ class Stream:
                                                ErrorCode.RT_INVALID_HANDLE)
                 return True
             try:
-                return bool(met(int(raw[:8].view("<u8")[0])))
+                value = int(raw[:8].view("<u8")[0])
+                if not met(value):
+                    return False
+                written = self.device._value_written.get(word.addr) if self._dq.virtual else None
+                if written is not None and written[0] == value:  # (a value write made it: its
+                    task.written_ns = written[1]                  # release counts from then)
+                return True
             except BaseException as exc:  # (SystemExit too: whichever thread looks lives on)
                 _log.debug("the condition of value wait %s raised", what, exc_info=True)
                 task.error = failure_of_a_task(

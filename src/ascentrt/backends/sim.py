@@ -641,7 +641,8 @@ class SimBackend(CpuBackend):
             if link_bytes:  # (read from another device's memory: over the peer link, as a
                 # peer copy's bytes, sharing it with them)
                 source = tl.device_of(self._link_src) if self._link_src else None
-                link = (D2D, id(source), id(self._name))
+                link = (D2H, id(source), 0) if p.peer_over_host_link and source is not None \
+                    else (D2D, id(source), id(self._name))
                 link_ns = link_bytes / p.peer_link_bandwidth * 1e9
                 latency = int(p.peer_link_latency_ns)
                 peer = self._peer_memory(source, link_bytes)
@@ -863,7 +864,16 @@ class SimBackend(CpuBackend):
         t = frame.task
         if t is None or t.dispatches_nodes:  # (a segment's offset holds its latencies already)
             return tl.now + frame.offset
-        return tl.now + frame.offset + self._dispatch_ns + self._held_back(t, frame.start)
+        return tl.now + frame.offset + self._dispatch_of(t) + self._held_back(t, frame.start)
+
+    def _dispatch_of(self, t) -> int:
+        """The dispatch latency task `t` pays: none for work the stream's scheduler does itself
+        (a value write, which holds no unit: stamped as an event record is, when its stream
+        reaches it), else dispatch_ns."""
+        cost = t.cost
+        if cost is not None and cost.block_dim == 0 and t.kind == KERNEL:
+            return 0
+        return self._dispatch_ns
 
     # ---- the model ---------------------------------------------------------------------------
 
@@ -1139,7 +1149,7 @@ class SimBackend(CpuBackend):
         # A graph segment's latencies came first, in its offset, and each node was dispatched
         # as it ran: it adds nothing after its nodes.
         held = 0 if t.dispatches_nodes else self._held_back(t, start)
-        fixed = 0 if t.dispatches_nodes else self._dispatch_ns + held
+        fixed = 0 if t.dispatches_nodes else self._dispatch_of(t) + held
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)
@@ -1257,13 +1267,19 @@ class SimBackend(CpuBackend):
     def link_of(self, direction: int, dst: int, src: int) -> Any:
         """The link a copy's bytes cross: the host link of its direction (pinned or pageable
         host memory) of the device whose memory it moves (each device has its own: a PCIe
-        x16 link per NPU), the peer link to the other device, or None (a copy inside the
-        device). With unified memory (a cpu backend's devices) one host link per direction
-        serves them all: the host copies of every device cross one machine's memory."""
+        x16 link per NPU), the peer link to the other device (with peer_over_host_link,
+        where no such link exists, the source device's device-to-host link: the bytes leave
+        it through the host's root complex), or None (a copy inside the device). With
+        unified memory (a cpu backend's devices) one host link per direction serves them all:
+        the host copies of every device cross one machine's memory."""
         device_of = self.timeline.device_of
         if direction == D2D:
             a, b = device_of(src), device_of(dst)
-            return None if a is b else (D2D, id(a), id(b))  # (one link each way per pair)
+            if a is b:
+                return None
+            if self.preset.peer_over_host_link and a is not None:  # (out over the source's
+                return (D2H, id(a), 0)                             # host link: see link_of)
+            return (D2D, id(a), id(b))  # (one link each way per pair)
         if self.preset.unified_memory:
             return (direction, 0, 0)
         device = device_of(dst if direction == H2D else src)

@@ -450,7 +450,12 @@ class Engine:
             if t.fn():
                 if Hooks.sanitizer is not None:  # (one it held, seeing no write that meets it)
                     Hooks.sanitizer.value_wait_passed(s)
-                self._profile_control(t)
+                if s._dq.virtual and t.written_ns:  # (a write a moment ago still takes its
+                    # release's latency, as an event record does: see EVENT_WAIT)
+                    s._released_ns = max(s._released_ns, t.written_ns)
+                    self._profile_control(t, ends_at=max(s._dq.backend.now_ns(), t.written_ns))
+                else:
+                    self._profile_control(t)
                 return True
             self._value_waits.append(s)
             self._block(s, t)

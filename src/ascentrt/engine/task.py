@@ -67,6 +67,7 @@ class Task(Op):
     group: Any = None
     cost: Cost | None = None  # the Op's cost on a simulated device (None: the backend's default)
     released_ns = 0     # on a virtual device: when the wait before it let its stream go on
+    written_ns = 0      # a value wait met by a value write, on a virtual device: the write's time
     ready_ns = 0        # on a virtual device: the time of the host function that submitted it
     handed_ns = 0       # on a virtual device: when its stream's task before it ended on
                         # another executor class (0: the same class, or none)
@@ -92,6 +93,9 @@ class Task(Op):
     graph_id: int
     graph_node: int
     graph_segment = False
+    # A task captured into a graph: (site, stream id, capture, node number) where the program
+    # captured it (set by ascentrt.graph; the race sanitizer names it)
+    captured: tuple | None = None
     dispatches_nodes = False  # a graph segment's task: a simulator dispatches each of its nodes
     site: Any = None  # where the program queued it (a callsite.Site), when ASCENTRT_CALL_SITES is on
 

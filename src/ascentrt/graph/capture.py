@@ -14,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from .. import forksafe
+from ..callsite import user_code_site
 from ..engine import Hooks
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
 from ..errors import CaptureError, ErrorCode, InvalidArgumentError, NotSupportedError
@@ -93,6 +94,8 @@ class Capture:
                                         f"use events for ordering (capture invalidated)")
             self.ops.append((lane, "node", task))
             self.node_count += 1
+            # where the program captured it (a race between two of its nodes is fixed there)
+            task.captured = (user_code_site(2), stream.id, id(self), self.node_count)
             group = self.groups.get(stream)
             if group is not None:
                 group.nodes.append(self.node_count - 1)

@@ -58,7 +58,7 @@ class GraphNode:
     change a node's arguments with Graph.update)."""
 
     __slots__ = ("index", "kind", "fn", "args", "name", "lane", "deps", "group", "nbytes",
-                 "keep", "op", "reads", "writes", "value")
+                 "keep", "op", "reads", "writes", "value", "origin")
 
     index: int
     kind: int
@@ -91,6 +91,7 @@ class GraphNode:
         init(self, "nbytes", task.nbytes)
         init(self, "keep", task.keep)
         init(self, "value", task.value)
+        init(self, "origin", None if task.captured is None else CapturedAt(self.label, *task.captured))
         # What a replay hands the backend: kernel buffer arguments resolved to what the
         # kernel takes once, at instantiation, not per launch.
         args = task.args if task.resolve is None else tuple(task.resolve(task.args))
@@ -113,6 +114,15 @@ class GraphNode:
 
     def _replaced(self, task: Task) -> "GraphNode":
         return GraphNode(self.index, task, self.lane, list(self.deps), self.group)
+
+
+class CapturedAt:
+    """A graph node as the race sanitizer names it: its label (`__name__`), the site and
+    stream the program captured it at, which capture, and its number in that capture."""
+
+    def __init__(self, label: str, site: Any, stream: int, capture: int, number: int):
+        self.__name__ = label
+        self.site, self.stream, self.capture, self.number = site, stream, capture, number
 
 
 def _allocations(nodes: Iterable[GraphNode]) -> tuple:

@@ -378,6 +378,44 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
         f"for only {format_ms(both)}: {why}", advice + ".", evidence, examples, smaller - both)]
 
 
+# Copies that overlap this share of the compute already run beside it: more streams add nothing.
+OVERLAP_ENOUGH = 0.5
+# A copy engine (direction) busy this share of the run is saturated: the transfers' bound.
+SATURATED = 0.8
+_DIRECTION_WORDS = {"host_to_device": "H2D", "device_to_host": "D2H", "device_to_device": "D2D",
+                    "host_to_host": "H2D"}  # (the engine that runs host to host: see critical)
+
+
+def _busiest_engine(profile, copies) -> tuple[str, float] | None:
+    """('device 0's H2D copy engine', busy share of the run) for the most used copy engine
+    class whose busy time (over its engines) is SATURATED of the run or more, else None."""
+    start = min(t.start_ns for t in copies)
+    end = max(t.end_ns for t in profile.tasks)
+    if end <= start:
+        return None
+    devices = {d.id: d for d in profile.devices}
+    lanes: dict = defaultdict(list)
+    for t in copies:
+        direction = _DIRECTION_WORDS.get(t.name)
+        info = devices.get(t.device)
+        split = direction is not None and info is not None and info.copy_engines_per_direction
+        lanes[(t.device, direction if split else None)].append((t.start_ns, t.end_ns))
+    best = None
+    for (dev, direction), spans in lanes.items():
+        info = devices.get(dev)
+        if direction is None or info is None:
+            engines = max(1, info.copy_engines if info is not None else 1)
+            what = f"device {dev}'s copy engines" if engines > 1 else f"device {dev}'s copy engine"
+        else:
+            engines = max(1, info.copy_engines_per_direction[("H2D", "D2H", "D2D").index(direction)])
+            what = f"device {dev}'s {direction} copy engine" + ("s" if engines > 1 else "")
+        busy = sum(b - a for a, b in spans) / engines if engines > 1 else total(union(spans))
+        share = busy / (end - start)
+        if share >= SATURATED and (best is None or share > best[1]):
+            best = (what, share)
+    return best
+
+
 def _copy_bound(profile) -> list[Finding]:
     """Copies over half the critical path (the chain of work the run's length is made of):
     the run lasts as long as its transfers, however well the rest of it overlaps."""
@@ -400,7 +438,24 @@ def _copy_bound(profile) -> list[Finding]:
     cause = (f"copies make {copy_ns / length:.0%} of the critical path ({format_ms(copy_ns)} of "
              f"{format_ms(length)}): the run lasts as long as its transfers")
     advice = ("move fewer bytes: keep data on the device across iterations and copy only what "
-              "changed; put the copies on streams of their own so that they overlap the compute")
+              "changed")
+    # What else helps follows what the copies did: where they already overlap most of the
+    # compute, more streams change nothing, and an engine busy most of the run is the bound.
+    compute = [t for t in profile.tasks if t.kind in COMPUTE_KINDS and t.started]
+    k_busy = union((t.start_ns, t.end_ns) for t in compute)
+    k_ns = total(k_busy)
+    overlap = total(intersection(union((t.start_ns, t.end_ns) for t in copies), k_busy)) / k_ns \
+        if k_ns else 1.0
+    if compute:
+        evidence["compute time overlapped by copies"] = f"{overlap:.0%}"
+    saturated = _busiest_engine(profile, copies)
+    if saturated is not None:
+        engine, share = saturated
+        evidence[f"{engine} busy"] = f"{share:.0%} of the run"
+        cause += f"; {engine} is busy {share:.0%} of the run: its bandwidth is the bound"
+        advice += f", or give the transfers more bandwidth than {engine}'s"
+    if compute and overlap < OVERLAP_ENOUGH:
+        advice += "; put the copies on streams of their own so that they overlap the compute"
     impact = 0  # (a bound, not a cost: what moving fewer bytes saves the profile cannot say)
     staged = synchronous(copies, profile)  # (pageable: staged inside the call)
     if 2 * len(staged) >= len(copies):

@@ -23,6 +23,10 @@ NONBLOCKING = "host_func_nonblocking"
 # Task kinds that occupy an executor (the rest are control tasks that complete inline).
 WORK_KINDS = ("kernel", "copy", "memset", "host_func", NONBLOCKING)
 WAIT_KINDS = ("event_wait", "notify_wait", "value_wait")  # device-side waits
+# A value write (Stream.write_value): the stream's scheduler writes the word, holding no unit
+# and taking no time (a simulated device stamps it as it stamps an event record): a control
+# task as a record is, not a kernel, whatever executor queue the engine passes it through.
+VALUE_WRITE = "value_write"
 # The kind of a task that ran a segment of a replayed graph: a span around its nodes' tasks
 # (which count as the work), so analyses that take WORK_KINDS do not count its time twice.
 GRAPH_SEGMENT = "graph"

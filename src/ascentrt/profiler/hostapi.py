@@ -13,10 +13,13 @@ import threading
 import types
 from collections.abc import Callable
 from operator import itemgetter
+from time import perf_counter_ns
 from typing import Any
+
 from . import clock
 
 from .. import hccl
+from ..backends.sim import TIMELINE
 from ..callback import launch_callback, process_reports
 from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe_report
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
@@ -99,7 +102,7 @@ PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_strea
           "Stream.wait": _probe_stream_wait}
 
 
-def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str],
+def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
           on_error: Callable[[str, int, int | None], None], inside: dict) -> Callable[..., Any]:
     """A wrapper that records each call of `fn` as (name, start, end, thread[, error, facts]),
     and the name of a thread it sees first in `threads` (ident -> name).
@@ -111,7 +114,6 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
     """
     probe = PROBES.get(name)
     get_ident = threading.get_ident
-    current_thread = threading.current_thread
     append = calls.append
     now = clock.now_ns  # bound once: the clock of this profile (virtual on sim)
 
@@ -131,7 +133,7 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
             finally:
                 del inside[thread]
             if thread not in threads:  # one lookup per call; the name only once per thread
-                threads[thread] = current_thread().name
+                threads.see(thread)
             append((name, t0, now(), thread))  # plain values: cheap to keep
             return result
     else:
@@ -154,7 +156,7 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
             finally:
                 del inside[thread]
             if thread not in threads:
-                threads[thread] = current_thread().name
+                threads.see(thread)
             append((name, t0, now(), thread, 0, facts))
             return result
 
@@ -170,11 +172,79 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
 def _failed(append, threads, on_error, name, t0, exc, facts) -> None:
     code = int(getattr(exc, "code", 0) or -1)
     thread = threading.get_ident()
-    threads.setdefault(thread, threading.current_thread().name)
+    if thread not in threads:
+        threads.see(thread)
     device = getattr(exc, "device", None)  # (an OOM's: the device whose memory ran out)
     # (a failed task's error that a synchronization passes on: not the call's own failure)
     append((name, t0, clock.now_ns(), thread, code, facts, device, isinstance(exc, TaskError)))
     on_error(name, code, device)
+
+
+class ThreadNames(dict):
+    """ident -> name of the live threads a profile has seen (`see` notes the calling one).
+
+    CPython hands an ended thread's ident to a thread started later: a thread that ends
+    leaves this table for `ended` with its end time, so that the next one given its ident is
+    seen as a thread of its own, as get_last_error tells them apart (errors.py); `owner`
+    says whose a record of an ident at a time is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended: dict[int, list[tuple[int, str]]] = {}  # ident -> [(end ns, name)] in order
+        self._local = _Watch()  # (dropped as its thread ends: see _ThreadEnd)
+
+    def see(self, ident: int) -> None:
+        """Note the calling thread, whose ident is `ident`, and watch for its end."""
+        name = threading.current_thread().name
+        self[ident] = name
+        self._local.end = _ThreadEnd(self, ident, name)
+
+    def owner(self, ident: int, at_ns: int) -> int:
+        """The key of the thread that had `ident` at `at_ns`: the ident for its first owner,
+        ident + k for the k-th one after it (thread idents are far apart: no other's)."""
+        ended = self.ended.get(ident)
+        if not ended:
+            return ident
+        for k, (end, _) in enumerate(ended):
+            if at_ns < end:
+                return ident + k
+        return ident + len(ended)
+
+    def names(self) -> dict[int, str]:
+        """key (see owner) -> name of every thread seen, the live ones under their names now."""
+        out = {}
+        for ident, ended in list(self.ended.items()):
+            for k, (_, name) in enumerate(ended):
+                out[ident + k] = name
+        live = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
+        for ident, name in list(self.items()):
+            out[ident + len(self.ended.get(ident, ()))] = live.get(ident, name)
+        return out
+
+
+class _Watch(threading.local):
+    """A thread's watch for its end (see ThreadNames.see)."""
+
+    end: object = None
+
+
+class _ThreadEnd:
+    """Moves a thread from its ThreadNames to `ended` when the thread ends (its thread-local
+    state, which holds this, is dropped then)."""
+
+    __slots__ = ("book", "ident", "name")
+
+    def __init__(self, book: ThreadNames, ident: int, name: str):
+        self.book, self.ident, self.name = book, ident, name
+
+    def __del__(self) -> None:
+        book = self.book
+        if book.get(self.ident) is not self.name:  # (seen again meanwhile: not this one's)
+            return
+        # The time by the host's clock, read without the dying thread's own state
+        end = TIMELINE.now if clock.now_ns is not perf_counter_ns else perf_counter_ns()
+        book.ended.setdefault(self.ident, []).append((end, self.name))
+        book.pop(self.ident, None)
 
 
 def by_start(calls: list[tuple]) -> list[tuple]:
@@ -186,7 +256,7 @@ def by_start(calls: list[tuple]) -> list[tuple]:
 class Instrumentation:
     """The swapped-in wrappers of one profiling run, and how to put the originals back."""
 
-    def __init__(self, calls: list, threads: dict[int, str], on_error):
+    def __init__(self, calls: list, threads: ThreadNames, on_error):
         self.calls = calls
         self.threads = threads  # ident -> name of every thread that made a recorded call
         self.on_error = on_error

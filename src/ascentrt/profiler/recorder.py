@@ -24,9 +24,9 @@ from ..memory.stream_order import positions_reached
 from ..memory.registry import REGISTRY
 from . import memstats
 from ..hccl.comm import groups as hccl_groups
-from .data import (GRAPH_SEGMENT, QUEUE_FULL, Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord,
-                   MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
-from .hostapi import Instrumentation, by_start
+from .data import (GRAPH_SEGMENT, QUEUE_FULL, VALUE_WRITE, Allocation, ApiCall, CollectiveRecord, DeviceInfo,
+                   MarkRecord, MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
+from .hostapi import Instrumentation, ThreadNames, by_start
 from .profile import Profile
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class Recorder:
         self._memory_lock = forksafe.lock()
         self.devices: dict[int, Device] = {}
         # thread ident -> name, noted when a thread is first seen: it may have ended by finish()
-        self.thread_names: dict[int, str] = {}
+        self.thread_names = ThreadNames()
         self._last_layout_ns = 0
         self._instrumentation = Instrumentation(self.calls, self.thread_names, self._api_error)
         self._sanitizer = None  # the sanitizer, when it is on too
@@ -314,7 +314,7 @@ class Recorder:
 
     def _note_thread(self, ident: int) -> None:
         if ident not in self.thread_names:
-            self.thread_names[ident] = threading.current_thread().name
+            self.thread_names.see(ident)
 
     # ---- memory ----------------------------------------------------------------------------
 
@@ -431,6 +431,8 @@ class Recorder:
         # Every record of a thread holds the ident the engine or a wrapper got from
         # get_ident(): a new int each time. One object per thread instead (50k tasks: 1.6 MB).
         idents: dict[int, int] = {}
+        book = self.thread_names
+        owned = set(book.ended)  # idents of threads that ended (another may have had it since)
         tasks: list[TaskRecord] = []
         buckets = list(self.per_stream.items())
         if not hasattr(self, "t_end"):  # still recording: where each stream is held up now
@@ -446,12 +448,16 @@ class Recorder:
                  released, fate, units) in (_drained(bucket) if consume else list(bucket)):
                 if not t_end or t_start < t0 or t_start > last:
                     continue  # started before profiling (no complete timing) or after it
+                kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
                 if released is not None and type(released[0]) is not int:
                     released = _value_writer(released, t_end, writes)
                 elif kind == KERNEL:
-                    released = None  # (a value write's word and value: see _value_writes)
-                kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
+                    if released is not None:  # (a value write's word and value: see
+                        kind_name = VALUE_WRITE  # _value_writes; no kernel: see VALUE_WRITE)
+                    released = None
                 enqueue = max(t_enq, t0) if t_enq else t_start
+                if thread in owned:  # (an ident an ended thread had before: whose it was then)
+                    thread = book.owner(thread, t_enq or t_start)
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
                                         enqueue - t0, t_start - t0, t_end - t0,
                                         idents.setdefault(thread, thread), bool(error), released,
@@ -465,12 +471,15 @@ class Recorder:
         calls = by_start(self.calls)
         if consume:
             self.calls.clear()
-        prof.api_calls = [ApiCall(c[0], c[1] - t0, c[2] - t0, idents.setdefault(c[3], c[3]),
-                                  *_error_and_facts(c))
+        prof.api_calls = [ApiCall(c[0], c[1] - t0, c[2] - t0,
+                                  idents.setdefault(c[3], c[3]) if c[3] not in owned
+                                  else book.owner(c[3], c[1]), *_error_and_facts(c))
                           for c in (_drained(calls) if consume else calls) if t0 <= c[1] <= last]
-        prof.ranges = sorted((RangeRecord(n, a - t0, b - t0, th) for n, a, b, th in self.ranges
-                              if t0 <= a <= last), key=lambda r: (r.start_ns, -r.end_ns))
-        prof.marks = [MarkRecord(n, ts - t0, th) for n, ts, th in self.marks if t0 <= ts <= last]
+        prof.ranges = sorted((RangeRecord(n, a - t0, b - t0, book.owner(th, a))
+                              for n, a, b, th in self.ranges if t0 <= a <= last),
+                             key=lambda r: (r.start_ns, -r.end_ns))
+        prof.marks = [MarkRecord(n, ts - t0, book.owner(th, ts))
+                      for n, ts, th in self.marks if t0 <= ts <= last]
         shift = self.t0 - t0  # (samples are stamped relative to the recording's start)
         # (in time order: a free after queued work is sampled when that work ended)
         prof.memory = sorted((m if not shift else dataclasses.replace(m, ts_ns=m.ts_ns + shift)
@@ -509,8 +518,7 @@ class Recorder:
                     continue  # internal streams appear only when they ran something
                 prof.streams.append(StreamInfo(did, sid, s.priority, role))
         prof.devices.sort(key=lambda d: d.id)
-        names = dict(self.thread_names)  # threads that ended keep the name they had
-        names.update({t.ident: t.name for t in threading.enumerate() if t.ident is not None})
+        names = book.names()  # threads that ended keep the name they had
         seen = {c.thread for c in prof.api_calls} | {r.thread for r in prof.ranges} | \
                {m.thread for m in prof.marks} | {t.thread for t in tasks}
         prof.threads = {th: names.get(th, f"thread {th}") for th in sorted(seen) if th}

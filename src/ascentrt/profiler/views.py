@@ -18,7 +18,8 @@ MAX_ALLOCATIONS = 2_000  # per device: the largest are drawn one by one, the res
 KIND_COLORS = {"kernel": "#4e79a7", "copy": "#f28e2b", "memset": "#76b7b2",
                "host_func": "#59a14f", "host_func_nonblocking": "#a0cbe8",
                "event_record": "#e15759", "event_wait": "#edc948", "notify_record": "#ff9da7",
-               "notify_wait": "#8c6d31", "value_wait": "#d37295", GRAPH_SEGMENT: "#bab0ac", "api": "#9c755f",
+               "notify_wait": "#8c6d31", "value_wait": "#d37295", "value_write": "#fabfd2",
+               GRAPH_SEGMENT: "#bab0ac", "api": "#9c755f",
                "range": "#b07aa1"}
 _KINDS = list(KIND_COLORS)
 # What became of a task that did not simply run to its end (a task row's 6th field: its index;

@@ -129,7 +129,9 @@ def task_accesses(task) -> list:
         return declared_accesses(reads, writes, KIND_NAMES[task.kind], task.name or task.fn)
     nodes = segment_nodes(task)
     if nodes is not None:
-        return [access for node in nodes for access in op_accesses(node, node.label)]
+        # (a node captured by the program: named with where it was captured, see access_of)
+        return [access for node in nodes
+                for access in op_accesses(node, getattr(node, "origin", None) or node.label)]
     if task.kind == DETACH:
         return op_accesses(task.fn, task.fn.label)
     return op_accesses(task, task.label)
@@ -202,7 +204,12 @@ def access_of(rec: tuple, roles: dict, alloc) -> Access:
     what the runtime's internal streams are for, by id."""
     kind, name, stream, task_id, site, beside, behalf = rec[5]
     write, assumed = rec[2], rec[7]
-    if type(name) is not str:  # a launch's function (see task_accesses)
+    captured, captured_on = "", -1
+    capture: tuple = ()
+    if type(name) is not str:  # a launch's function, or a captured graph node's CapturedAt
+        at = getattr(name, "site", None) if hasattr(name, "capture") else None
+        if at is not None:  # (see task_accesses)
+            captured, captured_on, capture = site_text(at), name.stream, (name.capture, name.number)
         name = getattr(name, "__name__", None)
     name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
     for_call, for_stream = "", -1
@@ -214,7 +221,8 @@ def access_of(rec: tuple, roles: dict, alloc) -> Access:
     if isinstance(site, InsideSite):
         inside, site = site_text(site.inside), site.launch
     return Access(write, kind, name, stream, task_id, site_text(site), assumed,
-                  roles.get(stream, ""), beside, for_call, for_stream, inside)
+                  roles.get(stream, ""), beside, for_call, for_stream, inside, captured,
+                  captured_on, capture)
 
 
 def access_info(kind_name: str, name, actor: int, task_id: int, site, origin: tuple | None) -> tuple:

@@ -24,6 +24,9 @@ class Access:
     for_stream: int = -1   # the stream of that call: the one the program orders
     inside: str = ""       # a host function's (callback's) access in its body: the line there
                            # (`site` is then where it was queued)
+    captured: str = ""     # a replayed graph node the program captured: the line that captured it
+    captured_on: int = -1  # ... the stream it was captured on
+    capture: tuple = ()    # ... (which capture, its node number there)
 
     @property
     def where(self) -> str:
@@ -51,8 +54,10 @@ class Access:
         beside = "non-blocking, " if self.beside else ""
         call = f"; for {self.for_call} on stream {self.for_stream}" if self.for_call else ""
         inside = f"; the {how} in it at {self.inside}" if self.inside else ""
+        captured = (f"; a graph node captured on stream {self.captured_on} at {self.captured}"
+                    if self.captured else "")
         return (f"{how} by {self.task_kind} `{self.name}` ({beside}task {self.task_id} on "
-                f"{self.where}{call}, {self.site}{inside}){guess}")
+                f"{self.where}{call}, {self.site}{inside}{captured}){guess}")
 
 
 # The allocation site of a buffer allocated while the sanitizer was off (the allocator notes
@@ -99,6 +104,14 @@ class Race:
         call = next((x for x in (a, b) if x.for_call), None)
         if call is not None:
             return self._call_fix(call)
+        if a.captured and b.captured and a.capture[0] == b.capture[0]:
+            # Two nodes of one graph: a launch runs them as captured, so no event around it
+            # orders them; the capture must (in the order it captured them).
+            a, b = sorted((a, b), key=lambda x: x.capture[1])
+            return (f"both are nodes of one graph, which runs them as they were captured: in "
+                    f"the capture, record an event on stream {a.captured_on} after `{a.name}` "
+                    f"({a.captured}) and make stream {b.captured_on} wait on it before "
+                    f"`{b.name}` ({b.captured}), then capture the graph again")
         internal = next((x for x in (a, b) if x.stream_role), None)
         if internal is not None:  # (a stream the program never made: say what to order instead)
             return (f"{internal.where} is the runtime's own; order the work you queued it from "

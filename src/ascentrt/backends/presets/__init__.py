@@ -93,6 +93,10 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
                            "preempted one holds; 0: shared_processors, no loss)"),
     "unified_memory": (int, 0, "", "1: host memory is the device's memory (a cpu backend): a "
                        "host copy moves its bytes through that memory's bandwidth at both ends"),
+    "peer_over_host_link": (int, 0, "", "1: there is no link between devices: a peer copy (and a "
+                            "kernel's read of another device's memory) leaves its source device "
+                            "over that device's host link, sharing its device-to-host direction "
+                            "with the device's D2H copies (0: a peer link of its own per pair)"),
 }
 
 # Fields a preset file may leave out: (value, why that value keeps the model of older preset
@@ -103,6 +107,7 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "shared_processors": (0.0, "engines are independent hardware (no sharing)"),
     "crowded_processors": (0.0, "all of shared_processors: no loss when crowded"),
     "unified_memory": (0, "host and device memory are apart"),
+    "peer_over_host_link": (0, "each pair of devices has a peer link of its own"),
     "memory_bandwidth_per_unit": (0.0, "any compute unit draws the whole memory bandwidth"),
     "small_copy_bytes": (0, "copies of every size move at the same rate"),
     "small_copy_bandwidth": (0.0, "copies of every size move at the same rate"),
@@ -230,7 +235,7 @@ def _check_value(field: str, raw, where: str, from_text: bool = False):
 _NS_AT_MOST = 1e12
 _RATE_AT_LEAST = 1e3
 _AT_MOST_ANY = 1e18
-_AT_MOST = {"unified_memory": 1}  # (a flag)
+_AT_MOST = {"unified_memory": 1, "peer_over_host_link": 1}  # (flags)
 
 
 def _check_together(values: dict, where: str) -> None:
