@@ -895,3 +895,22 @@ def test_a_rank_joining_with_another_nranks_is_told_the_group_is_still_forming()
         print(first == [R.E_TIMEOUT])
     ''', env={"HCCL_CONNECT_TIMEOUT": "0.5"})
     assert out.split() == ["True", "True", "False", "True"], out
+
+
+def test_a_send_and_its_recv_are_each_named_after_their_own_call():
+    # (the pair was named after whichever rank called first: a send was reported as 'recv #0')
+    out = run('''
+        comms, s, b = ranks(2, 256)
+        # both ranks send first, then receive, outside a group: a wait cycle
+        hccl.send(b[0], 64, D.FP32, 1, comms[0], s[0]); hccl.recv(b[0], 64, D.FP32, 1, comms[0], s[0])
+        hccl.send(b[1], 64, D.FP32, 0, comms[1], s[1]); hccl.recv(b[1], 64, D.FP32, 0, comms[1], s[1])
+        try:
+            s[1].synchronize(timeout=10)
+        except art.DeadlockError as exc:
+            text = str(exc)
+            print("stream %d (device 1) waits at task 2 (send #0 to rank 0 of" % s[1].id in text,
+                  "(device 0) waits at task 2 (send #0 to rank 1 of" in text,
+                  "recv #0 from rank 1 of communicator" in text, "recv #0 from rank 0 of" in text)
+        print([r.op for r in hccl.flight_record(comms[1])])
+    ''', env={"HCCL_EXEC_TIMEOUT": "30", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["True", "True", "True", "True", "['send/recv", "0->1',", "'send/recv", "1->0']"], out

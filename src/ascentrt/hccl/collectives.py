@@ -156,12 +156,13 @@ def _register(comm, call: Call, pair: tuple | None) -> _Posted:
         gone = [r for r in ranks if group.destroyed[r] and r not in meeting.calls]
         if gone and meeting.error is None:
             meeting.fail(meeting.abandoned_by(gone[0]))
-    rec = Task(EVENT_RECORD, name=f"{meeting.name}: arrive")
+    mine = meeting.name_for(call.rank)  # (its own op and direction, for traces and reports)
+    rec = Task(EVENT_RECORD, name=f"{mine}: arrive")
     rec.marker = arrive
     rec.on_discard = lambda: meeting.fail(HcclError(
         f"{meeting.name}: rank {call.rank}'s stream {call.stream.id} dropped its part before "
         f"reaching it (a failed stream in STOP mode, or destroyed)", code=HcclResult.E_RUNTIME))
-    wait = Task(EVENT_WAIT, name=meeting.name)
+    wait = Task(EVENT_WAIT, name=mine)
     wait.marker = meeting.done[call.rank]
     wait.nbytes = call.nbytes
     wait.timeout = timeout
