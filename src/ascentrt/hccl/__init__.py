@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from .collectives import (all_gather, all_reduce, all_to_all, barrier, broadcast, group_end,
                           group_start, recv, reduce_scatter, send)
-from .. import config as _config
 from ..device import current_device as _current_device
 from . import comm as _comm
 from . import mpi as _mpi
@@ -31,7 +30,7 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
     current device (HcclCommInitRootInfo). The ranks are threads of this process, or, under
     mpiexec (ASCENTRT_HCCL_TRANSPORT), processes meeting over MPI; returns once all joined."""
     nranks, rank = _comm.check_init_args(nranks, root_info, rank)
-    transport = _config.get("ASCENTRT_HCCL_TRANSPORT")
+    transport = _comm.read_setting("ASCENTRT_HCCL_TRANSPORT")
     if transport == "mpi" or transport == "auto" and (
             _mpi.launched_under_mpi() or not _comm.is_local(root_info)):
         comm = _mpi.comm_init(nranks, root_info, rank, _current_device())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 
-from .. import config
 from ..validate import as_int
 from ..callsite import user_site
 from ..engine import ENGINE, Task
@@ -22,7 +21,7 @@ from ..memory.registry import REGISTRY
 from ..stream import Stream
 from . import mpi
 from .algorithms import lane_plan
-from .comm import Communicator, check_comm
+from .comm import Communicator, check_comm, read_setting
 from .constants import HcclDataType, HcclError, HcclReduceOp, HcclResult, data_type, reduce_op
 from .meeting import Call, Meeting
 
@@ -129,11 +128,10 @@ class _Posted:
         self.work, self.pair = work, pair
 
 
-def _register(comm, call: Call, pair: tuple | None) -> _Posted:
+def _register(comm, call: Call, pair: tuple | None, timeout: float | None) -> _Posted:
     """Give `call` its sequence number and meeting (under the group's lock) and make the tasks
     of the rank's part: the arrival, the wait for the data, and the part's own task."""
     group = comm.group
-    timeout = config.get("HCCL_EXEC_TIMEOUT")
     with group.lock:
         if group.destroyed[call.rank]:  # (by another thread since check_comm: comm_destroy
             # counted the meetings this rank abandoned under this lock; this one would be none)
@@ -264,10 +262,11 @@ def _queue(posts: list) -> None:
 def _post(comm, call: Call, pair: tuple | None = None) -> None:
     """Post `call` to its meeting and queue the rank's part (or hold it for group_end).
     `pair` is (sender, receiver) for a send/recv, None for a collective of every rank."""
+    timeout = read_setting("HCCL_EXEC_TIMEOUT")  # (a bad value fails the call: E_PARA)
     if comm.group.transport == "mpi":
         mpi.post(comm, call, pair, _group.mpi_parts)
         return
-    posted = _register(comm, call, pair)
+    posted = _register(comm, call, pair, timeout)
     parts = _group.parts
     if parts is not None:
         parts.append(posted)

@@ -14,6 +14,7 @@ from typing import cast
 
 from .. import forksafe
 from .. import config
+from ..errors import AscentError
 from ..validate import as_int
 from ..device import Device, current_device, device_count, more_devices_hint
 from ..engine import ENGINE
@@ -58,6 +59,15 @@ def get_root_info() -> RootInfo:
 def is_local(root_info: RootInfo) -> bool:
     """Whether `root_info` was made by this process (its ranks are threads of it)."""
     return root_info.internal.startswith(f"ascentrt-hccl pid={os.getpid()} ".encode())
+
+
+def read_setting(env: str):
+    """An HCCL setting's value, read by the call that uses it: HcclError E_PARA naming a bad one
+    (the runtime's own start does not refuse it: only the hccl calls read it)."""
+    try:
+        return config.get(env)
+    except AscentError as exc:
+        raise HcclError(getattr(exc, "message", str(exc)), code=HcclResult.E_PARA) from None
 
 
 def next_id() -> int:
@@ -228,7 +238,7 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
         raise HcclError(f"{nranks} ranks need {nranks} devices; this process has "
                         f"{device_count()} (ASCENTRT_DEVICES)", code=HcclResult.E_PARA)
     device = current_device()
-    timeout = config.get("HCCL_CONNECT_TIMEOUT")
+    timeout = read_setting("HCCL_CONNECT_TIMEOUT")
     with _forming_lock:
         forming = _forming.get(root_info.internal)
         if forming is None:
