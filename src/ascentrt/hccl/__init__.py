@@ -19,10 +19,16 @@ from ..device import current_device as _current_device
 from . import comm as _comm
 from . import mpi as _mpi
 from .comm import (ROOT_INFO_BYTES, Communicator, RootInfo, comm_destroy, comm_init_all,
-                   get_rank_id, get_rank_size, get_root_info)
+                   get_rank_id, get_rank_size)
 from .comm import check_comm as _check_comm
 from .constants import HcclDataType, HcclError, HcclReduceOp, HcclResult
 from .flight import FlightRecord
+
+
+def get_root_info() -> RootInfo:
+    """A new root info for one group (HcclGetRootInfo), to hand to every rank; under mpiexec it
+    names this process (the other ranks' processes join through it)."""
+    return _comm.get_root_info(_mpi.maker_tag() if _mpi.launched_under_mpi() else "")
 
 
 def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communicator:

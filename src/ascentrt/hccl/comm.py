@@ -50,9 +50,10 @@ class RootInfo:
         return f"RootInfo({self.internal[:48]!r}...)"
 
 
-def get_root_info() -> RootInfo:
-    """A new root info for one group (HcclGetRootInfo), to hand to every rank."""
-    head = f"ascentrt-hccl pid={os.getpid()} id={uuid.uuid4().hex} ".encode()
+def get_root_info(maker: str = "") -> RootInfo:
+    """A new root info for one group (HcclGetRootInfo), to hand to every rank (`maker`: what
+    it says about the process that made it, for ranks in other processes)."""
+    head = f"ascentrt-hccl pid={os.getpid()} id={uuid.uuid4().hex} {maker}".encode()
     return RootInfo(head.ljust(ROOT_INFO_BYTES, b"\0"))
 
 
@@ -98,6 +99,10 @@ class GroupState:
         self.broken: HcclError | None = None  # set once its ranks' calls no longer pair up
         self.flight = FlightRecorder()
         register_group(self)
+
+    def on_destroy(self, rank: int) -> None:
+        """Rank `rank` of this process was destroyed (a transport across processes tells the
+        others here)."""
 
     def completed(self, rank: int, seq) -> None:
         """Rank `rank` finished collective `seq` (None: a send/recv)."""
@@ -284,6 +289,7 @@ def comm_destroy(comm: Communicator) -> None:
             all(m.error is not None for m in cast(Group, group).meetings.values())
     for m in abandoned:
         m.fail(m.abandoned_by(comm.rank))
+    group.on_destroy(comm.rank)
     if last:
         cast(Group, group).retire_lanes()
 
