@@ -125,10 +125,8 @@ def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicat
     info (only they call this: see join.py). None when this process made the root info and
     another of its threads joins it too: its ranks are threads of this process."""
     MPI = _mpi()
-    maker = join.maker_of(root_info.internal)
+    maker = MPI.COMM_WORLD.Get_rank() if is_local(root_info) else join.maker_of(root_info.internal)
     if maker is None or not 0 <= maker < MPI.COMM_WORLD.Get_size():
-        if is_local(root_info):
-            return None  # (made before MPI was there: its ranks are threads of this process)
         raise HcclError("comm_init_root_info: this root info does not name an MPI process of this "
                         "job: over MPI, one process of the group makes it (get_root_info) and "
                         "sends it to the others", code=HcclResult.E_PARA)
