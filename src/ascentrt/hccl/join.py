@@ -179,6 +179,9 @@ def _host(world, tag, host, digest, nranks, rank, device, deadline, timeout) -> 
                 elif not 0 <= r < nranks:
                     refuse(m, f"comm_init_root_info: rank {r} (MPI rank {src}) is out of range "
                               f"for {nranks} ranks")
+                elif any(j[0] == src for j in joined.values()):
+                    refuse(m, f"comm_init_root_info: MPI rank {src} joins as rank {r} but holds "
+                              f"a rank of this group already: over MPI, one rank per process")
                 elif r in joined or listed:
                     first = f" (first as MPI rank {joined[r][0]})" if r in joined else ""
                     refuse(m, f"comm_init_root_info: rank {r} (MPI rank {src}) joined this "
