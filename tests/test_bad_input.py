@@ -300,9 +300,10 @@ def test_bad_environment_settings_raise_a_clear_error():
     assert out.split() == ["error", "100000", "True"]
 
 
-@pytest.mark.parametrize("value", ["inf", "1e300", "nan", "0", "-1"])
-@pytest.mark.parametrize("setting", ["HCCL_EXEC_TIMEOUT", "HCCL_CONNECT_TIMEOUT",
-                                     "ASCENTRT_DEADLOCK_CHECK_S", "ASCENTRT_STALL_WARN_S"])
+@pytest.mark.parametrize("setting, value", [
+    (s, v) for s in ("HCCL_EXEC_TIMEOUT", "HCCL_CONNECT_TIMEOUT", "ASCENTRT_DEADLOCK_CHECK_S",
+                     "ASCENTRT_STALL_WARN_S") for v in ("inf", "1e300", "nan", "0", "-1")
+    if (s, v) != ("HCCL_EXEC_TIMEOUT", "0")])  # (0: never time out, as CANN's on Atlas A2/A3)
 def test_a_timeout_setting_must_be_a_finite_positive_number_of_seconds(monkeypatch, setting, value):
     # (HCCL_EXEC_TIMEOUT=inf once reached a wait's deadline arithmetic: a bare OverflowError)
     monkeypatch.setenv(setting, value)

@@ -895,3 +895,59 @@ def test_a_rank_joining_with_another_nranks_is_told_the_group_is_still_forming()
         print(first == [R.E_TIMEOUT])
     ''', env={"HCCL_CONNECT_TIMEOUT": "0.5"})
     assert out.split() == ["True", "True", "False", "True"], out
+
+
+def test_a_send_and_its_recv_are_each_named_after_their_own_call():
+    # (the pair was named after whichever rank called first: a send was reported as 'recv #0')
+    out = run('''
+        comms, s, b = ranks(2, 256)
+        # both ranks send first, then receive, outside a group: a wait cycle
+        hccl.send(b[0], 64, D.FP32, 1, comms[0], s[0]); hccl.recv(b[0], 64, D.FP32, 1, comms[0], s[0])
+        hccl.send(b[1], 64, D.FP32, 0, comms[1], s[1]); hccl.recv(b[1], 64, D.FP32, 0, comms[1], s[1])
+        try:
+            s[1].synchronize(timeout=10)
+        except art.DeadlockError as exc:
+            text = str(exc)
+            print("stream %d (device 1) waits at task 2 (send #0 to rank 0 of" % s[1].id in text,
+                  "(device 0) waits at task 2 (send #0 to rank 1 of" in text,
+                  "recv #0 from rank 1 of communicator" in text, "recv #0 from rank 0 of" in text)
+        print([r.op for r in hccl.flight_record(comms[1])])
+    ''', env={"HCCL_EXEC_TIMEOUT": "30", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["True", "True", "True", "True", "['send/recv", "0->1',", "'send/recv", "1->0']"], out
+
+
+def test_hccl_exec_timeout_0_means_never_time_out():
+    # (0 was refused, and every program failed as its first device was made; CANN's range on
+    # Atlas A2/A3 is [0, 2147483647], 0 never times out)
+    out = run('''
+        comms, s, b = ranks(2, 64)
+        for r in range(2):
+            hccl.all_reduce(b[r], b[r], 16, D.FP32, O.SUM, comms[r], s[r])
+        print([sync_error(st) for st in s], comms[0].group.flight.records()[-1].state)
+        print([c.task.timeout for c in comms[0].group.flight._meetings[-1].calls.values()])
+    ''', env={"HCCL_EXEC_TIMEOUT": "0"})
+    assert out.split() == ["[None,", "None]", "done", "[None,", "None]"], out
+
+
+@pytest.mark.parametrize("setting, value", [("HCCL_EXEC_TIMEOUT", "-1"), ("HCCL_EXEC_TIMEOUT", "abc"),
+                                            ("HCCL_CONNECT_TIMEOUT", "0"),
+                                            ("ASCENTRT_HCCL_TRANSPORT", "carrier-pigeon")])
+def test_a_bad_hccl_setting_fails_the_hccl_call_that_reads_it_not_the_program(setting, value):
+    # (it failed every program as its first device was made, hccl or not)
+    out = run('''
+        import os
+        x = art.malloc(64)                     # the runtime starts: the setting is hccl's
+        art.memset(x, 64, 1)
+        print("started")
+        try:
+            if os.environ.get("HCCL_EXEC_TIMEOUT"):
+                comms = hccl.comm_init_all([0, 1])
+                hccl.all_reduce(x, x, 16, D.FP32, O.SUM, comms[0], art.Device(0).create_stream())
+            else:
+                hccl.comm_init_root_info(1, hccl.get_root_info(), 0)
+            print("accepted")
+        except hccl.HcclError as exc:
+            print(exc.code == R.E_PARA, os.environ["SETTING"] in str(exc))
+    ''', env={setting: value, "SETTING": setting})
+    assert out.split() == ["started", "True", "True"], out
+

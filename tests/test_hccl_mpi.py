@@ -55,3 +55,22 @@ def test_a_group_may_use_two_communicators_in_either_order_and_threads_meet_in_p
     out = mpirun(2, "groups.py", env={"HCCL_EXEC_TIMEOUT": "5", "ASCENTRT_DEVICES": "2",
                                       "HCCL_CONNECT_TIMEOUT": "10"}, timeout=60)
     assert "groups True" in out, out
+
+
+def test_only_a_communicators_own_processes_call_comm_init_root_info_over_mpi():
+    # (every process of the job had to call it: a sub-group timed out, and the next init of
+    # every process then failed with a misleading E_PARA)
+    out = mpirun(3, "subgroup.py", env={"HCCL_CONNECT_TIMEOUT": "5"}, timeout=60)
+    assert "subgroup True" in out, out
+
+
+def test_a_rank_that_joins_after_the_others_timed_out_meets_their_retry_over_mpi():
+    # (it hung for good in MPI_Comm_split, matched with the round the others had left)
+    out = mpirun(2, "late_join.py", env={"HCCL_CONNECT_TIMEOUT": "2"}, timeout=60)
+    assert "late join True" in out, out
+
+
+def test_a_destroyed_rank_fails_the_collectives_it_never_called_at_once_over_mpi():
+    # (they held their stream until HCCL_EXEC_TIMEOUT, then failed with E_TIMEOUT)
+    out = mpirun(2, "destroy.py", env={"HCCL_EXEC_TIMEOUT": "10"}, timeout=60)
+    assert "destroy True" in out, out

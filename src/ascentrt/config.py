@@ -63,6 +63,17 @@ def _seconds(text: str) -> float:
                    f"positive and at most {threading.TIMEOUT_MAX:.0f}")
 
 
+def _exec_timeout(text: str) -> float | None:
+    """HCCL_EXEC_TIMEOUT: seconds in [0, 2147483647], CANN's range on Atlas A2/A3; 0 (None
+    here): never time out."""
+    value = _number(text, float, "a number of seconds", lambda v: 0 <= v <= _HCCL_MAX_S,
+                    f"in [0, {_HCCL_MAX_S}] (0: never time out)")
+    return value or None
+
+
+_HCCL_MAX_S = 2147483647  # CANN's largest HCCL_EXEC_TIMEOUT
+
+
 def _pid(text: str) -> str:
     """A process id (digits), or empty."""
     value = str(text).strip()
@@ -225,11 +236,13 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
     Setting("ASCENTRT_SANITIZE_REPORT", "", str.strip,
             "set by `ascentrt sanitize`: the folder each process of the program writes its race "
             "reports to at exit, as races-<pid>.json (empty: none)"),
-    Setting("HCCL_EXEC_TIMEOUT", "1836", _seconds,
+    Setting("HCCL_EXEC_TIMEOUT", "1836", _exec_timeout,
             "HCCL's setting: seconds a rank's collective waits for the other ranks before it fails "
-            "with E_TIMEOUT (virtual seconds on sim)"),
+            "with E_TIMEOUT (virtual seconds on sim), in [0, 2147483647] as CANN's on Atlas A2/A3; "
+            "0: never time out"),
     Setting("HCCL_CONNECT_TIMEOUT", "120", _seconds,
-            "HCCL's setting: seconds comm_init_root_info waits for every rank to join"),
+            "HCCL's setting: seconds comm_init_root_info waits for every rank to join (positive: "
+            "CANN's range is [120, 7200], shorter ones are allowed here)"),
     Setting("ASCENTRT_HCCL_TRANSPORT", "auto", _transport,
             "how hccl.comm_init_root_info's ranks meet: process (threads of this process), mpi "
             "(processes, through mpi4py) or auto (mpi when an MPI launcher started several "
@@ -252,6 +265,11 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in [
             "set by ascentrt: the process writing ASCENTRT_PROFILE (processes it starts or forks "
             "write to child-<pid>/ inside it, and its profile merges them)"),
 ]}
+
+
+# The settings only hccl's calls read: a bad value fails the call that reads it (E_PARA),
+# not every program's start (check_all skips them).
+HCCL_SETTINGS = ("HCCL_EXEC_TIMEOUT", "HCCL_CONNECT_TIMEOUT", "ASCENTRT_HCCL_TRANSPORT")
 
 
 # Names the project's own tools read outside the package (the benchmarks' quick mode).
@@ -289,11 +307,13 @@ def get(env: str):
 
 
 def check_all() -> None:
-    """Parse every setting (InvalidArgumentError naming the first bad one): the runtime does
-    so as its devices are made, before any work is queued, where a setting read later would
-    otherwise fail first in the middle of a program (a synchronize's ASCENTRT_STALL_WARN_S)."""
+    """Parse every setting but HCCL_SETTINGS (InvalidArgumentError naming the first bad one):
+    the runtime does so as its devices are made, before any work is queued, where a setting
+    read later would otherwise fail first in the middle of a program (a synchronize's
+    ASCENTRT_STALL_WARN_S). HCCL's are read by the hccl calls, which refuse a bad one."""
     for env in SETTINGS:
-        get(env)
+        if env not in HCCL_SETTINGS:
+            get(env)
 
 
 def table() -> list[tuple[str, str, str]]:

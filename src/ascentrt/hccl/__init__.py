@@ -15,15 +15,20 @@ from __future__ import annotations
 
 from .collectives import (all_gather, all_reduce, all_to_all, barrier, broadcast, group_end,
                           group_start, recv, reduce_scatter, send)
-from .. import config as _config
 from ..device import current_device as _current_device
 from . import comm as _comm
 from . import mpi as _mpi
 from .comm import (ROOT_INFO_BYTES, Communicator, RootInfo, comm_destroy, comm_init_all,
-                   get_rank_id, get_rank_size, get_root_info)
+                   get_rank_id, get_rank_size)
 from .comm import check_comm as _check_comm
 from .constants import HcclDataType, HcclError, HcclReduceOp, HcclResult
 from .flight import FlightRecord
+
+
+def get_root_info() -> RootInfo:
+    """A new root info for one group (HcclGetRootInfo), to hand to every rank; under mpiexec it
+    names this process (the other ranks' processes join through it)."""
+    return _comm.get_root_info(_mpi.maker_tag() if _mpi.launched_under_mpi() else "")
 
 
 def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communicator:
@@ -31,7 +36,7 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
     current device (HcclCommInitRootInfo). The ranks are threads of this process, or, under
     mpiexec (ASCENTRT_HCCL_TRANSPORT), processes meeting over MPI; returns once all joined."""
     nranks, rank = _comm.check_init_args(nranks, root_info, rank)
-    transport = _config.get("ASCENTRT_HCCL_TRANSPORT")
+    transport = _comm.read_setting("ASCENTRT_HCCL_TRANSPORT")
     if transport == "mpi" or transport == "auto" and (
             _mpi.launched_under_mpi() or not _comm.is_local(root_info)):
         comm = _mpi.comm_init(nranks, root_info, rank, _current_device())

@@ -199,7 +199,7 @@ def send_recv(plan: Plan) -> None:
     plan.copy(dst, at(d.recv, 0, d.nbytes), at(s.send, 0, s.nbytes), f"recv from rank {src}")
     sender_done = m.done[src]
     sender_done.stream = plan.lanes[dst]
-    t = Task(EVENT_RECORD, name=f"{m.name}: sent")
+    t = Task(EVENT_RECORD, name=f"{m.name_for(src)}: sent")
     t.marker = sender_done
     plan._task(dst, t)
     plan.finish(dst)

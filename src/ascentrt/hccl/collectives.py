@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 
-from .. import config
 from ..validate import as_int
 from ..callsite import user_site
 from ..engine import ENGINE, Task
@@ -22,7 +21,7 @@ from ..memory.registry import REGISTRY
 from ..stream import Stream
 from . import mpi
 from .algorithms import lane_plan
-from .comm import Communicator, check_comm
+from .comm import Communicator, check_comm, read_setting
 from .constants import HcclDataType, HcclError, HcclReduceOp, HcclResult, data_type, reduce_op
 from .meeting import Call, Meeting
 
@@ -129,11 +128,10 @@ class _Posted:
         self.work, self.pair = work, pair
 
 
-def _register(comm, call: Call, pair: tuple | None) -> _Posted:
+def _register(comm, call: Call, pair: tuple | None, timeout: float | None) -> _Posted:
     """Give `call` its sequence number and meeting (under the group's lock) and make the tasks
     of the rank's part: the arrival, the wait for the data, and the part's own task."""
     group = comm.group
-    timeout = config.get("HCCL_EXEC_TIMEOUT")
     with group.lock:
         if group.destroyed[call.rank]:  # (by another thread since check_comm: comm_destroy
             # counted the meetings this rank abandoned under this lock; this one would be none)
@@ -156,12 +154,13 @@ def _register(comm, call: Call, pair: tuple | None) -> _Posted:
         gone = [r for r in ranks if group.destroyed[r] and r not in meeting.calls]
         if gone and meeting.error is None:
             meeting.fail(meeting.abandoned_by(gone[0]))
-    rec = Task(EVENT_RECORD, name=f"{meeting.name}: arrive")
+    mine = meeting.name_for(call.rank)  # (its own op and direction, for traces and reports)
+    rec = Task(EVENT_RECORD, name=f"{mine}: arrive")
     rec.marker = arrive
     rec.on_discard = lambda: meeting.fail(HcclError(
         f"{meeting.name}: rank {call.rank}'s stream {call.stream.id} dropped its part before "
         f"reaching it (a failed stream in STOP mode, or destroyed)", code=HcclResult.E_RUNTIME))
-    wait = Task(EVENT_WAIT, name=meeting.name)
+    wait = Task(EVENT_WAIT, name=mine)
     wait.marker = meeting.done[call.rank]
     wait.nbytes = call.nbytes
     wait.timeout = timeout
@@ -263,10 +262,11 @@ def _queue(posts: list) -> None:
 def _post(comm, call: Call, pair: tuple | None = None) -> None:
     """Post `call` to its meeting and queue the rank's part (or hold it for group_end).
     `pair` is (sender, receiver) for a send/recv, None for a collective of every rank."""
+    timeout = read_setting("HCCL_EXEC_TIMEOUT")  # (a bad value fails the call: E_PARA)
     if comm.group.transport == "mpi":
         mpi.post(comm, call, pair, _group.mpi_parts)
         return
-    posted = _register(comm, call, pair)
+    posted = _register(comm, call, pair, timeout)
     parts = _group.parts
     if parts is not None:
         parts.append(posted)

@@ -14,6 +14,7 @@ from typing import cast
 
 from .. import forksafe
 from .. import config
+from ..errors import AscentError
 from ..validate import as_int
 from ..device import Device, current_device, device_count, more_devices_hint
 from ..engine import ENGINE
@@ -49,15 +50,25 @@ class RootInfo:
         return f"RootInfo({self.internal[:48]!r}...)"
 
 
-def get_root_info() -> RootInfo:
-    """A new root info for one group (HcclGetRootInfo), to hand to every rank."""
-    head = f"ascentrt-hccl pid={os.getpid()} id={uuid.uuid4().hex} ".encode()
+def get_root_info(maker: str = "") -> RootInfo:
+    """A new root info for one group (HcclGetRootInfo), to hand to every rank (`maker`: what
+    it says about the process that made it, for ranks in other processes)."""
+    head = f"ascentrt-hccl pid={os.getpid()} id={uuid.uuid4().hex} {maker}".encode()
     return RootInfo(head.ljust(ROOT_INFO_BYTES, b"\0"))
 
 
 def is_local(root_info: RootInfo) -> bool:
     """Whether `root_info` was made by this process (its ranks are threads of it)."""
     return root_info.internal.startswith(f"ascentrt-hccl pid={os.getpid()} ".encode())
+
+
+def read_setting(env: str):
+    """An HCCL setting's value, read by the call that uses it: HcclError E_PARA naming a bad one
+    (the runtime's own start does not refuse it: only the hccl calls read it)."""
+    try:
+        return config.get(env)
+    except AscentError as exc:
+        raise HcclError(getattr(exc, "message", str(exc)), code=HcclResult.E_PARA) from None
 
 
 def next_id() -> int:
@@ -88,6 +99,10 @@ class GroupState:
         self.broken: HcclError | None = None  # set once its ranks' calls no longer pair up
         self.flight = FlightRecorder()
         register_group(self)
+
+    def on_destroy(self, rank: int) -> None:
+        """Rank `rank` of this process was destroyed (a transport across processes tells the
+        others here)."""
 
     def completed(self, rank: int, seq) -> None:
         """Rank `rank` finished collective `seq` (None: a send/recv)."""
@@ -228,7 +243,7 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
         raise HcclError(f"{nranks} ranks need {nranks} devices; this process has "
                         f"{device_count()} (ASCENTRT_DEVICES)", code=HcclResult.E_PARA)
     device = current_device()
-    timeout = config.get("HCCL_CONNECT_TIMEOUT")
+    timeout = read_setting("HCCL_CONNECT_TIMEOUT")
     with _forming_lock:
         forming = _forming.get(root_info.internal)
         if forming is None:
@@ -274,6 +289,7 @@ def comm_destroy(comm: Communicator) -> None:
             all(m.error is not None for m in cast(Group, group).meetings.values())
     for m in abandoned:
         m.fail(m.abandoned_by(comm.rank))
+    group.on_destroy(comm.rank)
     if last:
         cast(Group, group).retire_lanes()
 

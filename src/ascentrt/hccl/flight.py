@@ -14,8 +14,9 @@ RECORDS = 128  # collectives kept per communicator
 
 @dataclass(frozen=True)
 class FlightRecord:
-    """One collective as the recorder saw it: op, sizes, sequence number, state, and per rank
-    its call site and times (ns on its device's clock, virtual on sim; 0 while not done)."""
+    """One collective as the recorder saw it: op ('send/recv 1->0' for a send from rank 1 and
+    its receive on rank 0), sizes, sequence number, state, and per rank its call site and times
+    (ns on its device's clock, virtual on sim; 0 while not done)."""
 
     seq: int
     op: str
@@ -60,8 +61,11 @@ class FlightRecorder:
         for m in list(self._meetings):
             calls = sorted(m.calls.values(), key=lambda c: c.rank)
             first = calls[0] if calls else None
+            op = first.op if first else "?"
+            if m.key[0] == "p2p":  # (both directions of a pair: named by its sender and receiver)
+                op = f"send/recv {m.key[1]}->{m.key[2]}"
             out.append(FlightRecord(
-                seq=m.seq, op=first.op if first else "?", count=first.count if first else 0,
+                seq=m.seq, op=op, count=first.count if first else 0,
                 nbytes=first.nbytes if first else 0, state=m.state, ranks=tuple(m.ranks),
                 calls=tuple((c.rank, c.describe(), c.site, c.posted_ns, c.done_ns) for c in calls),
                 error=str(m.error) if m.error is not None else "",

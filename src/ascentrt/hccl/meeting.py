@@ -68,6 +68,7 @@ class Meeting:
         self.reported: set[int | None] = set()  # ranks whose wait already failed with the error
         self.state = "waiting"                # waiting -> running -> done / failed
         self._name: str | None = None
+        self._names: dict[int, str] = {}      # rank -> name_for(rank)
 
     def _pending_marker(self) -> Marker:
         m = Marker(None, 0, False)
@@ -82,14 +83,38 @@ class Meeting:
 
     @property
     def name(self) -> str:
-        """'all_reduce #3 of communicator 1' (the op is the first caller's)."""
+        """'all_reduce #3 of communicator 1' (the op is rank 0's call, else the first caller's);
+        for a send/recv pair 'send/recv #0 from rank 1 to rank 0 of communicator 1'."""
         name = self._name
         if name is None:
-            if not self.calls:
+            key = self.key
+            if key[0] == "p2p":
+                name = f"send/recv #{self.seq} from rank {key[1]} to rank {key[2]}"
+            elif not self.calls:
                 return f"collective #{self.seq} of communicator {self.group.id}"
-            op = next(iter(self.calls.values())).op
-            name = self._name = f"{op} #{self.seq} of communicator {self.group.id}"
+            else:
+                call = self.calls.get(self.ranks[0]) or next(iter(self.calls.values()))
+                name = f"{call.op} #{self.seq}"
+            name = self._name = f"{name} of communicator {self.group.id}"
         return name
+
+    def name_for(self, rank: int) -> str:
+        """The meeting as rank `rank` called it: its own op ('send #0 to rank 0 of
+        communicator 1', 'recv #0 from rank 1 of ...'; a collective's op is that rank's call)."""
+        name = self._names.get(rank)
+        if name is None:
+            if self.key[0] != "p2p" and rank not in self.calls:
+                return self.name  # (not kept: the rank's own call comes later)
+            name = self._names[rank] = self._own_name(rank)
+        return name
+
+    def _own_name(self, rank: int) -> str:
+        key = self.key
+        if key[0] == "p2p":
+            what = f"send #{self.seq} to rank {key[2]}" if rank == key[1] else \
+                f"recv #{self.seq} from rank {key[1]}"
+            return f"{what} of communicator {self.group.id}"
+        return f"{self.calls[rank].op} #{self.seq} of communicator {self.group.id}"
 
     def waiting_for(self) -> str:
         """What the meeting still waits for, in words (for stall and deadlock reports)."""

@@ -13,7 +13,9 @@ A part that timed out before every rank took part breaks the communicator, as in
 the ranks' later calls would no longer pair up, so they are refused. (On the cpu and sim backends device memory is host
 memory, so the views are the staging buffers; a device backend would stage through pinned
 ones here.) Over MPI, a communicator's collectives must be issued in the same order on every
-rank, as MPI requires.
+rank, as MPI requires. A rank's comm_destroy sends the others a notice of how many calls it
+made: their parts of a call it never made fail at once with E_REMOTE, as in one process.
+The processes of a communicator find each other through join.py (only they take part).
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from typing import cast
 
 import numpy as np
 
-from .. import config
 from ..engine import ENGINE
 from ..engine.task import HOST_FUNC, Task
 from ..memory.buffer import BufferSlice
-from .comm import Communicator, GroupState, RootInfo, is_local
+from .comm import Communicator, GroupState, RootInfo, is_local, read_setting
 from ..errors import AscentError
+from . import join
 from .constants import HcclError, HcclReduceOp, HcclResult
 from .meeting import Meeting
 
@@ -49,6 +51,11 @@ def launched_under_mpi() -> bool:
         except ValueError:
             continue
     return False
+
+
+def maker_tag() -> str:
+    """What a root info made in this process says about it: its COMM_WORLD rank."""
+    return join.maker_tag(_mpi().COMM_WORLD.Get_rank())
 
 
 def _mpi():
@@ -77,6 +84,9 @@ def _poll(requests, deadline: float, objects: bool = False) -> list:
         pause = min(0.001, pause + 0.00005)  # a busy start, then at most a millisecond
 
 
+_NOTICE_TAG = 3  # a destroy notice on a group's ctl communicator (the meetings' tags are 0-2 mod 4)
+
+
 class MpiGroup(GroupState):
     """A communicator whose ranks are processes: this rank, and MPI's communicators."""
 
@@ -90,35 +100,44 @@ class MpiGroup(GroupState):
         self.vote = comm.Dup()    # each rank's go (or abort) once it heard the others
         self.seq = 0              # collectives this rank has called
         self.tag_span = comm.Get_attr(_mpi().TAG_UB) // 4  # sequence numbers before tags repeat
+        self.gone: dict[int, tuple] = {}  # destroyed rank -> (its collectives, its send/recv counts)
+        self._notices: list = []  # this rank's destroy notices in flight
+
+    def on_destroy(self, rank: int) -> None:
+        """This rank was destroyed: tell the others how many calls it made (their parts of the
+        ones it never made then fail at once, E_REMOTE, as in one process)."""
+        with self.lock:
+            notice = (self.seq, dict(self.p2p))
+        self._notices = [self.ctl.isend(notice, dest=q, tag=_NOTICE_TAG)
+                         for q in range(self.size) if q != rank]
+
+    def hear_notices(self) -> None:
+        """Take in the destroy notices of the other ranks that arrived."""
+        MPI = _mpi()
+        status = MPI.Status()
+        with self.lock:
+            while (msg := self.ctl.improbe(source=MPI.ANY_SOURCE, tag=_NOTICE_TAG, status=status)) is not None:
+                self.gone[status.Get_source()] = msg.recv()
 
 
 def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicator | None:
-    """Join, as `rank` of `nranks`, the communicator that every process passing the same root
-    info forms (every process of the MPI job calls this together). None when no other process
-    holds the root info and this one made it: its ranks are threads of this process."""
+    """Join, as `rank` of `nranks`, the communicator of the processes passing the same root
+    info (only they call this: see join.py). None when this process made the root info and
+    another of its threads joins it too: its ranks are threads of this process."""
     MPI = _mpi()
-    world = MPI.COMM_WORLD
+    maker = MPI.COMM_WORLD.Get_rank() if is_local(root_info) else join.maker_of(root_info.internal)
+    if maker is None or not 0 <= maker < MPI.COMM_WORLD.Get_size():
+        raise HcclError("comm_init_root_info: this root info does not name an MPI process of this "
+                        "job: over MPI, one process of the group makes it (get_root_info) and "
+                        "sends it to the others", code=HcclResult.E_PARA)
     digest = int.from_bytes(hashlib.sha256(root_info.internal).digest()[:7], "little")
-    mine = np.array([digest, nranks, rank, device.id], dtype=np.int64)
-    table = np.empty((world.Get_size(), 4), dtype=np.int64)
-    request = world.Iallgather(mine, table)
-    timeout = config.get("HCCL_CONNECT_TIMEOUT")
-    if not _poll([request], time.monotonic() + timeout)[0]:
-        raise HcclError(f"comm_init_root_info: not every process of the MPI job joined within "
-                        f"{timeout:g} s (HCCL_CONNECT_TIMEOUT)", code=HcclResult.E_TIMEOUT)
-    members = table[table[:, 0] == digest]
-    if len(members) == 1 and nranks > 1 and is_local(root_info):
-        return None  # (each process's own root info, one thread per rank: they meet in-process)
-    if len(members) != nranks or set(members[:, 1]) != {nranks} \
-            or sorted(members[:, 2]) != list(range(nranks)):
-        found = ", ".join(f"rank {int(m[2])} of {int(m[1])}" for m in members)
-        raise HcclError(f"comm_init_root_info: the processes sharing this root info joined as "
-                        f"[{found}]; expected ranks 0..{nranks - 1} of {nranks} (over MPI, one "
-                        f"process makes the root info and broadcasts it; where the ranks are "
-                        f"threads of one process, set ASCENTRT_HCCL_TRANSPORT=process)",
-                        code=HcclResult.E_PARA)
-    colors = sorted({int(d) for d in table[:, 0]})
-    sub = world.Split(colors.index(digest), rank)
+    timeout = read_setting("HCCL_CONNECT_TIMEOUT")
+    members = join.join(MPI, digest, maker, nranks, rank, device.id, timeout)
+    if members is None:
+        return None
+    world = MPI.COMM_WORLD
+    # (a collective over the members alone, all of them told to go: it completes)
+    sub = world.Create_group(world.Get_group().Incl(members), tag=digest % (1 << 15))
     return Communicator(MpiGroup(sub, rank, device), rank)
 
 
@@ -275,16 +294,21 @@ def _tag(meeting: Meeting) -> int:
     return (meeting.seq % meeting.group.tag_span) * 4 + kind
 
 
-def _hear(comm, wanted: list, deadline: float) -> list:
+def _hear(comm, wanted: list, deadline: float, gone=None) -> list:
     """Receive one message (a Python object) per (source, tag, key) in `wanted` whose first element is
-    `key` (others are stale: dropped), until the deadline; the payloads (None: not heard)."""
-    got = [None] * len(wanted)
+    `key` (others are stale: dropped), until the deadline; the payloads (None: not heard, GONE:
+    not waited for, as gone(i) said: the rank will never send it)."""
+    got: list = [None] * len(wanted)
     reqs = {i: comm.irecv(source=src, tag=tag) for i, (src, tag, _) in enumerate(wanted)}
     while reqs:
         order = list(reqs)
-        heard = _poll([reqs[i] for i in order], deadline, objects=True)
+        # (in rounds: between them, a rank whose communicator was destroyed is noticed)
+        heard = _poll([reqs[i] for i in order], min(deadline, time.monotonic() + 0.05), objects=True)
         for i, (ok, message) in zip(order, heard):
             if not ok:
+                if gone is not None and gone(i):
+                    reqs.pop(i).Cancel()
+                    got[i] = GONE
                 continue
             payload = message  # (mpi4py unpickled it)
             src, tag, key = wanted[i]
@@ -300,11 +324,33 @@ def _hear(comm, wanted: list, deadline: float) -> list:
     return got
 
 
+GONE = ("gone",)  # what _hear gives for a message a destroyed rank will never send
+
+
+def _gone(group, meeting: Meeting) -> int | None:
+    """A rank of the meeting whose communicator was destroyed before it called it (as its
+    notice said), or None."""
+    group.hear_notices()
+    for q, (seq, p2p) in list(group.gone.items()):
+        if q in meeting.ranks and q != group.rank:  # (its count says whether it called it)
+            key = meeting.key
+            if key[0] == "coll":
+                if meeting.seq >= seq:
+                    return q
+            elif meeting.seq >= p2p.get((key[1], key[2], "send" if q == key[1] else "recv"), 0):
+                return q
+    return None
+
+
 def _exchange(items) -> None:
     """Send each part's call description to its meeting's other ranks and hear theirs, all
     parts at once (a group's sends and receives must not wait for each other); fail with
     E_TIMEOUT naming the ranks not heard from, or E_PARA when the calls disagree."""
-    timeout = config.get("HCCL_EXEC_TIMEOUT")
+    timeout = exec_timeout()
+    for group, meeting, _ in items:
+        q = _gone(group, meeting)  # (a rank that was destroyed before calling it never will)
+        if q is not None:
+            _fail(meeting, meeting.abandoned_by(q))
     sends, wanted, whose = [], [], []
     for group, meeting, call in items:
         me = call.rank
@@ -315,7 +361,22 @@ def _exchange(items) -> None:
                 sends.append(group.ctl.isend(desc, dest=q, tag=_tag(meeting)))
                 wanted.append((group.ctl, q, _tag(meeting), meeting.key))
                 whose.append((group, meeting, q))
-    heard = _hear_all(wanted, time.monotonic() + timeout)
+    abandoned: dict = {}  # meeting key -> a rank destroyed before it called it
+
+    def gone(i: int) -> bool:
+        group, meeting, _ = whose[i]
+        if meeting.key not in abandoned:
+            q = _gone(group, meeting)
+            if q is None:
+                return False
+            abandoned[meeting.key] = q
+        return True
+    heard = _hear_all(wanted, _deadline(timeout), gone)
+    for _, meeting, _ in items:
+        if meeting.key in abandoned:  # (every other rank waits for it too: none votes on it)
+            for r in sends:
+                r.wait()
+            _fail(meeting, meeting.abandoned_by(abandoned[meeting.key]))
     for (group, meeting, q), payload in zip(whose, heard):
         if payload is not None:
             _, op, count, nbytes, sig, text, site, last = payload
@@ -355,7 +416,7 @@ def _exchange(items) -> None:
         _fail(*timed_out)
     # Each rank that called votes within its own timeout of hearing the others: twice the
     # timeout is only passed by a rank that died or stalled between the two.
-    votes = _hear_all(ballots, time.monotonic() + 2 * timeout)
+    votes = _hear_all(ballots, _deadline(2 * timeout if timeout else None))
     for (meeting, q), got in zip(voters, votes):
         if got is None or got[1] != "go":
             if got is None:
@@ -373,16 +434,28 @@ def _exchange(items) -> None:
             _fail(meeting, error)
 
 
-def _hear_all(wanted: list, deadline: float) -> list:
-    """_hear over several communicators: wanted is (comm, source, tag, key) per message."""
+def _hear_all(wanted: list, deadline: float, gone=None) -> list:
+    """_hear over several communicators: wanted is (comm, source, tag, key) per message, gone(i)
+    whether message i will never come."""
     got = [None] * len(wanted)
     by_comm: dict = {}
     for i, (comm, src, tag, key) in enumerate(wanted):
         by_comm.setdefault(id(comm), (comm, []))[1].append((i, (src, tag, key)))
     for comm, entries in by_comm.values():
-        for (i, _), payload in zip(entries, _hear(comm, [e for _, e in entries], deadline)):
+        mine = None if gone is None else (lambda j, entries=entries: gone(entries[j][0]))
+        for (i, _), payload in zip(entries, _hear(comm, [e for _, e in entries], deadline, mine)):
             got[i] = payload
     return got
+
+
+def _deadline(timeout: float | None) -> float:
+    """The monotonic deadline `timeout` seconds from now (None: never)."""
+    return float("inf") if timeout is None else time.monotonic() + timeout
+
+
+def exec_timeout() -> float | None:
+    """HCCL_EXEC_TIMEOUT in seconds (None: 0, never time out); HcclError E_PARA naming a bad one."""
+    return read_setting("HCCL_EXEC_TIMEOUT")
 
 
 def _break(meeting: Meeting, what: str, error: HcclError | None = None) -> None:

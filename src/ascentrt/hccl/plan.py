@@ -88,7 +88,7 @@ class Plan:
         """Rank r's lane waits for each marker."""
         for m in markers:
             if m is not None:
-                t = Task(EVENT_WAIT, name=f"{self.meeting.name}: wait")
+                t = Task(EVENT_WAIT, name=f"{self.meeting.name_for(r)}: wait")
                 t.marker = m
                 self._task(r, t)
 
@@ -103,7 +103,7 @@ class Plan:
         """Rank r's lane records marker m (a new one when None) here: the end of a step."""
         if m is None:
             m = self.markers(r, 1)[0]
-        t = Task(EVENT_RECORD, name=f"{self.meeting.name}: step")
+        t = Task(EVENT_RECORD, name=f"{self.meeting.name_for(r)}: step")
         t.marker = m
         self._task(r, t)
         self.last[r] = m
@@ -115,7 +115,7 @@ class Plan:
         n = dst.nbytes
         if not n or dst.addr == src.addr:
             return
-        t = Task(COPY, None, (dst.addr, n, src.addr, n, n, 1), f"{self.meeting.name}: {what}")
+        t = Task(COPY, None, (dst.addr, n, src.addr, n, n, 1), f"{self.meeting.name_for(r)}: {what}")
         t.nbytes = n
         t.resolve = self._copy_guard(dst, src)
         self._step(r, t)
@@ -125,7 +125,7 @@ class Plan:
         `src` (the rank it pulls from) and moves nothing (see ring_reduce)."""
         if not nbytes:
             return
-        t = Task(KERNEL, _modelled_step, (), f"{self.meeting.name}: {what}")
+        t = Task(KERNEL, _modelled_step, (), f"{self.meeting.name_for(r)}: {what}")
         t.executor = COPY_ENGINE
         t.nbytes = nbytes
         t.cost = _inline_reduce_cost(nbytes, src.addr)
@@ -139,7 +139,7 @@ class Plan:
         transfer from the predecessor (`src`), which is what the ring's model charges."""
         if not out.nbytes:
             return
-        t = Task(KERNEL, _ordered_fold, (out, tuple(ins), UFUNCS[op]), f"{self.meeting.name}: {what}")
+        t = Task(KERNEL, _ordered_fold, (out, tuple(ins), UFUNCS[op]), f"{self.meeting.name_for(r)}: {what}")
         t.executor = COPY_ENGINE
         t.nbytes = out.nbytes
         t.cost = _inline_reduce_cost(out.nbytes, src.addr)
@@ -157,7 +157,7 @@ class Plan:
             return
         acc = self.temp(r, min(nbytes, MESH_TILE))
         t = Task(KERNEL, _mesh_reduce, (tuple(outs), tuple(ins), UFUNCS[op], acc),
-                 f"{self.meeting.name}: {what}")
+                 f"{self.meeting.name_for(r)}: {what}")
         t.executor = COPY_ENGINE
         t.nbytes = nbytes * len(ins)
         t.reads, t.writes = (*ins, acc), (*outs, acc)  # for the race sanitizer
@@ -187,7 +187,7 @@ class Plan:
             self.wait(r, *(m for q, m in self.last.items() if q != r and m not in after))
             m = self.meeting.done[r]
             m.stream = self.lanes[r]
-            t = Task(EVENT_RECORD, name=f"{self.meeting.name}: done")
+            t = Task(EVENT_RECORD, name=f"{self.meeting.name_for(r)}: done")
             t.marker = m
             self._task(r, t)
         self.ending = []
