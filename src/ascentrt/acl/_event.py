@@ -110,11 +110,13 @@ def record_event(event: int, stream: int) -> None:
 
 @api("kk")
 def reset_event(event: int, stream: int) -> None:
-    """Forget the event's last record (ACL_EVENT_SYNC events; waits already queued keep it) (aclrtResetEvent)."""
+    """Queue a reset of the event on the stream, after its earlier work: the event stands for
+    its last record until it runs (ACL_EVENT_SYNC events) (aclrtResetEvent)."""
     ev = EVENTS.get(event)
-    stream_of(stream, own=True)
+    s = stream_of(stream, own=True)
     check_sync_flag(event, "reset_event", ex_allowed=False)
-    ev.reset()
+    ev.reset(s)
+    note_task(stream, s)
 
 
 @api("k", out=(C.ACL_EVENT_STATUS_COMPLETE,))
@@ -130,9 +132,13 @@ def query_event(event: int) -> int:
 def query_event_status(event: int) -> int:
     """(status, ret): 1 when the recorded work completed, 0 when not yet or never recorded (aclrtQueryEventStatus)."""
     ev = EVENTS.get(event)
-    if not ev.recorded and not _flags[event][1]:
+    ex = _flags[event][1]
+    if not ev.recorded and not ex:
         return C.ACL_EVENT_RECORDED_STATUS_NOT_READY
-    return C.ACL_EVENT_RECORDED_STATUS_COMPLETE if ev.query() else C.ACL_EVENT_RECORDED_STATUS_NOT_READY
+    done = ev.query()
+    if not done or (not ev.recorded and not ex):  # (a reset the query's look let run: never recorded)
+        return C.ACL_EVENT_RECORDED_STATUS_NOT_READY
+    return C.ACL_EVENT_RECORDED_STATUS_COMPLETE
 
 
 @api("k", out=(C.ACL_EVENT_WAIT_STATUS_COMPLETE,))
