@@ -43,19 +43,16 @@ class Event:
     handle_kind = "event"
 
     def __init__(self, device: Device | int | None = None, timing: bool = False, *,
-                 limited: bool = True) -> None:
+                 limited: bool = True, at_record: bool = False) -> None:
         """`limited`: it takes one of the device's events at creation (a modelled device holds
-        a bounded number; pyACL's plain and ex events take theirs only as they record)."""
+        a bounded number); `at_record`: it takes one at its first record instead (pyACL's
+        create_event, reference §8); neither: it takes none (the runtime's own, pyACL's ex events)."""
         self.device = resolve_device(device)
         limited = check_flag(limited, "limited")
-        limit = self.device._backend.properties().max_events
-        if limit and limited:  # a modelled device holds a bounded number
-            live = self.device._events
-            if len(live) >= limit:
-                raise StreamStateError(f"device {self.device.id} already has {limit} events, the "
-                                       f"most its model allows: destroy one first",
-                                       code=ErrorCode.RT_NO_EVENT_RESOURCE)
-            live.add(self)
+        self._at_record = check_flag(at_record, "at_record") and not limited
+        self._counted = False  # whether it holds one of the device's events
+        if limited:
+            self._take_device_event()
         self.id = next(_ids)
         self.timing = check_flag(timing, "timing")
         self._marker: Marker | None = None
@@ -73,6 +70,18 @@ class Event:
             return None
         return m
 
+    def _take_device_event(self) -> None:
+        """Hold one of the device's events until destroyed; 207007 where the model has no more."""
+        limit = self.device._backend.properties().max_events
+        if limit:  # a modelled device holds a bounded number
+            live = self.device._events
+            if len(live) >= limit:
+                raise StreamStateError(f"device {self.device.id} already has {limit} events, the "
+                                       f"most its model allows: destroy one first",
+                                       code=ErrorCode.RT_NO_EVENT_RESOURCE)
+            live.add(self)
+        self._counted = True
+
     def _check_alive(self) -> None:
         if self._destroyed:
             raise InvalidHandleError(f"event {self.id} was destroyed")
@@ -85,6 +94,8 @@ class Event:
             raise InvalidArgumentError(f"event {self.id} belongs to device {self.device.id}; "
                                        f"stream {stream.id} to device {stream.device.id}",
                                        code=ErrorCode.RT_STREAM_CONTEXT)
+        if self._at_record and not self._counted:
+            self._take_device_event()  # (before anything is queued: refused, nothing changed)
         marker = Marker(stream, 0, self.timing)
         task = Task(EVENT_RECORD, name="event_record")
         task.marker = marker
