@@ -141,6 +141,20 @@ def test_sim_a_plain_event_recorded_past_the_device_events_is_refused():
     assert out.splitlines() == ["[0, 0, 207007] 0", "0 0"]
 
 
+def test_sim_notifies_beyond_the_preset_maximum_are_refused_with_207009():
+    out = run_program("""
+        import ascentrt.acl as acl
+        from ascentrt.backends.presets import load
+        rt = acl.rt
+        assert rt.set_device(0) == 0
+        made = [rt.create_notify(0) for _ in range(4)]
+        print([ret for _, ret in made])
+        assert rt.destroy_notify(made[0][0]) == 0
+        print(rt.create_notify(0)[1], load("ascend910b").max_notifies, load("ascend310p").max_notifies)
+    """, {"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_VARY": '{"max_notifies": 3}'})
+    assert out.splitlines() == ["[0, 0, 0, 207009]", "0 8192 1024"]  # (CANN aclrtCreateNotify)
+
+
 def test_counts_on_the_cpu_backend_are_the_no_limit_value(rt):
     from ascentrt.acl._event import NO_LIMIT
     assert NO_LIMIT == 1 << 30

@@ -523,7 +523,7 @@ class SimBackend(CpuBackend):
             "sim", name, memory, (p.compute_units, p.copy_engines_h2d + p.copy_engines_d2h
                                   + p.copy_engines_d2d, p.host_func_threads),
             preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
-            max_events=p.max_events, dispatch_ns=int(p.dispatch_ns),
+            max_events=p.max_events, max_notifies=p.max_notifies, dispatch_ns=int(p.dispatch_ns),
             release_ns=int(p.event_latency_ns),
             copy_engines_per_direction=(p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d))
         self.queues: list[Any] = [None, None, None]   # the engine's ExecutorQueue per class
