@@ -438,6 +438,31 @@ def test_stream_wait_event_and_wait_status(rt, gate):
     assert rt.query_event_status(ev) == (C.ACL_EVENT_RECORDED_STATUS_NOT_READY, 0)
 
 
+def test_reset_event_is_a_task_of_its_stream_and_the_record_stands_until_it_runs(rt):
+    held, _ = rt.create_stream()
+    waiting, _ = rt.create_stream()
+    releaser, _ = rt.create_stream()
+    n, _ = rt.create_notify(0)
+    ev, _ = rt.create_event_with_flag(C.ACL_EVENT_SYNC)
+    assert rt.wait_and_reset_notify(n, held, 0) == 0      # the recorded work waits for the notify
+    assert rt.record_event(ev, held) == 0
+    assert rt.stream_wait_event(waiting, ev) == 0
+    assert rt.reset_event(ev, waiting) == 0               # queued behind the wait
+    assert rt.query_event_status(ev) == (C.ACL_EVENT_RECORDED_STATUS_NOT_READY, 0)
+    assert rt.query_event(ev) == (C.ACL_EVENT_STATUS_NOT_READY, 0)   # not "complete": it stands
+    assert rt.synchronize_event_with_timeout(ev, 50) == C.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
+    assert rt.event_get_timestamp(ev)[1] == C.ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID
+    assert rt.record_notify(n, releaser) == 0
+    assert rt.synchronize_event(ev) == 0
+    assert rt.synchronize_stream(waiting) == 0
+    assert rt.query_event_status(ev) == (C.ACL_EVENT_RECORDED_STATUS_NOT_READY, 0)  # reset ran
+    assert rt.query_event(ev) == (C.ACL_EVENT_STATUS_COMPLETE, 0)
+    assert rt.stream_wait_event(waiting, ev) == C.ACL_ERROR_RT_PARAM_INVALID        # never recorded
+    for s in (held, waiting, releaser):
+        assert rt.destroy_stream(s) == 0
+    assert rt.destroy_notify(n) == 0
+
+
 def test_events_without_sync_flag_cannot_be_waited_on(rt, stream):
     ev, _ = rt.create_event_with_flag(C.ACL_EVENT_TIME_LINE)
     rt.record_event(ev, stream)

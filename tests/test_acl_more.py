@@ -92,12 +92,67 @@ def test_stream_and_event_counts_fall_with_each_one_made(rt):
     events, ret = rt.get_event_avail_num()
     assert ret == 0 and events > 1000
     s, _ = rt.create_stream()
-    e, _ = rt.create_event()
+    e, _ = rt.create_event_with_flag(C.ACL_EVENT_SYNC)     # takes its device event at creation
     assert rt.get_stream_available_num() == (streams - 1, 0)
     assert rt.get_event_avail_num() == (events - 1, 0)
     assert rt.destroy_stream(s) == 0 and rt.destroy_event(e) == 0
     assert rt.get_stream_available_num() == (streams, 0)
     assert rt.get_event_avail_num() == (events, 0)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "sim"])
+def test_plain_events_take_their_device_event_at_record_on_every_backend(backend):
+    # (reference §8: create_event takes its resources at record time; sim counted it never,
+    # cpu from its creation)
+    out = run_program("""
+        import ascentrt.acl as acl
+        from ascentrt.acl import constants as C
+        rt = acl.rt
+        assert rt.set_device(0) == 0
+        s, _ = rt.create_stream()
+        n0, _ = rt.get_event_avail_num()
+        plain = [rt.create_event()[0] for _ in range(7)]
+        ex, _ = rt.create_event_ex_with_flag(C.ACL_EVENT_SYNC)
+        n1, _ = rt.get_event_avail_num()
+        for e in plain + [ex]:
+            assert rt.record_event(e, s) == 0
+        assert rt.record_event(plain[0], s) == 0          # (a second record takes no other)
+        assert rt.synchronize_stream(s) == 0
+        n2, _ = rt.get_event_avail_num()
+        assert rt.destroy_event(plain[0]) == 0
+        n3, _ = rt.get_event_avail_num()
+        print(n0 - n1, n0 - n2, n0 - n3)
+    """, {"ASCENTRT_BACKEND": backend})
+    assert out.split() == ["0", "7", "6"]
+
+
+def test_sim_a_plain_event_recorded_past_the_device_events_is_refused():
+    out = run_program("""
+        import ascentrt.acl as acl
+        from ascentrt.acl import constants as C
+        rt = acl.rt
+        assert rt.set_device(0) == 0
+        s, _ = rt.create_stream()
+        plain = [rt.create_event()[0] for _ in range(3)]
+        print([rt.record_event(e, s) for e in plain], rt.get_event_avail_num()[0])
+        assert rt.destroy_event(plain[0]) == 0
+        print(rt.record_event(plain[2], s), rt.synchronize_stream(s))
+    """, {"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_VARY": '{"max_events": 2}'})
+    assert out.splitlines() == ["[0, 0, 207007] 0", "0 0"]
+
+
+def test_sim_notifies_beyond_the_preset_maximum_are_refused_with_207009():
+    out = run_program("""
+        import ascentrt.acl as acl
+        from ascentrt.backends.presets import load
+        rt = acl.rt
+        assert rt.set_device(0) == 0
+        made = [rt.create_notify(0) for _ in range(4)]
+        print([ret for _, ret in made])
+        assert rt.destroy_notify(made[0][0]) == 0
+        print(rt.create_notify(0)[1], load("ascend910b").max_notifies, load("ascend310p").max_notifies)
+    """, {"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_VARY": '{"max_notifies": 3}'})
+    assert out.splitlines() == ["[0, 0, 0, 207009]", "0 8192 1024"]  # (CANN aclrtCreateNotify)
 
 
 def test_counts_on_the_cpu_backend_are_the_no_limit_value(rt):

@@ -104,6 +104,63 @@ def test_event_reset_forgets_the_record(dev, stream):
         stream.wait(ev)
 
 
+def test_a_reset_on_a_stream_runs_in_its_order_and_until_then_the_record_stands(dev, stream):
+    held, other = dev.create_stream(), dev.create_stream()
+    n = art.Notify(dev)
+    ev = dev.create_event(timing=True)
+    order = []
+    held.wait_notify(n)                       # held until the notify is recorded
+    art.launch(order.append, "recorded work", stream=held)
+    ev.record(held)
+    stream.wait(ev)
+    ev.reset(stream)                          # queued behind the wait: it cannot run yet
+    assert ev.recorded and not ev.query()
+    with pytest.raises(art.AscentTimeoutError):
+        ev.synchronize(timeout=0.05)          # still the recorded work, not done
+    with pytest.raises(art.InvalidArgumentError, match="not completed"):
+        ev.timestamp_ns
+    other.wait(ev)                            # a wait queued before the reset ran: on the record
+    art.launch(order.append, "after the wait", stream=other)
+    dev.create_stream().record_notify(n)
+    other.synchronize(timeout=10)
+    stream.synchronize(timeout=10)
+    assert order == ["recorded work", "after the wait"]
+    assert not ev.recorded and ev.query()     # the reset ran: never recorded
+    with pytest.raises(art.InvalidArgumentError):
+        stream.wait(ev)
+    with pytest.raises(art.InvalidArgumentError, match="never recorded"):
+        ev.timestamp_ns
+    for s in (held, other):
+        s.destroy()
+
+
+def test_a_reset_queued_before_a_new_record_does_not_undo_it(dev, stream):
+    held = dev.create_stream()
+    n = art.Notify(dev)
+    ev = dev.create_event()
+    ev.record(stream)
+    held.wait_notify(n)
+    ev.reset(held)                            # pending behind the notify wait
+    ev.record(stream)                         # a new record: the pending reset is about the old one
+    dev.create_stream().record_notify(n)
+    held.synchronize(timeout=10)
+    stream.synchronize(timeout=10)
+    assert ev.recorded
+    stream.wait(ev)
+    held.destroy()
+
+
+def test_an_event_reset_cannot_be_captured(dev, stream):
+    ev = dev.create_event()
+    ev.record(dev.create_stream())
+    stream.begin_capture()
+    with pytest.raises(art.NotSupportedError):
+        ev.reset(stream)
+    with pytest.raises(art.CaptureError):
+        stream.end_capture()                  # invalidated
+    assert ev.recorded
+
+
 @pytest.mark.cpu_only
 def test_rerecording_an_event_moves_it_to_the_new_point(dev, stream):
     ev = dev.create_event()

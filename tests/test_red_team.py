@@ -1327,3 +1327,133 @@ def test_a_collective_racing_comm_destroy_of_its_rank_is_refused_not_left_waitin
     assert err.value.code == hccl.HcclResult.E_PTR and stream.pending == 0
     stream.destroy()
     buf.free()
+
+
+# A signal handler of the program that raises while the runtime starts one of its threads
+# (Thread.start waits for the new thread to begin: a signal lands there). CUT_START makes
+# Thread.start raise the program's Term for the threads named, once, after the real start
+# ("after") or before it ("before"): where such a signal lands.
+CUT_START = '''
+import threading
+class Term(Exception):
+    pass
+_real_start = threading.Thread.start
+_cut = {}
+def cut_start(prefix, when):
+    _cut[prefix] = when
+def _start(self):
+    when = next((_cut.pop(p) for p in list(_cut) if self.name.startswith(p)), None)
+    if when == "before":
+        raise Term()
+    _real_start(self)
+    if when == "after":
+        raise Term()
+threading.Thread.start = _start
+'''
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_a_signal_handler_raising_while_an_executor_starts_reaches_the_program_as_is(when):
+    # (it became 207005 "could not start ()", the program's exception in __cause__, and the
+    # executor that had started was not counted: the next launch started a second one)
+    code = CUT_START + f'''
+import collections
+import ascentrt as art
+dev = art.Device(0)
+s = dev.create_stream()
+cut_start("ascentrt-dev0-compute0", "{when}")
+try:
+    art.launch(art.kernels.noop, stream=s)
+    print("launched")
+except Term:
+    print("Term", s.pending)
+ran = []
+art.launch(ran.append, 1, stream=s)
+s.synchronize(timeout=10)
+names = collections.Counter(t.name for t in threading.enumerate() if t.name.startswith("ascentrt-dev0-"))
+print(ran, max(names.values()), names["ascentrt-dev0-compute0"])
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["Term 0", "[1] 1 1"]
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("when", ["before"])
+def test_a_watchdog_start_a_signal_cut_still_times_waits_out(when):
+    # (cut before the thread began, the engine took the watchdog for started: a timed wait
+    # never failed; the program's exception came out of the submission)
+    code = CUT_START + f'''
+import ascentrt as art
+dev = art.Device(0)
+s = dev.create_stream()
+art.launch(art.kernels.noop, stream=s)
+s.synchronize(timeout=10)
+cut_start("ascentrt-watchdog", "{when}")
+n = dev.create_notify()
+try:
+    n.wait_and_reset(s, timeout=0.05)
+    s.synchronize(timeout=5)
+except Term:
+    print("Term")
+try:
+    s.synchronize(timeout=5)
+except art.AscentError as exc:
+    print(int(exc.code))
+n.wait_and_reset(s, timeout=0.05)
+try:
+    s.synchronize(timeout=5)
+except art.AscentError as exc:
+    print(int(exc.code))
+print(sum(t.name == "ascentrt-watchdog" for t in threading.enumerate()))
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "Term" and lines[-3:] == ["107019", "107019", "1"]
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_sim_a_host_thread_start_a_signal_cut_still_runs_its_host_function(when):
+    # (the task was taken but its thread never got it: the stream never finished)
+    code = CUT_START + f'''
+import ascentrt as art
+dev = art.Device(0)
+s = dev.create_stream()
+ran = []
+cut_start("ascentrt-ascend910b-sim0-host", "{when}")  # (the simulator's host thread)
+art.launch_host_func(ran.append, 1, stream=s)
+try:
+    s.synchronize(timeout=5)
+except Term:
+    print("Term")
+s.synchronize(timeout=5)
+print(ran)
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "ASCENTRT_BACKEND": "sim",
+                              "ASCENTRT_SIM_PRESET": "ascend910b"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["Term", "[1]"]
+
+
+def test_sim_a_pump_start_a_signal_cut_before_it_began_still_starts_one():
+    # (the simulator took the pump for started: a device no host call attends never moved)
+    code = CUT_START + '''
+import ascentrt as art
+cut_start("ascentrt-sim-pump", "before")
+try:
+    dev = art.Device(0)
+except Term:
+    print("Term")
+    dev = art.Device(0)
+s = dev.create_stream()
+art.launch(art.kernels.noop, stream=s)
+s.synchronize(timeout=5)
+print(sum(t.name == "ascentrt-sim-pump" for t in threading.enumerate()))
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "ASCENTRT_BACKEND": "sim"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["Term", "1"]

@@ -1258,11 +1258,13 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     path = _write_preset(tmp_path, shared_processors=None, default_block_dim=None,
                          unified_memory=None, copy_engine_bandwidth=None, crowded_processors=None,
                          small_copy_bytes=None, small_copy_bandwidth=None,
-                         memory_bandwidth_per_unit=None, executor_handoff_ns=None)
+                         memory_bandwidth_per_unit=None, executor_handoff_ns=None,
+                         max_notifies=None)
     p = presets.load(path)
     assert (p.shared_processors, p.default_block_dim, p.unified_memory, p.copy_engine_bandwidth,
             p.crowded_processors, p.small_copy_bytes, p.small_copy_bandwidth,
             p.memory_bandwidth_per_unit, p.executor_handoff_ns) == (0, 0, 0, 0, 0, 0, 0, 0, 0)
+    assert p.max_notifies == 1 << 30  # (notifies were not capped)
     assert all(p.sources[f][0] == "default" for f in presets.DEFAULTS)  # (not a claim)
 
 

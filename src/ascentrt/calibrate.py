@@ -461,6 +461,7 @@ def measure() -> dict:
         "queue_depth": (1 << 30, "the cpu backend's streams have no submission-queue limit"),
         "max_streams": (1 << 30, "the cpu backend sets no stream limit"),
         "max_events": (1 << 30, "the cpu backend sets no event limit"),
+        "max_notifies": (1 << 30, "the cpu backend sets no notify limit"),
     }
     out.update(fixed)
     return out
@@ -477,7 +478,7 @@ def write(values: dict, path: str) -> str:
     for field, (typ, _, _, _) in FIELDS.items():
         value, how = values[field]
         shown = int(round(value)) if typ is int else float(value)
-        kind = "measured" if field not in ("ai_cpus", "queue_depth", "max_streams", "max_events",
+        kind = "measured" if field not in ("ai_cpus", "queue_depth", "max_streams", "max_events", "max_notifies",
                                           "copy_engines_h2d", "copy_engines_d2h",
                                           "copy_engines_d2d", "default_block_dim",
                                           "unified_memory", "peer_over_host_link", "small_copy_bytes",

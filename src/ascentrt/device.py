@@ -223,6 +223,7 @@ class Device:
             copy_engines_per_direction=props.copy_engines_per_direction)
         self._default_stream: Any = None  # a Stream
         self._events: weakref.WeakSet[object] = weakref.WeakSet()  # live events, counted where the model caps them
+        self._notifies: weakref.WeakSet[object] = weakref.WeakSet()  # live notifies, likewise
         self._peers: set[int] = set()  # ids of the devices whose memory this one may access
         self._lock = forksafe.lock()
         self._dq.detached = _handle_types["stream"](self, PRIORITY_LEVELS - 1, _internal=True)

@@ -43,23 +43,44 @@ class Event:
     handle_kind = "event"
 
     def __init__(self, device: Device | int | None = None, timing: bool = False, *,
-                 limited: bool = True) -> None:
+                 limited: bool = True, at_record: bool = False) -> None:
         """`limited`: it takes one of the device's events at creation (a modelled device holds
-        a bounded number; pyACL's plain and ex events take theirs only as they record)."""
+        a bounded number); `at_record`: it takes one at its first record instead (pyACL's
+        create_event, reference §8); neither: it takes none (the runtime's own, pyACL's ex events)."""
         self.device = resolve_device(device)
         limited = check_flag(limited, "limited")
+        self._at_record = check_flag(at_record, "at_record") and not limited
+        self._counted = False  # whether it holds one of the device's events
+        if limited:
+            self._take_device_event()
+        self.id = next(_ids)
+        self.timing = check_flag(timing, "timing")
+        self._marker: Marker | None = None
+        # Stream-ordered resets queued after the record `_marker` holds: (that record, the
+        # resets' places in their streams); the first of them that runs undoes that record
+        self._resets: tuple[Marker, tuple[Marker, ...]] | None = None
+        self._destroyed = False
+
+    def _current(self) -> Marker | None:
+        """The record the event stands for now: None when never recorded, or once a reset
+        queued after its last record ran (one dropped unrun never did)."""
+        m = self._marker
+        r = self._resets
+        if r is not None and r[0] is m and any(x.done and not x.dropped for x in r[1]):
+            return None
+        return m
+
+    def _take_device_event(self) -> None:
+        """Hold one of the device's events until destroyed; 207007 where the model has no more."""
         limit = self.device._backend.properties().max_events
-        if limit and limited:  # a modelled device holds a bounded number
+        if limit:  # a modelled device holds a bounded number
             live = self.device._events
             if len(live) >= limit:
                 raise StreamStateError(f"device {self.device.id} already has {limit} events, the "
                                        f"most its model allows: destroy one first",
                                        code=ErrorCode.RT_NO_EVENT_RESOURCE)
             live.add(self)
-        self.id = next(_ids)
-        self.timing = check_flag(timing, "timing")
-        self._marker: Marker | None = None
-        self._destroyed = False
+        self._counted = True
 
     def _check_alive(self) -> None:
         if self._destroyed:
@@ -73,6 +94,8 @@ class Event:
             raise InvalidArgumentError(f"event {self.id} belongs to device {self.device.id}; "
                                        f"stream {stream.id} to device {stream.device.id}",
                                        code=ErrorCode.RT_STREAM_CONTEXT)
+        if self._at_record and not self._counted:
+            self._take_device_event()  # (before anything is queued: refused, nothing changed)
         marker = Marker(stream, 0, self.timing)
         task = Task(EVENT_RECORD, name="event_record")
         task.marker = marker
@@ -82,14 +105,16 @@ class Event:
             task.thread = threading.get_ident()
             ENGINE.submit_all((stream,), ((stream, task),))  # sets the position it captures
         self._marker = marker
+        self._resets = None  # (resets queued before it are about an earlier record)
 
     def query(self) -> bool:
         """True when the recorded work has completed (or the event was never recorded)."""
         self._check_alive()
-        m = self._marker
+        m = self._current()
         if m is not None and m.capture is not None:
             m.capture.refuse_event(self, m)
         ENGINE.host_looks(self.device._backend)
+        m = self._current()  # (a reset the look let run: never recorded now)
         if m is None:
             return True
         if m.discarded_by:
@@ -112,7 +137,7 @@ class Event:
         an event of its own say what the program asked for instead)."""
         timeout = check_timeout(timeout)
         self._check_alive()
-        m = self._marker
+        m = self._current()
         if m is None:
             return
         if m.capture is not None:
@@ -135,16 +160,39 @@ class Event:
         if m.discarded_by:  # (before or while this waited, as CANN's aclrtSynchronizeEvent)
             raise _discarded_error(self, m)
 
-    def reset(self) -> None:
-        """Forget the last record: the event reads as never recorded again."""
+    def reset(self, stream: Stream | None = None) -> None:
+        """Forget the last record, at once (no stream) or as a task of `stream` after its
+        earlier work, as aclrtResetEvent: until that task runs the event stands for its last
+        record (a wait queued meanwhile waits for it); then it reads as never recorded."""
         self._check_alive()
-        self._marker = None
+        if stream is None:
+            self._marker = None
+            self._resets = None
+            return
+        stream = resolve_stream(stream)
+        if stream.device is not self.device:
+            raise InvalidArgumentError(f"event {self.id} belongs to device {self.device.id}; "
+                                       f"stream {stream.id} to device {stream.device.id}",
+                                       code=ErrorCode.RT_STREAM_CONTEXT)
+        if stream._capture is not None:
+            stream._capture.refuse_reset(stream, self)
+        last = self._current()
+        if last is not None and last.capture is not None:
+            last.capture.refuse_event(self, last)  # (graph work: no stream order to reset it in)
+        place = Marker(stream, 0, False)
+        task = Task(EVENT_RECORD, name="event_reset")
+        task.marker = place
+        task.thread = threading.get_ident()
+        ENGINE.submit_all((stream,), ((stream, task),))
+        if last is not None:
+            r = self._resets
+            self._resets = (last, (r[1] if r is not None and r[0] is last else ()) + (place,))
 
     @property
     def recorded(self) -> bool:
         """Whether the event has a record to wait for; InvalidHandleError once destroyed."""
         self._check_alive()
-        return self._marker is not None
+        return self._current() is not None
 
     @property
     def timestamp_ns(self) -> int:
@@ -154,7 +202,7 @@ class Event:
 
     def _completed_marker(self, what: str) -> Marker:
         self._check_alive()
-        m = self._marker
+        m = self._current()
         if not self.timing:
             raise InvalidArgumentError(
                 f"event {self.id} was created without timing=True; no {what}: make the events "
@@ -173,10 +221,12 @@ class Event:
 
     def _marker_for_wait(self) -> Marker:
         self._check_alive()
-        if self._marker is None:
-            raise InvalidArgumentError(f"event {self.id} was never recorded: record it before a "
-                                       f"stream waits on it", code=ErrorCode.RT_PARAM_INVALID)
-        return self._marker
+        m = self._current()
+        if m is None:
+            raise InvalidArgumentError(f"event {self.id} was never recorded (or a reset of it "
+                                       f"ran): record it before a stream waits on it",
+                                       code=ErrorCode.RT_PARAM_INVALID)
+        return m
 
     def _wait_timeout(self) -> float | None:
         return _wait_timeout[0]
@@ -202,6 +252,7 @@ class Event:
 
 register_handle_type("event", Event)
 interrupts.protect(Event.record)  # (a record queued must be the event's marker)
+interrupts.protect(Event.reset)  # (a reset queued must be among the event's resets)
 
 
 def elapsed_time(start: Event, end: Event) -> float:

@@ -66,6 +66,56 @@ def event() -> threading.Event:
     return _keep(threading.Event())
 
 
+# How long a start cut by an exception waits for its thread to begin before it starts another
+# (a started thread begins within milliseconds; one that never began was never started)
+BEGIN_WAIT_S = 0.5
+
+
+class _Start:
+    """One start_thread(): the target runs on the first of its threads to begin, once."""
+
+    def __init__(self, target: Any, args: tuple) -> None:
+        self.target, self.args = target, args
+        self.claim = lock()
+        self.claimed = False
+        self.began = event()
+
+    def run(self) -> None:
+        with self.claim:
+            if self.claimed:
+                return  # (a thread started again after a cut start whose thread began late)
+            self.claimed = True
+        self.began.set()
+        self.target(*self.args)
+
+
+def start_thread(target: Any, name: str, args: tuple = ()) -> None:
+    """Run target(*args) on a new daemon thread, exactly once, even where a signal handler of
+    the program raises meanwhile (inside Thread.start, say): its exception is raised once the
+    thread has begun, never leaving a thread that runs unknown to the caller's next try or none
+    at all; what creating a thread raises (RuntimeError: can't start new thread) is raised with
+    no thread begun. A caller that records the thread after this returns finds, where an
+    exception came between, a thread begun that it did not record: what it starts again must
+    see the first one (the runtime's singletons claim their role as they begin)."""
+    start = _Start(target, args)
+    pending: BaseException | None = None
+    while not start.began.is_set():
+        try:
+            threading.Thread(target=start.run, daemon=True, name=name).start()
+        except BaseException as exc:
+            if type(exc) in (RuntimeError, MemoryError) and not start.began.is_set():
+                raise  # (no thread could be made)
+            if pending is None:
+                pending = exc  # (the program's, from a signal handler: raised once it began)
+        try:
+            start.began.wait(BEGIN_WAIT_S)
+        except BaseException as exc:
+            if pending is None:
+                pending = exc
+    if pending is not None:
+        raise pending
+
+
 def _is_lock(obj: Any) -> bool:
     """Whether `obj` is one of the plain locks made here (conditions and events are over locks)."""
     return not isinstance(obj, (threading.Condition, threading.Event))

@@ -7,7 +7,7 @@ import itertools
 
 from .device import Device, register_handle_type, resolve_device
 from .engine import ENGINE, Hooks
-from .errors import InvalidHandleError
+from .errors import ErrorCode, InvalidHandleError, StreamStateError
 from .stream import Stream, resolve_stream
 
 _ids = itertools.count(1)
@@ -19,7 +19,17 @@ class Notify:
     handle_kind = "notify"
 
     def __init__(self, device: Device | int | None = None) -> None:
+        """A notify of `device`; 207009 where its model holds no more (a preset's max_notifies)."""
         self.device = resolve_device(device)
+        limit = self.device._backend.properties().max_notifies
+        if limit:  # a modelled device holds a bounded number
+            live = self.device._notifies
+            with ENGINE.lock:  # (the count and the entry at once: other threads create them too)
+                if len(live) >= limit:
+                    raise StreamStateError(f"device {self.device.id} already has {limit} notifies, "
+                                           f"the most its model allows: destroy one first",
+                                           code=ErrorCode.RT_NO_NOTIFY_RESOURCE)
+                live.add(self)
         self.id = next(_ids)
         self._set = False
         self._set_ns = 0  # when the record that set it ran (a simulated device: its latency)
@@ -50,6 +60,7 @@ class Notify:
         """Release the notify; twice raises InvalidHandleError."""
         self._check_alive()
         self._destroyed = True
+        self.device._notifies.discard(self)
 
     close = destroy
 

@@ -19,7 +19,6 @@ import re
 import stat
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -197,6 +196,12 @@ class _Publisher:
             self.written = text
 
     def run(self) -> None:
+        global _publisher
+        with _start_lock:  # (the process's one publisher: a start cut before it was noted
+            if _publisher is None:  # is this one; a second made meanwhile ends at once)
+                _publisher = self
+            elif _publisher is not self:
+                return
         self.publish()
         while not self.stopped.wait(PUBLISH_EVERY_S):
             self.publish()
@@ -218,11 +223,13 @@ def _start(devices: list) -> None:
     with _start_lock:
         if _publisher is not None or sys.is_finalizing() or not config.get("ASCENTRT_USAGE_PUBLISH"):
             return  # (devices first made during interpreter shutdown: past the exit cleanup)
-        _publisher = _Publisher(devices, folder())
+        publisher = _Publisher(devices, folder())
         try:
-            threading.Thread(target=_publisher.run, name="ascentrt-usage", daemon=True).start()
+            forksafe.start_thread(publisher.run, "ascentrt-usage")
         except RuntimeError:  # (Python 3.12+: no new thread once the exit has begun)
-            _publisher = None
+            return
+        if _publisher is None:  # (else its thread noted itself: see run)
+            _publisher = publisher
 
 
 def publish() -> None:

@@ -28,11 +28,13 @@ _waits: dict[int, list[Event]] = {}               # handle -> markers after its 
 def _create(flag: int | None, ex: bool) -> int:
     if flag is not None and flag & ~_KNOWN_FLAGS:
         raise fail(ErrorCode.INVALID_PARAM, f"unknown event flag bits {flag & ~_KNOWN_FLAGS:#x}")
-    # CANN's runtime timestamps every record, whatever the flags: so does the facade. Only a
-    # SYNC event of create_event_with_flag takes a device event at creation; the others take
-    # theirs as they record (reference §8), and never run out at creation.
-    limited = flag is not None and not ex and bool(flag & C.ACL_EVENT_SYNC)
-    handle = EVENTS.add(Event(need_context().device, timing=True, limited=limited))
+    # CANN's runtime timestamps every record, whatever the flags: so does the facade. A SYNC
+    # event of create_event_with_flag takes a device event at creation; create_event's and
+    # the other *_with_flag ones take theirs at their first record (reference §8: never out of
+    # them at creation); ex events take none (not hardware-limited).
+    sync = flag is not None and bool(flag & C.ACL_EVENT_SYNC)
+    handle = EVENTS.add(Event(need_context().device, timing=True, limited=sync and not ex,
+                              at_record=not ex))
     with _lock:
         _flags[handle] = (flag, ex)
     return handle
@@ -110,11 +112,13 @@ def record_event(event: int, stream: int) -> None:
 
 @api("kk")
 def reset_event(event: int, stream: int) -> None:
-    """Forget the event's last record (ACL_EVENT_SYNC events; waits already queued keep it) (aclrtResetEvent)."""
+    """Queue a reset of the event on the stream, after its earlier work: the event stands for
+    its last record until it runs (ACL_EVENT_SYNC events) (aclrtResetEvent)."""
     ev = EVENTS.get(event)
-    stream_of(stream, own=True)
+    s = stream_of(stream, own=True)
     check_sync_flag(event, "reset_event", ex_allowed=False)
-    ev.reset()
+    ev.reset(s)
+    note_task(stream, s)
 
 
 @api("k", out=(C.ACL_EVENT_STATUS_COMPLETE,))
@@ -130,9 +134,13 @@ def query_event(event: int) -> int:
 def query_event_status(event: int) -> int:
     """(status, ret): 1 when the recorded work completed, 0 when not yet or never recorded (aclrtQueryEventStatus)."""
     ev = EVENTS.get(event)
-    if not ev.recorded and not _flags[event][1]:
+    ex = _flags[event][1]
+    if not ev.recorded and not ex:
         return C.ACL_EVENT_RECORDED_STATUS_NOT_READY
-    return C.ACL_EVENT_RECORDED_STATUS_COMPLETE if ev.query() else C.ACL_EVENT_RECORDED_STATUS_NOT_READY
+    done = ev.query()
+    if not done or (not ev.recorded and not ex):  # (a reset the query's look let run: never recorded)
+        return C.ACL_EVENT_RECORDED_STATUS_NOT_READY
+    return C.ACL_EVENT_RECORDED_STATUS_COMPLETE
 
 
 @api("k", out=(C.ACL_EVENT_WAIT_STATUS_COMPLETE,))
@@ -196,14 +204,16 @@ def get_event_id(event: int) -> int:
 
 @api("", out=(0,))
 def get_event_avail_num() -> int:
-    """(n, ret): events the current device can still create, its limit less those alive (aclrtGetEventAvailNum)."""
+    """(n, ret): device events the current device has left, its limit less those the program's
+    live events hold (a SYNC event from creation, a plain one from its first record) (aclrtGetEventAvailNum)."""
     dev = need_context().device
     limit = dev._backend.properties().max_events
-    if limit:  # a modelled device counts the program's live events (not the runtime's own)
+    if limit:  # a modelled device counts the events holding one (not the runtime's own)
         return max(limit - len(dev._events), 0)
-    # No limit (the cpu backend), so no count kept by the device: the program's live events.
-    alive = sum(1 for _, ev in EVENTS.items() if ev.device is dev and not ev._destroyed)
-    return max(NO_LIMIT - alive, 0)
+    # No limit (the cpu backend), so no count kept by the device: the program's live events
+    # that hold one.
+    held = sum(1 for _, ev in EVENTS.items() if ev.device is dev and not ev._destroyed and ev._counted)
+    return max(NO_LIMIT - held, 0)
 
 
 def forget_all() -> None:

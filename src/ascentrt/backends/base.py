@@ -102,6 +102,7 @@ class BackendProperties:
     queue_depth: int = 0          # tasks a stream may hold before a submit waits (0: no limit)
     max_streams: int = 0          # streams the device can have at once (0: no limit)
     max_events: int = 0           # events the device can have at once (0: no limit)
+    max_notifies: int = 0         # notifies the device can have at once (0: no limit)
     dispatch_ns: int = 0          # modelled time from a task's dispatch to its start (0: real time)
     release_ns: int = 0           # modelled time from a wait's release to its stream going on
     # (H2D, D2H, D2D) engines where each direction has engines of its own; () where any copy

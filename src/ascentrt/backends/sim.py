@@ -113,10 +113,12 @@ class _HostThread:
     """A real thread that runs host functions for the simulation (as CANN's callback thread),
     so thread-local state and blocking on other host threads behave as on hardware."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, job: tuple):
+        """A thread that begins with `job` (an exception a signal handler of the program
+        raises meanwhile comes once it has begun: the job runs all the same)."""
         self.cv = forksafe.condition()
-        self.job: Any = None  # (backend, queue, task, frame) handed to this thread to run
-        threading.Thread(target=self._loop, daemon=True, name=name).start()
+        self.job: Any = job  # (backend, queue, task, frame) handed to this thread to run
+        forksafe.start_thread(self._loop, name)
 
     def start(self, job: tuple) -> None:
         """Run job = (backend, queue, task, frame) on this thread; its end is scheduled when it returns."""
@@ -165,7 +167,8 @@ class Timeline:
         self.inflight = 0               # host functions running on their threads
         self.returned = 0               # host functions that returned so far
         self.patience_spent = -1        # `returned` when the wait for running ones last expired
-        self.pumping = False
+        self.pumping = False   # the pump thread was started (or a start was tried and cut)
+        self.pump_runs = False  # a pump thread runs (it says so itself, as it begins)
         self.attending = 0              # host threads inside host_wait (they move time themselves)
                                         # or waiting in a step for a host function
         self.callers: dict = {}          # ident -> thread of host threads that used the runtime
@@ -193,8 +196,8 @@ class Timeline:
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
         if not self.pumping:
-            self.pumping = True
-            threading.Thread(target=self._pump, daemon=True, name="ascentrt-sim-pump").start()
+            forksafe.start_thread(self._pump, "ascentrt-sim-pump")
+            self.pumping = True  # (a start cut before this starts another: see _pump)
 
     def _unattended_work(self) -> bool:
         """Whether the device has work to move on without its host, once what the host wrote
@@ -211,6 +214,10 @@ class Timeline:
                     or any(r.count for b in self.backends for r in b.ready))
 
     def _pump(self) -> None:
+        with self.lock:
+            if self.pump_runs:
+                return  # (started again after a start an exception cut: one pumps)
+            self.pump_runs = self.pumping = True
         seen, since = -1, time.monotonic()
         step, step_since, said = None, since, None
         while True:
@@ -489,7 +496,7 @@ def _after_fork_in_child() -> None:
     behind them."""
     # (its lock and condition: renewed by forksafe's hook, which runs first)
     TIMELINE.local = _ThreadFrames()
-    TIMELINE.pumping = False
+    TIMELINE.pumping = TIMELINE.pump_runs = False
     TIMELINE.interrupted = False  # (the parent's Ctrl-C, not the child's)
     TIMELINE.inflight = 0
     TIMELINE.host_frames = {}
@@ -523,7 +530,7 @@ class SimBackend(CpuBackend):
             "sim", name, memory, (p.compute_units, p.copy_engines_h2d + p.copy_engines_d2h
                                   + p.copy_engines_d2d, p.host_func_threads),
             preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
-            max_events=p.max_events, dispatch_ns=int(p.dispatch_ns),
+            max_events=p.max_events, max_notifies=p.max_notifies, dispatch_ns=int(p.dispatch_ns),
             release_ns=int(p.event_latency_ns),
             copy_engines_per_direction=(p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d))
         self.queues: list[Any] = [None, None, None]   # the engine's ExecutorQueue per class
@@ -1081,11 +1088,14 @@ class SimBackend(CpuBackend):
         if t.dispatches_nodes:
             frame.offset = self._held_back(t, frame.start)
         if queue.executor == _HOST:  # on a host thread of its own; ends when it returns
-            worker = self._host_threads.pop() if self._host_threads else _HostThread(
-                f"ascentrt-{self._name}-host{self.preset.host_func_threads - self.free_host - 1}")
+            job = (self, queue, t, frame)
             tl.inflight += 1
             tl.host_frames[t] = frame
-            worker.start((self, queue, t, frame))
+            if self._host_threads:
+                self._host_threads.pop().start(job)
+            else:  # (a new one begins with the job: see _HostThread)
+                _HostThread(f"ascentrt-{self._name}-host"
+                            f"{self.preset.host_func_threads - self.free_host - 1}", job)
             return
         self._run_in_frame(queue, t, frame)
         self._schedule_end(queue, t, frame, units)

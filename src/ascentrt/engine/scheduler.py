@@ -93,7 +93,10 @@ class DeviceQueues:
         # the number of idle workers). Lighter than a Condition: one release wakes one worker.
         self.idle: list[list] = [[] for _ in sizes]
         self.busy = [0 for _ in sizes]
-        self.running = [0 for _ in sizes]       # executors started so far, per class
+        # Per class, the queues holding an executor's place: one is appended (a single step
+        # a signal handler's exception cannot cut in half) before the backend starts it, so an
+        # executor whose start was interrupted is never started twice (see start)
+        self.queues: list[list[ExecutorQueue]] = [[] for _ in sizes]
         self.started = False
         self.closing = False                    # set at exit: parked executors end
         self.streams: dict[int, Any] = {}      # id -> live stream, for diagnosis
@@ -105,7 +108,9 @@ class DeviceQueues:
     def start(self) -> None:
         """Start the executors through the backend (under the engine lock, before the first task
         is queued). Raises StreamStateError (207005) when one cannot start, queuing nothing;
-        the next submission starts the missing ones."""
+        the next submission starts the missing ones. An exception a signal handler of the
+        program raises meanwhile reaches the program as it is, with nothing queued, and the
+        executor whose start it cut is counted if its thread began, else started again."""
         interrupts.install()  # (from the first submission on: see interrupts.protect)
         if sys.is_finalizing():
             raise StreamStateError("the interpreter is shutting down: no executor can start, so "
@@ -115,16 +120,34 @@ class DeviceQueues:
         for ex, n in enumerate(self.sizes):
             if self.virtual and n:
                 n = 1  # a simulator steps one queue per class for all its units
-            while self.running[ex] < n:
-                name = f"ascentrt-dev{self.device_id}-{EXECUTOR_NAMES[ex]}{self.running[ex]}"
+            placed = self.queues[ex]
+            for q in [q for q in placed if not q.began.is_set()]:  # (a start that was cut)
+                if not q.began.wait(UNSTARTED_WAIT_S):
+                    q.revoked = True  # never began: its place goes to a new one
+                    placed.remove(q)
+            while len(placed) < n:
+                name = f"ascentrt-dev{self.device_id}-{EXECUTOR_NAMES[ex]}{len(placed)}"
+                q = ExecutorQueue(self.engine, self, ex)
+                placed.append(q)
                 try:
-                    self.backend.start_queue(name, ExecutorQueue(self.engine, self, ex))
-                except Exception as exc:  # e.g. RuntimeError: can't start new thread
+                    self.backend.start_queue(name, q)
+                except (RuntimeError, MemoryError) as exc:
+                    if type(exc) not in (RuntimeError, MemoryError):
+                        raise  # (a subclass: the program's own, from a signal handler)
+                    # e.g. RuntimeError: can't start new thread
+                    q.revoked = True
+                    placed.remove(q)
                     raise StreamStateError(f"device {self.device_id}: executor {name} could not "
                                            f"start ({exc}); nothing was queued",
                                            code=ErrorCode.RT_RESOURCE_ALLOC_FAIL) from exc
-                self.running[ex] += 1
+                q.began.set()  # (a simulator's queue has no thread to say so)
         self.started = True
+
+
+# How long a submission that finds an executor whose start an exception cut waits for its
+# thread to begin, before it starts another in its place (the thread begins within
+# milliseconds when it was started at all)
+UNSTARTED_WAIT_S = 0.5
 
 
 _WAIT_KINDS = (EVENT_WAIT, NOTIFY_WAIT)
@@ -207,7 +230,8 @@ class Engine:
         # record) for virtual records stamped later than they ran (see _control)
         self._deadlines: list = []
         self._seq = itertools.count()
-        self._watchdog: threading.Thread | None = None
+        self._watchdog = False   # its thread was started (or a start was tried and cut)
+        self._watching = False   # a watchdog thread runs (it says so itself, as it begins)
         self._watchdog_cv = forksafe.condition(self.lock)
         self._exit_cv = forksafe.condition(self.lock)  # executors ending at exit notify it
         # stream -> (thread id, streams, what) while a task of that stream waits in wait_host:
@@ -824,7 +848,7 @@ class Engine:
 
     # ---- executors -------------------------------------------------------------------------
 
-    def _worker(self, dq: DeviceQueues, ex: int) -> None:
+    def _worker(self, q: ExecutorQueue) -> None:
         """Executor loop: take the highest-priority ready stream and run its head tasks.
 
         Consecutive tasks of one stream for this executor class are taken in one batch (one
@@ -834,6 +858,7 @@ class Engine:
         hold between tasks and equal priorities share the executor, without paying a lock
         round trip (and a GIL handoff) per tiny task.
         """
+        dq, ex = q.dq, q.executor
         lock = self.lock
         ready = dq.ready[ex]
         idle = dq.idle[ex]
@@ -843,11 +868,14 @@ class Engine:
         wake = threading.Lock()  # held while this worker is parked; a waker releases it
         wake.acquire()
         lock.acquire()
+        if q.revoked:  # (its start looked failed; another serves in its place)
+            lock.release()
+            return
         while True:
             s = ready.pop()
             if s is None:
                 if dq.closing:  # stopped at exit (see _stop_idle_executors)
-                    dq.running[ex] -= 1
+                    dq.queues[ex].remove(q)
                     self._exit_cv.notify_all()
                     lock.release()
                     return
@@ -947,8 +975,7 @@ class Engine:
         under the lock, nor hold the watchdog up (a callback may block, even on a timed wait
         the watchdog is to end)."""
         if infos and Hooks.exception_callbacks:
-            threading.Thread(target=Engine._report_failures, args=(infos,), daemon=True,
-                             name="ascentrt-exception-callbacks").start()
+            forksafe.start_thread(Engine._report_failures, "ascentrt-exception-callbacks", (infos,))
 
     @staticmethod
     def _report_failures(infos) -> None:
@@ -980,15 +1007,19 @@ class Engine:
 
     def _wake_watchdog(self) -> None:
         """Start the watchdog thread, or have it look again at its deadlines and value waits."""
-        if self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch, daemon=True, name="ascentrt-watchdog")
-            self._watchdog.start()
+        if not self._watchdog:
+            forksafe.start_thread(self._watch, "ascentrt-watchdog")
+            self._watchdog = True  # (a start cut before this starts another: see _watch)
         else:
             self._watchdog_cv.notify()
 
     def _watch(self) -> None:
         """Fail device-side waits whose timeout passed (the stream goes on, or stops in STOP mode)."""
         with self.lock:
+            if self._watching:
+                return  # (started again after a start an exception cut: one watches)
+            self._watching = True
+            self._watchdog = True
             while True:
                 now = self.devices[0].backend.now_ns()
                 self._report_later(self._fire_due(now))
@@ -1394,7 +1425,7 @@ def _stop_idle_executors() -> None:
                 while parked:
                     parked.pop().release()
         # Wait (briefly: a task still running keeps its thread) until they have ended.
-        engine._exit_cv.wait_for(lambda: not any(sum(dq.running) for dq in stopping), 1.0)
+        engine._exit_cv.wait_for(lambda: not any(any(dq.queues) for dq in stopping), 1.0)
 
 
 atexit.register(_stop_idle_executors)
@@ -1408,13 +1439,14 @@ def _after_fork_in_child() -> None:
     lock: give it a fresh lock and executors, and drop the work that was in flight at the fork
     (it belongs to the parent), so the child's own work runs instead of waiting forever."""
     engine = ENGINE  # (its lock and conditions: renewed by forksafe's hook, which runs first)
-    engine._watchdog = None
+    engine._watchdog = False
+    engine._watching = False
     engine._deadlines.clear()
     engine._host_waits.clear()
     with engine.lock:
         for dq in engine.devices:
             dq.started = False
-            dq.running = [0 for _ in dq.sizes]
+            dq.queues = [[] for _ in dq.sizes]
             dq.idle = [[] for _ in dq.sizes]
             dq.busy = [0 for _ in dq.sizes]
             for s in list(dq.streams.values()):

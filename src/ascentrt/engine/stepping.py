@@ -14,6 +14,7 @@ import heapq
 import threading
 from typing import Any
 
+from .. import forksafe
 from .hooks import Hooks, _local, current_task
 from .task import EVENT_RECORD, Task
 
@@ -26,7 +27,11 @@ class ExecutorQueue:
     its modelled time is over (one task at a time, in virtual-time order).
     """
 
+    revoked = False  # its place went to another queue (its thread never began in time): it
+                     # must not serve if its thread begins after all (set under the engine lock)
+
     def __init__(self, engine: Any, dq: Any, executor: int):
+        self.began = forksafe.event()  # its thread called in, or start_queue returned
         self.engine: Any = engine
         self.dq: Any = dq
         self.executor = executor
@@ -38,7 +43,8 @@ class ExecutorQueue:
         self._execute: Any = dq.backend.execute  # (bound once: a simulator runs every task through run)
 
     def __call__(self) -> None:
-        self.engine._worker(self.dq, self.executor)
+        self.began.set()  # (first: the engine may be waiting to know whether the thread started)
+        self.engine._worker(self)
 
     def take(self, fits: Any, first_only: bool) -> Any:
         """The head task of the first ready stream (priority, then FIFO) for which fits(task)

@@ -150,6 +150,16 @@ class Capture:
                            f"does not run until the graph is launched (capture invalidated)",
                            code=ErrorCode.RT_STREAM_CAPTURED)
 
+    def refuse_reset(self, stream: Stream, event: Event) -> None:
+        """Raise NotSupportedError for an event reset on a capturing stream; invalidates.
+
+        A graph holds records and waits as its edges; a reset has no node to become (replayed,
+        it would undo a record made since)."""
+        self.invalidate(ErrorCode.RT_FEATURE_NOT_SUPPORT, "an event reset was used in a capture")
+        raise NotSupportedError(f"reset of event {event.id} on stream {stream.id} while it is being "
+                                f"captured: a graph cannot hold an event reset; reset it after "
+                                f"end_capture (capture invalidated)")
+
     def refuse_free(self, stream: Stream, buf: object) -> None:
         """Raise RT_STREAM_CAPTURED for a stream-ordered free on a capturing stream; invalidates.
 

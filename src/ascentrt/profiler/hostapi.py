@@ -69,7 +69,7 @@ def _probe_stream_sync(args, kwargs):
 
 def _probe_event(args, kwargs):
     ev = args[0]
-    m = ev._marker
+    m = ev._current()
     if m is None:
         return f"event {ev.id}", True, 0
     # (the record it waits for: the critical path goes on from that task)

@@ -81,6 +81,7 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
     "queue_depth": (int, 1, "tasks", "submission-queue depth per stream: a full one makes submit wait"),
     "max_streams": (int, 1, "", "streams a device can have at once"),
     "max_events": (int, 1, "", "events a device can have at once"),
+    "max_notifies": (int, 1, "", "notifies a device can have at once"),
     "default_block_dim": (int, 0, "", "compute units a kernel occupies when it declares no "
                           "block_dim (0: all of them)"),
     "shared_processors": (float, 0, "", "processors that run every task's work, kernels', "
@@ -112,6 +113,7 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "small_copy_bytes": (0, "copies of every size move at the same rate"),
     "small_copy_bandwidth": (0.0, "copies of every size move at the same rate"),
     "executor_handoff_ns": (0.0, "a stream's work moves between executor classes at no cost"),
+    "max_notifies": (1 << 30, "notifies were not capped (the no-limit value ascentrt calibrate writes)"),
 }
 
 
