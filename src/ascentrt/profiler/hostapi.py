@@ -17,6 +17,7 @@ from typing import Any
 from . import clock
 
 from .. import hccl
+from ..callsite import OURS
 from ..callback import launch_callback, process_reports
 from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe_report
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
@@ -101,8 +102,10 @@ PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_strea
 
 def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str],
           on_error: Callable[[str, int, int | None], None], inside: dict) -> Callable[..., Any]:
-    """A wrapper that records each call of `fn` as (name, start, end, thread[, error, facts]),
-    and the name of a thread it sees first in `threads` (ident -> name).
+    """A wrapper that records each call of `fn` as (name, start, end, thread, site[, error,
+    facts]), and the name of a thread it sees first in `threads` (ident -> name). The site is
+    the program's call site as callsite.user_code_site() gives it: (code, offset), said as
+    text only when the profile is written.
 
     Only a thread's outermost calls are recorded: `inside` holds the threads in a recorded call
     now, and a call the runtime makes inside another one is not (its time is the outer one's).
@@ -114,25 +117,35 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
     current_thread = threading.current_thread
     append = calls.append
     now = clock.now_ns  # bound once: the clock of this profile (virtual on sim)
+    getframe = sys._getframe
+
+    def site():
+        """(code, offset) of the innermost frame outside ascentrt ('?': none), as
+        callsite.user_code_site() (inlined: it is taken on every recorded call)."""
+        frame: types.FrameType | None = getframe(2)
+        while frame is not None and frame.f_code.co_filename.startswith(OURS):
+            frame = frame.f_back
+        return "?" if frame is None else (frame.f_code, frame.f_lasti)
 
     if probe is None:
         def api(*args, **kwargs):
             thread = get_ident()
             if thread in inside:
                 return fn(*args, **kwargs)
+            where = site()
             inside[thread] = True
             try:
                 t0 = now()
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:
-                    _failed(append, threads, on_error, name, t0, exc, None)
+                    _failed(append, threads, on_error, name, t0, where, exc, None)
                     raise
             finally:
                 del inside[thread]
             if thread not in threads:  # one lookup per call; the name only once per thread
                 threads[thread] = current_thread().name
-            append((name, t0, now(), thread))  # plain values: cheap to keep
+            append((name, t0, now(), thread, where))  # plain values: cheap to keep
             return result
     else:
         def api(*args, **kwargs):
@@ -143,19 +156,20 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
                 facts = probe(args, kwargs)
             except Exception:
                 facts = None  # bad arguments: the call itself reports them
+            where = site()
             inside[thread] = True
             try:
                 t0 = now()
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:
-                    _failed(append, threads, on_error, name, t0, exc, facts)
+                    _failed(append, threads, on_error, name, t0, where, exc, facts)
                     raise
             finally:
                 del inside[thread]
             if thread not in threads:
                 threads[thread] = current_thread().name
-            append((name, t0, now(), thread, 0, facts))
+            append((name, t0, now(), thread, where, 0, facts))
             return result
 
     wrapper: Any = api  # (a function with attributes of its own: the original, the API name)
@@ -167,13 +181,14 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
     return wrapper
 
 
-def _failed(append, threads, on_error, name, t0, exc, facts) -> None:
+def _failed(append, threads, on_error, name, t0, where, exc, facts) -> None:
     code = int(getattr(exc, "code", 0) or -1)
     thread = threading.get_ident()
     threads.setdefault(thread, threading.current_thread().name)
     device = getattr(exc, "device", None)  # (an OOM's: the device whose memory ran out)
     # (a failed task's error that a synchronization passes on: not the call's own failure)
-    append((name, t0, clock.now_ns(), thread, code, facts, device, isinstance(exc, TaskError)))
+    append((name, t0, clock.now_ns(), thread, where, code, facts, device,
+            isinstance(exc, TaskError)))
     on_error(name, code, device)
 
 

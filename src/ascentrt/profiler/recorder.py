@@ -170,7 +170,7 @@ class Recorder:
         """A submit waited from `t0` until now for room in `stream`'s full queue: recorded as a
         waiting call inside it (the submit's own cost is what is left of it)."""
         thread = threading.get_ident()
-        self.calls.append((QUEUE_FULL, t0, clock.now_ns(), thread, 0,
+        self.calls.append((QUEUE_FULL, t0, clock.now_ns(), thread, user_code_site(), 0,
                            (f"stream {stream.id} of device {stream.device.id}", False, 0)))
 
     def _settle(self, stream, tasks) -> None:
@@ -518,11 +518,13 @@ class Recorder:
 
 
 def _error_and_facts(call: tuple) -> tuple:
-    """(error, target, already_done, done_for_ns, device, task_error) of a recorded call's tuple."""
-    if len(call) == 4:
-        return (0, "", None, 0, None, False)
-    return (call[4],) + (call[5] or ("", None, 0)) + (call[6] if len(call) > 6 else None,
-                                                      len(call) > 7 and call[7])
+    """(error, target, already_done, done_for_ns, device, task_error, site) of a recorded
+    call's tuple (name, start, end, thread, site[, error, facts[, device, task_error]])."""
+    site = call[4] and site_text(call[4])
+    if len(call) == 5:
+        return (0, "", None, 0, None, False, site)
+    return (call[5],) + (call[6] or ("", None, 0)) + (call[7] if len(call) > 7 else None,
+                                                      len(call) > 8 and call[8], site)
 
 
 def _collectives(tasks: list) -> list:

@@ -1,0 +1,79 @@
+"""A profile names the program line of each runtime call, and findings that blame calls name them."""
+
+import inspect
+import json
+
+import numpy as np
+import pytest
+
+import ascentrt as art
+from ascentrt.profiler.csvexport import api_rows
+from ascentrt.profiler.data import ProfileData
+from ascentrt.profiler.trace import trace_events
+
+HERE = "test_profiler_call_sites.py"
+
+
+def _line() -> int:
+    """The line of the statement that called this one."""
+    frame = inspect.currentframe()
+    assert frame is not None and frame.f_back is not None
+    return frame.f_back.f_lineno
+
+
+def _sin(out):
+    np.sin(out, out=out)
+
+
+@pytest.fixture
+def buf(dev):
+    b = art.malloc(1 << 18)
+    yield b
+    b.free()
+
+
+def test_each_api_call_records_the_program_line_that_made_it(stream, buf):
+    view = buf[:64].view(np.float64)
+    with art.profile() as prof:
+        art.launch(_sin, view, stream=stream); launched = _line()  # noqa: E702
+        stream.synchronize(timeout=30); synced = _line()  # noqa: E702
+    sites = {c.name: c.site for c in prof.profile.api_calls}
+    assert sites["launch"] == f"{HERE}:{launched}"
+    assert sites["Stream.synchronize"] == f"{HERE}:{synced}"
+
+
+def test_call_sites_survive_profile_json_and_older_files_load_without_them(stream, buf):
+    with art.profile() as prof:
+        art.launch(_sin, buf[:64].view(np.float64), stream=stream)
+        stream.synchronize(timeout=30)
+    data = json.loads(json.dumps(prof.profile.to_json()))
+    assert [c.site for c in ProfileData.from_json(data).api_calls] == [c.site for c in prof.profile.api_calls]
+    table = data["api_calls"]
+    at = table["columns"].index("site")
+    table["columns"].pop(at)
+    for row in table["rows"]:
+        row.pop(at)
+    assert {c.site for c in ProfileData.from_json(data).api_calls} == {""}
+
+
+def test_trace_and_api_csv_name_the_call_sites(stream, buf):
+    with art.profile() as prof:
+        for _ in range(3):
+            art.launch(_sin, buf[:64].view(np.float64), stream=stream); launched = _line()  # noqa: E702
+        stream.synchronize(timeout=30)
+    site = f"{HERE}:{launched}"
+    launches = [e for e in trace_events(prof.profile) if e.get("cat") == "api" and e["name"] == "launch"]
+    assert launches and all(e["args"]["call site"] == site for e in launches)
+    rows = api_rows(prof.profile)
+    row = next(r for r in rows if r[0] == "launch")
+    assert row[rows[0].index("call_sites")] == f"{site} (3 calls)"
+
+
+def test_a_device_sync_in_the_loop_is_named_by_its_line(stream, buf):
+    with art.profile() as prof:
+        for _ in range(8):
+            art.launch(_sin, buf.view(np.float64), stream=stream)
+            art.synchronize(timeout=30); synced = _line()  # noqa: E702
+    found = [f for f in prof.diagnose() if f.kind == "device_sync_in_loop"]
+    assert found, prof.diagnose()
+    assert found[0].evidence["called at"] == f"{HERE}:{synced} (8 calls)"
