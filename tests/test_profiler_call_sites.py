@@ -77,3 +77,30 @@ def test_a_device_sync_in_the_loop_is_named_by_its_line(stream, buf):
     found = [f for f in prof.diagnose() if f.kind == "device_sync_in_loop"]
     assert found, prof.diagnose()
     assert found[0].evidence["called at"] == f"{HERE}:{synced} (8 calls)"
+
+
+def test_stop_mode_diagnosis_names_the_root_failure_before_the_wait_it_failed(dev):
+    load, compute = dev.create_stream(), dev.create_stream()
+    load.set_failure_mode(art.FailureMode.STOP)
+    ready = art.Event(dev)
+
+    def decode():
+        raise ValueError("corrupt header in sample 17")
+    with art.profile() as prof:
+        art.launch(decode, stream=load); launched = _line()  # noqa: E702
+        ready.record(load)
+        compute.wait(ready)  # (fails with 107023: the record it waits for is dropped)
+        art.launch(art.kernels.noop, stream=compute)
+        with pytest.raises(art.TaskError):
+            compute.synchronize(timeout=10)
+    found = next(f for f in prof.diagnose() if f.kind == "failed_tasks")
+    root = (f"task 1 (decode, a kernel submitted at {HERE}:{launched}) on device 0 stream "
+            f"{load.id} raised ValueError: corrupt header in sample 17")
+    assert found.cause.startswith(root), found.cause
+    assert f"dropped 1 task(s) after it: task 2 (event_record" in found.cause
+    assert f"task 1 (event_wait submitted at {HERE}:{launched + 2}) on device 0 stream " \
+           f"{compute.id} failed" in found.cause
+    assert "a event_wait" not in found.cause
+    assert found.task_ids[0] == f"0/{load.id}/1"
+    load.destroy()
+    compute.destroy()
