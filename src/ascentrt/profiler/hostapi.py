@@ -17,7 +17,7 @@ from typing import Any
 from . import clock
 
 from .. import hccl
-from ..callsite import OURS
+from ..callsite import OURS, site_text
 from ..callback import launch_callback, process_reports
 from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe_report
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
@@ -101,11 +101,15 @@ PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_strea
 
 
 def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str],
-          on_error: Callable[[str, int, int | None], None], inside: dict) -> Callable[..., Any]:
+          on_error: Callable[[str, int, int | None], None], inside: dict,
+          sites: dict[int, tuple]) -> Callable[..., Any]:
     """A wrapper that records each call of `fn` as (name, start, end, thread, site[, error,
     facts]), and the name of a thread it sees first in `threads` (ident -> name). The site is
-    the program's call site as callsite.user_code_site() gives it: (code, offset), said as
-    text only when the profile is written.
+    the program's call site: a key of `sites` ({key: (code, offset)}, as
+    callsite.user_code_site() gives them; 0: the call came from ascentrt itself), said as text
+    only when the profile is written. (An int in the tuple, not the code: a tuple of plain
+    values leaves the garbage collector's view, and 50k of them tracked slowed every
+    collection, the profile's writing twice over.)
 
     Only a thread's outermost calls are recorded: `inside` holds the threads in a recorded call
     now, and a call the runtime makes inside another one is not (its time is the outer one's).
@@ -119,13 +123,19 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
     now = clock.now_ns  # bound once: the clock of this profile (virtual on sim)
     getframe = sys._getframe
 
-    def site():
-        """(code, offset) of the innermost frame outside ascentrt ('?': none), as
+    def site() -> int:
+        """The key in `sites` of the innermost frame outside ascentrt (0: none), as
         callsite.user_code_site() (inlined: it is taken on every recorded call)."""
         frame: types.FrameType | None = getframe(2)
         while frame is not None and frame.f_code.co_filename.startswith(OURS):
             frame = frame.f_back
-        return "?" if frame is None else (frame.f_code, frame.f_lasti)
+        if frame is None:
+            return 0
+        code, offset = frame.f_code, frame.f_lasti
+        key = id(code) << 32 | offset  # (the code is kept in `sites`: its id is not reused)
+        if key not in sites:
+            sites[key] = (code, offset)
+        return key
 
     if probe is None:
         def api(*args, **kwargs):
@@ -192,6 +202,13 @@ def _failed(append, threads, on_error, name, t0, where, exc, facts) -> None:
     on_error(name, code, device)
 
 
+def site_of(key: int | str, sites: dict[int, tuple]) -> str:
+    """'file.py:line' of a recorded call's site: a key of `sites` (0: '?') or a text."""
+    if isinstance(key, str):
+        return key
+    return site_text(sites[key]) if key else "?"
+
+
 def by_start(calls: list[tuple]) -> list[tuple]:
     """The recorded calls (each a thread's outermost: see _wrap) by start; calls that start at
     the same instant (in virtual time a call may take none) stay in the order they were made."""
@@ -206,6 +223,7 @@ class Instrumentation:
         self.threads = threads  # ident -> name of every thread that made a recorded call
         self.on_error = on_error
         self.inside: dict[int, bool] = {}  # threads in a recorded call now (see _wrap)
+        self.sites: dict[int, tuple] = {}  # call site key -> (code, offset) (see _wrap)
         self.methods: list[tuple[type, str, object]] = []  # (class, attribute, original)
         self.functions: dict[int, tuple[object, object]] = {}  # id(original) -> (original, wrapper)
 
@@ -224,12 +242,13 @@ class Instrumentation:
                         hasattr(original, "_ascentrt_api"):
                     continue
                 label = f"{cls.__name__}.{_ALIASES.get(attr, attr)}"
-                setattr(cls, attr, _wrap(original, label, self.calls, self.threads, self.on_error, self.inside))
+                setattr(cls, attr, _wrap(original, label, self.calls, self.threads, self.on_error, self.inside,
+                                             self.sites))
                 self.methods.append((cls, attr, original))
         for name, original in FUNCTIONS.items():
             self.functions[id(original)] = (original, _wrap(original, name, self.calls,
                                                             self.threads, self.on_error,
-                                                            self.inside))
+                                                            self.inside, self.sites))
         _rebind(self.functions)
 
     def uninstall(self) -> None:

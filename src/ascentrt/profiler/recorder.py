@@ -15,7 +15,7 @@ from .. import forksafe, interrupts
 from . import clock
 from .. import device as _device  # (its _devices: read as the module's, it is reassigned)
 
-from ..callsite import site_text, user_code_site
+from ..callsite import site_text, user_code_site, user_site
 from ..engine import ENGINE, Hooks
 from ..engine.task import DETACH, EVENT_WAIT, KERNEL, KIND_NAMES, NOTIFY_WAIT, VALUE_WAIT
 from ..errors import ErrorCode
@@ -26,7 +26,7 @@ from . import memstats
 from ..hccl.comm import groups as hccl_groups
 from .data import (GRAPH_SEGMENT, QUEUE_FULL, Allocation, ApiCall, CollectiveRecord, DeviceInfo, MarkRecord,
                    MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
-from .hostapi import Instrumentation, by_start
+from .hostapi import Instrumentation, by_start, site_of
 from .profile import Profile
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class Recorder:
         """A submit waited from `t0` until now for room in `stream`'s full queue: recorded as a
         waiting call inside it (the submit's own cost is what is left of it)."""
         thread = threading.get_ident()
-        self.calls.append((QUEUE_FULL, t0, clock.now_ns(), thread, user_code_site(), 0,
+        self.calls.append((QUEUE_FULL, t0, clock.now_ns(), thread, user_site(), 0,
                            (f"stream {stream.id} of device {stream.device.id}", False, 0)))
 
     def _settle(self, stream, tasks) -> None:
@@ -465,8 +465,9 @@ class Recorder:
         calls = by_start(self.calls)
         if consume:
             self.calls.clear()
+        sites = self._instrumentation.sites
         prof.api_calls = [ApiCall(c[0], c[1] - t0, c[2] - t0, idents.setdefault(c[3], c[3]),
-                                  *_error_and_facts(c))
+                                  *_error_and_facts(c, sites))
                           for c in (_drained(calls) if consume else calls) if t0 <= c[1] <= last]
         prof.ranges = sorted((RangeRecord(n, a - t0, b - t0, th) for n, a, b, th in self.ranges
                               if t0 <= a <= last), key=lambda r: (r.start_ns, -r.end_ns))
@@ -517,10 +518,10 @@ class Recorder:
         return prof
 
 
-def _error_and_facts(call: tuple) -> tuple:
+def _error_and_facts(call: tuple, sites: dict[int, tuple]) -> tuple:
     """(error, target, already_done, done_for_ns, device, task_error, site) of a recorded
     call's tuple (name, start, end, thread, site[, error, facts[, device, task_error]])."""
-    site = call[4] and site_text(call[4])
+    site = site_of(call[4], sites)
     if len(call) == 5:
         return (0, "", None, 0, None, False, site)
     return (call[5],) + (call[6] or ("", None, 0)) + (call[7] if len(call) > 7 else None,
