@@ -8,8 +8,10 @@ from collections import defaultdict
 from ..units import format_bytes, format_ms
 from .data import COPY_DIRECTIONS, ProfileData, top_sites
 from .finding import Finding, MIN_GAP_NS, MIN_GAP_VIRTUAL_NS, task_ref
+from .metrics import work_by_device, work_window
 
-INVERSION_SHARE = 0.01  # inverted waits worth a finding: at least 1% of the profile
+INVERSION_SHARE = 0.05  # inverted waits worth a finding: at least 5% of the device's work
+                        # window (its first task's enqueue to its last one's end)
 
 
 def priority_inversion(profile: ProfileData) -> list[Finding]:
@@ -33,6 +35,8 @@ def priority_inversion(profile: ProfileData) -> list[Finding]:
                 copies[(t.device, _engine_class(t, devices.get(t.device)))].append(
                     (t, max(t.enqueue_ns, before)))
             before = max(before, t.end_ns)
+    windows = {dev_id: end - start for dev_id, (start, end) in
+               ((d, work_window(w)) for d, w in work_by_device(profile).items())}
     sim = any(d.backend == "sim" for d in profile.devices)
     min_gap = MIN_GAP_VIRTUAL_NS if sim else MIN_GAP_NS
     out = []
@@ -54,7 +58,7 @@ def priority_inversion(profile: ProfileData) -> list[Finding]:
                             and h.end_ns > ready:
                         holders[h.key] = h
         inverted = sum(ns for _, ns in waited)
-        if not waited or inverted < INVERSION_SHARE * profile.duration_ns:
+        if not waited or inverted < INVERSION_SHARE * windows.get(dev_id, 0):
             continue
         out.append(_finding(dev_id, engine, engines, waited, list(holders.values()), priority,
                             profile))
