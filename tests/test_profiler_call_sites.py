@@ -105,3 +105,14 @@ def test_stop_mode_diagnosis_names_the_root_failure_before_the_wait_it_failed(de
     load.destroy()
     compute.destroy()
 
+
+
+def test_host_time_split_names_the_lines_of_the_costliest_runtime_call():
+    from ascentrt.profiler.data import ApiCall
+    from ascentrt.profiler.hosttime import attribute
+    calls = [ApiCall("malloc_host", 10_000, 60_000, 1, site="prog.py:5"),
+             ApiCall("malloc_host", 60_000, 90_000, 1, site="prog.py:5"),
+             ApiCall("launch", 90_000, 95_000, 1, site="prog.py:6")]
+    host = attribute([(0, 100_000)], calls)
+    assert host.evidence("while idle")["call sites of malloc_host while idle"] == "prog.py:5 (2 calls)"
+    assert host.advice().startswith("malloc_host (0.08 ms in 2 calls, at prog.py:5 (2 calls)): ")
