@@ -10,6 +10,7 @@ import ascentrt as art
 from ascentrt.profiler.csvexport import api_rows
 from ascentrt.profiler.data import ProfileData
 from ascentrt.profiler.trace import trace_events
+from ascentrt.profiler.views import view_data
 
 HERE = "test_profiler_call_sites.py"
 
@@ -56,7 +57,7 @@ def test_call_sites_survive_profile_json_and_older_files_load_without_them(strea
     assert {c.site for c in ProfileData.from_json(data).api_calls} == {""}
 
 
-def test_trace_and_api_csv_name_the_call_sites(stream, buf):
+def test_trace_report_and_api_csv_name_the_call_sites(stream, buf):
     with art.profile() as prof:
         for _ in range(3):
             art.launch(_sin, buf[:64].view(np.float64), stream=stream); launched = _line()  # noqa: E702
@@ -67,6 +68,10 @@ def test_trace_and_api_csv_name_the_call_sites(stream, buf):
     rows = api_rows(prof.profile)
     row = next(r for r in rows if r[0] == "launch")
     assert row[rows[0].index("call_sites")] == f"{site} (3 calls)"
+    view = view_data(prof.profile)  # (report.html: an API slice's tooltip names its site)
+    api = next(t for t in view["tracks"] if t.get("sites"))
+    launch = view["names"].index("launch")
+    assert {view["names"][r[4]] for r in api["s"] if r[2] == launch} == {site}
 
 
 def test_a_device_sync_in_the_loop_is_named_by_its_line(stream, buf):

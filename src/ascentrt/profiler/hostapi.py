@@ -123,26 +123,22 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
     now = clock.now_ns  # bound once: the clock of this profile (virtual on sim)
     getframe = sys._getframe
 
-    def site() -> int:
-        """The key in `sites` of the innermost frame outside ascentrt (0: none), as
-        callsite.user_code_site() (inlined: it is taken on every recorded call)."""
-        frame: types.FrameType | None = getframe(2)
-        while frame is not None and frame.f_code.co_filename.startswith(OURS):
-            frame = frame.f_back
-        if frame is None:
-            return 0
-        code, offset = frame.f_code, frame.f_lasti
-        key = id(code) << 32 | offset  # (the code is kept in `sites`: its id is not reused)
-        if key not in sites:
-            sites[key] = (code, offset)
-        return key
-
     if probe is None:
         def api(*args, **kwargs):
             thread = get_ident()
             if thread in inside:
                 return fn(*args, **kwargs)
-            where = site()
+            # The call site (callsite.user_code_site(), inlined: taken on every recorded call)
+            frame: types.FrameType | None = getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(OURS):
+                frame = frame.f_back
+            if frame is None:
+                where = 0
+            else:  # (the code is kept in `sites`: its id is not reused while the key is)
+                offset = frame.f_lasti
+                where = id(frame.f_code) << 32 | offset
+                if where not in sites:
+                    sites[where] = (frame.f_code, offset)
             inside[thread] = True
             try:
                 t0 = now()
@@ -166,7 +162,17 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: dict[int, str
                 facts = probe(args, kwargs)
             except Exception:
                 facts = None  # bad arguments: the call itself reports them
-            where = site()
+            # The call site (callsite.user_code_site(), inlined: taken on every recorded call)
+            frame: types.FrameType | None = getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(OURS):
+                frame = frame.f_back
+            if frame is None:
+                where = 0
+            else:  # (the code is kept in `sites`: its id is not reused while the key is)
+                offset = frame.f_lasti
+                where = id(frame.f_code) << 32 | offset
+                if where not in sites:
+                    sites[where] = (frame.f_code, offset)
             inside[thread] = True
             try:
                 t0 = now()
