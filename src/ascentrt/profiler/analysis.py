@@ -15,8 +15,10 @@ from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 from .diagnose_failures import failed_tasks, never_finished, stragglers
 from .diagnose_host import (
-    needless_syncs, pinned_saving, submit_costs, sync_in_loop, synchronous, synchronous_copies)
+    needless_syncs, pinned_saving, staged_sites, submit_costs, sync_in_loop, synchronous,
+    synchronous_copies)
 from .diagnose_memory import memory_findings
+from .diagnose_priority import priority_inversion
 from .finding import (
     COPY_BOUND_SHARE, DISPATCH_BOUND_SHARE, FEW_TASKS_PER_STREAM, Finding, MIN_GAP_NS,
     MIN_GAP_VIRTUAL_NS, MIN_SMALL_TASKS, MIN_STAGE_SHARE, MIN_STREAM_CHURN, MIN_STREAM_CHURN_NS,
@@ -39,6 +41,7 @@ def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None)
         findings += _no_overlap(dev_id, work, profile)
     findings += _copy_bound(profile)
     findings += stragglers(profile)
+    findings += priority_inversion(profile)
     findings += sync_in_loop(profile, windows)
     findings += needless_syncs(profile)
     findings += memory_findings(profile, devices)
@@ -366,6 +369,7 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
               "batch n+1 is copied while batch n computes")
     if sync_copies:
         evidence["copies that finished before memcpy_async returned"] = sync_copies
+        evidence["their memcpy_async calls at"] = staged_sites(synchronous(copies, profile), profile)
         advice += "; copy from pinned memory (malloc_host) so memcpy_async does not block the host"
     examples = [task_ref(t) for t in copies[:3] + compute[:3]]
     # (what the compute is, by its kinds: a program of copies and memsets has no kernel)
@@ -461,6 +465,7 @@ def _copy_bound(profile) -> list[Finding]:
     if 2 * len(staged) >= len(copies):
         staged_ns = sum(t.duration_ns for t in staged)
         evidence["copies from pageable host memory"] = f"{len(staged)} ({format_ms(staged_ns)})"
+        evidence["pageable copies submitted at"] = staged_sites(staged, profile)
         cause += (f"; {len(staged)} of the {len(copies)} copies were from pageable host memory: "
                   f"staged by the host through a bounce buffer, each blocking the host until done")
         advice = ("copy from pinned memory (malloc_host): it is copied at the link's speed, "

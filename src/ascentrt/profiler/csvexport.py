@@ -7,7 +7,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterator
 
-from .data import WORK_KINDS, ProfileData, calls_made
+from .data import WORK_KINDS, ProfileData, calls_made, top_sites
 
 
 def _us(ns: float) -> str:
@@ -76,11 +76,16 @@ def kernel_rows(profile: ProfileData) -> list[list]:
 
 
 def api_rows(profile: ProfileData) -> list[list]:
-    """api_statistic.csv: per runtime API, host time statistics."""
-    groups = defaultdict(list)
+    """api_statistic.csv: per runtime API, host time statistics and the call sites."""
+    groups, made = defaultdict(list), defaultdict(list)
     for c, own_ns in calls_made(profile.api_calls):
         groups[c.name].append(own_ns)
-    return _stats_rows(groups, "api")
+        made[c.name].append(c)
+    rows = _stats_rows(groups, "api")
+    rows[0].append("call_sites")  # (the program lines that made them, the most frequent first)
+    for r in rows[1:]:
+        r.append(top_sites(made[r[0]]))
+    return rows
 
 
 def memory_rows(profile: ProfileData) -> list[list]:

@@ -72,6 +72,21 @@ def calls_made_count(calls: list) -> int:
     return sum(c.name != QUEUE_FULL for c in calls)
 
 
+def top_sites(calls: Iterable["ApiCall"], top: int = 3) -> str:
+    """The program lines the calls came from, the most frequent first, with their counts:
+    "prog.py:26 (100 calls), prog.py:31 (2 calls)" ("not recorded" where no call has a site:
+    a profile written before sites were)."""
+    counts: dict[str, int] = {}
+    for c in calls:
+        if c.site:
+            counts[c.site] = counts.get(c.site, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{site} ({n} call{'s' if n != 1 else ''})" for site, n in ranked[:top])
+    if not text:
+        return "not recorded"
+    return text + (f" and {len(ranked) - top} more" if len(ranked) > top else "")
+
+
 def waits(call: "ApiCall") -> bool:
     """Whether the host spent `call` waiting for the device: a synchronization, or a query
     that found the work not done yet (a poll loop's)."""
@@ -147,6 +162,8 @@ class ApiCall:
     device: int | None = None    # the device an out-of-memory error was about (None: not one)
     task_error: bool = False     # the error was a failed task's, passed on by this call (a
                                  # synchronization that waited for the work), not its own
+    site: str = ""               # file:line of the program's call ("?": from ascentrt itself;
+                                 # "": not recorded, a profile written before sites were)
 
     @property
     def duration_ns(self) -> int:
@@ -388,7 +405,7 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
                   "error": _ints(-1), "target": _STR, "already_done": _OPT_BOOL,
                   "done_for_ns": _NS,
                   "device": ("null or a device id", lambda v: v is None or _ints(0)[1](v)),
-                  "task_error": _BOOL},
+                  "task_error": _BOOL, "site": _STR},
     "ranges": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT},
     "marks": {"name": _STR, "ts_ns": _NS, "thread": _INT},
     "memory": {"ts_ns": _NS, "device": _ints(-1), "allocated": _COUNT, "reserved": _COUNT,

@@ -197,17 +197,58 @@ def never_finished(profile: ProfileData) -> list[Finding]:
 
 
 def failed_tasks(profile: ProfileData) -> list[Finding]:
-    """Tasks that raised: which, where, and with what."""
+    """Tasks that raised: the root failure first (the earliest task that failed of itself, not
+    a wait failed by another's), with what its stream then dropped and which waits it failed."""
     failed = [t for t in profile.tasks if t.failed]
     if not failed:
         return []
-    first = failed[0]
-    where = f"task {first.task_id} ({first.name}, a {first.kind}) on device {first.device} stream {first.stream}"
+    by_key = {t.key: t for t in profile.tasks}
+    dropped = {t.key for t in profile.tasks if t.fate == "dropped"}
+    # A wait that failed because its record was dropped (a stream stopped in failure mode
+    # STOP) failed of another task's failure: the root is the one that stopped that stream.
+    hurt = [t for t in failed if t.released_by is not None and tuple(t.released_by) in dropped]
+    roots = sorted((t for t in failed if t not in hurt), key=lambda t: (t.end_ns, t.task_id)) \
+        or sorted(failed, key=lambda t: (t.end_ns, t.task_id))
+    first = roots[0]
+    cause = f"{_task_text(first, profile)} raised {first.error or 'an error'}"
+    # (what its stream dropped after it, and the waits those drops failed)
+    lost = sorted((by_key[k] for k in dropped if k[:2] == first.key[:2] and k[2] > first.task_id),
+                  key=lambda t: t.task_id)
+    if lost:
+        cause += (f"; its stream stopped (failure mode STOP) and dropped {len(lost)} task(s) after "
+                  f"it: " + ", ".join(_task_text(t, profile) for t in lost[:3]))
+        lost_keys = {t.key for t in lost}
+        victims = [t for t in hurt if tuple(t.released_by) in lost_keys]
+        if victims:
+            cause += ("; so " + ", ".join(_task_text(t, profile) for t in victims[:3])
+                      + " failed (its record never ran) and the work after it ran without it")
     kinds = Counter(t.error.split(":", 1)[0] or "error" for t in failed)
+    evidence: dict[str, object] = {"failed tasks": len(failed), "errors": dict(kinds),
+                                   "root failure": f"{task_ref(first)}: {first.error or 'an error'}"}
+    if hurt:
+        evidence["failed because of another task's failure"] = len(hurt)
+    ordered = [first] + [t for t in roots[1:]] + hurt
     return [Finding(
-        "failed_tasks", f"{len(failed)} task(s) failed",
-        f"{where} raised {first.error or 'an error'}",
-        "the error was raised at the next synchronize of its stream (or event, or device) and "
-        "is in get_last_error(); in failure mode STOP the stream refused later work",
-        {"failed tasks": len(failed), "errors": dict(kinds)},
-        [f"{t.device}/{t.stream}/{t.task_id}" for t in failed])]
+        "failed_tasks", f"{len(failed)} task(s) failed", cause,
+        "fix the root failure first (the others follow from it); the error was raised at the "
+        "next synchronize of its stream (or event, or device) and is in get_last_error(); in "
+        "failure mode STOP the stream refused later work",
+        evidence, [task_ref(t) for t in ordered])]
+
+
+def _task_text(t, profile: ProfileData) -> str:
+    """'task 2 (decode, a kernel submitted at prog.py:19) on device 0 stream 2'."""
+    what = t.name if t.name == t.kind else f"{t.name}, {_article(t.kind)} {t.kind}"
+    site = _submitted_at(t, profile)
+    return (f"task {t.task_id} ({what}{f' submitted at {site}' if site else ''}) on device "
+            f"{t.device} stream {t.stream}")
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def _submitted_at(t, profile: ProfileData) -> str:
+    """The program line of the call that submitted task `t` ('' where not recorded)."""
+    return next((c.site for c in profile.api_calls if c.thread == t.thread and c.site
+                 and c.start_ns <= t.enqueue_ns <= c.end_ns), "")

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 from ..backends import presets
 from ..units import format_ms
-from .data import WORK_KINDS, calls_made
+from .data import WORK_KINDS, calls_made, top_sites
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 from .finding import (
@@ -67,6 +67,19 @@ def synchronous(copies, profile) -> list:
     return out
 
 
+def staged_sites(staged, profile) -> str:
+    """Where the program submitted the copies `staged` (see synchronous): the memcpy calls'
+    sites, the most frequent first, with their counts."""
+    calls = defaultdict(list)
+    for c in profile.api_calls:
+        if c.name in ("memcpy_async", "memcpy2d_async"):
+            calls[c.thread].append(c)
+    made: list = []
+    for t in staged:
+        made.extend(c for c in calls.get(t.thread, ()) if c.start_ns <= t.enqueue_ns <= c.end_ns)
+    return top_sites(made)
+
+
 def sync_in_loop(profile, windows) -> list[Finding]:
     """Device-wide synchronizations, synchronizations of one stream, and event
     synchronizations that alternate with submissions: the host waits out the work every
@@ -108,8 +121,8 @@ def sync_in_loop(profile, windows) -> list[Finding]:
                 f"one drains every stream, so the device runs dry until the host submits again",
                 "synchronize only the stream or event whose results the host needs, and only "
                 "where it reads them; let several iterations queue up before waiting",
-                {"device synchronizations": len(syncs), "with submissions in between": between,
-                 **evidence}, [], idle_after))
+                {"device synchronizations": len(syncs), "called at": top_sites(syncs),
+                 "with submissions in between": between, **evidence}, [], idle_after))
     groups = [(f"Synchronization of {target}", target, syncs) for target, syncs in sorted(by_stream.items())]
     if event_syncs:
         groups.append(("Event synchronization", "", event_syncs))
@@ -134,8 +147,8 @@ def sync_in_loop(profile, windows) -> list[Finding]:
                 f"queued while this one runs and the device runs dry in between",
                 "wait only where the host reads results, and queue the next iteration before "
                 "waiting (double-buffer so copies of batch n+1 overlap batch n)",
-                {"synchronizations": len(syncs), "with submissions in between": between,
-                 **evidence}, [], idle_after))
+                {"synchronizations": len(syncs), "called at": top_sites(syncs),
+                 "with submissions in between": between, **evidence}, [], idle_after))
     return out
 
 
@@ -231,7 +244,7 @@ def needless_syncs(profile) -> list[Finding]:
             "actually reads the results, or poll with query() when the host has other work",
             {"needless synchronizations": len(done),
              "on": ", ".join(f"{what}s ({n})" for what, n in targets.most_common()),
-             "host time in them": format_ms(cost),
+             "host time in them": format_ms(cost), "called at": top_sites(c for c, _ in done),
              "examples": ", ".join(c.target for c, _ in done[:5])}, [], cost))
     own = [c for c in profile.api_calls if c.name == "Stream.wait" and "its own" in c.target]
     if own:
@@ -240,6 +253,6 @@ def needless_syncs(profile) -> list[Finding]:
             f"{len(own)} stream waits were on events recorded on the waiting stream itself: a "
             f"stream already runs its tasks in order, so these waits order nothing",
             "remove waits on a stream's own events; wait only on events of other streams",
-            {"needless waits": len(own), "examples": ", ".join(c.target for c in own[:5])},
+            {"needless waits": len(own), "called at": top_sites(own), "examples": ", ".join(c.target for c in own[:5])},
             [], sum(c.duration_ns for c in own)))
     return out

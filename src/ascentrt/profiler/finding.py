@@ -43,7 +43,7 @@ class Finding:
     kind: str          # host_bound, dispatch_bound, host_func_bound, held_by_full_queue,
                        # small_tasks, straggler, too_many_streams, device_sync_in_loop, stream_sync_in_loop,
                        # needless_sync, needless_wait, no_overlap, copy_bound, memory_peak, fragmentation,
-                       # pool_cache, never_freed, failed_tasks, never_finished
+                       # pool_cache, never_freed, failed_tasks, never_finished, priority_inversion
     title: str
     cause: str
     advice: str

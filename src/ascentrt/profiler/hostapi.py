@@ -20,6 +20,7 @@ from . import clock
 
 from .. import hccl
 from ..backends.sim import TIMELINE
+from ..callsite import OURS, site_text
 from ..callback import launch_callback, process_reports
 from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe_report
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
@@ -103,9 +104,15 @@ PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_strea
 
 
 def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
-          on_error: Callable[[str, int, int | None], None], inside: dict) -> Callable[..., Any]:
-    """A wrapper that records each call of `fn` as (name, start, end, thread[, error, facts]),
-    and the name of a thread it sees first in `threads` (ident -> name).
+          on_error: Callable[[str, int, int | None], None], inside: dict,
+          sites: dict[int, tuple]) -> Callable[..., Any]:
+    """A wrapper that records each call of `fn` as (name, start, end, thread, site[, error,
+    facts]), and the name of a thread it sees first in `threads` (ident -> name). The site is
+    the program's call site: a key of `sites` ({key: (code, offset)}, as
+    callsite.user_code_site() gives them; 0: the call came from ascentrt itself), said as text
+    only when the profile is written. (An int in the tuple, not the code: a tuple of plain
+    values leaves the garbage collector's view, and 50k of them tracked slowed every
+    collection, the profile's writing twice over.)
 
     Only a thread's outermost calls are recorded: `inside` holds the threads in a recorded call
     now, and a call the runtime makes inside another one is not (its time is the outer one's).
@@ -116,25 +123,37 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
     get_ident = threading.get_ident
     append = calls.append
     now = clock.now_ns  # bound once: the clock of this profile (virtual on sim)
+    getframe = sys._getframe
 
     if probe is None:
         def api(*args, **kwargs):
             thread = get_ident()
             if thread in inside:
                 return fn(*args, **kwargs)
+            # The call site (callsite.user_code_site(), inlined: taken on every recorded call)
+            frame: types.FrameType | None = getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(OURS):
+                frame = frame.f_back
+            if frame is None:
+                where = 0
+            else:  # (the code is kept in `sites`: its id is not reused while the key is)
+                offset = frame.f_lasti
+                where = id(frame.f_code) << 32 | offset
+                if where not in sites:
+                    sites[where] = (frame.f_code, offset)
             inside[thread] = True
             try:
                 t0 = now()
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:
-                    _failed(append, threads, on_error, name, t0, exc, None)
+                    _failed(append, threads, on_error, name, t0, where, exc, None)
                     raise
             finally:
                 del inside[thread]
             if thread not in threads:  # one lookup per call; the name only once per thread
                 threads.see(thread)
-            append((name, t0, now(), thread))  # plain values: cheap to keep
+            append((name, t0, now(), thread, where))  # plain values: cheap to keep
             return result
     else:
         def api(*args, **kwargs):
@@ -145,19 +164,30 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
                 facts = probe(args, kwargs)
             except Exception:
                 facts = None  # bad arguments: the call itself reports them
+            # The call site (callsite.user_code_site(), inlined: taken on every recorded call)
+            frame: types.FrameType | None = getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(OURS):
+                frame = frame.f_back
+            if frame is None:
+                where = 0
+            else:  # (the code is kept in `sites`: its id is not reused while the key is)
+                offset = frame.f_lasti
+                where = id(frame.f_code) << 32 | offset
+                if where not in sites:
+                    sites[where] = (frame.f_code, offset)
             inside[thread] = True
             try:
                 t0 = now()
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:
-                    _failed(append, threads, on_error, name, t0, exc, facts)
+                    _failed(append, threads, on_error, name, t0, where, exc, facts)
                     raise
             finally:
                 del inside[thread]
             if thread not in threads:
                 threads.see(thread)
-            append((name, t0, now(), thread, 0, facts))
+            append((name, t0, now(), thread, where, 0, facts))
             return result
 
     wrapper: Any = api  # (a function with attributes of its own: the original, the API name)
@@ -169,14 +199,15 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
     return wrapper
 
 
-def _failed(append, threads, on_error, name, t0, exc, facts) -> None:
+def _failed(append, threads, on_error, name, t0, where, exc, facts) -> None:
     code = int(getattr(exc, "code", 0) or -1)
     thread = threading.get_ident()
     if thread not in threads:
         threads.see(thread)
     device = getattr(exc, "device", None)  # (an OOM's: the device whose memory ran out)
     # (a failed task's error that a synchronization passes on: not the call's own failure)
-    append((name, t0, clock.now_ns(), thread, code, facts, device, isinstance(exc, TaskError)))
+    append((name, t0, clock.now_ns(), thread, where, code, facts, device,
+            isinstance(exc, TaskError)))
     on_error(name, code, device)
 
 
@@ -247,6 +278,13 @@ class _ThreadEnd:
         book.pop(self.ident, None)
 
 
+def site_of(key: int | str, sites: dict[int, tuple]) -> str:
+    """'file.py:line' of a recorded call's site: a key of `sites` (0: '?') or a text."""
+    if isinstance(key, str):
+        return key
+    return site_text(sites[key]) if key else "?"
+
+
 def by_start(calls: list[tuple]) -> list[tuple]:
     """The recorded calls (each a thread's outermost: see _wrap) by start; calls that start at
     the same instant (in virtual time a call may take none) stay in the order they were made."""
@@ -261,6 +299,7 @@ class Instrumentation:
         self.threads = threads  # ident -> name of every thread that made a recorded call
         self.on_error = on_error
         self.inside: dict[int, bool] = {}  # threads in a recorded call now (see _wrap)
+        self.sites: dict[int, tuple] = {}  # call site key -> (code, offset) (see _wrap)
         self.methods: list[tuple[type, str, object]] = []  # (class, attribute, original)
         self.functions: dict[int, tuple[object, object]] = {}  # id(original) -> (original, wrapper)
 
@@ -279,12 +318,13 @@ class Instrumentation:
                         hasattr(original, "_ascentrt_api"):
                     continue
                 label = f"{cls.__name__}.{_ALIASES.get(attr, attr)}"
-                setattr(cls, attr, _wrap(original, label, self.calls, self.threads, self.on_error, self.inside))
+                setattr(cls, attr, _wrap(original, label, self.calls, self.threads, self.on_error, self.inside,
+                                             self.sites))
                 self.methods.append((cls, attr, original))
         for name, original in FUNCTIONS.items():
             self.functions[id(original)] = (original, _wrap(original, name, self.calls,
                                                             self.threads, self.on_error,
-                                                            self.inside))
+                                                            self.inside, self.sites))
         _rebind(self.functions)
 
     def uninstall(self) -> None:

@@ -48,6 +48,14 @@ class HostTime:
     stretch_ns: int           # the stretches' total length
     waiting_ns: int           # blocked in a synchronization: waiting on the device
     calls: dict = field(default_factory=dict)  # other runtime call -> (ns, calls), costliest first
+    sites: dict = field(default_factory=dict)  # runtime call -> {its call site: calls}
+
+    def sites_text(self, name: str, top: int = 3) -> str:
+        """Where the program made the `name` calls counted here, the most frequent first:
+        'prog.py:21 (30 calls), ...' ('' where no site was recorded)."""
+        ranked = sorted(self.sites.get(name, {}).items(), key=lambda kv: -kv[1])
+        text = ", ".join(f"{site} ({n} call{'s' if n != 1 else ''})" for site, n in ranked[:top])
+        return text + (f" and {len(ranked) - top} more" if len(ranked) > top else "")
 
     @property
     def runtime_ns(self) -> int:
@@ -81,16 +89,21 @@ class HostTime:
 
     def evidence(self, when: str) -> dict:
         """The split as evidence entries ('host's own code <when>': '2636.00 ms (97%)', ...)."""
-        return {f"host's own code {when}": self._part(self.own_ns),
-                f"host in runtime calls {when}": self._part(self.runtime_ns),
-                f"host waiting on the device {when}": self._part(self.waiting_ns),
-                f"runtime calls {when}": self.calls_text()}
+        out = {f"host's own code {when}": self._part(self.own_ns),
+               f"host in runtime calls {when}": self._part(self.runtime_ns),
+               f"host waiting on the device {when}": self._part(self.waiting_ns),
+               f"runtime calls {when}": self.calls_text()}
+        first = next(iter(self.calls), None)
+        sites = self.sites_text(first) if first is not None else ""
+        if sites:
+            out[f"call sites of {first} {when}"] = sites
+        return out
 
     def advice(self) -> str:
         """What to try, led by the largest part: the own code, or the costliest runtime call
         (named); any other part taking a fifth of the time gets its advice after it."""
         costly = ADVISED_SHARE * self.stretch_ns
-        tips = [f"{name} ({_spent(ns, n)}): {call_advice(name)}"
+        tips = [f"{name} ({_spent(ns, n)}{self._at(name)}): {call_advice(name)}"
                 for i, (name, (ns, n)) in enumerate(self.calls.items())
                 if ns >= costly or (i == 0 and self.largest == "runtime")]
         if self.largest == "own":
@@ -98,6 +111,10 @@ class HostTime:
         elif self.own_ns >= costly:
             tips.append(f"the program's own code: {OWN_CODE_ADVICE}")
         return "; ".join(tips)
+
+    def _at(self, name: str) -> str:
+        sites = self.sites_text(name, 2)
+        return f", at {sites}" if sites else ""
 
     def _part(self, ns: int, detail: str = "") -> str:
         share = f"{ns / max(self.stretch_ns, 1):.0%}"
@@ -124,6 +141,7 @@ def attribute(stretches: list[tuple[int, int]], calls) -> HostTime:
     waiting = total(intersection(stretches, sync))
     free = intersection(stretches, gaps(sync, stretches[0][0], stretches[-1][1]))
     per: dict[str, list[int]] = {}
+    sites: dict[str, dict[str, int]] = {}  # call -> {site: calls} of those counted
     covered = stretches[0][0]  # host time up to here is attributed already
     first = 0  # free[:first] end before the part of any call still to come
     ordered = sorted((c for c in calls if not waits(c)), key=_END, reverse=True)
@@ -142,8 +160,12 @@ def attribute(stretches: list[tuple[int, int]], calls) -> HostTime:
             entry = per.setdefault(c.name, [0, 0])
             entry[0] += ns
             entry[1] += 1
+            if c.site:
+                at = sites.setdefault(c.name, {})
+                at[c.site] = at.get(c.site, 0) + 1
     ranked = sorted(per.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    return HostTime(total(stretches), waiting, {name: (ns, n) for name, (ns, n) in ranked})
+    return HostTime(total(stretches), waiting, {name: (ns, n) for name, (ns, n) in ranked},
+                    sites)
 
 
 def _spent(ns: int, calls: int) -> str:

@@ -15,7 +15,7 @@ from .. import forksafe, interrupts
 from . import clock
 from .. import device as _device  # (its _devices: read as the module's, it is reassigned)
 
-from ..callsite import site_text, user_code_site
+from ..callsite import site_text, user_code_site, user_site
 from ..engine import ENGINE, Hooks
 from ..engine.task import DETACH, EVENT_WAIT, KERNEL, KIND_NAMES, NOTIFY_WAIT, VALUE_WAIT
 from ..errors import ErrorCode
@@ -26,7 +26,7 @@ from . import memstats
 from ..hccl.comm import groups as hccl_groups
 from .data import (GRAPH_SEGMENT, QUEUE_FULL, VALUE_WRITE, Allocation, ApiCall, CollectiveRecord, DeviceInfo,
                    MarkRecord, MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
-from .hostapi import Instrumentation, ThreadNames, by_start
+from .hostapi import Instrumentation, ThreadNames, by_start, site_of
 from .profile import Profile
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class Recorder:
         """A submit waited from `t0` until now for room in `stream`'s full queue: recorded as a
         waiting call inside it (the submit's own cost is what is left of it)."""
         thread = threading.get_ident()
-        self.calls.append((QUEUE_FULL, t0, clock.now_ns(), thread, 0,
+        self.calls.append((QUEUE_FULL, t0, clock.now_ns(), thread, user_site(), 0,
                            (f"stream {stream.id} of device {stream.device.id}", False, 0)))
 
     def _settle(self, stream, tasks) -> None:
@@ -471,9 +471,10 @@ class Recorder:
         calls = by_start(self.calls)
         if consume:
             self.calls.clear()
+        sites = self._instrumentation.sites
         prof.api_calls = [ApiCall(c[0], c[1] - t0, c[2] - t0,
                                   idents.setdefault(c[3], c[3]) if c[3] not in owned
-                                  else book.owner(c[3], c[1]), *_error_and_facts(c))
+                                  else book.owner(c[3], c[1]), *_error_and_facts(c, sites))
                           for c in (_drained(calls) if consume else calls) if t0 <= c[1] <= last]
         prof.ranges = sorted((RangeRecord(n, a - t0, b - t0, book.owner(th, a))
                               for n, a, b, th in self.ranges if t0 <= a <= last),
@@ -525,12 +526,14 @@ class Recorder:
         return prof
 
 
-def _error_and_facts(call: tuple) -> tuple:
-    """(error, target, already_done, done_for_ns, device, task_error) of a recorded call's tuple."""
-    if len(call) == 4:
-        return (0, "", None, 0, None, False)
-    return (call[4],) + (call[5] or ("", None, 0)) + (call[6] if len(call) > 6 else None,
-                                                      len(call) > 7 and call[7])
+def _error_and_facts(call: tuple, sites: dict[int, tuple]) -> tuple:
+    """(error, target, already_done, done_for_ns, device, task_error, site) of a recorded
+    call's tuple (name, start, end, thread, site[, error, facts[, device, task_error]])."""
+    site = site_of(call[4], sites)
+    if len(call) == 5:
+        return (0, "", None, 0, None, False, site)
+    return (call[5],) + (call[6] or ("", None, 0)) + (call[7] if len(call) > 7 else None,
+                                                      len(call) > 8 and call[8], site)
 
 
 def _collectives(tasks: list) -> list:

@@ -72,7 +72,7 @@ function drawTimeline(W){
       const r=el('rect',{x:x,y:y+1,width:w,height:ROW-4,fill:color,class:fate?'slice fate-'+fate:'slice'},g);
       const name=D.names[s[2]];
       const what=fate?' \u2014 '+fate+(s[6]>=0?': '+D.names[s[6]]:''):'';
-      el('title',{},r).textContent=name+' ('+D.kinds[kind]+(s.length>4?', task '+s[4]:'')+'): '+s[1].toFixed(1)+' us at '+ms(a)+what;
+      el('title',{},r).textContent=name+' ('+D.kinds[kind]+(s.length>4?(tr.sites?', at '+D.names[s[4]]:', task '+s[4]):'')+'): '+s[1].toFixed(1)+' us at '+ms(a)+what;
       last=fate?null:{x:x,w:w,kind:kind,r:r,small:w<2};
       const label=w>=MIN_LABEL?fitLabel(name,w-5):'';
       if(label)text(g,x+2,y+12,label,'slice-label',ink(color));

@@ -7,7 +7,7 @@ from collections import defaultdict
 from ..units import format_bytes
 from .analysis import diagnose
 from .metrics import metrics
-from .data import PART_DIR, WORK_KINDS, ProfileData, calls_made_count
+from .data import PART_DIR, WORK_KINDS, ProfileData, calls_made, calls_made_count, top_sites
 
 
 def _ms(ns) -> str:
@@ -46,9 +46,12 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
             for (kind, name), d in top]
     out.append(("Top tasks", ["name", "kind", "count", "total ms", "avg us"], rows))
     top_api = sorted(m["api"].items(), key=lambda kv: -kv[1]["total_ns"])[:8]
-    rows = [[name, str(v["count"]), _ms(v["total_ns"]), f"{v['mean_ns'] / 1e3:.1f}"]
-            for name, v in top_api]
-    out.append(("Host API", ["api", "calls", "total ms", "avg us"], rows))
+    made = defaultdict(list)
+    for c, _ in calls_made(profile.api_calls):
+        made[c.name].append(c)
+    rows = [[name, str(v["count"]), _ms(v["total_ns"]), f"{v['mean_ns'] / 1e3:.1f}",
+             top_sites(made[name], 2)] for name, v in top_api]
+    out.append(("Host API", ["api", "calls", "total ms", "avg us", "call sites"], rows))
     queued, disp = m["queued_ns"], m["dispatch_latency_ns"]
     rows = [[label, str(v["count"]), f"{v['p50'] / 1e3:.1f}", f"{v['p90'] / 1e3:.1f}",
              f"{v['p99'] / 1e3:.1f}", f"{v['max'] / 1e3:.1f}"]

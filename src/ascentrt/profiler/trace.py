@@ -101,15 +101,21 @@ def _flow(name: str, cat: str, end: bool, flow_id: int, pid: int, tid: int, ts: 
             f'"tid":{tid},"ts":{ts!r}}}')
 
 
-def _api_args(c: ApiCall, profile: ProfileData, plain: dict[int, str]) -> str:
-    """An API call's slice arguments: its thread and, when they apply, target, state, error
-    (`plain`: thread -> the text of those of a call with only the thread, made once each)."""
+def _api_args(c: ApiCall, profile: ProfileData, plain: dict[tuple, str]) -> str:
+    """An API call's slice arguments: its thread, call site and, when they apply, target,
+    state, error (`plain`: (thread, site) -> the text of those of a call with only these,
+    made once each)."""
     if not c.target and c.already_done is None and not c.error:
-        text = plain.get(c.thread)
+        text = plain.get((c.thread, c.site))
         if text is None:
-            text = plain[c.thread] = compact_json({"thread": _thread(c, profile)})
+            plain_args = {"thread": _thread(c, profile)}
+            if c.site:
+                plain_args["call site"] = c.site
+            text = plain[(c.thread, c.site)] = compact_json(plain_args)
         return text
     args: dict = {"thread": _thread(c, profile)}
+    if c.site:
+        args["call site"] = c.site
     if c.target:
         args["target"] = c.target
     if c.already_done is not None:
@@ -224,7 +230,7 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
     # thread -> (starts, ends, tids) of its API slices in lane order, for the flows (three
     # lists of what exists already, not a tuple per call)
     api_slices: dict[int, tuple[list, list, list]] = {}
-    plain_args: dict[int, str] = {}
+    plain_args: dict[tuple, str] = {}
     for th, items in host_items.items():
         base = threads.get(th, 0)
         starts, ends, tids = api_slices[th] = ([], [], [])

@@ -141,6 +141,11 @@ def view_json(profile: ProfileData) -> Iterator[str]:
             if r.end_ns - r.start_ns >= cutoff:
                 names.setdefault(r.name, len(names))
                 kept += 1
+    for t in tracks:  # (the API calls' sites: names too, after the slices' own)
+        if t.kind == "api":
+            for r in t.items:
+                if r.site and r.end_ns - r.start_ns >= cutoff:
+                    names.setdefault(r.site, len(names))
     errors = [r.error for t in tracks if not t.kind for r in t.items
               if r.end_ns - r.start_ns >= cutoff and r.error]
     for e in errors:  # (after the slices' names: a task's error is a name too)
@@ -155,9 +160,15 @@ def view_json(profile: ProfileData) -> Iterator[str]:
            f'"tracks":[')
     kind_index = {k: i for i, k in enumerate(_KINDS)}
     for i, t in enumerate(tracks):
-        head = compact_json({"id": t.id, "group": t.group, "label": t.label})
+        head = compact_json({"id": t.id, "group": t.group, "label": t.label,
+                             **({"sites": 1} if t.kind == "api" else {})})
         yield f'{"," if i else ""}{head[:-1]},"s":['
-        if t.kind:
+        if t.kind == "api":  # (then the call site's name, where recorded)
+            k = kind_index.get(t.kind, 0)
+            rows = (f"[{us(r.start_ns)!r},{us(r.end_ns - r.start_ns)!r},{names[r.name]},{k}"
+                    f"{f',{names[r.site]}' if r.site else ''}]"
+                    for r in t.items if r.end_ns - r.start_ns >= cutoff)
+        elif t.kind:
             k = kind_index.get(t.kind, 0)
             rows = (f"[{us(r.start_ns)!r},{us(r.end_ns - r.start_ns)!r},{names[r.name]},{k}]"
                     for r in t.items if r.end_ns - r.start_ns >= cutoff)
