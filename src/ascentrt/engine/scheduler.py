@@ -22,6 +22,7 @@ import time
 from typing import Any, Iterator
 
 from .. import forksafe
+from ..backends.base import SUBMITTED
 from .. import config, interrupts
 from ..callsite import site_text, user_code_site
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
@@ -285,6 +286,8 @@ class Engine:
             if lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
                 lock.release()
             raise
+        if dq.virtual and self._thread_waits:
+            dq.backend.host_call(SUBMITTED)  # (after the append: see the constant)
         if races:  # (a warning turned into an error leaves the task queued, as the state says)
             san.announce(races)
         return task_id
@@ -563,6 +566,8 @@ class Engine:
                 if s._refuse is not None:
                     raise s._refusal()
             self.submit_all_locked(streams, work)
+        if first._dq.virtual and self._thread_waits:
+            first._dq.backend.host_call(SUBMITTED)  # (after the append: see the constant)
 
     def submit_all_locked(self, streams, work, observe: bool = True) -> None:
         """submit_all() for a caller that holds the lock (and checked the streams)."""
