@@ -347,6 +347,53 @@ def test_a_deadlock_report_names_the_lines_that_queued_the_waits_when_asked(site
         assert "queued at" not in out and "ASCENTRT_CALL_SITES=1 names the program lines" in out, out
 
 
+def test_a_notify_wait_whose_record_is_queued_behind_it_on_its_own_stream_says_so():
+    # (it read as a cycle of one: "the streams wait on each other: stream 2 waits at task 1 for
+    # notify 1 -> back to stream 2")
+    out = run_program("""
+        import ascentrt as art
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        n = dev.create_notify()
+        n.wait_and_reset(s)                  # line 6
+        s.record_notify(n)                   # line 7: behind the wait that needs it
+        try:
+            s.synchronize(timeout=30)
+        except art.DeadlockError as exc:
+            print(exc.code, exc)
+    """, env={"ASCENTRT_CALL_SITES": "1"})
+    assert "507950" in out and "wait on each other" not in out, out
+    assert ("waits at task 1 (queued at <string>:6) for notify 1, and its only record (task 2, "
+            "queued at <string>:7) is queued on the same stream behind the wait that needs it"
+            in out), out
+    assert "Record notify 1 on another stream, or before the wait" in out, out
+
+
+@pytest.mark.parametrize("sites", ["0", "1"])
+def test_a_task_left_without_its_bytes_by_a_free_on_another_stream_names_that_free(sites):
+    # (it said only "device buffer at 0x... was freed": not where, nor on which stream)
+    out = run_program("""
+        import os, threading, ascentrt as art
+        dev = art.set_device(0)
+        a, b = dev.create_stream(), dev.create_stream()
+        gate = threading.Event()  # (on sim: a 1 ms kernel holds a past the free)
+        x = art.malloc(4096)
+        art.launch(lambda: os.environ.get("ASCENTRT_BACKEND") == "sim" or gate.wait(10), stream=a, cost=1e-3)
+        art.memset_async(x, 1, stream=a)     # queued before the free, on a
+        x.free(stream=b)                     # line 9: b does not wait for a's work
+        gate.set()
+        try:
+            a.synchronize(timeout=10)
+        except art.TaskError as exc:
+            print(exc)
+    """, env={"ASCENTRT_CALL_SITES": sites})
+    at = " at <string>:9" if sites == "1" else ""
+    assert (f"was freed with free(stream=stream 3){at} while stream 2 still had tasks using it"
+            in out), out
+    assert ("free it on stream 2, or make stream 3 wait for stream 2's work first "
+            "(record_stream(buf, stream 2) before the free") in out, out
+
+
 def test_a_stuck_event_wait_names_where_its_record_was_queued():
     out = run_program("""
         import ascentrt as art

@@ -18,6 +18,7 @@ from ascentrt.backends import CpuBackend
 from ascentrt.memory import ArenaChunks, BlockPool, HostChunks, ReusePolicy
 from ascentrt.memory.block import ALLOCATED, READY, size_class
 from ascentrt.memory.stats import pool_stats
+from subprocess_util import run_program
 
 MiB = 1 << 20
 TIMEOUT = 30
@@ -346,13 +347,49 @@ def test_oom_with_fragmentation_says_so_and_freeing_makes_the_retry_succeed():
     msg = str(err.value)
     assert err.value.code == art.ErrorCode.RT_MEMORY_ALLOCATION
     for word in ("4194304 bytes (4.0 MiB", "capacity 33554432 (32.0 MiB)", "reserved-but-free",
-                 "largest free block", "fragment", "ASCENTRT_MEM_POOL_SPLIT_LIMIT"):
-        assert word in msg
+                 "largest free piece", "fragment", "16.0 MiB of it lies in 16 chunks that live "
+                 "buffers pin: 16 of 1.0 MiB", "allocate long-lived buffers first"):
+        assert word in msg, msg
+    # (neither setting would fit it: each free 1 MiB lies between live ones, in 2 MiB chunks)
+    assert "SPLIT_LIMIT" not in msg and "POOL_ENABLE" not in msg, msg
     assert pool.counts["ooms"] == 1 and pool.counts["retries"] >= 1
     for blk in rest[:4]:
         pool.deallocate(blk)
     big = pool.allocate(4 * MiB)                     # whole free chunks released, then reserved anew
     assert big.size >= 4 * MiB
+
+
+def test_a_fragmentation_oom_suggests_the_plain_allocator_only_where_it_would_fit():
+    # (it always suggested ASCENTRT_MEM_POOL_SPLIT_LIMIT and ASCENTRT_MEM_POOL_ENABLE=0, which
+    # did not help a program whose free pieces no layout joins)
+    pool = BlockPool(ArenaChunks(8 * MiB), name="fake")
+    blocks = [pool.allocate(MiB) for _ in range(8)]  # 4 chunks of 2 MiB, full
+    pool.deallocate(blocks[1]), pool.deallocate(blocks[2])  # free 1 MiB each side of a boundary
+    with pytest.raises(art.OutOfMemoryError) as err:
+        pool.allocate(2 * MiB)
+    msg = str(err.value)
+    assert "2.0 MiB of it lies in 2 chunks that live buffers pin: 2 of 1.0 MiB" in msg, msg
+    assert "ASCENTRT_MEM_POOL_ENABLE=0 would fit it with the buffers where they are" in msg, msg
+    assert "SPLIT_LIMIT" not in msg
+
+
+def test_a_fragmentation_oom_names_where_the_pinning_buffers_were_allocated():
+    out = run_program("""
+        import ascentrt as art
+        MiB = 1 << 20
+        acts, keep = [], []
+        for i in range(40):
+            acts.append(art.malloc(5 * MiB))
+            keep.append(art.malloc(3 * MiB))  # line 7: long-lived, one beside each activation
+        for a in acts:
+            a.free()
+        try:
+            art.malloc(120 * MiB)
+        except art.OutOfMemoryError as e:
+            print(e)
+    """, env={"ASCENTRT_DEVICE_MEMORY": "400M", "ASCENTRT_LEAK_CHECK": "sites"})
+    assert "chunks that live buffers pin: 40 of 3.0 MiB (allocated at <string>:7)" in out, out
+    assert "SPLIT_LIMIT" not in out and "POOL_ENABLE" not in out and "no pool holds" not in out
 
 
 def test_device_oom_changes_nothing_and_names_capacity(dev):

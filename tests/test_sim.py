@@ -1867,6 +1867,54 @@ def test_an_untimed_wait_on_a_thread_that_acts_late_keeps_virtual_time_at_the_re
     assert 2.0 < virtual < 5 and cpu < 1.0
 
 
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+def test_a_cycle_another_thread_completes_is_found_at_that_instant_not_a_check_later():
+    # (the waiting thread, told once that a notify had no record, looked again only a check
+    # slice later: the deadlock cost 0.25 virtual s, 5 s with ASCENTRT_DEADLOCK_CHECK_S=5)
+    r = _run_sim(textwrap.dedent("""
+        import threading, time, ascentrt as art
+        dev = art.set_device(0); a, b = dev.create_stream(), dev.create_stream()
+        na, nb = art.Notify(), art.Notify()
+        a.wait_notify(nb); a.record_notify(na)
+        recorded = []
+        def other():  # completes the cycle while the main thread waits
+            art.set_device(0)
+            time.sleep(0.1)
+            b.wait_notify(na); b.record_notify(nb)
+            recorded.append(dev.now_ns())
+        threading.Thread(target=other).start()
+        try:
+            a.synchronize(timeout=20)
+        except art.DeadlockError as e:
+            print(int(e.code), dev.now_ns(), recorded[0])
+    """), env_extra={"ASCENTRT_DEADLOCK_CHECK_S": "5"})
+    assert r.returncode == 0, r.stderr
+    code, found, recorded = (int(x) for x in r.stdout.split())
+    assert code == 507950 and found == recorded  # (the real pace before it: both see it)
+
+
+@pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+def test_a_wait_left_alone_by_a_thread_that_ends_is_found_where_it_ended():
+    # (the last other thread's end left the wait to its check slice, which then jumped to its
+    # end: a deadlock at 5 virtual s for a thread that lived 0.1 s)
+    r = _run_sim(textwrap.dedent("""
+        import threading, time, ascentrt as art
+        dev = art.set_device(0); s = dev.create_stream()
+        n = art.Notify(); s.wait_notify(n)
+        def other():  # uses the runtime, then ends without recording n
+            art.set_device(0)
+            time.sleep(0.1)
+        threading.Thread(target=other).start()
+        try:
+            s.synchronize()
+        except art.DeadlockError as e:
+            print(int(e.code), dev.now_ns() / 1e9)
+    """), env_extra={"ASCENTRT_DEADLOCK_CHECK_S": "5"})
+    assert r.returncode == 0, r.stderr
+    code, found = r.stdout.split()
+    assert code == "507950" and 0.1 <= float(found) < 2  # (the real pace while it lived)
+
+
 @sim_only
 def test_a_replayed_graphs_copies_take_the_engines_of_their_own_direction(dev):
     # (a copy segment took the first free engine of any direction: two H2D copies on two lanes

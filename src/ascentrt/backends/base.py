@@ -20,6 +20,10 @@ COPY: Final = 1
 FILL: Final = 2
 HOST: Final = 3
 OP_NAMES = ("kernel", "copy", "fill", "host")
+# The host_call a submit makes once its task is queued, while a host thread waits on the device
+# (no cost): a simulator's stalled waits look for a deadlock again, at that instant, since the
+# queued work (a cycle it completes) changed, not the device's progress.
+SUBMITTED = "submitted"
 
 
 class Op:

@@ -40,7 +40,7 @@ import time
 from typing import Any, Final
 
 from .. import forksafe
-from .base import COPY, HOST, KERNEL, BackendProperties, MemHandle, Op
+from .base import COPY, HOST, KERNEL, SUBMITTED, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
 from .presets import Preset
 
@@ -192,6 +192,7 @@ class Timeline:
         self.queries = 0                # queries so far (host calls "query")
         self.polled_queries = 0         # `queries` at the last query that found work not done
         self.unattended = 0             # times the pump moved the device without the host
+        self.submitted = 0              # tasks queued while a host thread waited (SUBMITTED)
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
@@ -764,15 +765,18 @@ class SimBackend(CpuBackend):
             if done:
                 return True
             # Nothing left to simulate before `until`.
-            told = (signal, -1 if tl.engine is None else tl.engine.progress)
-            if tl.next_end() is None and tl.local.idle_told != told \
-                    and not (tl.inflight and tl.inflight > tl._own_host_tasks()):
+            if tl.next_end() is None and not (tl.inflight and tl.inflight > tl._own_host_tasks()):
                 # Idle: from here only time passing (or another thread) moves anything. The
                 # caller looks for a deadlock first, at this instant: its check interval is
                 # real time, never the device's (it cost 0.25 virtual s); asked again with no
-                # task done since, the wait goes on as before.
-                tl.local.idle_told = told  # (per thread: two waiting threads took turns)
-                return False
+                # task done, none queued and no other host thread gone since, the wait goes on
+                # as before (a cycle another thread completes, or a wait its end leaves with
+                # nobody to end it, is found where that happened, not a check slice later).
+                told = (signal, -1 if tl.engine is None else tl.engine.progress, tl.submitted,
+                        tl.others_may_act())
+                if tl.local.idle_told != told:
+                    tl.local.idle_told = told  # (per thread: two waiting threads took turns)
+                    return False
             seen = tl.generation
             who = tl.others_may_act()
             if who == _STRANGERS and tl.next_end() is None:
@@ -834,6 +838,9 @@ class SimBackend(CpuBackend):
                         tl.queries += 1  # (a poll loop's other queries: see _poll_missed)
                 elif what.startswith(POLL_MISS):
                     self._poll_missed(tl, what)
+                elif what == SUBMITTED:
+                    tl.submitted += 1  # (a stalled wait looks again: see _host_wait)
+                    tl.advance_host(0)
                 else:
                     tl.advance_host(0)
         finally:

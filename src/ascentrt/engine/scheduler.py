@@ -22,6 +22,7 @@ import time
 from typing import Any, Iterator
 
 from .. import forksafe
+from ..backends.base import SUBMITTED
 from .. import config, interrupts
 from ..callsite import site_text, user_code_site
 from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, StreamStateError,
@@ -309,6 +310,8 @@ class Engine:
             if lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
                 lock.release()
             raise
+        if dq.virtual and self._thread_waits:
+            dq.backend.host_call(SUBMITTED)  # (after the append: see the constant)
         if races:  # (a warning turned into an error leaves the task queued, as the state says)
             san.announce(races)
         return task_id
@@ -592,6 +595,8 @@ class Engine:
                 if s._refuse is not None:
                     raise s._refusal()
             self.submit_all_locked(streams, work)
+        if first._dq.virtual and self._thread_waits:
+            first._dq.backend.host_call(SUBMITTED)  # (after the append: see the constant)
 
     def submit_all_locked(self, streams, work, observe: bool = True) -> None:
         """submit_all() for a caller that holds the lock (and checked the streams)."""
@@ -1257,6 +1262,8 @@ class Engine:
     def _why_stuck(self, s, path: list, timed: bool = False):
         if s in path:
             members = path[path.index(s):]
+            if members == [s] and s._blocked is not None and s._blocked.kind == NOTIFY_WAIT:
+                return "cycle", _behind_own_wait(s, s._blocked), members
             chain = " -> ".join(_describe_wait(x) for x in members)
             return "cycle", f"the streams wait on each other: {chain} -> back to stream {s.id}", members
         if s._running is not None:
@@ -1366,6 +1373,19 @@ def _describe_wait(s) -> str:
         return f"stream {s.id} (device {s.device.id}) waits at task {t.id}{_at(t)} for {t.args[0]}{_time_left(s, t)}"
     return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{_at(t)} for notify "
             f"{t.notify.id}{_time_left(s, t)}")
+
+
+def _behind_own_wait(s, t: Task) -> str:
+    """Why stream `s` waits for itself: the records of the notify its wait `t` needs are all
+    queued on `s`, behind that wait (a wait only a later task of its own stream could end)."""
+    n = t.notify.id
+    records = [x for x in list(s._tasks) if x.kind == NOTIFY_RECORD and x.notify is t.notify]
+    which = "; ".join(f"task {x.id}" + ("" if x.site is None else f", queued at {site_text(x.site)}")
+                      for x in records)
+    whose = f"its only record ({which}) is" if len(records) == 1 else f"its records ({which}) are"
+    return (f"{_describe_wait(s)}, and {whose} queued on the same stream behind the wait that "
+            f"needs it: stream {s.id} waits for itself. Record notify {n} on another stream, or "
+            f"before the wait")
 
 
 def _time_left(s, t) -> str:

@@ -92,6 +92,8 @@ class DeviceAllocator:
         self.plain = {"allocs": 0, "frees": 0, "ooms": 0, "allocated": 0, "peak_allocated": 0,
                       "requested": 0, "peak_requested": 0, "peak_reserved": 0}
         self.record_sites = leaks.recording_sites()
+        # a stream-ordered free notes its line too, for a task it left behind to name
+        self.free_sites = self.record_sites or bool(config.get("ASCENTRT_CALL_SITES"))
         backend = device._backend
         # A simulated device charges each malloc and free its modelled host cost.
         self.host_call: Callable[[str], None] | None = \

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import forksafe
 from ..accel import restore_docstrings
+from ..callsite import site_text, user_code_site
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .links import Links
 from .registry import REGISTRY
@@ -249,7 +250,12 @@ class _Allocation(_ByteRange):
             if late is not None and _queued_before_free(late[1]):
                 return late[0]  # a task queued before a stream-ordered free still sees the bytes
             by = getattr(self, "_freed_by", None)
-            raise InvalidHandleError(f"{self.kind} buffer at {self.addr:#x} was freed" + (f" by {by}" if by else ""))
+            if by:
+                how = f" by {by}"
+            else:
+                on = getattr(self, "_freed_on", None)
+                how = "" if on is None else _freed_on(on, getattr(self, "_free_site", None))
+            raise InvalidHandleError(f"{self.kind} buffer at {self.addr:#x} was freed{how}")
         return mem
 
     def _freed_again(self) -> InvalidHandleError:
@@ -267,11 +273,15 @@ class _Allocation(_ByteRange):
 class DeviceBuffer(_Allocation):
     """Device memory: `.ptr` (int address), `.nbytes` (rounded to 32), `.device`, `.free()`."""
 
-    __slots__ = ("requested", "_owner", "_block", "_viewed")
+    __slots__ = ("requested", "_owner", "_block", "_viewed", "_freed_on", "_free_site")
     requested: int
     _owner: Any          # the DeviceAllocator that made it
     _block: Any         # the pool's Block, or None (untyped: the pool imports this module's types)
     _viewed: np.ndarray | None  # a pooled buffer's view, once made (its _mem stays UNVIEWED)
+    # Set only by a free on a stream (for the tasks of other streams it leaves without the
+    # bytes to say so): that stream, and where the program freed it (when sites are noted).
+    _freed_on: Any
+    _free_site: Any
 
     def __init__(self, device: Any, addr: int, nbytes: int, requested: int, mem: np.ndarray,
                  owner: Any, block: Any = None):
@@ -314,12 +324,33 @@ class DeviceBuffer(_Allocation):
             raise self._freed_again()
         if _exports:
             check_no_exports(self)
+        if stream is not None:
+            self._freed_on = stream
+            if self._owner.free_sites:
+                self._free_site = user_code_site(2)
         if not self._owner.release(self, stream):  # another thread's free got there first
             raise self._freed_again()
 
     def __repr__(self) -> str:
         state = "" if self.alive else ", freed"
         return f"DeviceBuffer(ptr={self.addr:#x}, nbytes={self.nbytes}, device={self.device.id}{state})"
+
+
+def _freed_on(stream: Any, site: Any) -> str:
+    """How a free on `stream` (at `site`, or None) left the calling thread's task, of another
+    stream, without the bytes, and what orders the two (a task queued after a free is refused
+    at its submit, so this one came before it)."""
+    at = "" if site is None else f" at {site_text(site)}"
+    text = f" with free(stream=stream {stream.id}){at}"
+    task = Links.current_task()
+    user = getattr(task, "stream", None)
+    if user is None or user is stream:
+        return text
+    u, f = user.id, stream.id
+    return (f"{text} while stream {u} still had tasks using it, this one among them (a free on a "
+            f"stream waits for that stream's work only): free it on stream {u}, or make stream {f} "
+            f"wait for stream {u}'s work first (record_stream(buf, stream {u}) before the free, or "
+            f"an event recorded on stream {u} that stream {f} waits on)")
 
 
 def _queued_before_free(waits: tuple) -> bool:

@@ -25,6 +25,7 @@ from .block import ALLOCATED, CACHED, PENDING, READY, Block, absorb, chunk_size_
 from .chunks import Chunk, round_chunk
 from .inflight import ACTIVE, defer_release
 from .links import Links
+from .oom import fragmentation_hint
 from .policy import ReusePolicy
 from .stream_order import busy_positions, furthest_positions, positions_reached
 
@@ -908,11 +909,8 @@ class BlockPool:
         # What the device's other pools (MemPools, or the default pool for a MemPool) reserve:
         # the same chunks' capacity, which this pool cannot use until they give it back.
         elsewhere = max(0, cap - unreserved - self.reserved) if cap else 0
-        hint = (f"free memory is fragmented (no free piece holds {format_bytes(size)}): free long-lived "
-                f"buffers so that whole chunks come free; if small buffers split large blocks, set "
-                f"ASCENTRT_MEM_POOL_SPLIT_LIMIT (e.g. 64M); ASCENTRT_MEM_POOL_ENABLE=0 reserves "
-                f"each buffer alone, without a pool's spare room" if fragmented else
-                "free buffers you no longer need, or raise ASCENTRT_DEVICE_MEMORY")
+        hint = fragmentation_hint(self, size, elsewhere) if fragmented else \
+            "free buffers you no longer need, or raise ASCENTRT_DEVICE_MEMORY"
         if elsewhere >= size - largest > 0:
             hint = (f"the device's other pools reserve {format_bytes(elsewhere)}: what they cache "
                     f"comes back with MemPool.trim_to(0) or ascentrt.empty_cache(), what they "
@@ -930,8 +928,7 @@ class BlockPool:
             f"reserved-but-free {format_bytes(frag['free_bytes'])}, unreserved "
             f"{format_bytes(unreserved)}"
             + (f", reserved by other pools {format_bytes(elsewhere)}" if elsewhere else "")
-            + f", largest free block {format_bytes(largest)} (of the pool, or of the memory no "
-            f"pool holds: memory_stats()['largest_free_block'] counts the pool's blocks only); "
+            + f", largest free piece {format_bytes(largest)} (reserved or not); "
             f"fragmentation: external {frag['external']:.1%}, the largest free piece is "
             f"{largest / free_total if free_total else 0:.1%} of all free memory, internal "
             f"{frag['internal']:.1%}; {hint}", code=ErrorCode.RT_MEMORY_ALLOCATION,
