@@ -105,13 +105,12 @@ PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_strea
 
 def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
           on_error: Callable[[str, int, int | None], None], inside: dict,
-          sites: dict[int, tuple]) -> Callable[..., Any]:
+          sites: CallSites) -> Callable[..., Any]:
     """A wrapper that records each call of `fn` as (name, start, end, thread, site[, error,
     facts]), and the name of a thread it sees first in `threads` (ident -> name). The site is
-    the program's call site: a key of `sites` ({key: (code, offset)}, as
-    callsite.user_code_site() gives them; 0: the call came from ascentrt itself), said as text
-    only when the profile is written. (An int in the tuple, not the code: a tuple of plain
-    values leaves the garbage collector's view, and 50k of them tracked slowed every
+    the program's call site as a key of `sites` (0: the call came from ascentrt itself), said
+    as text only when the profile is written. (An int in the tuple, not the code: a tuple of
+    plain values leaves the garbage collector's view, and 50k of them tracked slowed every
     collection, the profile's writing twice over.)
 
     Only a thread's outermost calls are recorded: `inside` holds the threads in a recorded call
@@ -124,23 +123,28 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
     append = calls.append
     now = clock.now_ns  # bound once: the clock of this profile (virtual on sim)
     getframe = sys._getframe
+    index, note = sites.index, sites.note
 
     if probe is None:
         def api(*args, **kwargs):
             thread = get_ident()
             if thread in inside:
                 return fn(*args, **kwargs)
-            # The call site (callsite.user_code_site(), inlined: taken on every recorded call)
+            # The call site (see CallSites; inlined: taken on every recorded call)
             frame: types.FrameType | None = getframe(1)
-            while frame is not None and frame.f_code.co_filename.startswith(OURS):
-                frame = frame.f_back
-            if frame is None:
-                where = 0
-            else:  # (the code is kept in `sites`: its id is not reused while the key is)
-                offset = frame.f_lasti
-                where = id(frame.f_code) << 32 | offset
-                if where not in sites:
-                    sites[where] = (frame.f_code, offset)
+            code = frame.f_code  # type: ignore[union-attr]  # (a caller is always there)
+            ci = index.get(id(code))
+            if ci is None:
+                ci = note(code)
+            while ci < 0:  # ascentrt's own code: the call the program made is further out
+                frame = frame.f_back  # type: ignore[union-attr]
+                if frame is None:
+                    break
+                code = frame.f_code
+                ci = index.get(id(code))
+                if ci is None:
+                    ci = note(code)
+            where = 0 if frame is None else ci << 24 | frame.f_lasti
             inside[thread] = True
             try:
                 t0 = now()
@@ -164,17 +168,21 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
                 facts = probe(args, kwargs)
             except Exception:
                 facts = None  # bad arguments: the call itself reports them
-            # The call site (callsite.user_code_site(), inlined: taken on every recorded call)
+            # The call site (see CallSites; inlined: taken on every recorded call)
             frame: types.FrameType | None = getframe(1)
-            while frame is not None and frame.f_code.co_filename.startswith(OURS):
-                frame = frame.f_back
-            if frame is None:
-                where = 0
-            else:  # (the code is kept in `sites`: its id is not reused while the key is)
-                offset = frame.f_lasti
-                where = id(frame.f_code) << 32 | offset
-                if where not in sites:
-                    sites[where] = (frame.f_code, offset)
+            code = frame.f_code  # type: ignore[union-attr]  # (a caller is always there)
+            ci = index.get(id(code))
+            if ci is None:
+                ci = note(code)
+            while ci < 0:  # ascentrt's own code: the call the program made is further out
+                frame = frame.f_back  # type: ignore[union-attr]
+                if frame is None:
+                    break
+                code = frame.f_code
+                ci = index.get(id(code))
+                if ci is None:
+                    ci = note(code)
+            where = 0 if frame is None else ci << 24 | frame.f_lasti
             inside[thread] = True
             try:
                 t0 = now()
@@ -278,11 +286,37 @@ class _ThreadEnd:
         book.pop(self.ident, None)
 
 
-def site_of(key: int | str, sites: dict[int, tuple]) -> str:
+class CallSites:
+    """The program's call sites of recorded calls, as small ints: a site is (the index of its
+    code object here) << 24 | its instruction offset. Finding it costs a frame and a dict
+    lookup per call: a test of the file name of each call's code, and a key of its id, cost
+    three times that (a quarter of a launch)."""
+
+    def __init__(self) -> None:
+        self.index: dict[int, int] = {}  # id(code) -> its index (1, 2, ...), or -1: ascentrt's own
+        self.codes: list = [None]        # index -> code (held: the ids in `index` stay unique)
+
+    def note(self, code: Any) -> int:
+        """Take in a code object seen for the first time; its index (-1: ascentrt's own)."""
+        if code.co_filename.startswith(OURS):
+            self.index[id(code)] = -1
+            self.codes.append(code)  # (held too: its id must not come back as another's)
+            return -1
+        ci = len(self.codes)
+        self.codes.append(code)
+        self.index[id(code)] = ci
+        return ci
+
+    def text(self, key: int | str) -> str:
+        """'file.py:line' of a recorded call's site ('?' for 0), or a text as it is."""
+        if isinstance(key, str):
+            return key
+        return site_text((self.codes[key >> 24], key & 0xFFFFFF)) if key else "?"
+
+
+def site_of(key: int | str, sites: CallSites) -> str:
     """'file.py:line' of a recorded call's site: a key of `sites` (0: '?') or a text."""
-    if isinstance(key, str):
-        return key
-    return site_text(sites[key]) if key else "?"
+    return sites.text(key)
 
 
 def by_start(calls: list[tuple]) -> list[tuple]:
@@ -299,7 +333,7 @@ class Instrumentation:
         self.threads = threads  # ident -> name of every thread that made a recorded call
         self.on_error = on_error
         self.inside: dict[int, bool] = {}  # threads in a recorded call now (see _wrap)
-        self.sites: dict[int, tuple] = {}  # call site key -> (code, offset) (see _wrap)
+        self.sites = CallSites()  # the program's call sites of the recorded calls (see _wrap)
         self.methods: list[tuple[type, str, object]] = []  # (class, attribute, original)
         self.functions: dict[int, tuple[object, object]] = {}  # id(original) -> (original, wrapper)
 
