@@ -123,7 +123,7 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
     append = calls.append
     now = clock.now_ns  # bound once: the clock of this profile (virtual on sim)
     getframe = sys._getframe
-    index, note = sites.index, sites.note
+    index, locate = sites.index, sites.locate
     ident = id  # (a local: the builtin's global lookup cost ~90 ns a call, measured)
 
     if probe is None:
@@ -131,21 +131,10 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
             thread = get_ident()
             if thread in inside:
                 return fn(*args, **kwargs)
-            # The call site (see CallSites; inlined: taken on every recorded call)
-            frame: types.FrameType | None = getframe(1)
-            code = frame.f_code  # type: ignore[union-attr]  # (a caller is always there)
-            ci = index.get(ident(code))
-            if ci is None:
-                ci = note(code)
-            while ci < 0:  # ascentrt's own code: the call the program made is further out
-                frame = frame.f_back  # type: ignore[union-attr]
-                if frame is None:
-                    break
-                code = frame.f_code
-                ci = index.get(ident(code))
-                if ci is None:
-                    ci = note(code)
-            where = 0 if frame is None else ci << 24 | frame.f_lasti
+            # The call site (see CallSites; its common case inlined: taken on every recorded call)
+            frame = getframe(1)
+            ci = index.get(ident(frame.f_code), -1)
+            where = ci << 24 | frame.f_lasti if ci > 0 else locate(frame)
             inside[thread] = True
             try:
                 t0 = now()
@@ -169,21 +158,10 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
                 facts = probe(args, kwargs)
             except Exception:
                 facts = None  # bad arguments: the call itself reports them
-            # The call site (see CallSites; inlined: taken on every recorded call)
-            frame: types.FrameType | None = getframe(1)
-            code = frame.f_code  # type: ignore[union-attr]  # (a caller is always there)
-            ci = index.get(ident(code))
-            if ci is None:
-                ci = note(code)
-            while ci < 0:  # ascentrt's own code: the call the program made is further out
-                frame = frame.f_back  # type: ignore[union-attr]
-                if frame is None:
-                    break
-                code = frame.f_code
-                ci = index.get(ident(code))
-                if ci is None:
-                    ci = note(code)
-            where = 0 if frame is None else ci << 24 | frame.f_lasti
+            # The call site (see CallSites; its common case inlined: taken on every recorded call)
+            frame = getframe(1)
+            ci = index.get(ident(frame.f_code), -1)
+            where = ci << 24 | frame.f_lasti if ci > 0 else locate(frame)
             inside[thread] = True
             try:
                 t0 = now()
@@ -307,6 +285,19 @@ class CallSites:
         self.codes.append(code)
         self.index[id(code)] = ci
         return ci
+
+    def locate(self, frame: Any) -> int:
+        """The site of a call from `frame` whose code is new here or ascentrt's own (then the
+        program's call is further out); 0 when none is the program's."""
+        while frame is not None:
+            code = frame.f_code
+            ci = self.index.get(id(code))
+            if ci is None:
+                ci = self.note(code)
+            if ci > 0:
+                return ci << 24 | frame.f_lasti
+            frame = frame.f_back
+        return 0
 
     def text(self, key: int | str) -> str:
         """'file.py:line' of a recorded call's site ('?' for 0), or a text as it is."""
