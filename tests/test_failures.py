@@ -413,3 +413,14 @@ def test_a_stuck_event_wait_names_where_its_record_was_queued():
     assert "(queued at <string>:9) for an event recorded on stream" in out, out
     assert "(its record queued at <string>:8)" in out, out
     assert "(queued at <string>:7) for notify" in out, out
+
+
+def test_a_bad_call_sites_setting_is_refused_with_its_code_before_anything_runs():
+    out = run_program("""
+        import ascentrt as art
+        try:
+            art.Stream()
+        except art.InvalidArgumentError as exc:
+            print(exc.code, exc)
+    """, env={"ASCENTRT_CALL_SITES": "banana"})
+    assert out.startswith("100000") and "ASCENTRT_CALL_SITES='banana'" in out, out
