@@ -435,6 +435,26 @@ def test_pinned_memory_the_host_cannot_map_is_an_out_of_memory_error(pool):
     assert out.strip() == "refused"
 
 
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("pool", ["1", "0"])
+def test_pinned_memory_past_the_ram_the_host_has_free_is_refused_not_oom_killed(pool):
+    # (mmap of a size the host has, but not free, succeeds; mlock then backs every page, and
+    # the OOM killer ended the process: a fuzz test's worker died so with a 20 GiB malloc_host)
+    from subprocess_util import run_program
+    out = run_program('''
+        import ascentrt as art
+        from ascentrt.backends.cpu import _lockable_bytes
+        size = max(_lockable_bytes(), 0) + (64 << 20)
+        try:
+            art.malloc_host(size)
+        except art.OutOfMemoryError as e:
+            assert e.code == 207001 and "can lock now" in str(e), str(e)
+            print("refused")
+        art.malloc_host(1 << 20).free()  # and nothing was left half made
+    ''', env={"ASCENTRT_MEM_POOL_ENABLE": pool})
+    assert out.strip() == "refused"
+
+
 def test_medium_buffers_pack_into_shared_chunks_instead_of_wasting_a_quarter(dev):
     # (each 3 MiB buffer took a 4 MiB chunk of its own: 600 of them, 1.76 GiB on a 2 GiB
     # device, failed after 512 with nothing freed, and the error blamed fragmentation)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
+import os
 import sys
 import threading
 import time
@@ -33,6 +35,28 @@ _memset.restype = None
 
 # MAP_NORESERVE: Python 3.11 does not export it; 0x4000 is its value on Linux (x86, arm).
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform == "linux" else 0)
+
+
+# Locking a mapping makes the kernel back every page at once: past the RAM the host has free, it
+# would not fail, the OOM killer would end this process (or another). cudaHostAlloc refuses
+# what it cannot pin; so does this, for sizes where it could matter.
+_CHECKED_FROM = 64 << 20
+
+
+def _lockable_bytes() -> int:
+    """The host RAM a pinned allocation may take now: what the kernel says is available, less
+    a margin for everything else (a twentieth of the RAM, at least 256 MiB)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")  # (free pages only)
+    try:
+        with open("/proc/meminfo", "rb") as f:  # (Linux: free plus reclaimable cache)
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    return available - max(total // 20, 256 << 20)
 
 
 def _anonymous_map(nbytes: int, reserve: bool = False) -> tuple[mmap.mmap, int]:
@@ -80,6 +104,11 @@ class CpuBackend(Backend):
     def alloc(self, nbytes: int, host: bool = False, reserve: bool = False) -> MemHandle:
         """A fresh mapping; host memory is page-rounded and mlocked when the process may lock."""
         size = -(-nbytes // _PAGE) * _PAGE
+        if host and size >= _CHECKED_FROM:
+            lockable = _lockable_bytes()
+            if size > lockable:
+                raise OSError(errno.ENOMEM, f"the host has {max(lockable, 0)} bytes of RAM it can "
+                                            f"lock now (what is available less a margin)")
         mm, addr = _anonymous_map(size, reserve)
         pinned = host and _libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0
         return MemHandle(addr, nbytes, host, pinned, _Mapping(mm, size, pinned))
