@@ -193,12 +193,22 @@ def test_callbacks_for_a_report_thread_that_exited_fail_loudly(stream, caplog):
 
 def _thread_with_ident(ident, target):
     """A started thread that Python gave `ident` (an ended thread's id goes to a later thread),
-    or None when none got it in 50 tries."""
+    or None when none got it in 50 tries. (A thread that got another id ends at once: joining
+    one that ran `target` waited out its 10 s whenever the first try missed.)"""
     for _ in range(50):
-        t = threading.Thread(target=target)
+        chosen, decided = [], threading.Event()
+
+        def run():
+            decided.wait(10)
+            if chosen:
+                target()
+        t = threading.Thread(target=run)
         t.start()
         if t.ident == ident:
+            chosen.append(True)
+            decided.set()
             return t
+        decided.set()
         t.join(10)
     return None
 
