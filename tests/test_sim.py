@@ -1791,9 +1791,11 @@ def test_an_event_synchronized_every_iteration_is_diagnosed_only_where_the_devic
 
 
 @each_build_once
-def test_a_device_that_moved_on_without_the_host_says_so():
+def test_a_device_that_moved_on_without_a_blocked_host_says_so_and_a_busy_host_keeps_its_timeline():
     # (a host busy longer than IDLE_HOST_S between calls got 2 s of virtual time instead of
-    # 1 s, with nothing said: the figure depended on the machine's speed)
+    # 1 s, with nothing said: the figure depended on the machine's speed. A host that computes
+    # is not idle: the timeline is the one a host with no work between its calls gives, and
+    # only a host blocked outside the runtime lets the device move on, and is told so.)
     code = textwrap.dedent("""
         import time, ascentrt as art
         a, b = art.Stream(), art.Stream()
@@ -1801,13 +1803,24 @@ def test_a_device_that_moved_on_without_the_host_says_so():
         end = time.perf_counter() + {busy}
         while time.perf_counter() < end:
             pass
+        time.sleep({blocked})
         art.launch(lambda: None, stream=b, cost=1.0, block_dim=12)
         a.synchronize(); b.synchronize()
+        print(art.Device(0).now_ns())
     """)
-    proc = subprocess.run([sys.executable, "-c", code.format(busy=0.6)], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "ASCENTRT_BACKEND": "sim"})
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("moved on without it") == 1  # (once per process)
+
+    def run(busy, blocked):
+        proc = subprocess.run([sys.executable, "-c", code.format(busy=busy, blocked=blocked)],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "ASCENTRT_BACKEND": "sim"})
+        assert proc.returncode == 0, proc.stderr
+        return int(proc.stdout.split()[-1]), proc.stderr.count("moved on without it")
+
+    quick, said = run(0, 0)
+    assert said == 0
+    assert run(0.6, 0) == (quick, 0)
+    moved, said = run(0, 0.6)
+    assert moved > quick and said == 1  # (once per process)
 
 
 @each_build_once

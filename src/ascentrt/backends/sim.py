@@ -67,6 +67,13 @@ HOST_FUNC_PATIENCE_S = 0.5
 # host function sets, in time.sleep polling) must not hang. Programs that call the runtime
 # more often keep a timeline that depends on nothing but their calls.
 IDLE_HOST_S = 0.2
+# A host thread that computes meanwhile (its own code, or the runtime's between its calls) is
+# not blocked: it will call again, and moving on without it would make the timeline depend on
+# how fast this machine runs that code. Busy means it ran at least BUSY_SHARE of the time it
+# was looked at; the device waits for a busy host up to BUSY_HOST_S (a host that spins on a
+# flag a host function sets, without calling the runtime, must not hang for good).
+BUSY_SHARE = 0.1
+BUSY_HOST_S = 5.0
 # A kernel, copy or fill runs on the host thread whose call stepped the simulation to it: one
 # that runs this long (real seconds) is reported, since it may wait for that thread itself.
 LONG_STEP_S = 10.0
@@ -84,13 +91,23 @@ def _say_long_step(task: Any) -> None:
           file=sys.stderr, flush=True)
 
 
+def _cpu_ns(thread: threading.Thread) -> int:
+    """The CPU time a thread of this process has run so far (ns); -1 where it cannot be read
+    (an ended thread, a system without /proc's per-thread figures)."""
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/schedstat", "rb") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
 def _say_unattended() -> None:
     """The report, once per process, that the device moved on without the host."""
-    print(f"ascentrt: the host made no runtime call for {IDLE_HOST_S:g} s of real time while "
-          f"work was pending, so the simulated device moved on without it: virtual time now "
-          f"depends on how fast this machine ran the program's own code (a host busy that long "
-          f"between calls, or blocked outside the runtime); the same program on a faster or "
-          f"quieter machine may give other times", file=sys.stderr, flush=True)
+    print(f"ascentrt: the host made no runtime call while work was pending, blocked outside "
+          f"the runtime for {IDLE_HOST_S:g} s of real time (or computing for {BUSY_HOST_S:g} s), "
+          f"so the simulated device moved on without it: virtual time now depends on how fast "
+          f"this machine ran the program; the same program on a faster or quieter machine may "
+          f"give other times", file=sys.stderr, flush=True)
 
 
 class _Frame:
@@ -221,8 +238,19 @@ class Timeline:
             self.pump_runs = self.pumping = True
         seen, since = -1, time.monotonic()
         step, step_since, said = None, since, None
+        ran: dict = {}  # ident -> CPU ns of each host thread at the last look
+        looked = since
         while True:
             time.sleep(IDLE_HOST_S / 4)
+            # (read without the lock: a host thread that computes is not an idle host)
+            tick, looked = time.monotonic() - looked, time.monotonic()
+            busy, before = False, ran
+            ran = {}
+            for ident, thread in list(self.callers.items()):
+                cpu = ran[ident] = _cpu_ns(thread)
+                last = before.get(ident, -1)
+                if cpu >= 0 and last >= 0 and cpu - last >= BUSY_SHARE * tick * 1e9:
+                    busy = True
             # (read without the lock, which the step holds) A task that has run this long on
             # the host thread that stepped it may wait for that very thread: say so, once.
             if self.step is not step:
@@ -238,7 +266,8 @@ class Timeline:
                     # (a host that waits moves time itself, at the real world's pace while other
                     # threads may still act: jumping to a deadline would skip what they do)
                     seen, since = self.generation, time.monotonic()
-                elif time.monotonic() - since >= IDLE_HOST_S and self._unattended_work():
+                elif time.monotonic() - since >= (BUSY_HOST_S if busy else IDLE_HOST_S) \
+                        and self._unattended_work():
                     # Unattended: run one instant of device time, as a waiting host would.
                     nxt = self.next_event()
                     self.run(self.now if nxt is None else max(nxt, self.now))
