@@ -369,6 +369,10 @@ class Recorder:
             self._settle_reached(now)
         self._released(rec, key, alloc.nbytes, dev, now)
 
+    def reserved_changed(self, dev) -> None:
+        """A pool trim gave memory of `dev` back (told by the address registry): sample it."""
+        self._sample(dev)
+
     def _handed_on(self, key: int, addr: int, nbytes: int, now: int) -> None:
         """A new allocation took memory of a pending free (its stream reuses it at once):
         that free's bytes were released by now."""
