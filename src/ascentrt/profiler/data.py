@@ -45,11 +45,13 @@ SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.s
 QUERY_APIS = ("Stream.query", "Event.query")  # one that finds the work not done polls: it waits
 
 
-def calls_made(calls: list) -> Iterator[tuple["ApiCall", int]]:
+def calls_made(calls: list, waits: bool = False) -> Iterator[tuple["ApiCall", int]]:
     """(call, its own ns) for each runtime call the program made (a thread's outermost): the
     waits for room in a full stream queue recorded inside calls are not calls, and are left
-    out of the time of the call they were in. One at a time: the writers stream, and a list
-    of them all would grow what writing a profile holds with its length."""
+    out of the time of the call they were in; with `waits` they come too, each as a row of
+    its own (named QUEUE_FULL: the host's time blocked there, which a table must show). One
+    at a time: the writers stream, and a list of them all would grow what writing a profile
+    holds with its length."""
     full: dict[int, list] = {}  # thread -> its waits, by start (each inside one call)
     for c in calls:
         if c.name == QUEUE_FULL:
@@ -58,6 +60,8 @@ def calls_made(calls: list) -> Iterator[tuple["ApiCall", int]]:
         spans.sort()
     for c in calls:
         if c.name == QUEUE_FULL:
+            if waits:
+                yield c, c.end_ns - c.start_ns
             continue
         spans = full.get(c.thread, [])
         waited, i = 0, bisect.bisect_left(spans, (c.start_ns,))

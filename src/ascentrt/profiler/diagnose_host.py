@@ -9,12 +9,12 @@ from collections import Counter, defaultdict
 
 from ..backends import presets
 from ..units import format_ms
-from .data import WORK_KINDS, calls_made, top_sites
+from .data import QUEUE_FULL, WORK_KINDS, calls_made, top_sites
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 from .finding import (
     Finding, LONG_DONE_NS, MIN_DEVICE_SYNCS, MIN_GAP_NS, MIN_GAP_VIRTUAL_NS, MIN_NEEDLESS_SYNCS,
-    SUBMIT_APIS)
+    MIN_WINDOW_NS, SUBMIT_APIS)
 from .metrics import within
 
 
@@ -26,6 +26,40 @@ def submit_costs(profile) -> list[int]:
     """Each submitting call's own time: less what it spent waiting for room in a full stream
     queue (waiting on the device, which doing more per task would not save)."""
     return [own for c, own in calls_made(profile.api_calls) if c.name in SUBMIT_APIS]
+
+
+# The host blocked in full queues this share of the run (or of a range's windows) or more.
+FULL_QUEUE_SHARE = 0.5
+
+
+def full_queue(profile, windows=None) -> list[Finding]:
+    """The host spent most of the run blocked in submits, waiting for room in a stream's full
+    queue (a simulated device's queue_depth): the device runs behind the host, which does
+    nothing else meanwhile. (Where that starved another device, held_by_full_queue says so.)"""
+    waits: defaultdict[str, list] = defaultdict(list)
+    for c in profile.api_calls:
+        if c.name == QUEUE_FULL:
+            waits[c.target].append(c)
+    if not waits:
+        return []
+    target, full = max(waits.items(), key=lambda kv: sum(c.duration_ns for c in kv[1]))
+    blocked = total(within(union((c.start_ns, c.end_ns) for c in full), windows))
+    run = profile.duration_ns if windows is None else total(windows)
+    if blocked < MIN_WINDOW_NS or blocked < FULL_QUEUE_SHARE * run:
+        return []
+    return [Finding(
+        "full_queue", f"The host spends {blocked / max(run, 1):.0%} of the run blocked on the full "
+                      f"queue of {target}",
+        f"{len(full)} submits to {target} waited {format_ms(blocked)} of the {format_ms(run)} for "
+        f"room in its queue, full of work not done yet: the device runs behind the host, and the "
+        f"host thread can do nothing else while it waits",
+        "the device's work bounds this run: make that work shorter, or spread it over more "
+        "streams or devices where it is independent; host work that does not need the device "
+        "(preparing the next batch) can go before the blocking submits or on a thread of its own. "
+        "A deeper queue only moves the wait",
+        {"blocked in full queues": format_ms(blocked), "run": format_ms(run),
+         "blocked submits": len(full), "submitted at": top_sites(full)},
+        [], 0)]  # (time the host lost, not the device: no saving the profile can promise)
 
 
 def pinned_saving(staged, staged_ns: int, profile) -> int:

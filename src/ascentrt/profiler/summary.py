@@ -47,7 +47,7 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
     out.append(("Top tasks", ["name", "kind", "count", "total ms", "avg us"], rows))
     top_api = sorted(m["api"].items(), key=lambda kv: -kv[1]["total_ns"])[:8]
     made = defaultdict(list)
-    for c, _ in calls_made(profile.api_calls):
+    for c, _ in calls_made(profile.api_calls, waits=True):
         made[c.name].append(c)
     rows = [[name, str(v["count"]), _ms(v["total_ns"]), f"{v['mean_ns'] / 1e3:.1f}",
              top_sites(made[name], 2)] for name, v in top_api]
