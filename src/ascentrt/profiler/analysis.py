@@ -15,8 +15,8 @@ from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 from .diagnose_failures import failed_tasks, never_finished, stragglers
 from .diagnose_host import (
-    full_queue, needless_syncs, pinned_saving, staged_sites, submit_costs, sync_in_loop,
-    synchronous, synchronous_copies)
+    full_queue, needless_syncs, pinned_saving, serializing_syncs, staged_sites, submit_costs,
+    sync_in_loop, synchronous, synchronous_copies)
 from .diagnose_memory import memory_findings
 from .diagnose_priority import priority_inversion
 from .finding import (
@@ -46,6 +46,7 @@ def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None,
     findings += stragglers(profile)
     findings += priority_inversion(profile)
     findings += sync_in_loop(profile, windows)
+    findings += serializing_syncs(profile, windows)
     findings += needless_syncs(profile)
     findings += memory_findings(profile, devices)
     if not any(f.kind == "held_by_full_queue" for f in findings):  # (it names the queue)
