@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from ..backends import presets
 from .data import (EXECUTOR_OF_KIND, GRAPH_SEGMENT, NONBLOCKING, QUERY_APIS, SYNC_APIS, WAIT_KINDS,
                    WORK_KINDS, ProfileData)
 
@@ -147,6 +148,7 @@ def critical_path(profile: ProfileData, windows: list | None = None) -> dict:
             if t.kind != NONBLOCKING:  # (it ran beside its stream's later work)
                 last = t
 
+    latency = _event_latencies(profile)
     waited = host_waits(profile, tasks)
     launcher = host_launches(tasks)
     cur = max(tasks, key=lambda t: t.end_ns)
@@ -182,7 +184,15 @@ def critical_path(profile: ProfileData, windows: list | None = None) -> dict:
         if lo > floor:  # nothing ran on the path: the host had not submitted cur, or it waited
             late = floor + max(0, min(lo - floor, cur.enqueue_ns - floor))  # (the first task too: from 0)
             by_kind["host"] += measure(floor, late)
-            by_kind["dispatch"] += measure(late, lo)
+            # (a released wait holds its stream's next task the event latency more: sync)
+            held = late
+            wait: Any = nxt if nxt is not None and nxt is prev.get(id(cur)) else None
+            source = by_key.get(tuple(wait.released_by)) if wait is not None \
+                and wait.kind in WAIT_KINDS and wait.released_by else None
+            if source is not None:  # (from the release: a wait met long before holds nothing)
+                held = min(lo, max(late, source.end_ns + latency.get(cur.device, 0)))
+                by_kind["sync"] += measure(late, held)
+            by_kind["dispatch"] += measure(held, lo)
         frontier = floor
         cur = nxt
     # (a cycle of predecessors, which no profile should hold: the rest is the host's)
@@ -191,6 +201,19 @@ def critical_path(profile: ProfileData, windows: list | None = None) -> dict:
     top = sorted(((n, v) for n, v in names.items() if v), key=lambda kv: -kv[1])[:3]
     return {"length_ns": measure(0, end), "by_kind": {k: v for k, v in by_kind.items() if v}, "tasks": count,
             "top": top}
+
+
+def _event_latencies(profile: ProfileData) -> dict[int, int]:
+    """{device id: the event latency of its model} for simulated devices whose preset loads
+    (a released wait holds its stream's next task that long); others are left out (0)."""
+    out = {}
+    for d in profile.devices:
+        if d.backend == "sim" and d.preset:
+            try:
+                out[d.id] = int(presets.load(d.preset).event_latency_ns)
+            except Exception:  # (a preset this installation does not have: no latency known)
+                continue
+    return out
 
 
 def _share(t, releaser) -> str:
