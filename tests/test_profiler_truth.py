@@ -525,3 +525,26 @@ def test_the_event_latency_after_a_released_cross_device_wait_is_sync_on_the_cri
     assert by_kind == {"host": 3_000, "dispatch": 3_000, "kernel": 3_000_000, "copy": 1_002_000,
                        "sync": 1_000}
     assert length == sum(by_kind.values()) == 4_009_000
+
+
+def test_a_profile_names_a_preset_file_or_variant_that_is_not_the_stock_preset(tmp_path):
+    # (an edited copy of ascend910b.toml, or a whatif variant, read "preset ascend910b" in the
+    # report and summary, as if the stock preset had run)
+    from ascentrt.backends import presets
+    stock = presets.load("ascend910b").path
+    edited = tmp_path / "q4.toml"
+    edited.write_text(open(stock).read())
+    code = """
+        import json, ascentrt as art
+        from ascentrt.profiler.summary import timing_source
+        s = art.Stream()
+        with art.profile() as prof:
+            art.launch(lambda: None, stream=s, cost=1e-3, block_dim=1)
+            s.synchronize()
+        print(json.dumps(timing_source(prof.profile)))
+    """
+    assert _run(code) == "sim backend, preset ascend910b (virtual time)"
+    assert _run(code, ASCENTRT_SIM_PRESET=str(edited)) == \
+        f"sim backend, preset ascend910b (file {edited}) (virtual time)"
+    assert _run(code, ASCENTRT_SIM_VARY='{"queue_depth": 4}') == \
+        "sim backend, preset ascend910b (varied: queue_depth=4) (virtual time)"

@@ -234,6 +234,7 @@ class DeviceInfo:
     uncosted: dict = field(default_factory=dict)  # sim: kernels that had no cost -> count
     # [H2D, D2H, D2D] engines where each direction has its own (sim); [] where any takes any
     copy_engines_per_direction: list = field(default_factory=list)
+    preset_source: str = ""  # where the preset is not the stock one: its file, the fields varied
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,7 +424,8 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
                              and all(_COUNT[1](n) for n in v.values())),
                 "copy_engines_per_direction": ("[] or [h2d, d2h, d2d] engine counts",
                                                lambda v: v == [] or _int_list(3)(v)
-                                               and all(n >= 1 for n in v))},
+                                               and all(n >= 1 for n in v)),
+                "preset_source": _STR},
     "streams": {"device": _INT, "id": _INT, "priority": _INT, "role": _STR},
     "races": {"text": _STR, "first_stream": _INT, "first_task": _INT, "second_stream": _INT,
               "second_task": _INT, "reuse": _BOOL, "count": _ints(1)},

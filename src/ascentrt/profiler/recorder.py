@@ -509,7 +509,8 @@ class Recorder:
             prof.devices.append(DeviceInfo(dev.id, p.name, p.compute_units, p.copy_engines,
                                            p.host_func_threads, p.total_memory, p.backend, p.preset,
                                            dict(getattr(dev._backend, "uncosted", {})),
-                                           list(p.copy_engines_per_direction)))
+                                           list(p.copy_engines_per_direction),
+                                           p.preset_source))
             default, detached = dev._default_stream, dev._dq.detached
             live = list(dev._dq.streams.values())
             for s in live:
