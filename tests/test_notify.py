@@ -375,3 +375,39 @@ def test_a_submit_to_a_full_queue_that_only_this_thread_could_drain_is_a_deadloc
         print("drained")
     """, env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_VARY": '{"queue_depth": 2}'})
     assert out.split() == ["507950", "drained"]
+
+
+VALUE_CYCLE = """
+import ascentrt as art
+dev = art.set_device(0)
+s1, s2, s3 = dev.create_stream(), dev.create_stream(), dev.create_stream()
+a, c = art.Notify(dev), art.Notify(dev)
+w = art.malloc(8)
+s1.wait_notify(a)
+s1.record_notify(c)
+s2.wait_value(w, lambda v: v >= 1, "w >= 1")
+s2.record_notify(a)
+s3.wait_notify(c)
+s3.write_value(w, 1)   # (the write the value wait needs, behind s3's wait)
+try:
+    dev.synchronize()
+except art.DeadlockError as e:
+    print(int(e.code), s1.id, s2.id, s3.id)
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "sim"])
+def test_a_cycle_through_a_value_wait_names_every_edge_and_the_queued_write(backend):
+    # (it named the value wait alone and said no queued work could write the word, though
+    # the write was queued behind a wait of the cycle)
+    out = run_program(VALUE_CYCLE, env={"ASCENTRT_BACKEND": backend, "ASCENTRT_CALL_SITES": "1",
+                                        "ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
+    head, text = out.strip().split("\n", 1)
+    code, s1, s2, s3 = head.split()
+    assert code == "507950"
+    assert f"stream {s2} (device 0) waits at task 1 (queued at " in text and "for w >= 1 -> " \
+        f"stream {s3} (device 0) waits at task 1" in text
+    assert f"-> stream {s1} (device 0) waits at task 1" in text and f"back to stream {s2}" in text
+    assert f"the write of its word is queued on stream {s3} (task 2, queued at " in text
+    assert "no work queued on any stream can run" not in text

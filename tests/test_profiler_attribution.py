@@ -11,6 +11,8 @@ from ascentrt.cli import main
 from ascentrt.profiler import ApiCall, Profile, RangeRecord, TaskRecord
 from ascentrt.profiler.data import DeviceInfo, MemorySample
 from ascentrt.profiler.hosttime import attribute
+from ascentrt.profiler.critical import critical_path
+from ascentrt.profiler.finding import MIN_SMALL_TASKS
 from ascentrt.profiler.scope import within
 
 MS, US = 1_000_000, 1_000
@@ -56,7 +58,8 @@ def test_idle_time_splits_into_own_code_runtime_calls_and_waiting():
     assert host.waiting_ns == 100
     assert host.own_ns == 2000 - 550 - 100
     assert host.largest == "own"
-    assert host.calls_text() == "malloc_host 0.00 ms in 2 calls, launch 0.00 ms in 1 call"
+    # (times under 10 us in us: "0.00 ms" said nothing)
+    assert host.calls_text() == "malloc_host 0.50 us in 2 calls, launch 0.05 us in 1 call"
 
 
 def test_nested_and_concurrent_calls_are_counted_once():
@@ -148,6 +151,40 @@ def test_a_range_cuts_tasks_and_calls_to_its_windows():
     assert len(scope.profile.api_calls) == 27
     assert {c.name for c in scope.profile.api_calls} == {"launch"}
     assert [s.ts_ns for s in scope.profile.memory] == [2 * MS]  # the other was between steps
+
+
+def test_a_task_spanning_two_instances_keeps_only_its_time_inside_them():
+    prof = _two_phases()
+    first, second = prof.ranges[0], prof.ranges[1]
+    prof.tasks.append(_kernel(999, first.end_ns - 1 * MS, second.start_ns - first.end_ns + 3 * MS,
+                              stream=2))  # from 1 ms before the end of one step into the next
+    scope = within(prof, "step")
+    pieces = [t for t in scope.profile.tasks if t.task_id == 999]
+    assert [(t.start_ns, t.end_ns) for t in pieces] == [
+        (first.end_ns - 1 * MS, first.end_ns), (second.start_ns, second.start_ns + 2 * MS)]
+    # (the 20 ms between the steps is not the range's: its critical path is its windows)
+    assert critical_path(scope.profile, scope.windows)["length_ns"] <= 30 * MS
+
+
+def test_a_long_task_that_starts_at_the_end_of_each_instance_is_no_small_task():
+    tasks, calls, ranges = [], [], []
+    for i in range(MIN_SMALL_TASKS + 20):  # a 1 ms kernel launched as each short step ends
+        t = i * 2 * MS
+        calls.append(ApiCall("launch", t, t + 10 * US, HOST))
+        tasks.append(_kernel(i + 1, t + 11 * US, 1 * MS))
+        ranges.append(RangeRecord("step", t, t + 12 * US, HOST))
+    prof = _profile(tasks, calls, ranges)
+    assert [t.duration_ns for t in within(prof, "step").profile.tasks][:2] == [1 * US, 1 * US]
+    assert [f.kind for f in prof.diagnose(range="step") if f.kind == "small_tasks"] == []
+
+
+def test_ranges_nested_in_one_of_their_name_are_part_of_its_instance():
+    tasks, calls, _ = _loop(0, 3, 1 * MS, 1 * MS)
+    outer = RangeRecord("step", 0, 6 * MS, HOST)
+    inner = [RangeRecord("step", 1 * MS, 2 * MS, HOST), RangeRecord("step", 3 * MS, 4 * MS, HOST)]
+    again = RangeRecord("step", 6 * MS, 7 * MS, HOST)  # (right after it: an instance of its own)
+    scope = within(_profile(tasks, calls, [outer, *inner, again]), "step")
+    assert scope.instances == 2 and scope.label() == "range 'step' (2 instances, 7.00 ms)"
 
 
 def test_an_unknown_range_is_refused_naming_the_known_ones():

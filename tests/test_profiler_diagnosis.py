@@ -541,7 +541,32 @@ def test_a_submit_held_by_a_full_queue_is_waiting_not_submitting_cost():
     ''', env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_VARY": '{"queue_depth": 1}'}, timeout=60)
     waited, kinds, launches, mean_ns, names = json.loads(out.strip().splitlines()[-1])
     assert waited and "small_tasks" not in kinds and "host_bound" not in kinds
-    assert launches == 150 and mean_ns <= 5000 and names == ["Stream.synchronize", "launch"]
+    assert launches == 150 and mean_ns <= 5000
+    assert names == ["Stream.synchronize", "launch", "waiting for room in a full stream queue"]
+
+
+def test_time_blocked_on_a_full_queue_has_its_row_and_a_finding_when_it_dominates(tmp_path):
+    # (the host blocked 35.9 of 40 ms in full-queue waits: the Host API table and
+    # api_statistic.csv summed to 4.1 ms, and the diagnosis found nothing)
+    import csv
+    from subprocess_util import run_program
+    out = run_program(f'''
+        import json, ascentrt as art
+        s = art.Stream()
+        with art.profile({str(tmp_path / "p")!r}) as prof:
+            for _ in range(40):
+                art.launch(lambda: None, stream=s, cost=1e-3, block_dim=1)
+            s.synchronize()
+        print(json.dumps([[f.kind, f.title, f.evidence] for f in prof.diagnose()]))
+    ''', env={"ASCENTRT_BACKEND": "sim", "ASCENTRT_SIM_VARY": '{"queue_depth": 4}'}, timeout=60)
+    [[kind, title, evidence]] = json.loads(out.strip().splitlines()[-1])
+    assert kind == "full_queue" and "blocked on the full queue of stream" in title
+    assert evidence["blocked submits"] == 36
+    rows = {r["api"]: r for r in csv.DictReader(open(tmp_path / "p" / "api_statistic.csv"))}
+    wait = rows["waiting for room in a full stream queue"]
+    assert wait["count"] == "36" and 35_000 < float(wait["total_us"]) < 36_000
+    assert float(rows["launch"]["total_us"]) < 200  # (the launches' own time, as before)
+    assert "waiting for room in a full stream queue  36" in open(tmp_path / "p" / "summary.txt").read()
 
 
 def test_a_device_starved_by_another_devices_full_queue_is_named_with_that_queue():
@@ -862,3 +887,33 @@ def test_the_advice_for_a_stuck_wait_says_a_record_is_missing_only_where_it_may_
     if wait == "event_wait":  # (its record was made: the stream that holds it is the lead)
         assert found.advice.startswith("work still queued or running"), found.advice
         assert "record was made" in found.advice
+
+
+SERIAL_SYNCS = '''
+import json, sys, ascentrt as art
+dev = art.set_device(0)
+a, b = dev.create_stream(), dev.create_stream()
+with art.profile(None) as prof:
+    for i in range(20):
+        for s in (a, b):
+            art.launch(lambda: None, stream=s, cost=1e-3, block_dim=int(sys.argv[1]))
+            s.synchronize()
+print(json.dumps([[f.kind, f.evidence] for f in prof.diagnose()]))
+'''
+
+
+def test_syncs_that_keep_independent_streams_apart_are_found_where_they_could_overlap():
+    # (two streams of 1 ms single-core kernels, each synchronized after its launch: 40.56 ms
+    # where overlapped they take 20.3 ms, and "no problems found"; with kernels that take all
+    # 24 cores nothing could overlap, and nothing is found)
+    from subprocess_util import run_program
+    found = {}
+    for block_dim in (1, 24):
+        out = run_program(SERIAL_SYNCS.replace("sys.argv[1]", str(block_dim)),
+                          env={"ASCENTRT_BACKEND": "sim"}, timeout=60)
+        found[block_dim] = [e for k, e in json.loads(out.strip().splitlines()[-1])
+                            if k == "serializing_sync"]
+    [evidence] = found[1]
+    assert evidence["synchronizations"] == 39 and evidence["could save up to"] == "20.56 ms"
+    assert evidence["called at"] == "<string>:9 (39 calls)"
+    assert found[24] == []

@@ -208,6 +208,35 @@ def test_memory_samples_and_allocations_follow_malloc_and_free(dev):
     assert all(s.reserved >= s.allocated for s in p.memory if s.device == dev.id)
 
 
+@pytest.mark.parametrize("trim", ["empty_cache", "configure_pool", "MemPool.trim_to"])
+def test_every_pool_trim_is_a_memory_sample(dev, trim):
+    # (a trim told no observer: memory.csv and the report kept the reserved figure from before)
+    from ascentrt.memory.stats import memory_stats
+    pool = art.MemPool(dev) if trim == "MemPool.trim_to" else None
+    take = pool.malloc_async if pool is not None else art.malloc
+    with art.profile() as prof:
+        bufs = [take(30_000_000) for _ in range(3)]
+        bufs[0].free(), bufs[1].free()
+        before = (pool.reserved_current if pool is not None
+                  else memory_stats(dev)["reserved_bytes.current"])
+        if trim == "empty_cache":
+            assert art.empty_cache(dev) > 0
+        elif trim == "configure_pool":
+            art.configure_pool(dev, release_threshold=0)
+        else:
+            assert pool.trim_to(0) > 0
+        reserved = memory_stats(dev)["reserved_bytes.current"]
+        art.profiler.mark("trimmed")
+        bufs[2].free()
+    if trim == "configure_pool":
+        art.configure_pool(dev, release_threshold=None)
+    if pool is not None:
+        pool.destroy()
+    [mark] = [m for m in prof.profile.marks if m.name == "trimmed"]
+    last = [s for s in prof.profile.memory if s.device == dev.id and s.ts_ns <= mark.ts_ns][-1]
+    assert reserved < before and last.reserved == reserved
+
+
 def test_folder_round_trips_through_load(stream, tmp_path):
     buf = art.malloc(4096)
     with art.profile(tmp_path / "run") as prof:

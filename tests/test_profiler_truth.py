@@ -497,3 +497,54 @@ def test_calls_inside_a_host_function_are_stamped_in_it_and_get_their_launch_arr
     assert all(start <= c[1] <= c[2] <= end for c in got["calls"]), got
     assert got["marks"] and all(start <= ts <= end for ts in got["marks"]), got
     assert got["arrows"] == {"B": 1, "C": 1}, got
+
+
+def test_the_event_latency_after_a_released_cross_device_wait_is_sync_on_the_critical_path():
+    # (the 1 us a released wait holds its stream's next task, event_latency_ns, was booked as
+    # dispatch; sync covers released waits)
+    got = _run("""
+        import json, ascentrt as art
+        from ascentrt.profiler.critical import critical_path
+        d0, d1 = art.Device(0), art.Device(1)
+        d0.enable_peer_access(1)
+        s0, s1 = d0.create_stream(), d1.create_stream()
+        a, b = d0.malloc(56_000_000), d1.malloc(56_000_000)
+        e = art.Event(d0)
+        with art.profile() as prof:
+            art.launch(lambda: None, stream=s0, cost=1e-3, name="K0", block_dim=1)
+            art.memcpy_async(b, a, stream=s0)
+            e.record(s0)
+            s1.wait(e)
+            art.launch(lambda: None, stream=s1, cost=2e-3, name="K1", block_dim=1)
+            s1.synchronize()
+        path = critical_path(prof.profile)
+        print(json.dumps([path["length_ns"], path["by_kind"]]))
+    """, ASCENTRT_DEVICES="2")
+    length, by_kind = got
+    # K0 1 ms + the peer copy (2 us + 56 MB at 56 GB/s) + the event latency + K1 2 ms
+    assert by_kind == {"host": 3_000, "dispatch": 3_000, "kernel": 3_000_000, "copy": 1_002_000,
+                       "sync": 1_000}
+    assert length == sum(by_kind.values()) == 4_009_000
+
+
+def test_a_profile_names_a_preset_file_or_variant_that_is_not_the_stock_preset(tmp_path):
+    # (an edited copy of ascend910b.toml, or a whatif variant, read "preset ascend910b" in the
+    # report and summary, as if the stock preset had run)
+    from ascentrt.backends import presets
+    stock = presets.load("ascend910b").path
+    edited = tmp_path / "q4.toml"
+    edited.write_text(open(stock).read())
+    code = """
+        import json, ascentrt as art
+        from ascentrt.profiler.summary import timing_source
+        s = art.Stream()
+        with art.profile() as prof:
+            art.launch(lambda: None, stream=s, cost=1e-3, block_dim=1)
+            s.synchronize()
+        print(json.dumps(timing_source(prof.profile)))
+    """
+    assert _run(code) == "sim backend, preset ascend910b (virtual time)"
+    assert _run(code, ASCENTRT_SIM_PRESET=str(edited)) == \
+        f"sim backend, preset ascend910b (file {edited}) (virtual time)"
+    assert _run(code, ASCENTRT_SIM_VARY='{"queue_depth": 4}') == \
+        "sim backend, preset ascend910b (varied: queue_depth=4) (virtual time)"

@@ -1554,6 +1554,27 @@ def test_whatif_utilization_is_the_summary_s_units_held_over_units_times_window(
 
 
 @sim_only
+def test_whatif_copy_utilization_is_the_busiest_direction_s(dev):
+    # (four 50 MB H2D copies kept the H2D engines busy all the run; whatif's copy column, the
+    # copy class pooled over every direction's engines, said a third of that)
+    from ascentrt.whatif import summarize
+    streams = [dev.create_stream() for _ in range(4)]
+    host = art.malloc_host(50_000_000)
+    bufs = [art.malloc(50_000_000) for _ in range(4)]
+    with art.profile() as prof:
+        for s, b in zip(streams, bufs):
+            art.memcpy_async(b, host, stream=s)
+        dev.synchronize()
+    snap = prof.snapshot()
+    h2d = snap.metrics()["executors"][f"{dev.id}/copy host_to_device"]["utilization"]
+    assert h2d > 0.95 and summarize(snap)["busy"]["copy"] == h2d
+    for x in (host, *bufs):
+        x.free()
+    for s in streams:
+        s.destroy()
+
+
+@sim_only
 def test_a_value_wait_the_host_released_goes_on_from_the_host_s_next_call(dev):
     # (it went on only after the host's synchronize had waited out a 0.25 s slice: 256 ms late)
     a, b = dev.create_stream(), dev.create_stream()

@@ -47,6 +47,7 @@ class DeviceProperties:
     host_func_threads: int
     stream_priority_range: tuple[int, int]  # (lowest priority, highest priority), smaller = higher
     preset: str = ""                        # the hardware model of a sim device
+    preset_source: str = ""                 # ... where not the stock one: its file, fields varied
     # (H2D, D2H, D2D) engines where each direction has its own (sim); () where any engine
     # takes any copy (cpu)
     copy_engines_per_direction: tuple[int, ...] = ()
@@ -220,6 +221,7 @@ class Device:
             id=device_id, name=props.name, backend=props.backend, total_memory=props.memory_bytes,
             compute_units=compute, copy_engines=copy, host_func_threads=host,
             stream_priority_range=(PRIORITY_LEVELS - 1, 0), preset=props.preset,
+            preset_source=props.preset_source,
             copy_engines_per_direction=props.copy_engines_per_direction)
         self._default_stream: Any = None  # a Stream
         self._events: weakref.WeakSet[object] = weakref.WeakSet()  # live events, counted where the model caps them

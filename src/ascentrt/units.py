@@ -12,5 +12,8 @@ def format_bytes(n: float) -> str:
 
 
 def format_ms(ns: float) -> str:
-    """Nanoseconds as '12.34 ms' (the unit of the profiler's findings)."""
+    """Nanoseconds as '12.34 ms' (the unit of the profiler's findings); under 10 us, where
+    that would read 0.00 or 0.01 ms, as '2.00 us'."""
+    if 0 < abs(ns) < 10_000:
+        return f"{ns / 1e3:.2f} us"
     return f"{ns / 1e6:.2f} ms"

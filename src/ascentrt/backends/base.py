@@ -102,6 +102,7 @@ class BackendProperties:
     memory_bytes: int
     executors: tuple[int, int, int]   # (compute units, copy engines, host-function threads)
     preset: str = ""              # the hardware model a simulated device follows
+    preset_source: str = ""       # ... where not the stock one: its file, the fields varied
     virtual: bool = False         # time is modelled (host_call and queue stepping matter)
     queue_depth: int = 0          # tasks a stream may hold before a submit waits (0: no limit)
     max_streams: int = 0          # streams the device can have at once (0: no limit)

@@ -42,7 +42,7 @@ from typing import Any, Final
 from .. import forksafe
 from .base import COPY, HOST, KERNEL, SUBMITTED, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
-from .presets import Preset
+from .presets import Preset, identity
 
 # (Final: compiled, they are constants, not lookups in this module's globals)
 _COMPUTE: Final = 0                        # the engine's executor classes
@@ -559,7 +559,8 @@ class SimBackend(CpuBackend):
         self._properties = BackendProperties(
             "sim", name, memory, (p.compute_units, p.copy_engines_h2d + p.copy_engines_d2h
                                   + p.copy_engines_d2d, p.host_func_threads),
-            preset=p.name, virtual=True, queue_depth=p.queue_depth, max_streams=p.max_streams,
+            preset=p.name, preset_source=identity(p), virtual=True, queue_depth=p.queue_depth,
+            max_streams=p.max_streams,
             max_events=p.max_events, max_notifies=p.max_notifies, dispatch_ns=int(p.dispatch_ns),
             release_ns=int(p.event_latency_ns),
             copy_engines_per_direction=(p.copy_engines_h2d, p.copy_engines_d2h, p.copy_engines_d2d))

@@ -1287,10 +1287,10 @@ class Engine:
                 # cycle: another thread of the program may write the word while this waits).
                 producers = [p for p in self._all_streams() if p is not s and (
                     p._running is not None or any(x.executor is not None for x in list(p._tasks)))]
-                if any(self._why_stuck(p, path + [s], timed) is None for p in producers):
+                results = [self._why_stuck(p, path + [s], timed) for p in producers]
+                if any(r is None for r in results):
                     return None
-                return "host", (f"{_describe_wait(s)}, and no work queued on any stream can run to "
-                                f"write it; only the host can write it now"), []
+                return "host", _value_wait_stuck(s, t, producers, results), []
             elif t.kind == EVENT_WAIT:
                 if t.marker.stream is None:
                     needs_host = t.marker.needs_host
@@ -1373,6 +1373,29 @@ def _describe_wait(s) -> str:
         return f"stream {s.id} (device {s.device.id}) waits at task {t.id}{_at(t)} for {t.args[0]}{_time_left(s, t)}"
     return (f"stream {s.id} (device {s.device.id}) waits at task {t.id}{_at(t)} for notify "
             f"{t.notify.id}{_time_left(s, t)}")
+
+
+def _value_wait_stuck(s, t: Task, producers: list, results: list) -> str:
+    """Why value wait `t` of stream `s` cannot end, no queued work being able to run: where a
+    write of its word is queued behind a wait that comes back to `s`, the cycle with every edge;
+    else that no queued work can write it. Either way only the host can end it now."""
+    word = t.value[0] if t.value is not None else None
+    writes = {p: x for p in producers for x in list(p._tasks)
+              if x.name == "value_write" and x.value is not None and x.value[0] == word}
+    for p, r in zip(producers, results):
+        if p not in writes or r[0] != "cycle" or s not in r[2]:
+            continue
+        i = r[2].index(s)
+        members = r[2][i:] + r[2][:i]  # (the cycle from s: s waits for the next, and so on)
+        if len(members) > 1 and members[1] is p:
+            x = writes[p]
+            at = "" if x.site is None else f", queued at {site_text(x.site)}"
+            chain = " -> ".join(_describe_wait(m) for m in members)
+            return (f"the streams wait on each other: {chain} -> back to stream {s.id}: the "
+                    f"write of its word is queued on stream {p.id} (task {x.id}{at}) behind "
+                    f"that stream's wait; only the host can write it now")
+    return (f"{_describe_wait(s)}, and no work queued on any stream can run to write it; only "
+            f"the host can write it now")
 
 
 def _behind_own_wait(s, t: Task) -> str:

@@ -12,6 +12,7 @@ from ..validate import check_size
 from .buffer import DeviceBuffer
 from .links import Links
 from .pool import BlockPool
+from .registry import REGISTRY
 from .trace import base_pool
 from .policy import ReusePolicy
 from .stats import pool_stats
@@ -19,6 +20,14 @@ from .stats import pool_stats
 
 def _device(device: Any) -> Any:
     return Links.resolve_device(device)
+
+
+def _trimmed(device: Any, released: int) -> int:
+    """Tell the memory observers that a trim gave `released` bytes of `device` back (the
+    reserved figure changed with no allocation or free); returns `released`."""
+    if released and REGISTRY.observers:
+        REGISTRY.reserved_changed(device)
+    return released
 
 
 def _size_or_none(value: Any, what: str) -> int | None:
@@ -71,7 +80,7 @@ class MemPool:
     def trim_to(self, nbytes: int) -> int:
         """Return cached chunks until at most `nbytes` stay reserved; returns bytes released."""
         self._check_alive()
-        return self._pool.trim_to(check_size(nbytes, "nbytes", allow_zero=True))
+        return _trimmed(self.device, self._pool.trim_to(check_size(nbytes, "nbytes", allow_zero=True)))
 
     @property
     def release_threshold(self) -> int | None:
@@ -117,7 +126,7 @@ class MemPool:
         self._check_alive()
         self._destroyed = True
         self._pool.release_threshold = 0  # chunks go back as soon as their last buffer is freed
-        self._pool.empty_cache()
+        _trimmed(self.device, self._pool.empty_cache())
         explicit = self.device._memory.explicit
         if self._pool.allocated == 0 and self._alloc in explicit:
             explicit.remove(self._alloc)  # nothing left to account for in the device's stats
@@ -167,8 +176,10 @@ def record_stream(buf: DeviceBuffer, stream: Any) -> None:
 
 def empty_cache(device: Any = None) -> int:
     """Return the device pool's wholly free cached chunks to the device; returns bytes released."""
-    alloc = _device(device)._memory
-    return sum(p.empty_cache() for p in [base_pool(alloc.pool), *alloc.pools()] if p is not None)
+    dev = _device(device)
+    alloc = dev._memory
+    return _trimmed(dev, sum(p.empty_cache() for p in [base_pool(alloc.pool), *alloc.pools()]
+                             if p is not None))
 
 
 def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType = ...,
@@ -176,7 +187,8 @@ def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType
                    gc_threshold: float | EllipsisType = ..., policy: ReusePolicy | None = None) -> None:
     """Change the device pool's settings at run time (the ASCENTRT_MEM_POOL_* settings); a
     release threshold applies at once (cached whole chunks beyond it go back)."""
-    pool = base_pool(_device(device)._memory.pool)  # (not a recorder: the settings are the pool's)
+    dev = _device(device)
+    pool = base_pool(dev._memory.pool)  # (not a recorder: the settings are the pool's)
     if pool is None:
         raise InvalidArgumentError("the memory pool is off (ASCENTRT_MEM_POOL_ENABLE=0)")
     if split_limit is not ...:
@@ -198,7 +210,7 @@ def configure_pool(device: Any = None, *, split_limit: int | None | EllipsisType
             pool.policy = policy
     if release_threshold is not ... and release_threshold is not None:
         # (what the pool cached under the old threshold: as a free over the new one would)
-        pool.trim_to(release_threshold)
+        _trimmed(dev, pool.trim_to(release_threshold))
 
 
 # (a Ctrl-C as a new buffer is handed on would lose it: sent again once the call returned)

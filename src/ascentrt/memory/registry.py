@@ -27,7 +27,8 @@ class AddressRegistry:
     with buffer_allocated(alloc), buffer_freed(alloc, stream) (stream: what the free was ordered
     after, None for all work), buffer_used_on(alloc, stream) (record_stream) and
     buffer_viewed(alloc, lo, hi, what, write[, rows]) (a host thread touches bytes), called by whoever makes,
-    marks, views or ends the allocation.
+    marks, views or ends the allocation, and, where they have it, reserved_changed(device) (a
+    pool trim gave memory back).
     """
 
     def __init__(self):
@@ -70,6 +71,14 @@ class AddressRegistry:
         """Tell the observers that `alloc` ended (after `stream`'s work; None: after all)."""
         for o in self.observers:
             o.buffer_freed(alloc, stream)
+
+    def reserved_changed(self, device) -> None:
+        """Tell the observers that have a reserved_changed(device) that `device`'s reserved
+        memory changed with no allocation or free (a pool trim)."""
+        for o in self.observers:
+            changed = getattr(o, "reserved_changed", None)
+            if changed is not None:
+                changed(device)
 
     def host_accessed(self, alloc, lo: int, hi: int, what: str = "a numpy view",
                       write: bool = True, rows: tuple | None = None) -> None:

@@ -15,8 +15,8 @@ from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 from .diagnose_failures import failed_tasks, never_finished, stragglers
 from .diagnose_host import (
-    needless_syncs, pinned_saving, staged_sites, submit_costs, sync_in_loop, synchronous,
-    synchronous_copies)
+    full_queue, needless_syncs, pinned_saving, serializing_syncs, staged_sites, submit_costs,
+    sync_in_loop, synchronous, synchronous_copies)
 from .diagnose_memory import memory_findings
 from .diagnose_priority import priority_inversion
 from .finding import (
@@ -29,22 +29,28 @@ from .metrics import DISPATCHED_KINDS, DURATION, dispatch_latencies, within, wor
 
 # ---- diagnosis -----------------------------------------------------------------------------
 
-def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None) -> list[Finding]:
+def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None,
+             whole: dict | None = None) -> list[Finding]:
     """Every problem the profile shows evidence of, the most costly first. With `windows`
-    (sorted, disjoint; see scope.within) idle device time counts only inside them."""
+    (sorted, disjoint; see scope.within) idle device time counts only inside them, and `whole`
+    maps id() of each piece of a task cut to them to the task it was cut from (how long a
+    task is, it judges whole)."""
     findings: list[Finding] = []
     devices = {d.id: d for d in profile.devices}
     for dev_id, work in sorted(work_by_device(profile).items()):
         findings += _host_bound(dev_id, work, windows, profile)
-        findings += _small_tasks(dev_id, work, profile)
+        findings += _small_tasks(dev_id, work, profile, whole or {})
         findings += _too_many_streams(dev_id, work, devices.get(dev_id), profile)
         findings += _no_overlap(dev_id, work, profile)
-    findings += _copy_bound(profile)
+    findings += _copy_bound(profile, windows)
     findings += stragglers(profile)
     findings += priority_inversion(profile)
     findings += sync_in_loop(profile, windows)
+    findings += serializing_syncs(profile, windows)
     findings += needless_syncs(profile)
     findings += memory_findings(profile, devices)
+    if not any(f.kind == "held_by_full_queue" for f in findings):  # (it names the queue)
+        findings += full_queue(profile, windows)
     findings.sort(key=lambda f: -f.impact_ns)
     # (work that never finished, then failures, before any speed finding)
     return never_finished(profile) + failed_tasks(profile) + findings
@@ -204,11 +210,14 @@ def _held_by_a_full_queue(dev_id, idle, idle_ns, util, span, feeders, profile) -
         [], held)]
 
 
-def _small_tasks(dev_id, work, profile) -> list[Finding]:
+def _small_tasks(dev_id, work, profile, whole: dict) -> list[Finding]:
     small = [t for t in work if t.kind not in ("host_func", NONBLOCKING)]
-    if len(small) < MIN_SMALL_TASKS:
+    # (a task cut to a range's windows is judged by its whole run: a 1 ms kernel whose first
+    # microsecond falls inside the range is no small task; its time inside is the work)
+    tasks = list({id(w): w for w in (whole.get(id(t), t) for t in small)}.values())
+    if len(tasks) < MIN_SMALL_TASKS:
         return []
-    d50 = statistics.median(t.duration_ns for t in small)
+    d50 = statistics.median(t.duration_ns for t in tasks)
     if d50 >= SMALL_TASK_NS:
         return []
     submits = submit_costs(profile)  # (the host's: its calls are not told apart by device)
@@ -218,18 +227,18 @@ def _small_tasks(dev_id, work, profile) -> list[Finding]:
     if overhead < d50:
         return []
     work_ns = sum(t.duration_ns for t in small)
-    examples = [task_ref(t) for t in heapq.nsmallest(5, small, key=DURATION)]
+    examples = [task_ref(t) for t in heapq.nsmallest(5, tasks, key=DURATION)]
     return [Finding(
         "small_tasks", f"Tasks on device {dev_id} are too small: overhead dominates the work",
         f"the median task ran {format_us(d50)}, while submitting one costs {format_us(launch50)} on the host "
         f"and dispatching it {format_us(disp50)}: more time goes into handling tasks than into work",
         "do more work per task: fuse small kernels, process a whole batch per launch, merge "
         "small copies into one; replay repeated sequences as a graph",
-        {"tasks": len(small), "median task": format_us(d50),
+        {"tasks": len(tasks), "median task": format_us(d50),
          "median submit call (the host's, all devices)": format_us(launch50),
          "median dispatch latency": format_us(disp50), "work in these tasks": format_ms(work_ns),
          "host time submitting (all devices)": format_ms(sum(submits))},
-        examples, max(0, int(len(small) * overhead - work_ns)))]
+        examples, max(0, int(len(tasks) * overhead - work_ns)))]
 
 
 def _max_concurrent_streams(work) -> int:
@@ -390,12 +399,14 @@ _DIRECTION_WORDS = {"host_to_device": "H2D", "device_to_host": "D2H", "device_to
                     "host_to_host": "H2D"}  # (the engine that runs host to host: see critical)
 
 
-def _busiest_engine(profile, copies) -> tuple[str, float] | None:
+def _busiest_engine(profile, copies, windows=None) -> tuple[str, float] | None:
     """('device 0's H2D copy engine', busy share of the run) for the most used copy engine
-    class whose busy time (over its engines) is SATURATED of the run or more, else None."""
+    class whose busy time (over its engines) is SATURATED of the run (its part inside
+    `windows`) or more, else None."""
     start = min(t.start_ns for t in copies)
     end = max(t.end_ns for t in profile.tasks)
-    if end <= start:
+    run = end - start if windows is None else total(intersection(windows, [(start, end)]))
+    if run <= 0:
         return None
     devices = {d.id: d for d in profile.devices}
     lanes: dict = defaultdict(list)
@@ -414,23 +425,26 @@ def _busiest_engine(profile, copies) -> tuple[str, float] | None:
             engines = max(1, info.copy_engines_per_direction[("H2D", "D2H", "D2D").index(direction)])
             what = f"device {dev}'s {direction} copy engine" + ("s" if engines > 1 else "")
         busy = sum(b - a for a, b in spans) / engines if engines > 1 else total(union(spans))
-        share = busy / (end - start)
+        share = busy / run
         if share >= SATURATED and (best is None or share > best[1]):
             best = (what, share)
     return best
 
 
-def _copy_bound(profile) -> list[Finding]:
+def _copy_bound(profile, windows=None) -> list[Finding]:
     """Copies over half the critical path (the chain of work the run's length is made of):
-    the run lasts as long as its transfers, however well the rest of it overlaps."""
+    the run lasts as long as its transfers, however well the rest of it overlaps (with
+    `windows`, the path's part inside them)."""
     copies = [t for t in profile.tasks if t.kind == "copy" and t.started]
     if not copies:
         return []
     end = max(t.end_ns for t in profile.tasks)
+    if windows is not None:
+        end = total(intersection(windows, [(0, end)]))
     # (cheap first: the path's copies are at most all the time any copy ran)
     if end < MIN_WINDOW_NS or total(union((t.start_ns, t.end_ns) for t in copies)) < COPY_BOUND_SHARE * end:
         return []
-    path = critical_path(profile)
+    path = critical_path(profile, windows)
     length, copy_ns = path["length_ns"], path["by_kind"].get("copy", 0)
     if length < MIN_WINDOW_NS or copy_ns < COPY_BOUND_SHARE * length:
         return []
@@ -452,7 +466,7 @@ def _copy_bound(profile) -> list[Finding]:
         if k_ns else 1.0
     if compute:
         evidence["compute time overlapped by copies"] = f"{overlap:.0%}"
-    saturated = _busiest_engine(profile, copies)
+    saturated = _busiest_engine(profile, copies, windows)
     if saturated is not None:
         engine, share = saturated
         evidence[f"{engine} busy"] = f"{share:.0%} of the run"

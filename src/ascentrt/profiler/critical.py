@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from ..backends import presets
 from .data import (EXECUTOR_OF_KIND, GRAPH_SEGMENT, NONBLOCKING, QUERY_APIS, SYNC_APIS, WAIT_KINDS,
                    WORK_KINDS, ProfileData)
 
@@ -108,7 +109,7 @@ def capacities(profile: ProfileData) -> dict:
     return out
 
 
-def critical_path(profile: ProfileData) -> dict:
+def critical_path(profile: ProfileData, windows: list | None = None) -> dict:
     """{'length_ns', 'by_kind' (ns per share of the path: a task kind for the time its tasks
     on it ran, 'host' for the gaps where the next task was not yet submitted, the time before
     its first task included, 'dispatch' for those where it was, waiting to be dispatched,
@@ -116,7 +117,8 @@ def critical_path(profile: ProfileData) -> dict:
     recorded released (a deadlock, a wait still blocked at the end, one the host let go) and
     'timeout' for a device-side wait that failed so), 'tasks' (work tasks on it), 'top' [(name,
     ns)]}; the path runs from the profile's start to its last task's end, and its parts add up
-    to its length.
+    to its length. With `windows` (sorted, disjoint: a range's, see scope.within) only the
+    path's time inside them counts, its length included.
 
     Walks back from the task that ended last; each step goes to whichever of its predecessors
     ended latest: the stream's previous task (a non-blocking host function is none: its
@@ -146,6 +148,7 @@ def critical_path(profile: ProfileData) -> dict:
             if t.kind != NONBLOCKING:  # (it ran beside its stream's later work)
                 last = t
 
+    latency = _event_latencies(profile)
     waited = host_waits(profile, tasks)
     launcher = host_launches(tasks)
     cur = max(tasks, key=lambda t: t.end_ns)
@@ -154,6 +157,12 @@ def critical_path(profile: ProfileData) -> dict:
     names: dict[str, int] = defaultdict(int)
     count = 0
     seen = set()
+    if windows is None:
+        def measure(a: int, b: int) -> int:
+            return b - a
+    else:
+        def measure(a: int, b: int) -> int:
+            return sum(min(b, hi) - max(a, lo) for lo, hi in windows if lo < b and hi > a)
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         releaser = by_key.get(tuple(cur.released_by)) if cur.released_by else None
@@ -168,23 +177,43 @@ def critical_path(profile: ProfileData) -> dict:
         floor = min(after, frontier)
         lo = min(frontier, max(cur.start_ns, floor))  # cur's own part: [lo, frontier]
         if frontier > lo:
-            by_kind[_share(cur, releaser)] += frontier - lo
+            by_kind[_share(cur, releaser)] += measure(lo, frontier)
         if cur.kind in WORK:
-            names[cur.name] += frontier - lo
+            names[cur.name] += measure(lo, frontier)
             count += 1
         if lo > floor:  # nothing ran on the path: the host had not submitted cur, or it waited
-            gap = lo - floor
-            late = max(0, min(gap, cur.enqueue_ns - floor))  # (the first task too: from 0)
-            by_kind["host"] += late
-            by_kind["dispatch"] += gap - late
+            late = floor + max(0, min(lo - floor, cur.enqueue_ns - floor))  # (the first task too: from 0)
+            by_kind["host"] += measure(floor, late)
+            # (a released wait holds its stream's next task the event latency more: sync)
+            held = late
+            wait: Any = nxt if nxt is not None and nxt is prev.get(id(cur)) else None
+            source = by_key.get(tuple(wait.released_by)) if wait is not None \
+                and wait.kind in WAIT_KINDS and wait.released_by else None
+            if source is not None:  # (from the release: a wait met long before holds nothing)
+                held = min(lo, max(late, source.end_ns + latency.get(cur.device, 0)))
+                by_kind["sync"] += measure(late, held)
+            by_kind["dispatch"] += measure(held, lo)
         frontier = floor
         cur = nxt
     # (a cycle of predecessors, which no profile should hold: the rest is the host's)
     if frontier > 0:
-        by_kind["host"] += frontier
+        by_kind["host"] += measure(0, frontier)
     top = sorted(((n, v) for n, v in names.items() if v), key=lambda kv: -kv[1])[:3]
-    return {"length_ns": end, "by_kind": {k: v for k, v in by_kind.items() if v}, "tasks": count,
+    return {"length_ns": measure(0, end), "by_kind": {k: v for k, v in by_kind.items() if v}, "tasks": count,
             "top": top}
+
+
+def _event_latencies(profile: ProfileData) -> dict[int, int]:
+    """{device id: the event latency of its model} for simulated devices whose preset loads
+    (a released wait holds its stream's next task that long); others are left out (0)."""
+    out = {}
+    for d in profile.devices:
+        if d.backend == "sim" and d.preset:
+            try:
+                out[d.id] = int(presets.load(d.preset).event_latency_ns)
+            except Exception:  # (a preset this installation does not have: no latency known)
+                continue
+    return out
 
 
 def _share(t, releaser) -> str:

@@ -78,7 +78,7 @@ def kernel_rows(profile: ProfileData) -> list[list]:
 def api_rows(profile: ProfileData) -> list[list]:
     """api_statistic.csv: per runtime API, host time statistics and the call sites."""
     groups, made = defaultdict(list), defaultdict(list)
-    for c, own_ns in calls_made(profile.api_calls):
+    for c, own_ns in calls_made(profile.api_calls, waits=True):  # (a full queue's too)
         groups[c.name].append(own_ns)
         made[c.name].append(c)
     rows = _stats_rows(groups, "api")

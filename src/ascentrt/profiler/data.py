@@ -45,11 +45,13 @@ SYNC_APIS = ("synchronize", "Device.synchronize", "Stream.synchronize", "Event.s
 QUERY_APIS = ("Stream.query", "Event.query")  # one that finds the work not done polls: it waits
 
 
-def calls_made(calls: list) -> Iterator[tuple["ApiCall", int]]:
+def calls_made(calls: list, waits: bool = False) -> Iterator[tuple["ApiCall", int]]:
     """(call, its own ns) for each runtime call the program made (a thread's outermost): the
     waits for room in a full stream queue recorded inside calls are not calls, and are left
-    out of the time of the call they were in. One at a time: the writers stream, and a list
-    of them all would grow what writing a profile holds with its length."""
+    out of the time of the call they were in; with `waits` they come too, each as a row of
+    its own (named QUEUE_FULL: the host's time blocked there, which a table must show). One
+    at a time: the writers stream, and a list of them all would grow what writing a profile
+    holds with its length."""
     full: dict[int, list] = {}  # thread -> its waits, by start (each inside one call)
     for c in calls:
         if c.name == QUEUE_FULL:
@@ -58,6 +60,8 @@ def calls_made(calls: list) -> Iterator[tuple["ApiCall", int]]:
         spans.sort()
     for c in calls:
         if c.name == QUEUE_FULL:
+            if waits:
+                yield c, c.end_ns - c.start_ns
             continue
         spans = full.get(c.thread, [])
         waited, i = 0, bisect.bisect_left(spans, (c.start_ns,))
@@ -230,6 +234,7 @@ class DeviceInfo:
     uncosted: dict = field(default_factory=dict)  # sim: kernels that had no cost -> count
     # [H2D, D2H, D2D] engines where each direction has its own (sim); [] where any takes any
     copy_engines_per_direction: list = field(default_factory=list)
+    preset_source: str = ""  # where the preset is not the stock one: its file, the fields varied
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,7 +424,8 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
                              and all(_COUNT[1](n) for n in v.values())),
                 "copy_engines_per_direction": ("[] or [h2d, d2h, d2d] engine counts",
                                                lambda v: v == [] or _int_list(3)(v)
-                                               and all(n >= 1 for n in v))},
+                                               and all(n >= 1 for n in v)),
+                "preset_source": _STR},
     "streams": {"device": _INT, "id": _INT, "priority": _INT, "role": _STR},
     "races": {"text": _STR, "first_stream": _INT, "first_task": _INT, "second_stream": _INT,
               "second_task": _INT, "reuse": _BOOL, "count": _ints(1)},

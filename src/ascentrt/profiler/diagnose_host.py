@@ -9,12 +9,12 @@ from collections import Counter, defaultdict
 
 from ..backends import presets
 from ..units import format_ms
-from .data import WORK_KINDS, calls_made, top_sites
+from .data import QUEUE_FULL, WORK_KINDS, calls_made, top_sites
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 from .finding import (
     Finding, LONG_DONE_NS, MIN_DEVICE_SYNCS, MIN_GAP_NS, MIN_GAP_VIRTUAL_NS, MIN_NEEDLESS_SYNCS,
-    SUBMIT_APIS)
+    MIN_WINDOW_NS, SUBMIT_APIS)
 from .metrics import within
 
 
@@ -26,6 +26,40 @@ def submit_costs(profile) -> list[int]:
     """Each submitting call's own time: less what it spent waiting for room in a full stream
     queue (waiting on the device, which doing more per task would not save)."""
     return [own for c, own in calls_made(profile.api_calls) if c.name in SUBMIT_APIS]
+
+
+# The host blocked in full queues this share of the run (or of a range's windows) or more.
+FULL_QUEUE_SHARE = 0.5
+
+
+def full_queue(profile, windows=None) -> list[Finding]:
+    """The host spent most of the run blocked in submits, waiting for room in a stream's full
+    queue (a simulated device's queue_depth): the device runs behind the host, which does
+    nothing else meanwhile. (Where that starved another device, held_by_full_queue says so.)"""
+    waits: defaultdict[str, list] = defaultdict(list)
+    for c in profile.api_calls:
+        if c.name == QUEUE_FULL:
+            waits[c.target].append(c)
+    if not waits:
+        return []
+    target, full = max(waits.items(), key=lambda kv: sum(c.duration_ns for c in kv[1]))
+    blocked = total(within(union((c.start_ns, c.end_ns) for c in full), windows))
+    run = profile.duration_ns if windows is None else total(windows)
+    if blocked < MIN_WINDOW_NS or blocked < FULL_QUEUE_SHARE * run:
+        return []
+    return [Finding(
+        "full_queue", f"The host spends {blocked / max(run, 1):.0%} of the run blocked on the full "
+                      f"queue of {target}",
+        f"{len(full)} submits to {target} waited {format_ms(blocked)} of the {format_ms(run)} for "
+        f"room in its queue, full of work not done yet: the device runs behind the host, and the "
+        f"host thread can do nothing else while it waits",
+        "the device's work bounds this run: make that work shorter, or spread it over more "
+        "streams or devices where it is independent; host work that does not need the device "
+        "(preparing the next batch) can go before the blocking submits or on a thread of its own. "
+        "A deeper queue only moves the wait",
+        {"blocked in full queues": format_ms(blocked), "run": format_ms(run),
+         "blocked submits": len(full), "submitted at": top_sites(full)},
+        [], 0)]  # (time the host lost, not the device: no saving the profile can promise)
 
 
 def pinned_saving(staged, staged_ns: int, profile) -> int:
@@ -150,6 +184,87 @@ def sync_in_loop(profile, windows) -> list[Finding]:
                 {"synchronizations": len(syncs), "called at": top_sites(syncs),
                  "with submissions in between": between, **evidence}, [], idle_after))
     return out
+
+
+# Stream synchronizations that kept independent streams apart cost this share of the run.
+SERIALIZING_SHARE = 0.1
+
+
+def serializing_syncs(profile, windows=None) -> list[Finding]:
+    """Stream synchronizations that blocked the host while other streams of the device sat
+    empty, when the host then gave those streams work: queued before the wait, that work
+    could have run beside the stream waited for (if it does not need its results). The time
+    they cost is at most the run less its busiest stream's work."""
+    syncs = [c for c in profile.api_calls if c.name == "Stream.synchronize" and not c.already_done]
+    if len(syncs) < MIN_DEVICE_SYNCS:
+        return []
+    work = [t for t in profile.tasks if t.kind in WORK_KINDS and t.started]
+    device_of = {f"stream {t.stream}": t.device for t in work}
+    by_thread: defaultdict[int, list] = defaultdict(list)  # thread -> its tasks, by enqueue
+    for t in work:
+        by_thread[t.thread].append(t)
+    for items in by_thread.values():
+        items.sort(key=lambda t: t.enqueue_ns)
+    busy_of: dict = {}  # (device, stream) -> merged busy intervals
+
+    def busy(key) -> list:
+        if key not in busy_of:
+            busy_of[key] = union((t.start_ns, t.end_ns) for t in work if (t.device, t.stream) == key)
+        return busy_of[key]
+    waits = sorted(syncs, key=lambda c: c.start_ns)
+    starts = [c.start_ns for c in waits]
+    costly, saved = [], 0
+    for c in waits:
+        device, stream = device_of.get(c.target), c.target.split()[-1]
+        if device is None:
+            continue
+        # (the work the host queued after it, up to its next synchronization)
+        i = bisect.bisect_right(starts, c.end_ns)
+        until = starts[i] if i < len(starts) else 1 << 62
+        queued = by_thread.get(c.thread, [])
+        j = bisect.bisect_left([t.enqueue_ns for t in queued], c.end_ns)
+        after = [t for t in queued[j:] if t.enqueue_ns <= until and t.device == device
+                 and str(t.stream) != stream]
+        if not after:
+            continue
+        others = union(iv for key in {(t.device, t.stream) for t in after} for iv in busy(key))
+        empty = total(gaps(others, c.start_ns, c.end_ns))  # (the streams it fed idle meanwhile)
+        gain = min(empty, sum(t.duration_ns for t in after))
+        if gain > 0:
+            costly.append(c)
+            saved += gain
+    if len(costly) < MIN_DEVICE_SYNCS:
+        return []
+    run = profile.duration_ns if windows is None else total(windows)
+    # (the run cannot be shorter than its busiest stream's work, nor than an executor class's
+    # unit-time over its units: kernels that take every core cannot overlap)
+    floor: defaultdict[tuple, float] = defaultdict(float)
+    info = {d.id: d for d in profile.devices}
+    for t in work:
+        floor[(t.device, t.stream)] += t.duration_ns
+        d = info.get(t.device)
+        if d is not None and t.kind in ("kernel", "memset"):
+            floor[(t.device, "compute")] += t.duration_ns * max(1, t.units) / d.compute_units
+        elif d is not None and t.kind == "copy":
+            floor[(t.device, "copy")] += t.duration_ns / d.copy_engines
+    saved = min(saved, max(0, int(run - max(floor.values(), default=0))))
+    if saved < SERIALIZING_SHARE * run:
+        return []
+    targets = Counter(c.target for c in costly)
+    return [Finding(
+        "serializing_sync", "Stream synchronizations keep independent streams from overlapping",
+        f"{len(costly)} synchronizations of {', '.join(t for t, _ in targets.most_common(3))} "
+        f"blocked the host while the device's other streams sat empty, and the host then queued "
+        f"work on those streams: queued before the wait, it could have run beside the stream "
+        f"waited for, which the host serialized instead",
+        "where the work queued next does not need the results waited for, queue it before the "
+        "synchronize (or synchronize once after both); where a stream needs another's results, "
+        "order them on the device (record an event, make the other stream wait on it) instead "
+        "of on the host",
+        {"synchronizations": len(costly), "called at": top_sites(costly),
+         "host blocked in them": format_ms(sum(c.duration_ns for c in costly)),
+         "could save up to": format_ms(saved), "run": format_ms(run)},
+        [], saved)]
 
 
 def _timeline(work) -> tuple[list, list, list]:

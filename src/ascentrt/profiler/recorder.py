@@ -369,6 +369,10 @@ class Recorder:
             self._settle_reached(now)
         self._released(rec, key, alloc.nbytes, dev, now)
 
+    def reserved_changed(self, dev) -> None:
+        """A pool trim gave memory of `dev` back (told by the address registry): sample it."""
+        self._sample(dev)
+
     def _handed_on(self, key: int, addr: int, nbytes: int, now: int) -> None:
         """A new allocation took memory of a pending free (its stream reuses it at once):
         that free's bytes were released by now."""
@@ -505,7 +509,8 @@ class Recorder:
             prof.devices.append(DeviceInfo(dev.id, p.name, p.compute_units, p.copy_engines,
                                            p.host_func_threads, p.total_memory, p.backend, p.preset,
                                            dict(getattr(dev._backend, "uncosted", {})),
-                                           list(p.copy_engines_per_direction)))
+                                           list(p.copy_engines_per_direction),
+                                           p.preset_source))
             default, detached = dev._default_stream, dev._dq.detached
             live = list(dev._dq.streams.values())
             for s in live:

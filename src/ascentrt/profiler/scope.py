@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import InvalidArgumentError
 from ..units import format_ms
@@ -21,11 +21,12 @@ class Scope:
     name: str
     instances: int
     windows: list              # sorted, disjoint (start_ns, end_ns)
-    profile: ProfileData       # tasks and API calls clipped to the windows, the rest filtered
+    profile: ProfileData       # tasks and API calls cut to the windows, the rest filtered
+    whole: dict = field(default_factory=dict)  # id(piece of a task) -> the task it was cut from
 
     def diagnose(self) -> list[Finding]:
         """The diagnosis of what happened inside the windows only."""
-        return diagnose(self.profile, self.windows)
+        return diagnose(self.profile, self.windows, self.whole)
 
     def label(self) -> str:
         """"range 'step' (12 instances, 340.00 ms)"."""
@@ -36,10 +37,11 @@ class Scope:
 def within(profile: ProfileData, name: str) -> Scope:
     """The records of `profile` inside the user ranges named `name`, cut to them.
 
-    A task or API call that overlaps the windows keeps the part from the first window it
-    overlaps to the end of the last; memory samples, allocations and marks are kept when they
-    fall inside a window. Raises InvalidArgumentError naming the known ranges when no range
-    is called `name`.
+    An instance is an outermost range of that name (one nested in another of its name on its
+    thread is part of it). A task or API call is cut into its pieces inside the windows, one
+    per window it overlaps (the time between instances does not count); memory samples,
+    allocations and marks are kept when they fall inside a window. Raises
+    InvalidArgumentError naming the known ranges when no range is called `name`.
     """
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"a range name must be a non-empty str, got {name!r}")
@@ -52,42 +54,57 @@ def within(profile: ProfileData, name: str) -> Scope:
                  f"ascentrt.profiler.range(name))")
     windows = union((r.start_ns, r.end_ns) for r in ranges)
     span = _spanner(windows)
-    tasks = []
+    tasks: list = []
+    whole: dict = {}
     for t in profile.tasks:
-        if (cut := span(t.start_ns, t.end_ns)) is not None:
-            lo, hi = cut
+        for lo, hi in span(t.start_ns, t.end_ns):
             start, end = max(t.start_ns, lo), min(t.end_ns, hi)
-            tasks.append(dataclasses.replace(t, enqueue_ns=min(max(t.enqueue_ns, lo), start),
-                                             start_ns=start, end_ns=end))
-    calls = [dataclasses.replace(c, start_ns=max(c.start_ns, cut[0]), end_ns=min(c.end_ns, cut[1]))
-             for c in profile.api_calls if (cut := span(c.start_ns, c.end_ns)) is not None]
+            # (a later piece was running when its window opened: queued from then)
+            piece = dataclasses.replace(t, enqueue_ns=min(max(t.enqueue_ns, lo), start),
+                                        start_ns=start, end_ns=end)
+            tasks.append(piece)
+            whole[id(piece)] = t
+    calls = [dataclasses.replace(c, start_ns=max(c.start_ns, lo), end_ns=min(c.end_ns, hi))
+             for c in profile.api_calls for lo, hi in span(c.start_ns, c.end_ns)]
 
     def inside(ns: int) -> bool:
-        return span(ns, ns) is not None
+        return bool(span(ns, ns))
     data = dataclasses.replace(
         profile, tasks=tasks, api_calls=calls,
-        ranges=[r for r in profile.ranges if span(r.start_ns, r.end_ns) is not None],
+        ranges=[r for r in profile.ranges if span(r.start_ns, r.end_ns)],
         marks=[m for m in profile.marks if inside(m.ts_ns)],
         memory=[s for s in profile.memory if inside(s.ts_ns)],
         allocations=[a for a in profile.allocations if inside(a.alloc_ns)])
-    return Scope(name, len(ranges), windows, data)
+    return Scope(name, _outermost(ranges), windows, data, whole)
+
+
+def _outermost(ranges: list) -> int:
+    """How many of `ranges` (of one name) are instances: not inside another of them on their
+    thread (a recursive step's inner ranges are part of the outer one)."""
+    count = 0
+    ends: dict[int, int] = {}  # thread -> end of its open outermost range
+    for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
+        end = ends.get(r.thread, -1)
+        if r.start_ns < end and r.end_ns <= end:
+            continue
+        ends[r.thread] = r.end_ns
+        count += 1
+    return count
 
 
 def _spanner(windows: list[tuple[int, int]]):
-    """A function giving, for an interval, the span (start of the first window it overlaps, end
-    of the last) or None when it overlaps none; an instant counts inside a window or on its edge."""
+    """A function giving, for an interval, the windows it overlaps (an empty list: none); an
+    instant counts inside a window or on its edge."""
     starts = [a for a, _ in windows]
     ends = [b for _, b in windows]
 
-    def span(start: int, end: int) -> tuple[int, int] | None:
+    def span(start: int, end: int) -> list[tuple[int, int]]:
         if start < end:
             first = bisect.bisect_right(ends, start)   # the first window ending after start
             last = bisect.bisect_left(starts, end) - 1  # the last window starting before end
         else:
             first = last = bisect.bisect_left(ends, start)
             if first < len(windows) and windows[first][0] > start:
-                return None
-        if first >= len(windows) or first > last:
-            return None
-        return windows[first][0], windows[last][1]
+                return []
+        return windows[first:last + 1]
     return span

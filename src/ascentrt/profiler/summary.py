@@ -47,7 +47,7 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
     out.append(("Top tasks", ["name", "kind", "count", "total ms", "avg us"], rows))
     top_api = sorted(m["api"].items(), key=lambda kv: -kv[1]["total_ns"])[:8]
     made = defaultdict(list)
-    for c, _ in calls_made(profile.api_calls):
+    for c, _ in calls_made(profile.api_calls, waits=True):
         made[c.name].append(c)
     rows = [[name, str(v["count"]), _ms(v["total_ns"]), f"{v['mean_ns'] / 1e3:.1f}",
              top_sites(made[name], 2)] for name, v in top_api]
@@ -101,9 +101,9 @@ def headline(profile: ProfileData) -> str:
 def timing_source(profile: ProfileData) -> str:
     """'cpu backend (real time)', 'sim backend, preset P (virtual time)', or 'no device was
     set up' (none to name: a program whose device was refused got no backend)."""
-    kinds = sorted({(d.backend, d.preset) for d in profile.devices})
-    parts = [f"sim backend, preset {p} (virtual time)" if b == "sim" else f"{b} backend (real time)"
-             for b, p in kinds] or ["no device was set up"]
+    kinds = sorted({(d.backend, d.preset, d.preset_source) for d in profile.devices})
+    parts = [f"sim backend, preset {p}{f' ({src})' if src else ''} (virtual time)" if b == "sim"
+             else f"{b} backend (real time)" for b, p, src in kinds] or ["no device was set up"]
     uncosted = sorted({name for d in profile.devices for name in d.uncosted})
     if uncosted:
         parts.append(f"kernels with no declared cost (the preset's default duration): "

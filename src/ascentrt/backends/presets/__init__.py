@@ -150,6 +150,20 @@ class Preset:
         return Preset(self.name, self.path, self.description, values, sources)
 
 
+def identity(preset: Preset) -> str:
+    """What tells `preset` from the stock one of its name: "" for a shipped file as it is,
+    else its file (one not shipped) and the fields a variant set ("file /x/q4.toml; varied:
+    queue_depth=4")."""
+    parts = []
+    if os.path.dirname(os.path.abspath(preset.path)) != _HERE:
+        parts.append(f"file {preset.path}")
+    varied = [f"{f}={shown(preset.values[f])}" for f, (kind, _) in preset.sources.items()
+              if kind == "varied"]
+    if varied:
+        parts.append(f"varied: {', '.join(varied)}")
+    return "; ".join(parts)
+
+
 def names() -> list[str]:
     """The presets shipped in the package (and `calibrated`, once ascentrt calibrate wrote it)."""
     found = {f[:-5] for f in os.listdir(_HERE) if f.endswith(".toml")}
