@@ -94,6 +94,9 @@ class Race:
     second: Access       # the access that completed the race
     count: int = field(default=1)  # how many times this pair of launch sites raced on it
     reused_from: str | None = None  # use after free: the freed allocation `first` touched
+    # Raise mode refused the task that completed it: it never took its task id, which the next
+    # task of its stream takes (so no later access is that task's: see Sanitizer._report)
+    refused: bool = field(default=False, repr=False, compare=False)
 
     @property
     def fix(self) -> str:

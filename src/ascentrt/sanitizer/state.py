@@ -567,7 +567,9 @@ class Sanitizer:
                         continue  # only the gaps of pitched rows meet
                     new = (lo, hi, write, actor, 0, access_info(kind_name, name, actor, task_id, site, origin),
                            None, assumed, rows, None)
-                    race, _ = self._report(alloc, r, new, *both)
+                    race, fresh = self._report(alloc, r, new, *both)
+                    if fresh:
+                        race.refused = True  # (its task id goes to the stream's next task)
                     raise RaceError(f"{what} refused: {race}", race)
 
     def _take_accesses(self, accesses, actor: int, time: int, task_id: int, site, vc: dict,
@@ -927,10 +929,11 @@ class Sanitizer:
         if race is None and not first.on_host and not second.on_host:
             # (the same two tasks on the same allocation: one race, one report, however many of
             # their accesses meet: a host function's arguments, then what it touched inside;
-            # the host's own synchronous operations are no tasks: each is a race of its own)
+            # the host's own synchronous operations are no tasks: each is a race of its own; nor
+            # is a refused one, whose id the next task of its stream took)
             pair = {(first.stream, first.task_id), (second.stream, second.task_id)}
             for k, r in self.races.items():
-                if r.ptr == owner[1] and pair == {(r.first.stream, r.first.task_id),
+                if r.ptr == owner[1] and not r.refused and pair == {(r.first.stream, r.first.task_id),
                                                   (r.second.stream, r.second.task_id)}:
                     key, race = k, r
                     break
