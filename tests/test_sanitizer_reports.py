@@ -79,3 +79,98 @@ def test_query_event_wait_status_complete_orders_the_host_after_the_waited_work(
         acl.rt.destroy_stream(s)
     for x in (p, o):
         acl.rt.free(x)
+
+
+# Races with work on streams the runtime made (collectives' and graphs' lanes): the fix orders
+# only streams the program made, or says that no event can (two calls of one group).
+RUNTIME_STREAMS = '''
+import re
+import numpy as np, ascentrt as art
+from ascentrt import hccl
+FP32, SUM = hccl.HcclDataType.FP32, hccl.HcclReduceOp.SUM
+devs = [art.Device(0), art.Device(1)]
+mine = set()
+def streams(*ds):
+    made = [d.create_stream() for d in ds]
+    mine.update(s.id for s in made)
+    return made
+def ordered(r):
+    """The streams a fix records an event on or makes wait."""
+    return {int(x) for x in re.findall(r"(?:record an event on|make) stream (\\d+)", r.fix)}
+'''
+
+
+def _run_with_two_devices(code: str) -> list[str]:
+    from subprocess_util import run_program
+    out = run_program(RUNTIME_STREAMS + code, {"ASCENTRT_DEVICES": "2", "ASCENTRT_LEAK_CHECK": "off"})
+    return out.split("\n")[:-1]
+
+
+def test_a_race_between_two_collectives_lanes_orders_both_calls_streams():
+    # (the fix made the second collective's lane wait: a stream the program never made)
+    out = _run_with_two_devices('''
+c1, c2 = hccl.comm_init_all([0, 1]), hccl.comm_init_all([0, 1])
+s1, s2 = streams(*devs), streams(*devs)
+x = [art.malloc(4096, device=d) for d in devs]
+y = [art.malloc(4096, device=d) for d in devs]
+with art.sanitize("log") as found:
+    for i in range(2):
+        hccl.all_reduce(x[i], y[i], 1024, FP32, SUM, c1[i], s1[i])
+    for i in range(2):
+        hccl.broadcast(y[i], 1024, FP32, 0, c2[i], s2[i])
+    for d in devs:
+        d.synchronize(timeout=20)
+print(len(found) > 0)
+for r in found:
+    want = {r.first.for_stream, r.second.for_stream}
+    print(ordered(r) == want, want <= mine, "after the all_reduce" in r.fix, "before the broadcast" in r.fix)
+''')
+    assert out[0] == "True" and set(out[1:]) == {"True True True True"}, out
+
+
+def test_an_in_place_exchange_in_one_group_says_no_event_orders_it_and_to_use_two_buffers():
+    # (the fix asked to make a lane wait on an event; on the call's own stream none can help)
+    out = _run_with_two_devices('''
+comms = hccl.comm_init_all([0, 1])
+ss = streams(*devs)
+b = [art.malloc(4096, device=d) for d in devs]
+with art.sanitize("log") as found:
+    hccl.group_start()
+    for i in range(2):
+        hccl.send(b[i], 1024, FP32, 1 - i, comms[i], ss[i])
+        hccl.recv(b[i], 1024, FP32, 1 - i, comms[i], ss[i])
+    hccl.group_end()
+    for d in devs:
+        d.synchronize(timeout=20)
+print(len(found) > 0)
+for r in found:
+    print(ordered(r) == set(), "no event on that stream can order them" in r.fix,
+          "separate buffers" in r.fix)
+''')
+    assert out[0] == "True" and set(out[1:]) == {"True True True"}, out
+
+
+def test_a_race_between_a_graph_lane_and_a_collective_orders_the_launch_stream():
+    # (the fix recorded an event on the graph's lane, a stream the program never made)
+    out = _run_with_two_devices('''
+comms = hccl.comm_init_all([0, 1])
+art.set_device(0)
+a, cs, fork = streams(devs[0], devs[0], devs[0])
+cc = streams(*devs)
+buf, y1 = art.malloc(4096), art.malloc(4096, device=devs[1])
+cs.begin_capture()
+fork.wait(cs.record())
+art.launch(art.kernels.fill, buf.view(np.float32), 1.0, stream=fork)
+cs.wait(fork.record())
+g = cs.end_capture()
+with art.sanitize("log") as found:
+    g.launch(a)
+    hccl.all_reduce(buf, buf, 1024, FP32, SUM, comms[0], cc[0])
+    hccl.all_reduce(y1, y1, 1024, FP32, SUM, comms[1], cc[1])
+    for d in devs:
+        d.synchronize(timeout=20)
+print(len(found) > 0)
+for r in found:
+    print(ordered(r) == {a.id, cc[0].id}, "after the launch" in r.fix, "before the all_reduce" in r.fix)
+''')
+    assert out[0] == "True" and set(out[1:]) == {"True True True"}, out

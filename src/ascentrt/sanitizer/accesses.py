@@ -257,8 +257,9 @@ def access_of(rec: tuple, roles: dict, alloc) -> Access:
     name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
     for_call, for_stream = "", -1
     for what, call_stream, call_site, allocs in behalf:  # the call whose buffer it touched
-        if any(a is alloc or a.addr == alloc.addr for a in allocs):
-            for_call, for_stream, site = what, call_stream, call_site
+        if allocs is None or any(a is alloc or a.addr == alloc.addr for a in allocs):
+            for_call, for_stream = what, call_stream
+            site = site if call_site is None else call_site
             break
     inside = ""
     if isinstance(site, InsideSite):
@@ -272,7 +273,8 @@ def access_info(kind_name: str, name, actor: int, task_id: int, site, origin: tu
     """What a report says of a task's access: (kind name, name, stream, task id, site,
     non-blocking, on behalf); a non-blocking host function's (`origin`: the stream and task it
     was launched as) names the program's stream, not the device's hidden one it runs as; a
-    collective's lane step's (`origin`: (stream, task id, Task.on_behalf)) the calls it serves."""
+    collective's lane step's or a replayed graph's lane's (`origin`: (stream, task id,
+    Task.on_behalf)) the calls it serves."""
     if origin is None:
         return kind_name, name, actor, task_id, site, False, ()
     if len(origin) == 3:
