@@ -32,10 +32,22 @@ from .report import BEFORE_ENABLED, Race, RaceError, allocated
 
 HOST = -1           # the host's actor in the clocks (stream ids are positive)
 MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
+_TRIM_AT = MAX_RECORDS + MAX_RECORDS // 2  # how many there are when the oldest past 64 go
+_SCAN_ALL = 16  # kept accesses of an allocation past which a new one first looks for any it meets
 MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
 MAX_FREES = 64       # frees not yet reused kept per chunk (then merged into one, more ordered)
 MAX_VALUE_WRITES = 64  # value writes kept per word (then the oldest go: a wait meets fewer)
 _SYNC_KINDS = frozenset((EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT))  # no accesses
+
+
+def _any_meets(recs: list, lo: int, hi: int) -> bool:
+    """Whether any kept access shares bytes with [lo, hi) (or is empty): only those can race a
+    new access or be covered by it. A long list (a buffer written in many pieces) is mostly
+    disjoint from each new piece: this look is cheaper than the full pass it spares."""
+    for r in recs:
+        if r[1] > lo and r[0] < hi or r[0] >= r[1]:
+            return True
+    return False
 
 
 def _meets(met, number: int) -> bool:
@@ -620,9 +632,12 @@ class Sanitizer:
                         both = overlap(lo, hi, rows, r)
                         if both is not None:
                             found.append((alloc, r, rec, *both))
-            i = 0
+            i = 0 if len(recs) <= _SCAN_ALL or _any_meets(recs, lo, hi) else len(recs)
             while i < len(recs):  # (in place, oldest first: most allocations keep one or two)
                 r = recs[i]
+                if (r[1] <= lo or r[0] >= hi) and r[0] < r[1]:
+                    i += 1  # (disjoint bytes: neither a race nor covered)
+                    continue
                 if r[3] == actor:  # (strided: its span does not cover the gaps between its rows)
                     redundant = (write or not r[2]) and r[4] <= time \
                         and (lo <= r[0] and r[1] <= hi and rows is None
@@ -645,8 +660,8 @@ class Sanitizer:
                 else:
                     i += 1
             recs.append(rec)
-            if len(recs) > MAX_RECORDS:
-                cut = len(recs) - MAX_RECORDS // 2  # the oldest can race least
+            if len(recs) > _TRIM_AT:  # (in batches: a cut costs a list copy, and the capped)
+                cut = len(recs) - MAX_RECORDS  # the oldest can race least; the last 64 stay
                 if capped is None:
                     capped = {}
                 capped.setdefault(key, []).extend(r for r in recs[:cut] if r[3] != actor)
