@@ -42,8 +42,7 @@ _SYNC_KINDS = frozenset((EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, V
 
 def _any_meets(recs: list, lo: int, hi: int) -> bool:
     """Whether any kept access shares bytes with [lo, hi) (or is empty): only those can race a
-    new access or be covered by it. A long list (a buffer written in many pieces) is mostly
-    disjoint from each new piece: this look is cheaper than the full pass it spares."""
+    new access or be covered by it (see _take_accesses)."""
     for r in recs:
         if r[1] > lo and r[0] < hi or r[0] >= r[1]:
             return True
@@ -608,6 +607,7 @@ class Sanitizer:
                                                # dropped during this call (oldest first)
         info = last_name = last_kind = None  # (what a task's accesses share: made once for all)
         clock = dict(vc) if self.late else None  # (see late)
+        scan_all = _SCAN_ALL
         for alloc, lo, hi, write, assumed, kind_name, name, rows in accesses:
             key = id(alloc)
             base = alloc.addr
@@ -632,12 +632,11 @@ class Sanitizer:
                         both = overlap(lo, hi, rows, r)
                         if both is not None:
                             found.append((alloc, r, rec, *both))
-            i = 0 if len(recs) <= _SCAN_ALL or _any_meets(recs, lo, hi) else len(recs)
+            # (a long list, a buffer written in many pieces, is mostly disjoint from a new piece:
+            # a first look for any access it meets spares the full pass when none does)
+            i = 0 if len(recs) <= scan_all or _any_meets(recs, lo, hi) else len(recs)
             while i < len(recs):  # (in place, oldest first: most allocations keep one or two)
                 r = recs[i]
-                if (r[1] <= lo or r[0] >= hi) and r[0] < r[1]:
-                    i += 1  # (disjoint bytes: neither a race nor covered)
-                    continue
                 if r[3] == actor:  # (strided: its span does not cover the gaps between its rows)
                     redundant = (write or not r[2]) and r[4] <= time \
                         and (lo <= r[0] and r[1] <= hi and rows is None
