@@ -7,8 +7,8 @@ do: stream order, event record -> wait, notify record -> wait, and host synchron
 host thread, and through it every task it submits later, after the work it waited for.
 Accesses: a kernel's declared reads / writes (launch(reads=, writes=), or its `.access`
 letters), else every buffer argument (and numpy array over a known allocation) as read and
-written; copies (only the bytes touched:
-a pitched copy's rows, as one strided access), memsets and host functions' buffer arguments.
+written; copies (only the bytes touched: a pitched copy's rows, as one strided access), memsets
+and host functions' buffer arguments.
 What a host function (a blocking callback) touches as it runs is checked as it arrives, which
 may be after work ordered after it was checked: a pair races only if neither access is ordered
 before the other by the clocks, whichever came first.
