@@ -55,7 +55,7 @@ bytecode: $(VENV)/.installed
 SIM_TESTS := $(addprefix tests/test_,$(addsuffix .py,streams events notify failures host_funcs \
 	graph_capture graph_replay memory mempool callback edge_cases reuse_safety taskgraph context \
 	acl_conformance acl_dropin threads model external_memory bad_input core_fuzz red_team sim \
-	memory_fast_paths sanitizer hccl interop sim_speed user_code_exits))
+	memory_fast_paths sanitizer sanitizer_views sanitizer_reports hccl interop sim_speed user_code_exits))
 
 # The simulator's own semantics again on its compiled build, where one was made (the session
 # above runs its source): a compiled module can part from its source where mypyc's semantics

@@ -271,6 +271,18 @@ def test_a_rank_whose_communicator_is_destroyed_fails_the_others_at_once_naming_
     assert out.split() == ["True", "[True,", "True]", "True", "True"]
 
 
+def test_a_part_failed_by_a_departed_rank_is_a_task_error_with_cann_s_remote_code():
+    # (E_REMOTE had no runtime code: the task error said 507000 RT_INTERNAL_ERROR)
+    out = run('''
+        comms, s, b = ranks(2, 4096)
+        hccl.all_reduce(b[0], b[0], 8, D.FP32, O.SUM, comms[0], s[0])   # rank 1 never calls it
+        hccl.comm_destroy(comms[1])
+        exc = sync_error(s[0])
+        print(int(exc.code), exc.__cause__.code == R.E_REMOTE, exc.info.error_code)
+    ''', env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.split() == ["507057", "True", "507057"]
+
+
 def test_a_wait_cycle_through_a_collective_is_reported_as_a_deadlock():
     out = run('''
         comms = hccl.comm_init_all([0, 1])

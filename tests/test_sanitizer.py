@@ -806,9 +806,11 @@ def test_a_race_with_a_graph_lane_names_the_lane_and_orders_the_launch_stream(de
         art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
         art.synchronize(TIMEOUT)
     assert len(found) == 1
-    text = str(found[0])
+    text, fix = str(found[0]), found[0].fix
     assert f"the work captured on stream {side.id}" in text
-    assert "join the stream it was launched on" in text
+    assert f"graph {g.id}'s launch" in text and "joins it again at its end" in fix
+    assert f"record an event on stream {s1.id} after the launch" in fix, fix
+    assert f"make stream {s2.id} wait on it before `consumer`" in fix, fix
     g.destroy()
     side.destroy()
 

@@ -83,6 +83,7 @@ class ErrorCode(enum.IntEnum):
     RT_STREAM_SYNC_TIMEOUT = 507046
     RT_EVENT_SYNC_TIMEOUT = 507047
     RT_COPY_DATA = 507052
+    RT_SUSPECT_REMOTE_ERROR = 507057  # a peer's failure (HCCL's E_REMOTE on a rank's task)
     RT_STREAM_CAPTURE_INVALIDATED = 507903
     # No CANN number: a device that cannot make progress (reported instead of hanging).
     RT_DEADLOCK = 507950

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import forksafe
-from ..engine import ENGINE
+from ..engine import ENGINE, Hooks
 from ..event import Event, elapsed_time, set_wait_timeout
 from ..errors import ErrorCode
 from . import constants as C
@@ -22,7 +22,9 @@ _KNOWN_FLAGS = (C.ACL_EVENT_SYNC | C.ACL_EVENT_CAPTURE_STREAM_PROGRESS | C.ACL_E
 NO_LIMIT = 1 << 30
 _lock = forksafe.lock()
 _flags: dict[int, tuple[int | None, bool]] = {}  # handle -> (flag or None for create_event, ex?)
-_waits: dict[int, list[Event]] = {}               # handle -> markers after its stream waits
+# handle -> the marker recorded after the latest wait on it, by waiting stream (an earlier one
+# on that stream is passed when it is, and orders less)
+_waits: dict[int, dict[int, Event]] = {}
 
 
 def _create(flag: int | None, ex: bool) -> int:
@@ -67,9 +69,7 @@ def note_wait(handle: int, stream: Stream) -> None:
     marker = stream.device.internal_event()  # (the runtime's own: no slot of the program's)
     marker.record(stream)
     with _lock:
-        pending = [m for m in _waits.get(handle, ()) if not _passed(m)]
-        pending.append(marker)
-        _waits[handle] = pending
+        _waits.setdefault(handle, {})[stream.id] = marker
 
 
 @api("", out=(0,))
@@ -151,11 +151,19 @@ def query_event_wait_status(event: int) -> int:
     backend = ev.device._backend
     ENGINE.host_looks(backend)  # (as Stream.query)
     with _lock:
-        pending = [m for m in _waits.get(event, ()) if not _passed(m)]
-        _waits[event] = pending
+        markers = _waits.get(event, {})
+        pending = any(not _passed(m) for m in markers.values())
+        if not pending:
+            _waits.pop(event, None)
     if pending:  # (a simulated device: a loop polling it moves on, see sim._poll_missed)
         backend.host_call(f"poll_miss event wait {ev.id}")
-    return C.ACL_EVENT_WAIT_STATUS_NOT_READY if pending else C.ACL_EVENT_WAIT_STATUS_COMPLETE
+        return C.ACL_EVENT_WAIT_STATUS_NOT_READY
+    sanitizer = Hooks.sanitizer
+    if sanitizer is not None:  # every wait passed: the host comes after them, as a query that
+        for m in markers.values():  # found the work done (see Event.query)
+            if m._marker is not None and not m._marker.discarded_by:  # (work that ran)
+                sanitizer.marker_waited(m._marker)
+    return C.ACL_EVENT_WAIT_STATUS_COMPLETE
 
 
 @api("k")

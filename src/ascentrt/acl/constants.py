@@ -60,6 +60,7 @@ ACL_ERROR_RT_AICPU_EXCEPTION = 507018
 ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046
 ACL_ERROR_RT_EVENT_SYNC_TIMEOUT = 507047
 ACL_ERROR_RT_COPY_DATA = 507052
+ACL_ERROR_RT_SUSPECT_REMOTE_ERROR = 507057
 ACL_ERROR_RT_DEADLOCK = 507950  # ascentrt's own: the device can make no progress (a wait cycle)
 
 # ---- memcpy kinds (aclrtMemcpyKind) ------------------------------------------------------------

@@ -79,9 +79,10 @@ class Task(Op):
     # each rank's own task; a non-blocking host function: the task that handed it off): a
     # buffer freed after one of those still shows it its bytes
     acting_for: tuple = ()
-    # What a runtime-made task does for the program's calls (a collective's lane step): one
-    # (what, stream id, site, allocations) per call, e.g. ("rank 1's all_reduce", 8, "x.py:13",
-    # (send, recv)); the race sanitizer names the call whose buffer raced, and its stream
+    # What a runtime-made task does for the program's calls (a collective's lane step, a
+    # replayed graph's lane): one (what, stream id, site, allocations) per call, e.g. ("rank 1's
+    # all_reduce", 8, "x.py:13", (send, recv)); site None: the task's own, allocations None:
+    # any; the race sanitizer names the call whose buffer raced, and its stream
     on_behalf: tuple = ()
     clock: tuple[Any, dict] | None = None  # a host function's vector clock, kept by the race sanitizer
     # A value write's (word address, value), a value wait's (word address, condition): what

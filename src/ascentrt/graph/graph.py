@@ -290,6 +290,9 @@ class Graph:
             markers: Sequence[Marker] = [Marker(None, 0, False) for _ in range(plan.slots)] if plan.slots else ()
             errors: LaneErrors | None = [] if lanes else None
             work: list[tuple[Stream, Task]] = []
+            # (a race with a lane's work names the launch, whose stream the program orders)
+            behalf = ((f"graph {self.id}'s launch", stream.id, None, None),) \
+                if lanes and not stream.role else ()
             prev = self._last_end
             if prev is not None and not prev.done and prev.stream is not stream:
                 t = Task(EVENT_WAIT, name="graph_serialize")
@@ -304,6 +307,8 @@ class Graph:
                                                   plan.buffers, self.device._backend), name)
                     t.cost = _segment_cost(entries)  # on sim each node takes its own time
                     t.graph_segment = t.dispatches_nodes = True  # (see Task: its nodes are the work)
+                    if lane:
+                        t.on_behalf = behalf
                 elif op == "record":
                     t = Task(EVENT_RECORD, name="graph_record")
                     t.marker = m = markers[what]

@@ -63,10 +63,14 @@ class HcclError(AscentError):
         return HcclError(self.text, code=self.code)
 
 
+# The runtime's code for a rank's task that failed with each HCCL result that can fail one
+# (what else reaches a task, E_INTERNAL and E_RUNTIME, is the runtime's internal error): a
+# peer that failed or left (E_REMOTE) is CANN's ACL_ERROR_RT_SUSPECT_REMOTE_ERROR.
 _TASK_CODES = {HcclResult.E_PARA: ErrorCode.RT_PARAM_INVALID, HcclResult.E_PTR: ErrorCode.RT_PARAM_INVALID,
                HcclResult.E_NOT_SUPPORT: ErrorCode.RT_PARAM_INVALID,
                HcclResult.E_TIMEOUT: ErrorCode.RT_WAIT_TIMEOUT,
-               HcclResult.E_MEMORY: ErrorCode.RT_MEMORY_ALLOCATION}
+               HcclResult.E_MEMORY: ErrorCode.RT_MEMORY_ALLOCATION,
+               HcclResult.E_REMOTE: ErrorCode.RT_SUSPECT_REMOTE_ERROR}
 
 
 class HcclDataType(enum.IntEnum):

@@ -8,6 +8,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..callsite import OURS, Site, site_text, user_frame
 from ..engine.task import COPY, DETACH, HOST_FUNC, KERNEL, KIND_NAMES, MEMSET
 from ..graph.graph import segment_nodes
@@ -31,6 +33,37 @@ def span_of(buf):
     if type(buf) is BufferSlice:
         return buf.base, buf.offset, buf.offset + buf.nbytes
     return buf, 0, buf.nbytes
+
+
+def array_spans(array: np.ndarray) -> list:
+    """(allocation, lo, hi, rows) of the bytes a numpy array argument reaches, when they lie
+    in a known allocation (a view of a buffer's bytes: `buf.numpy()`, acl.util.ptr_to_numpy,
+    host memory registered with numpy_to_ptr or host_register); [] for the program's own
+    memory. Contiguous rows are one span; a 1-D or 2-D array of strided rows one strided span
+    (as pitched_spans); any other layout the span from its first byte to its last."""
+    nbytes = array.nbytes
+    if not nbytes:
+        return []
+    addr = array.__array_interface__["data"][0]
+    width, height = nbytes, 1
+    if not array.flags.c_contiguous:
+        shape, strides, width = array.shape, array.strides, array.itemsize
+        dims = [(n, st) for n, st in zip(shape, strides) if n != 1]
+        while dims and dims[-1][1] == width:  # (the contiguous inner dimensions make a row)
+            width *= dims.pop()[0]
+        if len(dims) == 1 and dims[0][1] >= width:  # rows at a pitch
+            height, pitch = dims[0]
+        elif dims:  # (any other layout: from its lowest byte to its highest)
+            low = sum((n - 1) * st for n, st in dims if st < 0)
+            high = sum((n - 1) * st for n, st in dims if st > 0)
+            addr, width = addr + low, high - low + width
+    if height == 1:
+        pitch = width
+    end = addr + (height - 1) * pitch + width
+    alloc = REGISTRY.find(addr, wait=False, end=end)  # (under the engine lock: never the pool's)
+    if alloc is None or end > alloc.addr + alloc.nbytes:
+        return []  # memory the registry does not know (or not all of it in one allocation)
+    return pitched_spans(alloc, addr - alloc.addr, pitch, width, height)
 
 
 def address_spans(addr: int, pitch: int, width: int, height: int):
@@ -165,12 +198,17 @@ def op_accesses(op, name: str) -> list:
         letters = getattr(op.fn, "access", None)
         for i, arg in enumerate(op.args):
             if isinstance(arg, _BUFFERS):
-                mode = letters[i] if letters is not None and i < len(letters) else "rw"
-                span = span_of(arg)
+                spans = [(*span_of(arg), None)]
+            elif isinstance(arg, np.ndarray):  # (a view of known memory: see array_spans)
+                spans = array_spans(arg)
+            else:
+                continue
+            mode = letters[i] if letters is not None and i < len(letters) else "rw"
+            for alloc, lo, hi, rows in spans:
                 if "r" in mode:
-                    out.append((*span, False, letters is None, what, name, None))
+                    out.append((alloc, lo, hi, False, letters is None, what, name, rows))
                 if "w" in mode:
-                    out.append((*span, True, letters is None, what, name, None))
+                    out.append((alloc, lo, hi, True, letters is None, what, name, rows))
         return out
     if kind == COPY:
         dst, dpitch, src, spitch, width, height = op.args
@@ -185,8 +223,13 @@ def op_accesses(op, name: str) -> list:
     if kind == HOST_FUNC:
         for arg in op.args:
             if isinstance(arg, _BUFFERS):
-                span = span_of(arg)
-                out += [(*span, False, True, what, name, None), (*span, True, True, what, name, None)]
+                spans = [(*span_of(arg), None)]
+            elif isinstance(arg, np.ndarray):
+                spans = array_spans(arg)
+            else:
+                continue
+            for alloc, lo, hi, rows in spans:
+                out += [(alloc, lo, hi, False, True, what, name, rows), (alloc, lo, hi, True, True, what, name, rows)]
     return out
 
 
@@ -214,8 +257,9 @@ def access_of(rec: tuple, roles: dict, alloc) -> Access:
     name = name or kind  # (a launch's kernel without a __name__, as Task.label names it)
     for_call, for_stream = "", -1
     for what, call_stream, call_site, allocs in behalf:  # the call whose buffer it touched
-        if any(a is alloc or a.addr == alloc.addr for a in allocs):
-            for_call, for_stream, site = what, call_stream, call_site
+        if allocs is None or any(a is alloc or a.addr == alloc.addr for a in allocs):
+            for_call, for_stream = what, call_stream
+            site = site if call_site is None else call_site
             break
     inside = ""
     if isinstance(site, InsideSite):
@@ -229,7 +273,8 @@ def access_info(kind_name: str, name, actor: int, task_id: int, site, origin: tu
     """What a report says of a task's access: (kind name, name, stream, task id, site,
     non-blocking, on behalf); a non-blocking host function's (`origin`: the stream and task it
     was launched as) names the program's stream, not the device's hidden one it runs as; a
-    collective's lane step's (`origin`: (stream, task id, Task.on_behalf)) the calls it serves."""
+    collective's lane step's or a replayed graph's lane's (`origin`: (stream, task id,
+    Task.on_behalf)) the calls it serves."""
     if origin is None:
         return kind_name, name, actor, task_id, site, False, ()
     if len(origin) == 3:

@@ -81,6 +81,14 @@ _OWN_FIX = {
 }
 
 
+def _call_side(x: Access) -> tuple[int, str, str]:
+    """(stream, what, site) of one side of a race as the program queued it: a runtime-made
+    task's call ("the all_reduce" on the call's stream), else the task itself."""
+    if x.for_call:
+        return x.for_stream, f"the {x.for_call.split()[-1]}", x.site
+    return x.stream, f"`{x.name}`", x.site
+
+
 @dataclass
 class Race:
     """Two accesses to overlapping bytes of one allocation, at least one a write, unordered."""
@@ -94,6 +102,9 @@ class Race:
     second: Access       # the access that completed the race
     count: int = field(default=1)  # how many times this pair of launch sites raced on it
     reused_from: str | None = None  # use after free: the freed allocation `first` touched
+    # Raise mode refused the task that completed it: it never took its task id, which the next
+    # task of its stream takes (so no later access is that task's: see Sanitizer._report)
+    refused: bool = field(default=False, repr=False, compare=False)
 
     @property
     def fix(self) -> str:
@@ -101,9 +112,6 @@ class Race:
         a, b = self.first, self.second
         if a.beside or (b.beside and a.stream == b.stream and not a.on_host):
             return self._beside_fix()
-        call = next((x for x in (a, b) if x.for_call), None)
-        if call is not None:
-            return self._call_fix(call)
         if a.captured and b.captured and a.capture[0] == b.capture[0]:
             # Two nodes of one graph: a launch runs them as captured, so no event around it
             # orders them; the capture must (in the order it captured them).
@@ -112,6 +120,8 @@ class Race:
                     f"the capture, record an event on stream {a.captured_on} after `{a.name}` "
                     f"({a.captured}) and make stream {b.captured_on} wait on it before "
                     f"`{b.name}` ({b.captured}), then capture the graph again")
+        if a.for_call or b.for_call:
+            return self._call_fix()
         internal = next((x for x in (a, b) if x.stream_role), None)
         if internal is not None:  # (a stream the program never made: say what to order instead)
             return (f"{internal.where} is the runtime's own; order the work you queued it from "
@@ -131,24 +141,34 @@ class Race:
         return (f"record an event on stream {a.stream} after `{a.name}` ({a.site}) and make "
                 f"stream {b.stream} wait on it before `{b.name}` ({b.site})")
 
-    def _call_fix(self, call: Access) -> str:
-        """The fix when one side is a runtime-made task doing a program call's work (a
-        collective's lane step): order the call's own stream, as for a task queued there."""
+    def _call_fix(self) -> str:
+        """The fix when one side or both are runtime-made tasks doing a program call's work (a
+        collective's lane step, a replayed graph's lane): order the calls' own streams, as for
+        tasks queued there. Two calls queued together on one stream (in one group) run as one:
+        no event orders them, their buffers must differ."""
         a, b = self.first, self.second
-        own = (f"{call.where} is the runtime's own, doing {call.for_call} ({call.site}), which "
-               f"follows stream {call.for_stream}: ")
-        what = f"the {call.for_call.split()[-1]}"
-        if call is b:
-            if a.on_host:
-                return (own + f"touch the bytes on the host ({a.site}) before that call, from the "
-                        f"same thread")
-            return (own + f"record an event on stream {a.stream} after `{a.name}` ({a.site}) and "
-                    f"make stream {call.for_stream} wait on it before {what} ({call.site})")
+        own = "; ".join(
+            f"{x.where} is the runtime's own, doing {x.for_call} ({x.site}), which " + (
+                f"forks from stream {x.for_stream} at the launch and joins it again at its end"
+                if x.for_call.startswith("graph")
+                else f"follows stream {x.for_stream}")
+            for x in (a, b) if x.for_call) + ": "
+        if a.for_call and b.for_call and a.for_stream == b.for_stream:
+            ops = {x.for_call.split()[-1] for x in (a, b)}
+            how = ("give the send and the receive separate buffers (an exchange in place cannot be "
+                   "ordered)" if ops == {"send", "recv"} else
+                   "give them separate buffers, or make the calls one after the other, outside a group")
+            return (own + f"both calls were queued on stream {a.for_stream} together (in one "
+                    f"group), and run as one: no event on that stream can order them; {how}")
+        first, second = (_call_side(x) for x in (a, b))
+        if a.on_host:
+            return (own + f"touch the bytes on the host ({a.site}) before {second[1]} "
+                    f"({second[2]}), from the same thread")
         if b.on_host:
-            return own + (f"synchronize stream {call.for_stream} (or an event recorded after "
-                          f"{what} there) before the host touches the bytes ({b.site})")
-        return (own + f"record an event on stream {call.for_stream} after {what} ({call.site}) "
-                f"and make stream {b.stream} wait on it before `{b.name}` ({b.site})")
+            return own + (f"synchronize stream {first[0]} (or an event recorded after "
+                          f"{first[1]} there) before the host touches the bytes ({b.site})")
+        return (own + f"record an event on stream {first[0]} after {first[1]} ({first[2]}) and "
+                f"make stream {second[0]} wait on it before {second[1]} ({second[2]})")
 
     def _beside_fix(self) -> str:
         """The fix when the earlier access is a non-blocking host function's, or the later one

@@ -6,8 +6,9 @@ do: stream order, event record -> wait, notify record -> wait, and host synchron
 (stream, event and device synchronize, a query that found the work done), which order the
 host thread, and through it every task it submits later, after the work it waited for.
 Accesses: a kernel's declared reads / writes (launch(reads=, writes=), or its `.access`
-letters), else every buffer argument as read and written; copies (only the bytes touched:
-a pitched copy's rows, as one strided access), memsets and host functions' buffer arguments.
+letters), else every buffer argument (and numpy array over a known allocation) as read and
+written; copies (only the bytes touched: a pitched copy's rows, as one strided access), memsets
+and host functions' buffer arguments.
 What a host function (a blocking callback) touches as it runs is checked as it arrives, which
 may be after work ordered after it was checked: a pair races only if neither access is ordered
 before the other by the clocks, whichever came first.
@@ -32,10 +33,21 @@ from .report import BEFORE_ENABLED, Race, RaceError, allocated
 
 HOST = -1           # the host's actor in the clocks (stream ids are positive)
 MAX_RECORDS = 64     # accesses kept per allocation past the redundant ones (then the oldest go)
+_TRIM_AT = MAX_RECORDS + MAX_RECORDS // 2  # how many there are when the oldest past 64 go
+_SCAN_ALL = 16  # kept accesses of an allocation past which a new one first looks for any it meets
 MAX_DEAD = 256       # accesses of freed allocations kept per chunk (then the oldest go)
 MAX_FREES = 64       # frees not yet reused kept per chunk (then merged into one, more ordered)
 MAX_VALUE_WRITES = 64  # value writes kept per word (then the oldest go: a wait meets fewer)
 _SYNC_KINDS = frozenset((EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT))  # no accesses
+
+
+def _any_meets(recs: list, lo: int, hi: int) -> bool:
+    """Whether any kept access shares bytes with [lo, hi) (or is empty): only those can race a
+    new access or be covered by it (see _take_accesses)."""
+    for r in recs:
+        if r[1] > lo and r[0] < hi or r[0] >= r[1]:
+            return True
+    return False
 
 
 def _meets(met, number: int) -> bool:
@@ -567,7 +579,9 @@ class Sanitizer:
                         continue  # only the gaps of pitched rows meet
                     new = (lo, hi, write, actor, 0, access_info(kind_name, name, actor, task_id, site, origin),
                            None, assumed, rows, None)
-                    race, _ = self._report(alloc, r, new, *both)
+                    race, fresh = self._report(alloc, r, new, *both)
+                    if fresh:
+                        race.refused = True  # (its task id goes to the stream's next task)
                     raise RaceError(f"{what} refused: {race}", race)
 
     def _take_accesses(self, accesses, actor: int, time: int, task_id: int, site, vc: dict,
@@ -594,6 +608,7 @@ class Sanitizer:
                                                # dropped during this call (oldest first)
         info = last_name = last_kind = None  # (what a task's accesses share: made once for all)
         clock = dict(vc) if self.late else None  # (see late)
+        scan_all = _SCAN_ALL
         for alloc, lo, hi, write, assumed, kind_name, name, rows in accesses:
             key = id(alloc)
             base = alloc.addr
@@ -618,7 +633,9 @@ class Sanitizer:
                         both = overlap(lo, hi, rows, r)
                         if both is not None:
                             found.append((alloc, r, rec, *both))
-            i = 0
+            # (a long list, a buffer written in many pieces, is mostly disjoint from a new piece:
+            # a first look for any access it meets spares the full pass when none does)
+            i = 0 if len(recs) <= scan_all or _any_meets(recs, lo, hi) else len(recs)
             while i < len(recs):  # (in place, oldest first: most allocations keep one or two)
                 r = recs[i]
                 if r[3] == actor:  # (strided: its span does not cover the gaps between its rows)
@@ -643,8 +660,8 @@ class Sanitizer:
                 else:
                     i += 1
             recs.append(rec)
-            if len(recs) > MAX_RECORDS:
-                cut = len(recs) - MAX_RECORDS // 2  # the oldest can race least
+            if len(recs) > _TRIM_AT:  # (in batches: a cut costs a list copy, and the capped)
+                cut = len(recs) - MAX_RECORDS  # the oldest can race least; the last 64 stay
                 if capped is None:
                     capped = {}
                 capped.setdefault(key, []).extend(r for r in recs[:cut] if r[3] != actor)
@@ -927,10 +944,11 @@ class Sanitizer:
         if race is None and not first.on_host and not second.on_host:
             # (the same two tasks on the same allocation: one race, one report, however many of
             # their accesses meet: a host function's arguments, then what it touched inside;
-            # the host's own synchronous operations are no tasks: each is a race of its own)
+            # the host's own synchronous operations are no tasks: each is a race of its own; nor
+            # is a refused one, whose id the next task of its stream took)
             pair = {(first.stream, first.task_id), (second.stream, second.task_id)}
             for k, r in self.races.items():
-                if r.ptr == owner[1] and pair == {(r.first.stream, r.first.task_id),
+                if r.ptr == owner[1] and not r.refused and pair == {(r.first.stream, r.first.task_id),
                                                   (r.second.stream, r.second.task_id)}:
                     key, race = k, r
                     break
