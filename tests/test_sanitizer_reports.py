@@ -15,13 +15,6 @@ TIMEOUT = 20
 K = art.kernels
 
 
-@pytest.fixture(autouse=True)
-def _acl_finalized_after():
-    """acl.init'ed by a test is finalized after it (acl's tests expect the facade uninitialized)."""
-    yield
-    acl.finalize()  # (100037 where the test made no acl.init: nothing to undo)
-
-
 @pytest.fixture
 def streams(dev):
     made = [dev.create_stream() for _ in range(2)]
