@@ -70,8 +70,9 @@ IDLE_HOST_S = 0.2
 # A host thread that computes meanwhile (its own code, or the runtime's between its calls) is
 # not blocked: it will call again, and moving on without it would make the timeline depend on
 # how fast this machine runs that code. Busy means it ran at least BUSY_SHARE of the time it
-# was looked at; the device waits for a busy host up to BUSY_HOST_S (a host that spins on a
-# flag a host function sets, without calling the runtime, must not hang for good).
+# was looked at; while every host thread is busy, the device waits up to BUSY_HOST_S (a host
+# that spins on a flag a host function sets, without calling the runtime, must not hang for
+# good); one blocked outside the runtime lets it move on after IDLE_HOST_S, as before.
 BUSY_SHARE = 0.1
 BUSY_HOST_S = 5.0
 # A kernel, copy or fill runs on the host thread whose call stepped the simulation to it: one
@@ -244,13 +245,19 @@ class Timeline:
             time.sleep(IDLE_HOST_S / 4)
             # (read without the lock: a host thread that computes is not an idle host)
             tick, looked = time.monotonic() - looked, time.monotonic()
-            busy, before = False, ran
+            # (every host thread computing: one blocked outside the runtime may be waiting for
+            # the device, as a lone host thread blocked there is)
+            computing, blocked, before = 0, 0, ran
             ran = {}
             for ident, thread in list(self.callers.items()):
                 cpu = ran[ident] = _cpu_ns(thread)
                 last = before.get(ident, -1)
-                if cpu >= 0 and last >= 0 and cpu - last >= BUSY_SHARE * tick * 1e9:
-                    busy = True
+                if cpu >= 0 and last >= 0:
+                    if cpu - last >= BUSY_SHARE * tick * 1e9:
+                        computing += 1
+                    elif thread.is_alive():
+                        blocked += 1
+            busy = computing > 0 and not blocked
             # (read without the lock, which the step holds) A task that has run this long on
             # the host thread that stepped it may wait for that very thread: say so, once.
             if self.step is not step:
