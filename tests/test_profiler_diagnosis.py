@@ -164,6 +164,24 @@ def _waves_profile(block_dim, tail_ns, runs=50, duration=1_920_000):
         backend="sim")])
 
 
+def test_a_block_dim_that_leaves_a_partial_last_wave_is_diagnosed():
+    from ascentrt.profiler.analysis import diagnose
+    from ascentrt.profiler.metrics import metrics
+    # 25 blocks on 24 cores: two waves of 960 us, the 2nd holding 1 core while 23 idle
+    prof = _waves_profile(25, 960_000)
+    (f,) = [f for f in diagnose(prof) if f.kind == "tail_wave"]
+    assert "25 blocks on 24 cores: 2 waves, the 2nd 1/24 full" in f.title
+    assert f.impact_ns == 50 * 960_000 * 23 // 24  # what full waves would save: 46 ms
+    assert "multiple of the 24 cores (48 blocks" in f.advice and "at most 24" in f.advice
+    assert f.evidence["lost to idle cores"] == "46.00 ms" and f.task_ids[0] == "0/1/0"
+    # the cores' unit-time: 24 for the 1st wave, 1 for the 2nd
+    assert metrics(prof)["executors"]["0/compute"]["busy_ns"] == 50 * 960_000 * 25
+    # full waves (48 blocks), or a tail too short to matter: nothing to say
+    assert not [f for f in diagnose(_waves_profile(48, 0)) if f.kind == "tail_wave"]
+    assert not [f for f in diagnose(_waves_profile(25, 960_000, runs=1, duration=100_000_000))
+                if f.kind == "tail_wave"]
+
+
 def test_profiles_without_block_dims_load_and_cpu_kernels_have_no_waves(stream):
     from ascentrt.profiler.data import ProfileData
     with art.profile() as prof:

@@ -1085,6 +1085,10 @@ def test_utilization_counts_only_the_cores_a_last_partial_wave_holds(stream):
     compute = snap.metrics()["executors"][f"{stream.device.id}/compute"]
     # units cores for the 1st wave, 1 for the 2nd, units for the 2nd kernel
     assert compute["busy_ns"] == (units + 1 + units) * 1_000_000
+    tail = [f for f in snap.diagnose() if f.kind == "tail_wave"]
+    assert len(tail) == 1 and f"{units + 1} blocks on {units} cores: 2 waves, the 2nd 1/{units} full" \
+        in tail[0].title
+    assert tail[0].impact_ns == 1_000_000 * (units - 1) // units  # what full waves would save
 
 
 LINK = textwrap.dedent("""
