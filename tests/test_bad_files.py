@@ -125,6 +125,8 @@ TAMPERED = {
     "free_ns str": ("free_ns", _cell("allocations", "free_ns", "x")),
     "freed before allocated": ("free_ns", _freed_before_allocated),
     "site int": ("site", _cell("allocations", "site", 5)),
+    "tail_ns negative": ("tail_ns", _cell("tasks", "tail_ns", -1)),
+    "block_dim str": ("block_dim", _cell("tasks", "block_dim", "25")),
     "nbytes negative": ("nbytes", _cell("allocations", "nbytes", -5)),
     "range name int": ("name", _cell("ranges", "name", 1)),
     "mark ts str": ("ts_ns", _cell("marks", "ts_ns", "a")),

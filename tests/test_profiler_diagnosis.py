@@ -155,6 +155,53 @@ def test_the_streams_advised_count_what_can_run_at_once_not_every_executor():
     assert _useful_streams(whole + copies, info) == 1 + 3
 
 
+def _waves_profile(block_dim, tail_ns, runs=50, duration=1_920_000):
+    from ascentrt.profiler.data import DeviceInfo, ProfileData, TaskRecord
+    tasks = [TaskRecord(0, 1, i, "kernel", "k", 0, i * duration, i * duration, (i + 1) * duration, 0,
+                        units=24, block_dim=block_dim, tail_ns=tail_ns) for i in range(runs)]
+    return ProfileData(duration_ns=runs * duration, tasks=tasks, devices=[DeviceInfo(
+        0, "sim0", compute_units=24, copy_engines=3, host_func_threads=1, capacity=1 << 30,
+        backend="sim")])
+
+
+def test_a_block_dim_that_leaves_a_partial_last_wave_is_diagnosed():
+    from ascentrt.profiler.analysis import diagnose
+    from ascentrt.profiler.metrics import metrics
+    # 25 blocks on 24 cores: two waves of 960 us, the 2nd holding 1 core while 23 idle
+    prof = _waves_profile(25, 960_000)
+    (f,) = [f for f in diagnose(prof) if f.kind == "tail_wave"]
+    assert "25 blocks on 24 cores: 2 waves, the 2nd 1/24 full" in f.title
+    assert f.impact_ns == 50 * 960_000 * 23 // 24  # what full waves would save: 46 ms
+    assert "multiple of the 24 cores (48 blocks" in f.advice and "at most 24" in f.advice
+    assert f.evidence["lost to idle cores"] == "46.00 ms" and f.task_ids[0] == "0/1/0"
+    # the cores' unit-time: 24 for the 1st wave, 1 for the 2nd
+    assert metrics(prof)["executors"]["0/compute"]["busy_ns"] == 50 * 960_000 * 25
+    # full waves (48 blocks), or a tail too short to matter: nothing to say
+    assert not [f for f in diagnose(_waves_profile(48, 0)) if f.kind == "tail_wave"]
+    assert not [f for f in diagnose(_waves_profile(25, 960_000, runs=1, duration=100_000_000))
+                if f.kind == "tail_wave"]
+
+
+def test_profiles_without_block_dims_load_and_cpu_kernels_have_no_waves(stream):
+    from ascentrt.profiler.data import ProfileData
+    with art.profile() as prof:
+        art.launch(lambda: None, stream=stream, cost=1e-4, block_dim=25)
+        stream.synchronize(timeout=30)
+    data = json.loads(json.dumps(prof.profile.to_json()))
+    (k,) = [t for t in ProfileData.from_json(data).tasks if t.kind == "kernel"]
+    assert k.block_dim == 25  # what it asked for, recorded on every backend
+    if stream.device.properties.backend == "cpu":  # (one compute thread runs it: no waves)
+        assert k.tail_ns == 0
+    table = data["tasks"]
+    for column in ("tail_ns", "block_dim"):  # (a profile written before these columns)
+        at = table["columns"].index(column)
+        table["columns"].pop(at)
+        for row in table["rows"]:
+            row.pop(at)
+    (k,) = [t for t in ProfileData.from_json(data).tasks if t.kind == "kernel"]
+    assert (k.block_dim, k.tail_ns, k.unit_ns) == (0, 0, k.duration_ns * k.units)
+
+
 def test_many_streams_at_once_with_little_work_are_diagnosed(dev, buf):
     view = buf[:64].view(np.float64)
     streams = [dev.create_stream() for _ in range(24)]

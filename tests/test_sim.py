@@ -1041,6 +1041,56 @@ def test_a_kernel_runs_its_blocks_in_waves_and_few_cores_draw_less_memory(stream
     assert abs(took[f"m{units}"] - 1e9 / P.memory_bandwidth * 1e9) <= 1  # all cores: all of it
 
 
+def _tail_wave_and_a_small_kernel(dev, nbytes):
+    """A kernel of units + 1 blocks (1 ms of one core each) on one stream, then a 1-block
+    0.1 ms kernel on another: (big, small) as profiled."""
+    units, flops = P.compute_units, P.compute_flops_per_unit
+    a, b = dev.create_stream(), dev.create_stream()
+    with art.profile() as prof:
+        art.launch(lambda: None, stream=a, cost={"flops": flops * 1e-3 * (units + 1), "bytes": nbytes},
+                   block_dim=units + 1, name="big")
+        art.launch(lambda: None, stream=b, cost=0.1e-3, block_dim=1, name="small")
+        dev.synchronize()
+    a.destroy(), b.destroy()
+    return sorted(_tasks(prof, "kernel"), key=lambda t: t.name)
+
+
+@sim_only
+@pytest.mark.parametrize("nbytes", [0, 1e6], ids=["fixed_end", "sharing_memory"])
+def test_a_kernels_last_partial_wave_leaves_the_other_cores_to_other_kernels(dev, nbytes):
+    # (every core was held to the end of the last wave, where one block ran: a 1-block kernel
+    # of another stream waited for all of it, as CANN and CUDA, whose free cores take other
+    # kernels' blocks, do not)
+    big, small = _tail_wave_and_a_small_kernel(dev, nbytes)
+    assert big.duration_ns == 2_000_000      # two waves of 1 ms (the last one partial)
+    # taken as the last wave begins (its other cores free), then dispatched: it runs in that wave
+    assert small.start_ns == big.start_ns + 1_000_000 + P.dispatch_ns
+    assert small.end_ns == small.start_ns + 100_000 < big.end_ns
+    # (the profile says so: the blocks it asked for, and how long its last wave held 1 core)
+    assert (big.units, big.block_dim, big.tail_ns, big.tail_units) == (P.compute_units, P.compute_units + 1,
+                                                                       1_000_000, 1)
+
+
+@sim_only
+def test_utilization_counts_only_the_cores_a_last_partial_wave_holds(stream):
+    # (a kernel of units + 1 blocks counted every core busy through its last wave: 99.9% busy
+    # where the cores did half the unit-time)
+    units, flops = P.compute_units, P.compute_flops_per_unit
+    with art.profile() as prof:
+        for blocks in (units + 1, units):  # 1 ms of one core per block: 2 ms, then 1 ms
+            art.launch(lambda: None, stream=stream, cost={"flops": flops * 1e-3 * blocks},
+                       block_dim=blocks)
+        stream.synchronize()
+    snap = prof.snapshot()
+    compute = snap.metrics()["executors"][f"{stream.device.id}/compute"]
+    # units cores for the 1st wave, 1 for the 2nd, units for the 2nd kernel
+    assert compute["busy_ns"] == (units + 1 + units) * 1_000_000
+    tail = [f for f in snap.diagnose() if f.kind == "tail_wave"]
+    assert len(tail) == 1 and f"{units + 1} blocks on {units} cores: 2 waves, the 2nd 1/{units} full" \
+        in tail[0].title
+    assert tail[0].impact_ns == 1_000_000 * (units - 1) // units  # what full waves would save
+
+
 LINK = textwrap.dedent("""
     import ascentrt as art
     n = 64 << 20

@@ -115,7 +115,8 @@ class _Frame:
     """A task the simulation is running on this thread: when it started, and the time its
     nested operations (graph nodes) took so far."""
 
-    __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency", "peer")
+    __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency", "peer",
+                 "tail", "last_ns")
 
     def __init__(self, task: Any, start: int):
         self.task, self.start, self.offset, self.own, self.mem = task, start, 0, 0, 0.0
@@ -125,6 +126,10 @@ class _Frame:
         self.latency = 0         # the ns of `own` no bandwidth paces (the link's latency)
         self.peer: Any = None    # (key, ns at its bandwidth) of the other device's memory its
                                  # bytes cross (a peer copy's or link read's other end)
+        self.tail = 0            # a kernel with a last partial wave: the units that wave holds
+                                 # (its blocks beyond the last whole wave; 0: none) ...
+        self.last_ns = 0         # ... and the ns of `own` it takes (the units the others held
+                                 # are free from its start: see SimBackend._end)
 
 
 class _HostThread:
@@ -600,10 +605,12 @@ class SimBackend(CpuBackend):
         self._last_units = 0            # the compute units _fits_compute found
         self._link_bytes = 0.0          # the last kernel's link_bytes and link_src (_kernel_ns)
         self._link_src = 0
-        # The Cost object of the last costed kernel and (ns, memory ns, link_bytes, link_src)
-        # it gave (see _kernel_ns)
+        self._tail_units = 0            # ... the units its last partial wave holds (0: none)
+        self._last_share = 0.0          # ... and that wave's share of its time
+        # The Cost object of the last costed kernel and (ns, memory ns, link_bytes, link_src,
+        # tail units, last wave's share) it gave (see _kernel_ns)
         self._known_cost: Any = None
-        self._known_ns: tuple[float, float, float, int] = (0.0, 0.0, 0.0, 0)
+        self._known_ns: tuple[float, float, float, int, int, float] = (0.0, 0.0, 0.0, 0, 0, 0.0)
         self._host_cost = {what: int(ns) for what, ns in {
             "kernel": p.host_launch_ns, "copy": p.host_launch_ns, "memset": p.host_launch_ns,
             "host_func": p.host_launch_ns, "host_func_nonblocking": p.host_launch_ns,
@@ -742,6 +749,9 @@ class SimBackend(CpuBackend):
             frame.mem += mem
             if frame.task is op:
                 frame.own = took
+                frame.tail = self._tail_units if kernel is not None else 0
+                if frame.tail:
+                    frame.last_ns = int(ns * self._last_share)
                 frame.link, frame.link_ns, frame.latency, frame.peer = link, link_ns, latency, peer
             else:  # (dispatched first: now_ns() inside it reads its start, as a profile does)
                 nested = True
@@ -944,7 +954,7 @@ class SimBackend(CpuBackend):
         self._settle(tl.now)
         # (no queue: `ended` sets `done`; no engine, no processor of the device's own)
         self.sharing.append([float(paced), latency, None, done, 0, min(1.0, mem / paced), 1.0,
-                             False, link, min(1.0, link_ns / paced), _demand(peer, paced)])
+                             False, link, min(1.0, link_ns / paced), _demand(peer, paced), None])
         tl.sharing += 1
         self._share()
         tl.run(math.inf, done)
@@ -991,6 +1001,7 @@ class SimBackend(CpuBackend):
         if frame.task is None:
             frame.task, frame.start, frame.offset, frame.own, frame.mem = t, tl.now, 0, 0, 0.0
             frame.link, frame.link_ns, frame.latency, frame.peer = None, 0.0, 0, None
+            frame.tail = 0
         else:
             frame = _Frame(t, tl.now)
         if t.dispatches_nodes:
@@ -1006,7 +1017,7 @@ class SimBackend(CpuBackend):
         if end > until or tl.ends or tl.sharing or tl.deadlines or tl.inflight \
                 or compute.count or copy.count or host.count:
             # (what it did moved the simulation on itself, or made work ready: the generic way)
-            heapq.heappush(tl.ends, (end, next(tl.seq), self, q, t, units))
+            heapq.heappush(tl.ends, (end, next(tl.seq), self, q, t, frame.tail or units))
             return False
         tl.now = end
         self.ended(q, t, units)
@@ -1177,11 +1188,12 @@ class SimBackend(CpuBackend):
             tl.moved.notify_all()
 
     def _schedule_end(self, queue, t, frame: _Frame, units) -> None:
-        """Push the end of a task that ran (the timeline lock is held)."""
+        """Push the end of a task that ran (the timeline lock is held); a kernel with a last
+        partial wave frees only that wave's units there (_end frees the others before)."""
         end = self._end(queue, t, frame, units)
         if end is not None:
             tl = self.timeline
-            heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
+            heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, frame.tail or units))
 
     def _held_back(self, t, start: int) -> int:
         """How long after `start` (when it was taken) task `t`'s stream lets it go: the release
@@ -1217,9 +1229,15 @@ class SimBackend(CpuBackend):
             # link, after its bytes moved)
             latency = frame.latency if frame.latency < work else 0
             paced = work - latency
-            entry = [float(paced), fixed - held + latency, queue, t, units,
+            wave = None
+            if frame.tail:  # (its last partial wave begins when that wave's work is left)
+                if 0 < frame.last_ns < paced:
+                    wave = _Wave(self, t, units - frame.tail, frame.last_ns)
+                else:
+                    frame.tail = 0
+            entry = [float(paced), fixed - held + latency, queue, t, frame.tail or units,
                      min(1.0, frame.mem / paced), 1.0, computes, frame.link,
-                     min(1.0, frame.link_ns / paced), _demand(frame.peer, paced)]
+                     min(1.0, frame.link_ns / paced), _demand(frame.peer, paced), wave]
             begin = start + held
             if begin > tl.now:
                 # Held back (a wait's release, a hand-over): it shares nothing before then, so
@@ -1230,6 +1248,14 @@ class SimBackend(CpuBackend):
             return None
         now = tl.now
         t.t_end = end = (now if now > start else start) + work + fixed
+        if frame.tail:
+            # Its last partial wave holds only its own blocks' units: the others are free from
+            # that wave's start (an event of the timeline's), for other kernels' blocks.
+            if 0 < frame.last_ns < frame.own:
+                wave = _Wave(self, t, units - frame.tail, 0)
+                heapq.heappush(tl.ends, (end - frame.last_ns, next(tl.seq), self, None, wave, 0))
+            else:
+                frame.tail = 0
         return end
 
     # ---- sharing (the timeline lock is held) -------------------------------------------------
@@ -1243,9 +1269,10 @@ class SimBackend(CpuBackend):
     # many engines move them.
     # A kernel's link_bytes cross a peer link as a peer copy's bytes do, and a peer copy (or
     # such a read) needs the other device's memory too, at its bandwidth.
-    # `sharing` holds [work ns left at full rate, fixed ns after it, queue, task, units,
-    # demand, rate, uses a processor, link, link demand, (the other device's memory key,
-    # demand) or None] and is brought up to date (_settle) whenever it changes.
+    # `sharing` holds [work ns left at full rate, fixed ns after it, queue, task, units (its
+    # end frees), demand, rate, uses a processor, link, link demand, (the other device's memory
+    # key, demand) or None, the _Wave of a last partial wave not begun or None] and is brought
+    # up to date (_settle) whenever it changes.
 
     def _settle(self, now: int) -> None:
         """Bring the sharing tasks' work left up to `now` at the rates they had since."""
@@ -1275,7 +1302,8 @@ class SimBackend(CpuBackend):
         """When the first of the sharing tasks finishes its work at the present rates."""
         if not self.sharing:
             return None
-        return self.shared_since + max(0, min(math.ceil(e[0] / e[6]) for e in self.sharing))
+        return self.shared_since + max(0, min(math.ceil((e[0] - _before_wave(e[11])) / e[6])
+                                              for e in self.sharing))
 
     def shared_work_done(self, now: int) -> None:
         """At `now`: tasks whose work is done leave the sharing; each ends after its fixed part."""
@@ -1285,9 +1313,17 @@ class SimBackend(CpuBackend):
         tl = self.timeline
         left = []
         for entry in self.sharing:
+            wave = entry[11]
+            if wave is not None and wave.left and entry[0] - wave.left <= 0.5 * entry[6]:
+                # Its last partial wave's work is what is left: the wave begins once the fixed
+                # part that comes after the work (its dispatch) is past too, as its end does.
+                wave.left = 0
+                heapq.heappush(tl.ends, (now + entry[1], next(tl.seq), self, None, wave, 0))
             if entry[0] <= 0.5 * entry[6] or entry[0] <= 1e-6:  # (within half a ns of done)
                 fixed, queue, t, units = entry[1], entry[2], entry[3], entry[4]
                 t.t_end = end = now + fixed
+                if wave is not None and wave.at >= 0:  # (from its last wave's start to its end)
+                    t.tail_ns = end - wave.at
                 heapq.heappush(tl.ends, (end, next(tl.seq), self, queue, t, units))
                 tl.sharing -= 1
             else:
@@ -1374,6 +1410,7 @@ class SimBackend(CpuBackend):
         cost = op.cost
         known = self._known_cost
         self._link_bytes = 0.0
+        self._tail_units = 0
         if cost is None or cost is not known and (cost.seconds is None and not (
                 cost.flops or cost.bytes or cost.link_bytes)):
             block_dim = None if cost is None else cost.block_dim  # launch(block_dim=) alone
@@ -1386,36 +1423,56 @@ class SimBackend(CpuBackend):
                     cost.flops or cost.bytes or cost.link_bytes)):
                 label = getattr(op, "label", "") or getattr(op.fn, "__name__", "kernel")
                 self.uncosted[label] = self.uncosted.get(label, 0) + 1
+                if block_dim:  # (its waves alike: the last one takes its share of the time)
+                    waves, self._tail_units = self._waves(block_dim)
+                    self._last_share = 1.0 / waves
                 return p.default_kernel_ns, 0.0
         if cost is known:
             # The very Cost object the last costed kernel had (one held as a constant: a cost
             # function that returns the same object for any arguments, as noop's, or one
             # passed to every launch): a Cost is frozen and the preset fixed, so its figures
             # are the ones found then (the cache holds the object: its id is never reused).
-            ns, mem, self._link_bytes, self._link_src = self._known_ns
+            ns, mem, self._link_bytes, self._link_src, self._tail_units, self._last_share = \
+                self._known_ns
             return ns, mem
         ns, mem = self._costed_ns(cost)
         self._known_cost = cost
-        self._known_ns = (ns, mem, self._link_bytes, self._link_src)
+        self._known_ns = (ns, mem, self._link_bytes, self._link_src, self._tail_units,
+                          self._last_share)
         return ns, mem
+
+    def _waves(self, blocks: int) -> tuple[int, int]:
+        """(waves, units of the last one when it is partial, else 0) of `blocks` blocks on the
+        units they occupy (_block_dim): as CANN and CUDA schedule blocks, the cores run them a
+        wave at a time, and in a last partial wave only its blocks hold cores."""
+        units = self._units
+        if blocks <= units:
+            return 1, 0
+        return -(-blocks // units), blocks % units
 
     def _costed_ns(self, cost: Any) -> tuple[float, float]:
         """_kernel_ns of a kernel with a Cost that declares its duration or work."""
         p = self.preset
         seconds = cost.seconds
         memory = cost.bytes / p.memory_bandwidth
-        if seconds is not None:
-            return seconds * 1e9, (memory if memory < seconds else seconds) * 1e9
         units = self._block_dim(cost.block_dim)
         blocks = cost.block_dim or units
         # The blocks run `units` at a time: a last partial wave takes as long as a whole one.
-        waves = -(-blocks // units)
+        waves, tail = self._waves(blocks)
+        self._tail_units = tail
+        if seconds is not None:
+            self._last_share = 1.0 / waves  # (waves alike: nothing else is known of them)
+            return seconds * 1e9, (memory if memory < seconds else seconds) * 1e9
         compute = cost.flops / blocks * waves / p.compute_flops_per_unit
         reach = cost.bytes / self._reach(units)
         link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
             if cost.link_bytes else 0.0
         self._link_bytes, self._link_src = cost.link_bytes, cost.link_src
-        return max(compute, reach, link) * 1e9, memory * 1e9
+        ns = max(compute, reach, link)
+        if tail and ns > 0:
+            # The last wave: one wave's flops, or its blocks' share of the bytes at the same rate
+            self._last_share = max(compute / waves, max(reach, link) * tail / blocks) / ns
+        return ns * 1e9, memory * 1e9
 
 
 
@@ -1485,6 +1542,34 @@ def _share_across(backends: list, now: int) -> None:
     for b in backends:
         for e in b.sharing:
             e[6] = max(e[6], 1e-9)  # (never stalled for good: float dust)
+
+
+class _Wave:
+    """The start of a kernel's last partial wave, which frees the units its other waves held
+    (an end of the timeline's heap with no queue, or met by a sharing task's work: set())."""
+
+    __slots__ = ("backend", "task", "units", "left", "at")
+
+    def __init__(self, backend: SimBackend, task: Any, units: int, left: int):
+        self.backend, self.task, self.units = backend, task, units
+        # a sharing task's: the work left (ns at full rate) when it begins (0: its start is
+        # known, pushed on the heap; a task whose end is fixed has it from the first)
+        self.left = left
+        self.at = -1      # when it began (-1: not yet)
+
+    def set(self) -> None:
+        """Its units beyond the wave's own are free now (the profile learns how long it ran)."""
+        backend = self.backend
+        backend.free_units += self.units
+        self.at = now = backend.timeline.now
+        if self.task.t_end > now:  # (a sharing task's end is not known yet: set as it ends)
+            self.task.tail_ns = self.task.t_end - now
+
+
+def _before_wave(wave: Any) -> int:
+    """The work left (ns at full rate) at which a sharing task's last partial wave begins
+    (0: none is still to begin)."""
+    return 0 if wave is None else wave.left
 
 
 class _Begin:

@@ -75,6 +75,8 @@ class Task(Op):
     discarded_by = ""   # a notify record dropped unrun: what dropped it (an abort, destroy, reset)
     lost_work = False   # ... and whether work queued before it was dropped unrun too
     units = 1           # executor units it held while it ran (a simulated kernel: its block_dim)
+    tail_ns = 0         # a simulated kernel with a last partial wave: how long that wave ran,
+                        # holding only its own blocks' units (the others were free meanwhile)
     # (stream, task id) of tasks of other streams it runs as part of (a collective's lane step:
     # each rank's own task; a non-blocking host function: the task that handed it off): a
     # buffer freed after one of those still shows it its bytes

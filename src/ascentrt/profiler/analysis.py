@@ -19,6 +19,7 @@ from .diagnose_host import (
     sync_in_loop, synchronous, synchronous_copies)
 from .diagnose_memory import memory_findings
 from .diagnose_priority import priority_inversion
+from .diagnose_waves import tail_waves
 from .finding import (
     COPY_BOUND_SHARE, DISPATCH_BOUND_SHARE, FEW_TASKS_PER_STREAM, Finding, MIN_GAP_NS,
     MIN_GAP_VIRTUAL_NS, MIN_SMALL_TASKS, MIN_STAGE_SHARE, MIN_STREAM_CHURN, MIN_STREAM_CHURN_NS,
@@ -43,6 +44,7 @@ def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None,
         findings += _too_many_streams(dev_id, work, devices.get(dev_id), profile)
         findings += _no_overlap(dev_id, work, profile)
     findings += _copy_bound(profile, windows)
+    findings += tail_waves(profile, whole)
     findings += stragglers(profile)
     findings += priority_inversion(profile)
     findings += sync_in_loop(profile, windows)

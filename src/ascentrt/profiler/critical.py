@@ -29,7 +29,10 @@ def executor_holders(tasks, capacity: dict | None = None) -> Callable[[Any], Any
             continue  # (it held no unit: a value write the stream's scheduler does)
         for cls in _classes_of(t, capacity):
             ends[(t.device, cls)].append((t.end_ns, id(t), t))
-            steps[(t.device, cls)] += [(t.start_ns, t.units), (t.end_ns, -t.units)]
+            tail = t.tail_units  # (a last partial wave holds only its own blocks' units)
+            steps[(t.device, cls)] += [(t.start_ns, t.units), (t.end_ns - t.tail_ns, tail - t.units),
+                                       (t.end_ns, -tail)] if tail else \
+                [(t.start_ns, t.units), (t.end_ns, -t.units)]
     for items in ends.values():
         items.sort(key=lambda e: (e[0], e[1]))
     busy: dict = {}  # (device, class) -> (times, units in use from each time on)

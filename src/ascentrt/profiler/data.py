@@ -124,6 +124,24 @@ class TaskRecord:
     fate: str = ""
     units: int = 1     # executor units it held while it ran (a simulated kernel: its block_dim;
                        # 0: none, a value write the stream's scheduler does itself)
+    block_dim: int = 0  # the blocks a kernel asked for (0: it said none; a profile written
+                        # before this column: none recorded)
+    tail_ns: int = 0   # a simulated kernel whose blocks ran in waves, the last one partial:
+                       # how long that wave ran (at its end), holding only its own blocks'
+                       # units (block_dim mod units) while the others were free
+
+    @property
+    def tail_units(self) -> int:
+        """The units its last partial wave held (0: it had none)."""
+        return self.block_dim % self.units if self.tail_ns and self.units else 0
+
+    @property
+    def unit_ns(self) -> int:
+        """The unit-time it held its executor: its units over its run, but only its last
+        partial wave's own units while that wave ran."""
+        units, duration = self.units, self.duration_ns
+        tail = min(self.tail_ns, duration)
+        return (duration - tail) * units + tail * self.tail_units
 
     @property
     def duration_ns(self) -> int:
@@ -405,7 +423,8 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
               "released_by": ("null or [device, stream, task id]",
                               lambda v: v is None or _int_list(3)(v)),
               "fate": ("'', 'dropped' or 'unfinished'", lambda v: v in ("", "dropped", "unfinished")),
-              "units": _ints(0)},  # (0: it held no executor unit, a value write's)
+              "units": _ints(0),  # (0: it held no executor unit, a value write's)
+              "block_dim": _ints(0), "tail_ns": _NS},
     "api_calls": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT,
                   "error": _ints(-1), "target": _STR, "already_done": _OPT_BOOL,
                   "done_for_ns": _NS,

@@ -244,7 +244,7 @@ def serializing_syncs(profile, windows=None) -> list[Finding]:
         floor[(t.device, t.stream)] += t.duration_ns
         d = info.get(t.device)
         if d is not None and t.kind in ("kernel", "memset"):
-            floor[(t.device, "compute")] += t.duration_ns * max(1, t.units) / d.compute_units
+            floor[(t.device, "compute")] += max(t.unit_ns, t.duration_ns) / d.compute_units
         elif d is not None and t.kind == "copy":
             floor[(t.device, "copy")] += t.duration_ns / d.copy_engines
     saved = min(saved, max(0, int(run - max(floor.values(), default=0))))

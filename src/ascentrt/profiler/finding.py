@@ -43,7 +43,8 @@ class Finding:
     kind: str          # host_bound, dispatch_bound, host_func_bound, held_by_full_queue,
                        # small_tasks, straggler, too_many_streams, device_sync_in_loop, stream_sync_in_loop,
                        # needless_sync, needless_wait, no_overlap, copy_bound, memory_peak, fragmentation,
-                       # pool_cache, never_freed, failed_tasks, never_finished, priority_inversion
+                       # pool_cache, never_freed, failed_tasks, never_finished, priority_inversion,
+                       # tail_wave
     title: str
     cause: str
     advice: str
@@ -82,6 +83,9 @@ def task_ref(t) -> str:
 # from which on its dispatch, not the host's calls, is what starved it (below it, a modelled
 # dispatch latency that comes with every task is part of the host's gap, not the cause).
 DISPATCH_BOUND_SHARE = 0.75
+# A kernel whose last partial waves leave cores idle for this share of the run (in kernel
+# time: what full waves would save) or more is worth a finding.
+MIN_TAIL_WAVE_SHARE = 0.05
 # The time the other ranks of a collective wait for the last one (each, on average) from
 # which on, as a share of the profile, that rank is a straggler worth a finding.
 STRAGGLER_SHARE = 0.05

@@ -92,8 +92,9 @@ def metrics(profile: ProfileData) -> dict:
                  "copy": info.copy_engines if info else 1,
                  "host": info.host_func_threads if info else 1}
         classes = (("compute", COMPUTE_KINDS), ("copy", ("copy",)), ("host", ("host_func", NONBLOCKING)))
-        for ex, kinds in classes:  # (a task holds its units: a kernel on 24 AI cores, 24)
-            b = sum(t.duration_ns * t.units for t in work if t.kind in kinds)
+        for ex, kinds in classes:  # (a task holds its units: a kernel on 24 AI cores, 24;
+            # in a last partial wave, only that wave's own)
+            b = sum(t.unit_ns for t in work if t.kind in kinds)
             out["executors"][f"{dev_id}/{ex}"] = {"device": dev_id, "executor": ex,
                                                   "units": units[ex], "busy_ns": b,
                                                   "utilization": b / (span * units[ex])}

@@ -71,6 +71,12 @@ class _PendingFree:
                    for s, pos in self.waits.items())
 
 
+def _blocks(task) -> int:
+    """The block_dim a task's kernel asked for (0: none said)."""
+    cost = task.cost
+    return 0 if cost is None else cost.block_dim or 0
+
+
 def _drained(items: list) -> Iterator:
     """The items of a list in order, each removed as it is handed out (the order matters: tasks
     that tie on start and end keep their completion order through the stable sort after)."""
@@ -129,7 +135,7 @@ class Recorder:
         bucket.append((task_id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                        task.t_enqueue, task.t_start, task.t_end, task.thread,
                        error or _error_text(task), released, "dropped" if task.dropped else "",
-                       task.units))
+                       task.units, _blocks(task), task.tail_ns))
         if self.pending_frees:
             self._settle(task.stream, (task,))
 
@@ -145,9 +151,11 @@ class Recorder:
         append = bucket.append
         for task in tasks:  # executor tasks: no waits among them, rarely an error
             kind = SEGMENT if task.graph_segment else task.kind
+            cost = task.cost
             append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
                     task.t_enqueue, task.t_start, task.t_end, task.thread,
-                    "" if task.error is None else _error_text(task), task.value, "", task.units))
+                    "" if task.error is None else _error_text(task), task.value, "", task.units,
+                    0 if cost is None else cost.block_dim or 0, task.tail_ns))
         if self.pending_frees:
             self._settle(stream, tasks)
 
@@ -160,7 +168,7 @@ class Recorder:
             stream_, task_id, kind = _filed_as(t)
             (bucket if stream_ is stream else self.per_stream.setdefault(stream_, [])).append(
                 (task_id, kind, t.name or getattr(t.fn, "__name__", None), t.nbytes, t.t_enqueue,
-                 now, now, t.thread, "", None, "dropped", t.units))
+                 now, now, t.thread, "", None, "dropped", t.units, _blocks(t), 0))
 
     def now_ns(self) -> int:
         """The profile's clock (virtual time on a simulated device)."""
@@ -271,7 +279,7 @@ class Recorder:
             stream, task_id, kind = _filed_as(t)
             out.append((stream, (task_id, kind, t.name or getattr(t.fn, "__name__", None), t.nbytes,
                                  t.t_enqueue, min(at, now), now, t.thread, "", None,
-                                 "unfinished", t.units)))
+                                 "unfinished", t.units, _blocks(t), 0)))
         return out
 
     def detach(self) -> None:
@@ -449,7 +457,7 @@ class Recorder:
             streams[(dev.id, s.id)] = s
             count = len(tasks)
             for (tid, kind, label, nbytes, t_enq, t_start, t_end, thread, error,
-                 released, fate, units) in (_drained(bucket) if consume else list(bucket)):
+                 released, fate, units, blocks, tail) in (_drained(bucket) if consume else list(bucket)):
                 if not t_end or t_start < t0 or t_start > last:
                     continue  # started before profiling (no complete timing) or after it
                 kind_name = GRAPH_SEGMENT if kind is SEGMENT else KIND_NAMES[kind]
@@ -465,7 +473,7 @@ class Recorder:
                 tasks.append(TaskRecord(dev.id, s.id, tid, kind_name, label or kind_name, nbytes,
                                         enqueue - t0, t_start - t0, t_end - t0,
                                         idents.setdefault(thread, thread), bool(error), released,
-                                        error, fate, units))
+                                        error, fate, units, blocks, tail))
             if len(tasks) > count:
                 ran.add((dev.id, s.id))
         # By (start, end), ties in completion order: two stable sorts need no key tuples.

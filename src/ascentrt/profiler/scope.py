@@ -60,8 +60,10 @@ def within(profile: ProfileData, name: str) -> Scope:
         for lo, hi in span(t.start_ns, t.end_ns):
             start, end = max(t.start_ns, lo), min(t.end_ns, hi)
             # (a later piece was running when its window opened: queued from then)
+            # (and of a last partial wave, the part inside it: the wave ran at the task's end)
             piece = dataclasses.replace(t, enqueue_ns=min(max(t.enqueue_ns, lo), start),
-                                        start_ns=start, end_ns=end)
+                                        start_ns=start, end_ns=end, tail_ns=max(
+                                            0, end - max(start, t.end_ns - t.tail_ns)) if t.tail_ns else 0)
             tasks.append(piece)
             whole[id(piece)] = t
     calls = [dataclasses.replace(c, start_ns=max(c.start_ns, lo), end_ns=min(c.end_ns, hi))
