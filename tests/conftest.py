@@ -59,6 +59,17 @@ def stream(dev):
         s.destroy(force=True)
 
 
+@pytest.fixture
+def streams(dev):
+    """Two streams of device 0, drained and destroyed after the test (unless it did)."""
+    made = [dev.create_stream() for _ in range(2)]
+    yield made
+    for s in made:
+        if s._refuse != "destroyed":
+            s.synchronize(20)
+            s.destroy()
+
+
 @pytest.fixture(autouse=True)
 def _acl_left_uninitialized():
     """A test that acl.init'ed the facade and did not finalize it is finalized after it: the

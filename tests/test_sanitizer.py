@@ -23,15 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def streams(dev):
-    made = [dev.create_stream() for _ in range(2)]
-    yield made
-    for s in made:
-        s.synchronize(TIMEOUT)
-        s.destroy()
-
-
-@pytest.fixture
 def bufs(dev):
     made = [art.malloc(N) for _ in range(3)]
     yield made

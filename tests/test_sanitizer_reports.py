@@ -15,15 +15,6 @@ TIMEOUT = 20
 K = art.kernels
 
 
-@pytest.fixture
-def streams(dev):
-    made = [dev.create_stream() for _ in range(2)]
-    yield made
-    for s in made:
-        s.synchronize(TIMEOUT)
-        s.destroy()
-
-
 def test_two_refused_launches_on_one_stream_are_two_reports_each_naming_its_own_line(dev, streams):
     # (the refused launch never took its task id, the next one on its stream got the same, and
     # its race was counted into the first's report: the error for the second named the first)

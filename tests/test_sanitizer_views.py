@@ -14,15 +14,6 @@ TIMEOUT = 20
 K = art.kernels
 
 
-@pytest.fixture
-def streams(dev):
-    made = [dev.create_stream() for _ in range(2)]
-    yield made
-    for s in made:
-        s.synchronize(TIMEOUT)
-        s.destroy()
-
-
 def test_a_kernel_s_write_to_host_register_ed_memory_races_a_copy_and_a_kernel_reading_it(dev):
     # (launch_kernel handed the kernel a bare numpy view of the registered memory, which the
     # sanitizer never counted: neither race was reported)
