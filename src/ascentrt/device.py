@@ -196,7 +196,7 @@ class Device:
                 _warn_cpu_only_settings(preset.name)
             self._backend = backend = make_backend(kind, f"{preset.name}-sim{device_id}", capacity,
                                                    executors, preset)
-            add_deferrer(defer_in_step)  # (a Ctrl-C waits for the step the main thread runs)
+            add_deferrer(defer_in_step)  # (a signal waits for the step the main thread runs)
         else:
             self._backend = backend = make_backend(kind, f"ascentrt-{kind}{device_id}", capacity,
                                                    executors)
