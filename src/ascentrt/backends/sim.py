@@ -41,7 +41,6 @@ import time
 from typing import Any, Final
 
 from .. import forksafe
-from ..interrupts import deliver
 from .base import COPY, HOST, KERNEL, SUBMITTED, BackendProperties, MemHandle, Op
 from .cpu import CpuBackend
 from .presets import Preset
@@ -184,6 +183,7 @@ class Timeline:
         self.host_frames: dict = {}     # task -> frame of each host function running
         self.interrupted = False        # a signal held back while the main thread stepped (below)
         self.held: list[int] = []       # which ones, in the order they came
+        self.deliver: Any = None        # the runtime's deliver(signums): runs their handlers
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
         self.engine: Any = None         # the engine (its `progress`: see attach)
         self.stranger_wait: Any = None  # the signal whose wait waits for strangers, since when
@@ -462,7 +462,10 @@ class Timeline:
             held = self.held
             self.held = []
             self.interrupted = False
-            deliver(held)
+            if self.deliver is not None:
+                self.deliver(held)
+            elif _SIGINT in held:  # (none registered: Python's own Ctrl-C)
+                raise KeyboardInterrupt
 
     def hold_back(self, signum: int) -> None:
         """Keep `signum` to deliver once the step is whole."""
