@@ -323,6 +323,17 @@ def test_a_size_setting_must_be_a_finite_byte_count_a_64_bit_size_holds(monkeypa
     assert err.value.code == E.INVALID_PARAM and f"{setting}={value!r}" in str(err.value)
 
 
+@pytest.mark.parametrize("value", ["0.5", "1e-320", "1.5", "0.3M"])
+@pytest.mark.parametrize("setting", ["ASCENTRT_DEVICE_MEMORY", "ASCENTRT_MEM_POOL_SIZE",
+                                     "ASCENTRT_MEM_POOL_RELEASE_THRESHOLD"])
+def test_a_size_setting_that_is_no_whole_number_of_bytes_says_so(monkeypatch, setting, value):
+    # (0.5 was refused as "size must be positive" / "0 or more": it is both; 1.5 became 1)
+    monkeypatch.setenv(setting, value)
+    with pytest.raises(art.InvalidArgumentError) as err:
+        art.config.get(setting)
+    assert "whole number of bytes" in str(err.value)
+
+
 @pytest.mark.parametrize("setting", ["ASCENTRT_MEM_POOL_SIZE", "ASCENTRT_MEM_POOL_RELEASE_THRESHOLD"])
 @pytest.mark.parametrize("value", ["0", "-0", "0.0", "0K"])
 def test_a_size_setting_that_allows_zero_takes_every_spelling_of_zero(monkeypatch, setting, value):

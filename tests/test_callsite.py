@@ -48,3 +48,32 @@ def test_equal_code_from_two_files_keeps_each_file_s_name():
     assert codes[0] == codes[1]  # (code compares by content, not by file)
     texts = [site_text((f.f_code, f.f_lasti)) for f in frames]
     assert texts == ["plugin_a.py:3", "plugin_b.py:3"]
+
+
+def test_code_of_a_sibling_folder_whose_name_starts_like_the_package_s_is_the_user_s(tmp_path):
+    # (a program's package ascentrt_app/ beside ascentrt/ was taken for the runtime's own:
+    # its call sites were skipped, a leak report named the caller of its caller)
+    import ascentrt
+    from ascentrt.callsite import is_ours
+    package = os.path.dirname(os.path.abspath(ascentrt.__file__))
+    assert is_ours(ascentrt.__file__) and is_ours(os.path.join(package, "memory", "pool.py"))
+    sibling = package + "_app"
+    assert not is_ours(os.path.join(sibling, "model.py"))
+    code = compile("def load():\n    return site()\n", os.path.join(sibling, "model.py"), "exec")
+    scope = {"site": user_site}
+    exec(code, scope)
+    assert scope["load"]() == "model.py:2"
+
+
+def test_every_test_of_whether_code_is_the_runtime_s_own_goes_through_is_ours():
+    # (five modules each compared a file name with the package's folder, one way or another)
+    import re
+    from pathlib import Path
+    import ascentrt
+    root = Path(ascentrt.__file__).parent
+    # (a file name's test against anything but the standard library's folder, or against the
+    # package's folder by any name)
+    pattern = re.compile(r"co_filename\.startswith\((?!_LIBRARY\))|startswith\(\(?_?(OURS|_PACKAGE)")
+    found = [(str(path.relative_to(root)), line.strip()) for path in sorted(root.rglob("*.py"))
+             for line in path.read_text(encoding="utf-8").splitlines() if pattern.search(line)]
+    assert found == [("callsite.py", "return filename.startswith(OURS)")]  # (is_ours itself)

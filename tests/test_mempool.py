@@ -165,6 +165,23 @@ def test_a_chunks_free_end_goes_back_when_a_large_allocation_needs_the_room():
     assert pool.reserved == 0 and pool.upstream.unreserved_bytes() == 1 << 30
 
 
+@pytest.mark.parametrize("cut", ["after the last block left its bin", "after its bin went"])
+def test_a_bins_change_cut_between_its_steps_is_mended_by_the_next_allocation(cut):
+    # (an exception between popitem() and the del of the emptied bin, or between the del of a
+    # bin and that of its size, left a size listed with no block: every later allocation that
+    # reached it raised a bare KeyError from the pool)
+    pool = BlockPool(ArenaChunks(1 << 30))
+    size = size_class(MiB, pool.align)
+    pool._sizes.append(size)                 # (the state such a cut leaves)
+    if cut == "after the last block left its bin":
+        pool._bins[size] = {}
+    block = pool.allocate(MiB)
+    check_pool(pool, {1: (block, MiB)})
+    assert sorted(pool._sizes) == sorted(pool._bins) and all(pool._bins.values())
+    pool.deallocate(block)
+    check_pool(pool, {})
+
+
 @pytest.mark.parametrize("backend", ["cpu", "sim"])
 def test_a_devices_buffer_keeps_its_bytes_and_pointers_when_its_chunk_shrinks(backend):
     from subprocess_util import run_program

@@ -1456,7 +1456,8 @@ def test_ctrl_c_in_a_kernel_that_frees_or_waits_is_raised_once_the_step_is_whole
 def test_a_held_back_ctrl_c_is_raised_on_the_main_thread_only():
     from ascentrt.backends.sim import TIMELINE
     import threading
-    TIMELINE.interrupted = True
+    import signal
+    TIMELINE.hold_back(signal.SIGINT)
     try:
         seen = []
         t = threading.Thread(target=lambda: seen.append(TIMELINE.raise_interrupt()))
@@ -1468,6 +1469,7 @@ def test_a_held_back_ctrl_c_is_raised_on_the_main_thread_only():
         assert not TIMELINE.interrupted
     finally:
         TIMELINE.interrupted = False
+        TIMELINE.held = []
 
 
 @sim_only

@@ -10,13 +10,20 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Code ascentrt generates (the acl facade's wrappers) has a file name of this form: not a path,
 # so that tools which read sources (tracebacks, coverage) take it for generated code.
 GENERATED_PREFIX = "<ascentrt "
-OURS = (_PACKAGE_DIR, GENERATED_PREFIX)  # what the file name of ascentrt's own code starts with
+# What the file name of ascentrt's own code starts with (the folder with its separator: a
+# sibling such as ascentrt_app/ is the program's)
+OURS = (os.path.join(_PACKAGE_DIR, ""), GENERATED_PREFIX)
+
+
+def is_ours(filename: str) -> bool:
+    """Whether code of this file name is ascentrt's own (a file of the package, or code it made)."""
+    return filename.startswith(OURS)
 
 
 def user_frame(depth: int = 1) -> FrameType | None:
     """The innermost frame (from `depth` callers up) whose code lies outside the package, or None."""
     frame: FrameType | None = sys._getframe(depth)
-    while frame is not None and frame.f_code.co_filename.startswith(OURS):
+    while frame is not None and is_ours(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 

@@ -32,7 +32,10 @@ def parse_size(text: str | int, allow_zero: bool = False) -> int:
             raise InvalidArgumentError(f"not a size: {text!r} (use bytes or a K/M/G suffix)") from None
         if not math.isfinite(amount):
             raise InvalidArgumentError(f"not a size: {text!r} (a finite number of bytes, at most {MAX_SIZE})")
-        value = int(amount) if amount >= 1 or amount == 0 else -1  # (0.5 bytes is no size, nor zero)
+        if amount > 0 and amount != int(amount):  # (0.5 bytes is no size, nor zero; nor is 1.5)
+            raise InvalidArgumentError(f"size must be a whole number of bytes, got {text!r} "
+                                       f"({amount:.12g} bytes)")
+        value = int(amount) if amount >= 0 else -1  # (-0.5 is below zero, not zero)
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidArgumentError(f"size must be {'0 or more' if allow_zero else 'positive'}, got {text!r}")
     if value > MAX_SIZE:

@@ -19,8 +19,8 @@ from . import forksafe
 from . import config
 from .backends import PresetError, load_preset, make_backend
 from .backends.presets import variant_fields
-from .backends.sim import defer_in_step
-from .interrupts import add_deferrer, install as install_interrupts, protect
+from .backends.sim import TIMELINE, defer_in_step
+from .interrupts import add_deferrer, deliver, install as install_interrupts, protect
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
 from .engine.scheduler import ordered_before
 from .engine.sync import synchronize_streams, warn_discarded
@@ -197,7 +197,8 @@ class Device:
                 _warn_cpu_only_settings(preset.name)
             self._backend = backend = make_backend(kind, f"{preset.name}-sim{device_id}", capacity,
                                                    executors, preset)
-            add_deferrer(defer_in_step)  # (a Ctrl-C waits for the step the main thread runs)
+            add_deferrer(defer_in_step)  # (a signal waits for the step the main thread runs)
+            TIMELINE.deliver = deliver   # (and is delivered once it is whole)
         else:
             self._backend = backend = make_backend(kind, f"ascentrt-{kind}{device_id}", capacity,
                                                    executors)

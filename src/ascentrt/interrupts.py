@@ -1,83 +1,112 @@
-"""Ctrl-C held back while the runtime changes state that must not be left half changed.
+"""Signals held back while the runtime changes state that must not be left half changed.
 
-Python raises KeyboardInterrupt between any two bytecodes of the main thread. Raised in the
-middle of a pool's bookkeeping (a chunk taken out of the pool but not yet back in the device's
-range), it would lose that memory for good. Such sections are entered with hold() and left
-with release(): a Ctrl-C meanwhile is delivered again as the outermost one ends. Other parts of the
-runtime that hold a Ctrl-C back themselves (the simulator, while a step runs) register a
-deferrer, asked first.
+Python runs a signal's handler between any two bytecodes of the main thread, and raises what
+it raises there: Ctrl-C's KeyboardInterrupt, a timeout's TimeoutError (SIGALRM), the program's
+own. Raised in the middle of a pool's bookkeeping (a chunk taken out of the pool but not yet
+back in the device's range), it would lose that memory for good. Such sections are entered
+with hold() and left with release(): a signal meanwhile is delivered again as the outermost
+one ends. Other parts of the runtime that hold a signal back themselves (the simulator, while
+a step runs) register a deferrer, asked first.
 
 Sections of the runtime's Python code (a submission: a stream marked active must reach a
-ready queue) are registered with protect() instead, at no cost per call: a Ctrl-C that finds
+ready queue) are registered with protect() instead, at no cost per call: a signal that finds
 the main thread inside one is sent again a moment later, until it lands outside. Waits inside
-them (a full submission queue) are registered with interruptible(): a Ctrl-C ends those.
+them (a full submission queue) are registered with interruptible(): a signal ends those.
 
-The handler is installed only where Python's own one is in place: a program's own SIGINT
-handler is left alone.
+For this every Python-level handler runs behind a shim of ours: install() puts one around
+each handler in place (Python's own SIGINT one included) and replaces signal.signal and
+signal.getsignal by wrappers that do the same for every handler installed later, while
+getsignal (and what signal.signal returns) gives back the program's own handler objects. A
+handler installed through a reference to signal.signal taken before `import ascentrt` (or
+through _signal) has no shim: it runs wherever its signal lands, as Python runs it.
 """
 
 from __future__ import annotations
 
 import _weakrefset
+import dis
 import os
 import signal
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Final
 
-# The C function under signal.getsignal, which converts to an enum: 1.8 µs of the 2.2 µs a
-# hold took.
-# (Final, these and _held: a compiled build reads them from C statics, not the module's dict)
-_getsignal: Final[Callable[[int], Any]] = getattr(signal, "_signal", signal).getsignal
+from .callsite import is_ours
+
 _get_ident: Final = threading.get_ident
 _SIGINT: Final = int(signal.SIGINT)
+# Python's own signal.signal and getsignal (enum conversions and all), before ours replace them
+_real_signal: Final[Callable[[Any, Any], Any]] = signal.signal
+_real_getsignal: Final[Callable[[Any], Any]] = signal.getsignal
+_default_int_handler: Final = signal.default_int_handler
+# The signal numbers, as plain ints (valid_signals() makes an enum member of each)
+_SIGNALS: Final = tuple(int(s) for s in signal.valid_signals()
+                        if s not in (signal.SIGKILL, signal.SIGSTOP))
 
 
 class _Held:
-    """The main thread's held sections: how deep, and whether a Ctrl-C came meanwhile."""
+    """The main thread's held sections: how deep, and whether a signal came meanwhile."""
 
     def __init__(self) -> None:
         self.depth = 0
-        self.pending = False
+        self.pending = False  # (whether `signals` has any: one native read in release())
+        self.signals: list[int] = []  # the signals held, in the order they came
+        self.installed = False  # whether install() ran on the main thread
+        self.deciding = False   # whether a shim is deciding whether to hold a signal back
         self.main: int | None = threading.main_thread().ident  # (a fork from another thread makes that one main)
 
 
+# (Final, these and _held: a compiled build reads them from C statics, not the module's dict)
 _held: Final = _Held()  # (an instance: a compiled build reads its fields natively)
 
 
-_deferrers: list[Callable[[], bool]] = []  # fn() -> True when it took the Ctrl-C itself
-_protected: set = set()  # code objects of sections a Ctrl-C must not cut
-_waits: set = set()      # code objects of waits inside them, which a Ctrl-C may end
-_OURS = os.path.dirname(os.path.abspath(__file__))
+_deferrers: list[Callable[[int], bool]] = []  # fn(signum) -> True when it took the signal itself
+_protected: set = set()  # code objects of sections a signal must not cut
+_waits: set = set()      # code objects of waits inside them, which a signal may end
 _WEAKREF_FILES = {weakref.__file__, _weakrefset.__file__}
 _WEAKREF_CALLBACKS = {"_remove", "remove", "__call__", "_exitfunc"}  # (their callbacks there)
-_LIBRARY = os.path.dirname(os.path.abspath(os.__file__))  # the standard library, site-packages
-_REDELIVER_S = 0.002     # how soon a Ctrl-C that landed in a protected section comes again
-_resend_due = [False]
+_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(os.__file__)), "")  # the standard library
+_THREADING = threading.__file__
+_CONDITION_WAIT = threading.Condition.wait.__code__
+_BLOCKING_LINES = frozenset(  # (Condition.wait's lines that acquire its waiter)
+    i.positions.lineno for i in dis.get_instructions(_CONDITION_WAIT)
+    if i.argval == "acquire" and i.positions is not None)
+_REDELIVER_S = 0.002     # how soon a signal that landed in a protected section comes again
+_resend_due = [False]    # whether a timer is on its way to send `_resend_signals` again
+_resend_signals: list[int] = []
 
 
 def protect(*functions: Any) -> None:
-    """Register sections of Python code a Ctrl-C must not cut (compiled ones use hold())."""
+    """Register sections of Python code a signal must not cut (compiled ones use hold())."""
     _protected.update(f.__code__ for f in functions if hasattr(f, "__code__"))
 
 
 def interruptible(*functions: Any) -> None:
-    """Register waits inside protected sections that a Ctrl-C may end (nothing is half done)."""
+    """Register waits inside protected sections that a signal may end (nothing is half done)."""
     _waits.update(f.__code__ for f in functions if hasattr(f, "__code__"))
 
 
 def _in_protected(frame: Any) -> bool:
     """Whether the main thread, stopped at `frame`, is in a protected section: a protected
     frame comes before any wait of _waits and any code of the program's own (a kernel or
-    callback the runtime called runs the program's code: a Ctrl-C may stop it)."""
+    callback the runtime called runs the program's code: a signal may stop it). Where the
+    runtime runs threading's code (a wait's condition, say), anywhere but a blocked acquire
+    counts as protected too: an exception there would leave a condition's lock held, or
+    release it twice."""
+    cut = frame is not None and frame.f_code.co_filename == _THREADING \
+        and not (frame.f_code is _CONDITION_WAIT and frame.f_lineno in _BLOCKING_LINES)
     depth = 0
     while frame is not None and depth < 200:
         code = frame.f_code
-        if code in _waits:
-            return False
         if code in _protected:
             return True
-        if not code.co_filename.startswith((_OURS, _LIBRARY)):
+        ours = is_ours(code.co_filename)
+        if cut and ours:
+            return True
+        if code in _waits:
+            return False
+        if not ours and not code.co_filename.startswith(_LIBRARY):
             return False
         frame = frame.f_back
         depth += 1
@@ -85,9 +114,9 @@ def _in_protected(frame: Any) -> bool:
 
 
 def _swallowed_in(frame: Any) -> bool:
-    """Whether a KeyboardInterrupt raised at `frame` would be lost: Python prints and ignores
-    what a weakref callback or a __del__ raises (a Ctrl-C sent again lands wherever the main
-    thread is, and one landed in WeakSet's callback as an Event was collected)."""
+    """Whether an exception a handler raises at `frame` would be lost: Python prints and
+    ignores what a weakref callback or a __del__ raises (a signal sent again lands wherever
+    the main thread is, and one landed in WeakSet's callback as an Event was collected)."""
     depth = 0
     while frame is not None and depth < 200:  # (what such a callback calls is inside it too)
         code = frame.f_code
@@ -100,55 +129,166 @@ def _swallowed_in(frame: Any) -> bool:
 
 
 def _resend() -> None:
-    _resend_due[0] = False
-    os.kill(os.getpid(), signal.SIGINT)
+    _resend_due[0] = False  # (first: one added from now on is sent below or by a new timer)
+    while _resend_signals:
+        os.kill(os.getpid(), _resend_signals.pop(0))
+
+
+def _send_again(signum: int) -> None:
+    """Send `signum` to this process again in a moment (one timer on its way stands for any
+    signal that came meanwhile)."""
+    if signum not in _resend_signals:
+        _resend_signals.append(signum)
+    if _resend_due[0]:
+        return
+    _resend_due[0] = True
+    timer = threading.Timer(_REDELIVER_S, _resend)
+    timer.daemon = True
+    deciding = _held.deciding
+    _held.deciding = True  # (a signal while it waits for its thread to begin joins the list)
+    try:
+        timer.start()
+    finally:
+        _held.deciding = deciding
+
+
+def _deferred(signum: int, frame: Any) -> bool:
+    """Whether the signal that landed at `frame` is held back (to a deferrer that takes it,
+    until the outermost held section ends, or sent again a moment later), not handled now.
+    One that lands while the shim itself decides (starting a timer waits) is sent again."""
+    if _held.deciding:
+        if signum not in _resend_signals:
+            _resend_signals.append(signum)
+        return True
+    _held.deciding = True
+    try:
+        held = _held_back(signum, frame)
+        while _resend_signals and not _resend_due[0]:  # (one that came while it decided)
+            _send_again(_resend_signals[0])
+        return held
+    finally:
+        _held.deciding = False
+
+
+def _held_back(signum: int, frame: Any) -> bool:
+    for defer in _deferrers:
+        if defer(signum):
+            return True
+    if _held.depth:
+        if signum not in _held.signals:  # (signals coalesce: one stands for all that came)
+            _held.signals.append(signum)
+        _held.pending = True
+        return True
+    if _in_protected(frame) or _swallowed_in(frame):
+        _send_again(signum)
+        return True
+    return False
+
+
+class _Shim:
+    """What the runtime installs in place of the program's Python handler of a signal: the
+    handler, called unless the signal landed where it must be held back."""
+
+    def __init__(self, handler: Any) -> None:
+        self.handler = handler
+
+    def __call__(self, signum: int, frame: Any) -> Any:
+        if not _deferred(signum, frame):
+            self.handler(signum, frame)
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
-    """Ctrl-C: to a deferrer that takes it, else held until the outermost section ends, else
-    Python's own handler."""
-    for defer in _deferrers:
-        if defer():
-            return
-    if _held.depth:
-        _held.pending = True
-        return
-    if _protected and _in_protected(frame) or _swallowed_in(frame):
-        if not _resend_due[0]:  # (one on its way stands for any that came meanwhile)
-            _resend_due[0] = True
-            timer = threading.Timer(_REDELIVER_S, _resend)
-            timer.daemon = True
-            timer.start()
-        return
-    signal.default_int_handler(signum, frame)
+    """Ctrl-C, with Python's own SIGINT handler: held back as any signal, else raised."""
+    if not _deferred(signum, frame):
+        _default_int_handler(signum, frame)
 
 
-_HANDLER: Final = _on_sigint  # (what hold() compares the installed handler with, read natively)
+def _shim(signum: Any, handler: Any) -> Any:
+    """The handler to install for the program's `handler` of `signum`."""
+    if not callable(handler) or type(handler) is _Shim or handler is _on_sigint:
+        return handler  # (SIG_DFL, SIG_IGN, or one of ours already)
+    if handler is _default_int_handler and signum == _SIGINT:
+        return _on_sigint
+    return _Shim(handler)
+
+
+def _unshim(handler: Any) -> Any:
+    """The program's own handler behind what is installed."""
+    if type(handler) is _Shim:
+        return handler.handler
+    if handler is _on_sigint:
+        return _default_int_handler
+    return handler
+
+
+def _signal_of_program(signalnum: Any, handler: Any) -> Any:
+    """signal.signal: set the handler of a signal (the runtime's shim around a Python one) and
+    return the previous one, as the program set it. Raises as signal.signal."""
+    return _unshim(_real_signal(signalnum, _shim(signalnum, handler)))
+
+
+def _getsignal_of_program(signalnum: Any) -> Any:
+    """signal.getsignal: the handler of a signal, as the program set it."""
+    return _unshim(_real_getsignal(signalnum))
+
+
+def handler_of(signum: int) -> Any:
+    """The program's own handler of `signum` (what signal.getsignal returns)."""
+    return _unshim(_real_getsignal(signum))
 
 
 def install() -> None:
-    """Take over SIGINT (from the main thread, only while Python's own handler has it)."""
-    if threading.current_thread() is threading.main_thread() \
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _on_sigint)
+    """Put the runtime's shim around every Python handler of a signal (from the main thread:
+    those in place; from any thread: those installed later through signal.signal)."""
+    signal.signal = _signal_of_program  # (the attribute callers read)
+    signal.getsignal = _getsignal_of_program
+    if _held.installed or threading.current_thread() is not threading.main_thread():
+        return
+    _held.installed = True
+    for signum in _SIGNALS:
+        handler = _real_getsignal(signum)
+        if callable(handler) and _shim(signum, handler) is not handler:
+            _real_signal(signum, _shim(signum, handler))
 
 
-def add_deferrer(defer: Callable[[], bool]) -> None:
-    """Ask defer() first at each Ctrl-C: True when it took the interrupt (to raise it later)."""
+def deliver(signums: list[int]) -> None:
+    """Run now, in turn, the program's handlers of signals the runtime held back (where what
+    they raise may come out); one a handler's exception cuts off is sent again a moment later."""
+    for i, signum in enumerate(signums):
+        handler = handler_of(signum)
+        try:
+            if callable(handler):
+                handler(signum, _caller_frame())
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)  # (what it does without a handler)
+        except BaseException:
+            for rest in signums[i + 1:]:
+                _send_again(rest)
+            raise
+
+
+def _caller_frame() -> Any:
+    """The innermost Python frame outside this module, for a handler run here."""
+    frame: Any = sys._getframe(0)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame
+
+
+def add_deferrer(defer: Callable[[int], bool]) -> None:
+    """Ask defer(signum) first at each signal: True when it took it (to deliver it later)."""
     if defer not in _deferrers:
         _deferrers.append(defer)
     install()
 
 
 def hold() -> bool:
-    """Enter a section a Ctrl-C must not cut; returns whether it counts (the main thread's,
-    where a handler of ours is in place). Pass the result to release()."""
+    """Enter a section no signal's handler may cut; returns whether it counts (the main
+    thread's, where handlers run). Pass the result to release()."""
     if _get_ident() != _held.main:
-        return False  # (Python raises KeyboardInterrupt in the main thread only)
-    if _getsignal(_SIGINT) is not _HANDLER:
+        return False  # (Python runs handlers in the main thread only)
+    if not _held.installed:
         install()
-        if _getsignal(_SIGINT) is not _HANDLER:
-            return False  # the program's own handler decides
     _held.depth += 1
     return True
 
@@ -163,15 +303,13 @@ def redeliver() -> None:
     if _get_ident() != _held.main:
         return
     if _held.depth:
+        if _SIGINT not in _held.signals:
+            _held.signals.append(_SIGINT)
         _held.pending = True
         return
-    if _getsignal(_SIGINT) not in (_HANDLER, signal.default_int_handler):
+    if handler_of(_SIGINT) is not _default_int_handler:
         return
-    if not _resend_due[0]:
-        _resend_due[0] = True
-        timer = threading.Timer(_REDELIVER_S, _resend)
-        timer.daemon = True
-        timer.start()
+    _send_again(_SIGINT)
 
 
 def _after_fork_in_child() -> None:
@@ -179,6 +317,8 @@ def _after_fork_in_child() -> None:
     thread is the forking one, which held nothing)."""
     _held.depth = 0
     _held.pending = False
+    _held.signals = []
+    _held.deciding = False
     _held.main = threading.main_thread().ident  # (threading's own fork hook ran first)
 
 
@@ -186,29 +326,51 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _take_held() -> list[int]:
+    signums = _held.signals
+    _held.signals = []
+    _held.pending = False
+    return signums
+
+
 def release(held: bool) -> None:
-    """Leave a section entered with hold(); the outermost raises a Ctrl-C held meanwhile
-    (KeyboardInterrupt out of this call: the section's state must be whole before it)."""
+    """Leave a section entered with hold(); the outermost sends again the signals held
+    meanwhile (what their handlers raise comes out of this call: the section's state must be
+    whole before it)."""
     if held:
         _held.depth -= 1
         if not _held.depth and _held.pending:
-            _held.pending = False
-            signal.raise_signal(signal.SIGINT)
+            signums = _take_held()
+            for i, signum in enumerate(signums):
+                try:
+                    signal.raise_signal(signum)  # (its handler runs here, unless held again)
+                except BaseException:
+                    for rest in signums[i + 1:]:
+                        _send_again(rest)
+                    raise
 
 
 def release_or_undo(held: bool, undo: Callable[[], Any]) -> None:
-    """release(held), for a section that made something for its caller: when a Ctrl-C held
-    meanwhile is to be raised, undo() first (the caller will never get what was made), then
-    raise it. A Ctrl-C during undo() joins the one raised."""
+    """release(held), for a section that made something for its caller: the handlers of the
+    signals held meanwhile run now (still held: others wait), and where one raises, undo()
+    runs first (the caller will never get what was made), then its exception comes out."""
     if not held:
         return
-    _held.depth -= 1
-    if _held.depth or not _held.pending:
-        return
-    _held.depth += 1
-    try:
-        undo()
-    finally:
+    if _held.depth > 1 or not _held.pending:
         _held.depth -= 1
-        _held.pending = False
-    raise KeyboardInterrupt  # (here, whatever frame: what was made is undone already)
+        return
+    try:
+        signums = _take_held()
+        while signums:  # (here, whatever frame: what was made is undone where one raises)
+            deliver(signums)
+            signums = _take_held()  # (those that came while it ran)
+    except BaseException:
+        try:
+            undo()
+        finally:
+            _held.depth -= 1
+            for signum in _take_held():  # (came during the handler or the undo: a Ctrl-C joins
+                if signum != _SIGINT:   # the one raised; another comes again in a moment)
+                    _send_again(signum)
+        raise
+    _held.depth -= 1

@@ -34,6 +34,7 @@ import heapq
 import itertools
 import math
 import os
+import signal as signals
 import sys
 import threading
 import time
@@ -203,7 +204,9 @@ class Timeline:
         self.look_at_values: Any = None  # the engine's look_at_values(): see SimBackend.execute
         self.drop_ended_deadlines: Any = None  # the engine's, through its queue: see _unattended_work
         self.host_frames: dict = {}     # task -> frame of each host function running
-        self.interrupted = False        # a Ctrl-C held back while the main thread stepped (below)
+        self.interrupted = False        # a signal held back while the main thread stepped (below)
+        self.held: list[int] = []       # which ones, in the order they came
+        self.deliver: Any = None        # the runtime's deliver(signums): runs their handlers
         self.graced: Any = None         # the signal whose wait last had its grace (_host_wait)
         self.engine: Any = None         # the engine (its `progress`: see attach)
         self.stranger_wait: Any = None  # the signal whose wait waits for strangers, since when
@@ -333,7 +336,7 @@ class Timeline:
         ends = self.ends
         backends = self.backends
         while True:
-            if self.interrupted:  # (between events: a Ctrl-C held back is raised here)
+            if self.interrupted:  # (between events: a signal held back is delivered here)
                 self.raise_interrupt()
             for b in backends:
                 compute, copy, host = b.ready
@@ -492,12 +495,24 @@ class Timeline:
             self.raise_interrupt()
 
     def raise_interrupt(self) -> None:
-        """Raise the KeyboardInterrupt held back while a step ran (the step is whole now), on
-        the main thread only, the one a Ctrl-C is for, and not while it runs a task for the
-        simulation (a kernel that synchronizes steps too): the outermost step raises it."""
+        """Run the program's handlers of the signals held back while a step ran (the step is
+        whole now: a Ctrl-C's KeyboardInterrupt, or whatever they raise, comes out here), on
+        the main thread only, the one handlers run on, and not while it runs a task for the
+        simulation (a kernel that synchronizes steps too): the outermost step delivers them."""
         if threading.current_thread() is threading.main_thread() and not self.local.frames:
+            held = self.held
+            self.held = []
             self.interrupted = False
-            raise KeyboardInterrupt
+            if self.deliver is not None:
+                self.deliver(held)
+            elif _SIGINT in held:  # (none registered: Python's own Ctrl-C)
+                raise KeyboardInterrupt
+
+    def hold_back(self, signum: int) -> None:
+        """Keep `signum` to deliver once the step is whole."""
+        if signum not in self.held:
+            self.held.append(signum)
+        self.interrupted = True
 
     def held_back(self) -> None:
         """Where the main thread let the lock go after holding it outside a step (a wait's
@@ -506,13 +521,13 @@ class Timeline:
             self.raise_interrupt()
 
 
-def defer_in_step() -> bool:
-    """A Ctrl-C's deferrer (the runtime registers it with ascentrt.interrupts for a simulated
-    device): it takes the interrupt while the main thread runs a step of the simulation (it
-    has taken a task, or started one), which an exception would leave half done: the device
-    would then wait for ever for a task nobody runs, or a kernel would fail with the
-    interrupt. The step ends (the next event boundary), then the interrupt is raised; a second
-    Ctrl-C before that is raised at once (a kernel that never returns).
+def defer_in_step(signum: int) -> bool:
+    """A signal's deferrer (the runtime registers it with ascentrt.interrupts for a simulated
+    device): it takes the signal while the main thread runs a step of the simulation (it
+    has taken a task, or started one), which an exception from its handler would leave half
+    done: the device would then wait for ever for a task nobody runs, or a kernel would fail
+    with the interrupt. The step ends (the next event boundary), then the handler runs; a
+    second Ctrl-C before that is raised at once (a kernel that never returns).
 
     A step runs under the timeline's lock, and a task it runs is in the thread's frames (even
     while a kernel's own synchronize waits with the lock let go): that is what tells one (a
@@ -521,11 +536,18 @@ def defer_in_step() -> bool:
     step (a driver allocation, a free, a wait's bookkeeping), at the next host call or wait's
     end: raised there, it would cut the pool's bookkeeping short."""
     tl = TIMELINE
-    if not tl.interrupted and (tl.lock._is_owned() or tl.local.frames):  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
-        tl.interrupted = True
+    held = tl.held
+    stepping = tl.lock._is_owned() or tl.local.frames  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
+    if stepping and (signum != _SIGINT or _SIGINT not in held):
+        tl.hold_back(signum)
         return True
-    tl.interrupted = False  # (a second Ctrl-C, or none held: at once, as asked)
+    if signum in held:  # (a second Ctrl-C, or none in a step: at once, standing for the one held)
+        held.remove(signum)
+        tl.interrupted = bool(held)
     return False
+
+
+_SIGINT: Final = int(signals.SIGINT)
 
 
 TIMELINE = Timeline()
@@ -539,7 +561,8 @@ def _after_fork_in_child() -> None:
     # (its lock and condition: renewed by forksafe's hook, which runs first)
     TIMELINE.local = _ThreadFrames()
     TIMELINE.pumping = TIMELINE.pump_runs = False
-    TIMELINE.interrupted = False  # (the parent's Ctrl-C, not the child's)
+    TIMELINE.interrupted = False  # (the parent's signals, not the child's)
+    TIMELINE.held = []
     TIMELINE.inflight = 0
     TIMELINE.host_frames = {}
     TIMELINE.attending = 0  # (a parent thread inside host_wait does not exist here)
@@ -1173,7 +1196,7 @@ class SimBackend(CpuBackend):
         if type(t.error) is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
             # A second Ctrl-C cut the task short (it failed with it): the program still gets
             # its interrupt, once the step is whole.
-            tl.interrupted = True
+            tl.hold_back(_SIGINT)
 
     def host_task_returned(self, worker: _HostThread, job) -> None:
         """A host function returned on `worker`: schedule its end and free the thread."""

@@ -323,7 +323,10 @@ class BlockPool:
             if size <= limit or have - size > OVERSIZE_SLACK:
                 return None
         key: Any = have  # (one int object for the lookups below: compiled, each would box it)
-        bin_ = self._bins[key]
+        bin_ = self._bins.get(key)
+        if not bin_:  # (a size listed with no block: a failure between two steps left it)
+            self._drop_size(have)
+            return self._take_ready(size)
         block = bin_.popitem()[0]
         if not bin_:  # (_drop_size, at the index found above)
             del self._bins[key]
@@ -668,8 +671,8 @@ class BlockPool:
         size: Any = block.size  # (one int object for the lookups below: compiled, each would box it)
         same = self._bins.get(size)
         if same is None:
+            _insort(self._sizes, size)  # (first: a size listed with no bin is mended, not lost)
             same = self._bins[size] = {}
-            _insort(self._sizes, size)
         same[block] = None
         if block.prev is None and block.next is None:
             self._idle[block.chunk] = None
@@ -677,10 +680,11 @@ class BlockPool:
 
     def _remove_ready(self, block: Block) -> None:
         size: Any = block.size  # (one int object for the lookups below)
-        same = self._bins[size]
-        del same[block]
-        if not same:
-            self._drop_size(size)
+        same = self._bins.get(size)
+        if same is not None:  # (None: a failure between two steps of a change dropped it)
+            del same[block]
+            if not same:
+                self._drop_size(size)
         if block.prev is None and block.next is None:
             self._unidle(block)
 
@@ -690,9 +694,13 @@ class BlockPool:
         self._idle_bytes -= block.size
 
     def _drop_size(self, size: int) -> None:
-        del self._bins[size]
+        """No more blocks of `size` in the bins (a failure between the steps leaves a state
+        _take_ready mends: a size listed with no block)."""
+        self._bins.pop(size, None)
         sizes = self._sizes
-        del sizes[_bisect_left(sizes, size)]
+        i = _bisect_left(sizes, size)
+        if i < len(sizes) and sizes[i] == size:
+            del sizes[i]
 
     # ---- chunks ----------------------------------------------------------------------------
 

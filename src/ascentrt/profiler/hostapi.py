@@ -20,7 +20,7 @@ from . import clock
 
 from .. import hccl
 from ..backends.sim import TIMELINE
-from ..callsite import OURS, site_text
+from ..callsite import is_ours, site_text
 from ..callback import launch_callback, process_reports
 from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe_report
 from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
@@ -277,7 +277,7 @@ class CallSites:
 
     def note(self, code: Any) -> int:
         """Take in a code object seen for the first time; its index (-1: ascentrt's own)."""
-        if code.co_filename.startswith(OURS):
+        if is_ours(code.co_filename):
             self.index[id(code)] = -1
             self.codes.append(code)  # (held too: its id must not come back as another's)
             return -1

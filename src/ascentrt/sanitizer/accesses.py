@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..callsite import OURS, Site, site_text, user_frame
+from ..callsite import Site, is_ours, site_text, user_frame
 from ..engine.task import COPY, DETACH, HOST_FUNC, KERNEL, KIND_NAMES, MEMSET
 from ..graph.graph import segment_nodes
 from ..memory.buffer import BufferSlice, DeviceBuffer, HostBuffer, TypedView
@@ -147,7 +147,7 @@ def submit_site(depth: int) -> Site:
     """Where the user's code called the API that submits: `depth` callers up from the caller,
     or out past our frames when a wrapper of ours lies between ("?" when none is the user's)."""
     frame: Any = sys._getframe(depth)
-    if frame.f_code.co_filename.startswith(OURS):
+    if is_ours(frame.f_code.co_filename):
         frame = user_frame(depth + 1)
     return (frame.f_code, frame.f_lasti) if frame is not None else "?"
 

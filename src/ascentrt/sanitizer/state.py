@@ -21,7 +21,7 @@ import threading
 from typing import Any
 
 from .. import forksafe, interrupts
-from ..callsite import OURS, Site, site_text, user_code_site
+from ..callsite import Site, is_ours, site_text, user_code_site
 from ..engine.hooks import _local as _executing  # .stream: what an executor thread runs
 from ..engine.task import DETACH, EVENT_RECORD, EVENT_WAIT, HOST_FUNC, KERNEL, KIND_NAMES, \
     NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT
@@ -401,7 +401,7 @@ class Sanitizer:
                 # The caller of the API that submits (frame 1 is ENGINE.submit, 2 that API): the
                 # user's code, unless a wrapper of ours lies between (then walk out).
                 frame: Any = sys._getframe(3)
-                while frame is not None and frame.f_code.co_filename.startswith(OURS):
+                while frame is not None and is_ours(frame.f_code.co_filename):
                     frame = frame.f_back
                 site = (frame.f_code, frame.f_lasti) if frame is not None else "?"
         sid = stream.id
