@@ -10,13 +10,16 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Code ascentrt generates (the acl facade's wrappers) has a file name of this form: not a path,
 # so that tools which read sources (tracebacks, coverage) take it for generated code.
 GENERATED_PREFIX = "<ascentrt "
-# What the file name of ascentrt's own code starts with (the folder with its separator: a
-# sibling such as ascentrt_app/ is the program's)
-OURS = (os.path.join(_PACKAGE_DIR, ""), GENERATED_PREFIX)
+# What the file name of code that is not the program's starts with: ascentrt's own (the folder
+# with its separator: a sibling such as ascentrt_app/ is the program's, and code it made) and
+# the interpreter's frozen start-up code (runpy under `python -m ascentrt ...`: a call of the
+# runtime's own command is no line of the program, and named none)
+OURS = (os.path.join(_PACKAGE_DIR, ""), GENERATED_PREFIX, "<frozen ")
 
 
 def is_ours(filename: str) -> bool:
-    """Whether code of this file name is ascentrt's own (a file of the package, or code it made)."""
+    """Whether code of this file name is not the program's: ascentrt's own (a file of the
+    package, or code it made) or the interpreter's frozen start-up code."""
     return filename.startswith(OURS)
 
 

@@ -31,11 +31,12 @@ from .metrics import DISPATCHED_KINDS, DURATION, dispatch_latencies, within, wor
 # ---- diagnosis -----------------------------------------------------------------------------
 
 def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None,
-             whole: dict | None = None) -> list[Finding]:
+             whole: dict | None = None, spans: list[tuple[int, int]] | None = None) -> list[Finding]:
     """Every problem the profile shows evidence of, the most costly first. With `windows`
-    (sorted, disjoint; see scope.within) idle device time counts only inside them, and `whole`
+    (sorted, disjoint; see scope.within) idle device time counts only inside them, `whole`
     maps id() of each piece of a task cut to them to the task it was cut from (how long a
-    task is, it judges whole)."""
+    task is, it judges whole), and `spans` are the range's instances (what one does, the
+    next need not repeat)."""
     findings: list[Finding] = []
     devices = {d.id: d for d in profile.devices}
     for dev_id, work in sorted(work_by_device(profile).items()):
@@ -48,7 +49,7 @@ def diagnose(profile: ProfileData, windows: list[tuple[int, int]] | None = None,
     findings += stragglers(profile)
     findings += priority_inversion(profile)
     findings += sync_in_loop(profile, windows)
-    findings += serializing_syncs(profile, windows)
+    findings += serializing_syncs(profile, windows, spans)
     findings += needless_syncs(profile)
     findings += memory_findings(profile, devices)
     if not any(f.kind == "held_by_full_queue" for f in findings):  # (it names the queue)

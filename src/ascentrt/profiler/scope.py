@@ -23,10 +23,11 @@ class Scope:
     windows: list              # sorted, disjoint (start_ns, end_ns)
     profile: ProfileData       # tasks and API calls cut to the windows, the rest filtered
     whole: dict = field(default_factory=dict)  # id(piece of a task) -> the task it was cut from
+    spans: list = field(default_factory=list)  # (start_ns, end_ns) of each instance, by start
 
     def diagnose(self) -> list[Finding]:
         """The diagnosis of what happened inside the windows only."""
-        return diagnose(self.profile, self.windows, self.whole)
+        return diagnose(self.profile, self.windows, self.whole, self.spans)
 
     def label(self) -> str:
         """"range 'step' (12 instances, 340.00 ms)"."""
@@ -77,21 +78,24 @@ def within(profile: ProfileData, name: str) -> Scope:
         marks=[m for m in profile.marks if inside(m.ts_ns)],
         memory=[s for s in profile.memory if inside(s.ts_ns)],
         allocations=[a for a in profile.allocations if inside(a.alloc_ns)])
-    return Scope(name, _outermost(ranges), windows, data, whole)
+    spans = _outermost(ranges)
+    return Scope(name, len(spans), windows, data, whole, spans)
 
 
-def _outermost(ranges: list) -> int:
-    """How many of `ranges` (of one name) are instances: not inside another of them on their
-    thread (a recursive step's inner ranges are part of the outer one)."""
-    count = 0
+def _outermost(ranges: list) -> list[tuple[int, int]]:
+    """(start_ns, end_ns) of the instances among `ranges` (of one name), by start: those not
+    inside another of them on their thread (a recursive step's inner ranges are part of the
+    outer one). Instances that touch stay apart (on sim one may end at the instant the next
+    begins), where the windows merge them."""
+    spans = []
     ends: dict[int, int] = {}  # thread -> end of its open outermost range
     for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
         end = ends.get(r.thread, -1)
         if r.start_ns < end and r.end_ns <= end:
             continue
         ends[r.thread] = r.end_ns
-        count += 1
-    return count
+        spans.append((r.start_ns, r.end_ns))
+    return spans
 
 
 def _spanner(windows: list[tuple[int, int]]):
