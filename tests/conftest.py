@@ -60,6 +60,14 @@ def stream(dev):
 
 
 @pytest.fixture
+def buf(dev):
+    """A 256 KiB device buffer, freed after the test (files with a buffer of their own override it)."""
+    b = art.malloc(1 << 18)
+    yield b
+    b.free()
+
+
+@pytest.fixture
 def streams(dev):
     """Two streams of device 0, drained and destroyed after the test (unless it did)."""
     made = [dev.create_stream() for _ in range(2)]

@@ -26,13 +26,6 @@ def _sin(out):
     np.sin(out, out=out)
 
 
-@pytest.fixture
-def buf(dev):
-    b = art.malloc(1 << 18)
-    yield b
-    b.free()
-
-
 def test_each_api_call_records_the_program_line_that_made_it(stream, buf):
     view = buf[:64].view(np.float64)
     with art.profile() as prof:

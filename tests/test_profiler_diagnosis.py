@@ -35,13 +35,6 @@ def kinds(prof) -> set[str]:
     return {f.kind for f in prof.diagnose()}
 
 
-@pytest.fixture
-def buf(dev):
-    b = art.malloc(1 << 18)
-    yield b
-    b.free()
-
-
 def test_host_bound_program_is_diagnosed_as_starving_the_device(stream, buf):
     with art.profile() as prof:
         for _ in range(20):
