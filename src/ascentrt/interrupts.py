@@ -227,21 +227,16 @@ def _signal_of_program(signalnum: Any, handler: Any) -> Any:
     return _unshim(_real_signal(signalnum, _shim(signalnum, handler)))
 
 
-def _getsignal_of_program(signalnum: Any) -> Any:
-    """signal.getsignal: the handler of a signal, as the program set it."""
+def handler_of(signalnum: Any) -> Any:
+    """The program's own handler of a signal: signal.getsignal, as the program set it."""
     return _unshim(_real_getsignal(signalnum))
-
-
-def handler_of(signum: int) -> Any:
-    """The program's own handler of `signum` (what signal.getsignal returns)."""
-    return _unshim(_real_getsignal(signum))
 
 
 def install() -> None:
     """Put the runtime's shim around every Python handler of a signal (from the main thread:
     those in place; from any thread: those installed later through signal.signal)."""
     signal.signal = _signal_of_program  # (the attribute callers read)
-    signal.getsignal = _getsignal_of_program
+    signal.getsignal = handler_of
     if _held.installed or threading.current_thread() is not threading.main_thread():
         return
     _held.installed = True

@@ -16,7 +16,7 @@ from .intervals import gaps, intersection, total, union
 from .diagnose_failures import failed_tasks, never_finished, stragglers
 from .diagnose_host import (
     full_queue, needless_syncs, pinned_saving, serializing_syncs, staged_sites, submit_costs,
-    sync_in_loop, synchronous, synchronous_copies)
+    sync_in_loop, synchronous)
 from .diagnose_memory import memory_findings
 from .diagnose_priority import priority_inversion
 from .diagnose_waves import tail_waves
@@ -336,7 +336,7 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
     c_streams = sorted({t.stream for t in copies})
     k_streams = sorted({t.stream for t in compute})
     shared = sorted(set(c_streams) & set(k_streams))
-    sync_copies = synchronous_copies(copies, profile)
+    staged = synchronous(copies, profile)  # (copies that finished before memcpy_async returned)
     on_shared = sum(t.stream in shared for t in copies)
     # Waits between the copy and the compute streams, both ways: each copy waits for the
     # kernel before it and each kernel for its copy (one buffer, ordered by events). Only
@@ -366,12 +366,12 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
     # Structural causes only: a shared stream, blocking copies or waits both ways serialize
     # by construction; separate streams that take turns otherwise are host-bound (reported
     # by that finding).
-    if on_shared < len(copies) / 2 and sync_copies < len(copies) / 2 and not ping_pong:
+    if on_shared < len(copies) / 2 and len(staged) < len(copies) / 2 and not ping_pong:
         return []
     why = (f"copies and kernels are issued on the same stream ({', '.join(map(str, shared))}), "
            f"which runs them one after the other" if on_shared >= len(copies) / 2 else
            "the copies block the host until they finish, so nothing can be queued beside them"
-           if sync_copies >= len(copies) / 2 else
+           if len(staged) >= len(copies) / 2 else
            f"each copy waits for the kernel before it and each kernel for its copy (event waits "
            f"between streams {c_streams} and {k_streams}: one buffer, used in turn)")
     evidence: dict[str, object] = {"copy time": format_ms(c_ns), "compute time": format_ms(k_ns),
@@ -379,9 +379,9 @@ def _no_overlap(dev_id, work, profile) -> list[Finding]:
                                    "compute streams": k_streams, "could save up to": format_ms(smaller - both)}
     advice = ("put copies on their own stream(s) and order them with events, double-buffer so "
               "batch n+1 is copied while batch n computes")
-    if sync_copies:
-        evidence["copies that finished before memcpy_async returned"] = sync_copies
-        evidence["their memcpy_async calls at"] = staged_sites(synchronous(copies, profile), profile)
+    if staged:
+        evidence["copies that finished before memcpy_async returned"] = len(staged)
+        evidence["their memcpy_async calls at"] = staged_sites(staged, profile)
         advice += "; copy from pinned memory (malloc_host) so memcpy_async does not block the host"
     examples = [task_ref(t) for t in copies[:3] + compute[:3]]
     # (what the compute is, by its kinds: a program of copies and memsets has no kernel)

@@ -79,11 +79,6 @@ def pinned_saving(staged, staged_ns: int, profile) -> int:
     return int(staged_ns * (1 - pageable / pinned))
 
 
-def synchronous_copies(copies, profile) -> int:
-    """How many of `copies` blocked the host (pageable: staged inside the call)."""
-    return len(synchronous(copies, profile))
-
-
 def synchronous(copies, profile) -> list:
     """The copies that finished inside the memcpy_async that submitted them (pageable host
     memory: staged by the host, which the call blocks until the copy is done)."""
@@ -205,6 +200,7 @@ def serializing_syncs(profile, windows=None, spans=None) -> list[Finding]:
         by_thread[t.thread].append(t)
     for items in by_thread.values():
         items.sort(key=lambda t: t.enqueue_ns)
+    enqueued = {th: [t.enqueue_ns for t in items] for th, items in by_thread.items()}
     busy_of: dict = {}  # (device, stream) -> merged busy intervals
 
     def busy(key) -> list:
@@ -228,7 +224,7 @@ def serializing_syncs(profile, windows=None, spans=None) -> list[Finding]:
             k = bisect.bisect_right(opens, c.start_ns) - 1
             until = min(until, spans[k][1]) if k >= 0 else -1
         queued = by_thread.get(c.thread, [])
-        j = bisect.bisect_left([t.enqueue_ns for t in queued], c.end_ns)
+        j = bisect.bisect_left(enqueued.get(c.thread, []), c.end_ns)
         after = [t for t in queued[j:] if t.enqueue_ns <= until and t.device == device
                  and str(t.stream) != stream]
         if not after:

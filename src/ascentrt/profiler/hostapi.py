@@ -306,11 +306,6 @@ class CallSites:
         return site_text((self.codes[key >> 24], key & 0xFFFFFF)) if key else "?"
 
 
-def site_of(key: int | str, sites: CallSites) -> str:
-    """'file.py:line' of a recorded call's site: a key of `sites` (0: '?') or a text."""
-    return sites.text(key)
-
-
 def by_start(calls: list[tuple]) -> list[tuple]:
     """The recorded calls (each a thread's outermost: see _wrap) by start; calls that start at
     the same instant (in virtual time a call may take none) stay in the order they were made."""

@@ -26,7 +26,7 @@ from . import memstats
 from ..hccl.comm import groups as hccl_groups
 from .data import (GRAPH_SEGMENT, QUEUE_FULL, VALUE_WRITE, Allocation, ApiCall, CollectiveRecord, DeviceInfo,
                    MarkRecord, MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
-from .hostapi import CallSites, Instrumentation, ThreadNames, by_start, site_of
+from .hostapi import CallSites, Instrumentation, ThreadNames, by_start
 from .profile import Profile
 
 if TYPE_CHECKING:
@@ -542,7 +542,7 @@ class Recorder:
 def _error_and_facts(call: tuple, sites: CallSites) -> tuple:
     """(error, target, already_done, done_for_ns, device, task_error, site) of a recorded
     call's tuple (name, start, end, thread, site[, error, facts[, device, task_error]])."""
-    site = site_of(call[4], sites)
+    site = sites.text(call[4])
     if len(call) == 5:
         return (0, "", None, 0, None, False, site)
     return (call[5],) + (call[6] or ("", None, 0)) + (call[7] if len(call) > 7 else None,
