@@ -502,7 +502,7 @@ def test_calls_inside_a_host_function_are_stamped_in_it_and_get_their_launch_arr
 def test_the_event_latency_after_a_released_cross_device_wait_is_sync_on_the_critical_path():
     # (the 1 us a released wait holds its stream's next task, event_latency_ns, was booked as
     # dispatch; sync covers released waits)
-    got = _run("""
+    code = """
         import json, ascentrt as art
         from ascentrt.profiler.critical import critical_path
         d0, d1 = art.Device(0), art.Device(1)
@@ -519,12 +519,16 @@ def test_the_event_latency_after_a_released_cross_device_wait_is_sync_on_the_cri
             s1.synchronize()
         path = critical_path(prof.profile)
         print(json.dumps([path["length_ns"], path["by_kind"]]))
-    """, ASCENTRT_DEVICES="2")
-    length, by_kind = got
+    """
+    length, by_kind = _run(code, ASCENTRT_DEVICES="2")
     # K0 1 ms + the peer copy (2 us + 56 MB at 56 GB/s) + the event latency + K1 2 ms
     assert by_kind == {"host": 3_000, "dispatch": 3_000, "kernel": 3_000_000, "copy": 1_002_000,
                        "sync": 1_000}
     assert length == sum(by_kind.values()) == 4_009_000
+    # (the latency the devices ran with, not the stock preset's: it was read from the preset
+    # of the device's name, so a variant's or a preset file's was never seen)
+    length, by_kind = _run(code, ASCENTRT_DEVICES="2", ASCENTRT_SIM_VARY='{"event_latency_ns": 7000}')
+    assert by_kind["sync"] == 7_000, by_kind
 
 
 def test_a_profile_names_a_preset_file_or_variant_that_is_not_the_stock_preset(tmp_path):

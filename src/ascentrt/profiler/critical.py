@@ -9,7 +9,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from ..backends import presets
 from .data import (EXECUTOR_OF_KIND, GRAPH_SEGMENT, NONBLOCKING, QUERY_APIS, SYNC_APIS, WAIT_KINDS,
                    WORK_KINDS, ProfileData)
 
@@ -207,16 +206,11 @@ def critical_path(profile: ProfileData, windows: list | None = None) -> dict:
 
 
 def _event_latencies(profile: ProfileData) -> dict[int, int]:
-    """{device id: the event latency of its model} for simulated devices whose preset loads
-    (a released wait holds its stream's next task that long); others are left out (0)."""
-    out = {}
-    for d in profile.devices:
-        if d.backend == "sim" and d.preset:
-            try:
-                out[d.id] = int(presets.load(d.preset).event_latency_ns)
-            except Exception:  # (a preset this installation does not have: no latency known)
-                continue
-    return out
+    """{device id: the event latency its model ran with} (a released wait holds its stream's
+    next task that long), as recorded: a preset file or a what-if variant may differ from
+    the stock preset of its name. Devices without one (cpu, profiles from before it was
+    recorded) are left out (0)."""
+    return {d.id: d.release_ns for d in profile.devices if d.release_ns}
 
 
 def _share(t, releaser) -> str:

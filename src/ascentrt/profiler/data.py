@@ -253,6 +253,7 @@ class DeviceInfo:
     # [H2D, D2H, D2D] engines where each direction has its own (sim); [] where any takes any
     copy_engines_per_direction: list = field(default_factory=list)
     preset_source: str = ""  # where the preset is not the stock one: its file, the fields varied
+    release_ns: int = 0      # sim: the model's time from a wait's release to its stream going on
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,7 +445,7 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
                 "copy_engines_per_direction": ("[] or [h2d, d2h, d2d] engine counts",
                                                lambda v: v == [] or _int_list(3)(v)
                                                and all(n >= 1 for n in v)),
-                "preset_source": _STR},
+                "preset_source": _STR, "release_ns": _NS},
     "streams": {"device": _INT, "id": _INT, "priority": _INT, "role": _STR},
     "races": {"text": _STR, "first_stream": _INT, "first_task": _INT, "second_stream": _INT,
               "second_task": _INT, "reuse": _BOOL, "count": _ints(1)},

@@ -518,7 +518,7 @@ class Recorder:
                                            p.host_func_threads, p.total_memory, p.backend, p.preset,
                                            dict(getattr(dev._backend, "uncosted", {})),
                                            list(p.copy_engines_per_direction),
-                                           p.preset_source))
+                                           p.preset_source, dev._backend.properties().release_ns))
             default, detached = dev._default_stream, dev._dq.detached
             live = list(dev._dq.streams.values())
             for s in live:
