@@ -126,6 +126,8 @@ TAMPERED = {
     "freed before allocated": ("free_ns", _freed_before_allocated),
     "site int": ("site", _cell("allocations", "site", 5)),
     "tail_ns negative": ("tail_ns", _cell("tasks", "tail_ns", -1)),
+    "release_ns negative": ("release_ns", _cell("devices", "release_ns", -1)),
+    "release_ns str": ("release_ns", _cell("devices", "release_ns", "1us")),
     "block_dim str": ("block_dim", _cell("tasks", "block_dim", "25")),
     "nbytes negative": ("nbytes", _cell("allocations", "nbytes", -5)),
     "range name int": ("name", _cell("ranges", "name", 1)),
