@@ -72,16 +72,20 @@ lint: $(VENV)/.installed-dev
 docs: $(VENV)/.installed-dev
 	ASCENTRT_PURE_PYTHON=1 $(PY) docs/build.py  # (from the source: compiled builds drop docstrings)
 
-# The cpu session runs the compiled build (made here when a compiler is there), the sim session
-# the Python source, then the simulator's own tests the compiled build: both paths are tested.
+# The sim session runs the Python source, meanwhile the compiled build is made (when a compiler
+# is there: the compiler keeps one core busy, which the session shares); then the cpu session
+# runs the compiled build, and the simulator's own tests again on it: both paths are tested.
 # Each runs on two processes (pytest-xdist), but for the tests marked serial (wall-clock
-# figures, see tests/conftest.py), which run alone after them.
+# figures, see tests/conftest.py), which run alone after them, with nothing beside them.
 PARALLEL := -n 2 -m "not serial"
 test: lint bytecode
-	$(MAKE) accel || echo "no compiled build: every session runs the Python source"
+	@rm -f src/build/accel.log; mkdir -p src/build; \
+	($(MAKE) accel > src/build/accel.log 2>&1 || echo "no compiled build: every session runs the Python source" >> src/build/accel.log) & \
+	build=$$!; \
+	ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(PARALLEL) $(SIM_TESTS); \
+	status=$$?; wait $$build; tail -n 3 src/build/accel.log; exit $$status
 	$(PY) -m pytest -q $(PARALLEL)
 	$(PY) -m pytest -q -p no:cacheprovider -m serial
-	ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(PARALLEL) $(SIM_TESTS)
 	$(PY) -m pytest -q -p no:cacheprovider --backend sim $(PARALLEL) $(SIM_COMPILED_TESTS)
 
 # The figures of the compiled build where one can be made (RESULTS.md says which ran).

@@ -1,4 +1,4 @@
-"""`make docs`: the API reference (pdoc) under docs/_build, failing on public modules, classes
+"""`make docs`: the API reference (pdoc) under docs/_build (or the folder given), failing on public modules, classes
 and functions without a docstring, on `ascentrt.…` references that name nothing and on type
 hints pdoc cannot evaluate."""
 
@@ -72,15 +72,15 @@ def check(root: pdoc.doc.Module) -> list[str]:
     return problems
 
 
-def main() -> int:
-    """Write the site, then report what check() finds (exit 1 when anything)."""
+def main(out: Path = OUT) -> int:
+    """Write the site into `out`, then report what check() finds (exit 1 when anything)."""
     pdoc.render.configure(docformat="markdown", show_source=False)
     modules = _public_modules()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", message="The module specification")  # (a package's
         # spec already brings the submodules it lists)
-        pdoc.pdoc(*modules, output_directory=OUT)  # a page for every public module
+        pdoc.pdoc(*modules, output_directory=out)  # a page for every public module
     # A type hint pdoc cannot evaluate is one a reader cannot follow either.
     problems = [str(w.message) for w in caught if "Error parsing type annotation" in str(w.message)]
     for name in modules:
@@ -88,9 +88,9 @@ def main() -> int:
     problems = list(dict.fromkeys(problems))
     for p in problems:
         print(f"docs: {p}", file=sys.stderr)
-    print(f"docs: wrote {OUT} ({len(problems)} problem(s))")
+    print(f"docs: wrote {out} ({len(problems)} problem(s))")
     return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT))  # (the tests write elsewhere)

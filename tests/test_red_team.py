@@ -140,8 +140,8 @@ def interrupt(*_):
         raise KeyboardInterrupt
 signal.signal(signal.SIGALRM, interrupt)
 signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.00007)   # an interrupt every 70 us
-hits, end = 0, time.monotonic() + 1.0
-while time.monotonic() < end:
+hits, end = 0, time.monotonic() + 20.0   # (until 1000 interrupts: fewer land per second under load)
+while hits < 1000 and time.monotonic() < end:
     try:
         armed[0] = True
         art.launch(art.kernels.noop, stream=s)
@@ -164,7 +164,7 @@ def test_an_interrupt_at_any_point_never_leaves_a_runtime_lock_held():
     out = subprocess.run([sys.executable, "-c", INTERRUPT_PROGRAM], capture_output=True,
                          text=True, timeout=60)
     hits, held = out.stdout.split(" ", 1)
-    assert int(hits) > 1000                  # it really interrupted, many times
+    assert int(hits) >= 1000                 # it really interrupted, many times
     assert held.strip() == "[]"
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -127,14 +129,27 @@ def describe() -> str:
     return "Python source (the compiled build is older than its source: make accel)"
 
 
+# The setup mypyc's own command writes, building into a folder of its own (argv[1]) instead of
+# in place.
+_SETUP = """\
+import sys
+from setuptools import setup
+from mypyc.build import mypycify
+setup(name="ascentrt-accel", ext_modules=mypycify(sys.argv[2:], opt_level="3", debug_level="1"),
+      script_args=["build_ext", "--build-lib", sys.argv[1]])
+"""
+
+
 def build() -> int:
-    """Compile MODULES with mypyc (it comes with mypy, in the dev extra); returns its exit code."""
-    paths = [str(_source_of(name).relative_to(_PACKAGE.parent)) for name in MODULES]
-    code = subprocess.call([sys.executable, "-m", "mypyc", *paths], cwd=_PACKAGE.parent)
+    """Compile MODULES with mypyc (it comes with mypy, in the dev extra), then put each built
+    file beside its source with one rename: a process that starts meanwhile (`make test` runs
+    the source's tests during the build) finds no half-written file. Returns the exit code."""
+    src = _PACKAGE.parent
+    paths = [str(_source_of(name).relative_to(src)) for name in MODULES]
+    out = src / "build" / "accel-lib"
+    shutil.rmtree(out, ignore_errors=True)  # (a fresh folder: every file in it is this build's)
+    code = subprocess.call([sys.executable, "-c", _SETUP, str(out), *paths], cwd=src)
     if code == 0:
-        for name in MODULES:  # the copies keep the times of an earlier build: date them now
-            source = _source_of(name)
-            for path in source.parent.glob(source.stem + "*"):
-                if path.suffix != ".py":
-                    path.touch()
+        for path in sorted(p for p in out.rglob("*") if p.is_file()):
+            os.replace(path, src / path.relative_to(out))
     return code
