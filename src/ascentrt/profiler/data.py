@@ -84,11 +84,28 @@ def top_sites(calls: Iterable["ApiCall"], top: int = 3) -> str:
     for c in calls:
         if c.site:
             counts[c.site] = counts.get(c.site, 0) + 1
+    return ranked_sites(counts, top) or "not recorded"
+
+
+def ranked_sites(counts: dict[str, int], top: int = 3) -> str:
+    """Program lines with their call counts, the most frequent first, `top` of them:
+    "prog.py:26 (100 calls), prog.py:31 (2 calls) and 4 more" ('' for none)."""
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])
     text = ", ".join(f"{site} ({n} call{'s' if n != 1 else ''})" for site, n in ranked[:top])
-    if not text:
-        return "not recorded"
     return text + (f" and {len(ranked) - top} more" if len(ranked) > top else "")
+
+
+def submitting_calls(tasks: Iterable[Any], profile: "ProfileData",
+                     names: tuple[str, ...] | None = None) -> list[list["ApiCall"]]:
+    """For each of `tasks`, the recorded API calls (any, or those named in `names`) of its
+    thread that were running when it was queued: the call that submitted it, and any call it
+    was made inside; in the order the profile lists them, empty where none was recorded."""
+    calls: dict[int, list] = {}
+    for c in profile.api_calls:
+        if names is None or c.name in names:
+            calls.setdefault(c.thread, []).append(c)
+    return [[c for c in calls.get(t.thread, ()) if c.start_ns <= t.enqueue_ns <= c.end_ns]
+            for t in tasks]
 
 
 def waits(call: "ApiCall") -> bool:

@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 
 from ..errors import ErrorCode
 from ..units import format_ms
-from .data import EXIT_MARK, WORK_KINDS, ProfileData
+from .data import EXIT_MARK, WORK_KINDS, ProfileData, submitting_calls
 from .finding import Finding, MIN_GAP_NS, MIN_GAP_VIRTUAL_NS, STRAGGLER_SHARE, format_us, task_ref
 from .metrics import DURATION
 
@@ -250,5 +250,4 @@ def _article(word: str) -> str:
 
 def _submitted_at(t, profile: ProfileData) -> str:
     """The program line of the call that submitted task `t` ('' where not recorded)."""
-    return next((c.site for c in profile.api_calls if c.thread == t.thread and c.site
-                 and c.start_ns <= t.enqueue_ns <= c.end_ns), "")
+    return next((c.site for c in submitting_calls([t], profile)[0] if c.site), "")

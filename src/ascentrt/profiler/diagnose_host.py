@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 from ..backends import presets
 from ..units import format_ms
-from .data import QUEUE_FULL, WORK_KINDS, calls_made, top_sites
+from .data import QUEUE_FULL, WORK_KINDS, calls_made, submitting_calls, top_sites
 from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 from .finding import (
@@ -79,34 +79,20 @@ def pinned_saving(staged, staged_ns: int, profile) -> int:
     return int(staged_ns * (1 - pageable / pinned))
 
 
+ASYNC_COPY_CALLS = ("memcpy_async", "memcpy2d_async")
+
+
 def synchronous(copies, profile) -> list:
     """The copies that finished inside the memcpy_async that submitted them (pageable host
     memory: staged by the host, which the call blocks until the copy is done)."""
-    calls = defaultdict(list)
-    for c in profile.api_calls:
-        if c.name in ("memcpy_async", "memcpy2d_async"):
-            calls[c.thread].append(c)
-    out = []
-    for t in copies:
-        for c in calls.get(t.thread, ()):
-            if c.start_ns <= t.enqueue_ns <= c.end_ns:
-                if t.end_ns <= c.end_ns:
-                    out.append(t)
-                break
-    return out
+    return [t for t, made in zip(copies, submitting_calls(copies, profile, ASYNC_COPY_CALLS))
+            if made and t.end_ns <= made[0].end_ns]
 
 
 def staged_sites(staged, profile) -> str:
     """Where the program submitted the copies `staged` (see synchronous): the memcpy calls'
     sites, the most frequent first, with their counts."""
-    calls = defaultdict(list)
-    for c in profile.api_calls:
-        if c.name in ("memcpy_async", "memcpy2d_async"):
-            calls[c.thread].append(c)
-    made: list = []
-    for t in staged:
-        made.extend(c for c in calls.get(t.thread, ()) if c.start_ns <= t.enqueue_ns <= c.end_ns)
-    return top_sites(made)
+    return top_sites(c for made in submitting_calls(staged, profile, ASYNC_COPY_CALLS) for c in made)
 
 
 def sync_in_loop(profile, windows) -> list[Finding]:

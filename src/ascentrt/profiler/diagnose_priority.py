@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..units import format_bytes, format_ms
-from .data import COPY_DIRECTIONS, ProfileData, top_sites
+from .data import COPY_DIRECTIONS, ProfileData, submitting_calls, top_sites
 from .finding import Finding, MIN_GAP_NS, MIN_GAP_VIRTUAL_NS, task_ref
 from .metrics import work_by_device, work_window
 
@@ -42,21 +42,19 @@ def priority_inversion(profile: ProfileData) -> list[Finding]:
     out = []
     for (dev_id, engine), items in sorted(copies.items()):
         engines = _engines(devices.get(dev_id), engine)
-        waited, holders = [], {}
+        waited: list = []
+        holders: dict = {}
         for t, ready in items:
             if t.start_ns - ready < min_gap:
                 continue
             mine = priority[(t.device, t.stream)]
-            lower = [(h.start_ns, h.end_ns) for h, _ in items
-                     if priority[(h.device, h.stream)] > mine and h.start_ns < t.start_ns
-                     and h.end_ns > ready]
-            blocked = _all_busy(lower, engines, ready, t.start_ns)
+            # (the lower-priority copies that ran while it was ready)
+            lower = [h for h, _ in items if priority[(h.device, h.stream)] > mine
+                     and h.start_ns < t.start_ns and h.end_ns > ready]
+            blocked = _all_busy([(h.start_ns, h.end_ns) for h in lower], engines, ready, t.start_ns)
             if blocked >= min_gap:
                 waited.append((t, blocked))
-                for h, _ in items:
-                    if priority[(h.device, h.stream)] > mine and h.start_ns < t.start_ns \
-                            and h.end_ns > ready:
-                        holders[h.key] = h
+                holders.update((h.key, h) for h in lower)
         inverted = sum(ns for _, ns in waited)
         if not waited or inverted < INVERSION_SHARE * windows.get(dev_id, 0):
             continue
@@ -115,7 +113,7 @@ def _finding(dev_id, engine, engines, waited, holders, priority, profile) -> Fin
         "longest wait": format_ms(max(ns for _, ns in waited)),
         f"{what}s": engines, "held by": held,
         "largest held copy": f"{format_bytes(largest.nbytes)} ({format_ms(largest.duration_ns)})",
-        "held copies submitted at": top_sites(_submitting_calls(holders, profile))}
+        "held copies submitted at": top_sites(c for made in submitting_calls(holders, profile) for c in made)}
     return Finding(
         "priority_inversion",
         f"High-priority copies waited for {what}s busy with lower-priority copies on device {dev_id}",
@@ -129,15 +127,4 @@ def _finding(dev_id, engine, engines, waited, holders, priority, profile) -> Fin
         f"stays free for the high-priority stream",
         evidence, [task_ref(t) for t, _ in waited[:5]] + [task_ref(h) for h in holders[:5]],
         inverted)
-
-
-def _submitting_calls(tasks, profile: ProfileData) -> list:
-    """The API calls that submitted `tasks` (those whose call was recorded)."""
-    calls: defaultdict[int, list] = defaultdict(list)
-    for c in profile.api_calls:
-        calls[c.thread].append(c)
-    out: list = []
-    for t in tasks:
-        out.extend(c for c in calls.get(t.thread, ()) if c.start_ns <= t.enqueue_ns <= c.end_ns)
-    return out
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from ..units import format_ms
-from .data import waits
+from .data import ranked_sites, waits
 from .intervals import gaps, intersection, total, union
 
 _START, _END = attrgetter("start_ns"), attrgetter("end_ns")
@@ -53,9 +53,7 @@ class HostTime:
     def sites_text(self, name: str, top: int = 3) -> str:
         """Where the program made the `name` calls counted here, the most frequent first:
         'prog.py:21 (30 calls), ...' ('' where no site was recorded)."""
-        ranked = sorted(self.sites.get(name, {}).items(), key=lambda kv: -kv[1])
-        text = ", ".join(f"{site} ({n} call{'s' if n != 1 else ''})" for site, n in ranked[:top])
-        return text + (f" and {len(ranked) - top} more" if len(ranked) > top else "")
+        return ranked_sites(self.sites.get(name, {}), top)
 
     @property
     def runtime_ns(self) -> int:
