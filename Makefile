@@ -95,5 +95,5 @@ bench: bytecode
 
 clean:
 	rm -rf $(VENV) build dist src/build src/*.egg-info
-	find src -name '*.so' -delete
+	find src -name '*.so' -delete -o -name '*.docstrings.json' -delete
 	find src -name __pycache__ -prune -exec rm -rf {} +

@@ -241,3 +241,29 @@ def test_a_bad_pure_python_switch_runs_the_source_and_is_refused_with_its_code_a
                          text=True, env=env, timeout=60)  # the command: one line, no traceback
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.count("\n") == 1 and "ASCENTRT_PURE_PYTHON" in out.stderr
+
+
+def test_a_compiled_module_gets_its_docstrings_from_the_builds_file_or_from_a_newer_source(tmp_path, monkeypatch):
+    # (parsing the source at each import cost ~20 ms of `import ascentrt` for sim.py alone:
+    # the build saves the docstrings, and a source edited since is read instead)
+    (tmp_path / "memory").mkdir()
+    source = tmp_path / "memory" / "built.py"
+    source.write_text('"""From the source."""\n\nclass Thing:\n    """A thing, from the source."""\n')
+    saved = accel._docstrings_file(source)
+    saved.write_text('{"": "From the build.", "Thing": "A thing, from the build."}')
+    monkeypatch.setattr(accel, "_PACKAGE", tmp_path)
+
+    def restored() -> tuple:
+        thing = type("Thing", (), {})
+        namespace = {"__name__": "ascentrt.memory.built", "__file__": "built.so", "Thing": thing}
+        accel.restore_docstrings(namespace)
+        return namespace["__doc__"], thing.__doc__
+
+    os.utime(source, (1000, 1000))
+    os.utime(saved, (2000, 2000))
+    assert restored() == ("From the build.", "A thing, from the build.")
+    os.utime(saved, (500, 500))  # the source was edited after the build
+    assert restored() == ("From the source.", "A thing, from the source.")
+    saved.write_text("not json")
+    os.utime(saved, (2000, 2000))
+    assert restored() == ("From the source.", "A thing, from the source.")

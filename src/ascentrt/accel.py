@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -88,18 +89,38 @@ def keep_to_source_if_asked() -> None:
             sys.meta_path.insert(0, _SourceFirst)
 
 
+def _docstrings_file(source: Path) -> Path:
+    """Where a build keeps the docstrings of its module's source."""
+    return source.with_name(source.stem + ".docstrings.json")
+
+
+def _docstrings(source: Path) -> dict[str, str | None]:
+    """The docstrings of a module's source: its own (key '') and each top-level class's."""
+    tree = ast.parse(source.read_text())
+    docs = {"": ast.get_docstring(tree)}
+    docs.update((node.name, ast.get_docstring(node)) for node in tree.body if isinstance(node, ast.ClassDef))
+    return docs
+
+
 def restore_docstrings(namespace: dict[str, Any]) -> None:
     """Give a compiled module and its classes their docstrings back from the source beside it
-    (mypyc keeps only signatures); nothing when the module runs from source."""
+    (mypyc keeps only signatures); nothing when the module runs from source. They come from
+    the file the build wrote (parsing sim.py's source took ~20 ms of every `import ascentrt`),
+    or, where that is missing or older than the source, from the source itself."""
     name = namespace["__name__"]
     source = _source_of(name)
     if str(namespace.get("__file__", "")).endswith(".py") or not source.exists():
         return
-    tree = ast.parse(source.read_text())
-    namespace["__doc__"] = ast.get_docstring(tree)
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and isinstance(namespace.get(node.name), type):
-            namespace[node.name].__doc__ = ast.get_docstring(node)
+    saved = _docstrings_file(source)
+    try:
+        fresh = saved.stat().st_mtime >= source.stat().st_mtime
+        docs = json.loads(saved.read_text()) if fresh else _docstrings(source)
+    except (OSError, ValueError):
+        docs = _docstrings(source)
+    namespace["__doc__"] = docs.get("")
+    for cls, doc in docs.items():
+        if cls and isinstance(namespace.get(cls), type):
+            namespace[cls].__doc__ = doc
 
 
 def built() -> list[str]:
@@ -150,6 +171,11 @@ def build() -> int:
     shutil.rmtree(out, ignore_errors=True)  # (a fresh folder: every file in it is this build's)
     code = subprocess.call([sys.executable, "-c", _SETUP, str(out), *paths], cwd=src)
     if code == 0:
+        for name in MODULES:  # (each module's docstrings, for restore_docstrings)
+            source = _source_of(name)
+            saved = out / _docstrings_file(source).relative_to(src)
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            saved.write_text(json.dumps(_docstrings(source)))
         for path in sorted(p for p in out.rglob("*") if p.is_file()):
             os.replace(path, src / path.relative_to(out))
     return code
