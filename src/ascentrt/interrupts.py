@@ -249,13 +249,24 @@ def install() -> None:
 def deliver(signums: list[int]) -> None:
     """Run now, in turn, the program's handlers of signals the runtime held back (where what
     they raise may come out); one a handler's exception cuts off is sent again a moment later."""
+    _each_or_send_again(signums, _run_handler)
+
+
+def _run_handler(signum: int) -> None:
+    """Run the program's handler of `signum` here (or what the signal does without one)."""
+    handler = handler_of(signum)
+    if callable(handler):
+        handler(signum, _caller_frame())
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)  # (what it does without a handler)
+
+
+def _each_or_send_again(signums: list[int], run: Callable[[int], Any]) -> None:
+    """run(signum) for each in turn; where one raises, the rest are sent again a moment later
+    and its exception comes out."""
     for i, signum in enumerate(signums):
-        handler = handler_of(signum)
         try:
-            if callable(handler):
-                handler(signum, _caller_frame())
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(signum)  # (what it does without a handler)
+            run(signum)
         except BaseException:
             for rest in signums[i + 1:]:
                 _send_again(rest)
@@ -335,14 +346,8 @@ def release(held: bool) -> None:
     if held:
         _held.depth -= 1
         if not _held.depth and _held.pending:
-            signums = _take_held()
-            for i, signum in enumerate(signums):
-                try:
-                    signal.raise_signal(signum)  # (its handler runs here, unless held again)
-                except BaseException:
-                    for rest in signums[i + 1:]:
-                        _send_again(rest)
-                    raise
+            # (each handler runs here, unless held again)
+            _each_or_send_again(_take_held(), signal.raise_signal)
 
 
 def release_or_undo(held: bool, undo: Callable[[], Any]) -> None:
