@@ -25,7 +25,7 @@ from ..memory.registry import REGISTRY
 from . import memstats
 from ..hccl.comm import groups as hccl_groups
 from .data import (GRAPH_SEGMENT, QUEUE_FULL, VALUE_WRITE, Allocation, ApiCall, CollectiveRecord, DeviceInfo,
-                   MarkRecord, MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
+                   MarkRecord, MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord, REAL, VIRTUAL)
 from .hostapi import CallSites, Instrumentation, ThreadNames, by_start
 from .profile import Profile
 
@@ -437,7 +437,8 @@ class Recorder:
         last = until.ns if until is not None else _OPEN
         prof = Profile(duration_ns=end - t0, started_at=since.wall,
                        command=list(command or sys.argv), pid=os.getpid(),
-                       origin_ns=since.host_ns)
+                       origin_ns=since.host_ns,
+                       clock=VIRTUAL if clock.now_ns is not time.perf_counter_ns else REAL)
         streams = {}
         ran = set()  # (device, stream) of the streams with tasks in the window
         # Every record of a thread holds the ident the engine or a wrapper got from

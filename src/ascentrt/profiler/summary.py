@@ -7,7 +7,8 @@ from collections import defaultdict
 from ..units import format_bytes
 from .analysis import diagnose
 from .metrics import metrics
-from .data import PART_DIR, WORK_KINDS, ProfileData, calls_made, calls_made_count, top_sites
+from .data import (MISSING_STATES, PART_DIR, WORK_KINDS, ProfileData, calls_made, calls_made_count,
+                   own_clock, top_sites)
 
 
 def _ms(ns) -> str:
@@ -18,13 +19,8 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
     """The summary as (title, headers, rows) tables."""
     m = metrics(profile)
     out = []
-    if profile.parts:
-        rows = [[str(p.pid), _ms(p.origin_ns - profile.origin_ns), _ms(p.duration_ns),
-                 str(len(p.tasks)), str(calls_made_count(p.api_calls)), " ".join(p.command)]
-                for p in [profile, *profile.parts]]
-        out.append((f"Processes (one timeline in trace.json; the tables below are pid "
-                    f"{profile.pid}'s, each child's own are in {PART_DIR.format(pid='<pid>')}/)",
-                    ["pid", "start ms", "duration ms", "tasks", "API calls", "command"], rows))
+    if profile.parts or profile.missing:
+        out.append(_processes(profile))
     rows = [[f"{d}", str(v["tasks"]), _ms(v["window_ns"]), _ms(v["busy_ns"]),
              f"{v['utilization']:.0%}"] for d, v in m["devices"].items()]
     out.append(("Devices", ["device", "tasks", "window ms", "busy ms", "utilization"], rows))
@@ -69,6 +65,25 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
             for d, v in sorted(m["memory"].items())]
     out.append(("Memory peak", ["device", "allocated", "reserved", "capacity"], rows))
     return [s for s in out if s[2]]
+
+
+def _processes(profile: ProfileData) -> tuple[str, list[str], list[list[str]]]:
+    """The Processes table: each process of the run with its part, and those whose part is
+    missing (lost, or still running), with what is known of them."""
+    virtual = [p for p in [profile, *profile.parts] if own_clock(p)]
+    rows = [[str(p.pid), "own clock" if p in virtual else "-" if virtual else
+             _ms(p.origin_ns - profile.origin_ns), _ms(p.duration_ns), str(len(p.tasks)),
+             str(calls_made_count(p.api_calls)), " ".join(p.command)]
+            for p in [profile, *profile.parts]]
+    rows += [[str(m.pid), "-", "-", "-", "-", f"(no part, {MISSING_STATES[m.state]}) "
+              + (" ".join(m.command).replace("\n", "; ") or "(command not known)")]
+             for m in profile.missing]
+    title = (f"Processes (one timeline in trace.json; the tables below are pid "
+             f"{profile.pid}'s, each child's own are in {PART_DIR.format(pid='<pid>')}/")
+    if virtual:  # (each simulated process has a virtual clock of its own)
+        title += ("; on sim each process runs its own virtual timeline from its own start: "
+                  "times do not order events across processes")
+    return (title + ")", ["pid", "start ms", "duration ms", "tasks", "API calls", "command"], rows)
 
 
 def _switch_note(profile: ProfileData, disp: dict) -> str:

@@ -17,9 +17,10 @@ from json.encoder import encode_basestring_ascii as _str  # a str as json.dumps 
 from operator import attrgetter
 from typing import NamedTuple, TextIO
 
-from .data import QUEUE_FULL, ApiCall, ProfileData, compact_json, joined, us
+from .data import QUEUE_FULL, ApiCall, ProfileData, compact_json, joined, own_clock, us
 
 HOST_PID = 0
+OWN_TIMELINE = "its own timeline, from its start"  # (a simulated process's, in a merged trace)
 OVERFLOW_TID = 1_000_000  # overflow tracks of a stream: stream id + k * OVERFLOW_TID
 PID_STRIDE = 1 << 22      # Linux's largest pid + 1
 _START, _END = attrgetter("start_ns"), attrgetter("end_ns")
@@ -44,6 +45,7 @@ class _Frame(NamedTuple):
     pid: int | None = None  # None: the trace is this process's alone
     place: int = 0          # its place among the merged parts
     shift_us: float = 0.0
+    timeline: str = ""      # "": placed at its start; else how it is on a timeline of its own
 
     def proc(self, local: int) -> int:
         """The trace process id of the process's host (0) or device d (d + 1)."""
@@ -181,17 +183,27 @@ def _event_texts(profile: ProfileData) -> Iterator[str]:
     if not profile.parts:
         yield from _events(profile, _Frame())
         return
+    # Processes on real clocks share perf_counter_ns: each is placed at its start. A simulated
+    # one runs a virtual clock of its own from its own start: it is placed there, at 0, and
+    # labelled so (no offset of real time can order virtual times across processes).
+    real = not own_clock(profile)
     for index, part in enumerate([profile, *profile.parts]):
+        # (a process on a real clock beside a simulated first one: from its own start too)
+        own = own_clock(part) or not real
+        where = ("virtual time, " if own_clock(part) else "") + OWN_TIMELINE
+        labels = " ".join(part.command) + (f" [{where}]" if own else "")
         yield compact_json({"name": "process_labels", "ph": "M", "pid": part.pid, "tid": 0,
-                            "args": {"labels": " ".join(part.command)}})
-        yield from _events(part, _Frame(part.pid, index, us(part.origin_ns - profile.origin_ns)))
+                            "args": {"labels": labels}})
+        shift = 0.0 if own else us(part.origin_ns - profile.origin_ns)
+        yield from _events(part, _Frame(part.pid, index, shift, where if own else ""))
 
 
 def _process(frame: _Frame, local: int, name: str) -> Iterator[str]:
     """The name and order of one trace process (merged: named and ordered by its pid too)."""
     order = local
     if frame.pid is not None:
-        name, order = f"{name} (pid {frame.pid})", frame.place * PID_STRIDE + local
+        own = f"; {frame.timeline}" if frame.timeline else ""
+        name, order = f"{name} (pid {frame.pid}{own})", frame.place * PID_STRIDE + local
     pid = frame.proc(local)
     yield compact_json({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                         "args": {"name": name}})
@@ -392,9 +404,13 @@ def trace_json(profile: ProfileData) -> dict:
 
 
 def _document_fields(profile: ProfileData) -> dict:
-    return {"displayTimeUnit": "ms",
-            "otherData": {"producer": "ascentrt profiler", "started_at": profile.started_at,
-                          "command": " ".join(profile.command)}}
+    other = {"producer": "ascentrt profiler", "started_at": profile.started_at,
+             "command": " ".join(profile.command)}
+    if profile.parts and any(own_clock(p) for p in [profile, *profile.parts]):
+        other["timelines"] = ("each simulated process runs its own virtual clock from its own "
+                              "start (its trace processes say so): times do not order events "
+                              "across processes")
+    return {"displayTimeUnit": "ms", "otherData": other}
 
 
 def write_trace(profile: ProfileData, fh: TextIO, chunk: int = 1024) -> None:
