@@ -169,3 +169,80 @@ def test_simulated_processes_each_keep_their_own_virtual_timeline_in_the_merged_
     summary = (out / "summary.txt").read_text()
     assert "each process runs its own virtual timeline" in summary
     assert next(x for x in summary.splitlines() if x.startswith(f"{child.pid} ")).split()[1] == "own"
+
+
+INTERRUPTED = textwrap.dedent("""
+    import os, sys, time
+    import ascentrt as art
+    s = art.Stream()
+    art.launch(art.kernels.noop, stream=s, name="quick"); s.synchronize()
+    with open(sys.argv[1] + ".tmp", "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+    while True:
+        time.sleep(0.05)
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="needs process groups")
+def test_a_sigint_to_the_whole_process_group_reaches_the_program_once_and_the_profile_is_written(
+        tmp_path):
+    (tmp_path / "prog.py").write_text(INTERRUPTED)
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    err = open(tmp_path / "stderr.txt", "w+")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCENTRT_PROFILE")}
+    proc = subprocess.Popen([sys.executable, "-m", "ascentrt", "prof", "-q", "-o", str(out), "--",
+                             sys.executable, "prog.py", str(ready)], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    try:
+        end = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < end, (tmp_path / "stderr.txt").read_text()
+            time.sleep(0.05)
+        os.killpg(proc.pid, 2)  # (as a job controller or a CI cancel sends it: kill -INT -PGID)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        proc.wait()
+        err.close()
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert code == 130, stderr
+    assert "passed on" not in stderr and "sent to the process group" in stderr
+    assert _kernels(art.profiler.load(out)) == ["quick"]
+
+
+SECOND_CTRL_C = textwrap.dedent("""
+    import os, signal
+    import ascentrt as art
+    from ascentrt.profiler import session
+    stop = session.Session.stop
+    def interrupted_stop(self, *args, **kwargs):   # (a second Ctrl-C as the profile is written)
+        os.kill(os.getpid(), signal.SIGINT)
+        return stop(self, *args, **kwargs)
+    session.Session.stop = interrupted_stop
+    art.launch(art.kernels.noop, name="quick"); art.synchronize(timeout=10)
+""")
+
+
+def test_a_ctrl_c_while_the_profile_is_written_at_exit_does_not_cut_it(tmp_path):
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCENTRT_PROFILE")}
+    ran = subprocess.run([sys.executable, "-c", SECOND_CTRL_C], env=dict(env, ASCENTRT_PROFILE=str(out)),
+                         capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in ran.stderr and "held until the profile was written" in ran.stderr
+    assert _kernels(art.profiler.load(out)) == ["quick"]
+
+
+@pytest.mark.parametrize("program, said", [
+    ("import os, ascentrt; os._exit(3)", "imported ascentrt and started its profile, but ended "
+                                          "before writing it (exited with 3)"),
+    ("import os, signal, ascentrt; os.kill(os.getpid(), signal.SIGKILL)", "(was ended by SIGKILL)"),
+    ("import sys; sys.exit(4)", "it never started a profile: it must import ascentrt (it exited with 4)"),
+])
+def test_prof_says_why_a_program_left_no_profile(tmp_path, program, said):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCENTRT_PROFILE")}
+    ran = subprocess.run([sys.executable, "-m", "ascentrt", "prof", "-q", "-o", str(tmp_path / "o"),
+                          "--", sys.executable, "-c", program], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode != 0 and said in ran.stderr, ran.stderr

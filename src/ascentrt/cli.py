@@ -205,10 +205,13 @@ def _prof(args) -> int:
             pass
         print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
-    code, passed = wait_program(child, min(1.0, every), progress)
+    code, passed, shared = wait_program(child, min(1.0, every), progress)
     if passed is not None:
         print(f"ascentrt prof: interrupted ({signal.Signals(passed).name}): passed on to the "
               f"program, which exited with {code}", file=sys.stderr)
+    elif shared is not None:
+        print(f"ascentrt prof: interrupted ({signal.Signals(shared).name}, sent to the process "
+              f"group: the program got it too, and exited with {code})", file=sys.stderr)
     if tty and not args.quiet and time.monotonic() - started >= 1.0:
         print(file=sys.stderr)
     # Processes the program started that outlive it: their parts are waited for a while, and
@@ -353,7 +356,7 @@ def _sanitize(args) -> int:
         # (a folder: each process of the program, those it starts included, writes its own file)
         env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=tmp)
         child = start_program(command, program_env(env))
-        code, _ = wait_program(child)  # (a signal sent to this command alone: passed on)
+        code = wait_program(child).code  # (a signal sent to this command alone: passed on)
         # Processes of the program that outlive it: waited for a while, as `prof` does.
         waited_until = time.monotonic() + LINGER_WAIT_S
         while any(process_alive(r["pid"]) for r in unreported(tmp)) and time.monotonic() < waited_until:
@@ -420,7 +423,7 @@ def _run(args) -> int:
         args.backend = "sim"
     _use_backend(args)  # (in this process's environment, which the program inherits)
     child = start_program(command, program_env(dict(os.environ), always=True))
-    return wait_program(child)[0]  # (a signal sent to this command alone: passed on)
+    return wait_program(child).code  # (a signal sent to this command alone: passed on)
 
 
 def main(argv: list[str] | None = None) -> int:

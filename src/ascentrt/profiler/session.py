@@ -12,7 +12,7 @@ import time
 import traceback
 import warnings
 
-from .. import forksafe
+from .. import forksafe, interrupts
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
 from ..validate import check_flag, check_path
 from . import clock, folders
@@ -153,13 +153,23 @@ class Session:
             self.stop()
 
     def _stop_at_exit(self) -> None:
-        """Stop and write, as the process exits; a failure is one line on stderr."""
-        if self.running:
+        """Stop and write, as the process exits; a failure is one line on stderr. A signal
+        that comes meanwhile (a second Ctrl-C) is held until the profile is written."""
+        if not self.running:
+            return
+        held = interrupts.hold()
+        try:
             try:
                 self.stop()
             except Exception as exc:  # exiting: say what went wrong, in one line
                 print(f"ascentrt: could not write the profile to {self.path}: {exc}",
                       file=sys.stderr)
+        finally:
+            try:
+                interrupts.release(held)  # (a signal held meanwhile is handled here)
+            except KeyboardInterrupt:  # (exiting already: said, not a traceback)
+                print(f"ascentrt: an interrupt came while the profile was written to "
+                      f"{self.path}: it was held until the profile was written", file=sys.stderr)
 
     def _report_progress(self, every_s: float = 1.0) -> None:
         """Write PROGRESS_FILE into the folder every `every_s` seconds (for `ascentrt prof`)."""
