@@ -126,10 +126,29 @@ def timing_source(profile: ProfileData) -> str:
     return ", ".join(parts)
 
 
-def findings_text(findings, scope: str = "") -> str:
+def races_text(profile: ProfileData) -> str:
+    """The races the sanitizer found while profiling (it was on too), one line each with the
+    tasks and program lines involved, as report.html lists them; "" when there are none."""
+    found = [(p, r) for p in [profile, *profile.parts] for r in p.races]
+    if not found:
+        return ""
+    times = sum(r.count for _, r in found)
+    lines = [f"Races found by the sanitizer: {len(found)} ({times} time(s)): correctness "
+             f"problems, each a pair of tasks with no ordering between them"]
+    for i, (p, r) in enumerate(found, 1):
+        where = f"(pid {p.pid}) " if profile.parts else ""
+        lines.append(f"{i}. {where}{r.text}")
+    return "\n".join(lines)
+
+
+def findings_text(findings, scope: str = "", races: int = 0) -> str:
     """The diagnosis as text ('no problems found' when empty); `scope` says what it covers
-    when that is not the whole profile (scope.Scope.label())."""
+    when that is not the whole profile (scope.Scope.label()); `races`: how many races the
+    summary lists beside it (then "no problems" says it is about performance only)."""
     title = f"Diagnosis of {scope} (the tables above cover the whole run)" if scope else "Diagnosis"
+    if not findings and races:
+        return (f"{title}: no performance problems found (the {races} race(s) listed above are "
+                f"correctness problems, not performance findings).")
     if not findings:
         return f"{title}: no problems found."
     parts = [f"{title}: {len(findings)} finding(s)"]
@@ -146,7 +165,10 @@ def summary_text(profile: ProfileData, findings=None, tables=None, scope: str = 
     parts = [headline(profile)]
     for title, headers, rows in tables if tables is not None else sections(profile, findings):
         parts.append(f"\n{title}\n{format_table(headers, rows)}")
-    parts.append("\n" + findings_text(findings, scope))
+    races = races_text(profile)
+    if races:
+        parts.append("\n" + races)
+    parts.append("\n" + findings_text(findings, scope, _race_count(profile)))
     return "\n".join(parts)
 
 
@@ -165,6 +187,7 @@ def print_summary(profile: ProfileData, findings=None, file=None, scope: str = "
     except (ImportError, AttributeError, ValueError):
         print(summary_text(profile, findings, scope=scope), file=file)
         return
+    races = races_text(profile)
     # (every string is the runtime's or the program's own text: no rich markup, no
     # highlighting, which split "device(s)" into four colours and fails on a "[/x]" in a name)
     console = Console(file=file, markup=False, highlight=False)
@@ -176,4 +199,11 @@ def print_summary(profile: ProfileData, findings=None, file=None, scope: str = "
         for r in rows:
             table.add_row(*[str(x) for x in r])
         console.print(table)
-    console.print(findings_text(findings, scope))
+    if races:
+        console.print(races)
+    console.print(findings_text(findings, scope, _race_count(profile)))
+
+
+def _race_count(profile: ProfileData) -> int:
+    """How many races the profile (with its parts) recorded."""
+    return sum(len(p.races) for p in [profile, *profile.parts])
