@@ -91,6 +91,17 @@ def top_sites(calls: Iterable["ApiCall"], top: int = 3) -> str:
     return text + (f" and {len(ranked) - top} more" if len(ranked) > top else "")
 
 
+SYNC_COPY_APIS = ("memcpy",)  # synchronous copies: no task; the call is the copy
+
+
+def sync_copies(calls: Iterable["ApiCall"]) -> Iterator["ApiCall"]:
+    """The synchronous copies the program made that copied (a call per copy: its direction
+    is its target, its bytes nbytes, its time the copy's, on the host thread that called)."""
+    for c in calls:
+        if c.name in SYNC_COPY_APIS and c.nbytes and not c.error and c.target in COPY_DIRECTIONS:
+            yield c
+
+
 def waits(call: "ApiCall") -> bool:
     """Whether the host spent `call` waiting for the device: a synchronization, or a query
     that found the work not done yet (a poll loop's)."""
@@ -186,6 +197,7 @@ class ApiCall:
                                  # synchronization that waited for the work), not its own
     site: str = ""               # file:line of the program's call ("?": from ascentrt itself;
                                  # "": not recorded, a profile written before sites were)
+    nbytes: int = 0              # a synchronous copy's bytes (its direction is its target)
 
     @property
     def duration_ns(self) -> int:
@@ -471,7 +483,7 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
                   "error": _ints(-1), "target": _STR, "already_done": _OPT_BOOL,
                   "done_for_ns": _NS,
                   "device": ("null or a device id", lambda v: v is None or _ints(0)[1](v)),
-                  "task_error": _BOOL, "site": _STR},
+                  "task_error": _BOOL, "site": _STR, "nbytes": _COUNT},
     "ranges": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT},
     "marks": {"name": _STR, "ts_ns": _NS, "thread": _INT},
     "memory": {"ts_ns": _NS, "device": _ints(-1), "allocated": _COUNT, "reserved": _COUNT,

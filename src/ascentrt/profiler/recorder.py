@@ -541,13 +541,16 @@ class Recorder:
 
 
 def _error_and_facts(call: tuple, sites: CallSites) -> tuple:
-    """(error, target, already_done, done_for_ns, device, task_error, site) of a recorded
-    call's tuple (name, start, end, thread, site[, error, facts[, device, task_error]])."""
+    """(error, target, already_done, done_for_ns, device, task_error, site, nbytes) of a
+    recorded call's tuple (name, start, end, thread, site[, error, facts[, device,
+    task_error]]); facts: (target, already_done, done_for_ns[, nbytes])."""
     site = sites.text(call[4])
     if len(call) == 5:
-        return (0, "", None, 0, None, False, site)
-    return (call[5],) + (call[6] or ("", None, 0)) + (call[7] if len(call) > 7 else None,
-                                                      len(call) > 8 and call[8], site)
+        return (0, "", None, 0, None, False, site, 0)
+    facts: tuple = call[6] or ("", None, 0)
+    return (call[5],) + facts[:3] + (call[7] if len(call) > 7 else None,
+                                     len(call) > 8 and call[8], site,
+                                     facts[3] if len(facts) > 3 else 0)
 
 
 def _collectives(tasks: list) -> list:

@@ -56,9 +56,10 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
             if v["count"]]
     out.append(("Device tasks: queueing and dispatch (us)" + _switch_note(profile, disp),
                 ["", "count", "p50", "p90", "p99", "max"], rows))
-    rows = [[name, str(v["count"]), format_bytes(v["bytes"]), f"{v['gb_per_s']:.2f}"]
-            for name, v in m["copy_bandwidth"].items()]
-    out.append(("Copies", ["direction", "count", "bytes", "GB/s"], rows))
+    rows = [[name, str(v["count"]), format_bytes(v["bytes"]), f"{v['gb_per_s']:.2f}",
+             str(v["synchronous"])] for name, v in m["copy_bandwidth"].items()]
+    out.append(("Copies (device copy tasks, and synchronous memcpy calls: their time is the "
+                "call's)", ["direction", "count", "bytes", "GB/s", "of them synchronous"], rows))
     rows = [["host (pinned)" if d < 0 else str(d), format_bytes(v["peak_allocated"]),
              format_bytes(v["peak_reserved"]),
              format_bytes(v["capacity"]) if v.get("capacity") else "-"]
