@@ -512,3 +512,32 @@ def test_a_profile_written_but_unreadable_is_said_so_not_that_none_was_written(t
     out = ascentrt("prof", "-q", "-o", str(tmp_path / "p"), "--", "python", "-c", code)
     assert out.returncode == 1 and "no profile was written" not in out.stderr, out.stderr
     assert "cannot be read" in out.stderr and "not a readable ascentrt profile" in out.stderr
+
+
+RACY = textwrap.dedent("""
+    import numpy as np, ascentrt as art
+    dev = art.set_device(0); s1 = dev.create_stream(); s2 = dev.create_stream()
+    buf = art.malloc(4096); out = art.malloc(4096)
+    def producer(b): b[:] = 1
+    def consumer(o, b): o[:] = b
+    art.launch(producer, buf.view(np.float32), stream=s1, name="producer", writes=[buf])
+    art.launch(consumer, out.view(np.float32), buf.view(np.float32), stream=s2, name="consumer",
+               reads=[buf], writes=[out])
+    dev.synchronize()
+    buf.free(); out.free()
+""")
+
+
+def test_prof_with_the_sanitizer_on_prints_the_races_it_recorded(tmp_path):
+    (tmp_path / "racy.py").write_text(RACY)
+    env = dict(os.environ, ASCENTRT_SANITIZE="log")
+    proc = subprocess.run([sys.executable, "-m", "ascentrt.cli", "prof", "-o", str(tmp_path / "o"),
+                           "--", "python", "racy.py"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (race,) = art.profiler.load(tmp_path / "o").races
+    summary = (tmp_path / "o" / "summary.txt").read_text()
+    for text in (proc.stdout, summary):  # (what prof prints, and what it wrote)
+        assert "Races found by the sanitizer: 1" in text and f"1. {race.text}" in text
+        assert "`producer`" in race.text and "racy.py:7" in race.text and "racy.py:8" in race.text
+        assert "no problems found" not in text

@@ -165,8 +165,9 @@ def _prof(args) -> int:
     import time
 
     from .errors import ErrorCode, InvalidArgumentError
-    from .profiler.data import part_path
-    from .profiler.folders import PROGRESS_FILE, assemble, claim, clear_leftovers, refusals, still_writing
+    from .profiler.data import RUNNING, part_path
+    from .profiler.folders import (PROGRESS_FILE, assemble, claim, clear_leftovers, missing, refusals,
+                                   still_writing)
     from .profiler.export import OUTPUT_FILES, TRACE_FILE
     from .profiler.summary import print_summary
     from .validate import program_command, program_env, read_small_file, start_program, wait_program
@@ -204,23 +205,29 @@ def _prof(args) -> int:
             pass
         print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
-    code, passed = wait_program(child, min(1.0, every), progress)
+    code, passed, shared = wait_program(child, min(1.0, every), progress)
     if passed is not None:
         print(f"ascentrt prof: interrupted ({signal.Signals(passed).name}): passed on to the "
               f"program, which exited with {code}", file=sys.stderr)
+    elif shared is not None:
+        print(f"ascentrt prof: interrupted ({signal.Signals(shared).name}, sent to the process "
+              f"group: the program got it too, and exited with {code})", file=sys.stderr)
     if tty and not args.quiet and time.monotonic() - started >= 1.0:
         print(file=sys.stderr)
     # Processes the program started that outlive it: their parts are waited for a while, and
     # those still running after it are named (report --rewrite adds them once written).
     waited_until = time.monotonic() + LINGER_WAIT_S
-    while (late := still_writing(out)) and time.monotonic() < waited_until:
+    while still_writing(out) and time.monotonic() < waited_until:
         time.sleep(0.1)
-    for pid in late:
-        print(f"ascentrt prof: process {pid} of the program was still running {LINGER_WAIT_S:.0f} s "
-              f"after it exited: its part is not included (once it ends, ascentrt report "
-              f"--rewrite {args.out} adds it)", file=sys.stderr)
+    # (those that have not imported ascentrt yet too: they are found by their environment)
+    for m in missing(out, os.getpid(), exclude=(child.pid,)):
+        if m.state == RUNNING:
+            print(f"ascentrt prof: process {m.pid} of the program ({_command_text(m.command)}) "
+                  f"was still running after it exited: its part is not included (once it has "
+                  f"written one, ascentrt report --rewrite {args.out} adds it)", file=sys.stderr)
     unreadable: list[str] = []
-    prof = assemble(out, child.pid, command, unreadable)
+    started_part = os.path.isdir(part_path(out, child.pid))  # (it imported ascentrt: see below)
+    prof = assemble(out, child.pid, command, unreadable, owner=os.getpid())
     if prof is None and unreadable:  # written, but not readable: say what failed (kept to look at)
         error = InvalidArgumentError(f"a profile was written into {out} but cannot be read "
                                      f"(the program exited with {code}): {unreadable[0]}",
@@ -234,8 +241,14 @@ def _prof(args) -> int:
         clear_leftovers(out)  # (nothing of this run may count as a profile)
         if made and not os.listdir(out):
             os.rmdir(out)
-        why = (f"ascentrt refused the program's settings at start: {refused[0]}" if refused else
-               "it must import ascentrt and exit normally (os._exit and kill signals skip the profile)")
+        if refused:
+            why = f"ascentrt refused the program's settings at start: {refused[0]}"
+        elif started_part:  # (it imported ascentrt and started its part: not the import's fault)
+            why = ("the program imported ascentrt and started its profile, but ended before "
+                   "writing it" + (f" ({_ended_by(code)})" if code else ""))
+        else:
+            why = ("it never started a profile: it must import ascentrt" +
+                   (f" (it {_ended_by(code)})" if code else ""))
         error = InvalidArgumentError(f"no profile was written (the program exited with {code}): {why}",
                                      code=ErrorCode.INVALID_FILE)
         if not code:
@@ -255,6 +268,23 @@ def _prof(args) -> int:
     print(f"\noutputs in {out}: " + ", ".join(
         name + (" (Perfetto / chrome://tracing)" if name == TRACE_FILE else "") for name in OUTPUT_FILES))
     return code
+
+
+def _command_text(command: list) -> str:
+    """A process's command line in one line (a `-c` program's lines joined), 120 chars at most."""
+    text = " ".join(command).replace("\n", "; ") or "command not known"
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _ended_by(code: int) -> str:
+    """How a program that exited with shell status `code` (nonzero) ended, in words."""
+    import signal
+    if code > 128:
+        try:
+            return f"was ended by {signal.Signals(code - 128).name}"
+        except ValueError:
+            pass
+    return f"exited with {code}"
 
 
 def _print_summary(prof, range_name: str | None) -> None:
@@ -290,8 +320,15 @@ def _report(args) -> int:
         print(f"ascentrt report: {args.folder}/", file=sys.stderr)
     prof = profiler.load(args.folder)
     if args.rewrite:  # (with the parts written since: a process that outlived the program's run)
-        from .profiler.folders import parts
+        from .profiler.folders import missing, parts
+        from .usage import process_alive
         prof.parts = [p for p in parts(args.folder) if p.pid != prof.pid] or prof.parts
+        # (a process named as still running that has started no part since: kept while it runs)
+        lacking = {m.pid: m for m in missing(args.folder, exclude=(prof.pid,))}
+        written = {p.pid for p in prof.parts}
+        lacking.update({m.pid: m for m in prof.missing if m.pid not in lacking
+                        and m.pid not in written and process_alive(m.pid)})
+        prof.missing = [lacking[pid] for pid in sorted(lacking)]
         prof.save(args.folder)
     _print_summary(prof, args.range)
     return 0
@@ -319,7 +356,7 @@ def _sanitize(args) -> int:
         # (a folder: each process of the program, those it starts included, writes its own file)
         env = dict(os.environ, ASCENTRT_SANITIZE=mode, ASCENTRT_SANITIZE_REPORT=tmp)
         child = start_program(command, program_env(env))
-        code, _ = wait_program(child)  # (a signal sent to this command alone: passed on)
+        code = wait_program(child).code  # (a signal sent to this command alone: passed on)
         # Processes of the program that outlive it: waited for a while, as `prof` does.
         waited_until = time.monotonic() + LINGER_WAIT_S
         while any(process_alive(r["pid"]) for r in unreported(tmp)) and time.monotonic() < waited_until:
@@ -386,7 +423,7 @@ def _run(args) -> int:
         args.backend = "sim"
     _use_backend(args)  # (in this process's environment, which the program inherits)
     child = start_program(command, program_env(dict(os.environ), always=True))
-    return wait_program(child)[0]  # (a signal sent to this command alone: passed on)
+    return wait_program(child).code  # (a signal sent to this command alone: passed on)
 
 
 def main(argv: list[str] | None = None) -> int:

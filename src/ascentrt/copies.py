@@ -145,6 +145,22 @@ def _prepare(dst, src, nbytes, kind) -> tuple[int, _Operand, _Operand, MemcpyKin
     return n, d, s, direction
 
 
+def copy_direction(dst: _Memory, src: _Memory, nbytes: int | None = None) -> tuple[str, int]:
+    """The direction ("host_to_device", ...) and bytes of a copy src -> dst of `nbytes` (None:
+    all of src), found as memcpy finds them (what a profile counts of a synchronous copy);
+    raises as memcpy does for operands it refuses."""
+    dc, sc = dst.__class__, src.__class__
+    if dc in _WHOLE and sc in _WHOLE:  # (the common calls, without building operands)
+        return _DIRECTION_NAMES[(dc is DeviceBuffer) + 2 * (sc is DeviceBuffer)], \
+            nbytes if type(nbytes) is int else src.nbytes
+    if dc is int and sc is int and type(nbytes) is int:
+        d, s = REGISTRY.find(dst, wait=False), REGISTRY.find(src, wait=False)
+        if d is not None and s is not None:
+            return _DIRECTION_NAMES[(d.kind == "device") + 2 * (s.kind == "device")], nbytes
+    n, _, _, direction = _prepare(dst, src, nbytes, None)
+    return _DIRECTION_NAMES[_DIRECTIONS.index(direction)], n
+
+
 def check_copy(dst: _Memory, src: _Memory, nbytes: int | None = None) -> int:
     """The bytes a copy src -> dst of `nbytes` (None: all of src) moves, checked as
     memcpy_async checks it (a graph node is checked when it is added, not when it runs)."""

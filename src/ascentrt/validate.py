@@ -9,6 +9,8 @@ import stat
 import subprocess
 import sys
 import threading
+import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -254,18 +256,44 @@ def wait_exit_status(child: subprocess.Popen, timeout: float | None = None) -> i
 # Signals that stop a command running a program: passed on to the program when another process
 # sent them to the command alone (the terminal sends them to both, as its process group).
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How long a signal a process sent waits to be passed on while the program shares the command's
+# process group: one sent to the group (kill -INT -PGID, a CI cancel) reached the program too,
+# and a program that ends within this got it once, not twice.
+GROUP_GRACE_S = 2.0
 
 
-def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None) -> tuple[int, int | None]:
+class Waited(NamedTuple):
+    """How a program wait_program waited for ended."""
+
+    code: int              # its exit status (wait_exit_status's)
+    passed: int | None     # the last signal passed on to it, or None
+    shared: int | None     # a signal not passed on: it came while the program shared the
+                           # command's process group and the program ended within the grace
+
+
+def _shares_group(child: subprocess.Popen) -> bool:
+    """Whether `child` is in this process's process group (a signal to the group reaches it)."""
+    try:
+        return os.getpgid(child.pid) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None) -> Waited:
     """Wait for `child` (start_program's) and return its exit status (wait_exit_status's) and
-    the last signal passed on to it, or None. SIGINT, SIGTERM or SIGHUP sent to this process
-    alone (kill) is passed on to the program, which is waited for (no orphan left running);
-    `tick()` is called every `every` seconds meanwhile."""
+    the signals that came meanwhile (see Waited). SIGINT, SIGTERM or SIGHUP that another
+    process sent to this command alone (kill) is passed on to the program, which is waited for
+    (no orphan left running); one from the terminal is not (it went to the program too). One a
+    process sent while the program shares this command's process group may have gone to the
+    whole group (kill -- -PGID, which no signal's details tell from a kill of this command
+    alone): it is passed on only if the program still runs GROUP_GRACE_S later, so that one
+    sent to the group reaches the program once, not twice (which cut the writing of its
+    profile). `tick()` is called every `every` seconds meanwhile."""
     waits = hasattr(signal, "sigtimedwait") and threading.current_thread() is threading.main_thread()
     if not waits:  # (no sigtimedwait: macOS; or not the main thread: no signals here)
         while True:
             try:
-                return wait_exit_status(child, timeout=every), None
+                return Waited(wait_exit_status(child, timeout=every), None, None)
             except subprocess.TimeoutExpired:
                 if tick is not None:
                     tick()
@@ -273,16 +301,25 @@ def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None) -> tupl
     # Blocked, they wait to be taken here: the program (started before) keeps its own mask.
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     passed: int | None = None
+    held: int | None = None  # a signal waiting out the grace
+    due = 0.0
     try:
         while child.poll() is None:
-            info = signal.sigtimedwait(watched, every)
+            wait_s = every if held is None else max(0.0, min(every, due - time.monotonic()))
+            info = signal.sigtimedwait(watched, wait_s)
+            if held is not None and time.monotonic() >= due and child.poll() is None:
+                child.send_signal(held)  # (the program still runs: it was this command's alone)
+                passed, held = held, None
             if info is None:
                 if tick is not None:
                     tick()
             elif info.si_signo != signal.SIGCHLD and info.si_code <= 0:  # (sent by a process)
-                passed = info.si_signo
-                child.send_signal(passed)
+                if not _shares_group(child):
+                    passed = info.si_signo
+                    child.send_signal(passed)
+                elif held is None:
+                    held, due = info.si_signo, time.monotonic() + GROUP_GRACE_S
             # (si_code > 0: from the kernel, the terminal, which sent the program one too)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-    return wait_exit_status(child), passed
+    return Waited(wait_exit_status(child), passed, held)

@@ -108,6 +108,17 @@ def submitting_calls(tasks: Iterable[Any], profile: "ProfileData",
             for t in tasks]
 
 
+SYNC_COPY_APIS = ("memcpy",)  # synchronous copies: no task; the call is the copy
+
+
+def sync_copies(calls: Iterable["ApiCall"]) -> Iterator["ApiCall"]:
+    """The synchronous copies the program made that copied (a call per copy: its direction
+    is its target, its bytes nbytes, its time the copy's, on the host thread that called)."""
+    for c in calls:
+        if c.name in SYNC_COPY_APIS and c.nbytes and not c.error and c.target in COPY_DIRECTIONS:
+            yield c
+
+
 def waits(call: "ApiCall") -> bool:
     """Whether the host spent `call` waiting for the device: a synchronization, or a query
     that found the work not done yet (a poll loop's)."""
@@ -203,6 +214,7 @@ class ApiCall:
                                  # synchronization that waited for the work), not its own
     site: str = ""               # file:line of the program's call ("?": from ascentrt itself;
                                  # "": not recorded, a profile written before sites were)
+    nbytes: int = 0              # a synchronous copy's bytes (its direction is its target)
 
     @property
     def duration_ns(self) -> int:
@@ -311,6 +323,35 @@ class CollectiveRecord:
     error: str
 
 
+@dataclass(frozen=True, slots=True)
+class MissingPart:
+    """A process of the run whose part the profile lacks: one that ended without writing it
+    (LOST: it crashed, called os._exit or was killed) or that still ran when the profile was
+    written (RUNNING: `ascentrt report --rewrite` adds its part once it is written)."""
+
+    pid: int
+    state: str           # LOST or RUNNING
+    command: list        # its command line, as it noted it when it started ([]: not known)
+
+
+VIRTUAL, REAL = "virtual", "real"  # a profile's clock: sim's virtual time, or perf_counter_ns
+
+
+def own_clock(profile: "ProfileData") -> bool:
+    """Whether `profile`'s times are on a clock of its process's own (sim's virtual time, which
+    each simulated process runs from its own start): they order nothing across processes."""
+    if profile.clock:
+        return profile.clock == VIRTUAL
+    return any(d.backend == "sim" for d in profile.devices)  # (a profile written before `clock`)
+
+
+LOST = "lost"
+RUNNING = "running"
+MISSING_STATES = {LOST: "lost: it ended without writing its part (a crash, os._exit or a kill)",
+                  RUNNING: "still running when this profile was written: ascentrt report "
+                           "--rewrite adds its part once it is written"}
+
+
 _RECORDS = {"tasks": TaskRecord, "api_calls": ApiCall, "ranges": RangeRecord, "marks": MarkRecord,
             "memory": MemorySample, "allocations": Allocation, "devices": DeviceInfo,
             "streams": StreamInfo, "races": RaceRecord, "collectives": CollectiveRecord}
@@ -337,6 +378,8 @@ class ProfileData:
     pid: int = 0          # the process that recorded it
     origin_ns: int = 0    # its start on perf_counter_ns, which every process here shares
     parts: list = field(default_factory=list)  # the profiles of its child processes
+    missing: list = field(default_factory=list)  # MissingPart of processes whose part it lacks
+    clock: str = ""       # what its times are: VIRTUAL (sim's), REAL ("": not recorded, see own_clock)
 
     def to_json(self) -> dict:
         """A JSON-ready dict (the content of profile.json)."""
@@ -363,7 +406,8 @@ class ProfileData:
         # (the parts are folders of their own: the header names their pids, read() loads them)
         return {"format": FORMAT, "duration_ns": self.duration_ns, "started_at": self.started_at,
                 "command": list(self.command), "threads": {str(k): v for k, v in self.threads.items()},
-                "pid": self.pid, "origin_ns": self.origin_ns, "parts": [p.pid for p in self.parts]}
+                "pid": self.pid, "origin_ns": self.origin_ns, "parts": [p.pid for p in self.parts],
+                "missing_parts": [asdict(m) for m in self.missing], "clock": self.clock}
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
@@ -380,7 +424,10 @@ class ProfileData:
         prof = cls(duration_ns=data["duration_ns"], started_at=data.get("started_at", ""),
                    command=data.get("command", []),
                    threads={int(k): v for k, v in data.get("threads", {}).items()},
-                   pid=data.get("pid", 0), origin_ns=data.get("origin_ns", 0))
+                   pid=data.get("pid", 0), origin_ns=data.get("origin_ns", 0),
+                   missing=[MissingPart(m["pid"], m["state"], list(m["command"]))
+                            for m in data.get("missing_parts", [])],
+                   clock=data.get("clock", ""))
         for name, rec in _RECORDS.items():
             cols, rows = _table(data, name, rec)
             released = cols.index("released_by") if rec is TaskRecord and "released_by" in cols \
@@ -433,6 +480,12 @@ _HEADER: dict[str, _Check] = {
         for k, n in v.items())),
     "parts": ("a list of process ids (ints >= 1)",
               lambda v: type(v) is list and all(map(_ints(1)[1], v))),
+    "clock": ("'virtual', 'real' or ''", lambda v: v in ("virtual", "real", "")),
+    "missing_parts": ("a list of {pid, state ('lost' or 'running'), command (strings)}",
+                      lambda v: type(v) is list and all(
+                          type(m) is dict and set(m) == {"pid", "state", "command"}
+                          and _ints(1)[1](m["pid"]) and m["state"] in MISSING_STATES
+                          and _STRS[1](m["command"]) for m in v)),
 }
 _COLUMNS: dict[str, dict[str, _Check]] = {
     "tasks": {"device": _INT, "stream": _INT, "task_id": _INT, "kind": _STR, "name": _STR,
@@ -447,7 +500,7 @@ _COLUMNS: dict[str, dict[str, _Check]] = {
                   "error": _ints(-1), "target": _STR, "already_done": _OPT_BOOL,
                   "done_for_ns": _NS,
                   "device": ("null or a device id", lambda v: v is None or _ints(0)[1](v)),
-                  "task_error": _BOOL, "site": _STR},
+                  "task_error": _BOOL, "site": _STR, "nbytes": _COUNT},
     "ranges": {"name": _STR, "start_ns": _NS, "end_ns": _NS, "thread": _INT},
     "marks": {"name": _STR, "ts_ns": _NS, "thread": _INT},
     "memory": {"ts_ns": _NS, "device": _ints(-1), "allocated": _COUNT, "reserved": _COUNT,

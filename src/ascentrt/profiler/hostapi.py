@@ -23,7 +23,7 @@ from ..backends.sim import TIMELINE
 from ..callsite import is_ours, site_text
 from ..callback import launch_callback, process_reports
 from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe_report
-from ..copies import memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
+from ..copies import copy_direction, memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
 from ..device import Device, current_device, set_device, synchronize
 from ..errors import TaskError
 from ..event import Event, elapsed_time
@@ -96,8 +96,21 @@ def _probe_stream_wait(args, kwargs):
     return f"stream {s.id} on {where} event {ev.id}", m.done or m.stream is s, ago
 
 
-# Calls whose target and "was it already complete" the analysis needs (unnecessary syncs).
-PROBES = {"Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_stream_sync,
+def _probe_sync_copy(args, kwargs):
+    # (a synchronous copy makes no task: its direction and bytes are the call's, for the
+    # Copies table; memcpy(dst, src, nbytes=None, kind=None))
+    if len(args) >= 2 and not kwargs:
+        direction, nbytes = copy_direction(args[0], args[1], args[2] if len(args) > 2 else None)
+    else:
+        given = dict(zip(("dst", "src", "nbytes"), args), **kwargs)
+        direction, nbytes = copy_direction(given["dst"], given["src"], given.get("nbytes"))
+    return direction, None, 0, nbytes
+
+
+# Calls whose target and "was it already complete" the analysis needs (unnecessary syncs), and
+# the synchronous copy's direction and bytes (a fourth fact).
+PROBES = {"memcpy": _probe_sync_copy,
+          "Stream.synchronize": _probe_stream_sync, "Stream.query": _probe_stream_sync,
           "Event.synchronize": _probe_event, "Event.query": _probe_event,
           "Device.synchronize": _probe_device_sync, "synchronize": _probe_device_sync,
           "Stream.wait": _probe_stream_wait}

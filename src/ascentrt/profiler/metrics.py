@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from operator import attrgetter
 
 from .critical import capacities, executor_holders
-from .data import COMPUTE_KINDS, COPY_DIRECTIONS, NONBLOCKING, WORK_KINDS, ProfileData, calls_made
+from .data import COMPUTE_KINDS, COPY_DIRECTIONS, NONBLOCKING, WORK_KINDS, ProfileData, calls_made, sync_copies
 from .intervals import intersection, total, union
 from .finding import percentile
 
@@ -121,16 +121,22 @@ def metrics(profile: ProfileData) -> dict:
     out["api"] = {name: {"count": len(d), "total_ns": sum(d), "mean_ns": sum(d) // len(d),
                          "max_ns": max(d)} for name, d in sorted(api.items())}
     out["api_total_ns"] = sum(v["total_ns"] for v in out["api"].values())
-    copies: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    copies: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for t in profile.tasks:
         if t.kind == "copy" and t.started:  # (bytes that never moved make no bandwidth)
             c = copies[t.name]
             c[0] += 1
             c[1] += t.nbytes
             c[2] += t.duration_ns
+    for call in sync_copies(profile.api_calls):  # (no task: the call is the copy)
+        c = copies[call.target]
+        c[0] += 1
+        c[1] += call.nbytes
+        c[2] += call.duration_ns
+        c[3] += 1
     out["copy_bandwidth"] = {name: {"count": n, "bytes": b, "busy_ns": d,
-                                    "gb_per_s": b / d if d else 0.0}
-                             for name, (n, b, d) in sorted(copies.items())}
+                                    "gb_per_s": b / d if d else 0.0, "synchronous": sync}
+                             for name, (n, b, d, sync) in sorted(copies.items())}
     mem: dict[int, dict[str, int]] = {}
     for s in profile.memory:
         m = mem.setdefault(s.device, {"peak_allocated": 0, "peak_reserved": 0})

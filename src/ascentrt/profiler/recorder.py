@@ -25,7 +25,7 @@ from ..memory.registry import REGISTRY
 from . import memstats
 from ..hccl.comm import groups as hccl_groups
 from .data import (GRAPH_SEGMENT, QUEUE_FULL, VALUE_WRITE, Allocation, ApiCall, CollectiveRecord, DeviceInfo,
-                   MarkRecord, MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord)
+                   MarkRecord, MemorySample, RaceRecord, RangeRecord, StreamInfo, TaskRecord, REAL, VIRTUAL)
 from .hostapi import CallSites, Instrumentation, ThreadNames, by_start
 from .profile import Profile
 
@@ -437,7 +437,8 @@ class Recorder:
         last = until.ns if until is not None else _OPEN
         prof = Profile(duration_ns=end - t0, started_at=since.wall,
                        command=list(command or sys.argv), pid=os.getpid(),
-                       origin_ns=since.host_ns)
+                       origin_ns=since.host_ns,
+                       clock=VIRTUAL if clock.now_ns is not time.perf_counter_ns else REAL)
         streams = {}
         ran = set()  # (device, stream) of the streams with tasks in the window
         # Every record of a thread holds the ident the engine or a wrapper got from
@@ -540,13 +541,16 @@ class Recorder:
 
 
 def _error_and_facts(call: tuple, sites: CallSites) -> tuple:
-    """(error, target, already_done, done_for_ns, device, task_error, site) of a recorded
-    call's tuple (name, start, end, thread, site[, error, facts[, device, task_error]])."""
+    """(error, target, already_done, done_for_ns, device, task_error, site, nbytes) of a
+    recorded call's tuple (name, start, end, thread, site[, error, facts[, device,
+    task_error]]); facts: (target, already_done, done_for_ns[, nbytes])."""
     site = sites.text(call[4])
     if len(call) == 5:
-        return (0, "", None, 0, None, False, site)
-    return (call[5],) + (call[6] or ("", None, 0)) + (call[7] if len(call) > 7 else None,
-                                                      len(call) > 8 and call[8], site)
+        return (0, "", None, 0, None, False, site, 0)
+    facts: tuple = call[6] or ("", None, 0)
+    return (call[5],) + facts[:3] + (call[7] if len(call) > 7 else None,
+                                     len(call) > 8 and call[8], site,
+                                     facts[3] if len(facts) > 3 else 0)
 
 
 def _collectives(tasks: list) -> list:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 import traceback
+import warnings
 
-from .. import forksafe
+from .. import forksafe, interrupts
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
-from ..usage import process_alive
 from ..validate import check_flag, check_path
 from . import clock, folders
 from .data import EXIT_MARK, part_path
@@ -46,6 +47,7 @@ class Session:
         self._recorder: Recorder | None = None
         self._since: Checkpoint | None = None
         self._progress_stop: threading.Event | None = None
+        self._part = False  # whether it writes the part of a process of a run (start_from_env)
 
     @property
     def running(self) -> bool:
@@ -114,7 +116,15 @@ class Session:
             self.profile = rec.finish(consume=last, window=(self._since, until))
             if write and self.path is not None:
                 self.profile.parts = folders.parts(self.path)
+                # (the run's owner also names the processes of its run that have not
+                # started a part yet: they outlive it)
+                owner = os.getpid() if self is _from_env and \
+                    os.environ.get("ASCENTRT_PROFILE_PID") == str(os.getpid()) else None
+                self.profile.missing = folders.missing(self.path, owner)
                 self.profile.save(self.path)
+                if self._part:  # (its start note: the part is here now)
+                    with contextlib.suppress(OSError):
+                        os.remove(os.path.join(self.path, folders.START_FILE))
         return self.profile
 
     def snapshot(self) -> Profile:
@@ -143,13 +153,23 @@ class Session:
             self.stop()
 
     def _stop_at_exit(self) -> None:
-        """Stop and write, as the process exits; a failure is one line on stderr."""
-        if self.running:
+        """Stop and write, as the process exits; a failure is one line on stderr. A signal
+        that comes meanwhile (a second Ctrl-C) is held until the profile is written."""
+        if not self.running:
+            return
+        held = interrupts.hold()
+        try:
             try:
                 self.stop()
             except Exception as exc:  # exiting: say what went wrong, in one line
                 print(f"ascentrt: could not write the profile to {self.path}: {exc}",
                       file=sys.stderr)
+        finally:
+            try:
+                interrupts.release(held)  # (a signal held meanwhile is handled here)
+            except KeyboardInterrupt:  # (exiting already: said, not a traceback)
+                print(f"ascentrt: an interrupt came while the profile was written to "
+                      f"{self.path}: it was held until the profile was written", file=sys.stderr)
 
     def _report_progress(self, every_s: float = 1.0) -> None:
         """Write PROGRESS_FILE into the folder every `every_s` seconds (for `ascentrt prof`)."""
@@ -201,7 +221,7 @@ def stop() -> Profile:
     return s.stop()
 
 
-def start_from_env(path: str) -> Session:
+def start_from_env(path: str) -> Session | None:
     """Profile the whole program into `path` (ASCENTRT_PROFILE); written when it exits.
 
     The first process claims the folder (ASCENTRT_PROFILE_PID; one that holds an earlier
@@ -209,14 +229,18 @@ def start_from_env(path: str) -> Session:
     it, record their own parts into child-<pid>/ inside it; the first one's profile lists them
     and its trace.json shows them all on one timeline, a process per pid. (`ascentrt prof`
     claims the folder itself: every process of the program writes a part, and it assembles
-    them once the program has exited.)
+    them once the program has exited.) A process of the run writes its part whether or not the
+    first one still runs (one that outlives it too); one that cannot write its part runs
+    unprofiled, with a warning (None), and is never refused.
     """
     global _from_env
     from .. import config
     owner = config.get("ASCENTRT_PROFILE_PID")
-    # A part only for a live owner other than this process, whose folder is there (it claims it
-    # before starting anything): a stale or made-up pid would hide the profile in child-<pid>/.
-    child = bool(owner) and owner != str(os.getpid()) and process_alive(int(owner)) and os.path.isdir(path)
+    # A part for a process of a run other than its owner: the owner's folder is there (it
+    # claims it before starting anything), whether the owner still runs or not (a child that
+    # outlives it is still a process of its run, not a new run). A stale or made-up pid whose
+    # folder is not there names no run: that process's profile goes to the top of the folder.
+    child = bool(owner) and owner != str(os.getpid()) and os.path.isdir(path)
     if child:
         path = part_path(path, os.getpid())
     else:  # (absolute: a child that changes directory still writes here)
@@ -226,7 +250,17 @@ def start_from_env(path: str) -> Session:
     # the same pid: it is replaced, not refused (the run's folder was claimed empty).
     s = Session(path, overwrite=child)
     s.replace_hint = "delete it (ASCENTRT_PROFILE never replaces a profile)"
-    s = _from_env = s.start()
+    if not child:
+        s = _from_env = s.start()
+    else:
+        try:
+            s = _from_env = s.start()
+        except AscentError as exc:  # (a folder gone or not writable: the process still runs)
+            warnings.warn(f"ascentrt: process {os.getpid()} of the profiled run is not profiled: "
+                          f"{exc}", RuntimeWarning, stacklevel=2)
+            return None
+        s._part = True
+        folders.note_start(path, os.getpid(), folders.own_command())
     s._report_progress()
     atexit.register(s._stop_at_exit)
     _note_uncaught_exceptions()
@@ -268,7 +302,7 @@ def _after_fork_in_child() -> None:
     from .. import config
     try:
         start_from_env(config.get("ASCENTRT_PROFILE"))
-    except AscentError as exc:
+    except AscentError as exc:  # (the top of the folder refused: not a process of that run)
         print(f"ascentrt: process {os.getpid()} is not profiled: {exc}", file=sys.stderr)
 
 

@@ -7,7 +7,8 @@ from collections import defaultdict
 from ..units import format_bytes
 from .analysis import diagnose
 from .metrics import metrics
-from .data import PART_DIR, WORK_KINDS, ProfileData, calls_made, calls_made_count, top_sites
+from .data import (MISSING_STATES, PART_DIR, WORK_KINDS, ProfileData, calls_made, calls_made_count,
+                   own_clock, top_sites)
 
 
 def _ms(ns) -> str:
@@ -18,13 +19,8 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
     """The summary as (title, headers, rows) tables."""
     m = metrics(profile)
     out = []
-    if profile.parts:
-        rows = [[str(p.pid), _ms(p.origin_ns - profile.origin_ns), _ms(p.duration_ns),
-                 str(len(p.tasks)), str(calls_made_count(p.api_calls)), " ".join(p.command)]
-                for p in [profile, *profile.parts]]
-        out.append((f"Processes (one timeline in trace.json; the tables below are pid "
-                    f"{profile.pid}'s, each child's own are in {PART_DIR.format(pid='<pid>')}/)",
-                    ["pid", "start ms", "duration ms", "tasks", "API calls", "command"], rows))
+    if profile.parts or profile.missing:
+        out.append(_processes(profile))
     rows = [[f"{d}", str(v["tasks"]), _ms(v["window_ns"]), _ms(v["busy_ns"]),
              f"{v['utilization']:.0%}"] for d, v in m["devices"].items()]
     out.append(("Devices", ["device", "tasks", "window ms", "busy ms", "utilization"], rows))
@@ -60,15 +56,35 @@ def sections(profile: ProfileData, findings=None) -> list[tuple[str, list[str], 
             if v["count"]]
     out.append(("Device tasks: queueing and dispatch (us)" + _switch_note(profile, disp),
                 ["", "count", "p50", "p90", "p99", "max"], rows))
-    rows = [[name, str(v["count"]), format_bytes(v["bytes"]), f"{v['gb_per_s']:.2f}"]
-            for name, v in m["copy_bandwidth"].items()]
-    out.append(("Copies", ["direction", "count", "bytes", "GB/s"], rows))
+    rows = [[name, str(v["count"]), format_bytes(v["bytes"]), f"{v['gb_per_s']:.2f}",
+             str(v["synchronous"])] for name, v in m["copy_bandwidth"].items()]
+    out.append(("Copies (device copy tasks, and synchronous memcpy calls: their time is the "
+                "call's)", ["direction", "count", "bytes", "GB/s", "of them synchronous"], rows))
     rows = [["host (pinned)" if d < 0 else str(d), format_bytes(v["peak_allocated"]),
              format_bytes(v["peak_reserved"]),
              format_bytes(v["capacity"]) if v.get("capacity") else "-"]
             for d, v in sorted(m["memory"].items())]
     out.append(("Memory peak", ["device", "allocated", "reserved", "capacity"], rows))
     return [s for s in out if s[2]]
+
+
+def _processes(profile: ProfileData) -> tuple[str, list[str], list[list[str]]]:
+    """The Processes table: each process of the run with its part, and those whose part is
+    missing (lost, or still running), with what is known of them."""
+    virtual = [p for p in [profile, *profile.parts] if own_clock(p)]
+    rows = [[str(p.pid), "own clock" if p in virtual else "-" if virtual else
+             _ms(p.origin_ns - profile.origin_ns), _ms(p.duration_ns), str(len(p.tasks)),
+             str(calls_made_count(p.api_calls)), " ".join(p.command)]
+            for p in [profile, *profile.parts]]
+    rows += [[str(m.pid), "-", "-", "-", "-", f"(no part, {MISSING_STATES[m.state]}) "
+              + (" ".join(m.command).replace("\n", "; ") or "(command not known)")]
+             for m in profile.missing]
+    title = (f"Processes (one timeline in trace.json; the tables below are pid "
+             f"{profile.pid}'s, each child's own are in {PART_DIR.format(pid='<pid>')}/")
+    if virtual:  # (each simulated process has a virtual clock of its own)
+        title += ("; on sim each process runs its own virtual timeline from its own start: "
+                  "times do not order events across processes")
+    return (title + ")", ["pid", "start ms", "duration ms", "tasks", "API calls", "command"], rows)
 
 
 def _switch_note(profile: ProfileData, disp: dict) -> str:
@@ -111,10 +127,29 @@ def timing_source(profile: ProfileData) -> str:
     return ", ".join(parts)
 
 
-def findings_text(findings, scope: str = "") -> str:
+def races_text(profile: ProfileData) -> str:
+    """The races the sanitizer found while profiling (it was on too), one line each with the
+    tasks and program lines involved, as report.html lists them; "" when there are none."""
+    found = [(p, r) for p in [profile, *profile.parts] for r in p.races]
+    if not found:
+        return ""
+    times = sum(r.count for _, r in found)
+    lines = [f"Races found by the sanitizer: {len(found)} ({times} time(s)): correctness "
+             f"problems, each a pair of tasks with no ordering between them"]
+    for i, (p, r) in enumerate(found, 1):
+        where = f"(pid {p.pid}) " if profile.parts else ""
+        lines.append(f"{i}. {where}{r.text}")
+    return "\n".join(lines)
+
+
+def findings_text(findings, scope: str = "", races: int = 0) -> str:
     """The diagnosis as text ('no problems found' when empty); `scope` says what it covers
-    when that is not the whole profile (scope.Scope.label())."""
+    when that is not the whole profile (scope.Scope.label()); `races`: how many races the
+    summary lists beside it (then "no problems" says it is about performance only)."""
     title = f"Diagnosis of {scope} (the tables above cover the whole run)" if scope else "Diagnosis"
+    if not findings and races:
+        return (f"{title}: no performance problems found (the {races} race(s) listed above are "
+                f"correctness problems, not performance findings).")
     if not findings:
         return f"{title}: no problems found."
     parts = [f"{title}: {len(findings)} finding(s)"]
@@ -131,7 +166,10 @@ def summary_text(profile: ProfileData, findings=None, tables=None, scope: str = 
     parts = [headline(profile)]
     for title, headers, rows in tables if tables is not None else sections(profile, findings):
         parts.append(f"\n{title}\n{format_table(headers, rows)}")
-    parts.append("\n" + findings_text(findings, scope))
+    races = races_text(profile)
+    if races:
+        parts.append("\n" + races)
+    parts.append("\n" + findings_text(findings, scope, _race_count(profile)))
     return "\n".join(parts)
 
 
@@ -150,6 +188,7 @@ def print_summary(profile: ProfileData, findings=None, file=None, scope: str = "
     except (ImportError, AttributeError, ValueError):
         print(summary_text(profile, findings, scope=scope), file=file)
         return
+    races = races_text(profile)
     # (every string is the runtime's or the program's own text: no rich markup, no
     # highlighting, which split "device(s)" into four colours and fails on a "[/x]" in a name)
     console = Console(file=file, markup=False, highlight=False)
@@ -161,4 +200,11 @@ def print_summary(profile: ProfileData, findings=None, file=None, scope: str = "
         for r in rows:
             table.add_row(*[str(x) for x in r])
         console.print(table)
-    console.print(findings_text(findings, scope))
+    if races:
+        console.print(races)
+    console.print(findings_text(findings, scope, _race_count(profile)))
+
+
+def _race_count(profile: ProfileData) -> int:
+    """How many races the profile (with its parts) recorded."""
+    return sum(len(p.races) for p in [profile, *profile.parts])

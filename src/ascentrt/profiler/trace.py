@@ -14,12 +14,13 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from json.encoder import encode_basestring_ascii as _str  # a str as json.dumps writes it
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple, TextIO
 
-from .data import QUEUE_FULL, ApiCall, ProfileData, compact_json, joined, us
+from .data import QUEUE_FULL, ApiCall, ProfileData, compact_json, joined, own_clock, us
 
 HOST_PID = 0
+OWN_TIMELINE = "its own timeline, from its start"  # (a simulated process's, in a merged trace)
 OVERFLOW_TID = 1_000_000  # overflow tracks of a stream: stream id + k * OVERFLOW_TID
 PID_STRIDE = 1 << 22      # Linux's largest pid + 1
 _START, _END = attrgetter("start_ns"), attrgetter("end_ns")
@@ -44,6 +45,7 @@ class _Frame(NamedTuple):
     pid: int | None = None  # None: the trace is this process's alone
     place: int = 0          # its place among the merged parts
     shift_us: float = 0.0
+    timeline: str = ""      # "": placed at its start; else how it is on a timeline of its own
 
     def proc(self, local: int) -> int:
         """The trace process id of the process's host (0) or device d (d + 1)."""
@@ -181,17 +183,27 @@ def _event_texts(profile: ProfileData) -> Iterator[str]:
     if not profile.parts:
         yield from _events(profile, _Frame())
         return
+    # Processes on real clocks share perf_counter_ns: each is placed at its start. A simulated
+    # one runs a virtual clock of its own from its own start: it is placed there, at 0, and
+    # labelled so (no offset of real time can order virtual times across processes).
+    real = not own_clock(profile)
     for index, part in enumerate([profile, *profile.parts]):
+        # (a process on a real clock beside a simulated first one: from its own start too)
+        own = own_clock(part) or not real
+        where = ("virtual time, " if own_clock(part) else "") + OWN_TIMELINE
+        labels = " ".join(part.command) + (f" [{where}]" if own else "")
         yield compact_json({"name": "process_labels", "ph": "M", "pid": part.pid, "tid": 0,
-                            "args": {"labels": " ".join(part.command)}})
-        yield from _events(part, _Frame(part.pid, index, us(part.origin_ns - profile.origin_ns)))
+                            "args": {"labels": labels}})
+        shift = 0.0 if own else us(part.origin_ns - profile.origin_ns)
+        yield from _events(part, _Frame(part.pid, index, shift, where if own else ""))
 
 
 def _process(frame: _Frame, local: int, name: str) -> Iterator[str]:
     """The name and order of one trace process (merged: named and ordered by its pid too)."""
     order = local
     if frame.pid is not None:
-        name, order = f"{name} (pid {frame.pid})", frame.place * PID_STRIDE + local
+        own = f"; {frame.timeline}" if frame.timeline else ""
+        name, order = f"{name} (pid {frame.pid}{own})", frame.place * PID_STRIDE + local
     pid = frame.proc(local)
     yield compact_json({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                         "args": {"name": name}})
@@ -249,59 +261,29 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         yield compact_json({"name": m.name, "cat": "mark", "ph": "i", "s": "t", "pid": host,
                             "tid": threads.get(m.thread, 0), "ts": ts(m.ts_ns)})
 
-    # Devices: tasks per stream.
+    # Devices: tasks per stream. Every task gets a slice on its stream's track, or an overflow
+    # track of it: only those are kept (a map of all 50k tasks would be the largest thing the
+    # trace holds). The tracks are chosen first: the slices drawn inside waits and collective
+    # parts go on their tasks' tracks, each written in time order among the track's tasks.
     per_stream = defaultdict(list)
     for t in profile.tasks:
         per_stream[(t.device, t.stream)].append(t)
-    # Every task gets a slice on its stream's track, or an overflow track of it: only those
-    # are kept (a map of all 50k tasks would be the largest thing the trace holds).
     overflow: dict[tuple, int] = {}  # task key -> its overflow track's tid
     used = set()                     # (device pid, tid) of the tracks that have slices
+    for (dev, sid), items in per_stream.items():
+        for lane, t in _lanes(items):  # (which sorts each stream's tasks by start)
+            tid = sid + lane * OVERFLOW_TID
+            if lane:
+                overflow[t.key] = tid
+            used.add((device_pid(dev), tid))
 
     def where(t) -> tuple[int, int]:
         """(pid, tid) of the track that task t's slice is on."""
         return proc(device_pid(t.device)), overflow.get(t.key, t.stream) if overflow else t.stream
 
-    for (dev, sid), items in sorted(per_stream.items(), key=lambda kv: kv[0]):
-        local = device_pid(dev)
-        pid = proc(local)
-        for lane, t in _lanes(items):
-            tid = sid + lane * OVERFLOW_TID
-            yield _task_slice(t, pid, tid, ts)
-            if lane:
-                overflow[t.key] = tid
-            used.add((local, tid))
-    for local, tid in sorted(used):
-        sid, lane = tid % OVERFLOW_TID, tid // OVERFLOW_TID
-        info = streams.get((local - 1, sid))
-        label = f"stream {sid}"
-        if info is not None and info.role:
-            label += f" ({info.role})"
-        elif info is not None:
-            label += f" (priority {info.priority})"
-        if lane:
-            label += f" overflow {lane}"
-        yield from _track(proc(local), tid, label)
-
-    # Flows: API call -> the task it submitted; event record -> the waits it released.
+    inner: dict[tuple, list] = defaultdict(list)  # (device, stream) -> [(start, slice text)]
+    inner_flows: list[str] = []  # (their arrows: written after the slices)
     flow_id = 0
-    for t in profile.tasks:
-        found = api_slices.get(t.thread)
-        if not found or not found[0]:
-            continue
-        starts, ends, tids = found
-        i = _submitter(starts, ends, t.enqueue_ns)
-        if i < 0:
-            continue
-        flow_id += 1
-        pid, tid = where(t)
-        # (strictly inside the call where it can be: a viewer binds an arrow starting at the
-        # instant one call ends and the next begins to the next one; never after the task
-        # started, or the arrow would point back in time)
-        at = t.enqueue_ns if ends[i] - starts[i] < 2 else \
-            min(t.start_ns, max(starts[i] + 1, min(t.enqueue_ns, ends[i] - 1)))
-        yield _flow("submit", "launch", False, flow_id + flows, host, tids[i], ts(at))
-        yield _flow("submit", "launch", True, flow_id + flows, pid, tid, ts(t.start_ns))
     # A wait that really waited starts before the record that released it: an arrow bound to
     # the wait slice would point back in time. It binds instead to a "released" slice inside
     # the wait, from the record (or the last microsecond) to the wait's end.
@@ -325,11 +307,12 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
         # shows the order it kept, the slice that nothing had to release it)
         done_before = rec.end_ns <= t.start_ns and t.end_ns == t.start_ns
         label = f"{noun} done before: no wait" if done_before else f"released by {noun}{dropped}"
-        yield _slice(label, what, pid, tid, released, t.end_ns,
-                     compact_json({"record": f"stream {rec.stream} task {rec.task_id}{dropped}",
-                                   "blocked": not done_before}), ts)
-        yield _flow(what, what, False, flow_id + flows, rpid, rtid, ts(rec.end_ns))
-        yield _flow(what, what, True, flow_id + flows, pid, tid, ts(released))
+        inner[(t.device, t.stream)].append((released, _slice(
+            label, what, pid, tid, released, t.end_ns,
+            compact_json({"record": f"stream {rec.stream} task {rec.task_id}{dropped}",
+                          "blocked": not done_before}), ts)))
+        inner_flows.append(_flow(what, what, False, flow_id + flows, rpid, rtid, ts(rec.end_ns)))
+        inner_flows.append(_flow(what, what, True, flow_id + flows, pid, tid, ts(released)))
 
     # Collectives: each rank's part waited for the rank that arrived last. An arrow goes from
     # that part's start to a "collective" slice inside each other part, from then to its end.
@@ -345,15 +328,59 @@ def _events(profile: ProfileData, frame: _Frame) -> Iterator[str]:
                 continue
             flow_id += 1
             pid, tid = where(t)
-            yield _slice(f"{coll.op} #{coll.seq}: every rank arrived", "collective", pid, tid,
-                         last.start_ns, t.end_ns,
-                         compact_json({"communicator": coll.comm,
-                                       "last to arrive": f"rank {rank} (device {last.device}, "
-                                                         f"stream {last.stream})"}), ts)
-            yield _flow("collective", "collective", False, flow_id + flows, lpid, ltid,
-                        ts(last.start_ns))
-            yield _flow("collective", "collective", True, flow_id + flows, pid, tid,
-                        ts(last.start_ns))
+            inner[(t.device, t.stream)].append((last.start_ns, _slice(
+                f"{coll.op} #{coll.seq}: every rank arrived", "collective", pid, tid,
+                last.start_ns, t.end_ns,
+                compact_json({"communicator": coll.comm,
+                              "last to arrive": f"rank {rank} (device {last.device}, "
+                                                f"stream {last.stream})"}), ts)))
+            inner_flows.append(_flow("collective", "collective", False, flow_id + flows, lpid,
+                                     ltid, ts(last.start_ns)))
+            inner_flows.append(_flow("collective", "collective", True, flow_id + flows, pid, tid,
+                                     ts(last.start_ns)))
+
+    for (dev, sid), items in sorted(per_stream.items(), key=lambda kv: kv[0]):
+        pid = proc(device_pid(dev))
+        extra = sorted(inner.get((dev, sid), ()), key=itemgetter(0))
+        k = 0
+        for t in items:  # (by start: a slice inside a task comes after it, before later ones)
+            while k < len(extra) and extra[k][0] < t.start_ns:
+                yield extra[k][1]
+                k += 1
+            yield _task_slice(t, pid, overflow.get(t.key, sid) if overflow else sid, ts)
+        for _, text in extra[k:]:
+            yield text
+    for local, tid in sorted(used):
+        sid, lane = tid % OVERFLOW_TID, tid // OVERFLOW_TID
+        info = streams.get((local - 1, sid))
+        label = f"stream {sid}"
+        if info is not None and info.role:
+            label += f" ({info.role})"
+        elif info is not None:
+            label += f" (priority {info.priority})"
+        if lane:
+            label += f" overflow {lane}"
+        yield from _track(proc(local), tid, label)
+    yield from inner_flows
+
+    # Flows: API call -> the task it submitted.
+    for t in profile.tasks:
+        found = api_slices.get(t.thread)
+        if not found or not found[0]:
+            continue
+        starts, ends, tids = found
+        i = _submitter(starts, ends, t.enqueue_ns)
+        if i < 0:
+            continue
+        flow_id += 1
+        pid, tid = where(t)
+        # (strictly inside the call where it can be: a viewer binds an arrow starting at the
+        # instant one call ends and the next begins to the next one; never after the task
+        # started, or the arrow would point back in time)
+        at = t.enqueue_ns if ends[i] - starts[i] < 2 else \
+            min(t.start_ns, max(starts[i] + 1, min(t.enqueue_ns, ends[i] - 1)))
+        yield _flow("submit", "launch", False, flow_id + flows, host, tids[i], ts(at))
+        yield _flow("submit", "launch", True, flow_id + flows, pid, tid, ts(t.start_ns))
 
     # Races the sanitizer found: an instant on the task (or host thread) that completed each,
     # and an arrow from the access it raced with.
@@ -392,9 +419,13 @@ def trace_json(profile: ProfileData) -> dict:
 
 
 def _document_fields(profile: ProfileData) -> dict:
-    return {"displayTimeUnit": "ms",
-            "otherData": {"producer": "ascentrt profiler", "started_at": profile.started_at,
-                          "command": " ".join(profile.command)}}
+    other = {"producer": "ascentrt profiler", "started_at": profile.started_at,
+             "command": " ".join(profile.command)}
+    if profile.parts and any(own_clock(p) for p in [profile, *profile.parts]):
+        other["timelines"] = ("each simulated process runs its own virtual clock from its own "
+                              "start (its trace processes say so): times do not order events "
+                              "across processes")
+    return {"displayTimeUnit": "ms", "otherData": other}
 
 
 def write_trace(profile: ProfileData, fh: TextIO, chunk: int = 1024) -> None:
