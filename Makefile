@@ -15,7 +15,15 @@ help:  # (the default goal: a bare `make` says what there is)
 	@echo "(PYTHON=python3.12 names the interpreter that makes .venv)"
 
 # (a venv made by another Python is made again: `python -m venv` keeps an existing one's
-# interpreter, so a first run with too old a Python could not be mended by a second)
+# interpreter, so a first run with too old a Python could not be mended by a second; a
+# PYTHON named on the command line that is not the venv's makes it out of date)
+ifeq ($(origin PYTHON),command line)
+ifneq ($(wildcard $(PY)),)
+ifneq ($(shell $(PY) -c 'import sys; print(sys.version)' 2>/dev/null),$(shell $(PYTHON) -c 'import sys; print(sys.version)' 2>/dev/null))
+.PHONY: $(VENV)/.installed
+endif
+endif
+endif
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ascentrt needs Python >= 3.11 and $(PYTHON) is " + sys.version.split()[0] + ": run make with PYTHON=python3.11 (or newer)")'
 	@if [ -e $(PY) ] && [ "$$($(PY) -c 'import sys; print(sys.version)' 2>/dev/null)" != "$$($(PYTHON) -c 'import sys; print(sys.version)')" ]; then \

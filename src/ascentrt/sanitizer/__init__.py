@@ -38,10 +38,13 @@ _found: list[Race] = []  # reports of earlier sessions (kept after the sanitizer
 def parse_mode(text: str) -> str:
     """warn, raise or log (1 / on mean warn), as ASCENTRT_SANITIZE reads them, but not off;
     raises InvalidArgumentError naming the allowed ones."""
-    value = sanitize_mode(text)
+    try:
+        value = sanitize_mode(text)
+    except InvalidArgumentError:
+        value = "off"  # (its message lists off too, which this place refuses)
     if value == "off":
-        raise InvalidArgumentError(f"not a mode to turn the sanitizer on with: {text!r} (use warn, "
-                                   f"raise or log; disable() turns it off)")
+        raise InvalidArgumentError(f"not a mode to run the sanitizer in: {text!r} (use warn, "
+                                   f"raise or log)")
     return value
 
 
