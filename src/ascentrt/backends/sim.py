@@ -1480,21 +1480,35 @@ class SimBackend(CpuBackend):
         memory = cost.bytes / p.memory_bandwidth
         units = self._block_dim(cost.block_dim)
         blocks = cost.block_dim or units
-        # The blocks run `units` at a time: a last partial wave takes as long as a whole one.
+        # The blocks run `units` at a time, in waves (the last one partial where `tail`).
         waves, tail = self._waves(blocks)
         self._tail_units = tail
         if seconds is not None:
             self._last_share = 1.0 / waves  # (waves alike: nothing else is known of them)
             return seconds * 1e9, (memory if memory < seconds else seconds) * 1e9
-        compute = cost.flops / blocks * waves / p.compute_flops_per_unit
-        reach = cost.bytes / self._reach(units)
-        link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
-            if cost.link_bytes else 0.0
-        self._link_bytes, self._link_src = cost.link_bytes, cost.link_src
-        ns = max(compute, reach, link)
+        # A roofline per wave: each unit runs one block's flops, and the wave's blocks move
+        # their share of the bytes at what the units they hold draw (a last partial wave's few
+        # cores draw less than the whole memory) and of the link bytes over the link; the
+        # link's latency is paid once, as the whole kernel's transfer starts.
+        compute = cost.flops / blocks / p.compute_flops_per_unit  # (one wave's)
+        link_bytes = cost.link_bytes
+        link = link_bytes / p.peer_link_bandwidth if link_bytes else 0.0
+        self._link_bytes, self._link_src = link_bytes, cost.link_src
+        last = 0.0  # the last partial wave's time
+        if waves == 1:
+            ns = max(compute, cost.bytes / self._reach(units), link)
+        else:
+            full = units / blocks  # (a whole wave's share of the blocks)
+            ns = (waves - (1 if tail else 0)) * max(
+                compute, cost.bytes * full / self._reach(units), link * full)
+            if tail:
+                last = max(compute, cost.bytes * tail / blocks / self._reach(tail),
+                           link * tail / blocks)
+                ns += last
+        if link_bytes:
+            ns = max(ns, link + p.peer_link_latency_ns / 1e9)
         if tail and ns > 0:
-            # The last wave: one wave's flops, or its blocks' share of the bytes at the same rate
-            self._last_share = max(compute / waves, max(reach, link) * tail / blocks) / ns
+            self._last_share = last / ns
         return ns * 1e9, memory * 1e9
 
 
