@@ -173,6 +173,33 @@ _ThreadFrames: Any = type("_ThreadFrames", (threading.local,),
                           {"frames": None, "noted": False, "idle_told": None, "__module__": __name__})
 
 
+class _Signal:
+    """A completion the host can block on (the contract's Signal). The host threads waiting
+    for it in host_wait wait on the timeline, not on it: setting it wakes them too, so one set
+    by a thread outside the simulation (a host function handing a callback to its report
+    thread, say) ends their wait at once."""
+
+    __slots__ = ("flag", "event")
+
+    def __init__(self) -> None:
+        self.flag = False
+        self.event = threading.Event()
+
+    def set(self) -> None:
+        """Mark it reached, and wake the threads waiting on it or in host_wait."""
+        self.flag = True
+        self.event.set()
+        TIMELINE.wake()
+
+    def is_set(self) -> bool:
+        """Whether it was set."""
+        return self.flag
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block (in real time) until it is set or `timeout` s passed; whether it is set."""
+        return self.event.wait(timeout)
+
+
 class Timeline:
     """The virtual clock, the pending task ends, and who runs the simulation (one per process)."""
 
@@ -350,8 +377,10 @@ class Timeline:
                 # Time may not move while a host function runs (its end is not known yet).
                 seen = self.returned
 
-                def returned_since(seen: int = seen) -> bool:
-                    return self.returned != seen
+                def returned_since(seen: int = seen, signal: Any = signal) -> bool:
+                    # (or what the wait waits for came meanwhile: a host function that handed
+                    # a blocking callback to this very thread waits for it to return)
+                    return self.returned != seen or signal is not None and signal.is_set()
                 self.attending += 1  # (a host call waits here: the pump must not take it for idle)
                 try:
                     returned = self.moved.wait_for(returned_since, HOST_FUNC_PATIENCE_S)
@@ -458,6 +487,16 @@ class Timeline:
         deadline, whichever comes first (None: neither)."""
         nxt, deadline = self.next_end(), self.next_deadline()
         return deadline if deadline is not None and (nxt is None or deadline < nxt) else nxt
+
+    def wake(self) -> None:
+        """A signal was set: the host threads waiting on the timeline look again, at once
+        where its lock is free (its holder, stepping, sees the signal itself or notifies as
+        it waits or advances; a waiter left asleep looks again within _REAL_PACE_S)."""
+        if self.moved._waiters and self.lock.acquire(False):  # type: ignore[attr-defined]  # Condition's own list; typeshed omits it
+            try:
+                self.moved.notify_all()
+            finally:
+                self.lock.release()
 
     def attach(self, queue) -> None:
         """Learn, from the first executor queue, where the engine keeps its timed waits."""
@@ -801,9 +840,9 @@ class SimBackend(CpuBackend):
         elif nested:
             frame.offset += took
 
-    def new_signal(self) -> threading.Event:
-        """A threading.Event (it has the Signal methods)."""
-        return threading.Event()
+    def new_signal(self) -> Any:
+        """A Signal whose set() also wakes the host threads waiting in host_wait."""
+        return _Signal()
 
     def host_wait(self, signal, timeout_s: float | None) -> bool:
         """Run the simulation until `signal` is set (True; the host is then at that time) or
