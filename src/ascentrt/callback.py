@@ -12,7 +12,6 @@ import atexit
 import collections
 import logging
 import threading
-import time
 from typing import Any
 
 from .engine.hooks import Hooks, act_for_stream, current_task, restore_stream_mark
@@ -349,7 +348,6 @@ def _wait_on_the_device(rep: _Reporter, me: int, timeout: float | None) -> None:
     beside a host thread that computes must not move that thread's time)."""
     backend = rep.device._backend
     clock = backend.now_ns
-    real_end = None if timeout is None else time.monotonic() + timeout
     virtual_end = None if timeout is None else clock() + timeout * 1e9
     signal = backend.new_signal()  # (one for the whole wait: see SimBackend.host_wait)
     with _lock:
@@ -359,12 +357,12 @@ def _wait_on_the_device(rep: _Reporter, me: int, timeout: float | None) -> None:
             with _lock:
                 if rep.queue or _reporters.get(me) is not rep:
                     return
+                # (each stretch with none coming may last the whole timeout: one coming
+                # that is then dropped unrun starts another)
                 if not rep.coming:
-                    left = None if real_end is None else real_end - time.monotonic()
-                    if left is not None and left <= 0:
+                    if not rep.cond.wait_for(
+                            lambda: rep.queue or rep.coming or _reporters.get(me) is not rep, timeout):
                         return
-                    rep.cond.wait_for(lambda: rep.queue or rep.coming or _reporters.get(me) is not rep,
-                                      left)
                     continue
             left = None if virtual_end is None else (virtual_end - clock()) / 1e9
             if left is not None and left <= 0:

@@ -181,9 +181,9 @@ class _Signal:
 
     __slots__ = ("flag", "event")
 
-    def __init__(self) -> None:
+    def __init__(self, event: threading.Event) -> None:
         self.flag = False
-        self.event = threading.Event()
+        self.event = event  # (for wait(): made by new_signal, whose signals a fork drops)
 
     def set(self) -> None:
         """Mark it reached, and wake the threads waiting on it or in host_wait."""
@@ -842,7 +842,7 @@ class SimBackend(CpuBackend):
 
     def new_signal(self) -> Any:
         """A Signal whose set() also wakes the host threads waiting in host_wait."""
-        return _Signal()
+        return _Signal(threading.Event())
 
     def host_wait(self, signal, timeout_s: float | None) -> bool:
         """Run the simulation until `signal` is set (True; the host is then at that time) or
