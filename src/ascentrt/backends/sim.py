@@ -200,6 +200,22 @@ class _Signal:
         return self.event.wait(timeout)
 
 
+class _Returned:
+    """What ends a wait for the running host functions: one returned since it began, or the
+    signal the waiting host waits for was set meanwhile (a host function that handed a
+    blocking callback to this very thread waits for it to return)."""
+
+    __slots__ = ("timeline", "seen", "signal")
+
+    def __init__(self, timeline: Any, signal: Any) -> None:
+        self.timeline, self.seen, self.signal = timeline, timeline.returned, signal
+
+    def __call__(self) -> bool:
+        """Whether the wait is over."""
+        signal = self.signal
+        return self.timeline.returned != self.seen or signal is not None and signal.is_set()
+
+
 class Timeline:
     """The virtual clock, the pending task ends, and who runs the simulation (one per process)."""
 
@@ -375,15 +391,9 @@ class Timeline:
             if self.inflight and self.inflight > self._own_host_tasks() \
                     and (nxt is None or nxt > self.now) and self.patience_spent != self.returned:
                 # Time may not move while a host function runs (its end is not known yet).
-                seen = self.returned
-
-                def returned_since(seen: int = seen, signal: Any = signal) -> bool:
-                    # (or what the wait waits for came meanwhile: a host function that handed
-                    # a blocking callback to this very thread waits for it to return)
-                    return self.returned != seen or signal is not None and signal.is_set()
                 self.attending += 1  # (a host call waits here: the pump must not take it for idle)
                 try:
-                    returned = self.moved.wait_for(returned_since, HOST_FUNC_PATIENCE_S)
+                    returned = self.moved.wait_for(_Returned(self, signal), HOST_FUNC_PATIENCE_S)
                 finally:
                     self.attending -= 1
                 if returned:
