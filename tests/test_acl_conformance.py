@@ -127,6 +127,25 @@ def test_util_has_exactly_pyacls_seven_functions():
                                                "start_thread", "stop_thread"])
 
 
+def test_the_pyacl_namespaces_hold_no_name_pyacl_lacks():
+    # What dir() shows besides dunder and private names: pyACL's functions (reference §4, §13;
+    # acl.rt's are its __all__, each an API function of the facade), the submodules, and
+    # what the README documents (app_log, the unsupported modules and their error). A name
+    # that leaks in (`from __future__ import annotations` binds `annotations`) is none of these.
+    def public(module):
+        return {n for n in dir(module) if not n.startswith("_")}
+    top = {"init", "finalize", "finalize_reference", "get_version", "get_soc_name",
+           "get_recent_err_msg", "get_cann_version", "rt", "util", "constants", "app_log",
+           "mdl", "op", "media", "blas", "himpi", "fv", "prof", "UnsupportedModuleError"}
+    assert public(acl) - top == set()
+    assert public(acl.util) == {"bytes_to_ptr", "ptr_to_bytes", "numpy_to_ptr",
+                                "numpy_contiguous_to_ptr", "ptr_to_numpy", "start_thread",
+                                "stop_thread"}
+    assert public(acl.rt) == set(acl.rt.__all__)
+    assert [n for n in acl.rt.__all__ if not getattr(getattr(acl.rt, n), "__module__", "")
+            .startswith("ascentrt.acl._")] == []
+
+
 # ---- init / finalize -------------------------------------------------------------------------
 
 def test_init_twice_is_100002_and_finalize_twice_100037():

@@ -22,8 +22,8 @@ TOP = ["init", "finalize", "finalize_reference", "get_version", "get_cann_versio
        "get_soc_name", "get_recent_err_msg"]
 UTIL = ["ptr_to_bytes", "ptr_to_numpy", "bytes_to_ptr", "numpy_to_ptr", "numpy_contiguous_to_ptr",
         "start_thread", "stop_thread"]
-assert set(TOP) | {"rt", "util", "constants", *acl.UNSUPPORTED_MODULES} == set(acl.__all__) \
-    and set(UTIL) == set(acl.util.__all__)  # (UNSUPPORTED_MODULES: names that say they are not provided)
+assert set(TOP) | {"rt", "util", "constants", *acl._UNSUPPORTED_MODULES} == set(acl.__all__) \
+    and set(UTIL) == set(acl.util.__all__)  # (_UNSUPPORTED_MODULES: names that say they are not provided)
 
 
 def _shape_ok(s):

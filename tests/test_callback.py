@@ -1,5 +1,6 @@
 """ascentrt.callback: report threads subscribed to streams run their callbacks, in stream order."""
 
+import os
 import subprocess
 import sys
 import threading
@@ -10,6 +11,9 @@ import pytest
 import ascentrt as art
 from ascentrt import callback
 from ascentrt.errors import AscentError, ErrorCode
+
+sim_only = pytest.mark.skipif(os.environ.get("ASCENTRT_BACKEND") != "sim",
+                              reason="runs in the --backend sim session")
 
 
 class Reporter:
@@ -48,6 +52,41 @@ def test_blocking_callback_runs_on_the_report_thread_in_order(stream, reporter):
     art.launch(order.append, "after", stream=stream)
     stream.synchronize(10)
     assert order == ["before", ("cb", True), "after"]
+    callback.unsubscribe(reporter.thread.ident, stream)
+
+
+@sim_only
+@pytest.mark.parametrize("blocking", [False, True], ids=["non_blocking", "blocking"])
+def test_a_report_thread_moves_the_simulated_device_on_to_its_coming_callbacks_and_no_further(
+        stream, reporter, blocking):
+    # (process_reports waited in real time beside the simulation: with the host blocked outside
+    # the runtime, as a pyACL pipeline's main thread on a threading.Event, only the idle pump
+    # moved the device, a callback per ~0.1 s of real time)
+    tl = stream.device._backend.timeline
+    pumped, patience = tl.unattended, tl.patience_spent
+    callback.subscribe(reporter.thread.ident, stream)
+    n, ran, done = 20, [], threading.Event()
+
+    def cb(i):
+        ran.append(i)
+        if i == n - 1:
+            done.set()
+    for i in range(n):
+        art.launch(art.kernels.noop, stream=stream, cost=5e-6)
+        callback.launch_callback(cb, i, stream, blocking=blocking)
+    assert done.wait(30) and ran == list(range(n))
+    # the report thread's wait moved the device, at once: the pump never had to, and no
+    # blocking callback handed to the very thread that stepped waited out a host function's
+    # patience
+    assert (tl.unattended, tl.patience_spent) == (pumped, patience)
+    stream.synchronize(10)
+    # With none coming, its wait moves nothing: the host's time stays the host's while it
+    # computes (what the host does between runtime calls takes no virtual time).
+    before = stream.device._backend.now_ns()
+    until = time.monotonic() + 0.3
+    while time.monotonic() < until:
+        pass
+    assert stream.device._backend.now_ns() == before
     callback.unsubscribe(reporter.thread.ident, stream)
 
 

@@ -1041,6 +1041,23 @@ def test_a_kernel_runs_its_blocks_in_waves_and_few_cores_draw_less_memory(stream
     assert abs(took[f"m{units}"] - 1e9 / P.memory_bandwidth * 1e9) <= 1  # all cores: all of it
 
 
+@sim_only
+def test_a_memory_bound_kernels_last_partial_wave_moves_its_bytes_at_what_its_cores_draw(stream):
+    # (the bytes counted over the whole kernel at the whole device's rate: the last wave's one
+    # core moved its block's bytes 11x past memory_bandwidth_per_unit on ascend310p)
+    units, nbytes = P.compute_units, 1e9
+    with art.profile() as prof:
+        art.launch(lambda: None, stream=stream, cost={"bytes": nbytes}, block_dim=units + 1,
+                   name="m")
+        stream.synchronize()
+    (k,) = _tasks(prof, "kernel")
+    first = nbytes * units / (units + 1) / P.memory_bandwidth   # every core: all of it
+    last = nbytes / (units + 1) / P.memory_bandwidth_per_unit   # one core: its own draw
+    assert abs(k.tail_ns - last * 1e9) <= 2 and abs(k.duration_ns - (first + last) * 1e9) <= 2
+    (tail,) = [f for f in prof.diagnose() if f.kind == "tail_wave"]
+    assert tail.evidence["time in last waves"] == f"{last * 1e3:.2f} ms"
+
+
 def _tail_wave_and_a_small_kernel(dev, nbytes):
     """A kernel of units + 1 blocks (1 ms of one core each) on one stream, then a 1-block
     0.1 ms kernel on another: (big, small) as profiled."""

@@ -12,6 +12,7 @@ import atexit
 import collections
 import logging
 import threading
+from typing import Any
 
 from .engine.hooks import Hooks, act_for_stream, current_task, restore_stream_mark
 from .engine.task import HOST_FUNC, Task
@@ -49,18 +50,35 @@ class _Reporter:
         self.streams: dict[int, Stream] = {}
         self.queue: collections.deque[tuple[int, _Report]] = collections.deque()  # (stream id, report)
         self.cond = forksafe.condition(_lock)
+        self.coming = 0     # callbacks launched on its streams that did not reach them yet
+        self.signal: Any = None  # while it waits on a simulated device: the backend Signal set
+                            # once a callback is queued for it (or it is gone)
 
 
 class _Report:
     """A queued callback and, for blocking ones, the event its stream waits on."""
 
-    __slots__ = ("fn", "user_data", "done", "cancelled", "task")
+    __slots__ = ("fn", "user_data", "done", "cancelled", "task", "coming_to")
 
     def __init__(self, fn, user_data, blocking: bool):
         self.fn, self.user_data = fn, user_data
         self.done = threading.Event() if blocking else None
         self.cancelled = False
         self.task: Task | None = None  # the host task holding its stream (blocking callbacks)
+        self.coming_to: _Reporter | None = None  # the reporter that counts it coming (see arrived)
+
+    def arrived(self) -> None:
+        """Under _lock: it reached its stream (or was dropped unrun): no longer coming."""
+        rep, self.coming_to = self.coming_to, None
+        if rep is not None:
+            rep.coming -= 1
+
+
+def _signal(rep: "_Reporter") -> None:
+    """Under _lock: end the wait of `rep`'s thread on a simulated device (a callback is queued
+    for it, or it is gone)."""
+    if rep.signal is not None:
+        rep.signal.set()
 
 
 def _live_thread(thread_id: int) -> threading.Thread | None:
@@ -131,6 +149,7 @@ def unsubscribe(thread_id: int, stream=None) -> None:
         rep.queue = keep
         if not rep.streams and not rep.queue and _reporters.get(thread_id) is rep:
             del _reporters[thread_id]
+            _signal(rep)
         rep.cond.notify_all()
 
 
@@ -164,6 +183,7 @@ def _drop_dead(rep: _Reporter) -> None:
     rep.streams.clear()
     if _reporters.get(rep.thread_id) is rep:
         del _reporters[rep.thread_id]
+    _signal(rep)
     rep.cond.notify_all()
     _log.warning("report thread %d exited without unsubscribing: %d callback(s) handed to it "
                  "will not run, and each callback its streams reach later fails (107015)",
@@ -188,26 +208,48 @@ def launch_callback(fn, user_data=None, stream=None, *, blocking: bool = True) -
         raise InvalidArgumentError(f"callback must be callable, got {type(fn).__name__}")
     _refuse_inside_callback(stream, "a callback launch")
     blocking = check_flag(blocking, "blocking")
+    report = _Report(fn, user_data, blocking)
+    task = Task(HOST_FUNC, _deliver, (stream.id, report), getattr(fn, "__name__", "callback"))
     with _lock:
         _reap_if_dead(stream.id)
         if stream.id not in _owner:
             raise InvalidArgumentError(f"stream {stream.id} has no report thread (or it exited): "
                                        f"subscribe one first", code=ErrorCode.RT_STREAM_NO_CB_REG)
-    report = _Report(fn, user_data, blocking)
-    task = Task(HOST_FUNC, _deliver, (stream.id, report), getattr(fn, "__name__", "callback"))
-    return stream._submit(task)
+        if stream._capture is None:  # (a graph's node reaches its stream at each replay)
+            # Coming: its report thread, waiting on a simulated device, moves the device on
+            # to it (see _wait_for_reports); counted before it is queued, which may run it.
+            rep = report.coming_to = _owner[stream.id]
+            rep.coming += 1
+            task.on_discard = _dropped(report)
+            rep.cond.notify_all()
+    try:
+        return stream._submit(task)
+    except BaseException:
+        with _lock:
+            report.arrived()
+        raise
+
+
+def _dropped(report: _Report):
+    """The on_discard of a callback's task: dropped unrun, it is no longer coming."""
+    def dropped() -> None:
+        with _lock:
+            report.arrived()
+    return dropped
 
 
 def _deliver(stream_id: int, report: _Report) -> None:
     """The host task: hand the callback to the report thread; when blocking, wait until it ran."""
     report.task = current_task()  # the stream it holds while it runs (blocking ones)
     with _lock:
+        report.arrived()
         _reap_if_dead(stream_id)
         rep = _owner.get(stream_id)
         if rep is None:
             raise StreamStateError(f"stream {stream_id} lost its report thread before a callback "
                                    f"ran", code=ErrorCode.RT_STREAM_NO_CB_REG)
         rep.queue.append((stream_id, report))
+        _signal(rep)
         rep.cond.notify_all()
     if report.done is None:
         return
@@ -226,7 +268,8 @@ def _deliver(stream_id: int, report: _Report) -> None:
 
 
 def process_reports(timeout: float | None = None) -> int:
-    """Run the callbacks queued for the calling thread, waiting up to `timeout` s for one.
+    """Run the callbacks queued for the calling thread, waiting up to `timeout` s for one (on
+    a simulated device, one on its way: the device moves on to it, in virtual time).
 
     Returns how many ran. Raises StreamStateError (107012) when this thread subscribed to no
     stream and AscentTimeoutError (507012) when nothing arrived in time. A callback that
@@ -240,8 +283,12 @@ def process_reports(timeout: float | None = None) -> int:
         if rep is None:
             raise StreamStateError(f"thread {me} subscribed to no stream",
                                    code=ErrorCode.RT_THREAD_SUBSCRIBE)
-        if not rep.queue:
+        simulated = not rep.queue and rep.device._backend.properties().virtual
+        if not rep.queue and not simulated:
             rep.cond.wait_for(lambda: rep.queue or _reporters.get(me) is not rep, timeout)
+    if simulated:
+        _wait_on_the_device(rep, me, timeout)
+    with _lock:
         entries = [e for e in rep.queue if not e[1].cancelled]
         rep.queue.clear()
         if not rep.streams and _reporters.get(me) is rep:  # (unsubscribed: these were its last)
@@ -288,6 +335,43 @@ def process_reports(timeout: float | None = None) -> int:
             if report.done is not None:
                 report.done.set()
     return len(entries)
+
+
+def _wait_on_the_device(rep: _Reporter, me: int, timeout: float | None) -> None:
+    """process_reports' wait on a simulated device: until a callback is queued for `rep` (or
+    it is gone), or `timeout` s.
+
+    The report thread is a host waiting on the device: while a callback of its streams is
+    coming, the device moves on to it at once (the backend's host_wait, in virtual time: the
+    timeout is virtual). While none is, nothing the device does can bring one, and the thread
+    waits in real time for the host to launch one, the clock unmoved (a report thread idle
+    beside a host thread that computes must not move that thread's time)."""
+    backend = rep.device._backend
+    clock = backend.now_ns
+    virtual_end = None if timeout is None else clock() + timeout * 1e9
+    signal = backend.new_signal()  # (one for the whole wait: see SimBackend.host_wait)
+    with _lock:
+        rep.signal = signal
+    try:
+        while True:
+            with _lock:
+                if rep.queue or _reporters.get(me) is not rep:
+                    return
+                # (each stretch with none coming may last the whole timeout: one coming
+                # that is then dropped unrun starts another)
+                if not rep.coming:
+                    if not rep.cond.wait_for(
+                            lambda: rep.queue or rep.coming or _reporters.get(me) is not rep, timeout):
+                        return
+                    continue
+            left = None if virtual_end is None else (virtual_end - clock()) / 1e9
+            if left is not None and left <= 0:
+                return
+            backend.host_wait(signal, left)
+    finally:
+        with _lock:
+            if rep.signal is signal:
+                rep.signal = None
 
 
 def subscribed_streams(thread_id: int) -> list:

@@ -5,8 +5,6 @@ module; int handles and pointers translate onto the core's objects. Constants, w
 does not export, live in ascentrt.acl.constants.
 """
 
-from __future__ import annotations
-
 import json as _json
 import os as _os
 import sys as _sys
@@ -210,7 +208,7 @@ blas = _Unsupported("blas", "BLAS operators")
 himpi = _Unsupported("himpi", "the media processing interface of Ascend 310P SoCs")
 fv = _Unsupported("fv", "feature vector search")
 prof = _Unsupported("prof", "msprof profiling calls: use ascentrt prof")
-UNSUPPORTED_MODULES = ("mdl", "op", "media", "blas", "himpi", "fv", "prof")
+_UNSUPPORTED_MODULES = ("mdl", "op", "media", "blas", "himpi", "fv", "prof")
 
 __all__ = ["init", "finalize", "finalize_reference", "get_version", "get_soc_name",
            "get_recent_err_msg", "get_cann_version", "app_log", "rt", "util", "constants",

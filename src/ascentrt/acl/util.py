@@ -1,7 +1,5 @@
 """acl.util: pyACL's converters between pointers, bytes and numpy arrays, and its native threads."""
 
-from __future__ import annotations
-
 import sys as _sys
 import threading as _threading
 import traceback as _traceback

@@ -173,6 +173,49 @@ _ThreadFrames: Any = type("_ThreadFrames", (threading.local,),
                           {"frames": None, "noted": False, "idle_told": None, "__module__": __name__})
 
 
+class _Signal:
+    """A completion the host can block on (the contract's Signal). The host threads waiting
+    for it in host_wait wait on the timeline, not on it: setting it wakes them too, so one set
+    by a thread outside the simulation (a host function handing a callback to its report
+    thread, say) ends their wait at once."""
+
+    __slots__ = ("flag", "event")
+
+    def __init__(self, event: threading.Event) -> None:
+        self.flag = False
+        self.event = event  # (for wait(): made by new_signal, whose signals a fork drops)
+
+    def set(self) -> None:
+        """Mark it reached, and wake the threads waiting on it or in host_wait."""
+        self.flag = True
+        self.event.set()
+        TIMELINE.wake()
+
+    def is_set(self) -> bool:
+        """Whether it was set."""
+        return self.flag
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block (in real time) until it is set or `timeout` s passed; whether it is set."""
+        return self.event.wait(timeout)
+
+
+class _Returned:
+    """What ends a wait for the running host functions: one returned since it began, or the
+    signal the waiting host waits for was set meanwhile (a host function that handed a
+    blocking callback to this very thread waits for it to return)."""
+
+    __slots__ = ("timeline", "seen", "signal")
+
+    def __init__(self, timeline: Any, signal: Any) -> None:
+        self.timeline, self.seen, self.signal = timeline, timeline.returned, signal
+
+    def __call__(self) -> bool:
+        """Whether the wait is over."""
+        signal = self.signal
+        return self.timeline.returned != self.seen or signal is not None and signal.is_set()
+
+
 class Timeline:
     """The virtual clock, the pending task ends, and who runs the simulation (one per process)."""
 
@@ -348,13 +391,9 @@ class Timeline:
             if self.inflight and self.inflight > self._own_host_tasks() \
                     and (nxt is None or nxt > self.now) and self.patience_spent != self.returned:
                 # Time may not move while a host function runs (its end is not known yet).
-                seen = self.returned
-
-                def returned_since(seen: int = seen) -> bool:
-                    return self.returned != seen
                 self.attending += 1  # (a host call waits here: the pump must not take it for idle)
                 try:
-                    returned = self.moved.wait_for(returned_since, HOST_FUNC_PATIENCE_S)
+                    returned = self.moved.wait_for(_Returned(self, signal), HOST_FUNC_PATIENCE_S)
                 finally:
                     self.attending -= 1
                 if returned:
@@ -458,6 +497,16 @@ class Timeline:
         deadline, whichever comes first (None: neither)."""
         nxt, deadline = self.next_end(), self.next_deadline()
         return deadline if deadline is not None and (nxt is None or deadline < nxt) else nxt
+
+    def wake(self) -> None:
+        """A signal was set: the host threads waiting on the timeline look again, at once
+        where its lock is free (its holder, stepping, sees the signal itself or notifies as
+        it waits or advances; a waiter left asleep looks again within _REAL_PACE_S)."""
+        if self.moved._waiters and self.lock.acquire(False):  # type: ignore[attr-defined]  # Condition's own list; typeshed omits it
+            try:
+                self.moved.notify_all()
+            finally:
+                self.lock.release()
 
     def attach(self, queue) -> None:
         """Learn, from the first executor queue, where the engine keeps its timed waits."""
@@ -801,9 +850,9 @@ class SimBackend(CpuBackend):
         elif nested:
             frame.offset += took
 
-    def new_signal(self) -> threading.Event:
-        """A threading.Event (it has the Signal methods)."""
-        return threading.Event()
+    def new_signal(self) -> Any:
+        """A Signal whose set() also wakes the host threads waiting in host_wait."""
+        return _Signal(threading.Event())
 
     def host_wait(self, signal, timeout_s: float | None) -> bool:
         """Run the simulation until `signal` is set (True; the host is then at that time) or
@@ -1480,21 +1529,35 @@ class SimBackend(CpuBackend):
         memory = cost.bytes / p.memory_bandwidth
         units = self._block_dim(cost.block_dim)
         blocks = cost.block_dim or units
-        # The blocks run `units` at a time: a last partial wave takes as long as a whole one.
+        # The blocks run `units` at a time, in waves (the last one partial where `tail`).
         waves, tail = self._waves(blocks)
         self._tail_units = tail
         if seconds is not None:
             self._last_share = 1.0 / waves  # (waves alike: nothing else is known of them)
             return seconds * 1e9, (memory if memory < seconds else seconds) * 1e9
-        compute = cost.flops / blocks * waves / p.compute_flops_per_unit
-        reach = cost.bytes / self._reach(units)
-        link = cost.link_bytes / p.peer_link_bandwidth + p.peer_link_latency_ns / 1e9 \
-            if cost.link_bytes else 0.0
-        self._link_bytes, self._link_src = cost.link_bytes, cost.link_src
-        ns = max(compute, reach, link)
+        # A roofline per wave: each unit runs one block's flops, and the wave's blocks move
+        # their share of the bytes at what the units they hold draw (a last partial wave's few
+        # cores draw less than the whole memory) and of the link bytes over the link; the
+        # link's latency is paid once, as the whole kernel's transfer starts.
+        compute = cost.flops / blocks / p.compute_flops_per_unit  # (one wave's)
+        link_bytes = cost.link_bytes
+        link = link_bytes / p.peer_link_bandwidth if link_bytes else 0.0
+        self._link_bytes, self._link_src = link_bytes, cost.link_src
+        last = 0.0  # the last partial wave's time
+        if waves == 1:
+            ns = max(compute, cost.bytes / self._reach(units), link)
+        else:
+            full = units / blocks  # (a whole wave's share of the blocks)
+            ns = (waves - (1 if tail else 0)) * max(
+                compute, cost.bytes * full / self._reach(units), link * full)
+            if tail:
+                last = max(compute, cost.bytes * tail / blocks / self._reach(tail),
+                           link * tail / blocks)
+                ns += last
+        if link_bytes:
+            ns = max(ns, link + p.peer_link_latency_ns / 1e9)
         if tail and ns > 0:
-            # The last wave: one wave's flops, or its blocks' share of the bytes at the same rate
-            self._last_share = max(compute / waves, max(reach, link) * tail / blocks) / ns
+            self._last_share = last / ns
         return ns * 1e9, memory * 1e9
 
 

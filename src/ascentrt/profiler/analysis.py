@@ -23,8 +23,8 @@ from .diagnose_waves import tail_waves
 from .finding import (
     COPY_BOUND_SHARE, DISPATCH_BOUND_SHARE, FEW_TASKS_PER_STREAM, Finding, MIN_GAP_NS,
     MIN_GAP_VIRTUAL_NS, MIN_SMALL_TASKS, MIN_STAGE_SHARE, MIN_STREAM_CHURN, MIN_STREAM_CHURN_NS,
-    MIN_WINDOW_NS, MIN_WORK_TASKS, OVERLAP_SHARE, SMALL_TASK_NS, STARVED_UTILIZATION,
-    STREAMS_PER_EXECUTOR, STREAM_CHURN_SHARE, format_us, percentile, task_ref)
+    MIN_WORK_TASKS, OVERLAP_SHARE, SMALL_TASK_NS, STARVED_UTILIZATION, STREAMS_PER_EXECUTOR,
+    STREAM_CHURN_SHARE, format_us, min_window_ns, percentile, task_ref)
 from .metrics import DISPATCHED_KINDS, DURATION, dispatch_latencies, within, work_by_device, work_window
 
 
@@ -67,11 +67,11 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
     start, end = work_window(work)
     active = within([(start, end)], windows)
     span = total(active)
-    if span < MIN_WINDOW_NS:
+    dev = next((d for d in profile.devices if d.id == dev_id), None)
+    if span <= 0 or span < min_window_ns([] if dev is None else [dev]):
         return []
     busy = union((t.start_ns, t.end_ns) for t in work)
     util = total(within(busy, windows)) / span
-    dev = next((d for d in profile.devices if d.id == dev_id), None)
     min_gap = MIN_GAP_VIRTUAL_NS if dev is not None and dev.backend == "sim" else MIN_GAP_NS
     idle = [g for g in within(gaps(busy, start, end), windows) if g[1] - g[0] >= min_gap]
     idle_ns = total(idle)
@@ -88,7 +88,7 @@ def _host_bound(dev_id, work, windows, profile) -> list[Finding]:
     # (the threads that gave this device its work: a synchronize on another thread, of
     # another device, says nothing of why this one starved)
     feeders = {t.thread for t in work}
-    host = attribute(idle, [c for c in profile.api_calls if c.thread in feeders])
+    host = attribute(idle, [c for c in profile.api_calls if c.thread in feeders], profile.memory)
     if host.largest == "waiting":
         # The host was waiting on a device: this one's own work, or another's full queue,
         # which starves this one as surely as slow host code.
@@ -445,11 +445,12 @@ def _copy_bound(profile, windows=None) -> list[Finding]:
     if windows is not None:
         end = total(intersection(windows, [(0, end)]))
     # (cheap first: the path's copies are at most all the time any copy ran)
-    if end < MIN_WINDOW_NS or total(union((t.start_ns, t.end_ns) for t in copies)) < COPY_BOUND_SHARE * end:
+    shortest = max(1, min_window_ns(profile.devices))
+    if end < shortest or total(union((t.start_ns, t.end_ns) for t in copies)) < COPY_BOUND_SHARE * end:
         return []
     path = critical_path(profile, windows)
     length, copy_ns = path["length_ns"], path["by_kind"].get("copy", 0)
-    if length < MIN_WINDOW_NS or copy_ns < COPY_BOUND_SHARE * length:
+    if length < shortest or copy_ns < COPY_BOUND_SHARE * length:
         return []
     nbytes, busy = sum(t.nbytes for t in copies), sum(t.duration_ns for t in copies)
     evidence: dict[str, object] = {

@@ -14,7 +14,7 @@ from .hosttime import attribute
 from .intervals import gaps, intersection, total, union
 from .finding import (
     Finding, LONG_DONE_NS, MIN_DEVICE_SYNCS, MIN_GAP_NS, MIN_GAP_VIRTUAL_NS, MIN_NEEDLESS_SYNCS,
-    MIN_WINDOW_NS, SUBMIT_APIS)
+    SUBMIT_APIS, min_window_ns)
 from .metrics import within
 
 
@@ -45,7 +45,7 @@ def full_queue(profile, windows=None) -> list[Finding]:
     target, full = max(waits.items(), key=lambda kv: sum(c.duration_ns for c in kv[1]))
     blocked = total(within(union((c.start_ns, c.end_ns) for c in full), windows))
     run = profile.duration_ns if windows is None else total(windows)
-    if blocked < MIN_WINDOW_NS or blocked < FULL_QUEUE_SHARE * run:
+    if blocked < min_window_ns(profile.devices) or blocked < FULL_QUEUE_SHARE * run:
         return []
     return [Finding(
         "full_queue", f"The host spends {blocked / max(run, 1):.0%} of the run blocked on the full "

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 # Thresholds of the diagnosis (named so that a finding can say what it compared against).
 MIN_WORK_TASKS = 20           # fewer device tasks than this: too little to judge utilization
-MIN_WINDOW_NS = 5_000_000     # ... or a busy window shorter than 5 ms
+MIN_WINDOW_NS = 5_000_000     # ... or a busy window shorter than 5 ms, where time is real
+MIN_WINDOW_VIRTUAL_NS = 1_000  # ... in virtual time (sim), which has no jitter: one idle
+                               # stretch worth a finding (MIN_GAP_VIRTUAL_NS) fits
 STARVED_UTILIZATION = 0.5     # device busy less than half the time
 MIN_GAP_NS = 20_000           # idle stretches shorter than 20 us are scheduling noise ...
 MIN_GAP_VIRTUAL_NS = 1_000    # ... where time is real; in virtual time (sim) none is noise
@@ -79,6 +81,14 @@ def format_us(ns: float) -> str:
 def task_ref(t) -> str:
     """A task's reference as printed in findings: device/stream/task."""
     return f"{t.device}/{t.stream}/{t.task_id}"
+
+
+def min_window_ns(devices) -> int:
+    """The shortest stretch of time a finding judges, for a profile of `devices`: where they
+    are simulated (virtual time, which no jitter disturbs) MIN_WINDOW_VIRTUAL_NS, else
+    MIN_WINDOW_NS."""
+    return MIN_WINDOW_VIRTUAL_NS if any(d.backend == "sim" for d in devices) else MIN_WINDOW_NS
+
 # The share of a starved device's idle time during which a task was ready but not started,
 # from which on its dispatch, not the host's calls, is what starved it (below it, a modelled
 # dispatch latency that comes with every task is part of the host's gap, not the cause).

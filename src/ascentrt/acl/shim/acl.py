@@ -10,5 +10,5 @@ from ascentrt.acl import rt as _rt, util as _util
 sys.modules[__name__] = _facade
 sys.modules[__name__ + ".rt"] = _rt
 sys.modules[__name__ + ".util"] = _util
-for _name in _facade.UNSUPPORTED_MODULES:  # (each name of them says it is not provided)
+for _name in _facade._UNSUPPORTED_MODULES:  # (each name of them says it is not provided)
     sys.modules[f"{__name__}.{_name}"] = getattr(_facade, _name)
