@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -1950,6 +1951,24 @@ def test_a_timed_host_wait_with_an_idle_thread_alive_ends_at_its_virtual_deadlin
     assert r.returncode == 0, r.stderr
     code, wall = r.stdout.split()
     assert code == "507046" and float(wall) < 5  # (the 2 s it gives such a thread, then the jump)
+
+
+@sim_only
+def test_a_daemon_thread_that_set_its_device_may_end_a_timed_wait_as_on_cpu():
+    # (a daemon helper that records a notify 0.3 s later: on cpu the synchronize returns; on
+    # sim it timed out at once, daemon threads counting as nobody who could act)
+    dev = art.set_device(0)
+    s, helper_stream = dev.create_stream(), dev.create_stream()
+    n = art.Notify(dev)
+
+    def helper():
+        art.set_device(0)
+        time.sleep(0.3)
+        helper_stream.record_notify(n)
+
+    s.wait_notify(n)
+    threading.Thread(target=helper, daemon=True).start()
+    s.synchronize(timeout=3.0)
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)

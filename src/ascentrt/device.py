@@ -133,6 +133,9 @@ def set_device(device_id: int) -> "Device":
     """Make `device_id` this host thread's current device (as CANN's aclrtSetDevice); returns it."""
     dev = _table()[_check_id(device_id)]
     _current.device = dev
+    # (a thread that chose a device uses the runtime: on sim, a wait of another thread's that
+    # only it can end passes at the real pace while it lives, as for one that made a call)
+    TIMELINE.note_thread(threading.current_thread())
     return dev
 
 
