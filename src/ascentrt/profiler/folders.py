@@ -117,10 +117,15 @@ def note_start(part: str, pid: int, command: list) -> None:
 def own_command() -> list[str]:
     """This process's command line: as the system has it (Linux), else the interpreter's argv."""
     try:
-        with open("/proc/self/cmdline", "rb") as f:
-            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        return _command_of("self")
     except OSError:
         return [sys.executable, *sys.argv]
+
+
+def _command_of(pid: int | str) -> list[str]:
+    """The command line of process `pid` ("self": this one) as Linux's /proc has it."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
 
 
 def missing(root: str, owner: int | None = None, exclude: tuple = ()) -> list[MissingPart]:
@@ -172,8 +177,7 @@ def _processes_of_run(owner: int) -> list[tuple[int, list]]:
                 env = b"\0" + f.read()
             if mark not in env + b"\0" or not process_alive(pid):
                 continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                command = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            command = _command_of(pid)
         except OSError:
             continue  # (another user's, or one that ended meanwhile)
         found.append((pid, command))
