@@ -231,6 +231,25 @@ def test_warn_mode_warns_once_per_pair_of_sites_and_counts_the_rest(streams, buf
     assert sum(r.count for r in found) >= 5
 
 
+def test_one_pair_of_lines_racing_on_several_buffers_is_one_warning_and_a_report_per_buffer(streams):
+    # (50 buffers raced at one pair of lines gave 50 warnings, though a warning is per pair)
+    s1, s2 = streams
+    pairs = [(art.malloc(256), art.malloc(256)) for _ in range(4)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with art.sanitize("warn") as found:
+            for buf, out in pairs:
+                art.launch(producer, buf.view(), stream=s1, writes=[buf])
+                art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+    assert len([w for w in caught if issubclass(w.category, RaceWarning)]) == 1
+    assert sorted(r.ptr for r in found) == sorted(buf.ptr for buf, _ in pairs)
+    for s in streams:
+        s.synchronize(TIMEOUT)
+    for buf, out in pairs:
+        buf.free()
+        out.free()
+
+
 def test_host_threads_share_one_clock_so_a_joined_thread_s_synchronize_orders_later_work(
         dev, bufs):
     buf, out, _ = bufs

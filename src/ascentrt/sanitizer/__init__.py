@@ -51,8 +51,12 @@ def parse_mode(text: str) -> str:
 def _announce(race: Race, new: bool) -> None:
     # Raise mode raises what it can refuse; a race it cannot (work queued already, released
     # by a record the runtime queued itself) is a warning, never silence.
-    if new and Hooks.sanitizer is not None and Hooks.sanitizer.mode in ("warn", "raise"):
-        warn_at_caller(f"ascentrt sanitizer: {race}", RaceWarning)
+    san = Hooks.sanitizer
+    if new and san is not None and san.mode in ("warn", "raise"):
+        pair = (race.first.site, race.second.site)
+        if pair not in san.warned:  # (a pair of lines racing on 50 buffers: one warning)
+            san.warned.add(pair)
+            warn_at_caller(f"ascentrt sanitizer: {race}", RaceWarning)
 
 
 def enable(mode: str = "warn") -> None:

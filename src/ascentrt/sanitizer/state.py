@@ -69,6 +69,9 @@ class Sanitizer:
         self.on_race = on_race           # fn(Race, new: bool), called outside our lock
         self.on_found = on_found         # fn(Race) as each new race is found (under our lock:
                                          # a refused one too, which raise mode never announces)
+        # The (first, second) launch-site pairs warned of: one warning per pair, whatever the
+        # buffers (reports() keeps a report per pair and buffer, with its count)
+        self.warned: set[tuple[str, str]] = set()
         self.lock = forksafe.lock()
         self.streams: dict[int, dict] = {}   # stream id -> vector clock (actor -> time)
         # The host's vector clock. Host threads share it: they order each other by means the
