@@ -70,6 +70,12 @@ def test_a_rank_that_joins_after_the_others_timed_out_meets_their_retry_over_mpi
     assert "late join True" in out, out
 
 
+def test_a_rank_whose_process_exits_without_comm_destroy_fails_the_others_at_once_over_mpi():
+    # (the others waited HCCL_EXEC_TIMEOUT, then were told the rank had not reached the call)
+    out = mpirun(2, "exit.py", env={"HCCL_EXEC_TIMEOUT": "20"}, timeout=60)
+    assert "exit True" in out, out
+
+
 def test_a_destroyed_rank_fails_the_collectives_it_never_called_at_once_over_mpi():
     # (they held their stream until HCCL_EXEC_TIMEOUT, then failed with E_TIMEOUT)
     out = mpirun(2, "destroy.py", env={"HCCL_EXEC_TIMEOUT": "10"}, timeout=60)

@@ -15,15 +15,20 @@ memory, so the views are the staging buffers; a device backend would stage throu
 ones here.) Over MPI, a communicator's collectives must be issued in the same order on every
 rank, as MPI requires. A rank's comm_destroy sends the others a notice of how many calls it
 made: their parts of a call it never made fail at once with E_REMOTE, as in one process.
+A rank whose interpreter exits (sys.exit, an uncaught exception) without comm_destroy sends
+the same notice as it exits (a process killed, or ended by os._exit, cannot: the others then
+time out).
 The processes of a communicator find each other through join.py (only they take part).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable
 from typing import cast
 
@@ -102,6 +107,8 @@ class MpiGroup(GroupState):
         self.tag_span = comm.Get_attr(_mpi().TAG_UB) // 4  # sequence numbers before tags repeat
         self.gone: dict[int, tuple] = {}  # destroyed rank -> (its collectives, its send/recv counts)
         self._notices: list = []  # this rank's destroy notices in flight
+        self.pid = os.getpid()    # (a forked child holds a copy: it is no rank of it)
+        _LIVE.add(self)
 
     def on_destroy(self, rank: int) -> None:
         """This rank was destroyed: tell the others how many calls it made (their parts of the
@@ -111,6 +118,18 @@ class MpiGroup(GroupState):
         self._notices = [self.ctl.isend(notice, dest=q, tag=_NOTICE_TAG)
                          for q in range(self.size) if q != rank]
 
+    def leave(self, wait_s: float) -> None:
+        """This rank's process exits without having destroyed it: tell the others as a destroy
+        would, and give the notices up to `wait_s` to leave before MPI is finalized."""
+        with self.lock:
+            if os.getpid() != self.pid or self.destroyed[self.rank]:
+                return
+            self.destroyed[self.rank] = True
+        self.on_destroy(self.rank)
+        deadline = time.monotonic() + wait_s
+        while not _mpi().Request.Testall(self._notices) and time.monotonic() < deadline:
+            time.sleep(0.001)
+
     def hear_notices(self) -> None:
         """Take in the destroy notices of the other ranks that arrived."""
         MPI = _mpi()
@@ -118,6 +137,22 @@ class MpiGroup(GroupState):
         with self.lock:
             while (msg := self.ctl.improbe(source=MPI.ANY_SOURCE, tag=_NOTICE_TAG, status=status)) is not None:
                 self.gone[status.Get_source()] = msg.recv()
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # this process's MPI communicators
+_LEAVE_WAIT_S = 2.0  # how long an exiting rank lets its notices leave
+
+
+@atexit.register  # (Python's exit handlers run before mpi4py finalizes MPI)
+def _leave_at_exit() -> None:
+    """At interpreter exit: each communicator this rank never destroyed tells the others it
+    left (their parts of calls it never made fail at once with E_REMOTE, not after
+    HCCL_EXEC_TIMEOUT, as if it were slow)."""
+    for group in list(_LIVE):
+        try:
+            group.leave(_LEAVE_WAIT_S)
+        except Exception:  # (MPI finalized already, or the process is going down: nothing to tell)
+            _log.debug("ascentrt.hccl: could not tell the other ranks this one left", exc_info=True)
 
 
 def comm_init(nranks: int, root_info: RootInfo, rank: int, device) -> Communicator | None:
