@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -248,6 +249,28 @@ def test_one_pair_of_lines_racing_on_several_buffers_is_one_warning_and_a_report
     for buf, out in pairs:
         buf.free()
         out.free()
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_the_host_after_an_event_a_host_function_set_comes_after_that_functions_stream(streams, bufs, blocking):
+    # (waiting on a threading.Event a host function sets gave the host no edge: the copy after
+    # the wait raced the kernel before the function, in every round)
+    s1, s2 = streams
+    buf, out, _ = bufs
+    ready = threading.Event()
+
+    def tell_and_linger():
+        ready.set()
+        time.sleep(0.05)  # (still running as the host goes on)
+
+    with art.sanitize("log") as found:
+        art.launch(producer, buf.view(), stream=s1, writes=[buf])
+        art.launch_host_func(tell_and_linger, stream=s1, blocking=blocking)
+        assert ready.wait(TIMEOUT)
+        art.launch(consumer, out.view(), buf.view(), stream=s2, reads=[buf], writes=[out])
+        s2.synchronize(TIMEOUT)
+        s1.synchronize(TIMEOUT)
+    assert list(found) == []
 
 
 def test_host_threads_share_one_clock_so_a_joined_thread_s_synchronize_orders_later_work(

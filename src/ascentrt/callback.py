@@ -305,7 +305,10 @@ def process_reports(timeout: float | None = None) -> int:
         # While a blocking callback runs, its stream is held by it: marking the thread as
         # running that task makes a synchronize of the same stream fail (107011), not hang.
         held = report.task.stream if report.done is not None and report.task is not None else None
-        sanitizer = Hooks.sanitizer if held is None and report.task is not None else None
+        checking = Hooks.sanitizer if report.task is not None else None
+        if checking is not None:  # it runs after its stream got there: so does the host from now
+            checking.host_function_began(report.task)
+        sanitizer = checking if held is None else None
         if sanitizer is not None:  # it runs after its stream got there, beside what follows
             sanitizer.callback_began(report.task, getattr(report.fn, "__name__", "callback"))
         prev = act_for_stream(held)

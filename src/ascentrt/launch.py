@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 
 from .backends.base import Cost
 from .engine import ENGINE, Task
+from .engine.hooks import Hooks
 from .engine.task import DETACH, HOST_FUNC, KERNEL
 from .errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .kernels import REGISTRY
@@ -149,6 +150,14 @@ def launch(kernel: Callable[..., Any] | str, *args: Any, stream: Stream | None =
     return ENGINE.submit(stream, task)  # inlined Stream._submit: this is the hottest path
 
 
+def _told_to_sanitizer(fn: Callable[..., Any], task: Task, sanitizer: Any) -> Callable[..., Any]:
+    """`fn`, telling the sanitizer as it starts (see Sanitizer.host_function_began)."""
+    def host_function(*args: Any) -> Any:
+        sanitizer.host_function_began(task)
+        return fn(*args)
+    return host_function
+
+
 def launch_host_func(fn: Callable[..., Any], *args: Any, stream: Stream | None = None,
                      blocking: bool = True) -> int:
     """Run `fn(*args)` on a host thread once the stream's earlier work is done.
@@ -162,6 +171,8 @@ def launch_host_func(fn: Callable[..., Any], *args: Any, stream: Stream | None =
     blocking = check_flag(blocking, "blocking")  # ("no" would be a blocking one)
     name = getattr(fn, "__name__", "host_func")
     task = Task(HOST_FUNC, fn, args, name)
+    if Hooks.sanitizer is not None:
+        task.fn = _told_to_sanitizer(fn, task, Hooks.sanitizer)
     if not blocking:
         task = Task(DETACH, task, (), name)
     return stream._submit(task)

@@ -336,6 +336,22 @@ class Sanitizer:
             vc = self.streams.setdefault(stream.id, {stream.id: 0})
             join(vc, clock)
 
+    def host_function_began(self, task) -> None:
+        """Host function `task` (or the callback its host task hands off) starts: its stream's
+        earlier work is done. Host threads share one clock (the order they act in is taken as
+        it happened), so what the host does from now on comes after that work (a thread that
+        waits for a threading.Event the function sets, say); not after the function's own
+        accesses, which come as it runs."""
+        clock = self._clock_of(task)
+        if clock is None:
+            return
+        sid = task.clock[2]
+        before = dict(clock)
+        before[sid] = clock[sid] - 1  # (its own time is the function's)
+        with self.lock:
+            join(self.host, before)
+            self.host_version += 1
+
     def callback_began(self, task, name: str) -> None:
         """The calling thread (a report thread) runs a non-blocking callback that `task` (its
         host task) handed off: after its stream's earlier work, beside its later work. Until
