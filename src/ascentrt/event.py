@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from .handles import Handle
 from . import interrupts
 from .device import Device, register_handle_type, resolve_device
 from .validate import check_flag
@@ -37,7 +38,7 @@ def _discarded_error(event: Event, m: Marker) -> StreamStateError:
                             f"dropped it, with the work before it that had not started "
                             f"(record the event again)", code=ErrorCode.RT_STREAM_ABORT)
 
-class Event:
+class Event(Handle):
     """Captures a stream's submitted work at record time; `timing=True` also takes a timestamp."""
 
     handle_kind = "event"
