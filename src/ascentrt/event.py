@@ -214,9 +214,10 @@ class Event(Handle):
         if m is not None and m.capture is not None:
             m.capture.refuse_event(self, m)  # (graph work: it never completes as stream work)
         if m is None or not m.done or m.dropped:
-            state = "never recorded" if m is None else "not completed yet" if not m.done else \
-                "a record its stream dropped unrun (destroyed, or stopped after a failure)"
-            raise InvalidArgumentError(f"event {self.id} is {state}; no {what}",
+            state = "was never recorded (or a reset of it ran)" if m is None else \
+                "is not completed yet" if not m.done else \
+                "is a record its stream dropped unrun (destroyed, or stopped after a failure)"
+            raise InvalidArgumentError(f"event {self.id} {state}; no {what}",
                                        code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
         return m
 
