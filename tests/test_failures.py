@@ -453,3 +453,26 @@ def test_an_internal_error_in_an_executor_fails_its_batch_and_frees_the_lock():
         print(b.numpy()[0], ENGINE.executor_faults)
     """, env={"ASCENTRT_BACKEND": "cpu"}, timeout=60)
     assert out.split() == ["507000", "True", "2", "1"]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_child_forked_by_a_host_function_names_that_task_as_running_at_the_fork():
+    out = run_program("""
+        import os, ascentrt as art
+        dev = art.set_device(0); s = dev.create_stream()
+        r, w = os.pipe()
+        def forks():
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    s.synchronize(timeout=5); text = "no error"
+                except art.AscentError as e:
+                    text = str(e)
+                os.write(w, text.encode()); os._exit(0)
+            os.waitpid(pid, 0)
+        art.launch_host_func(forks, stream=s)
+        s.synchronize(timeout=20); os.close(w)
+        print(os.read(r, 4096).decode())
+    """, env={"ASCENTRT_BACKEND": "cpu"}, timeout=60)
+    assert "task 1 (forks) was running when the process forked" in out
+    assert "queued before the process forked" not in out

@@ -1556,7 +1556,8 @@ def _after_fork_in_child() -> None:
                 # The tasks a parent's executor ran (or had taken in its batch) end with it:
                 # counted done here, or a synchronize of the stream would wait for them for ever.
                 in_flight = (s._tasks[0].id - 1 if s._tasks else s._submitted) - s._completed
-                first = s._running if s._running is not None else s._tasks[0] if s._tasks else None
+                running = s._running is not None
+                first = s._running if running else s._tasks[0] if s._tasks else None
                 s._running, s._cut, s._after_running, s._batch = None, None, None, ()
                 s._sync_waiters = []
                 engine._discard(s, _FORKED)
@@ -1566,8 +1567,13 @@ def _after_fork_in_child() -> None:
                     # nobody's last error: no call of the child's failed)
                     s._errors.append(ExceptionInfo(dq.device_id, s.id, first.id, int(ErrorCode.RT_STREAM_ABORT),
                                                    first.label, failure_of_a_task(
-                        StreamStateError, f"stream {s.id}'s work queued before the process forked "
-                        f"never ran in this child (it is the parent's): its results are not here",
+                        StreamStateError, (
+                            f"stream {s.id}'s task {first.id} ({first.label}) was running when the "
+                            f"process forked (the fork may be its own), and it and the stream's work "
+                            f"queued after it are the parent's: they did not run to their end in this "
+                            f"child, and their results are not here") if running else (
+                            f"stream {s.id}'s work queued before the process forked never ran in "
+                            f"this child (it is the parent's): its results are not here"),
                         ErrorCode.RT_STREAM_ABORT), first.thread))
 
 
