@@ -997,3 +997,25 @@ def test_host_register_refuses_unaligned_unmapped_read_only_memory_and_other_typ
     assert rt.host_register(pinned, 2 << 20, 0)[1] == C.ACL_ERROR_INVALID_PARAM    # past its end
     assert rt.free_host(pinned) == 0
     assert rt.host_register(pinned, 4096, 0)[1] == C.ACL_ERROR_INVALID_PARAM       # freed
+
+
+class _Index:
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        if isinstance(self.value, BaseException):
+            raise self.value
+        return self.value
+
+
+def test_int_arguments_take_what_has_index_as_cpythons_converter_does(rt):  # noqa: F811
+    assert rt.set_device(np.array(0)) == 0
+    assert rt.set_device(_Index(0)) == 0
+    assert rt.get_device() == (0, 0)
+    with pytest.raises(RuntimeError, match="boom"):       # (its own error, passed through)
+        rt.set_device(_Index(RuntimeError("boom")))
+    with pytest.raises(TypeError, match="acl.rt.set_device args parse failed"):
+        rt.set_device(_Index(1 << 70))                     # (out of an int's range)
+    with pytest.raises(TypeError, match="only integer scalar arrays"):
+        rt.set_device(np.array(0.0))                       # (numpy's __index__ refuses a float)

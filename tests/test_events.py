@@ -316,3 +316,12 @@ def test_elapsed_time_refuses_events_of_two_devices_and_is_negative_when_reverse
     ''', env={"ASCENTRT_DEVICES": "2", "ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
     assert out.split() == ["107006", "True", "107007", "0"]
 
+
+
+def test_elapsed_time_on_a_reset_event_allows_for_the_reset(dev, stream):
+    ev = art.Event(dev, timing=True)
+    ev.record(stream)
+    stream.synchronize(timeout=5)
+    ev.reset()
+    with pytest.raises(art.InvalidArgumentError, match=r"event \d+ was never recorded \(or a reset of it ran\)"):
+        art.elapsed_time(ev, ev)

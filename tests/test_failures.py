@@ -424,3 +424,55 @@ def test_a_bad_call_sites_setting_is_refused_with_its_code_before_anything_runs(
             print(exc.code, exc)
     """, env={"ASCENTRT_CALL_SITES": "banana"})
     assert out.startswith("100000") and "ASCENTRT_CALL_SITES='banana'" in out, out
+
+
+def test_an_internal_error_in_an_executor_fails_its_batch_and_frees_the_lock():
+    """A bug of the runtime's own in an executor's loop (here: its bookkeeping of a batch that
+    ran) must not leave the engine lock held by a dead thread, which hangs every later call."""
+    out = run_program("""
+        import logging, numpy as np, ascentrt as art
+        from ascentrt.engine import scheduler
+        from ascentrt.engine.scheduler import ENGINE
+        logging.disable(logging.CRITICAL)
+        real = scheduler.batch_succeeded
+        def broken(*args):
+            scheduler.batch_succeeded = real
+            raise IndexError("pop from an empty deque")
+        scheduler.batch_succeeded = broken
+        dev = art.set_device(0); s = dev.create_stream()
+        b = art.malloc(64)
+        art.launch(lambda x: x.fill(1), b, stream=s)
+        try:
+            s.synchronize(timeout=5)
+            print("no error")
+        except art.AscentError as e:
+            print(int(e.code), "internal error" in str(e.info.cause))
+        assert ENGINE.lock.acquire(timeout=5); ENGINE.lock.release()
+        art.launch(lambda x: x.fill(2), b, stream=s)
+        s.synchronize(timeout=5)
+        print(b.numpy()[0], ENGINE.executor_faults)
+    """, env={"ASCENTRT_BACKEND": "cpu"}, timeout=60)
+    assert out.split() == ["507000", "True", "2", "1"]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_child_forked_by_a_host_function_names_that_task_as_running_at_the_fork():
+    out = run_program("""
+        import os, ascentrt as art
+        dev = art.set_device(0); s = dev.create_stream()
+        r, w = os.pipe()
+        def forks():
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    s.synchronize(timeout=5); text = "no error"
+                except art.AscentError as e:
+                    text = str(e)
+                os.write(w, text.encode()); os._exit(0)
+            os.waitpid(pid, 0)
+        art.launch_host_func(forks, stream=s)
+        s.synchronize(timeout=20); os.close(w)
+        print(os.read(r, 4096).decode())
+    """, env={"ASCENTRT_BACKEND": "cpu"}, timeout=60)
+    assert "task 1 (forks) was running when the process forked" in out
+    assert "queued before the process forked" not in out

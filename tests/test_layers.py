@@ -14,7 +14,7 @@ PKG = Path(ascentrt.__file__).parent
 # Layers, lowest first: a module may import its own layer and the layers below it.
 LAYERS = [
     ("backends", {"ascentrt.backends", "ascentrt.forksafe"}),  # (forksafe imports nothing)
-    ("base", {"ascentrt.errors", "ascentrt.config", "ascentrt.accel", "ascentrt.validate", "ascentrt.kernels", "ascentrt.units",
+    ("base", {"ascentrt.errors", "ascentrt.handles", "ascentrt.config", "ascentrt.accel", "ascentrt.validate", "ascentrt.kernels", "ascentrt.units",
               "ascentrt.callsite", "ascentrt.interrupts"}),
     ("memory", {"ascentrt.memory"}),
     ("engine", {"ascentrt.engine"}),

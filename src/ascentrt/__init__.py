@@ -15,7 +15,7 @@ from .device import (Device, DeviceProperties, current_device, default_stream, d
                      set_device, synchronize)
 from .errors import (AscentError, AscentTimeoutError, DeadlockError, ErrorCode, ExceptionInfo,
                      InvalidAddressError, InvalidArgumentError, InvalidDeviceError,
-                     InvalidHandleError, NotSupportedError, OutOfMemoryError, StreamStateError,
+                     InvalidHandleError, NotPicklableError, NotSupportedError, OutOfMemoryError, StreamStateError,
                      TaskError, get_last_error, peek_at_last_error)
 from .event import Event, elapsed_time, set_wait_timeout
 from .launch import launch, launch_host_func
@@ -50,7 +50,7 @@ __all__ = [
     "AscentError", "AscentTimeoutError", "BufferSlice", "DeadlockError", "Device", "DeviceBuffer",
     "DeviceProperties", "ErrorCode", "Event", "ExceptionInfo", "FailureMode", "HostBuffer",
     "InvalidAddressError", "InvalidArgumentError", "InvalidDeviceError", "InvalidHandleError",
-    "MemcpyKind", "NotSupportedError", "Notify", "OutOfMemoryError", "Stream", "StreamStateError",
+    "MemcpyKind", "NotPicklableError", "NotSupportedError", "Notify", "OutOfMemoryError", "Stream", "StreamStateError",
     "TaskError", "TypedView", "current_device", "default_stream", "device_count", "elapsed_time",
     "free", "get_last_error", "kernels", "launch", "launch_host_func", "malloc", "malloc_host",
     "memcpy", "memcpy2d", "memcpy2d_async", "memcpy_async", "memset", "memset_async",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from .handles import Handle
 from . import forksafe
 from .device import Device, resolve_device, set_device
 from .engine import ENGINE
@@ -36,7 +37,7 @@ _contexts: dict[int, list] = {}         # device id -> every live context of the
 DRAIN_S = 2.0   # how long a teardown (a device release, a context or stream destroy) waits for stuck work
 
 
-class Context:
+class Context(Handle):
     """A device and a default stream; streams made through it are destroyed with it."""
 
     def __init__(self, device=None, *, _primary: bool = False):

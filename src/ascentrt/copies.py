@@ -23,7 +23,8 @@ from .memory.buffer import UNVIEWED, BufferSlice, DeviceBuffer, HostBuffer, Type
 from .memory.external import from_dlpack
 from .memory.inflight import ACTIVE as _HOST_USES, DEFERRED as _DEFERRED
 from .memory.inflight import number as _use_number, run_deferred_releases
-from .memory.links import Links
+from .memory.host import malloc_host
+from .memory.links import Links, register as register_links
 from .memory.registry import REGISTRY
 from .stream import Stream, resolve_stream
 
@@ -293,6 +294,20 @@ def memcpy(dst: _Memory, src: _Memory, nbytes: int | None = None, kind: MemcpyKi
     _copy_checked(dst, src, nbytes, kind)
 
 
+def _copy_allocation(buf: DeviceBuffer | HostBuffer) -> DeviceBuffer | HostBuffer:
+    """copy.deepcopy of a buffer: a new allocation of its size and kind (device memory from
+    the same device and pool; host memory pinned as malloc_host makes it) that a synchronous
+    memcpy fills with its bytes. Raises InvalidHandleError (107017) for a freed buffer."""
+    buf._bytes()  # (a freed one is refused with its code, before anything is allocated)
+    new = buf._owner.malloc(buf.requested) if type(buf) is DeviceBuffer else malloc_host(buf.nbytes)
+    try:
+        memcpy(new, buf, buf.nbytes)
+    except BaseException:
+        new.free()
+        raise
+    return new
+
+
 def _copy_checked(dst: _Memory, src: _Memory, nbytes: Any, kind: Any) -> None:
     """memcpy() of anything but two whole buffers (the allocations it finds are registered
     as used until it ends: see memory/inflight.py)."""
@@ -558,3 +573,4 @@ def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: 
 
 
 interrupts.protect(_end_use)  # (a Ctrl-C there would leave the operation registered for good)
+register_links(copy_allocation=_copy_allocation)

@@ -349,6 +349,14 @@ class Device:
     def __repr__(self) -> str:
         return f"Device({self.id})"
 
+    # A device is its number, the same in every process (as torch.device): a copy is the
+    # device itself, and a pickle names the number (README: Copying and pickling).
+    def __copy__(self) -> "Device":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Device":
+        return self
+
     def __reduce__(self):
         return Device, (self.id,)
 

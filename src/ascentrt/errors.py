@@ -8,6 +8,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .callsite import user_frame
 
@@ -119,6 +120,12 @@ class AscentError(Exception):
         super().__init__(f"[{int(self.code)} {self.code.name}] {message}")
         _last.code = int(self.code)  # every error raised in a host thread becomes its last error
 
+    def __reduce__(self) -> tuple:
+        # (pickle, as multiprocessing sends a worker's error, and copy.copy: `args` hold the
+        # text with its code already in front, and __init__ would put it there again and set
+        # the receiving thread's last error; the rebuilt error gets the same args and attributes)
+        return _rebuilt, (type(self), self.args), self.__dict__
+
     def in_words(self) -> str:
         """The error as a command prints it: the cause first, its code after."""
         return f"{self.message} ({int(self.code)} {self.code.name})"
@@ -199,6 +206,26 @@ class NotSupportedError(AscentError):
     """A feature this backend does not provide."""
 
     default_code = ErrorCode.RT_FEATURE_NOT_SUPPORT
+
+
+class NotPicklableError(NotSupportedError, TypeError):
+    """A runtime object (a buffer, stream, event, ...) was pickled: it names memory or a handle
+    of this process, which no other process can use (a TypeError too, as for any object
+    pickle cannot take)."""
+
+
+def _rebuilt(cls: type, args: tuple) -> AscentError:
+    """An error of class `cls` with `args`, made without running its __init__ (see
+    AscentError.__reduce__); pickle then restores its attributes."""
+    # (the __new__ of the builtin exception whose layout the class has, found through
+    # __base__, the base that gave it its layout: MemoryError's, first in the MRO of an
+    # OutOfMemoryError, is refused for it)
+    base: Any = cls
+    while base.__module__ != "builtins":
+        base = base.__base__
+    err = base.__new__(cls, *args)
+    err.args = args  # (an OSError's __new__ leaves them to __init__)
+    return err
 
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from .handles import Handle
 from . import interrupts
 from .device import Device, register_handle_type, resolve_device
 from .validate import check_flag
@@ -37,7 +38,7 @@ def _discarded_error(event: Event, m: Marker) -> StreamStateError:
                             f"dropped it, with the work before it that had not started "
                             f"(record the event again)", code=ErrorCode.RT_STREAM_ABORT)
 
-class Event:
+class Event(Handle):
     """Captures a stream's submitted work at record time; `timing=True` also takes a timestamp."""
 
     handle_kind = "event"
@@ -213,9 +214,10 @@ class Event:
         if m is not None and m.capture is not None:
             m.capture.refuse_event(self, m)  # (graph work: it never completes as stream work)
         if m is None or not m.done or m.dropped:
-            state = "never recorded" if m is None else "not completed yet" if not m.done else \
-                "a record its stream dropped unrun (destroyed, or stopped after a failure)"
-            raise InvalidArgumentError(f"event {self.id} is {state}; no {what}",
+            state = "was never recorded (or a reset of it ran)" if m is None else \
+                "is not completed yet" if not m.done else \
+                "is a record its stream dropped unrun (destroyed, or stopped after a failure)"
+            raise InvalidArgumentError(f"event {self.id} {state}; no {what}",
                                        code=ErrorCode.RT_EVENT_TIMESTAMP_INVALID)
         return m
 

@@ -9,11 +9,12 @@ from .device import Device, register_handle_type, resolve_device
 from .engine import ENGINE, Hooks
 from .errors import ErrorCode, InvalidHandleError, StreamStateError
 from .stream import Stream, resolve_stream
+from .handles import Handle
 
 _ids = itertools.count(1)
 
 
-class Notify:
+class Notify(Handle):
     """record() sets it; wait_and_reset() blocks a stream until it is set, then clears it."""
 
     handle_kind = "notify"

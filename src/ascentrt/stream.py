@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .handles import Handle
 from . import interrupts
 from .backends.base import Cost, Signal
 from .device import Device, current_device, register_handle_type, resolve_device
@@ -70,7 +71,7 @@ def _write_word(view: Any, value: int, word: Any) -> None:
         device._value_written[word.addr] = (value, device._dq.backend.now_ns())
 
 
-class Stream:
+class Stream(Handle):
     """A queue of tasks that run one at a time, in submission order, on one device."""
 
     role = ""  # what an internal stream is for (a communicator's lane): the profiler shows it

@@ -6,6 +6,7 @@ import functools
 import inspect
 import itertools
 import linecache
+import operator
 import threading
 from typing import Any, Callable, Generic, Protocol, TypeVar, cast
 
@@ -50,7 +51,7 @@ MESSAGES = _MessageScope()
 
 def _is_int(x: Any) -> bool:
     """What CPython's k / K converters take: an int (or subclass, bool too), never a numpy integer
-    (PyLong_Check; i, I and l also take what has __index__)."""
+    (PyLong_Check; i, I and l also take what has __index__: parse_slow converts it first)."""
     return type(x) is int or isinstance(x, int)
 
 
@@ -149,6 +150,12 @@ def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt", optional: i
                 if i >= len(args):
                     break
                 a = args[i]
+                if fmt[i] in _RANGES and not isinstance(a, (int, np.integer)) \
+                        and hasattr(type(a), "__index__"):
+                    # (as PyArg_ParseTuple's i, I and l: what has __index__ is an int, and an
+                    # error its __index__ raises is the call's, passed through as it is)
+                    a = operator.index(a)
+                    args = (*args[:i], a, *args[i + 1:])
                 if not check(a):
                     raise AclTypeError(message)
                 convert = convert or (type(a) is not int and isinstance(a, (int, np.integer))) or \

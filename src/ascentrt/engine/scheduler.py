@@ -226,6 +226,7 @@ class Engine:
         # holder's switch interval (5 ms), and launches spread over many streams (a lock round
         # trip per stream) fall into a convoy.
         self.lock_waiters: list = []
+        self.executor_faults = 0   # internal errors executors met (see _executor_fault)
         self.progress = 0          # tasks completed so far: a stalled device stops moving it
         # heap of (deadline, seq, stream, task) for timed waits, and of (time, seq, stream,
         # record) for virtual records stamped later than they ran (see _control)
@@ -876,64 +877,121 @@ class Engine:
         if q.revoked:  # (its start looked failed; another serves in its place)
             lock.release()
             return
+        batch: Any
         while True:
-            s = ready.pop()
-            if s is None:
-                if dq.closing:  # stopped at exit (see _stop_idle_executors)
-                    dq.queues[ex].remove(q)
-                    self._exit_cv.notify_all()
+            # (an error of the runtime's own in this loop must never end the executor holding
+            # the lock: see _executor_fault; `phase` says how far the batch got)
+            s = batch = None
+            phase = done = 0
+            try:
+                s = ready.pop()
+                if s is None:
+                    if dq.closing:  # stopped at exit (see _stop_idle_executors)
+                        dq.queues[ex].remove(q)
+                        self._exit_cv.notify_all()
+                        lock.release()
+                        return
+                    idle.append(wake)  # the waker pops it before releasing: no lost wake-up
                     lock.release()
-                    return
-                idle.append(wake)  # the waker pops it before releasing: no lost wake-up
+                    wake.acquire()
+                    lock.acquire()
+                    continue
+                tasks = s._tasks
+                batch = [tasks.popleft()]
+                while tasks and len(batch) < BATCH and tasks[0].executor == ex:
+                    batch.append(tasks.popleft())
+                stop_on_failure = s._stop_on_failure
+                s._running = batch[0]  # under the lock: the stream is owned until this batch ends
+                s._batch = batch       # (what runs after it: a profile that ends meanwhile lists it)
+                busy[ex] += 1
+                phase = 1
+                _local.stream = s  # current_task() reads s._running: no per-task thread-local store
                 lock.release()
-                wake.acquire()
-                lock.acquire()
-                continue
-            tasks = s._tasks
-            batch = [tasks.popleft()]
-            while tasks and len(batch) < BATCH and tasks[0].executor == ex:
-                batch.append(tasks.popleft())
-            stop_on_failure = s._stop_on_failure
-            s._running = batch[0]  # under the lock: the stream is owned until this batch ends
-            s._batch = batch       # (what runs after it: a profile that ends meanwhile lists it)
-            busy[ex] += 1
-            _local.stream = s  # current_task() reads s._running: no per-task thread-local store
-            lock.release()
-            if self.lock_waiters:
-                _hand_over_gil()
-            prof = Hooks.profiler
-            failed = []
-            done = 0
-            level = s.priority
-            levels = ready.levels
-            started = now()
-            for t in batch:
-                s._running = t
-                if s._cut is not None and self._cut_off(s, t):
-                    break  # the stream was destroyed with force (or reset) while this batch ran
-                if prof is not None:
-                    t.t_start = now()
-                try:
-                    execute(t)
-                except BaseException as e:  # a failing task must never kill its executor
-                    t.error = e
+                if self.lock_waiters:
+                    _hand_over_gil()
+                prof = Hooks.profiler
+                failed = []
+                done = 0
+                level = s.priority
+                levels = ready.levels
+                started = now()
+                for t in batch:
+                    s._running = t
+                    if s._cut is not None and self._cut_off(s, t):
+                        break  # the stream was destroyed with force (or reset) while this batch ran
+                    if prof is not None:
+                        t.t_start = now()
+                    try:
+                        execute(t)
+                    except BaseException as e:  # a failing task must never kill its executor
+                        t.error = e
+                        failed.append(t)
+                    if prof is not None:
+                        t.t_end = now()
+                    done += 1
+                    if failed and stop_on_failure:
+                        break
+                    if ready.count and not idle and (
+                            level and any(levels[:level])   # a higher priority waits
+                            or levels[level] and now() - started >= SLICE_NS):
+                        break
+                _local.stream = None
+                if not lock.acquire(False):
+                    self._wait_for_lock()
+                phase = 2
+                if done == len(batch) and not failed and s._cut is None and prof is None:
+                    batch_succeeded(self, busy, dq.active, ex, s, done)
+                else:
+                    self._batch_ended(dq, ex, s, batch, done, failed)
+            except BaseException as exc:
+                if self._executor_fault(q, exc, s, batch, phase, done):
+                    return
+
+    def _executor_fault(self, q: ExecutorQueue, exc: BaseException, s: Any, batch: Any,
+                        phase: int, done: int) -> bool:
+        """An error of the runtime's own in an executor's loop (a bug: the tasks' own errors
+        are caught as they run). Said loudly (logged once, at CRITICAL, with the traceback);
+        the batch it held fails with 507000 (RT_INTERNAL_ERROR) where its end was not recorded,
+        so no synchronize waits for it forever; the executor goes on serving, the engine lock
+        held again. True when it must end instead (faults without end: then it ends without
+        the lock, its place given up)."""
+        lock = self.lock
+        _local.stream = None
+        if not lock._is_owned():  # type: ignore[attr-defined]  # RLock has it; typeshed omits it
+            self._wait_for_lock()
+        self.executor_faults += 1
+        if self.executor_faults == 1:
+            _log.critical("ascentrt: internal error in an executor of device %d (the runtime's bug, "
+                          "not the program's): the tasks it held fail with 507000; please report it",
+                          q.dq.device_id, exc_info=exc)
+        try:
+            if s is not None and batch and (phase < 2 or s._running is not None):
+                # (phase 2 with the stream no longer running: its end was recorded already)
+                if phase == 0:
+                    s._running = batch[0]
+                    q.dq.busy[q.executor] += 1
+                n = len(batch) if phase == 0 else min(done + 1, len(batch)) if phase == 1 else done
+                with keeping_last_error():
+                    err = AscentError(f"internal error of the runtime around this task: "
+                                      f"{type(exc).__name__}: {exc}", code=ErrorCode.RT_INTERNAL_ERROR)
+                failed = []
+                for t in batch[:n]:
+                    if t.error is None:
+                        t.error = err
                     failed.append(t)
-                if prof is not None:
-                    t.t_end = now()
-                done += 1
-                if failed and stop_on_failure:
-                    break
-                if ready.count and not idle and (
-                        level and any(levels[:level])   # a higher priority waits
-                        or levels[level] and now() - started >= SLICE_NS):
-                    break
-            _local.stream = None
-            if not lock.acquire(False):
+                self._batch_ended(q.dq, q.executor, s, batch, n, failed)
+        except BaseException:
+            _log.exception("ascentrt: an executor could not fail the batch of its internal error")
+            if not lock._is_owned():  # type: ignore[attr-defined]
                 self._wait_for_lock()
-            if done == len(batch) and not failed and s._cut is None and prof is None:
-                batch_succeeded(self, busy, dq.active, ex, s, done)
-            else:
-                self._batch_ended(dq, ex, s, batch, done, failed)
+        if self.executor_faults < 1000:
+            return False
+        # (a fault that repeats without end: this executor gives its place up, unlocked)
+        with contextlib.suppress(ValueError):
+            q.dq.queues[q.executor].remove(q)
+        while lock._is_owned():  # type: ignore[attr-defined]
+            lock.release()
+        return True
 
     def _batch_ended(self, dq: DeviceQueues, ex: int, s, batch: list, done: int,
                      failed: list | tuple) -> None:
@@ -965,13 +1023,15 @@ class Engine:
         prof = Hooks.profiler
         if prof is not None or infos:
             lock.release()
-            if prof is not None:
-                try:
-                    prof.tasks_done(s, batch[:done] if done < len(batch) else batch)
-                except BaseException:  # a failing profiler loses records, never an executor
-                    _log.exception("ascentrt: the profiler failed to record a batch")
-            self._report_failures(infos)
-            lock.acquire()
+            try:  # (the caller holds the lock again whatever this raises: a redelivered Ctrl-C)
+                if prof is not None:
+                    try:
+                        prof.tasks_done(s, batch[:done] if done < len(batch) else batch)
+                    except BaseException:  # a failing profiler loses records, never an executor
+                        _log.exception("ascentrt: the profiler failed to record a batch")
+                self._report_failures(infos)
+            finally:
+                lock.acquire()
 
     @staticmethod
     def _report_later(infos) -> None:
@@ -1496,7 +1556,8 @@ def _after_fork_in_child() -> None:
                 # The tasks a parent's executor ran (or had taken in its batch) end with it:
                 # counted done here, or a synchronize of the stream would wait for them for ever.
                 in_flight = (s._tasks[0].id - 1 if s._tasks else s._submitted) - s._completed
-                first = s._running if s._running is not None else s._tasks[0] if s._tasks else None
+                running = s._running is not None
+                first = s._running if running else s._tasks[0] if s._tasks else None
                 s._running, s._cut, s._after_running, s._batch = None, None, None, ()
                 s._sync_waiters = []
                 engine._discard(s, _FORKED)
@@ -1506,8 +1567,13 @@ def _after_fork_in_child() -> None:
                     # nobody's last error: no call of the child's failed)
                     s._errors.append(ExceptionInfo(dq.device_id, s.id, first.id, int(ErrorCode.RT_STREAM_ABORT),
                                                    first.label, failure_of_a_task(
-                        StreamStateError, f"stream {s.id}'s work queued before the process forked "
-                        f"never ran in this child (it is the parent's): its results are not here",
+                        StreamStateError, (
+                            f"stream {s.id}'s task {first.id} ({first.label}) was running when the "
+                            f"process forked (the fork may be its own), and it and the stream's work "
+                            f"queued after it are the parent's: they did not run to their end in this "
+                            f"child, and their results are not here") if running else (
+                            f"stream {s.id}'s work queued before the process forked never ran in "
+                            f"this child (it is the parent's): its results are not here"),
                         ErrorCode.RT_STREAM_ABORT), first.thread))
 
 

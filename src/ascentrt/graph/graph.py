@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from ..handles import Handle
 from .. import forksafe
 from .. import interrupts
 from ..backends.base import Cost, PlainOp
@@ -53,7 +54,7 @@ class ReadOnlyNodeError(AscentError, AttributeError):
     default_code = ErrorCode.RT_MODEL_UPDATE_FAILED
 
 
-class GraphNode:
+class GraphNode(Handle):
     """One recorded task: what runs, where it was captured, and what it depends on (read-only:
     change a node's arguments with Graph.update)."""
 
@@ -200,7 +201,7 @@ def _release_orphans() -> None:
         _orphans.extend(busy)
 
 
-class Graph:
+class Graph(Handle):
     """An executable graph (CANN's model runtime instance, CUDA's graph exec) made by a capture."""
 
     # Set by _from_capture (graphs are not made by calling the class).

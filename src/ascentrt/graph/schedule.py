@@ -20,6 +20,7 @@ from ..errors import ErrorCode, InvalidArgumentError
 from ..validate import as_int, check_timeout
 from ..launch import launch, launch_host_func
 from ..stream import Stream, resolve_stream
+from ..handles import Handle
 
 if TYPE_CHECKING:
     from ..event import Event
@@ -31,7 +32,7 @@ POLICIES = ("critical_path", "round_robin")
 MAX_STREAMS = 1 << 16
 
 
-class Schedule:
+class Schedule(Handle):
     """A TaskGraph's tasks on streams: assignment, submission order, waits and records."""
 
     def __init__(self, graph: Any, num_streams: int, policy: str = "critical_path"):

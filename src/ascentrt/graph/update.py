@@ -8,6 +8,7 @@ from typing import Any, Literal, Protocol
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT, Task
 from ..errors import CaptureError, ErrorCode, InvalidArgumentError, InvalidHandleError
 from ..stream import Stream, resolve_stream
+from ..handles import Handle
 
 _CONTROL = (EVENT_RECORD, EVENT_WAIT, NOTIFY_RECORD, NOTIFY_WAIT)
 
@@ -22,7 +23,7 @@ class _Graph(Protocol):
     def _apply_update(self, group: TaskGroup, tasks: list[Task]) -> None: ...
 
 
-class TaskGroup:
+class TaskGroup(Handle):
     """Nodes recorded between begin_task_group and end_task_group: they can be updated later."""
 
     def __init__(self, capture: object, lane: int):

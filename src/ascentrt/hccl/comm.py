@@ -12,6 +12,7 @@ import uuid
 import weakref
 from typing import cast
 
+from ..handles import Handle
 from .. import forksafe
 from .. import config
 from ..errors import AscentError
@@ -157,7 +158,7 @@ def groups() -> list[GroupState]:
     return list(_groups)
 
 
-class Communicator:
+class Communicator(Handle):
     """HcclComm: one rank of a group (what the collectives take as `comm`)."""
 
     __slots__ = ("group", "rank")

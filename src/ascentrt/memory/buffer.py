@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import weakref
 from collections.abc import Callable, Iterable
@@ -13,6 +14,7 @@ from .. import forksafe
 from ..accel import restore_docstrings
 from ..callsite import site_text, user_code_site
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
+from ..handles import not_picklable
 from .links import Links
 from .registry import REGISTRY
 
@@ -193,6 +195,18 @@ class _ByteRange:
     def __len__(self) -> int:
         return self.nbytes
 
+    # Copying (README: Copying and pickling): a buffer names its memory, so copy.copy is the
+    # buffer itself (a second owner of the bytes would outlive their free); copy.deepcopy makes
+    # new memory with the bytes, as a deep copy of a device array does; pickle is refused.
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        raise NotImplementedError
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise not_picklable(self)
+
 
 def task_view(x: Any) -> np.ndarray:
     """The numpy array a task receives for a buffer, slice or typed view (not a host access)."""
@@ -228,6 +242,11 @@ class _Allocation(_ByteRange):
     def offset(self) -> int:
         """Offset inside the allocation (always 0 for the allocation itself)."""
         return 0
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        """A new allocation of the same size and kind holding these bytes (a synchronous copy);
+        InvalidHandleError (107017) once freed."""
+        return Links.copy_allocation(self)
 
     def _revoke(self, by: str = "a device reset") -> None:
         """After a reset's free: tasks queued before it no longer see the bytes (they fail with
@@ -461,6 +480,10 @@ class BufferSlice(_ByteRange):
     def _bytes(self) -> np.ndarray:
         return self._base._bytes()[self._offset:self._offset + self.nbytes]
 
+    def __deepcopy__(self, memo: dict) -> Any:
+        """The same range of a deep copy of its buffer (one copy per buffer in one deepcopy)."""
+        return BufferSlice(copy.deepcopy(self._base, memo), self._offset, self.nbytes)
+
     def __repr__(self) -> str:
         return f"BufferSlice({self._base!r}[{self._offset}:{self._offset + self.nbytes}])"
 
@@ -489,6 +512,16 @@ class TypedView:
     def __dlpack_device__(self) -> tuple[int, int]:
         """(kDLCPU, 0), as the buffer's."""
         return KDL_CPU, 0
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        """The same view of a deep copy of its buffer (see _ByteRange.__copy__)."""
+        return TypedView(copy.deepcopy(self.buffer, memo), self.dtype, self.shape)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise not_picklable(self)
 
     def __repr__(self) -> str:
         return f"TypedView({self.buffer!r}, {self.dtype}, {self.shape})"

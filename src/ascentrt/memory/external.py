@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..handles import Handle
 from .. import forksafe
 from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError
 from ..validate import check_flag
@@ -27,7 +28,7 @@ _lock = forksafe.lock()
 _external: dict[int, list["ExternalHostBuffer"]] = {}
 
 
-class ExternalHostBuffer:
+class ExternalHostBuffer(Handle):
     """A registered caller-owned host buffer: `.addr`, `.nbytes`, kind 'pageable'."""
 
     __slots__ = ("obj", "addr", "nbytes", "hold", "writable", "__weakref__")

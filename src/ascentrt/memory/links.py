@@ -39,6 +39,8 @@ class Links:
     # (running task, (stream, position) pairs) -> whether the task comes before those
     # positions through the event waits queued before them (see engine.ordered_before)
     ordered_before: Callable[[Any, tuple], bool] = staticmethod(lambda task, waits: False)
+    # (device or host buffer) -> a new allocation of its size and kind with its bytes (deepcopy)
+    copy_allocation: Callable[[Any], Any] = staticmethod(_unset)
 
 
 def register(**callbacks: Any) -> None:

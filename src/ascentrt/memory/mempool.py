@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import EllipsisType
 from typing import Any
 
+from ..handles import Handle
 from .. import interrupts
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError
 from .allocator import DeviceAllocator, check_stream
@@ -35,7 +36,7 @@ def _size_or_none(value: Any, what: str) -> int | None:
     return None if value is None else check_size(value, what, allow_zero=True)
 
 
-class MemPool:
+class MemPool(Handle):
     """An explicit pool on one device: its own cached blocks, settings and statistics.
 
     Chunks come from the device's memory like the default pool's. `malloc_async` /

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import forksafe
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError, os_cause
+from ..handles import Handle
 from ..validate import check_path, read_small_file, write_text_file
 from ..validate import check_size
 from .chunks import ArenaChunks
@@ -19,7 +20,7 @@ from .pool import BlockPool
 TRACE_MOST_BYTES = 1 << 31  # a trace file larger is none TraceRecorder.save wrote
 
 
-class TraceRecorder:
+class TraceRecorder(Handle):
     """An adaptor: forwards allocate/deallocate to `upstream` and records each as an event.
 
     Events are ("alloc", id, nbytes, stream id) and ("free", id, stream id); any other
