@@ -169,10 +169,13 @@ class Meeting:
             _log.error("ascentrt.hccl: %s\n%s", error, self.group.flight.dump())
         ENGINE.release_markers(list(self.arrive.values()) + self.markers + list(self.done.values()))
 
-    def abandoned_by(self, rank: int) -> HcclError:
-        """The error of a meeting rank `rank` will never call: its communicator was destroyed."""
-        return HcclError(f"{self.name}: rank {rank}'s communicator was destroyed before it "
-                         f"called it, so the collective can never complete", code=HcclResult.E_REMOTE)
+    def abandoned_by(self, rank: int, exited: bool = False) -> HcclError:
+        """The error of a meeting rank `rank` will never call: its communicator was destroyed
+        (`exited`: its process exited without destroying it)."""
+        how = "'s process exited without destroying its communicator" if exited else \
+            "'s communicator was destroyed"
+        return HcclError(f"{self.name}: rank {rank}{how} before it called it, so the collective "
+                         f"can never complete", code=HcclResult.E_REMOTE)
 
     def timed_out(self, stream, task) -> HcclError:
         """The error a rank's timed-out wait fails with (called by the engine, under its lock).

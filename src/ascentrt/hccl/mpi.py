@@ -110,11 +110,12 @@ class MpiGroup(GroupState):
         self.pid = os.getpid()    # (a forked child holds a copy: it is no rank of it)
         _LIVE.add(self)
 
-    def on_destroy(self, rank: int) -> None:
-        """This rank was destroyed: tell the others how many calls it made (their parts of the
-        ones it never made then fail at once, E_REMOTE, as in one process)."""
+    def on_destroy(self, rank: int, exited: bool = False) -> None:
+        """This rank was destroyed (`exited`: its process exits without having destroyed it):
+        tell the others how many calls it made (their parts of the ones it never made then fail
+        at once, E_REMOTE, as in one process)."""
         with self.lock:
-            notice = (self.seq, dict(self.p2p))
+            notice = (self.seq, dict(self.p2p), exited)
         self._notices = [self.ctl.isend(notice, dest=q, tag=_NOTICE_TAG)
                          for q in range(self.size) if q != rank]
 
@@ -125,7 +126,7 @@ class MpiGroup(GroupState):
             if os.getpid() != self.pid or self.destroyed[self.rank]:
                 return
             self.destroyed[self.rank] = True
-        self.on_destroy(self.rank)
+        self.on_destroy(self.rank, exited=True)
         deadline = time.monotonic() + wait_s
         while not _mpi().Request.Testall(self._notices) and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -366,7 +367,7 @@ def _gone(group, meeting: Meeting) -> int | None:
     """A rank of the meeting whose communicator was destroyed before it called it (as its
     notice said), or None."""
     group.hear_notices()
-    for q, (seq, p2p) in list(group.gone.items()):
+    for q, (seq, p2p, _) in list(group.gone.items()):
         if q in meeting.ranks and q != group.rank:  # (its count says whether it called it)
             key = meeting.key
             if key[0] == "coll":
@@ -377,6 +378,11 @@ def _gone(group, meeting: Meeting) -> int | None:
     return None
 
 
+def _abandoned(group, meeting: Meeting, rank: int) -> HcclError:
+    """The error of `meeting`, which `rank` left (see _gone) before it called it."""
+    return meeting.abandoned_by(rank, exited=group.gone[rank][2])
+
+
 def _exchange(items) -> None:
     """Send each part's call description to its meeting's other ranks and hear theirs, all
     parts at once (a group's sends and receives must not wait for each other); fail with
@@ -385,7 +391,7 @@ def _exchange(items) -> None:
     for group, meeting, _ in items:
         q = _gone(group, meeting)  # (a rank that was destroyed before calling it never will)
         if q is not None:
-            _fail(meeting, meeting.abandoned_by(q))
+            _fail(meeting, _abandoned(group, meeting, q))
     sends, wanted, whose = [], [], []
     for group, meeting, call in items:
         me = call.rank
@@ -411,7 +417,7 @@ def _exchange(items) -> None:
         if meeting.key in abandoned:  # (every other rank waits for it too: none votes on it)
             for r in sends:
                 r.wait()
-            _fail(meeting, meeting.abandoned_by(abandoned[meeting.key]))
+            _fail(meeting, _abandoned(group, meeting, abandoned[meeting.key]))
     for (group, meeting, q), payload in zip(whose, heard):
         if payload is not None:
             _, op, count, nbytes, sig, text, site, last = payload
