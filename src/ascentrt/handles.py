@@ -36,3 +36,11 @@ class Handle:
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise not_picklable(self)
+
+
+def make_handles(*classes: type) -> None:
+    """Give `classes` Handle's copy and pickle methods: for compiled classes, which cannot
+    inherit a Python mixin (the methods are looked up on the class, as for any other)."""
+    for cls in classes:
+        for name in ("__copy__", "__deepcopy__", "__reduce_ex__"):
+            setattr(cls, name, Handle.__dict__[name])

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import config
 from ..errors import ErrorCode, InvalidArgumentError, InvalidHandleError, OutOfMemoryError
-from ..handles import not_picklable
+from ..handles import make_handles
 from ..interrupts import hold, release, release_or_undo
 from ..units import format_bytes
 from .arena import Arena, round_size
@@ -66,17 +66,6 @@ class DeviceAllocator:
     address registry: malloc and free of a cached size touch no global index, and take one
     lock (the pool's) each.
     """
-
-    # (a resource of this process: copies are itself, pickling is refused; see handles.Handle,
-    # which a compiled class cannot inherit)
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> Any:
-        return self
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise not_picklable(self)
 
     def __init__(self, device: Any, mem: np.ndarray, base: int, capacity: int,
                  pool: BlockPool | None = None, decommit: Callable[[int, int], None] | None = None):
@@ -418,3 +407,7 @@ class DeviceAllocator:
             if pool is not None:
                 pool.empty_cache()
         return len(bufs) + len(pooled)
+
+
+# (resources of this process: copies are themselves, pickling is refused)
+make_handles(DeviceAllocator)

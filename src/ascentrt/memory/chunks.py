@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import forksafe
 from ..errors import InvalidArgumentError
-from ..handles import not_picklable
+from ..handles import make_handles
 from ..validate import check_size
 from .arena import Arena
 
@@ -77,17 +77,6 @@ class ArenaChunks:
     With `view` None the range is fake address space: nothing is mapped, so a pool over it
     studies fragmentation of any capacity without using memory.
     """
-
-    # (a resource of this process: copies are itself, pickling is refused; see handles.Handle,
-    # which a compiled class cannot inherit)
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> Any:
-        return self
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise not_picklable(self)
 
     # (arguments typed Any where a caller's value may be bad: they are checked here, with
     # their codes; a compiled build would refuse a wrong type at the call with a bare TypeError)
@@ -172,17 +161,6 @@ class ArenaChunks:
 class HostChunks:
     """Pinned host chunks from a backend: one allocation each, locked once when the chunk is made."""
 
-    # (a resource of this process: copies are itself, pickling is refused; see handles.Handle,
-    # which a compiled class cannot inherit)
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> Any:
-        return self
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise not_picklable(self)
-
     def __init__(self, backend: Any, capacity: Any = (1 << 62) - 1, registry: Any = None):
         if not all(callable(getattr(backend, m, None)) for m in ("alloc", "free", "host_view")):
             raise InvalidArgumentError(f"backend must be a Backend, got {type(backend).__name__}")
@@ -234,3 +212,7 @@ class HostChunks:
     def largest_unreserved(self) -> int:
         """Host mappings are independent: the largest is everything left."""
         return self.capacity - self.reserved
+
+
+# (resources of this process: copies are themselves, pickling is refused)
+make_handles(ArenaChunks, HostChunks)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import forksafe
 from ..errors import ErrorCode, InvalidArgumentError, OutOfMemoryError
-from ..handles import not_picklable
+from ..handles import make_handles
 from ..interrupts import hold, release, release_or_undo
 from ..units import format_bytes
 from ..validate import check_finite, check_size
@@ -94,17 +94,6 @@ _NO_SIZE: Final = _SizeCache(-1)  # what the last-used-size memo holds before an
 
 class BlockPool:
     """Best-fit caching allocator over an upstream chunk resource (allocate/deallocate on a stream)."""
-
-    # (a resource of this process: copies are itself, pickling is refused; see handles.Handle,
-    # which a compiled class cannot inherit)
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> Any:
-        return self
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise not_picklable(self)
 
     # (Arguments typed Any: they are checked here, with InvalidArgumentError, where a compiled
     # build would raise a bare TypeError at the call.)
@@ -957,3 +946,7 @@ class BlockPool:
     def _device_or_none(self) -> int | None:
         """The device id an OOM of this pool names (None: host memory)."""
         return None if self.device_id < 0 else self.device_id
+
+
+# (resources of this process: copies are themselves, pickling is refused)
+make_handles(BlockPool)
