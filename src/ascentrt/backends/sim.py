@@ -28,6 +28,7 @@ calls (and so the timeline) follows the real threads.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import dataclasses
 import heapq
@@ -79,6 +80,9 @@ BUSY_HOST_S = 5.0
 # A kernel, copy or fill runs on the host thread whose call stepped the simulation to it: one
 # that runs this long (real seconds) is reported, since it may wait for that thread itself.
 LONG_STEP_S = 10.0
+# How long the exit waits for the pump to end (it is woken at once, but a step it runs holds
+# the timeline lock until the step returns).
+STOP_PUMP_S = 5.0
 POLL_MISS = "poll_miss"  # the host_call of a query that found the work not done, followed by
                          # what it queried, e.g. "poll_miss stream 3" (see _poll_missed)
 
@@ -236,6 +240,8 @@ class Timeline:
         self.patience_spent = -1        # `returned` when the wait for running ones last expired
         self.pumping = False   # the pump thread was started (or a start was tried and cut)
         self.pump_runs = False  # a pump thread runs (it says so itself, as it begins)
+        self.pump_stop = forksafe.event()   # set at exit: the pump ends, none starts again
+        self.pump_ended = forksafe.event()  # set as the pump thread returns
         self.attending = 0              # host threads inside host_wait (they move time themselves)
                                         # or waiting in a step for a host function
         self.callers: dict = {}          # ident -> thread of host threads that used the runtime
@@ -265,7 +271,7 @@ class Timeline:
 
     def start_pump(self) -> None:
         """Start the thread that moves an unattended device on (once per process)."""
-        if not self.pumping:
+        if not self.pumping and not self.pump_stop.is_set():
             forksafe.start_thread(self._pump, "ascentrt-sim-pump")
             self.pumping = True  # (a start cut before this starts another: see _pump)
 
@@ -283,17 +289,36 @@ class Timeline:
         return bool(self.ends or self.next_end() is not None or self.inflight or self.next_deadline() is not None
                     or any(r.count for b in self.backends for r in b.ready))
 
+    def stop_pump(self) -> None:
+        """At exit, before finalization: end the pump thread.
+
+        Finalization freezes a daemon thread where it next needs the interpreter, and the pump
+        takes the timeline lock every few ms: frozen holding it, it would hang every later call
+        (a teardown in a __del__ as the interpreter shuts down). Calls after this move the
+        device themselves, as any host wait does."""
+        self.pump_stop.set()  # (wakes it from its sleep)
+        if self.pumping:
+            # Until it has returned: a pump that started late and blocked on the lock while
+            # the exit held it would take the lock inside the interpreter, be frozen as it
+            # came back for it, and hold the lock for ever, though reading as unlocked.
+            self.pump_ended.wait(STOP_PUMP_S)
+
     def _pump(self) -> None:
         with self.lock:
             if self.pump_runs:
                 return  # (started again after a start an exception cut: one pumps)
             self.pump_runs = self.pumping = True
+        try:
+            self._pump_until_stopped()
+        finally:
+            self.pump_ended.set()
+
+    def _pump_until_stopped(self) -> None:
         seen, since = -1, time.monotonic()
         step, step_since, said = None, since, None
         ran: dict = {}  # ident -> CPU ns of each host thread at the last look
         looked = since
-        while True:
-            time.sleep(IDLE_HOST_S / 4)
+        while not self.pump_stop.wait(IDLE_HOST_S / 4):
             # (read without the lock: a host thread that computes is not an idle host)
             tick, looked = time.monotonic() - looked, time.monotonic()
             # (every host thread computing: one blocked outside the runtime may be waiting for
@@ -320,7 +345,9 @@ class Timeline:
                 continue
             first_move = False
             try:
-                if self.generation != seen or self.attending:
+                if self.pump_stop.is_set():
+                    pass  # (the exit stopped it meanwhile: the loop's test ends it)
+                elif self.generation != seen or self.attending:
                     # (a host that waits moves time itself, at the real world's pace while other
                     # threads may still act: jumping to a deadline would skip what they do)
                     seen, since = self.generation, time.monotonic()
@@ -610,6 +637,8 @@ def _after_fork_in_child() -> None:
     # (its lock and condition: renewed by forksafe's hook, which runs first)
     TIMELINE.local = _ThreadFrames()
     TIMELINE.pumping = TIMELINE.pump_runs = False
+    TIMELINE.pump_stop.clear()
+    TIMELINE.pump_ended.clear()
     TIMELINE.interrupted = False  # (the parent's signals, not the child's)
     TIMELINE.held = []
     TIMELINE.inflight = 0
@@ -630,6 +659,7 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(TIMELINE.stop_pump)
 
 
 class SimBackend(CpuBackend):
