@@ -45,7 +45,8 @@ demo: bytecode
 ACCEL_SOURCES := src/ascentrt/accel.py src/ascentrt/memory/pool.py src/ascentrt/memory/allocator.py \
                  src/ascentrt/memory/block.py src/ascentrt/memory/stream_order.py \
                  src/ascentrt/memory/buffer.py src/ascentrt/memory/registry.py \
-                 src/ascentrt/backends/sim.py src/ascentrt/interrupts.py src/ascentrt/memory/chunks.py
+                 src/ascentrt/backends/sim.py src/ascentrt/interrupts.py src/ascentrt/memory/chunks.py \
+                 src/ascentrt/acl/_hot.py
 accel: src/build/.accel
 # (also rebuilt when a module they take types or Final constants from changes: the build
 # compiles those in)

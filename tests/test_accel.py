@@ -19,6 +19,7 @@ WORKLOAD = r"""
 import json, random, sys
 import numpy as np
 import ascentrt as art, ascentrt.accel as accel
+import ascentrt.acl  # (its compiled module loads with it: every module of accel.MODULES runs)
 rng = random.Random(7)
 dev = art.set_device(0)
 streams = [dev.create_stream() for _ in range(3)]
@@ -144,7 +145,7 @@ def test_the_compiled_simulator_and_its_source_give_the_same_timeline():
 
 def test_this_process_runs_the_build_unless_told_to_keep_to_the_source():
     wanted = [] if os.environ.get("ASCENTRT_PURE_PYTHON", "0") not in ("", "0") else accel.built()
-    assert accel.compiled() == wanted
+    assert accel.compiled() == [name for name in wanted if name in sys.modules]
 
 
 def test_only_the_compiled_pool_takes_its_cache_paths_without_the_lock():

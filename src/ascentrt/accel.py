@@ -28,7 +28,7 @@ from .errors import AscentError
 MODULES = ("ascentrt.memory.pool", "ascentrt.memory.block", "ascentrt.memory.stream_order",
            "ascentrt.memory.allocator",  # what `make accel` compiles
            "ascentrt.memory.buffer", "ascentrt.memory.registry", "ascentrt.backends.sim",
-           "ascentrt.interrupts", "ascentrt.memory.chunks")
+           "ascentrt.interrupts", "ascentrt.memory.chunks", "ascentrt.acl._hot")
 _PACKAGE = Path(__file__).parent
 _from_source: set[str] = set()       # modules that load from source in this process
 

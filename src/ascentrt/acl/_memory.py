@@ -15,6 +15,7 @@ from ..copies import memcpy as _memcpy, memcpy2d as _memcpy2d
 from ..copies import memcpy2d_async as _memcpy2d_async, memcpy_async as _memcpy_async
 from ..copies import memset as _memset, memset_async as _memset_async
 from . import constants as C
+from ._hot import HotFree, HotMalloc
 from ..context import _current, current_context
 from ._api import _INT32, _MISSING, AclTypeError, AclValueError, api, fail, need_context, note_task, ret_of, stream_of
 
@@ -42,26 +43,28 @@ def _refusal(memory, size: int, exc: Exception) -> Exception:
     return exc
 
 
-def _malloc_hot(checked: Callable[..., Any]) -> Callable[..., Any]:
-    """acl.rt.malloc's common case (int arguments, a live current context) in one frame: a
-    frame is ~25 ns of a ~450 ns call; anything else takes the checked call."""
-    lo, hi = _INT32
+class _Malloc(HotMalloc):
+    """acl.rt.malloc's call: its common case compiled (see _hot), with the function's name,
+    docstring and signature (functools.wraps sets them)."""
 
-    def malloc(size=_MISSING, policy=_MISSING, /, *rest):
-        ctx = _current.context
-        if type(size) is not int or type(policy) is not int or size <= 0 or rest \
-                or not lo <= policy <= hi or ctx is None or ctx.destroyed:
-            return checked(size, policy, *rest)
-        memory = ctx.device._memory
-        try:
-            buf = memory.malloc(size + PADDING)
-        except Exception as exc:
-            return ret_of(_refusal(memory, size, exc), (0,))
-        ptr = buf.addr
-        _handed_device[ptr] = buf
-        return ptr, 0
-    interrupts.protect(malloc)  # (a Ctrl-C before the buffer is handed out would lose it)
-    return malloc
+
+class _Free(HotFree):
+    """acl.rt.free's call, as _Malloc."""
+
+
+interrupts.protect(HotMalloc.__call__, HotFree.__call__)  # (where they run as Python: a Ctrl-C
+# between the allocation and its hand-out would lose the buffer; compiled, no signal lands there)
+
+
+def _refused_malloc(memory: Any, size: int, exc: Exception) -> Any:
+    """(0, ret) for a refused device allocation (pyACL's codes)."""
+    return ret_of(_refusal(memory, size, exc), (0,))
+
+
+def _malloc_hot(checked: Callable[..., Any]) -> Callable[..., Any]:
+    """acl.rt.malloc's common case (int arguments, a live current context) without a Python
+    frame; anything else takes the checked call."""
+    return _Malloc(checked, _handed_device, _current, PADDING, _INT32, _refused_malloc)
 
 
 @api("ki", out=(0,), hot=_malloc_hot)
@@ -135,20 +138,10 @@ def _free_claimed(ptr: int, alloc: DeviceBuffer | HostBuffer, kind: str) -> bool
 
 
 def _free_hot(checked: Callable[..., Any]) -> Callable[..., Any]:
-    """acl.rt.free's common case (a pointer acl.rt.malloc handed out, still live) in one frame;
-    anything else, or a refused free, takes the checked call (which claims it again and says
-    why: a refusal frees nothing, so trying again is safe)."""
-    def free(dev_ptr=_MISSING, /, *rest):
-        if type(dev_ptr) is int and not rest:
-            alloc = _handed_device.pop(dev_ptr, None)
-            if alloc is not None:
-                try:
-                    alloc.free()
-                    return 0
-                except Exception:  # (unless a new allocation took its place meanwhile)
-                    _handed_device.setdefault(dev_ptr, alloc)
-        return checked(dev_ptr, *rest)
-    return free
+    """acl.rt.free's common case (a pointer acl.rt.malloc handed out, still live) without a
+    Python frame; anything else, or a refused free, takes the checked call (which claims it
+    again and says why: a refusal frees nothing, so trying again is safe)."""
+    return _Free(checked, _handed_device)
 
 
 @api("k", hot=_free_hot)

@@ -1,0 +1,83 @@
+"""acl.rt.malloc's and acl.rt.free's common case, compiled with the memory layer (make accel).
+
+These two calls are the facade's hottest: as Python they were two frames and a dozen generic
+checks around the core's compiled allocation, 1.7x the core's own malloc and free. Compiled in
+the memory layer's build, the checks are C type tests and the allocator and buffer calls are
+direct. Anything but the common case goes to the generated, checked call (`checked`), which
+parses, converts and refuses as pyACL does. The facade subclasses these (in Python) so that
+each call carries its function's name, docstring and signature.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from mypy_extensions import mypyc_attr
+
+from ..memory.allocator import DeviceAllocator
+from ..memory.buffer import DeviceBuffer
+from ._api import _MISSING
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class HotMalloc:
+    """acl.rt.malloc(size, policy): (dev_ptr, ret), a live current context's device memory."""
+
+    def __init__(self, checked: Callable[..., Any], handed: dict, current: Any, padding: int,
+                 policy_range: tuple[int, int], refused: Callable[..., Any]) -> None:
+        self.checked = checked    # the generated call: every other case, with pyACL's codes
+        self.handed = handed      # pointer -> buffer handed out (acl/_memory.py's _handed_device)
+        self.current = current    # the thread's current context (context._current)
+        self.padding = padding    # bytes added to each allocation (acl/_memory.py's PADDING)
+        self.lo, self.hi = policy_range
+        self.refused = refused    # (memory, size, exc) -> (0, ret) for a refused allocation
+
+    # (the parameters' names begin with __: the build ignores `/`, and pyACL takes no keywords)
+    def __call__(self, __size: Any = _MISSING, __policy: Any = _MISSING, *rest: Any) -> Any:
+        size, policy = __size, __policy
+        ctx = self.current.context
+        if type(size) is not int or type(policy) is not int or rest or ctx is None:
+            return self.checked(size, policy, *rest)
+        n: int = size
+        p: int = policy
+        if n <= 0 or not self.lo <= p <= self.hi or ctx.destroyed:
+            return self.checked(n, p)
+        memory: DeviceAllocator = ctx.device._memory
+        try:
+            buf = memory.malloc(n + self.padding)
+        except Exception as exc:
+            return self.refused(memory, size, exc)
+        ptr: object = buf.addr  # (boxed once: the key and the value returned)
+        self.handed[ptr] = buf
+        return ptr, 0
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class HotFree:
+    """acl.rt.free(dev_ptr): ret, for a pointer acl.rt.malloc handed out and still live."""
+
+    def __init__(self, checked: Callable[..., Any], handed: dict) -> None:
+        self.checked = checked
+        self.handed = handed
+
+    def __call__(self, __dev_ptr: Any = _MISSING, *rest: Any) -> Any:
+        dev_ptr = __dev_ptr
+        key: object = dev_ptr  # (as it came: tested as an int below, dev_ptr becomes a C int,
+        if type(dev_ptr) is int and not rest:  # boxed anew at each use)
+            handed = self.handed
+            alloc: DeviceBuffer | None = handed.get(key)
+            if alloc is not None:
+                # Claimed at once (dict.pop is a generic method call here; get and del are not):
+                # compiled, no other thread runs between the two; as Python, a racing free of
+                # the pointer may claim it first, and this one takes the checked call.
+                try:
+                    del handed[key]
+                except KeyError:
+                    return self.checked(key)
+                try:
+                    alloc.free()
+                    return 0
+                except Exception:  # (unless a new allocation took its place meanwhile)
+                    handed.setdefault(key, alloc)
+                # (a refused free frees nothing: the checked call claims it again, says why)
+        return self.checked(key, *rest)
