@@ -97,6 +97,8 @@ def start_thread(target: Any, name: str, args: tuple = ()) -> None:
     no thread begun. A caller that records the thread after this returns finds, where an
     exception came between, a thread begun that it did not record: what it starts again must
     see the first one (the runtime's singletons claim their role as they begin)."""
+    if sys.is_finalizing():  # (Thread.start would wait for ever for a thread that cannot begin)
+        raise RuntimeError("can't create new thread at interpreter shutdown")
     start = _Start(target, args)
     pending: BaseException | None = None
     while not start.began.is_set():

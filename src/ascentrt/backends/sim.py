@@ -158,15 +158,20 @@ class _HostThread:
         while True:
             with self.cv:
                 self.cv.wait_for(lambda: self.job is not None)
-                backend, queue, task, frame = job = self.job
+                job = self.job
                 self.job = None
-            frames = TIMELINE.frames()
-            frames.append(frame)  # the API calls it makes act at the task's virtual time
-            try:
-                queue.run(task)
-            finally:
-                frames.pop()
-                backend.host_task_returned(self, job)
+            self._run(job)
+            job = None  # (none kept while parked: a task holds its function's globals)
+
+    def _run(self, job: tuple) -> None:
+        backend, queue, task, frame = job
+        frames = TIMELINE.frames()
+        frames.append(frame)  # the API calls it makes act at the task's virtual time
+        try:
+            queue.run(task)
+        finally:
+            frames.pop()
+            backend.host_task_returned(self, job)
 
 
 # Per host thread: the tasks it runs for the simulation (innermost last), whether it was noted
@@ -1244,6 +1249,12 @@ class SimBackend(CpuBackend):
         frame = _Frame(t, tl.now)
         if t.dispatches_nodes:
             frame.offset = self._held_back(t, frame.start)
+        if queue.executor == _HOST and sys.is_finalizing():
+            # No thread can begin as the interpreter shuts down (and one parked cannot run):
+            # the host function runs on the thread that stepped here, the one left.
+            self._run_in_frame(queue, t, frame)
+            self._schedule_end(queue, t, frame, 1)
+            return
         if queue.executor == _HOST:  # on a host thread of its own; ends when it returns
             job = (self, queue, t, frame)
             tl.inflight += 1

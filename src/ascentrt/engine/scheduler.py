@@ -149,6 +149,9 @@ class DeviceQueues:
 # thread to begin, before it starts another in its place (the thread begins within
 # milliseconds when it was started at all)
 UNSTARTED_WAIT_S = 0.5
+# How long the exit waits for the executors and the watchdog to end (a task running then
+# keeps its thread until it returns)
+EXIT_WAIT_S = 1.0
 
 
 _WAIT_KINDS = (EVENT_WAIT, NOTIFY_WAIT)
@@ -234,6 +237,8 @@ class Engine:
         self._seq = itertools.count()
         self._watchdog = False   # its thread was started (or a start was tried and cut)
         self._watching = False   # a watchdog thread runs (it says so itself, as it begins)
+        self._watch_stop = False  # the exit stopped it: it ends (see _stop_executors_at_exit)
+        self.stopped_at_exit = False  # the exit ended every executor (a wait starts them again)
         self._watchdog_cv = forksafe.condition(self.lock)
         self._exit_cv = forksafe.condition(self.lock)  # executors ending at exit notify it
         # stream -> (thread id, streams, what) while a task of that stream waits in wait_host:
@@ -881,16 +886,16 @@ class Engine:
         while True:
             # (an error of the runtime's own in this loop must never end the executor holding
             # the lock: see _executor_fault; `phase` says how far the batch got)
-            s = batch = None
+            s = batch = t = None  # (none kept while parked: a task holds its function's globals)
             phase = done = 0
             try:
+                if dq.closing:  # stopped at exit (see _stop_executors_at_exit): the work left
+                    dq.queues[ex].remove(q)  # waits, queued, for executors started again
+                    self._exit_cv.notify_all()
+                    lock.release()
+                    return
                 s = ready.pop()
                 if s is None:
-                    if dq.closing:  # stopped at exit (see _stop_idle_executors)
-                        dq.queues[ex].remove(q)
-                        self._exit_cv.notify_all()
-                        lock.release()
-                        return
                     idle.append(wake)  # the waker pops it before releasing: no lost wake-up
                     lock.release()
                     wake.acquire()
@@ -1073,6 +1078,9 @@ class Engine:
     def _wake_watchdog(self) -> None:
         """Start the watchdog thread, or have it look again at its deadlines and value waits."""
         if not self._watchdog:
+            if sys.is_finalizing():
+                return  # (no thread can begin: a wait on what it would fire ends at once)
+            self._watch_stop = False
             forksafe.start_thread(self._watch, "ascentrt-watchdog")
             self._watchdog = True  # (a start cut before this starts another: see _watch)
         else:
@@ -1086,6 +1094,10 @@ class Engine:
             self._watching = True
             self._watchdog = True
             while True:
+                if self._watch_stop:  # (the exit: see _stop_executors_at_exit)
+                    self._watching = self._watchdog = False
+                    self._exit_cv.notify_all()
+                    return
                 now = self.devices[0].backend.now_ns()
                 self._report_later(self._fire_due(now))
                 timeout = (self._deadlines[0][0] - now) / 1e9 if self._deadlines else None
@@ -1148,6 +1160,8 @@ class Engine:
         me = threading.get_ident()
         with self.lock:  # (a timed wait ends by itself: its thread may act after it)
             self._thread_waits[me] = (streams, timeout is None)
+            if self.stopped_at_exit:
+                self._start_again_after_exit(streams)
             if self._value_waits:
                 self._check_values()  # (a word the host wrote since its last call: from now)
         try:
@@ -1157,6 +1171,18 @@ class Engine:
                 self._thread_waits.pop(me, None)
                 for h in own:
                     self._host_waits.pop(h, None)
+
+    def _start_again_after_exit(self, streams) -> None:
+        """A wait after the exit stopped the executors (an atexit handler that ran after the
+        runtime's): start them again for the devices it waits on, and the watchdog, while the
+        interpreter can still run them (during finalization the wait ends at once instead)."""
+        if sys.is_finalizing():
+            return
+        for dq in {s._dq for s in streams}:
+            if not dq.started and not dq.virtual:
+                dq.start()
+        if self._deadlines or self._value_waits:
+            self._wake_watchdog()
 
     def _claim_held(self, own: list, streams, what: str, cancel) -> None:
         """Add to `own` the streams that wait for this thread (registered as host waits on
@@ -1511,27 +1537,35 @@ def _program_signal_handlers() -> bool:
     return False
 
 
-def _stop_idle_executors() -> None:
-    """At exit, before finalization: end the executors of idle devices.
+def _stop_executors_at_exit() -> None:
+    """At exit, before finalization: end every executor and the watchdog.
 
-    A daemon thread frozen by finalization while it holds the engine lock (a thread switch can
-    happen anywhere) would hang any later call, even a launch in a __del__ during shutdown.
-    Work submitted after this (an earlier-registered atexit handler) starts them again.
+    Finalization freezes a daemon thread where it next needs the interpreter, and one frozen
+    while it holds the engine lock (a thread switch can come anywhere; an executor ending a
+    task, or woken, takes it) hangs every later call, such as a teardown in a __del__ during
+    shutdown. Work still queued stays queued: a later submission or wait (an atexit handler
+    registered before the runtime's) starts them again while threads can still run; during
+    finalization a submission is refused with 207005 and a wait for that work ends with
+    107023, at once and on every run.
     """
     engine = ENGINE
     with engine.lock:
-        stopping = [dq for dq in engine.devices if dq.started and not dq.active and not dq.virtual]
-        for dq in stopping:  # (devices with work in flight keep their executors)
+        engine.stopped_at_exit = True
+        stopping = [dq for dq in engine.devices if dq.started and not dq.virtual]
+        for dq in stopping:  # (a running batch ends first: a task is never cut)
             dq.closing = True
             dq.started = False
             for parked in dq.idle:
                 while parked:
                     parked.pop().release()
-        # Wait (briefly: a task still running keeps its thread) until they have ended.
-        engine._exit_cv.wait_for(lambda: not any(any(dq.queues) for dq in stopping), 1.0)
+        engine._watch_stop = True
+        engine._watchdog_cv.notify_all()
+        # Wait (briefly: a long task keeps its thread) until they have ended.
+        engine._exit_cv.wait_for(lambda: not engine._watching
+                                 and not any(any(dq.queues) for dq in stopping), EXIT_WAIT_S)
 
 
-atexit.register(_stop_idle_executors)
+atexit.register(_stop_executors_at_exit)
 
 
 _FORKED = "the fork of this process"  # what dropped the parent's work, as a forked child sees it
