@@ -121,7 +121,7 @@ class _Frame:
     nested operations (graph nodes) took so far."""
 
     __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency", "peer",
-                 "tail", "last_ns", "units", "until")
+                 "tail", "last_ns", "units", "until", "stack")
 
     def __init__(self, task: Any, start: int):
         self.task, self.start, self.offset, self.own, self.mem = task, start, 0, 0, 0.0
@@ -137,6 +137,7 @@ class _Frame:
                                  # are free from its start: see SimBackend._end)
         self.units = 0           # a step alone's task: the units it holds (see begin_alone)
         self.until = 0           # ... and the time the step runs to
+        self.stack: list | None = None  # ... and its thread's frames list (see end_alone)
 
 
 class _HostThread:
@@ -1123,21 +1124,25 @@ class SimBackend(CpuBackend):
         if frames is None:
             frames = tl.frames()
         frames.append(frame)
+        frame.stack = frames  # (end_alone pops it there: no second look at the thread's state)
         tl.step = t  # (for the pump: a step that never returns is said, see Timeline._pump)
         tl.step_frame = frame
         return frame
 
-    def end_alone(self, t: Any, frame: _Frame) -> bool:
-        """run_alone's task `t` ran in `frame` (begin_alone's): True when it ended by the
-        step's `until` with nothing else to simulate meanwhile (its units are free again: the
-        engine's queue finishes it now); False when its end joined the timeline's events."""
+    def end_alone(self, t: Any, frame: _Frame, failed: bool) -> bool:
+        """run_alone's task `t` ran in `frame` (begin_alone's), and `failed` or not: True when
+        it ended by the step's `until` with nothing else to simulate meanwhile (its units are
+        free again: the engine's queue finishes it now); False when its end joined the
+        timeline's events."""
         tl = self.timeline
         units = frame.units
         try:
-            frames: list = tl.local.frames  # (what _run_in_frame does after the run)
-            frames.pop()
+            stack = frame.stack  # (what _run_in_frame does after the run)
+            if stack is not None:
+                stack.pop()
+            frame.stack = None
             tl.step = tl.step_frame = None
-            if type(t.error) is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
+            if failed and type(t.error) is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
                 tl.hold_back(_SIGINT)  # (see _run_in_frame)
             end = self._end(self.queues[_COMPUTE], t, frame, units)
         finally:
@@ -1347,8 +1352,9 @@ class SimBackend(CpuBackend):
         work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
         # A graph segment's latencies came first, in its offset, and each node was dispatched
         # as it ran: it adds nothing after its nodes.
-        held = 0 if t.dispatches_nodes else self._held_back(t, start)
-        fixed = 0 if t.dispatches_nodes else self._dispatch_of(t) + held
+        nodes = t.dispatches_nodes
+        held = 0 if nodes else self._held_back(t, start)
+        fixed = 0 if nodes else self._dispatch_of(t) + held
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)

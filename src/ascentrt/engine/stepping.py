@@ -134,7 +134,7 @@ class ExecutorQueue:
         """take(None, True), run() and finish() of one task in one call, for a simulator's step
         on an otherwise idle device: `sim.begin_alone(task)` holds its units and returns its
         frame (None: it started the simulator's generic way instead), and
-        `sim.end_alone(task, frame)` whether it ended by the step's horizon, when it is
+        `sim.end_alone(task, frame, failed)` whether it ended by the step's horizon, when it is
         finished here. True when it was; False when no stream was ready, or the simulation
         goes on from where it left things. (The same state transitions as the three calls:
         each one, from compiled code, paid a Python call and generic attribute access, about
@@ -165,6 +165,7 @@ class ExecutorQueue:
         frame = sim.begin_alone(t)
         if frame is None:
             return False
+        failed = False
         try:  # run(t)
             mark = _local.__dict__
             prev = mark.get("stream")
@@ -173,10 +174,11 @@ class ExecutorQueue:
                 self._execute(t)
             except BaseException as e:  # a failing task must never kill the simulation
                 t.error = e
+                failed = True
             finally:
                 mark["stream"] = prev
         finally:
-            done = sim.end_alone(t, frame)
+            done = sim.end_alone(t, frame, failed)
         if not done:
             return False
         engine = self.engine
