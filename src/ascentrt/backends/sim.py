@@ -794,7 +794,7 @@ class SimBackend(CpuBackend):
         ns: float  # (declared: mypyc keeps ints and floats apart)
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
-            ns, mem = self._kernel_ns(op, args)
+            ns, mem = self._kernel_ns(op, kernel, args)
             link_bytes = self._link_bytes
             if link_bytes:  # (read from another device's memory: over the peer link, as a
                 # peer copy's bytes, sharing it with them)
@@ -1541,7 +1541,7 @@ class SimBackend(CpuBackend):
             return float(p.memory_bandwidth)
         return units * per_unit
 
-    def _kernel_ns(self, op, args) -> tuple[float, float]:
+    def _kernel_ns(self, op, kernel: Any, args) -> tuple[float, float]:
         """(Declared duration, or roofline of declared flops and bytes, or the built-in
         kernel's cost function, or the preset's default (and the kernel is listed as uncosted);
         the ns its declared bytes take at the memory bandwidth)."""
@@ -1553,7 +1553,7 @@ class SimBackend(CpuBackend):
         if cost is None or cost is not known and (cost.seconds is None and not (
                 cost.flops or cost.bytes or cost.link_bytes)):
             block_dim = None if cost is None else cost.block_dim  # launch(block_dim=) alone
-            fn_cost = getattr(op.fn, "cost", None)
+            fn_cost = getattr(kernel, "cost", None)  # (kernel: op.fn, read once by execute)
             if fn_cost is not None:
                 cost = fn_cost(*args)
                 if block_dim is not None:
