@@ -51,3 +51,27 @@ def test_the_direct_path_gives_the_timeline_of_the_generic_loop(monkeypatch):
     assert taken.count(True) >= 20  # most launches went the direct way
     monkeypatch.setattr(sim.SimBackend, "run_alone", lambda self, until: False)
     assert _timeline(4) == direct
+
+
+@sim_only
+def test_a_task_stepped_alone_is_one_call_of_the_engine_queue(monkeypatch):
+    """The direct path takes, runs and finishes a task in one call of the engine's queue
+    (step_alone), not in three (take, run, finish: each a call from the simulator into the
+    engine's Python), and the timeline stays the one the generic loop gives."""
+    from ascentrt.engine.stepping import ExecutorQueue
+    _timeline(4)  # (see above)
+    expected = _timeline(4)
+    calls = {"take": 0, "run": 0, "finish": 0, "step_alone": 0}
+
+    def counted(name):
+        method = getattr(ExecutorQueue, name)
+
+        def call(self, *args):
+            calls[name] += 1
+            return method(self, *args)
+        return call
+    for name in calls:
+        monkeypatch.setattr(ExecutorQueue, name, counted(name))
+    assert _timeline(4) == expected
+    assert calls["step_alone"] >= 40  # most tasks went the direct way, in one call each
+    assert calls["finish"] <= calls["step_alone"] // 4, calls

@@ -121,7 +121,7 @@ class _Frame:
     nested operations (graph nodes) took so far."""
 
     __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency", "peer",
-                 "tail", "last_ns")
+                 "tail", "last_ns", "units", "until", "stack")
 
     def __init__(self, task: Any, start: int):
         self.task, self.start, self.offset, self.own, self.mem = task, start, 0, 0, 0.0
@@ -135,6 +135,9 @@ class _Frame:
                                  # (its blocks beyond the last whole wave; 0: none) ...
         self.last_ns = 0         # ... and the ns of `own` it takes (the units the others held
                                  # are free from its start: see SimBackend._end)
+        self.units = 0           # a step alone's task: the units it holds (see begin_alone)
+        self.until = 0           # ... and the time the step runs to
+        self.stack: list | None = None  # ... and its thread's frames list (see end_alone)
 
 
 class _HostThread:
@@ -706,6 +709,7 @@ class SimBackend(CpuBackend):
         self._sync_op_ns = int(p.host_launch_ns) + self._dispatch_ns
         self.sharing: list[list] = []   # running tasks that share (see _share)
         self._alone_frame = _Frame(None, 0)  # the frame of run_alone's task (see there)
+        self._alone_until = 0           # the horizon of the step alone being begun (run_alone)
         self.shared_since = 0           # when `sharing`'s work was last brought up to date
         self.uncosted: dict[str, int] = {}  # kernels that declared no cost: label -> count
         self._last_lane = 0             # the copy engine's direction _fits_copy found
@@ -795,7 +799,7 @@ class SimBackend(CpuBackend):
         ns: float  # (declared: mypyc keeps ints and floats apart)
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
-            ns, mem = self._kernel_ns(op, args)
+            ns, mem = self._kernel_ns(op, kernel, args)
             link_bytes = self._link_bytes
             if link_bytes:  # (read from another device's memory: over the peer link, as a
                 # peer copy's bytes, sharing it with them)
@@ -1087,19 +1091,26 @@ class SimBackend(CpuBackend):
         first ready task starts now on the idle units; when nothing else becomes ready
         meanwhile and it ends by `until`, it also ends here, with the heap untouched. False
         when the step did not finish the work before `until` (Timeline.run goes on from where
-        it left things: the same events, in the same order)."""
+        it left things: the same events, in the same order). The engine's queue takes, runs
+        and finishes the task in one call (ExecutorQueue.step_alone), asking begin_alone and
+        end_alone for the model's part."""
         compute, copy, host = self.ready
         if copy.count or host.count or self.free_units != self._units:
             return False
-        q = self.queues[_COMPUTE]
-        t = q.take(None, True)  # (all units free: the first ready task fits)
-        if t is None:
+        self._alone_until = until  # (begin_alone puts it in the task's frame)
+        if not self.queues[_COMPUTE].step_alone(self):
             return False
+        return not (compute.count or copy.count or host.count)
+
+    def begin_alone(self, t: Any) -> _Frame | None:
+        """run_alone's task `t`, just taken (all units free: it fits): hold its units and make
+        it the calling thread's innermost task; its frame, or None when more tasks start at
+        this instant (it started the generic way: see dispatch)."""
         units = t.units = self.units_of(t)
         self.free_units -= units
-        if self.free_units and compute.count:  # more start at this instant: the generic way
-            self._start(q, t, units)
-            return False
+        if self.free_units and self.ready[_COMPUTE].count:  # more start at this instant
+            self._start(self.queues[_COMPUTE], t, units)
+            return None
         tl = self.timeline
         # One frame object serves every step alone (creating one is ~4% of a simulated launch):
         # nothing keeps it once the step is over, and a step that starts while it is in use (a
@@ -1111,24 +1122,49 @@ class SimBackend(CpuBackend):
             frame.tail = 0
         else:
             frame = _Frame(t, tl.now)
+        frame.units, frame.until = units, self._alone_until
         if t.dispatches_nodes:
             frame.offset = self._held_back(t, frame.start)
+        frames: list | None = tl.local.frames  # (what _run_in_frame does before the run)
+        if frames is None:
+            frames = tl.frames()
+        frames.append(frame)
+        frame.stack = frames  # (end_alone pops it there: no second look at the thread's state)
+        tl.step = t  # (for the pump: a step that never returns is said, see Timeline._pump)
+        tl.step_frame = frame
+        return frame
+
+    def end_alone(self, t: Any, frame: _Frame, failed: bool) -> bool:
+        """run_alone's task `t` ran in `frame` (begin_alone's), and `failed` or not: True when
+        it ended by the step's `until` with nothing else to simulate meanwhile (its units are
+        free again: the engine's queue finishes it now); False when its end joined the
+        timeline's events."""
+        tl = self.timeline
+        units = frame.units
         try:
-            self._run_in_frame(q, t, frame)
-            end = self._end(q, t, frame, units)
+            stack = frame.stack  # (what _run_in_frame does after the run)
+            if stack is not None:
+                stack.pop()
+            frame.stack = None
+            tl.step = tl.step_frame = None
+            if failed and type(t.error) is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
+                tl.hold_back(_SIGINT)  # (see _run_in_frame)
+            end = self._end(self.queues[_COMPUTE], t, frame, units)
         finally:
             frame.task = None
         if end is None:
             return False
+        compute, copy, host = self.ready
         # (this is the only device: its ready counts are what _any_ready() would ask)
-        if end > until or tl.ends or tl.sharing or tl.deadlines or tl.inflight \
+        if end > frame.until or tl.ends or tl.sharing or tl.deadlines or tl.inflight \
                 or compute.count or copy.count or host.count:
             # (what it did moved the simulation on itself, or made work ready: the generic way)
-            heapq.heappush(tl.ends, (end, next(tl.seq), self, q, t, frame.tail or units))
+            heapq.heappush(tl.ends, (end, next(tl.seq), self, self.queues[_COMPUTE], t,
+                                     frame.tail or units))
             return False
         tl.now = end
-        self.ended(q, t, units)
-        return not (compute.count or copy.count or host.count)
+        self.free_units += units  # (ended(), whose finish() the engine's queue does)
+        return True
 
     def dispatch(self) -> None:
         """Start every ready task that a free unit can take now (called under the timeline lock)."""
@@ -1327,8 +1363,9 @@ class SimBackend(CpuBackend):
         work = frame.offset + frame.own  # (own is 0 for a graph segment: its nodes add their time)
         # A graph segment's latencies came first, in its offset, and each node was dispatched
         # as it ran: it adds nothing after its nodes.
-        held = 0 if t.dispatches_nodes else self._held_back(t, start)
-        fixed = 0 if t.dispatches_nodes else self._dispatch_of(t) + held
+        nodes = t.dispatches_nodes
+        held = 0 if nodes else self._held_back(t, start)
+        fixed = 0 if nodes else self._dispatch_of(t) + held
         # It runs once dispatched (and released): a profile shows its work alone, the fixed
         # latencies before it as time queued. (A segment keeps its start: its nodes' times
         # were taken from it as they ran.)
@@ -1515,7 +1552,7 @@ class SimBackend(CpuBackend):
             return float(p.memory_bandwidth)
         return units * per_unit
 
-    def _kernel_ns(self, op, args) -> tuple[float, float]:
+    def _kernel_ns(self, op, kernel: Any, args) -> tuple[float, float]:
         """(Declared duration, or roofline of declared flops and bytes, or the built-in
         kernel's cost function, or the preset's default (and the kernel is listed as uncosted);
         the ns its declared bytes take at the memory bandwidth)."""
@@ -1527,7 +1564,7 @@ class SimBackend(CpuBackend):
         if cost is None or cost is not known and (cost.seconds is None and not (
                 cost.flops or cost.bytes or cost.link_bytes)):
             block_dim = None if cost is None else cost.block_dim  # launch(block_dim=) alone
-            fn_cost = getattr(op.fn, "cost", None)
+            fn_cost = getattr(kernel, "cost", None)  # (kernel: op.fn, read once by execute)
             if fn_cost is not None:
                 cost = fn_cost(*args)
                 if block_dim is not None:

@@ -58,7 +58,7 @@ class _ReadyQueue:
         self.count = 0
 
     def push(self, stream) -> None:
-        self.levels[stream.priority].append(stream)
+        self.levels[stream._priority].append(stream)
         self.count += 1
 
     def pop(self):
@@ -71,7 +71,7 @@ class _ReadyQueue:
         raise AssertionError("ready count out of step")  # pragma: no cover
 
     def remove(self, stream) -> None:
-        level = self.levels[stream.priority]
+        level = self.levels[stream._priority]
         if stream in level:
             level.remove(stream)
             self.count -= 1
@@ -302,7 +302,7 @@ class Engine:
                         # An idle stream's queue was empty, so `task` is its head: make it ready
                         # (what _advance would do, without its loop: many streams take this path).
                         ready = dq.ready[ex]  # (its push, inlined: one call less per launch)
-                        ready.levels[stream.priority].append(stream)
+                        ready.levels[stream._priority].append(stream)
                         ready.count += 1
                         parked = dq.idle[ex]
                         if parked:
@@ -917,7 +917,7 @@ class Engine:
                 prof = Hooks.profiler
                 failed = []
                 done = 0
-                level = s.priority
+                level = s._priority
                 levels = ready.levels
                 started = now()
                 for t in batch:
