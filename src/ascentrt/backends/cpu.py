@@ -173,6 +173,6 @@ class CpuBackend(Backend):
         """Nothing: host calls cost what they really cost (0: no device time to keep to)."""
         return 0
 
-    def now_ns(self) -> int:
-        """perf_counter_ns: monotonic, the same clock the host side uses."""
-        return time.perf_counter_ns()
+    # perf_counter_ns itself: monotonic, the same clock the host side uses. (A method calling
+    # it cost each profiled task ~8% of a launch: the engine stamps every task three times.)
+    now_ns = staticmethod(time.perf_counter_ns)

@@ -36,6 +36,7 @@ _FRAGMENTATION_EVERY_NS = 10_000_000  # measure free-range layout at most every 
 _OOM_CODES = (int(ErrorCode.RT_MEMORY_ALLOCATION), int(ErrorCode.RT_DEVICE_OOM))
 SEGMENT = None  # the kind filed for a graph segment's task (an engine kind is an int)
 _OPEN = float("inf")  # the end of a window that is still open
+_NO_FUNCTION = object()  # (no task's function: see tasks_done)
 
 
 class Checkpoint(NamedTuple):
@@ -149,10 +150,16 @@ class Recorder:
         if bucket is None:
             bucket = self.per_stream.setdefault(stream, [])
         append = bucket.append
+        # (a batch's tasks mostly run one function: its name is looked up once per run of it)
+        last_fn: object = _NO_FUNCTION
+        fn_name = None
         for task in tasks:  # executor tasks: no waits among them, rarely an error
             kind = SEGMENT if task.graph_segment else task.kind
             cost = task.cost
-            append((task.id, kind, task.name or getattr(task.fn, "__name__", None), task.nbytes,
+            fn = task.fn
+            if fn is not last_fn:
+                last_fn, fn_name = fn, getattr(fn, "__name__", None)
+            append((task.id, kind, task.name or fn_name, task.nbytes,
                     task.t_enqueue, task.t_start, task.t_end, task.thread,
                     "" if task.error is None else _error_text(task), task.value, "", task.units,
                     0 if cost is None else cost.block_dim or 0, task.tail_ns))
