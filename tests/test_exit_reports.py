@@ -1,0 +1,70 @@
+"""What a process reports as it ends: teardown after the runtime's exit handlers, forked children."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def _run(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **env})
+
+
+def _leaks(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "LeakWarning" in line]
+
+
+# ---- teardown after the runtime's exit handlers ---------------------------------------------
+
+LATE_TEARDOWN = """
+    import atexit, os
+    if os.environ["WHERE"] == "atexit":   # (registered before the import: runs after the runtime's)
+        atexit.register(lambda: H["late"].free())
+    import ascentrt as art
+
+    class Resource:
+        def __init__(self):
+            self.buf = art.malloc(1 << 20)
+
+        def __del__(self):                 # (run as the interpreter shuts down, after the exit handlers)
+            self.buf.free()
+
+    H = {"late": art.malloc(1 << 20)}
+    kept = art.malloc(4096)               # never freed: the one leak
+    if os.environ["WHERE"] == "del":
+        H["late"].free()
+        res = Resource()
+"""
+
+
+@pytest.mark.parametrize("where", ["del", "atexit"])
+def test_a_free_in_teardown_after_the_exit_handlers_is_no_leak(where):
+    out = _run(LATE_TEARDOWN, WHERE=where)
+    assert out.returncode == 0, out.stderr
+    (leak,) = _leaks(out.stderr)
+    assert "1 buffer(s), 4.0 KiB, never freed, reclaimed at exit (1 device 0)" in leak, leak
+
+
+PYACL_LATE_TEARDOWN = """
+    import atexit, os
+    if os.environ["WHERE"] == "atexit":
+        atexit.register(lambda: (acl.rt.free(H["late"]), acl.rt.reset_device(0), acl.finalize()))
+    import ascentrt.acl as acl
+    acl.init(); acl.rt.set_device(0)
+    H = {"late": acl.rt.malloc(1 << 20, 0)[0]}
+    kept, _ = acl.rt.malloc_host(4096)    # never freed
+"""
+
+
+def test_a_pyacl_programs_leaks_are_reported_once_at_its_finalize_or_else_at_exit():
+    out = _run(PYACL_LATE_TEARDOWN, WHERE="never")       # (it never finalizes)
+    assert out.returncode == 0, out.stderr
+    (leak,) = _leaks(out.stderr)
+    assert "2 buffer(s), 1.0 MiB, never freed, reclaimed at exit (1 device 0, 1 pinned host)" in leak
+    out = _run(PYACL_LATE_TEARDOWN, WHERE="atexit")      # (it finalizes after the exit handlers)
+    assert out.returncode == 0, out.stderr
+    (leak,) = _leaks(out.stderr)
+    assert "1 buffer(s), 4.0 KiB, never freed, reclaimed at acl.finalize (1 pinned host)" in leak
