@@ -68,3 +68,26 @@ def test_a_pyacl_programs_leaks_are_reported_once_at_its_finalize_or_else_at_exi
     assert out.returncode == 0, out.stderr
     (leak,) = _leaks(out.stderr)
     assert "1 buffer(s), 4.0 KiB, never freed, reclaimed at acl.finalize (1 pinned host)" in leak
+
+
+def test_sanitize_counts_a_race_found_after_the_report_was_written(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""
+        import atexit
+
+        def late():  # (registered before the import: runs after the runtime's exit handlers)
+            a, b = art.Device(0).create_stream(), art.Device(0).create_stream()
+            art.memset_async(buf, 1, stream=a)
+            art.memset_async(buf, 2, stream=b)   # a write-write race
+            a.synchronize(); b.synchronize(); buf.free()
+
+        atexit.register(late)
+        import ascentrt as art
+        buf = art.malloc(4096)
+    """))
+    out = subprocess.run([sys.executable, "-m", "ascentrt", "sanitize", "--", sys.executable, str(prog)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 66, out.stdout + out.stderr
+    assert "ascentrt sanitize: 1 race(s) found:" in out.stdout + out.stderr
+    listed = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("  - race on")]
+    assert len(listed) == 1, out.stdout + out.stderr
