@@ -91,3 +91,68 @@ def test_sanitize_counts_a_race_found_after_the_report_was_written(tmp_path):
     assert "ascentrt sanitize: 1 race(s) found:" in out.stdout + out.stderr
     listed = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("  - race on")]
     assert len(listed) == 1, out.stdout + out.stderr
+
+
+# ---- a forked child reports only what it made -----------------------------------------------
+
+FORK_BUFFERS = """
+    import os, sys
+    if os.environ["API"] == "acl":
+        import ascentrt.acl as acl
+        acl.init(); acl.rt.set_device(0); parents, _ = acl.rt.malloc(1 << 20, 0)
+    else:
+        import ascentrt as art
+        parents = art.malloc(1 << 20)
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.write(2, b"[child]\\n")
+        if os.environ["API"] == "acl":
+            acl.rt.malloc(4096, 0)                 # the child's own, never freed
+            acl.finalize()
+        else:
+            childs = art.malloc(4096)              # the child's own, never freed
+        sys.exit(0)                                # a normal exit: the exit handlers run
+    os.waitpid(pid, 0)
+    os.write(2, b"[parent]\\n")
+    if os.environ["API"] == "acl":
+        acl.finalize()                             # the parent's buffer, never freed
+    else:
+        pass                                       # the parent's buffer, never freed
+"""
+
+
+@pytest.mark.parametrize("api,when", [("art", "exit"), ("acl", "acl.finalize")])
+def test_a_forked_child_reports_its_own_buffers_not_its_parents(api, when):
+    out = _run(FORK_BUFFERS, API=api)
+    assert out.returncode == 0, out.stderr
+    child, parent = out.stderr.split("[parent]")
+    (leak,) = _leaks(child)
+    assert f"1 buffer(s), 4.0 KiB, never freed, reclaimed at {when} (1 device 0)" in leak, leak
+    (leak,) = _leaks(parent)                       # (the parent's report is unchanged)
+    assert f"1 buffer(s), 1.0 MiB, never freed, reclaimed at {when} (1 device 0)" in leak, leak
+
+
+FORK_POOL = """
+    import multiprocessing as mp
+    import ascentrt.acl as acl
+
+    def work(k):
+        acl.rt.set_device(0)
+        b, _ = acl.rt.malloc(4096, 0)
+        return [acl.rt.free(b), acl.rt.reset_device(0), acl.finalize()]
+
+    if __name__ == "__main__":
+        acl.init(); acl.rt.set_device(0)
+        b, _ = acl.rt.malloc(1 << 20, 0)
+        with mp.get_context("fork").Pool(1) as pool:
+            print(pool.map(work, [1]))
+        print(acl.rt.free(b), acl.finalize())
+"""
+
+
+def test_a_fork_pool_worker_that_finalizes_reports_no_leak_of_its_parents():
+    out = _run(FORK_POOL)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[[0,", "0,", "0]]", "0", "0"], out.stdout
+    assert _leaks(out.stderr) == []

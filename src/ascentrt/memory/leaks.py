@@ -16,6 +16,7 @@ from .. import config
 from ..callsite import site_text, user_code_site, user_frame
 from ..errors import warn_at_caller
 from ..units import format_bytes
+from .registry import REGISTRY
 
 
 class _ThreadGathering(threading.local):
@@ -25,6 +26,10 @@ class _ThreadGathering(threading.local):
 
 
 _gathering = _ThreadGathering()
+
+# In a forked child: the allocations live at the fork, by id (held, so that no later one takes
+# an id of theirs). They are the parent's, which reports them: the child's reports leave them out.
+_inherited: dict[int, Any] = {}
 
 # fn(buffers, when): told of every buffer reclaimed unfreed (the profiler counts them as leaks
 # whatever ASCENTRT_LEAK_CHECK says: it only silences the warning)
@@ -68,6 +73,8 @@ class reclaiming:
 def report(buffers: list, when: str) -> str | None:
     """Warn (LeakWarning) about `buffers` still allocated `when` they are reclaimed; returns the
     text (None when off, or held back for the reclaiming() around it)."""
+    if _inherited:  # (a forked child's: the parent's buffers are not its own)
+        buffers = [b for b in buffers if _inherited.get(id(b)) is not b]
     for observer in list(reclaim_observers):
         observer(buffers, when)
     if not buffers or config.get("ASCENTRT_LEAK_CHECK") == "off":
@@ -128,3 +135,12 @@ def report_at_process_end(buffers: list) -> None:
 def _forget_at_fork(end: types.ModuleType) -> None:
     """In a child forked after the exit handlers: the report at the end is the parent's."""
     end._report.buffers = []
+
+
+def _after_fork_in_child() -> None:
+    _inherited.clear()
+    _inherited.update((id(a), a) for a in REGISTRY.live())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
