@@ -156,3 +156,45 @@ def test_a_fork_pool_worker_that_finalizes_reports_no_leak_of_its_parents():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[[0,", "0,", "0]]", "0", "0"], out.stdout
     assert _leaks(out.stderr) == []
+
+
+FORK_CALLBACKS = """
+    import os, sys, threading
+    import ascentrt.acl as acl
+    acl.init(); acl.rt.set_device(0)
+    st, _ = acl.rt.create_stream()
+    me = threading.get_ident()
+    acl.rt.subscribe_report(me, st)              # the main thread reports
+    ran = []
+    acl.rt.launch_callback(ran.append, 7, 0, st)
+    acl.rt.synchronize_stream(st)                 # handed over: queued for this thread
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.write(2, b"[child]\\n")
+        if os.environ["OWN"] == "1":              # one of its own, never processed
+            st2, _ = acl.rt.create_stream()
+            acl.rt.subscribe_report(me, st2)
+            acl.rt.launch_callback(ran.append, 8, 0, st2)
+            acl.rt.synchronize_stream(st2)
+        sys.exit(0)
+    os.waitpid(pid, 0)
+    os.write(2, b"[parent]\\n")
+    acl.rt.process_report(1000)
+    print(ran, flush=True)
+"""
+
+
+@pytest.mark.parametrize("own", [0, 1])
+def test_a_forked_child_reports_its_own_unrun_callbacks_not_its_parents(own):
+    out = _run(FORK_CALLBACKS, OWN=str(own))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[7]"             # the parent ran its own
+    child, parent = out.stderr.split("[parent]")
+    unrun = [line for line in child.splitlines() if "never ran" in line]
+    if own:
+        (line,) = unrun
+        assert "the program ended with 1 callback(s) queued" in line, line
+    else:
+        assert unrun == [], child
+    assert "never ran" not in parent
