@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import collections
 import logging
+import os
 import threading
 from typing import Any
 
@@ -58,12 +59,13 @@ class _Reporter:
 class _Report:
     """A queued callback and, for blocking ones, the event its stream waits on."""
 
-    __slots__ = ("fn", "user_data", "done", "cancelled", "task", "coming_to")
+    __slots__ = ("fn", "user_data", "done", "cancelled", "task", "coming_to", "inherited")
 
     def __init__(self, fn, user_data, blocking: bool):
         self.fn, self.user_data = fn, user_data
         self.done = threading.Event() if blocking else None
         self.cancelled = False
+        self.inherited = False  # (in a forked child: queued in the parent, which reports it)
         self.task: Task | None = None  # the host task holding its stream (blocking callbacks)
         self.coming_to: _Reporter | None = None  # the reporter that counts it coming (see arrived)
 
@@ -412,12 +414,24 @@ def _warn_unrun_at_exit() -> None:
     """At exit: say which report threads still had callbacks queued that never ran (a program
     that subscribed a thread, often its main one, and ended before processing them)."""
     with _lock:
-        left = [(rep.thread_id, sum(not r.cancelled for _, r in rep.queue)) for rep in _reporters.values()]
+        left = [(rep.thread_id, sum(not r.cancelled and not r.inherited for _, r in rep.queue))
+                for rep in _reporters.values()]
     for thread_id, n in left:
         if n:
             _log.warning("the program ended with %d callback(s) queued for report thread %d that "
                          "never ran: it did not call process_report for them", n, thread_id)
 
 
+def _after_fork_in_child() -> None:
+    """In a forked child: the callbacks queued so far are the parent's (it runs them, or says
+    they never ran): the child's report at exit leaves them out."""
+    with _lock:
+        for rep in _reporters.values():
+            for _, r in rep.queue:
+                r.inherited = True
+
+
 Hooks.thread_holds.append(_held_by)
 atexit.register(_warn_unrun_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -372,12 +372,14 @@ def default_stream() -> Any:
 
 
 def _report_leaks_at_exit() -> None:
-    """At exit: the device and pinned host buffers the program never freed (a LeakWarning)."""
-    if _devices is None or not leaks.exit_report_due():
+    """At exit: the device and pinned host buffers the program never freed (a LeakWarning at
+    the process's end, leaving out those its teardown after this handler frees)."""
+    if _devices is None:
         return
     live = [b for d in _devices for b in d._memory.live_buffers()]
     live += [a for a in REGISTRY.live() if a.kind == "host"]
-    leaks.report(live, "exit")
+    if live:
+        leaks.report_at_process_end(live)
 
 
 def _host_backend():

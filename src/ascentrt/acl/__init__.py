@@ -25,9 +25,6 @@ from ._api import MESSAGES as _MESSAGES, recent_error_message as _recent_error_m
 
 _init_lock = _forksafe.lock()
 _init_count = [0]
-# (pyACL programs commonly tear down in a destructor that runs after the exit handlers: the
-# leak report at exit waits for acl.finalize, which reports what is still unfreed then)
-_leaks.teardown_pending.append(lambda: _init_count[0] > 0)
 
 
 @_api("s", module="acl", optional=1)

@@ -110,6 +110,7 @@ _counted: list[str] = []  # the texts of the races this process found, as its pr
 _inherited = [0]  # reports a forked child got from its parent (the parent's to write)
 _report_folder: list[str | None] = [None]  # where this process writes its reports at exit
 _written: list[int] = [0]  # the pid whose reports were written (once per process)
+_reported: list[str] = []  # the texts its report file holds (a race found after it: added)
 
 
 class _Token:
@@ -157,34 +158,49 @@ def _mark_running(folder: str) -> None:
 
 def _count_found(race: Race) -> None:
     """A new race: into the progress file at once, so that a process that ends without its
-    report (os._exit, a signal) still has it counted and named."""
+    report (os._exit, a signal) still has it counted and named; one found after the report was
+    written (by the program's teardown after the exit handlers) into the report, written again."""
     folder = _report_folder[0]
-    if folder is not None and _written[0] != os.getpid():
+    if folder is None:
+        return
+    if _written[0] != os.getpid():
         _counted.append(str(race))
         _mark_running(folder)
+    else:
+        _reported.append(str(race))
+        _write_report_file(folder, [str(race)])
 
 
 def _write_reports() -> None:
-    """Write this process's reports into its report folder (once)."""
+    """Write this process's reports into its report folder (once; a race found later is
+    added by _count_found)."""
     folder = _report_folder[0]
     if folder is None or _written[0] == os.getpid():
         return
     _written[0] = os.getpid()
-    texts = [str(r) for r in reports()[_inherited[0]:]]
-    record = {**_record(), "races": texts}
-    path = os.path.join(folder, REPORT_FILE.format(pid=os.getpid()))
-    try:
-        write_text_file(path, json.dumps(record), "the race report to")
-    except InvalidArgumentError as err:  # (at exit no caller can catch it: say it, with the races)
-        print(f"ascentrt: error: {err.in_words()}; {len(texts)} race(s) found"
-              f"{':' if texts else ''}", file=sys.stderr)
-        for text in texts:
-            print(f"  - {text}", file=sys.stderr)
+    _reported[:] = [str(r) for r in reports()[_inherited[0]:]]
+    if not _write_report_file(folder, _reported):
         return
     try:
         os.remove(os.path.join(folder, RUNNING_FILE.format(pid=os.getpid())))
     except OSError:
         pass
+
+
+def _write_report_file(folder: str, new: list[str]) -> bool:
+    """Write races-<pid>.json with the texts of _reported; False when it cannot be written
+    (said on stderr with `new`, the races not said before, so that they are not lost)."""
+    record = {**_record(), "races": _reported}
+    path = os.path.join(folder, REPORT_FILE.format(pid=os.getpid()))
+    try:
+        write_text_file(path, json.dumps(record), "the race report to")
+    except InvalidArgumentError as err:  # (at exit no caller can catch it: say it, with the races)
+        print(f"ascentrt: error: {err.in_words()}; {len(new)} race(s) found"
+              f"{':' if new else ''}", file=sys.stderr)
+        for text in new:
+            print(f"  - {text}", file=sys.stderr)
+        return False
+    return True
 
 
 def _write_in_multiprocessing_child(_token: _Token) -> None:
@@ -266,6 +282,7 @@ def _before_fork() -> None:
 def _after_fork_in_child() -> None:
     _inherited[0] = len(reports())
     _counted.clear()  # (the parent's, which it reports itself)
+    _reported.clear()
     if _report_folder[0] is not None:  # (its own report, under its own pid)
         _mark_running(_report_folder[0])
 
