@@ -59,11 +59,19 @@ class HotFree:
     def __init__(self, checked: Callable[..., Any], handed: dict) -> None:
         self.checked = checked
         self.handed = handed
+        self.recording = False  # a profile records API calls (see record)
+
+    def record(self, recording: bool) -> None:
+        """Told by the profiler as it starts and stops recording API calls."""
+        self.recording = recording
 
     def __call__(self, __dev_ptr: Any = _MISSING, *rest: Any) -> Any:
         dev_ptr = __dev_ptr
         key: object = dev_ptr  # (as it came: tested as an int below, dev_ptr becomes a C int,
-        if type(dev_ptr) is int and not rest:  # boxed anew at each use)
+        # boxed anew at each use). While a profile records, the checked call frees: its call
+        # of the buffer's free goes through the attribute the profiler wraps (a compiled call
+        # would not), so the free is in the profile's host API calls.
+        if type(dev_ptr) is int and not rest and not self.recording:
             handed = self.handed
             alloc: DeviceBuffer | None = handed.get(key)
             if alloc is not None:

@@ -7,6 +7,7 @@ import os
 from typing import Any, Callable
 
 from .. import interrupts
+from ..profiler import hostapi
 from ..device import Device
 from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError, InvalidHandleError
 from ..memory import REGISTRY, DeviceBuffer, HostBuffer, leaks, malloc_host as _malloc_host
@@ -148,6 +149,9 @@ def _free_hot(checked: Callable[..., Any]) -> Callable[..., Any]:
 def free(dev_ptr: int) -> None:
     """Free memory from malloc, at once (aclrtFree)."""
     _free(dev_ptr, "device")
+
+
+hostapi.watch(free.record)  # type: ignore[attr-defined]  # (a _Free: see _free_hot)
 
 
 _PHYSICAL = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -65,15 +65,7 @@ class ExecutorQueue:
                             level.remove(s)
                         ready.count -= 1
                         s._tasks.popleft()
-                        s._running = t
-                        ex = self.executor
-                        self.busy[ex] += 1
-                        released = s._released_ns
-                        if released:
-                            t.released_ns = released
-                            s._released_ns = 0
-                        if s._ended_class != ex:  # (-1: none ended yet)
-                            t.handed_ns = s._ended_ns
+                        self._taken(s, t)
                         return t
                     if first_only:
                         return None
@@ -98,37 +90,39 @@ class ExecutorQueue:
     def finish(self, task: Any) -> None:
         """A taken task ended (at its t_end): complete it and move its stream (and what it
         releases) on."""
-        engine = self.engine
         lock = self.lock
         lock.acquire()
         try:
-            s = task.stream
-            # (what take() needs to stamp a hand-over to another executor class)
-            ex = self.executor
-            s._ended_class = ex
-            s._ended_ns = task.t_end
-            if s._cut is None and task.error is None and Hooks.profiler is None:
-                # (batch_succeeded(engine, self.busy, self.active, ex, s, 1), inlined: one
-                # call less per simulated task)
-                self.busy[ex] -= 1
-                s._running = None
-                s._completed += 1
-                engine.progress += 1
-                if s._sync_waiters:
-                    engine._wake_synchronizers(s)
-                if s._tasks:
-                    engine._advance(s, ex)
-                else:
-                    s._active = False
-                    self.active.discard(s)
-                if engine._value_waits:
-                    engine._check_values()
-            elif s._cut is not None and task.id > s._cut:  # discarded before it ran: not counted twice
-                engine._batch_ended(self.dq, ex, s, [task], 0, ())
-            else:
-                engine._batch_ended(self.dq, ex, s, [task], 1, () if task.error is None else [task])
+            self._finished(task.stream, task)
         finally:
             lock.release()
+
+    def _taken(self, s: Any, t: Any) -> None:
+        """Head task `t`, popped from stream `s`, runs now (the lock held): what it carries of
+        its stream's last release and hand-over."""
+        s._running = t
+        ex = self.executor
+        self.busy[ex] += 1
+        released = s._released_ns
+        if released:
+            t.released_ns = released
+            s._released_ns = 0
+        if s._ended_class != ex:  # (-1: none ended yet)
+            t.handed_ns = s._ended_ns
+
+    def _finished(self, s: Any, t: Any) -> None:
+        """Taken task `t` of stream `s` ended (the lock held): complete it and move its stream
+        (and what it releases) on."""
+        engine = self.engine
+        ex = self.executor
+        s._ended_class = ex  # (what _taken needs to stamp a hand-over to another class)
+        s._ended_ns = t.t_end
+        if s._cut is None and t.error is None and Hooks.profiler is None:
+            batch_succeeded(engine, self.busy, self.active, ex, s, 1)
+        elif s._cut is not None and t.id > s._cut:  # discarded before it ran: not counted twice
+            engine._batch_ended(self.dq, ex, s, [t], 0, ())
+        else:
+            engine._batch_ended(self.dq, ex, s, [t], 1, () if t.error is None else [t])
 
     def step_alone(self, sim: Any) -> bool:
         """take(None, True), run() and finish() of one task in one call, for a simulator's step
@@ -151,15 +145,7 @@ class ExecutorQueue:
                 return False
             ready.count -= 1
             t = s._tasks.popleft()
-            s._running = t
-            ex = self.executor
-            self.busy[ex] += 1
-            released = s._released_ns
-            if released:
-                t.released_ns = released
-                s._released_ns = 0
-            if s._ended_class != ex:  # (-1: none ended yet)
-                t.handed_ns = s._ended_ns
+            self._taken(s, t)
         finally:
             lock.release()
         frame = sim.begin_alone(t)
@@ -181,29 +167,9 @@ class ExecutorQueue:
             done = sim.end_alone(t, frame, failed)
         if not done:
             return False
-        engine = self.engine
         lock.acquire()
         try:  # finish(t)
-            s._ended_class = ex
-            s._ended_ns = t.t_end
-            if s._cut is None and t.error is None and Hooks.profiler is None:
-                self.busy[ex] -= 1
-                s._running = None
-                s._completed += 1
-                engine.progress += 1
-                if s._sync_waiters:
-                    engine._wake_synchronizers(s)
-                if s._tasks:
-                    engine._advance(s, ex)
-                else:
-                    s._active = False
-                    self.active.discard(s)
-                if engine._value_waits:
-                    engine._check_values()
-            elif s._cut is not None and t.id > s._cut:  # discarded before it ran: not counted twice
-                engine._batch_ended(self.dq, ex, s, [t], 0, ())
-            else:
-                engine._batch_ended(self.dq, ex, s, [t], 1, () if t.error is None else [t])
+            self._finished(s, t)
         finally:
             lock.release()
         return True

@@ -325,6 +325,27 @@ def by_start(calls: list[tuple]) -> list[tuple]:
     return sorted(calls, key=itemgetter(1))
 
 
+# fn(recording) of facades whose compiled fast paths call a wrapped method directly (which no
+# wrapper sees): told True as the first instrumentation is installed, False as the last goes,
+# they take their wrapped path meanwhile. See watch().
+_watchers: list = []
+_installed = [0]  # instrumentations installed now
+
+
+def watch(fn: Any) -> None:
+    """Tell fn(recording) now and whenever API calls start or stop being recorded."""
+    _watchers.append(fn)
+    fn(_installed[0] > 0)
+
+
+def _tell_watchers(change: int) -> None:
+    before = _installed[0] > 0
+    _installed[0] += change
+    if (_installed[0] > 0) != before:
+        for fn in list(_watchers):
+            fn(not before)
+
+
 class Instrumentation:
     """The swapped-in wrappers of one profiling run, and how to put the originals back."""
 
@@ -336,6 +357,7 @@ class Instrumentation:
         self.sites = CallSites()  # the program's call sites of the recorded calls (see _wrap)
         self.methods: list[tuple[type, str, object]] = []  # (class, attribute, original)
         self.functions: dict[int, tuple[object, object]] = {}  # id(original) -> (original, wrapper)
+        self.installed = False
 
     def install(self) -> None:
         """Swap every public API function and method for its recording wrapper."""
@@ -360,6 +382,8 @@ class Instrumentation:
                                                             self.threads, self.on_error,
                                                             self.inside, self.sites))
         _rebind(self.functions)
+        self.installed = True
+        _tell_watchers(1)
 
     def uninstall(self) -> None:
         """Put the original functions and methods back (wrappers bound since are swapped too)."""
@@ -368,6 +392,9 @@ class Instrumentation:
         self.methods.clear()
         _rebind({id(w): (w, o) for o, w in self.functions.values()})
         self.functions.clear()
+        if self.installed:
+            self.installed = False
+            _tell_watchers(-1)
 
 
 def _rebind(swaps: dict[int, tuple[object, object]]) -> None:
