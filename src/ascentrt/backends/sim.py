@@ -1285,13 +1285,10 @@ class SimBackend(CpuBackend):
         frame = _Frame(t, tl.now)
         if t.dispatches_nodes:
             frame.offset = self._held_back(t, frame.start)
-        if queue.executor == _HOST and sys.is_finalizing():
-            # No thread can begin as the interpreter shuts down (and one parked cannot run):
-            # the host function runs on the thread that stepped here, the one left.
-            self._run_in_frame(queue, t, frame)
-            self._schedule_end(queue, t, frame, 1)
-            return
-        if queue.executor == _HOST:  # on a host thread of its own; ends when it returns
+        # A host function runs on a host thread of its own and ends when it returns; as the
+        # interpreter shuts down no thread can begin (nor a parked one run), and it runs like
+        # any other task, on the thread that stepped here, the one left.
+        if queue.executor == _HOST and not sys.is_finalizing():
             job = (self, queue, t, frame)
             tl.inflight += 1
             tl.host_frames[t] = frame
