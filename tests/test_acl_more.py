@@ -278,6 +278,49 @@ def test_malloc_with_cfg_on_another_device():
     assert out.split() == ["0", "0", "1", "1", "0"]
 
 
+def test_malloc_follows_the_current_context_across_devices_threads_and_destroys():
+    # (the compiled malloc keeps the last context's device memory: a switch of context, another
+    # thread's context, or a destroyed context must never get memory of the wrong device)
+    out = run_program("""
+        import threading
+        import ascentrt.acl as acl
+        def where(ptr):
+            attrs, ret = acl.rt.pointer_get_attributes(ptr)
+            return attrs["location"]["id"]
+        ctxs = [acl.rt.create_context(d)[0] for d in (0, 1)]
+        seen = []
+        for i in range(6):
+            assert acl.rt.set_context(ctxs[i % 2]) == 0
+            ptr, ret = acl.rt.malloc(4096, 0)
+            seen.append(where(ptr))
+            assert acl.rt.free(ptr) == 0
+        def other():
+            acl.rt.set_context(ctxs[1])
+            ptr, _ = acl.rt.malloc(64, 0)
+            seen.append(where(ptr))
+            acl.rt.free(ptr)
+        acl.rt.set_context(ctxs[0])
+        ptr, _ = acl.rt.malloc(64, 0)
+        t = threading.Thread(target=other); t.start(); t.join()
+        seen.append(where(ptr))
+        acl.rt.free(ptr)
+        ready, gone, res = threading.Event(), threading.Event(), []
+        def late():  # (its context is the last one seen, then destroyed under it)
+            acl.rt.set_context(ctxs[1])
+            ptr, _ = acl.rt.malloc(64, 0)
+            acl.rt.free(ptr)
+            ready.set()
+            gone.wait()
+            res.append(acl.rt.malloc(64, 0))
+        t = threading.Thread(target=late); t.start()
+        ready.wait()
+        assert acl.rt.destroy_context(ctxs[1]) == 0
+        gone.set(); t.join()
+        print(*seen, res[0][0], res[0][1] != 0)
+    """, {"ASCENTRT_DEVICES": "2"})
+    assert out.split() == ["0", "1", "0", "1", "0", "1", "1", "0", "0", "True"]
+
+
 def test_malloc_with_cfg_needs_a_context():
     released_without_device()
     assert acl.rt.malloc_with_cfg(64, 0, {}) == (0, C.ACL_ERROR_RT_CONTEXT_NULL)

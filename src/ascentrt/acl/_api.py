@@ -101,6 +101,10 @@ def fail(code: int, message: str) -> AscentError:
 
 _MISSING = object()  # an argument not given (a generated call's parameter default)
 
+# What a hot call (acl/_hot.py) takes from its function: functools.wraps' names but __module__,
+# which a compiled class keeps as its own
+_HOT_NAMES = ("__name__", "__qualname__", "__doc__", "__annotations__")
+
 
 def api(fmt: str, out: tuple[Any, ...] = (), module: str = "acl.rt", optional: int = 0,
         hot: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
@@ -221,8 +225,10 @@ def call(*rest):
         where = f"{GENERATED_PREFIX}acl wrapper of {module}.{fn.__name__}>"
         linecache.cache[where] = (len(source), None, source.splitlines(True), where)
         exec(compile(source, where, "exec"), scope)
-        call = scope["call"] if hot is None else hot(scope["call"])
-        tagged = cast(AclFunction, functools.wraps(fn)(call))
+        if hot is None:
+            tagged = cast(AclFunction, functools.wraps(fn)(scope["call"]))
+        else:  # (a compiled call object: attribute slots, no __dict__ to update; see acl/_hot.py)
+            tagged = cast(AclFunction, functools.update_wrapper(hot(scope["call"]), fn, _HOT_NAMES, ()))
         tagged.__signature__ = _call_signature(fn, out)
         tagged.__acl_name__ = f"{module}.{fn.__name__}"
         tagged.__acl_fmt__ = fmt

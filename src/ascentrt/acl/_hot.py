@@ -4,24 +4,34 @@ These two calls are the facade's hottest: as Python they were two frames and a d
 checks around the core's compiled allocation, 1.7x the core's own malloc and free. Compiled in
 the memory layer's build, the checks are C type tests and the allocator and buffer calls are
 direct. Anything but the common case goes to the generated, checked call (`checked`), which
-parses, converts and refuses as pyACL does. The facade subclasses these (in Python) so that
-each call carries its function's name, docstring and signature.
+parses, converts and refuses as pyACL does. Each instance carries its function's name,
+docstring and signature as attributes of its own (declared below): a subclass defined in Python
+could carry them too, but its calls would lose the compiled class's vectorcall (CPython 3.11
+gives it only to the class itself), and each call would pack its arguments into a tuple.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from mypy_extensions import mypyc_attr
-
 from ..memory.allocator import DeviceAllocator
 from ..memory.buffer import DeviceBuffer
 from ._api import _MISSING
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class HotMalloc:
     """acl.rt.malloc(size, policy): (dev_ptr, ret), a live current context's device memory."""
+
+    # What functools.update_wrapper and the facade set on a call (a compiled instance has no
+    # __dict__: these are its slots; __module__ stays the class's, the compiled type's own)
+    __name__: Any
+    __qualname__: Any
+    __doc__: Any
+    __annotations__: Any
+    __wrapped__: Any
+    __signature__: Any
+    __acl_name__: Any
+    __acl_fmt__: Any
 
     def __init__(self, checked: Callable[..., Any], handed: dict, current: Any, padding: int,
                  policy_range: tuple[int, int], refused: Callable[..., Any]) -> None:
@@ -31,6 +41,7 @@ class HotMalloc:
         self.padding = padding    # bytes added to each allocation (acl/_memory.py's PADDING)
         self.lo, self.hi = policy_range
         self.refused = refused    # (memory, size, exc) -> (0, ret) for a refused allocation
+        self.last: tuple[Any, Any] = (None, None)  # (context, its device's memory): see __call__
 
     # (the parameters' names begin with __: the build ignores `/`, and pyACL takes no keywords)
     def __call__(self, __size: Any = _MISSING, __policy: Any = _MISSING, *rest: Any) -> Any:
@@ -42,7 +53,14 @@ class HotMalloc:
         p: int = policy
         if n <= 0 or not self.lo <= p <= self.hi or ctx.destroyed:
             return self.checked(n, p)
-        memory: DeviceAllocator = ctx.device._memory
+        # The device memory of the last context seen (a context's device, and the device's
+        # memory, never change): one tuple, so that another thread reads a matching pair
+        last = self.last
+        if last[0] is ctx:
+            memory: DeviceAllocator = last[1]
+        else:
+            memory = ctx.device._memory
+            self.last = (ctx, memory)
         try:
             buf = memory.malloc(n + self.padding)
         except Exception as exc:
@@ -52,9 +70,17 @@ class HotMalloc:
         return ptr, 0
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class HotFree:
     """acl.rt.free(dev_ptr): ret, for a pointer acl.rt.malloc handed out and still live."""
+
+    __name__: Any  # (as HotMalloc's)
+    __qualname__: Any
+    __doc__: Any
+    __annotations__: Any
+    __wrapped__: Any
+    __signature__: Any
+    __acl_name__: Any
+    __acl_fmt__: Any
 
     def __init__(self, checked: Callable[..., Any], handed: dict) -> None:
         self.checked = checked

@@ -44,15 +44,6 @@ def _refusal(memory, size: int, exc: Exception) -> Exception:
     return exc
 
 
-class _Malloc(HotMalloc):
-    """acl.rt.malloc's call: its common case compiled (see _hot), with the function's name,
-    docstring and signature (functools.wraps sets them)."""
-
-
-class _Free(HotFree):
-    """acl.rt.free's call, as _Malloc."""
-
-
 interrupts.protect(HotMalloc.__call__, HotFree.__call__)  # (where they run as Python: a Ctrl-C
 # between the allocation and its hand-out would lose the buffer; compiled, no signal lands there)
 
@@ -65,7 +56,7 @@ def _refused_malloc(memory: Any, size: int, exc: Exception) -> Any:
 def _malloc_hot(checked: Callable[..., Any]) -> Callable[..., Any]:
     """acl.rt.malloc's common case (int arguments, a live current context) without a Python
     frame; anything else takes the checked call."""
-    return _Malloc(checked, _handed_device, _current, PADDING, _INT32, _refused_malloc)
+    return HotMalloc(checked, _handed_device, _current, PADDING, _INT32, _refused_malloc)
 
 
 @api("ki", out=(0,), hot=_malloc_hot)
@@ -142,7 +133,7 @@ def _free_hot(checked: Callable[..., Any]) -> Callable[..., Any]:
     """acl.rt.free's common case (a pointer acl.rt.malloc handed out, still live) without a
     Python frame; anything else, or a refused free, takes the checked call (which claims it
     again and says why: a refusal frees nothing, so trying again is safe)."""
-    return _Free(checked, _handed_device)
+    return HotFree(checked, _handed_device)
 
 
 @api("k", hot=_free_hot)
@@ -151,7 +142,7 @@ def free(dev_ptr: int) -> None:
     _free(dev_ptr, "device")
 
 
-hostapi.watch(free.record)  # type: ignore[attr-defined]  # (a _Free: see _free_hot)
+hostapi.watch(free.record)  # type: ignore[attr-defined]  # (a HotFree: see _free_hot)
 
 
 _PHYSICAL = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
