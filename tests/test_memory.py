@@ -176,6 +176,26 @@ def test_memcpy_with_nbytes_copies_a_prefix(bufs):
     assert np.array_equal(b.numpy()[:100], data[:100]) and not b.numpy()[100:].any()
 
 
+@pytest.mark.parametrize("n", [1, 4095, 65536, 65537, 3 << 20])
+def test_copies_either_side_of_the_inline_copy_size_copy_exactly_their_bytes(bufs, stream, n):
+    # (the cpu backend copies up to 64 KiB with the interpreter's memmove, larger ones with
+    # libc's: each must copy n bytes, from the right place, and not one more)
+    data = _pattern(n + 64, seed=n % 251)
+    a = _device_with(bufs, data)
+    b, host = art.malloc(n + 64), art.malloc_host(n + 64)
+    bufs.extend((b, host))
+    art.memset(b, 0)
+    art.memcpy(b.ptr + 32, a.ptr + 16, n)
+    assert np.array_equal(b.numpy()[32:32 + n], data[16:16 + n])
+    assert not b.numpy()[:32].any() and not b.numpy()[32 + n:].any()
+    host.numpy()[:] = 0
+    art.memcpy_async(host, b.ptr + 32, n, stream=stream)
+    stream.synchronize()
+    assert np.array_equal(host.numpy()[:n], data[16:16 + n]) and not host.numpy()[n:].any()
+    art.memcpy(a.ptr + 8, a.ptr, n)  # (overlapping, within one buffer: as memmove)
+    assert np.array_equal(a.numpy()[8:8 + n], data[:n])
+
+
 def test_typed_numpy_arrays_copy_by_bytes(bufs):
     x = np.arange(100, dtype=np.float64)
     b = _device_with(bufs, x)
