@@ -1064,15 +1064,19 @@ def test_int_arguments_take_what_has_index_as_cpythons_converter_does(rt):  # no
         rt.set_device(np.array(0.0))                       # (numpy's __index__ refuses a float)
 
 
-def test_a_profile_records_acl_frees_whichever_build_runs(rt):
+def test_a_profile_records_acl_mallocs_and_frees_whichever_build_runs(rt):
     # (the compiled acl.rt.free called the buffer's free directly, past the attribute the
-    # profiler wraps: its frees vanished from the host API calls of the compiled build only)
+    # profiler wraps: its frees vanished from the host API calls of the compiled build only;
+    # acl.rt.malloc called the device's allocator, which no wrapper sees, in both builds)
     import ascentrt as art
     ptr, _ = rt.malloc(4096, 0)
     with art.profile() as prof:
         assert rt.free(ptr) == 0
         again, _ = rt.malloc(4096, 0)
-        assert rt.free(again) == 0
-    assert [c.name for c in prof.profile.api_calls] == ["DeviceBuffer.free"] * 2
+        aligned, _ = rt.malloc_align32(100, 0)
+        assert rt.free(again) == 0 and rt.free(aligned) == 0
+    assert [c.name for c in prof.profile.api_calls] == \
+        ["DeviceBuffer.free", "Device.malloc", "Device.malloc", "DeviceBuffer.free", "DeviceBuffer.free"]
     fast, _ = rt.malloc(4096, 0)
-    assert rt.free(fast) == 0 and not rt.free.recording  # (after it: the fast path again)
+    assert not rt.malloc.recording and not rt.free.recording  # (after it: the fast paths again)
+    assert rt.free(fast) == 0

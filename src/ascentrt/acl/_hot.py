@@ -42,12 +42,19 @@ class HotMalloc:
         self.lo, self.hi = policy_range
         self.refused = refused    # (memory, size, exc) -> (0, ret) for a refused allocation
         self.last: tuple[Any, Any] = (None, None)  # (context, its device's memory): see __call__
+        self.recording = False  # a profile records API calls (see record)
+
+    def record(self, recording: bool) -> None:
+        """Told by the profiler as it starts and stops recording API calls."""
+        self.recording = recording
 
     # (the parameters' names begin with __: the build ignores `/`, and pyACL takes no keywords)
     def __call__(self, __size: Any = _MISSING, __policy: Any = _MISSING, *rest: Any) -> Any:
         size, policy = __size, __policy
         ctx = self.current.context
-        if type(size) is not int or type(policy) is not int or rest or ctx is None:
+        # (while a profile records, the checked call allocates: through Device.malloc, which
+        # the profiler wraps, so that the allocation is among the profile's host API calls)
+        if type(size) is not int or type(policy) is not int or rest or ctx is None or self.recording:
             return self.checked(size, policy, *rest)
         n: int = size
         p: int = policy
