@@ -1,5 +1,6 @@
-"""A SIGINT, SIGTERM or SIGHUP that comes while a profile is written at exit is held until it
-is written, then does what it does; a second one of the same kind comes at once."""
+"""A SIGINT, SIGTERM or SIGHUP that comes while a profile is written at exit (by the program, or
+assembled by `ascentrt prof`) is held until it is written, then does what it does; a second one
+of the same kind comes at once; SIGKILL cannot be held, and prof names only what is there."""
 
 import os
 import signal
@@ -96,3 +97,81 @@ def test_a_second_sigterm_ends_a_profile_write_that_is_stuck(tmp_path):
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+def _prof(tmp_path, program, setup=""):
+    """Start `ascentrt prof -q -o out -- python prog.py` in a session of its own, after `setup`
+    in the command's own process."""
+    (tmp_path / "prog.py").write_text(program)
+    out = tmp_path / "out"
+    command = (f"import sys\n{setup}\nfrom ascentrt.cli import main\n"
+               f"sys.exit(main(['prof', '-q', '-o', {str(out)!r}, '--', sys.executable, 'prog.py']))")
+    proc = subprocess.Popen([sys.executable, "-c", command], cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    return out, proc
+
+
+def _finish(proc):
+    try:
+        return proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def test_a_sigterm_to_the_process_group_reaches_a_program_writing_its_profile_once(tmp_path):
+    # The program writes its profile for longer than prof's grace: prof, which got the
+    # SIGTERM too, must not send it a second one (which would end the writing).
+    grace = 0.3
+    program = _program([], then=(
+        "print('writing', flush=True)\n"
+        "    import time\n"
+        "    from ascentrt import interrupts\n"
+        "    end = time.monotonic() + 30\n"
+        "    while not interrupts.held_signals() and time.monotonic() < end:\n"
+        "        time.sleep(0.01)\n"
+        f"    time.sleep({grace} + 0.5)  # (past prof's grace)"))
+    out, proc = _prof(tmp_path, program, f"import ascentrt.validate as v; v.GROUP_GRACE_S = {grace}")
+    try:
+        assert proc.stdout.readline() == "writing\n"
+        os.killpg(proc.pid, signal.SIGTERM)  # (a CI cancel)
+    finally:
+        stdout, stderr = _finish(proc)
+    assert proc.returncode == 128 + 15, stderr
+    assert "sent to the process group" in stderr and "passed on" not in stderr, stderr
+    assert "lacks" not in stderr and f"outputs in {out}: report.html" in stdout, stdout
+    assert _whole(out) and not [n for n in os.listdir(out) if n.startswith("child-")]
+
+
+def test_a_sigterm_while_prof_assembles_the_profile_is_held_until_it_is_written(tmp_path):
+    setup = ("import os, signal\nimport ascentrt.profiler.folders as f\nassemble = f.assemble\n"
+             "def sent_as_assembled(*args, **kwargs):\n"
+             "    os.kill(os.getpid(), signal.SIGTERM)\n"
+             "    return assemble(*args, **kwargs)\n"
+             "f.assemble = sent_as_assembled")
+    out, proc = _prof(tmp_path, "import ascentrt as art\n"
+                                "art.launch(art.kernels.noop, name='quick'); art.synchronize(timeout=10)\n",
+                      setup)
+    stdout, stderr = _finish(proc)
+    assert proc.returncode == -signal.SIGTERM, stderr  # (then it ends the command)
+    assert "SIGTERM came while the profile was assembled" in stderr, stderr
+    assert _whole(out) and not [n for n in os.listdir(out) if n.startswith("child-")]
+
+
+def test_prof_names_only_the_outputs_a_program_killed_as_it_wrote_them_left(tmp_path):
+    # (SIGKILL cannot be held: the program ends after profile.json and the trace, before the rest)
+    program = _program([]).replace("import ascentrt as art\n", (
+        "import ascentrt as art\n"
+        "import ascentrt.profiler.export as export\n"
+        "def killed(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "export.write_csvs = killed\n"), 1)
+    out, proc = _prof(tmp_path, program)
+    stdout, stderr = _finish(proc)
+    assert proc.returncode == 128 + 9, stderr
+    said = [line for line in stdout.splitlines() if line.startswith("outputs in")]
+    assert said == [f"outputs in {out}: trace.json (Perfetto / chrome://tracing), profile.json"], stdout
+    assert "lacks report.html, summary.txt" in stderr, stderr
+    assert sorted(os.listdir(out)) == ["profile.json", "trace.json"]
