@@ -166,8 +166,8 @@ def _prof(args) -> int:
 
     from .errors import ErrorCode, InvalidArgumentError
     from .profiler.data import RUNNING, part_path
-    from .profiler.folders import (PROGRESS_FILE, assemble, claim, clear_leftovers, missing, refusals,
-                                   still_writing)
+    from .profiler.folders import (PROGRESS_FILE, claim, clear_leftovers, missing, refusals,
+                                   still_writing, writing_at_exit)
     from .profiler.export import OUTPUT_FILES, TRACE_FILE
     from .profiler.summary import print_summary
     from .validate import program_command, program_env, read_small_file, start_program, wait_program
@@ -205,7 +205,8 @@ def _prof(args) -> int:
             pass
         print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
-    code, passed, shared = wait_program(child, min(1.0, every), progress)
+    code, passed, shared = wait_program(child, min(1.0, every), progress,
+                                        lambda: writing_at_exit(out, child.pid))
     if passed is not None:
         print(f"ascentrt prof: interrupted ({signal.Signals(passed).name}): passed on to the "
               f"program, which exited with {code}", file=sys.stderr)
@@ -227,7 +228,7 @@ def _prof(args) -> int:
                   f"written one, ascentrt report --rewrite {args.out} adds it)", file=sys.stderr)
     unreadable: list[str] = []
     started_part = os.path.isdir(part_path(out, child.pid))  # (it imported ascentrt: see below)
-    prof = assemble(out, child.pid, command, unreadable, owner=os.getpid())
+    prof = _assemble_held(out, child.pid, command, unreadable)
     if prof is None and unreadable:  # written, but not readable: say what failed (kept to look at)
         error = InvalidArgumentError(f"a profile was written into {out} but cannot be read "
                                      f"(the program exited with {code}): {unreadable[0]}",
@@ -265,9 +266,34 @@ def _prof(args) -> int:
         print_summary(prof, scope=f"the whole run (no range {args.range!r} in it)")
         print(f"ascentrt: error: {_in_words(exc)}", file=sys.stderr)
         code = code or 1
+    # (what is there: a program killed while it wrote its profile left some out)
+    there = [name for name in OUTPUT_FILES if os.path.isfile(os.path.join(out, name))]
     print(f"\noutputs in {out}: " + ", ".join(
-        name + (" (Perfetto / chrome://tracing)" if name == TRACE_FILE else "") for name in OUTPUT_FILES))
+        name + (" (Perfetto / chrome://tracing)" if name == TRACE_FILE else "") for name in there))
+    if len(there) < len(OUTPUT_FILES):
+        print(f"ascentrt prof: the profile in {out} lacks " +
+              ", ".join(name for name in OUTPUT_FILES if name not in there) +
+              ": the program was ended while it wrote them", file=sys.stderr)
     return code
+
+
+def _assemble_held(out: str, pid: int, command: list, unreadable: list[str]):
+    """folders.assemble for `ascentrt prof`, which a SIGINT, SIGTERM or SIGHUP does not cut:
+    one that comes meanwhile is held until the profile is written, then does what it does
+    (ends this command, by default); a second of the same kind comes at once."""
+    import signal
+
+    from . import interrupts
+    from .profiler.folders import assemble
+    held = interrupts.hold_ending()
+    try:
+        return assemble(out, pid, command, unreadable, owner=os.getpid())
+    finally:
+        for signum in interrupts.held_signals() if held else ():
+            print(f"ascentrt prof: {signal.Signals(signum).name} came while the profile was "
+                  f"assembled in {out}: it was held until the profile was written",
+                  file=sys.stderr, flush=True)
+        interrupts.release_ending(held)
 
 
 def _command_text(command: list) -> str:

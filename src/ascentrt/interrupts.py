@@ -13,6 +13,11 @@ ready queue) are registered with protect() instead, at no cost per call: a signa
 the main thread inside one is sent again a moment later, until it lands outside. Waits inside
 them (a full submission queue) are registered with interruptible(): a signal ends those.
 
+A profile written at exit is held further (hold_ending()): SIGINT, SIGTERM and SIGHUP are
+held even where their action is the default one, the process's end (a handler of ours stands
+in for it meanwhile; SIGKILL cannot be held), and a second signal of a kind held already is
+delivered at once, standing for both: it may end a write that is stuck.
+
 For this every Python-level handler runs behind a shim of ours: install() puts one around
 each handler in place (Python's own SIGINT one included) and replaces signal.signal and
 signal.getsignal by wrappers that do the same for every handler installed later, while
@@ -40,6 +45,9 @@ _SIGINT: Final = int(signal.SIGINT)
 _real_signal: Final[Callable[[Any, Any], Any]] = signal.signal
 _real_getsignal: Final[Callable[[Any], Any]] = signal.getsignal
 _default_int_handler: Final = signal.default_int_handler
+_SIG_DFL: Final = signal.SIG_DFL
+# The signals that end a process by default and that hold_ending() holds even then
+_ENDING: Final = tuple(int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 # The signal numbers, as plain ints (valid_signals() makes an enum member of each)
 _SIGNALS: Final = tuple(int(s) for s in signal.valid_signals()
                         if s not in (signal.SIGKILL, signal.SIGSTOP))
@@ -54,6 +62,8 @@ class _Held:
         self.signals: list[int] = []  # the signals held, in the order they came
         self.installed = False  # whether install() ran on the main thread
         self.deciding = False   # whether a shim is deciding whether to hold a signal back
+        self.ending = 0  # how deep in hold_ending() sections (a second signal of a kind held: at once)
+        self.defaults: list[int] = []  # the signals whose default action hold_ending() holds
         self.main: int | None = threading.main_thread().ident  # (a fork from another thread makes that one main)
 
 
@@ -177,6 +187,10 @@ def _held_back(signum: int, frame: Any) -> bool:
     if _held.depth:
         if signum not in _held.signals:  # (signals coalesce: one stands for all that came)
             _held.signals.append(signum)
+        elif _held.ending:  # (a second one while a write at exit holds it: at once, for both)
+            _held.signals.remove(signum)
+            _held.pending = bool(_held.signals)
+            return False
         _held.pending = True
         return True
     if _in_protected(frame) or _swallowed_in(frame):
@@ -203,9 +217,23 @@ def _on_sigint(signum: int, frame: Any) -> None:
         _default_int_handler(signum, frame)
 
 
+def _on_default(signum: int, frame: Any) -> None:
+    """A signal whose action is the default one (the process's end) while hold_ending() holds
+    it: held back as any signal, else what it does by default."""
+    if not _deferred(signum, frame):
+        _end_by(signum)
+
+
+def _end_by(signum: int) -> None:
+    """Do what `signum` does by default (end the process, for those of _ENDING)."""
+    _real_signal(signum, _SIG_DFL)
+    signal.raise_signal(signum)
+
+
 def _shim(signum: Any, handler: Any) -> Any:
     """The handler to install for the program's `handler` of `signum`."""
-    if not callable(handler) or type(handler) is _Shim or handler is _on_sigint:
+    if not callable(handler) or type(handler) is _Shim or handler is _on_sigint \
+            or handler is _on_default:
         return handler  # (SIG_DFL, SIG_IGN, or one of ours already)
     if handler is _default_int_handler and signum == _SIGINT:
         return _on_sigint
@@ -218,6 +246,8 @@ def _unshim(handler: Any) -> Any:
         return handler.handler
     if handler is _on_sigint:
         return _default_int_handler
+    if handler is _on_default:
+        return _SIG_DFL
     return handler
 
 
@@ -326,6 +356,8 @@ def _after_fork_in_child() -> None:
     _held.signals = []
     _held.deciding = False
     _held.main = threading.main_thread().ident  # (threading's own fork hook ran first)
+    _held.ending = 0
+    _restore_defaults()
 
 
 if hasattr(os, "register_at_fork"):
@@ -374,3 +406,56 @@ def release_or_undo(held: bool, undo: Callable[[], Any]) -> None:
                     _send_again(signum)
         raise
     _held.depth -= 1
+
+
+def hold_ending() -> bool:
+    """Enter a section (a profile written at exit) that SIGINT, SIGTERM and SIGHUP may not cut,
+    even where their action is the default one, the process's end: it is held as a handler's
+    (one ignored stays ignored); a second of a kind held already comes at once, standing for
+    both. Returns whether it counts (on the main thread only); pass it to release_ending()."""
+    if not hold():
+        return False
+    _held.ending += 1
+    if _held.ending == 1:
+        for signum in _ENDING:
+            if _real_getsignal(signum) == _SIG_DFL:
+                _real_signal(signum, _on_default)
+                _held.defaults.append(signum)
+    return True
+
+
+def held_signals() -> list[int]:
+    """The signals held back now, in the order they came."""
+    return list(_held.signals)
+
+
+def _restore_defaults() -> None:
+    """Give back their default action to the signals hold_ending() held with a handler of ours."""
+    defaults, _held.defaults = _held.defaults, []
+    for signum in defaults:
+        if _real_getsignal(signum) is _on_default:  # (not one the program installed since)
+            _real_signal(signum, _SIG_DFL)
+
+
+def release_ending(held: bool) -> None:
+    """Leave a section entered with hold_ending(): as release(), the signals held meanwhile
+    handled in the order they came; one whose action is the default one ends the process, as
+    it would have (after a handler's exception too: nothing is sent again at exit)."""
+    if not held:
+        return
+    _held.ending -= 1
+    if _held.ending or _held.depth > 1:  # (its signals: where the outermost ends)
+        if not _held.ending:
+            _restore_defaults()
+        release(True)
+        return
+    defaults = _held.defaults
+    _restore_defaults()
+    signums = _take_held()
+    _held.depth -= 1
+    try:
+        _each_or_send_again(signums, signal.raise_signal)
+    finally:  # (reached where a handler raised: one that ends the process still does)
+        for signum in signums:
+            if signum in defaults and _real_getsignal(signum) == _SIG_DFL:
+                signal.raise_signal(signum)

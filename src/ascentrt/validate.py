@@ -279,7 +279,10 @@ def _shares_group(child: subprocess.Popen) -> bool:
         return False
 
 
-def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None) -> Waited:
+BUSY_POLL_S = 0.05  # how often a signal waiting for a program that ends on its own looks again
+
+
+def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None, ending=None) -> Waited:
     """Wait for `child` (start_program's) and return its exit status (wait_exit_status's) and
     the signals that came meanwhile (see Waited). SIGINT, SIGTERM or SIGHUP that another
     process sent to this command alone (kill) is passed on to the program, which is waited for
@@ -288,7 +291,10 @@ def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None) -> Wait
     whole group (kill -- -PGID, which no signal's details tell from a kill of this command
     alone): it is passed on only if the program still runs GROUP_GRACE_S later, so that one
     sent to the group reaches the program once, not twice (which cut the writing of its
-    profile). `tick()` is called every `every` seconds meanwhile."""
+    profile). While `ending()` says the program ends on its own (it writes its profile at exit,
+    holding such a signal until it is written), the grace lasts: one sent to the group would
+    come twice, and a second one ends that writing at once; another one sent meanwhile is
+    passed on at once (to end a write that is stuck). `tick()` is called every `every` seconds meanwhile."""
     waits = hasattr(signal, "sigtimedwait") and threading.current_thread() is threading.main_thread()
     if not waits:  # (no sigtimedwait: macOS; or not the main thread: no signals here)
         while True:
@@ -308,8 +314,11 @@ def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None) -> Wait
             wait_s = every if held is None else max(0.0, min(every, due - time.monotonic()))
             info = signal.sigtimedwait(watched, wait_s)
             if held is not None and time.monotonic() >= due and child.poll() is None:
-                child.send_signal(held)  # (the program still runs: it was this command's alone)
-                passed, held = held, None
+                if ending is not None and ending():  # (it ends on its own: looked at again soon)
+                    due = time.monotonic() + BUSY_POLL_S
+                else:
+                    child.send_signal(held)  # (the program still runs: it was this command's alone)
+                    passed, held = held, None
             if info is None:
                 if tick is not None:
                     tick()
@@ -317,6 +326,9 @@ def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None) -> Wait
                 if not _shares_group(child):
                     passed = info.si_signo
                     child.send_signal(passed)
+                elif (held is not None or passed is not None) and ending is not None and ending():
+                    passed, held = info.si_signo, None  # (a second one while it writes its
+                    child.send_signal(passed)           # profile at exit: to end a stuck write)
                 elif held is None:
                     held, due = info.si_signo, time.monotonic() + GROUP_GRACE_S
             # (si_code > 0: from the kernel, the terminal, which sent the program one too)

@@ -23,7 +23,11 @@ PROGRESS_FILE = "progress.json"
 # What a process of a run notes in its part folder as it starts (its pid and command line): a
 # part that never comes is then named with what it ran (see missing).
 START_FILE = "process.json"
-_NOT_A_PART = (PROGRESS_FILE, START_FILE)  # what a part folder holds before its part is written
+# What a process of a run leaves in its part folder while it writes its part at exit: it ends on
+# its own then (`ascentrt prof` does not pass on a signal it may have had already, see
+# writing_at_exit)
+WRITING_FILE = "writing-at-exit"
+_NOT_A_PART = (PROGRESS_FILE, START_FILE, WRITING_FILE)  # notes, not outputs (never moved up)
 OUTPUTS = (DATA_FILE, TRACE_FILE, REPORT_FILE, SUMMARY_FILE, *CSV_FILES, PROGRESS_FILE)
 _PART = re.compile(re.escape(PART_DIR).replace(r"\{pid\}", r"([0-9]+)") + "$")
 # Why ascentrt refused a process of an `ascentrt prof` run at its start (a wrong setting): the
@@ -102,6 +106,27 @@ def clear_leftovers(root: str) -> None:
                 os.rmdir(os.path.join(root, name))  # (only when empty: OSError otherwise)
         except OSError:
             pass
+
+
+def note_writing(part: str) -> bool:
+    """Note in part folder `part` that its process is writing its part at exit; returns whether
+    it could (best effort). Removed with end_writing."""
+    try:
+        with open(os.path.join(part, WRITING_FILE), "w"):
+            return True
+    except OSError:
+        return False
+
+
+def end_writing(part: str) -> None:
+    """Remove the note_writing note from part folder `part` (if there)."""
+    with contextlib.suppress(OSError):
+        os.remove(os.path.join(part, WRITING_FILE))
+
+
+def writing_at_exit(root: str, pid: int) -> bool:
+    """Whether process `pid` of a run into `root` is writing its part at exit (note_writing)."""
+    return os.path.exists(os.path.join(part_path(root, pid), WRITING_FILE))
 
 
 def note_start(part: str, pid: int, command: list) -> None:
@@ -244,7 +269,10 @@ def assemble(root: str, pid: int, command: list, unreadable: list[str] | None = 
     if main is not None and not others and not lacking:  # one process: its outputs move up as they are
         part = part_path(root, main.pid)
         for name in os.listdir(part):
-            os.replace(os.path.join(part, name), os.path.join(root, name))
+            if name in _NOT_A_PART:  # (a note a process killed as it wrote its part left)
+                os.remove(os.path.join(part, name))
+            else:
+                os.replace(os.path.join(part, name), os.path.join(root, name))
         os.rmdir(part)
         return main
     if main is None:  # the program itself recorded nothing: a profile that only has the parts

@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -153,23 +154,43 @@ class Session:
             self.stop()
 
     def _stop_at_exit(self) -> None:
-        """Stop and write, as the process exits; a failure is one line on stderr. A signal
-        that comes meanwhile (a second Ctrl-C) is held until the profile is written."""
+        """Stop and write, as the process exits; a failure is one line on stderr. A SIGINT,
+        SIGTERM or SIGHUP that comes meanwhile (a second Ctrl-C, a CI cancel) is held until the
+        profile is written, then does what it does (ends the process, by default); a second
+        one of the same kind comes at once (see interrupts.hold_ending)."""
         if not self.running:
             return
-        held = interrupts.hold()
+        held = interrupts.hold_ending()
+        # (a part's process tells `ascentrt prof` it ends on its own: see folders.writing_at_exit)
+        noted = self._part and self.path is not None and folders.note_writing(self.path)
         try:
             try:
                 self.stop()
             except Exception as exc:  # exiting: say what went wrong, in one line
                 print(f"ascentrt: could not write the profile to {self.path}: {exc}",
                       file=sys.stderr)
+            except KeyboardInterrupt:  # (a second Ctrl-C: said, not a traceback)
+                print(f"ascentrt: a second interrupt cut the profile written to {self.path} "
+                      f"short (the first was held)", file=sys.stderr)
+            finally:
+                self._release_at_exit(held)
         finally:
-            try:
-                interrupts.release(held)  # (a signal held meanwhile is handled here)
-            except KeyboardInterrupt:  # (exiting already: said, not a traceback)
-                print(f"ascentrt: an interrupt came while the profile was written to "
-                      f"{self.path}: it was held until the profile was written", file=sys.stderr)
+            if noted and self.path is not None:  # (not where a signal held ended the process)
+                folders.end_writing(self.path)
+
+    def _release_at_exit(self, held: bool) -> None:
+        """interrupts.release_ending(held) once the profile is written at exit, saying which
+        signal came meanwhile where it ends the process or raises."""
+        for signum in interrupts.held_signals() if held else ():
+            if interrupts.handler_of(signum) == signal.SIG_DFL:  # (it ends the process now)
+                print(f"ascentrt: {signal.Signals(signum).name} came while the profile was "
+                      f"written to {self.path}: it was held until the profile was written",
+                      file=sys.stderr, flush=True)
+        try:
+            interrupts.release_ending(held)  # (a signal held meanwhile is handled here)
+        except KeyboardInterrupt:  # (exiting already: said, not a traceback)
+            print(f"ascentrt: an interrupt came while the profile was written to "
+                  f"{self.path}: it was held until the profile was written", file=sys.stderr)
 
     def _report_progress(self, every_s: float = 1.0) -> None:
         """Write PROGRESS_FILE into the folder every `every_s` seconds (for `ascentrt prof`)."""
