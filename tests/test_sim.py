@@ -1789,6 +1789,25 @@ def test_calibrate_times_small_copies_both_ways_with_the_host_side_written_first
     host.free(), dev_buf.free()
 
 
+@pytest.mark.cpu_only
+def test_calibrate_times_a_launch_synchronize_loop_whole_stalls_included(stream, monkeypatch):
+    # (a loaded machine stalls ~1% of the iterations for milliseconds: a loop pays them, and
+    # the median iteration calibrate took left them out: at a load of 5 on 2 cores, the
+    # simulator predicted ~40% of the time of bench_sim's latency-bound loop)
+    from ascentrt.calibrate import _launch_then_synchronize
+    launched = [0]
+
+    def stalling(*args, **kwargs):
+        launched[0] += 1
+        if launched[0] % 20 == 0:  # one iteration in 20 waits 20 ms
+            time.sleep(0.02)
+        return launch(*args, **kwargs)
+    launch = art.launch
+    monkeypatch.setattr(art, "launch", stalling)
+    per_iteration, _ = _launch_then_synchronize(stream, count=20)
+    assert per_iteration >= 0.02e9 / 20  # each loop of 20 took its stall
+
+
 def test_calibrate_warns_before_measuring_a_busy_machine():
     from ascentrt.calibrate import busy_warning
     assert busy_warning(0.1) is None

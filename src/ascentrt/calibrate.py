@@ -41,28 +41,33 @@ def _median_ns(fn: Callable[[], object], repeats: int = 7) -> float:
     return float(statistics.median(times))
 
 
-def _launch_then_synchronize(s, count: int = 400) -> tuple[float, float]:
-    """(median ns of one iteration of a loop that launches a no-op kernel on idle stream `s`
-    and synchronizes it, median ns the kernel ran). Medians: one iteration that waited for
-    the interpreter lock another process's load held (up to its 5 ms switch interval) would
-    weigh in a mean as much as a hundred that did not."""
+def _launch_then_synchronize(s, count: int = 200, loops: int = 15) -> tuple[float, float]:
+    """(ns per iteration of a loop of `count` iterations that each launch a no-op kernel on
+    idle stream `s` and synchronize it: the loop's time over `count`, the median of `loops`
+    loops; median ns the kernel ran). A loop's time, not an iteration's median: a loop pays
+    every iteration, and here, on a loaded machine, ~1% of them wait milliseconds for a core
+    another process holds, which adds half or more to the loop's time (the median iteration
+    left that out: at a load of 5 on 2 cores, the simulator predicted ~40% of the time of
+    bench_sim's loop); the median over loops keeps one loop that met an unusually long
+    stall from weighing as much as the rest."""
     import ascentrt as art
     runs: list[float] = []
-    loops: list[float] = []
+    per_loop: list[float] = []
     span = [0, 0]
 
     def stamped() -> None:
         span[0] = time.perf_counter_ns()
         span[1] = time.perf_counter_ns()
 
-    for i in range(count + 20):  # (the first 20 warm the path up)
+    for i in range(loops + 1):  # (the first loop warms the path up)
         t0 = time.perf_counter_ns()
-        art.launch(stamped, stream=s)
-        s.synchronize()
-        if i >= 20:
-            loops.append(time.perf_counter_ns() - t0)
+        for _ in range(count):
+            art.launch(stamped, stream=s)
+            s.synchronize()
             runs.append(span[1] - span[0])
-    return float(statistics.median(loops)), float(statistics.median(runs))
+        if i:
+            per_loop.append((time.perf_counter_ns() - t0) / count)
+    return float(statistics.median(per_loop)), float(statistics.median(runs[count:]))
 
 
 def _event_hop_ns(dev, s, hops: int = 200) -> float:
@@ -410,9 +415,10 @@ def measure() -> dict:
     iteration, kernel_ns = _launch_then_synchronize(s)
     dispatch = out["dispatch_ns"][0]
     out["host_sync_ns"] = (max(0.0, iteration - launch_ns - dispatch),
-                           "a no-op kernel launched on an idle stream, then synchronized: the "
-                           "median loop iteration, minus the launch and dispatch costs (the "
-                           "executor's and the host's wake-ups)")
+                           "a no-op kernel launched on an idle stream, then synchronized, 200 "
+                           "times: the loop's time per iteration (the median of 15 loops), "
+                           "minus the launch and dispatch costs (the executor's and the "
+                           "host's wake-ups, and the stalls a loaded machine adds)")
     out["event_latency_ns"] = (max(0.0, _event_hop_ns(dev, s) - dispatch),
                                "an event ping-pong of no-op kernels between two streams: the "
                                "median time per hop, minus a dispatch")
