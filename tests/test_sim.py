@@ -1900,37 +1900,66 @@ def test_an_event_synchronized_every_iteration_is_diagnosed_only_where_the_devic
     s.destroy()
 
 
+_BUSY_OR_BLOCKED_HOST = textwrap.dedent("""
+    import time, ascentrt as art
+    a, b = art.Stream(), art.Stream()
+    art.launch(lambda: None, stream=a, cost=1.0, block_dim=12)
+    end = time.perf_counter() + {busy}
+    while time.perf_counter() < end:
+        pass
+    time.sleep({blocked})
+    art.launch(lambda: None, stream=b, cost=1.0, block_dim=12)
+    a.synchronize(); b.synchronize()
+    print(art.Device(0).now_ns())
+""")
+
+
+def _run_busy_or_blocked_host(busy, blocked, preexec_fn=None):
+    """(the device clock at the end, how often the device was said to move on) of a host that
+    computes `busy` s, then blocks `blocked` s, with work pending."""
+    proc = subprocess.run([sys.executable, "-c", _BUSY_OR_BLOCKED_HOST.format(busy=busy, blocked=blocked)],
+                          capture_output=True, text=True, timeout=60, preexec_fn=preexec_fn,
+                          env={**os.environ, "ASCENTRT_BACKEND": "sim"})
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.split()[-1]), proc.stderr.count("moved on without it")
+
+
 @each_build_once
 def test_a_device_that_moved_on_without_a_blocked_host_says_so_and_a_busy_host_keeps_its_timeline():
     # (a host busy longer than IDLE_HOST_S between calls got 2 s of virtual time instead of
     # 1 s, with nothing said: the figure depended on the machine's speed. A host that computes
     # is not idle: the timeline is the one a host with no work between its calls gives, and
     # only a host blocked outside the runtime lets the device move on, and is told so.)
-    code = textwrap.dedent("""
-        import time, ascentrt as art
-        a, b = art.Stream(), art.Stream()
-        art.launch(lambda: None, stream=a, cost=1.0, block_dim=12)
-        end = time.perf_counter() + {busy}
-        while time.perf_counter() < end:
-            pass
-        time.sleep({blocked})
-        art.launch(lambda: None, stream=b, cost=1.0, block_dim=12)
-        a.synchronize(); b.synchronize()
-        print(art.Device(0).now_ns())
-    """)
-
-    def run(busy, blocked):
-        proc = subprocess.run([sys.executable, "-c", code.format(busy=busy, blocked=blocked)],
-                              capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "ASCENTRT_BACKEND": "sim"})
-        assert proc.returncode == 0, proc.stderr
-        return int(proc.stdout.split()[-1]), proc.stderr.count("moved on without it")
-
-    quick, said = run(0, 0)
+    quick, said = _run_busy_or_blocked_host(0, 0)
     assert said == 0
-    assert run(0.6, 0) == (quick, 0)
-    moved, said = run(0, 0.6)
+    assert _run_busy_or_blocked_host(0.6, 0) == (quick, 0)
+    moved, said = _run_busy_or_blocked_host(0, 0.6)
     assert moved > quick and said == 1  # (once per process)
+
+
+@pytest.mark.serial  # (it loads one core to the full)
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or
+                    not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"),
+                    reason="needs CPU affinity and Linux's per-thread scheduler figures")
+def test_a_busy_host_on_a_loaded_core_keeps_its_timeline():
+    # (a host computing on a core that 14 other processes share runs ~6% of the time, less
+    # than a busy host's share: it was taken for blocked, and the device moved on without it,
+    # so virtual time depended on the machine's load. Waiting in the run queue for a core is
+    # computing too.)
+    quick, _ = _run_busy_or_blocked_host(0, 0)
+    cpu = min(os.sched_getaffinity(0))
+
+    def pinned():
+        os.sched_setaffinity(0, {cpu})
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pinned)
+            for _ in range(14)]
+    try:
+        assert _run_busy_or_blocked_host(0.6, 0, pinned) == (quick, 0)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 @each_build_once

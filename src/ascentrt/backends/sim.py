@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import collections
 import dataclasses
 import heapq
 import itertools
@@ -71,10 +72,11 @@ HOST_FUNC_PATIENCE_S = 0.5
 IDLE_HOST_S = 0.2
 # A host thread that computes meanwhile (its own code, or the runtime's between its calls) is
 # not blocked: it will call again, and moving on without it would make the timeline depend on
-# how fast this machine runs that code. Busy means it ran at least BUSY_SHARE of the time it
-# was looked at; while every host thread is busy, the device waits up to BUSY_HOST_S (a host
-# that spins on a flag a host function sets, without calling the runtime, must not hang for
-# good); one blocked outside the runtime lets it move on after IDLE_HOST_S, as before.
+# how fast this machine runs that code. Busy means it ran at least BUSY_SHARE of the last
+# IDLE_HOST_S or so (several looks: a loaded machine gives it no core for some); while every
+# host thread is busy, the device waits up to BUSY_HOST_S (a host that spins on a flag a host
+# function sets, without calling the runtime, must not hang for good); one blocked outside the
+# runtime lets it move on after IDLE_HOST_S, as before.
 BUSY_SHARE = 0.1
 BUSY_HOST_S = 5.0
 # A kernel, copy or fill runs on the host thread whose call stepped the simulation to it: one
@@ -98,12 +100,15 @@ def _say_long_step(task: Any) -> None:
 
 
 def _cpu_ns(thread: threading.Thread) -> int:
-    """The CPU time a thread of this process has run so far (ns); -1 where it cannot be read
-    (an ended thread, a system without /proc's per-thread figures)."""
+    """The time a thread of this process has run so far, or waited in the run queue for a core
+    (ns): what it would have run on a machine of its own, as a thread that computes wants all
+    of it and one blocked none; -1 where it cannot be read (an ended thread, a system without
+    /proc's per-thread figures)."""
     try:
         with open(f"/proc/self/task/{thread.native_id}/schedstat", "rb") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
+            ran, waited = f.read().split()[:2]
+            return int(ran) + int(waited)
+    except (OSError, ValueError):
         return -1
 
 
@@ -324,23 +329,28 @@ class Timeline:
     def _pump_until_stopped(self) -> None:
         seen, since = -1, time.monotonic()
         step, step_since, said = None, since, None
-        ran: dict = {}  # ident -> CPU ns of each host thread at the last look
-        looked = since
+        # (time of a look, ident -> CPU ns of each host thread then) of the last looks: a
+        # thread's share is taken over about IDLE_HOST_S, not one look, since on a loaded
+        # machine a thread that computes may get no core for a look or two (it was taken for
+        # blocked, and the device moved on without it)
+        looks: collections.deque = collections.deque(maxlen=4)
         while not self.pump_stop.wait(IDLE_HOST_S / 4):
             # (read without the lock: a host thread that computes is not an idle host)
-            tick, looked = time.monotonic() - looked, time.monotonic()
+            looked = time.monotonic()
             # (every host thread computing: one blocked outside the runtime may be waiting for
             # the device, as a lone host thread blocked there is)
-            computing, blocked, before = 0, 0, ran
+            computing, blocked = 0, 0
+            then, before = looks[0] if looks else (looked, {})
             ran = {}
             for ident, thread in list(self.callers.items()):
                 cpu = ran[ident] = _cpu_ns(thread)
                 last = before.get(ident, -1)
                 if cpu >= 0 and last >= 0:
-                    if cpu - last >= BUSY_SHARE * tick * 1e9:
+                    if cpu - last >= BUSY_SHARE * (looked - then) * 1e9:
                         computing += 1
                     elif thread.is_alive():
                         blocked += 1
+            looks.append((looked, ran))
             busy = computing > 0 and not blocked
             # (read without the lock, which the step holds) A task that has run this long on
             # the host thread that stepped it may wait for that very thread: say so, once.
