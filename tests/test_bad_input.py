@@ -607,10 +607,10 @@ def test_schedule_planning_grows_with_the_graph_not_the_streams_asked_for():
     g = art.TaskGraph()
     g.add_kernel(art.kernels.noop)
     import time
-    t0 = time.perf_counter()
+    t0 = time.thread_time()  # (CPU time: a loaded machine stretches wall time)
     most = art.Device(0)._backend.properties().max_streams or 20000  # (0: no limit, the cpu's)
     plan = g.schedule(num_streams=most)  # (planned as an N x N table, 20000 took gigabytes)
-    assert time.perf_counter() - t0 < 2 and plan.assignment == [0]
+    assert time.thread_time() - t0 < 2 and plan.assignment == [0]
 
 
 def test_a_schedule_over_the_stream_limit_is_refused_and_a_failed_run_leaves_no_streams():
