@@ -13,6 +13,17 @@ import sys
 
 import pytest
 
+# The suite starts about a thousand interpreters and several pytest processes, so per-process
+# costs add up:
+# - OpenBLAS starts a thread per core when numpy loads (~25 ms of CPU per interpreter here);
+#   no test needs a multithreaded BLAS (the runtime's streams are the parallelism under test).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # (before numpy: this process and its children)
+# - pytest rewrites every test module's asserts on import, ~4 s of CPU per process collecting
+#   the suite; it keeps the rewritten modules in tests/__pycache__ (ignored by git) unless
+#   bytecode writing is off, as PYTHONDONTWRITEBYTECODE makes it. The pytest processes write
+#   it still (as `make bytecode` does for the package); the programs the tests start do not.
+sys.dont_write_bytecode = False
+
 
 def pytest_addoption(parser):
     parser.addoption("--backend", default=None, choices=("cpu", "sim"),
