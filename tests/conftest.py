@@ -33,6 +33,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "cpu_only: needs the cpu backend (kernels that block on host gates, wall-clock durations, executor threads)")
     config.addinivalue_line("markers", "serial: runs alone, after the tests run in parallel (a wall-clock figure); cpu_only implies it")
+    config.addinivalue_line("markers", "long: takes seconds of CPU (whole programs, a test run, a build): started first")
     backend = config.getoption("--backend")
     if backend:
         os.environ["ASCENTRT_BACKEND"] = backend  # before any device exists
@@ -40,6 +41,9 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # (before -m selects: cpu_only tests are serial ones too)
 def pytest_collection_modifyitems(config, items):
+    # The long tests first (a stable sort: the rest keep their order): pytest-xdist hands out
+    # tests in this order, and one started last would leave the other worker idle meanwhile.
+    items.sort(key=lambda item: "long" not in item.keywords)
     for item in items:
         if "cpu_only" in item.keywords:
             item.add_marker(pytest.mark.serial)
