@@ -81,17 +81,18 @@ lint: $(VENV)/.installed-dev
 docs: $(VENV)/.installed-dev
 	ASCENTRT_PURE_PYTHON=1 $(PY) docs/build.py  # (from the source: compiled builds drop docstrings)
 
-# The sim session runs the Python source, meanwhile the compiled build is made (when a compiler
-# is there: the compiler keeps one core busy, which the session shares); then the cpu session
-# runs the compiled build, and the simulator's own tests again on it: both paths are tested.
+# The compiled build is made (when a compiler is there: it keeps one core busy) meanwhile lint
+# runs on the other core, then the sim session runs the Python source, sharing a core with
+# what is left of the build; then the cpu session runs the compiled build, and the simulator's
+# own tests again on it: both paths are tested.
 # Each runs on two processes (pytest-xdist), but for the tests marked serial (wall-clock
 # figures, see tests/conftest.py), which run alone after them, with nothing beside them.
 PARALLEL := -n 2 -m "not serial"
-test: lint bytecode
+test: $(VENV)/.installed-dev bytecode
 	@rm -f src/build/accel.log; mkdir -p src/build; \
 	($(MAKE) accel > src/build/accel.log 2>&1 || echo "no compiled build: every session runs the Python source" >> src/build/accel.log) & \
 	build=$$!; \
-	ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(PARALLEL) $(SIM_TESTS); \
+	$(MAKE) lint && ASCENTRT_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --backend sim $(PARALLEL) $(SIM_TESTS); \
 	status=$$?; wait $$build; tail -n 3 src/build/accel.log; exit $$status
 	$(PY) -m pytest -q $(PARALLEL)
 	$(PY) -m pytest -q -p no:cacheprovider -m serial

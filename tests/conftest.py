@@ -13,6 +13,17 @@ import sys
 
 import pytest
 
+# The suite starts about a thousand interpreters and several pytest processes, so per-process
+# costs add up:
+# - OpenBLAS starts a thread per core when numpy loads (~25 ms of CPU per interpreter here);
+#   no test needs a multithreaded BLAS (the runtime's streams are the parallelism under test).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # (before numpy: this process and its children)
+# - pytest rewrites every test module's asserts on import, ~4 s of CPU per process collecting
+#   the suite; it keeps the rewritten modules in tests/__pycache__ (ignored by git) unless
+#   bytecode writing is off, as PYTHONDONTWRITEBYTECODE makes it. The pytest processes write
+#   it still (as `make bytecode` does for the package); the programs the tests start do not.
+sys.dont_write_bytecode = False
+
 
 def pytest_addoption(parser):
     parser.addoption("--backend", default=None, choices=("cpu", "sim"),
@@ -22,6 +33,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "cpu_only: needs the cpu backend (kernels that block on host gates, wall-clock durations, executor threads)")
     config.addinivalue_line("markers", "serial: runs alone, after the tests run in parallel (a wall-clock figure); cpu_only implies it")
+    config.addinivalue_line("markers", "long: takes seconds of CPU (whole programs, a test run, a build): started first")
     backend = config.getoption("--backend")
     if backend:
         os.environ["ASCENTRT_BACKEND"] = backend  # before any device exists
@@ -29,6 +41,9 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # (before -m selects: cpu_only tests are serial ones too)
 def pytest_collection_modifyitems(config, items):
+    # The long tests first (a stable sort: the rest keep their order): pytest-xdist hands out
+    # tests in this order, and one started last would leave the other worker idle meanwhile.
+    items.sort(key=lambda item: "long" not in item.keywords)
     for item in items:
         if "cpu_only" in item.keywords:
             item.add_marker(pytest.mark.serial)

@@ -46,6 +46,7 @@ def check_figure(fig: dict) -> None:
     assert fig["ratio"] == pytest.approx(fig["value"] / fig["baseline_value"], rel=0.01), fig
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
 def test_script_prints_figures_in_the_schema(script):
     proc = _run([script.name, "--quick"])

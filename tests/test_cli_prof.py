@@ -274,6 +274,7 @@ def test_report_without_a_folder_reads_the_newest_profile_here(tmp_path, capsys,
     assert "ascentrt report: newer/" in capsys.readouterr().err
 
 
+@pytest.mark.long
 def test_every_command_error_ends_with_its_code(tmp_path, capsys):
     bad = tmp_path / "neg.toml"
     bad.write_text("name = 'x'\n")  # (fields missing)

@@ -2,6 +2,7 @@
 a code, nothing crashes, and the runtime still works afterwards (a bounded run in CI)."""
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +47,7 @@ CALLS = [
 ]
 
 
+@pytest.mark.long
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_bad_input_is_refused_with_a_code_and_nothing_breaks(data):

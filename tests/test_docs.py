@@ -5,6 +5,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import pytest
 
 import ascentrt as art
 from ascentrt import config
@@ -58,6 +59,7 @@ def test_the_api_reference_check_finds_missing_docstrings_and_broken_references(
     assert problems == ["sample_mod: `ascentrt.no_such_name` names nothing", "sample_mod.bare: no docstring"]
 
 
+@pytest.mark.long
 def test_make_docs_finds_no_public_name_without_a_docstring(tmp_path):
     # (what `make docs` does, whole, into a folder of its own: every public function of every
     # public module, references and type hints; the tests here looked at __all__ only, and a

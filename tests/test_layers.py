@@ -239,6 +239,16 @@ LAZY_IMPORTS_ALLOWED = {
     ("ascentrt.profiler.ranges", "mark"), ("ascentrt.profiler.ranges", "__init__"),  # on errors
     ("ascentrt.profiler.recorder", "_api_error"),                            # on errors
     ("ascentrt.context", "set_current_context"),  # device imports context: a context switch pays it
+    # (what most processes never use, off `import ascentrt`, which every process pays: the
+    # test suite starts about a thousand interpreters)
+    ("ascentrt.profiler", "__getattr__"),                                    # once per name
+    ("ascentrt.profiler.profile", "diagnose"), ("ascentrt.profiler.profile", "metrics"),
+    ("ascentrt.profiler.profile", "save"),                                   # once per profile
+    ("ascentrt.profiler.session", "__init__"), ("ascentrt.profiler.session", "start"),
+    ("ascentrt.profiler.session", "stop"), ("ascentrt.profiler.session", "_report_progress"),
+    ("ascentrt.profiler.session", "_note_uncaught_exceptions"),              # once per session
+    ("ascentrt.accel", "build"), ("ascentrt.accel", "_docstrings"),          # make accel
+    ("ascentrt.validate", "start_program"), ("ascentrt.validate", "wait_program"),  # commands
 }
 COMMAND_MODULES = {"ascentrt.cli", "ascentrt.demo", "ascentrt.calibrate", "ascentrt.whatif"}
 
@@ -265,3 +275,27 @@ def _own_nodes(fn: ast.AST):
             continue
         yield node
         stack.extend(ast.iter_child_nodes(node))
+
+
+# What `import ascentrt` leaves out: every process pays its import (the test suite starts about
+# a thousand), and these serve only the processes that analyse or write a profile, run a
+# collective or start a program.
+IMPORTED_ON_USE = ("ascentrt.profiler.analysis", "ascentrt.profiler.export",
+                   "ascentrt.profiler.recorder", "ascentrt.profiler.folders", "ascentrt.hccl",
+                   "subprocess")
+
+
+def test_import_leaves_out_what_only_profiling_and_commands_use_and_the_names_stay_functions():
+    import subprocess
+    import sys
+    code = ("import sys, ascentrt as art\n"
+            f"print(sorted(m for m in {IMPORTED_ON_USE!r} if m in sys.modules))\n"
+            "with art.profile(None) as prof:\n"
+            "    art.synchronize()\n"
+            "from ascentrt.profiler import session\n"
+            "print(art.profiler.profile is art.profile is session.profile,\n"
+            "      art.profiler.metrics(prof.profile) == prof.metrics(),\n"
+            "      art.profiler.diagnose(prof.profile) == prof.diagnose())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[]", "True True True"], out.stdout

@@ -142,6 +142,7 @@ OPS = [0]
 
 # (a pool over its own arena: no device, the same on every backend; runs once, on cpu)
 @pytest.mark.skipif(os.environ.get("ASCENTRT_BACKEND") == "sim", reason="no device: runs once, on cpu")
+@pytest.mark.long
 def test_pool_matches_reference_model_over_100k_operations():
     OPS[0] = 0
     from hypothesis.stateful import run_state_machine_as_test

@@ -106,6 +106,7 @@ def _write_measured(prof: ProfileData, folder) -> tuple[int, int]:
     return peak, max(p.stat().st_size for p in folder.iterdir())
 
 
+@pytest.mark.long
 def test_what_writing_holds_grows_by_a_small_part_of_what_it_writes(tmp_path):
     # The writers stream, a chunk of records at a time: no output is held whole, as a list of
     # rows or as a string. Three times the tasks (both above a chunk): the write's peak grows

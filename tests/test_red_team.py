@@ -1257,6 +1257,7 @@ print(hung)
 """
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_child_forked_while_threads_use_every_api_family_finds_no_lock_held():
     # (the engine renewed its lock after a fork, but the memory pool's, the registry's, the

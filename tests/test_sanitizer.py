@@ -516,6 +516,7 @@ def test_a_process_that_ended_with_os_exit_and_counted_no_race_is_said_so(tmp_pa
 
 # (its own processes, on the cpu backend: once, in the parallel cpu session, not alone after it)
 @pytest.mark.skipif(os.environ.get("ASCENTRT_BACKEND") == "sim", reason="its own processes: runs once, on cpu")
+@pytest.mark.long
 def test_the_graph_pool_and_stream_tests_and_the_demo_run_clean_under_the_sanitizer(tmp_path):
     env = dict(os.environ, ASCENTRT_SANITIZE="raise")
     # (test_reuse_safety is left out: its programs misuse streams on purpose, and the sanitizer

@@ -761,6 +761,7 @@ def test_a_host_function_that_copies_keeps_its_own_cost(stream):
     buf.free()
 
 
+@pytest.mark.long
 @cli_once
 def test_calibrate_writes_a_preset_the_simulator_loads(tmp_path):
     out = tmp_path / "cal.toml"

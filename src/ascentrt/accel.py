@@ -10,12 +10,9 @@ warning, so an edit never runs stale compiled code.
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import json
 import os
-import shutil
-import subprocess
 import sys
 import warnings
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
@@ -96,6 +93,7 @@ def _docstrings_file(source: Path) -> Path:
 
 def _docstrings(source: Path) -> dict[str, str | None]:
     """The docstrings of a module's source: its own (key '') and each top-level class's."""
+    import ast
     tree = ast.parse(source.read_text())
     docs = {"": ast.get_docstring(tree)}
     docs.update((node.name, ast.get_docstring(node)) for node in tree.body if isinstance(node, ast.ClassDef))
@@ -165,6 +163,8 @@ def build() -> int:
     """Compile MODULES with mypyc (it comes with mypy, in the dev extra), then put each built
     file beside its source with one rename: a process that starts meanwhile (`make test` runs
     the source's tests during the build) finds no half-written file. Returns the exit code."""
+    import shutil
+    import subprocess
     src = _PACKAGE.parent
     paths = [str(_source_of(name).relative_to(src)) for name in MODULES]
     out = src / "build" / "accel-lib"

@@ -6,15 +6,17 @@ import importlib.util
 import os
 import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .errors import ErrorCode, InvalidArgumentError, os_cause
+
+if TYPE_CHECKING:  # (subprocess is imported by the commands that start a program, not by every process)
+    import subprocess
 
 
 def check_finite(value, what: str) -> float:
@@ -238,6 +240,7 @@ def program_env(env: dict, always: bool = False) -> dict:
 def start_program(command: list, env: dict) -> subprocess.Popen:
     """Start `command` with environment `env`; raises InvalidArgumentError (100000) saying why
     it cannot start ("no such file or directory", "permission denied")."""
+    import subprocess
     try:
         return subprocess.Popen(command, env=env)
     except OSError as exc:
@@ -295,6 +298,7 @@ def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None, ending=
     holding such a signal until it is written), the grace lasts: one sent to the group would
     come twice, and a second one ends that writing at once; another one sent meanwhile is
     passed on at once (to end a write that is stuck). `tick()` is called every `every` seconds meanwhile."""
+    import subprocess
     waits = hasattr(signal, "sigtimedwait") and threading.current_thread() is threading.main_thread()
     if not waits:  # (no sigtimedwait: macOS; or not the main thread: no signals here)
         while True:

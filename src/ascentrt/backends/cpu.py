@@ -5,7 +5,6 @@ a small copy is a memmove the interpreter makes, cheaper to call)."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -20,7 +19,9 @@ from .base import COPY, Backend, BackendProperties, MemHandle, Op
 
 _PAGE = mmap.PAGESIZE
 _MADV_DONTNEED = 4
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+# (this process's own symbols, libc's among them: ctypes.util.find_library("c") ran ldconfig
+# in a child process, ~7 ms, and its imports took ~15 ms, in every process that imports ascentrt)
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]

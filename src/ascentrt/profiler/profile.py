@@ -7,11 +7,10 @@ import os
 
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
 from ..validate import check_path, read_small_file
-from .analysis import diagnose
-from .metrics import metrics
 from .data import DATA_FILE, ProfileData, part_path
-from .export import write_folder
-from .scope import within
+
+# (the analysis and the writers are imported by the methods that use them: the profiler's
+# package imports this module, and most processes that import ascentrt never read a profile)
 
 MOST_BYTES = 1 << 31  # a profile.json larger is none ascentrt wrote (millions of tasks take less)
 
@@ -23,15 +22,19 @@ class Profile(ProfileData):
         """The findings of the analysis (see ascentrt.profiler.analysis), most costly first;
         with `range`, of what happened inside the user ranges of that name only (raises
         InvalidArgumentError naming the known ranges when there is none)."""
+        from .analysis import diagnose
+        from .scope import within
         return diagnose(self) if range is None else within(self, range).diagnose()
 
     def metrics(self) -> dict:
         """Utilization, latency, API time and bandwidth figures (see profiler.metrics)."""
+        from .metrics import metrics
         return metrics(self)
 
     def save(self, path: str | os.PathLike) -> str:
         """Write every output (trace, CSVs, HTML report, profile.json) into folder `path`;
         raises InvalidArgumentError (100003) when it is not a path or cannot be written."""
+        from .export import write_folder
         return write_folder(self, path)
 
 

@@ -12,15 +12,18 @@ import threading
 import time
 import traceback
 import warnings
+from typing import TYPE_CHECKING
 
 from .. import forksafe, interrupts
 from ..errors import AscentError, ErrorCode, InvalidArgumentError
 from ..validate import check_flag, check_path
-from . import clock, folders
-from .data import EXIT_MARK, part_path
-from .export import collector_paused
-from .profile import Profile
-from .recorder import Checkpoint, Recorder
+from . import clock
+
+if TYPE_CHECKING:
+    from .profile import Profile
+    from .recorder import Checkpoint, Recorder
+# (the folders, the recorder and the exporters are imported where a session uses them: every
+# process imports this module, and few of them profile)
 
 _lock = forksafe.lock()
 _running: "list[Session]" = []     # started and not yet stopped, oldest first
@@ -43,6 +46,7 @@ class Session:
         # (an int would be taken by open() as a descriptor: written into and closed)
         self.path: str | None = None if path is None else check_path(path, "profile path")
         self.overwrite = check_flag(overwrite, "overwrite")  # ("no" would replace a profile)
+        from . import folders
         self.replace_hint = folders.REPLACE_HINT  # (how a refusal of a taken folder says to replace it)
         self.profile: Profile | None = None
         self._recorder: Recorder | None = None
@@ -60,6 +64,8 @@ class Session:
         AscentError (100002) if this session already ran, InvalidArgumentError (100003) if its
         folder holds an earlier profile (see `overwrite`) or a running session's."""
         global _recorder
+        from . import folders
+        from .recorder import Recorder
         with _lock:
             if self._recorder is not None or self.profile is not None:
                 raise AscentError("this profile session was started already; create a new one",
@@ -90,6 +96,8 @@ class Session:
         """Stop recording, write the folder (when a path was given) and return the Profile.
         The folder's profile includes the parts child processes wrote into it."""
         global _recorder
+        from . import folders
+        from .export import collector_paused
         write = check_flag(write, "write")
         with _lock:
             rec = self._recorder
@@ -160,6 +168,7 @@ class Session:
         one of the same kind comes at once (see interrupts.hold_ending)."""
         if not self.running:
             return
+        from . import folders
         held = interrupts.hold_ending()
         # (a part's process tells `ascentrt prof` it ends on its own: see folders.writing_at_exit)
         noted = self._part and self.path is not None and folders.note_writing(self.path)
@@ -195,6 +204,7 @@ class Session:
     def _report_progress(self, every_s: float = 1.0) -> None:
         """Write PROGRESS_FILE into the folder every `every_s` seconds (for `ascentrt prof`)."""
         assert self.path is not None  # (a session with a folder)
+        from . import folders
         stop = self._progress_stop = forksafe.event()
         path = os.path.join(self.path, folders.PROGRESS_FILE)
         started = time.monotonic()
@@ -256,6 +266,8 @@ def start_from_env(path: str) -> Session | None:
     """
     global _from_env
     from .. import config
+    from . import folders
+    from .data import part_path
     owner = config.get("ASCENTRT_PROFILE_PID")
     # A part for a process of a run other than its owner: the owner's folder is there (it
     # claims it before starting anything), whether the owner still runs or not (a child that
@@ -294,6 +306,7 @@ def start_from_env(path: str) -> Session | None:
 def _note_uncaught_exceptions() -> None:
     """Mark the profile with an exception that ends the program (before the hook prints it):
     the diagnosis then tells work cut off by it from work stuck on a wait."""
+    from .data import EXIT_MARK
     previous = sys.excepthook
 
     def hook(kind, value, tb):
