@@ -247,6 +247,7 @@ LAZY_IMPORTS_ALLOWED = {
     ("ascentrt.profiler.session", "__init__"), ("ascentrt.profiler.session", "start"),
     ("ascentrt.profiler.session", "stop"), ("ascentrt.profiler.session", "_report_progress"),
     ("ascentrt.profiler.session", "_note_uncaught_exceptions"),              # once per session
+    ("ascentrt.profiler.session", "_stop_at_exit"),                          # once, at exit
     ("ascentrt.accel", "build"), ("ascentrt.accel", "_docstrings"),          # make accel
     ("ascentrt.validate", "start_program"), ("ascentrt.validate", "wait_program"),  # commands
 }
