@@ -285,15 +285,15 @@ def _assemble_held(out: str, pid: int, command: list, unreadable: list[str]):
 
     from . import interrupts
     from .profiler.folders import assemble
+    def tell(signum: int) -> None:
+        print(f"ascentrt prof: {signal.Signals(signum).name} came while the profile was "
+              f"assembled in {out}: it was held until the profile was written",
+              file=sys.stderr, flush=True)
     held = interrupts.hold_ending()
     try:
         return assemble(out, pid, command, unreadable, owner=os.getpid())
     finally:
-        for signum in interrupts.held_signals() if held else ():
-            print(f"ascentrt prof: {signal.Signals(signum).name} came while the profile was "
-                  f"assembled in {out}: it was held until the profile was written",
-                  file=sys.stderr, flush=True)
-        interrupts.release_ending(held)
+        interrupts.release_ending(held, tell)
 
 
 def _command_text(command: list) -> str:

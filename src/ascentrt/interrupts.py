@@ -188,6 +188,9 @@ def _held_back(signum: int, frame: Any) -> bool:
         if signum not in _held.signals:  # (signals coalesce: one stands for all that came)
             _held.signals.append(signum)
         elif _held.ending:  # (a second one while a write at exit holds it: at once, for both)
+            if _swallowed_in(frame):  # (raised there, both would be lost: a moment later)
+                _send_again(signum)
+                return True
             _held.signals.remove(signum)
             _held.pending = bool(_held.signals)
             return False
@@ -437,12 +440,19 @@ def _restore_defaults() -> None:
             _real_signal(signum, _SIG_DFL)
 
 
-def release_ending(held: bool) -> None:
+def release_ending(held: bool, tell: Callable[[int], Any] | None = None) -> None:
     """Leave a section entered with hold_ending(): as release(), the signals held meanwhile
     handled in the order they came; one whose action is the default one ends the process, as
-    it would have (after a handler's exception too: nothing is sent again at exit)."""
+    it would have (after a handler's exception too). `tell(signum)` is called first for each
+    signal held (to say it came): one that fails, say on a closed stderr, changes nothing."""
     if not held:
         return
+    if tell is not None:
+        for signum in list(_held.signals):
+            try:
+                tell(signum)
+            except Exception:  # (a broken pipe must not leave the signal held for good)
+                pass
     _held.ending -= 1
     if _held.ending or _held.depth > 1:  # (its signals: where the outermost ends)
         if not _held.ending:

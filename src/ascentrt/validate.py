@@ -296,8 +296,9 @@ def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None, ending=
     sent to the group reaches the program once, not twice (which cut the writing of its
     profile). While `ending()` says the program ends on its own (it writes its profile at exit,
     holding such a signal until it is written), the grace lasts: one sent to the group would
-    come twice, and a second one ends that writing at once; another one sent meanwhile is
-    passed on at once (to end a write that is stuck). `tick()` is called every `every` seconds meanwhile."""
+    come twice, and a second one ends that writing at once; another one of the same kind sent
+    meanwhile is passed on at once (to end a write that is stuck). `tick()` is called every
+    `every` seconds meanwhile."""
     import subprocess
     waits = hasattr(signal, "sigtimedwait") and threading.current_thread() is threading.main_thread()
     if not waits:  # (no sigtimedwait: macOS; or not the main thread: no signals here)
@@ -330,9 +331,11 @@ def wait_program(child: subprocess.Popen, every: float = 1.0, tick=None, ending=
                 if not _shares_group(child):
                     passed = info.si_signo
                     child.send_signal(passed)
-                elif (held is not None or passed is not None) and ending is not None and ending():
-                    passed, held = info.si_signo, None  # (a second one while it writes its
-                    child.send_signal(passed)           # profile at exit: to end a stuck write)
+                elif info.si_signo in (held, passed) and ending is not None and ending():
+                    # (a second one of the same kind while it writes its profile at exit: to end
+                    # a stuck write; another kind it got from the group, and holds, as the first)
+                    passed, held = info.si_signo, None
+                    child.send_signal(passed)
                 elif held is None:
                     held, due = info.si_signo, time.monotonic() + GROUP_GRACE_S
             # (si_code > 0: from the kernel, the terminal, which sent the program one too)

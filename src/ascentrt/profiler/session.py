@@ -184,22 +184,26 @@ class Session:
             finally:
                 self._release_at_exit(held)
         finally:
-            if noted and self.path is not None:  # (not where a signal held ended the process)
+            # (after the release: where a signal held ends the process, the note stays; taken
+            # away before, `ascentrt prof` could see the program, still ending, as one that goes
+            # on, and pass that signal on again)
+            if noted and self.path is not None:
                 folders.end_writing(self.path)
 
     def _release_at_exit(self, held: bool) -> None:
         """interrupts.release_ending(held) once the profile is written at exit, saying which
         signal came meanwhile where it ends the process or raises."""
-        for signum in interrupts.held_signals() if held else ():
+        def tell(signum: int) -> None:
             if interrupts.handler_of(signum) == signal.SIG_DFL:  # (it ends the process now)
                 print(f"ascentrt: {signal.Signals(signum).name} came while the profile was "
                       f"written to {self.path}: it was held until the profile was written",
                       file=sys.stderr, flush=True)
         try:
-            interrupts.release_ending(held)  # (a signal held meanwhile is handled here)
+            interrupts.release_ending(held, tell)  # (a signal held meanwhile is handled here)
         except KeyboardInterrupt:  # (exiting already: said, not a traceback)
-            print(f"ascentrt: an interrupt came while the profile was written to "
-                  f"{self.path}: it was held until the profile was written", file=sys.stderr)
+            with contextlib.suppress(OSError, ValueError):  # (a closed stderr: nothing to say)
+                print(f"ascentrt: an interrupt came while the profile was written to "
+                      f"{self.path}: it was held until the profile was written", file=sys.stderr)
 
     def _report_progress(self, every_s: float = 1.0) -> None:
         """Write PROGRESS_FILE into the folder every `every_s` seconds (for `ascentrt prof`)."""
