@@ -242,6 +242,7 @@ LAZY_IMPORTS_ALLOWED = {
     # (what most processes never use, off `import ascentrt`, which every process pays: the
     # test suite starts about a thousand interpreters)
     ("ascentrt.profiler", "__getattr__"),                                    # once per name
+    ("ascentrt", "__getattr__"),                                             # ascentrt.hccl
     ("ascentrt.profiler.profile", "diagnose"), ("ascentrt.profiler.profile", "metrics"),
     ("ascentrt.profiler.profile", "save"),                                   # once per profile
     ("ascentrt.profiler.session", "__init__"), ("ascentrt.profiler.session", "start"),
@@ -296,7 +297,8 @@ def test_import_leaves_out_what_only_profiling_and_commands_use_and_the_names_st
             "from ascentrt.profiler import session\n"
             "print(art.profiler.profile is art.profile is session.profile,\n"
             "      art.profiler.metrics(prof.profile) == prof.metrics(),\n"
-            "      art.profiler.diagnose(prof.profile) == prof.diagnose())\n")
+            "      art.profiler.diagnose(prof.profile) == prof.diagnose())\n"
+            "print(art.hccl.all_reduce is sys.modules['ascentrt.hccl'].all_reduce)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:2] == ["[]", "True True True"], out.stdout
+    assert out.stdout.split("\n")[:3] == ["[]", "True True True", "True"], out.stdout

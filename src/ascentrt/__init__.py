@@ -114,6 +114,14 @@ def _profile_from_env() -> None:
             _refuse(f"ASCENTRT_PROFILE={folder}: {exc}")
 
 
+def __getattr__(name: str):
+    """ascentrt.hccl, the collectives, loaded on first use (most processes use none)."""
+    if name == "hccl":
+        from . import hccl
+        return hccl
+    raise AttributeError(f"module 'ascentrt' has no attribute {name!r}")
+
+
 def _warn_unknown_settings() -> None:
     # An ASCENTRT_* variable no setting reads is most likely a typo, silently ignored otherwise.
     import warnings
