@@ -43,7 +43,7 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     # The long tests first (a stable sort: the rest keep their order): pytest-xdist hands out
     # tests in this order, and one started last would leave the other worker idle meanwhile.
-    items.sort(key=lambda item: "long" not in item.keywords)
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
     for item in items:
         if "cpu_only" in item.keywords:
             item.add_marker(pytest.mark.serial)

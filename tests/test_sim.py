@@ -1939,8 +1939,16 @@ def test_a_device_that_moved_on_without_a_blocked_host_says_so_and_a_busy_host_k
 
 
 @pytest.mark.serial  # (it loads one core to the full)
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or
-                    not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"),
+def _scheduler_figures() -> bool:
+    """Whether this system gives a thread's run and run-queue times (Linux with schedstats)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat", "rb") as f:
+            return int(f.read().split()[0]) > 0
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not _scheduler_figures(),
                     reason="needs CPU affinity and Linux's per-thread scheduler figures")
 def test_a_busy_host_on_a_loaded_core_keeps_its_timeline():
     # (a host computing on a core that 14 other processes share runs ~6% of the time, less
@@ -1953,9 +1961,12 @@ def test_a_busy_host_on_a_loaded_core_keeps_its_timeline():
     def pinned():
         os.sched_setaffinity(0, {cpu})
 
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pinned)
-            for _ in range(14)]
+    # (each spins 30 s at most: none outlives a test run that is killed)
+    hogs = [subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 30\n"
+                              "while time.monotonic() < end: pass"]) for _ in range(14)]
     try:
+        for hog in hogs:
+            os.sched_setaffinity(hog.pid, {cpu})
         assert _run_busy_or_blocked_host(0.6, 0, pinned) == (quick, 0)
     finally:
         for hog in hogs:

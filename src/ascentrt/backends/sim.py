@@ -72,8 +72,10 @@ HOST_FUNC_PATIENCE_S = 0.5
 IDLE_HOST_S = 0.2
 # A host thread that computes meanwhile (its own code, or the runtime's between its calls) is
 # not blocked: it will call again, and moving on without it would make the timeline depend on
-# how fast this machine runs that code. Busy means it ran at least BUSY_SHARE of the last
-# IDLE_HOST_S or so (several looks: a loaded machine gives it no core for some); while every
+# how fast this machine runs that code. Busy means it ran, or waited in the run queue for a
+# core, at least BUSY_SHARE of the last IDLE_HOST_S or so (several looks: a loaded machine
+# gives it no core for some); a host that wakes often for a moment (a short sleep in a loop)
+# may read as busy too, which only makes the device wait longer in real time; while every
 # host thread is busy, the device waits up to BUSY_HOST_S (a host that spins on a flag a host
 # function sets, without calling the runtime, must not hang for good); one blocked outside the
 # runtime lets it move on after IDLE_HOST_S, as before.
@@ -101,9 +103,8 @@ def _say_long_step(task: Any) -> None:
 
 def _cpu_ns(thread: threading.Thread) -> int:
     """The time a thread of this process has run so far, or waited in the run queue for a core
-    (ns): what it would have run on a machine of its own, as a thread that computes wants all
-    of it and one blocked none; -1 where it cannot be read (an ended thread, a system without
-    /proc's per-thread figures)."""
+    (ns): a thread that computes is always doing one or the other, one blocked neither; -1
+    where it cannot be read (an ended thread, a system without /proc's per-thread figures)."""
     try:
         with open(f"/proc/self/task/{thread.native_id}/schedstat", "rb") as f:
             ran, waited = f.read().split()[:2]
