@@ -41,7 +41,11 @@ def _median_ns(fn: Callable[[], object], repeats: int = 7) -> float:
     return float(statistics.median(times))
 
 
-def _launch_then_synchronize(s, count: int = 200, loops: int = 15) -> tuple[float, float]:
+# host_sync_ns's loops: iterations per loop, loops (their median is taken)
+SYNC_LOOP_COUNT, SYNC_LOOPS = 200, 15
+
+
+def _launch_then_synchronize(s, count: int = SYNC_LOOP_COUNT, loops: int = SYNC_LOOPS) -> tuple[float, float]:
     """(ns per iteration of a loop of `count` iterations that each launch a no-op kernel on
     idle stream `s` and synchronize it: the loop's time over `count`, the median of `loops`
     loops; median ns the kernel ran). A loop's time, not an iteration's median: a loop pays
@@ -415,8 +419,9 @@ def measure() -> dict:
     iteration, kernel_ns = _launch_then_synchronize(s)
     dispatch = out["dispatch_ns"][0]
     out["host_sync_ns"] = (max(0.0, iteration - launch_ns - dispatch),
-                           "a no-op kernel launched on an idle stream, then synchronized, 200 "
-                           "times: the loop's time per iteration (the median of 15 loops), "
+                           f"a no-op kernel launched on an idle stream, then synchronized, "
+                           f"{SYNC_LOOP_COUNT} times: the loop's time per iteration (the median "
+                           f"of {SYNC_LOOPS} loops), "
                            "minus the launch and dispatch costs (the executor's and the "
                            "host's wake-ups, and the stalls a loaded machine adds)")
     out["event_latency_ns"] = (max(0.0, _event_hop_ns(dev, s) - dispatch),
