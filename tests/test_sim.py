@@ -1903,6 +1903,7 @@ def test_an_event_synchronized_every_iteration_is_diagnosed_only_where_the_devic
 
 _BUSY_OR_BLOCKED_HOST = textwrap.dedent("""
     import time, ascentrt as art
+    {gate}
     a, b = art.Stream(), art.Stream()
     art.launch(lambda: None, stream=a, cost=1.0, block_dim=12)
     end = time.perf_counter() + {busy}
@@ -1915,11 +1916,12 @@ _BUSY_OR_BLOCKED_HOST = textwrap.dedent("""
 """)
 
 
-def _run_busy_or_blocked_host(busy, blocked, preexec_fn=None):
+def _run_busy_or_blocked_host(busy, blocked):
     """(the device clock at the end, how often the device was said to move on) of a host that
     computes `busy` s, then blocks `blocked` s, with work pending."""
-    proc = subprocess.run([sys.executable, "-c", _BUSY_OR_BLOCKED_HOST.format(busy=busy, blocked=blocked)],
-                          capture_output=True, text=True, timeout=60, preexec_fn=preexec_fn,
+    proc = subprocess.run([sys.executable, "-c", _BUSY_OR_BLOCKED_HOST.format(busy=busy, blocked=blocked,
+                                                                                gate="")],
+                          capture_output=True, text=True, timeout=60,
                           env={**os.environ, "ASCENTRT_BACKEND": "sim"})
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.split()[-1]), proc.stderr.count("moved on without it")
@@ -1957,21 +1959,28 @@ def test_a_busy_host_on_a_loaded_core_keeps_its_timeline():
     # computing too.)
     quick, _ = _run_busy_or_blocked_host(0, 0)
     cpu = min(os.sched_getaffinity(0))
-
-    def pinned():
-        os.sched_setaffinity(0, {cpu})
-
-    # (each spins 30 s at most: none outlives a test run that is killed)
+    # (the program pins itself once started, since a start on a loaded core takes seconds, then
+    # waits for the hogs with no work pending; each hog spins 30 s at most: none outlives a
+    # test run that is killed)
+    gate = f"import os, sys; os.sched_setaffinity(0, {{{cpu}}})\nsys.stdin.read(1)"
+    proc = subprocess.Popen([sys.executable, "-c", _BUSY_OR_BLOCKED_HOST.format(busy=0.6, blocked=0, gate=gate)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "ASCENTRT_BACKEND": "sim"})
     hogs = [subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 30\n"
                               "while time.monotonic() < end: pass"]) for _ in range(14)]
     try:
         for hog in hogs:
             os.sched_setaffinity(hog.pid, {cpu})
-        assert _run_busy_or_blocked_host(0.6, 0, pinned) == (quick, 0)
+        out, err = proc.communicate("x", timeout=60)
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert (int(out.split()[-1]), err.count("moved on without it")) == (quick, 0)
 
 
 @each_build_once
