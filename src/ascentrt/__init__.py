@@ -116,9 +116,9 @@ def _profile_from_env() -> None:
 
 def __getattr__(name: str):
     """ascentrt.hccl, the collectives, loaded on first use (most processes use none)."""
-    if name == "hccl":
-        from . import hccl
-        return hccl
+    if name == "hccl":  # (import_module, not `from . import`: that asks this function again)
+        import importlib
+        return importlib.import_module(f"{__name__}.hccl")
     raise AttributeError(f"module 'ascentrt' has no attribute {name!r}")
 
 
