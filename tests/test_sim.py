@@ -1942,7 +1942,6 @@ def test_a_device_that_moved_on_without_a_blocked_host_says_so_and_a_busy_host_k
     assert moved > quick and said == 1  # (once per process)
 
 
-@pytest.mark.serial  # (it loads one core to the full)
 def _scheduler_figures() -> bool:
     """Whether this system gives a thread's run and run-queue times (Linux with schedstats)."""
     try:
@@ -1952,6 +1951,7 @@ def _scheduler_figures() -> bool:
         return False
 
 
+@pytest.mark.serial  # (it loads one core to the full: a test beside it would be starved)
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not _scheduler_figures(),
                     reason="needs CPU affinity and Linux's per-thread scheduler figures")
 def test_a_busy_host_on_a_loaded_core_keeps_its_timeline():
