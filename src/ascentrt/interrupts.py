@@ -454,18 +454,14 @@ def release_ending(held: bool, tell: Callable[[int], Any] | None = None) -> None
             except Exception:  # (a broken pipe must not leave the signal held for good)
                 pass
     _held.ending -= 1
-    if _held.ending or _held.depth > 1:  # (its signals: where the outermost ends)
-        if not _held.ending:
-            _restore_defaults()
-        release(True)
-        return
-    defaults = _held.defaults
-    _restore_defaults()
-    signums = _take_held()
-    _held.depth -= 1
+    ends = [] if _held.ending else _held.defaults  # (the default actions it stood in for)
+    if not _held.ending:
+        _restore_defaults()
+    # (release() handles the signals where the outermost hold ends: this one, or one around it)
+    due = list(_held.signals) if _held.depth == 1 else []
     try:
-        _each_or_send_again(signums, signal.raise_signal)
+        release(True)
     finally:  # (reached where a handler raised: one that ends the process still does)
-        for signum in signums:
-            if signum in defaults and _real_getsignal(signum) == _SIG_DFL:
+        for signum in due:
+            if signum in ends and _real_getsignal(signum) == _SIG_DFL:
                 signal.raise_signal(signum)
