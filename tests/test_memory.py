@@ -10,6 +10,7 @@ import ascentrt as art
 from ascentrt.errors import MemcpyKindWarning
 from ascentrt.memory.chunks import ArenaChunks
 from ascentrt.memory.pool import BlockPool
+from subprocess_util import run_program
 
 K = art.MemcpyKind
 
@@ -176,10 +177,11 @@ def test_memcpy_with_nbytes_copies_a_prefix(bufs):
     assert np.array_equal(b.numpy()[:100], data[:100]) and not b.numpy()[100:].any()
 
 
-@pytest.mark.parametrize("n", [1, 4095, 65536, 65537, 3 << 20])
+@pytest.mark.parametrize("n", [1, 4095, 65536, 65537, 3 << 20, (8 << 20) - 1, 8 << 20, (21 << 20) + 77])
 def test_copies_either_side_of_the_inline_copy_size_copy_exactly_their_bytes(bufs, stream, n):
     # (the cpu backend copies up to 64 KiB with the interpreter's memmove, larger ones with
-    # libc's: each must copy n bytes, from the right place, and not one more)
+    # libc's, from 8 MiB on in parts over the host's cores: each must copy n bytes, from the
+    # right place, and not one more; an overlapping one is not split)
     data = _pattern(n + 64, seed=n % 251)
     a = _device_with(bufs, data)
     b, host = art.malloc(n + 64), art.malloc_host(n + 64)
@@ -194,6 +196,87 @@ def test_copies_either_side_of_the_inline_copy_size_copy_exactly_their_bytes(buf
     assert np.array_equal(host.numpy()[:n], data[16:16 + n]) and not host.numpy()[n:].any()
     art.memcpy(a.ptr + 8, a.ptr, n)  # (overlapping, within one buffer: as memmove)
     assert np.array_equal(a.numpy()[8:8 + n], data[:n])
+
+
+def test_a_split_copy_takes_back_the_parts_no_helper_began(monkeypatch, bufs):
+    # (helpers busy with other copies, or none in a forked child: the splitting thread copies
+    # those parts itself rather than wait for them)
+    from ascentrt.backends import cpu
+    monkeypatch.setattr(cpu, "_CORES", 4)
+    helpers = cpu._CopyHelpers()
+    helpers.started = 3  # counted as running, none of them serving
+    n = (16 << 20) + 5
+    data = _pattern(n, seed=3)
+    a = _device_with(bufs, data)
+    b = art.malloc(n)
+    bufs.append(b)
+    art.memset(b, 0)
+    helpers.copy(b.ptr, a.ptr, n)
+    assert np.array_equal(b.numpy()[:n], data) and not b.numpy()[n:].any()
+    assert helpers.parts.qsize() == 3  # (handed over, then taken back)
+
+
+@pytest.mark.cpu_only  # (its own process)
+def test_a_forked_child_splits_large_copies_with_helpers_of_its_own():
+    out = run_program("""
+        import os, threading, ascentrt as art
+        from ascentrt.backends import cpu
+        cpu._CORES = 2
+        n = 16 << 20
+        a, b = art.malloc(n), art.malloc(n)
+        art.memset(a, 3)
+        art.memcpy(b, a)  # (the parent's helper starts)
+        pid = os.fork()
+        if pid == 0:
+            art.memset(a, 4)
+            art.memcpy(b, a)
+            names = [t.name for t in threading.enumerate()]
+            print("child", bool((b.numpy() == 4).all()), "ascentrt-copy-helper0" in names, flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("parent", bool((b.numpy() == 3).all()))
+    """, env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=60)
+    assert out.split() == ["child", "True", "True", "parent", "True"]
+
+
+@pytest.mark.cpu_only  # (its own process)
+def test_a_signal_during_a_split_copy_never_leaves_a_helper_writing_after_it():
+    # (an exception a handler raises while the copying thread waits for its helper would end
+    # the memcpy with the helper still writing: into a buffer the program then reuses or
+    # frees. The section is protected: the exception comes once every part is copied.)
+    out = run_program("""
+        import signal, time, numpy as np, ascentrt as art
+        from ascentrt.backends import cpu
+        cpu._CORES = 2
+        n = 32 << 20
+        src, dst = art.malloc_host(n), art.malloc_host(n)
+        src.numpy()[:] = 1
+        d = dst.numpy()
+        class Tick(Exception):
+            pass
+        armed = [False]
+        def on_alarm(*_):
+            if armed[0]:
+                armed[0] = False
+                raise Tick
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+        ticks = late = wrong = 0
+        for i in range(60):
+            armed[0] = True
+            try:
+                art.memcpy(dst, src)
+                armed[0] = False
+                wrong += not (d == 1).all()
+            except Tick:
+                ticks += 1
+            d[:] = 2
+            time.sleep(0.01)
+            late += not (d == 2).all()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        print(ticks > 0, late, wrong)
+    """, env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=120)
+    assert out.split() == ["True", "0", "0"]
 
 
 def test_typed_numpy_arrays_copy_by_bytes(bufs):
