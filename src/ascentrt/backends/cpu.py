@@ -167,6 +167,12 @@ class _CopyHelpers:
                 part.done.acquire(True, 0.1)
 
 
+def copy_splitting() -> tuple[int, int, int]:
+    """How this backend splits copies: (the bytes from which a contiguous copy that does not
+    overlap itself is split, the least bytes of one part, the most parts)."""
+    return _SPLIT_FROM, _PART_MIN, min(_CORES, _PARTS_MAX)
+
+
 # Sections a signal must not cut, which the package registers with interrupts.protect (a
 # backend imports nothing above it)
 SIGNAL_SAFE_SECTIONS = (_CopyHelpers.copy,)
