@@ -284,9 +284,9 @@ def _own_nodes(fn: ast.AST):
 # What `import ascentrt` leaves out: every process pays its import (the test suite starts about
 # a thousand), and these serve only the processes that analyse or write a profile, run a
 # collective or start a program.
-IMPORTED_ON_USE = ("ascentrt.profiler.analysis", "ascentrt.profiler.export",
-                   "ascentrt.profiler.recorder", "ascentrt.profiler.folders", "ascentrt.hccl",
-                   "subprocess")
+IMPORTED_ON_USE = ("ascentrt.profiler", "ascentrt.profiler.data", "ascentrt.profiler.analysis",
+                   "ascentrt.profiler.export", "ascentrt.profiler.recorder",
+                   "ascentrt.profiler.folders", "ascentrt.hccl", "subprocess")
 
 
 def test_import_leaves_out_what_only_profiling_and_commands_use_and_the_names_stay_functions():
