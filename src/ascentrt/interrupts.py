@@ -160,6 +160,11 @@ def _send_again(signum: int) -> None:
         timer.start()
     finally:
         _held.deciding = deciding
+    if not deciding and _resend_signals and not _resend_due[0]:
+        # The timer fired before its start returned (a loaded machine: 2 ms pass quickly) and
+        # the signal it sent landed here, joining the list after the timer had emptied it:
+        # nothing would send it again, and the program would never see it.
+        _send_again(_resend_signals[0])
 
 
 def _deferred(signum: int, frame: Any) -> bool:
