@@ -114,3 +114,42 @@ def test_host_time_split_names_the_lines_of_the_costliest_runtime_call():
     host = attribute([(0, 100_000)], calls)
     assert host.evidence("while idle")["call sites of malloc_host while idle"] == "prog.py:5 (2 calls)"
     assert host.advice().startswith("malloc_host (0.08 ms in 2 calls, at prog.py:5 (2 calls)): ")
+
+
+def _launch_here(stream) -> int:
+    art.launch(art.kernels.noop, stream=stream); line = _line()  # noqa: E702
+    return line
+
+
+def test_a_loop_looks_its_code_up_once_and_its_calls_keep_their_own_lines(stream, monkeypatch):
+    # The site of a call from the code the wrapper was last called from is taken without the
+    # dict lookup (a third of the site's cost on every profiled launch); a call from other
+    # code looks it up, and each call still gets its own line.
+    from ascentrt.profiler import hostapi
+
+    class Lookups(dict):
+        count = 0
+
+        def get(self, key, default=None):
+            Lookups.count += 1
+            return super().get(key, default)
+
+    made = hostapi.CallSites.__init__
+
+    def counted(self):
+        made(self)
+        self.index = Lookups()
+    monkeypatch.setattr(hostapi.CallSites, "__init__", counted)
+    with art.profile() as prof:
+        before = Lookups.count
+        for _ in range(20):
+            art.launch(art.kernels.noop, stream=stream); here = _line()  # noqa: E702
+        looked_up = Lookups.count - before
+        lines = []
+        for _ in range(3):  # (the wrapper's last code alternates: each switch looks it up)
+            lines.append(_launch_here(stream))
+            art.launch(art.kernels.noop, stream=stream); lines.append(_line())  # noqa: E702
+        stream.synchronize(timeout=30)
+    sites = [c.site for c in prof.profile.api_calls if c.name == "launch"]
+    assert sites == [f"{HERE}:{here}"] * 20 + [f"{HERE}:{n}" for n in lines]
+    assert looked_up == 1  # (the loop's code, at its first call)
