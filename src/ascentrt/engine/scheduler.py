@@ -872,10 +872,14 @@ class Engine:
         dq, ex = q.dq, q.executor
         lock = self.lock
         ready = dq.ready[ex]
+        levels = ready.levels
         idle = dq.idle[ex]
         busy = dq.busy
         execute = dq.backend.execute
         now = dq.backend.now_ns
+        # (this thread's own dict of _local, read once: each attribute store of a thread-local
+        # looks the thread up again)
+        mark = _local.__dict__
         wake = threading.Lock()  # held while this worker is parked; a waker releases it
         wake.acquire()
         lock.acquire()
@@ -910,7 +914,7 @@ class Engine:
                 s._batch = batch       # (what runs after it: a profile that ends meanwhile lists it)
                 busy[ex] += 1
                 phase = 1
-                _local.stream = s  # current_task() reads s._running: no per-task thread-local store
+                mark["stream"] = s  # current_task() reads s._running: no per-task thread-local store
                 lock.release()
                 if self.lock_waiters:
                     _hand_over_gil()
@@ -918,9 +922,16 @@ class Engine:
                 failed = []
                 done = 0
                 level = s._priority
-                levels = ready.levels
-                started = now()
+                mine = levels[level]  # (streams of this one's priority waiting for the class)
+                deadline = now() + SLICE_NS  # (the batch has run its slice from then on)
                 for t in batch:
+                    # At each boundary between tasks (none after the last: the batch ends
+                    # there anyway): yield to a higher priority, or to an equal one once the
+                    # batch ran its slice, waiting while no other worker is idle
+                    if ready.count and done and not idle and (
+                            level and any(levels[:level])   # a higher priority waits
+                            or mine and now() >= deadline):
+                        break
                     s._running = t
                     if s._cut is not None and self._cut_off(s, t):
                         break  # the stream was destroyed with force (or reset) while this batch ran
@@ -936,11 +947,7 @@ class Engine:
                     done += 1
                     if failed and stop_on_failure:
                         break
-                    if ready.count and not idle and (
-                            level and any(levels[:level])   # a higher priority waits
-                            or levels[level] and now() - started >= SLICE_NS):
-                        break
-                _local.stream = None
+                mark["stream"] = None
                 if not lock.acquire(False):
                     self._wait_for_lock()
                 phase = 2
