@@ -168,61 +168,55 @@ def test_an_exception_info_callback_that_exits_is_logged_under_the_programs_name
 
 
 
+# A value wait whose condition raises KeyboardInterrupt on the main thread (as a Ctrl-C landing
+# in it would): the wait fails, and the program gets its Ctrl-C back a moment later.
+CONDITION_TAKES_A_CTRL_C = """
+import time, ascentrt as art
+dev = art.set_device(0)
+s = dev.create_stream()
+word = art.malloc(8)
+art.memset(word, 0)
+def met(w):
+    raise KeyboardInterrupt
+try:
+    s.wait_value(word, met, "a condition that took a Ctrl-C")
+    time.sleep(5)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted")
+try:
+    s.synchronize(timeout=5)
+    print("synchronized")
+except art.TaskError as exc:
+    print("wait failed", int(exc.code))
+word.free()
+"""
+
+
 def test_a_ctrl_c_sent_again_while_its_timer_still_starts_reaches_the_program():
     # (on a loaded machine the 2 ms timer that sends a held-back Ctrl-C again fired before its
     # start returned; the signal landed while the shim was still deciding, joined the list the
     # timer had just emptied, and nothing sent it again: the program never saw its Ctrl-C)
     from subprocess_util import run_program
-    out = run_program("""
-        import threading, time, ascentrt as art
-        start = threading.Timer.start
-        slowed = []
-        def start_slowly(self):  # (the first start returns after its timer fired)
-            start(self)
-            if not slowed:
-                slowed.append(1)
-                time.sleep(0.05)
-        threading.Timer.start = start_slowly
-        dev = art.set_device(0)
-        s = dev.create_stream()
-        word = art.malloc(8)
-        art.memset(word, 0)
-        def met(w):
-            raise KeyboardInterrupt
-        try:
-            s.wait_value(word, met, "a condition that took a Ctrl-C")
-            time.sleep(5)
-            print("not interrupted")
-        except KeyboardInterrupt:
-            print("interrupted", bool(slowed))
-        word.free()
-    """, timeout=60)
-    assert out.split("\n")[0] == "interrupted True", out
+    slow_first_timer_start = """
+import threading, time
+start = threading.Timer.start
+def start_slowly(self):  # (the first start returns after its timer fired)
+    start(self)
+    if threading.Timer.start is start_slowly:
+        threading.Timer.start = start
+        time.sleep(0.05)
+threading.Timer.start = start_slowly
+"""
+    out = run_program(slow_first_timer_start + CONDITION_TAKES_A_CTRL_C + """
+print("slowed", threading.Timer.start is start)
+""", timeout=60)
+    assert out.split() == ["interrupted", "wait", "failed", "507018", "slowed", "True"], out
 
 
 def test_a_ctrl_c_a_condition_took_on_the_main_thread_fails_its_wait_and_reaches_the_program():
     # (the KeyboardInterrupt escaped from inside the engine's step, the wait neither met nor
     # failed, and escaped again from each later call that looked at the word)
     from subprocess_util import run_program
-    out = run_program("""
-        import time, ascentrt as art
-        dev = art.set_device(0)
-        s = dev.create_stream()
-        word = art.malloc(8)
-        art.memset(word, 0)
-        def met(w):
-            raise KeyboardInterrupt
-        try:
-            s.wait_value(word, met, "a condition that took a Ctrl-C")
-            time.sleep(5)
-            print("not interrupted")
-        except KeyboardInterrupt:
-            print("interrupted")
-        try:
-            s.synchronize(timeout=5)
-            print("synchronized")
-        except art.TaskError as exc:
-            print("wait failed", int(exc.code))
-        word.free()
-    """, timeout=60)
+    out = run_program(CONDITION_TAKES_A_CTRL_C, timeout=60)
     assert out.split("\n")[:2] == ["interrupted", "wait failed 507018"], out

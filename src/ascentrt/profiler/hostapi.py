@@ -143,9 +143,19 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
     # the site's cost. One tuple, read and replaced whole: threads never see half of one.
     last: tuple[Any, int] = (None, 0)
 
+    def site_of(frame: Any, code: Any) -> int:
+        """The site of a call from `code`, other code than the last seen (then noted as it)."""
+        nonlocal last
+        ci = index.get(ident(code))
+        if ci is None:
+            ci = note(code)
+        if ci <= 0:  # (ascentrt's own code: the program's call is further out)
+            return locate(frame)
+        last = (code, ci << 24)
+        return ci << 24 | frame.f_lasti
+
     if probe is None:
         def api(*args, **kwargs):
-            nonlocal last
             thread = get_ident()
             if thread in inside:
                 return fn(*args, **kwargs)
@@ -153,17 +163,7 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
             frame = getframe(1)
             code = frame.f_code
             seen = last
-            if seen[0] is code:
-                where = seen[1] | frame.f_lasti
-            else:
-                ci = index.get(ident(code))
-                if ci is None:
-                    ci = note(code)
-                if ci > 0:
-                    last = (code, ci << 24)
-                    where = ci << 24 | frame.f_lasti
-                else:  # (ascentrt's own code: the program's call is further out)
-                    where = locate(frame)
+            where = seen[1] | frame.f_lasti if seen[0] is code else site_of(frame, code)
             inside[thread] = True
             try:
                 t0 = now()
@@ -180,7 +180,6 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
             return result
     else:
         def api(*args, **kwargs):
-            nonlocal last
             thread = get_ident()
             if thread in inside:
                 return fn(*args, **kwargs)
@@ -192,17 +191,7 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
             frame = getframe(1)
             code = frame.f_code
             seen = last
-            if seen[0] is code:
-                where = seen[1] | frame.f_lasti
-            else:
-                ci = index.get(ident(code))
-                if ci is None:
-                    ci = note(code)
-                if ci > 0:
-                    last = (code, ci << 24)
-                    where = ci << 24 | frame.f_lasti
-                else:  # (ascentrt's own code: the program's call is further out)
-                    where = locate(frame)
+            where = seen[1] | frame.f_lasti if seen[0] is code else site_of(frame, code)
             inside[thread] = True
             try:
                 t0 = now()
