@@ -155,8 +155,6 @@ LOCKS_OUTSIDE_FORKSAFE = {
     ("ascentrt.backends.cpu", "new_signal"): "one host wait's signal: a child drops the waits "
                                              "of the parent's threads",
     ("ascentrt.backends.sim", "new_signal"): "one host wait's signal (as cpu's)",
-    ("ascentrt.backends.cpu", "__init__"): "a split copy's part's signal: only the thread that "
-                                          "split it waits for it, and a fork is never inside one",
     ("ascentrt.backends.sim", "_host_moves"): "one synchronous copy's signal, on the "
                                                    "calling thread's stack",
     ("ascentrt.callback", "__init__"): "a queued callback's signal: the report thread that sets "

@@ -1222,27 +1222,6 @@ def test_on_shared_processors_a_copy_needs_one_too(procs):
         assert abs(shortest - 1e6) <= 2
 
 
-@each_build_once
-@pytest.mark.parametrize("split", [False, True])
-def test_on_shared_processors_a_split_copy_needs_one_per_part(split):
-    # The 16 MiB copy takes 1 ms on its engine. On two processors beside a kernel: in one
-    # part, each has a processor (both take 1 ms); split in two parts (a cpu backend's helper
-    # thread copies one), it needs two: three demanded of two, each runs at 2/3 (1.5 ms).
-    vary = {"shared_processors": 2, "default_block_dim": 1,
-            "copy_engine_bandwidth": (16 << 20) / 1e-3}
-    if split:
-        vary.update(split_copy_bytes=8 << 20, split_copy_part_bytes=4 << 20, split_copy_parts=2)
-    r = _run_sim(CROWD, "copy", env_extra={"ASCENTRT_SIM_VARY": json.dumps(vary)})
-    assert r.returncode == 0, r.stderr
-    first, last, end, shortest, dispatch = (float(v) for v in r.stdout.split())
-    if split:
-        assert abs(end - (first + 1.5e6)) <= (last - first) + 3
-        assert shortest > 1.4e6
-    else:
-        assert abs(end - (last + 1e6)) <= 3
-        assert abs(shortest - 1e6) <= 2
-
-
 HANDOFF = textwrap.dedent("""
     import json, ascentrt as art
     n = 1 << 20
@@ -1349,8 +1328,7 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
                          unified_memory=None, copy_engine_bandwidth=None, crowded_processors=None,
                          small_copy_bytes=None, small_copy_bandwidth=None,
                          memory_bandwidth_per_unit=None, executor_handoff_ns=None,
-                         max_notifies=None, split_copy_bytes=None, split_copy_part_bytes=None,
-                         split_copy_parts=None)
+                         max_notifies=None)
     p = presets.load(path)
     assert (p.shared_processors, p.default_block_dim, p.unified_memory, p.copy_engine_bandwidth,
             p.crowded_processors, p.small_copy_bytes, p.small_copy_bandwidth,
@@ -1371,9 +1349,6 @@ def test_without_sharing_fields_a_preset_keeps_the_older_model(tmp_path):
     ({"small_copy_bandwidth": 5e9}, "'small_copy_bytes' and 'small_copy_bandwidth' go together"),
     ({"shared_processors": 2, "crowded_processors": 3},
      "'crowded_processors' (3) must be at most shared_processors (2)"),
-    ({"split_copy_bytes": 8 << 20}, "'split_copy_bytes', 'split_copy_part_bytes', "
-                                    "'split_copy_parts' go together"),
-    ({"split_copy_parts": -1}, "'split_copy_parts' must be at least"),
 ])
 def test_bad_sharing_fields_name_the_field_and_the_file(tmp_path, change, words):
     path = _write_preset(tmp_path, **change)

@@ -34,10 +34,9 @@ from .sanitizer import sanitize
 from . import callback, context  # report-thread callbacks; contexts (pyACL's model, used by ascentrt.acl)
 from . import usage  # this process's device usage, published for `ascentrt info` elsewhere
 from . import sim  # what a program asks of the simulated device (ascentrt.sim.variant(), ...)
-from .backends import cpu as _cpu, sim as _sim
+from .backends import sim as _sim
 from . import interrupts as _interrupts
 accel.restore_docstrings(vars(_sim))  # (a backend may import nothing above it: done from here)
-_interrupts.protect(*_cpu.SIGNAL_SAFE_SECTIONS)
 # From import on (where the main thread imports it and Python's own handler is in place): the
 # sections protect() registers are safe only once this handler is, and the first device or
 # allocation may come from another thread, where it cannot be installed.

@@ -27,7 +27,6 @@ import numpy as np
 
 from . import config, forksafe
 from .validate import check_path, write_text_file
-from .backends import cpu
 from .backends.presets import FIELDS, calibrated_path
 
 MIB = 1 << 20
@@ -455,7 +454,6 @@ def measure() -> dict:
     for b in (dbuf, dbuf2, *chain):
         b.free()
     s.destroy()
-    split_from, part_bytes, parts = cpu.copy_splitting()
     fixed = {
         "compute_units": (props.compute_units, "ASCENTRT_COMPUTE_UNITS of the cpu backend"),
         "default_block_dim": (1, "the cpu backend runs each kernel on one of its compute threads"),
@@ -470,12 +468,6 @@ def measure() -> dict:
         "copy_engines_d2h": (1, "the cpu backend's copy threads serve every direction; one each"),
         "copy_engines_d2d": (1, "the cpu backend's copy threads serve every direction; one each"),
         "memory_bytes": (props.total_memory, "ASCENTRT_DEVICE_MEMORY"),
-        # (its host link and D2D rates above were measured on such copies, split)
-        "split_copy_bytes": (split_from, "the cpu backend splits a contiguous copy this large "
-                             "over helper threads"),
-        "split_copy_part_bytes": (part_bytes, "the cpu backend's least part of a split copy"),
-        "split_copy_parts": (parts, "the cpu backend's parts of a split copy: one per core, "
-                             "four at most"),
         "host_graph_launch_ns": (launch_ns, "as one launch"),
         "queue_depth": (1 << 30, "the cpu backend's streams have no submission-queue limit"),
         "max_streams": (1 << 30, "the cpu backend sets no stream limit"),
@@ -501,8 +493,7 @@ def write(values: dict, path: str) -> str:
                                           "copy_engines_h2d", "copy_engines_d2h",
                                           "copy_engines_d2d", "default_block_dim",
                                           "unified_memory", "peer_over_host_link", "small_copy_bytes",
-                                          "memory_bandwidth_per_unit", "split_copy_bytes",
-                                          "split_copy_part_bytes", "split_copy_parts") else "documented"
+                                          "memory_bandwidth_per_unit") else "documented"
         lines.append(f'{field} = {{ value = {shown!r}, kind = "{kind}", source = '
                      f'"ascentrt calibrate: {how} ({where})" }}')
     return write_text_file(path, "\n".join(lines) + "\n", "the preset file", make_folder=True)

@@ -1,7 +1,6 @@
 """The CPU backend: memory is private anonymous mappings, executors are threads, kernels are
 Python callables, copies and fills are libc calls (they release the GIL, so executors overlap;
-a small copy is a memmove the interpreter makes, cheaper to call; a large one is split over
-the host's cores)."""
+a small copy is a memmove the interpreter makes, cheaper to call)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import ctypes
 import errno
 import mmap
 import os
-import queue
 import sys
 import threading
 import time
@@ -17,7 +15,6 @@ from typing import Any, cast
 
 import numpy as np
 
-from .. import forksafe
 from .base import COPY, Backend, BackendProperties, MemHandle, Op
 
 _PAGE = mmap.PAGESIZE
@@ -38,14 +35,6 @@ _memmove.restype = None
 # the GIL, so copies past _INLINE_COPY_MAX stay foreign calls, which let executors overlap.
 _ADDRESS_SPACE = memoryview((ctypes.c_char * sys.maxsize).from_address(0)).cast("B")
 _INLINE_COPY_MAX = 64 << 10
-# A copy this large is split over the host's cores, as a device's copy engine spreads one
-# transfer over its channels: one core's memmove reaches about half the memory bandwidth two
-# reach together (64 MiB on a 2-core machine: 7.0 ms in one part, 3.6 ms in two). Smaller
-# parts would spend on the hand-over to a helper thread what they save.
-_SPLIT_FROM = 8 << 20
-_PART_MIN = 4 << 20
-_PARTS_MAX = 4  # (the cores share the memory bandwidth: past a few, more stop helping)
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 _memset = _libc.memset
 _memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
 _memset.restype = None
@@ -89,105 +78,6 @@ def _anonymous_map(nbytes: int, reserve: bool = False) -> tuple[mmap.mmap, int]:
             pass  # transparent huge pages disabled: normal pages still work
     addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
     return mm, addr
-
-
-class _Part:
-    """One part of a split copy: a helper thread copies it, or the splitting thread takes it
-    back if no helper began it; `done` is held until a helper copied it."""
-
-    __slots__ = ("dst", "src", "nbytes", "token", "done", "finished")
-
-    def __init__(self, dst: int, src: int, nbytes: int):
-        self.dst, self.src, self.nbytes = dst, src, nbytes
-        self.token = [None]  # whoever pops it copies the part (list.pop is atomic)
-        # (not a forksafe one: one taken back stays held, and a fork would wait for it; a
-        # child never waits for the parent's parts, its own thread having made none)
-        self.done = threading.Lock()
-        self.done.acquire()
-        self.finished = False
-
-    def claim(self) -> bool:
-        """Whether the calling thread is the one to copy this part."""
-        try:
-            self.token.pop()
-        except IndexError:
-            return False
-        return True
-
-
-class _CopyHelpers:
-    """Daemon threads that copy parts of the large copies other threads split (started as
-    the first large copy needs them; a forked child starts its own)."""
-
-    def __init__(self) -> None:
-        self.parts: queue.SimpleQueue[_Part] = queue.SimpleQueue()
-        self.started = 0
-        self.lock = forksafe.lock()
-
-    def serve(self) -> None:
-        """A helper's loop: copy each part handed over that its splitter did not take back."""
-        parts = self.parts
-        while True:
-            part = parts.get()
-            if part.claim():
-                _memmove(part.dst, part.src, part.nbytes)
-                part.finished = True  # (before the release: see copy's wait)
-                part.done.release()
-
-    def ready(self, count: int) -> int:
-        """How many helpers run, `count` at most (started now where fewer do and they can)."""
-        if self.started < count:
-            with self.lock:
-                while self.started < count:
-                    try:
-                        forksafe.start_thread(self.serve, f"ascentrt-copy-helper{self.started}")
-                    except (RuntimeError, MemoryError):  # (can't start new thread: fewer parts)
-                        break
-                    self.started += 1
-        return min(self.started, count)
-
-    def copy(self, dst: int, src: int, nbytes: int) -> None:
-        """memmove of `nbytes` from `src` to `dst` (not overlapping) in parts copied at once by
-        this thread and helpers; returns when every part is copied (a section a signal does
-        not cut: the caller must not go on, and free a buffer, while a helper writes to it)."""
-        parts = 1 + self.ready(min(_CORES, nbytes // _PART_MIN, _PARTS_MAX) - 1)
-        size = (-(-nbytes // parts) + 4095) & ~4095  # (whole pages: aligned buffers share none)
-        handed = []
-        for start in range(size, nbytes, size):
-            part = _Part(dst + start, src + start, min(size, nbytes - start))
-            self.parts.put(part)
-            handed.append(part)
-        _memmove(dst, src, min(size, nbytes))
-        for part in reversed(handed):  # (helpers take parts from the front)
-            if part.claim():  # no helper began it (they serve other copies): copied here
-                _memmove(part.dst, part.src, part.nbytes)
-                part.finished = True
-        for part in handed:
-            while not part.finished:  # (a helper sets it before it releases `done`)
-                part.done.acquire(True, 0.1)
-
-
-def copy_splitting() -> tuple[int, int, int]:
-    """How this backend splits copies: (the bytes from which a contiguous copy that does not
-    overlap itself is split, the least bytes of one part, the most parts)."""
-    return _SPLIT_FROM, _PART_MIN, min(_CORES, _PARTS_MAX)
-
-
-# Sections a signal must not cut, which the package registers with interrupts.protect (a
-# backend imports nothing above it)
-SIGNAL_SAFE_SECTIONS = (_CopyHelpers.copy,)
-
-_helpers = _CopyHelpers()
-
-
-def _after_fork_in_child() -> None:
-    """The parent's helper threads are not in a child: it starts its own as it needs them."""
-    global _helpers
-    _helpers = _CopyHelpers()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Mapping:
@@ -274,10 +164,8 @@ class CpuBackend(Backend):
                 n = width * height
                 if n <= _INLINE_COPY_MAX:
                     _ADDRESS_SPACE[dst:dst + n] = _ADDRESS_SPACE[src:src + n]
-                elif n < _SPLIT_FROM or dst < src + n and src < dst + n:  # (overlapping: one
-                    _memmove(dst, src, n)                                  # memmove keeps it right)
                 else:
-                    _helpers.copy(dst, src, n)
+                    _memmove(dst, src, n)
             elif height:
                 np.copyto(_strided(dst, dpitch, width, height), _strided(src, spitch, width, height))
         else:

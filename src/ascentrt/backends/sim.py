@@ -127,7 +127,7 @@ class _Frame:
     nested operations (graph nodes) took so far."""
 
     __slots__ = ("task", "start", "offset", "own", "mem", "link", "link_ns", "latency", "peer",
-                 "tail", "last_ns", "units", "until", "stack", "procs")
+                 "tail", "last_ns", "units", "until", "stack")
 
     def __init__(self, task: Any, start: int):
         self.task, self.start, self.offset, self.own, self.mem = task, start, 0, 0, 0.0
@@ -144,8 +144,6 @@ class _Frame:
         self.units = 0           # a step alone's task: the units it holds (see begin_alone)
         self.until = 0           # ... and the time the step runs to
         self.stack: list | None = None  # ... and its thread's frames list (see end_alone)
-        self.procs = 1           # with shared_processors: the processors its work takes at its
-                                 # full rate (a split copy's parts: split_copy_parts at most)
 
 
 class _HostThread:
@@ -809,7 +807,6 @@ class SimBackend(CpuBackend):
         link_ns = 0.0
         latency = 0
         peer: Any = None
-        procs = 1
         ns: float  # (declared: mypyc keeps ints and floats apart)
         if kernel is not None:
             args = op.args if op.resolve is None else op.resolve(op.args)
@@ -832,11 +829,8 @@ class SimBackend(CpuBackend):
             # (a pitched copy is no single memmove on a cpu backend: no small-copy rate for it)
             direction = self.direction(dst, src)
             nbytes = width * height
-            contiguous = height == 1 or dpitch == spitch == width
-            ns, mem = self.copy_ns(direction, nbytes, dst, src, contiguous)
-            if p.split_copy_bytes and nbytes >= p.split_copy_bytes and contiguous \
-                    and not (dst < src + nbytes and src < dst + nbytes):
-                procs = max(1, min(p.split_copy_parts, nbytes // p.split_copy_part_bytes))
+            ns, mem = self.copy_ns(direction, nbytes, dst, src,
+                                   height == 1 or dpitch == spitch == width)
             link = self.link_of(direction, dst, src)
             if link is not None:  # (its bytes' time on the link at the link's bandwidth: the
                 # share of it the copy needs; a pageable copy, staged slower, needs less)
@@ -881,7 +875,6 @@ class SimBackend(CpuBackend):
                 if frame.tail:
                     frame.last_ns = int(ns * self._last_share)
                 frame.link, frame.link_ns, frame.latency, frame.peer = link, link_ns, latency, peer
-                frame.procs = procs
             else:  # (dispatched first: now_ns() inside it reads its start, as a profile does)
                 nested = True
                 frame.offset += self._dispatch_ns
@@ -1137,7 +1130,7 @@ class SimBackend(CpuBackend):
         if frame.task is None:
             frame.task, frame.start, frame.offset, frame.own, frame.mem = t, tl.now, 0, 0, 0.0
             frame.link, frame.link_ns, frame.latency, frame.peer = None, 0.0, 0, None
-            frame.tail, frame.procs = 0, 1
+            frame.tail = 0
         else:
             frame = _Frame(t, tl.now)
         frame.units, frame.until = units, self._alone_until
@@ -1401,7 +1394,7 @@ class SimBackend(CpuBackend):
                 else:
                     frame.tail = 0
             entry = [float(paced), fixed - held + latency, queue, t, frame.tail or units,
-                     min(1.0, frame.mem / paced), 1.0, frame.procs if computes else 0, frame.link,
+                     min(1.0, frame.mem / paced), 1.0, computes, frame.link,
                      min(1.0, frame.link_ns / paced), _demand(frame.peer, paced), wave]
             begin = start + held
             if begin > tl.now:
@@ -1427,18 +1420,17 @@ class SimBackend(CpuBackend):
     # A running task that moves memory needs `demand` of the memory bandwidth at its full rate
     # (its bytes over the bandwidth, per ns of its duration); on a preset with shared_processors
     # each running task (a kernel, copy, fill or host function: every engine is a thread
-    # there) needs one processor at its full rate, a copy split in parts (split_copy_bytes)
-    # one per part. Rates are max-min fair (every task's rate rises alike until a resource it
-    # uses is full, as in a fluid network model);
+    # there) needs one processor at its full rate. Rates are max-min fair (every task's
+    # rate rises alike until a resource it uses is full, as in a fluid network model);
     # A copy over the host link (one per direction) or a peer link (one per pair and direction) needs
     # that link at its full rate too: copies crossing one link share its bandwidth, however
     # many engines move them.
     # A kernel's link_bytes cross a peer link as a peer copy's bytes do, and a peer copy (or
     # such a read) needs the other device's memory too, at its bandwidth.
     # `sharing` holds [work ns left at full rate, fixed ns after it, queue, task, units (its
-    # end frees), demand, rate, processors it takes at its full rate (0: none), link, link
-    # demand, (the other device's memory key, demand) or None, the _Wave of a last partial wave
-    # not begun or None] and is brought up to date (_settle) whenever it changes.
+    # end frees), demand, rate, uses a processor, link, link demand, (the other device's memory
+    # key, demand) or None, the _Wave of a last partial wave not begun or None] and is brought
+    # up to date (_settle) whenever it changes.
 
     def _settle(self, now: int) -> None:
         """Bring the sharing tasks' work left up to `now` at the rates they had since."""

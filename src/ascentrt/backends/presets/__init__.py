@@ -92,13 +92,6 @@ FIELDS: dict[str, tuple[type, float, str, str]] = {
                            "once more tasks run than there are processors (a cpu backend's "
                            "threads are time-sliced then, and wait for the interpreter lock a "
                            "preempted one holds; 0: shared_processors, no loss)"),
-    "split_copy_bytes": (int, 0, "bytes", "with shared_processors: a contiguous copy this "
-                         "large or larger that does not overlap itself runs in parts on several "
-                         "processors at once (a cpu backend's helper threads; 0: every copy on one)"),
-    "split_copy_part_bytes": (int, 0, "bytes", "the least bytes of one part of such a copy: it "
-                              "takes at most its bytes over this many processors"),
-    "split_copy_parts": (int, 0, "", "the most processors one such copy takes (given with "
-                         "split_copy_bytes and split_copy_part_bytes: all three or none)"),
     "unified_memory": (int, 0, "", "1: host memory is the device's memory (a cpu backend): a "
                        "host copy moves its bytes through that memory's bandwidth at both ends"),
     "peer_over_host_link": (int, 0, "", "1: there is no link between devices: a peer copy (and a "
@@ -114,9 +107,6 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "copy_engine_bandwidth": (0.0, "a D2D copy reads and writes the memory at its full bandwidth"),
     "shared_processors": (0.0, "engines are independent hardware (no sharing)"),
     "crowded_processors": (0.0, "all of shared_processors: no loss when crowded"),
-    "split_copy_bytes": (0, "every copy runs on one processor"),
-    "split_copy_part_bytes": (0, "every copy runs on one processor"),
-    "split_copy_parts": (0, "every copy runs on one processor"),
     "unified_memory": (0, "host and device memory are apart"),
     "peer_over_host_link": (0, "each pair of devices has a peer link of its own"),
     "memory_bandwidth_per_unit": (0.0, "any compute unit draws the whole memory bandwidth"),
@@ -274,10 +264,6 @@ def _check_together(values: dict, where: str) -> None:
         raise PresetError(f"{where}: fields 'small_copy_bytes' and 'small_copy_bandwidth' go "
                           f"together: give both or neither (got {values['small_copy_bytes']:g} "
                           f"and {values['small_copy_bandwidth']:g})")
-    split = ("split_copy_bytes", "split_copy_part_bytes", "split_copy_parts")
-    if len({bool(values[f]) for f in split}) > 1:
-        raise PresetError(f"{where}: fields {', '.join(repr(f) for f in split)} go together: give "
-                          f"all three or none (got {', '.join(f'{values[f]:g}' for f in split)})")
     if values["default_block_dim"] > values["compute_units"]:
         raise PresetError(f"{where}: field 'default_block_dim' ({values['default_block_dim']}) "
                           f"must be at most compute_units ({values['compute_units']})")
