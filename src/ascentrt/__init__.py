@@ -126,6 +126,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'ascentrt' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The module's names, those loaded on first use included (tab completion, help())."""
+    return sorted(set(globals()) | {"hccl", "profiler", "profile"})
+
+
 def _warn_unknown_settings() -> None:
     # An ASCENTRT_* variable no setting reads is most likely a typo, silently ignored otherwise.
     import warnings
