@@ -4,7 +4,7 @@
 semantics files). Tests marked `cpu_only` need a device whose kernels run in real time
 (a kernel blocking on a host gate, wall-clock durations, executor threads): they are skipped
 there, with that reason. They and tests marked `serial` (wall-clock figures that another
-test running beside them would skew) run alone: `make test` runs the rest on two processes
+test running beside them would skew) run alone: `make test` runs the rest on three processes
 (pytest-xdist, `-m "not serial"`), then these (`-m serial`).
 """
 
