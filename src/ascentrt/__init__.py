@@ -112,23 +112,26 @@ def _profile_from_env() -> None:
             _refuse(f"ASCENTRT_PROFILE={folder}: {exc}")
 
 
+# Names loaded on first use, most processes using neither (the profiler's import is ~15 ms of
+# each process's ~140 ms): name -> (its submodule, the name in it, or None for the module)
+_LAZY = {"hccl": ("hccl", None), "profiler": ("profiler", None), "profile": ("profiler", "profile")}
+
+
 def __getattr__(name: str):
-    """ascentrt.hccl (the collectives) and ascentrt.profiler with its `profile`, loaded on
-    first use: most processes use neither (the profiler's import is ~15 ms of each process's
-    ~140 ms)."""
-    if name in ("hccl", "profiler", "profile"):  # (import_module, not `from . import`: that
-        import importlib                        # asks this function again)
-        module = importlib.import_module(f"{__name__}.{'hccl' if name == 'hccl' else 'profiler'}")
-        if name == "profile":
-            globals()["profile"] = module.profile  # (asked once)
-            return module.profile
-        return module
-    raise AttributeError(f"module 'ascentrt' has no attribute {name!r}")
+    """The names of _LAZY, imported on first use (and kept: later reads find them here)."""
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'ascentrt' has no attribute {name!r}")
+    import importlib  # (import_module, not `from . import`: that asks this function again)
+    module = importlib.import_module(f"{__name__}.{where[0]}")
+    value = module if where[1] is None else getattr(module, where[1])
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
     """The module's names, those loaded on first use included (tab completion, help())."""
-    return sorted(set(globals()) | {"hccl", "profiler", "profile"})
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def _warn_unknown_settings() -> None:
