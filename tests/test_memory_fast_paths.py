@@ -443,3 +443,61 @@ def test_a_first_view_racing_the_free_never_makes_the_buffer_live_again(dev, swi
         with pytest.raises(InvalidHandleError):
             buf.free()
     assert art.memory_stats()["allocated_bytes.current"] == before
+
+
+def test_a_synchronize_runs_the_last_copy_of_its_stream_itself_when_no_executor_took_it(dev, stream):
+    # The engine lock held (it is reentrant) keeps every executor from taking the copy: only
+    # the synchronizing thread can run it, and it must, without waiting for an executor.
+    from ascentrt.engine.scheduler import ENGINE
+    if stream._dq.virtual:
+        pytest.skip("a simulated device steps its own tasks: nothing waits for an executor there")
+    n = 1 << 20
+    src, dst = art.malloc(n), art.malloc(n)
+    art.memset(src, 5, n)
+    art.memset(dst, 0, n)
+    with ENGINE.lock:
+        art.memcpy_async(dst, src, stream=stream)
+        stream.synchronize(2)  # (before: no executor could run the copy, and this timed out)
+        assert stream._completed == stream._submitted
+        assert stream._running is None and stream._dq.busy == [0, 0, 0]
+        assert (dst.numpy() == 5).all()
+        art.memset_async(dst, 9, n, stream=stream)  # a fill, the other operation it runs
+        stream.synchronize(2)
+        assert (dst.numpy() == 9).all()
+    src.free()
+    dst.free()
+
+
+def test_copies_synchronized_from_many_threads_run_once_each_and_come_out_whole(dev):
+    # Each copy is taken exactly once, by an executor or by a synchronizing thread: a copy
+    # completed twice would count its stream past what was submitted; one never completed hangs.
+    n, rounds = 64 << 10, 40
+    streams = [dev.create_stream() for _ in range(4)]
+    bufs = [(art.malloc(n), art.malloc(n)) for _ in streams]
+    errors = []
+
+    def work(i):
+        s, (a, b) = streams[i % 4], bufs[i % 4]
+        try:
+            for r in range(rounds):
+                if i < 4:
+                    art.memset_async(a, r % 251, n, stream=s)
+                    art.memcpy_async(b, a, stream=s)
+                    s.synchronize(TIMEOUT)
+                    if not (b.numpy() == r % 251).all():
+                        errors.append(f"stream {i}: round {r} came out wrong")
+                else:  # (a second thread synchronizing the same stream meanwhile)
+                    s.synchronize(TIMEOUT)
+        except Exception as e:  # noqa: BLE001  (reported below, with the thread)
+            errors.append(f"thread {i}: {e!r}")
+
+    run_in_threads(work, 8)
+    assert not errors, errors
+    for s in streams:
+        s.synchronize(TIMEOUT)
+        assert s._completed == s._submitted
+        s.destroy()
+    assert streams[0]._dq.busy == [0, 0, 0]
+    for a, b in bufs:
+        a.free()
+        b.free()
