@@ -30,18 +30,12 @@ from ..errors import (AscentError, DeadlockError, ErrorCode, ExceptionInfo, Stre
                       warn_at_caller)
 from .hooks import Hooks, _local, current_task
 from .stepping import ExecutorQueue, batch_succeeded, pending
-from .task import (with_spawned, COPY, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_FUNC,
-                   KERNEL, KIND_NAMES, MEMSET, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT, Task)
+from .task import (with_spawned, DETACH, EVENT_RECORD, EVENT_WAIT, EXECUTOR_NAMES, HOST_FUNC, KERNEL,
+                   KIND_NAMES, NOTIFY_RECORD, NOTIFY_WAIT, VALUE_WAIT, Task)
 
 BATCH = 64  # most tasks one executor takes from a stream per lock round trip
 VALUE_POLL_S = 1e-3  # how often a real-time device looks again at a value wait's word
 SLICE_NS = 1_000_000  # a batch yields to a waiting stream of equal priority after this long
-# A host that synchronizes a stream whose last task is a copy or fill no executor took yet
-# runs it itself (see Engine._run_inline) up to this size: a signal waits for the operation's
-# end meanwhile (~40 ms at this machine's ~7 GB/s), and a timed wait only where even a copy at
-# INLINE_SLOWEST bytes/s would end within its timeout.
-INLINE_MAX_BYTES = 256 << 20
-INLINE_SLOWEST = 1e9
 PRIORITY_LEVELS = 8  # 0 (highest) .. 7 (lowest), as CANN's create_stream_with_config
 # A virtual wait's slice doubles while work runs without progress, up to this (a task's cost is
 # at most 1e9 s: the clock must stay an int64 of ns)
@@ -161,7 +155,6 @@ EXIT_WAIT_S = 1.0
 
 
 _WAIT_KINDS = (EVENT_WAIT, NOTIFY_WAIT)
-_INLINE_KINDS = (COPY, MEMSET)  # what Engine._run_inline runs: operations, no program code
 
 
 def _control_ns(s) -> int:
@@ -370,11 +363,6 @@ class Engine:
         """wait_completed for several streams of one device at once: one wait that ends when
         the last of them is done (a simulated host's return path starts there, not at the
         first stream's end, as it would after one wait per stream)."""
-        if len(streams) == 1 and not behind:
-            s = streams[0]
-            if s._running is None and len(s._tasks) == 1 and not s._dq.virtual \
-                    and s._tasks[0].kind in _INLINE_KINDS:
-                self._run_inline(s, timeout)
         with self.lock:
             targets = [(s, s._submitted - behind) for s in streams]
             targets = [(s, target) for s, target in targets if s._completed < target]
@@ -391,70 +379,6 @@ class Engine:
 
         self.wait_host(signal, timeout, [s for s, _ in targets], what, ErrorCode.RT_STREAM_SYNC_TIMEOUT,
                        cancel)
-
-    def _run_inline(self, s, timeout: float | None) -> None:
-        """Run the last task of `s`, a copy or fill that waits for an executor, on the calling
-        thread (which would otherwise sleep until an executor ran it and then woke it: two
-        thread wake-ups, each a scheduling delay on a loaded machine). Taken off its ready
-        queue under the lock as an executor takes it, so exactly one of them runs it; it
-        completes as an executor's batch of one does. Nothing happens when an executor took it
-        first, when it is larger than INLINE_MAX_BYTES, or when a timed wait could not see
-        it end in time."""
-        lock = self.lock
-        dq = s._dq
-        lock.acquire()
-        try:
-            tasks = s._tasks
-            if s._running is not None or len(tasks) != 1 or s._cut is not None or s._refuse is not None:
-                return
-            t = tasks[0]
-            if t.kind not in _INLINE_KINDS or t.fn is not None or t.nbytes > INLINE_MAX_BYTES \
-                    or timeout is not None and t.nbytes > timeout * INLINE_SLOWEST:
-                return
-            ex = t.executor
-            ready = dq.ready[ex]
-            level = ready.levels[s._priority]
-            if s not in level:  # (blocked, or an executor holds it)
-                return
-            level.remove(s)
-            ready.count -= 1
-            tasks.popleft()
-            s._running = t
-            s._batch = [t]
-            dq.busy[ex] += 1
-        finally:
-            lock.release()
-        prof = Hooks.profiler
-        now = dq.backend.now_ns
-        mark = _local.__dict__
-        prev = mark.get("stream")  # (a host function's thread acts for its own stream)
-        done = 0
-        try:
-            mark["stream"] = s  # (current_task() reads s._running, as on an executor)
-            if prof is not None:
-                t.t_start = now()
-            done = 1  # (a signal that lands in execute fails the task there, as its error)
-            try:
-                dq.backend.execute(t)
-            except BaseException as e:
-                t.error = e
-            if prof is not None:
-                t.t_end = now()
-        finally:
-            mark["stream"] = prev
-            lock.acquire()
-            try:
-                if done and t.error is None and s._cut is None and prof is None:
-                    batch_succeeded(self, dq.busy, dq.active, ex, s, 1)
-                else:  # (not done: back to the head of its stream)
-                    self._batch_ended(dq, ex, s, [t], done, [t] if t.error is not None else ())
-                # (the stream moved on as if its executor would pop it next: wake one for what
-                # other threads queued meanwhile)
-                parked = dq.idle[ex]
-                if ready.count and parked:
-                    parked.pop().release()
-            finally:
-                lock.release()
 
     # ---- progress (all under the lock) -----------------------------------------------------
 
@@ -1595,8 +1519,7 @@ ENGINE = Engine()
 interrupts.protect(Engine.submit, Engine.submit_locked, Engine.submit_all,
                    Engine.submit_all_locked, Engine._advance, Engine._control,
                    Engine.release_markers, Engine._discard, Engine._release_records,
-                   Engine._completed, Engine._fail, Engine._unblock, Engine._profile_control,
-                   Engine._run_inline)
+                   Engine._completed, Engine._fail, Engine._unblock, Engine._profile_control)
 interrupts.interruptible(Engine._wait_for_room, Engine._wait_for_lock, Engine.wait_host,
                          Engine._wait_host, Engine.wait_completed)
 
