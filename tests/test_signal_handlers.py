@@ -217,3 +217,36 @@ def test_a_handler_from_a_signal_signal_taken_before_import_is_the_one_limit():
               signal._signal.getsignal(signal.SIGUSR1) is not mine)
     ''', env={}, timeout=60)
     assert out.split() == ["True", "True"]
+
+
+def test_what_a_handler_raises_in_a_pyacl_call_comes_out_and_is_no_error_code():
+    # (the facade turned every exception inside a call into a code: a SIGALRM handler's
+    # exception that ended acl.rt.synchronize_stream's wait came back as ret 507000, lost)
+    out = run_program('''
+        import signal
+        import ascentrt.acl as acl
+        class Alarm(Exception):
+            pass
+        raised = [Alarm, TimeoutError]  # (a class of the program's, and a builtin one)
+        def handler(signum, frame):
+            raise raised[0]("deadline")
+        signal.signal(signal.SIGALRM, handler)
+        acl.init(); acl.rt.set_device(0)
+        stream, _ = acl.rt.create_stream()
+        n = 64 << 20
+        a, _ = acl.rt.malloc(n, 0)
+        b, _ = acl.rt.malloc(n, 0)
+        for kind in list(raised):
+            raised[0] = kind
+            for _ in range(4):  # (the copies take ~20 ms: the alarm lands in the wait)
+                acl.rt.memcpy_async(b, n, a, n, 3, stream)
+            signal.setitimer(signal.ITIMER_REAL, 0.002)
+            try:
+                print("ret", acl.rt.synchronize_stream(stream))
+            except kind:
+                print("raised", kind.__name__)
+            assert acl.rt.synchronize_stream(stream) == 0
+        acl.rt.free(a); acl.rt.free(b); acl.rt.destroy_stream(stream)
+        acl.rt.reset_device(0); acl.finalize()
+    ''')
+    assert out.splitlines() == ["raised Alarm", "raised TimeoutError"], out

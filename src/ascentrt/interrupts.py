@@ -216,7 +216,30 @@ class _Shim:
 
     def __call__(self, signum: int, frame: Any) -> Any:
         if not _deferred(signum, frame):
-            self.handler(signum, frame)
+            _call_handler(self.handler, signum, frame)
+
+
+# An exception the program's handler raised carries this attribute (its signal): where the
+# runtime turns errors into codes (the pyACL facade), it must come out as the program's own.
+_RAISED_BY_HANDLER: Final = "_ascentrt_signal_handler_raised"
+
+
+def _call_handler(handler: Any, signum: int, frame: Any) -> None:
+    """handler(signum, frame), marking what it raises as the program's (raised_by_handler)."""
+    try:
+        handler(signum, frame)
+    except BaseException as exc:
+        try:
+            setattr(exc, _RAISED_BY_HANDLER, signum)
+        except (AttributeError, TypeError):  # (an object that takes no attribute: left unmarked)
+            pass
+        raise
+
+
+def raised_by_handler(exc: BaseException) -> bool:
+    """Whether `exc` came out of the program's own handler of a signal (one installed through
+    signal.signal, which the runtime runs behind its shim), not out of the runtime."""
+    return getattr(exc, _RAISED_BY_HANDLER, None) is not None
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
@@ -294,7 +317,7 @@ def _run_handler(signum: int) -> None:
     """Run the program's handler of `signum` here (or what the signal does without one)."""
     handler = handler_of(signum)
     if callable(handler):
-        handler(signum, _caller_frame())
+        _call_handler(handler, signum, _caller_frame())
     elif handler == signal.SIG_DFL:
         signal.raise_signal(signum)  # (what it does without a handler)
 

@@ -13,6 +13,7 @@ from typing import Any, Callable, Generic, Protocol, TypeVar, cast
 import numpy as np
 
 from .. import forksafe
+from ..interrupts import raised_by_handler
 from ..callback import forget_destroyed_streams
 from ..callsite import GENERATED_PREFIX
 from ..context import Context, current_context
@@ -272,7 +273,11 @@ _RANGES = {"i": _INT32, "I": _UINT32, "l": _INT64}
 
 def ret_of(exc: Exception, out: tuple[Any, ...]) -> int | tuple[Any, ...]:
     """What a facade call returns for an error: (out..., its code), kept as the thread's last
-    error; any other exception (a facade bug) must still come back as a code, never a raise."""
+    error; any other exception (a facade bug) must still come back as a code, never a raise.
+    What the program's own signal handler raised inside the call (a wait it ended) is raised
+    again: in pyACL the handler runs once the C call returns, and its exception comes out."""
+    if raised_by_handler(exc):
+        raise exc
     if isinstance(exc, AscentError):
         return _failed(int(exc.code), str(exc), out)
     return _failed(int(ErrorCode.RT_INTERNAL_ERROR), f"{type(exc).__name__}: {exc}", out)

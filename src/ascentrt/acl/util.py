@@ -10,6 +10,7 @@ import numpy as _np
 
 from ..backends.sim import TIMELINE as _TIMELINE
 from .. import forksafe as _forksafe
+from ..interrupts import raised_by_handler as _raised_by_handler
 from ..errors import ErrorCode as _ErrorCode, HostAccessWarning as _HostAccessWarning, \
     set_last_error as _set_last_error, warn_at_caller as _warn_at_caller
 from ..memory import REGISTRY as _REGISTRY
@@ -47,7 +48,9 @@ def _range(ptr: int, nbytes: int, what: str) -> _np.ndarray | None:
     try:
         alloc, off = _REGISTRY.resolve(int(ptr), int(nbytes))
         data = alloc._bytes()[off:off + int(nbytes)]
-    except Exception:
+    except Exception as exc:
+        if _raised_by_handler(exc):  # (the program's own, not a bad pointer: see ret_of)
+            raise
         _set_last_error(_ErrorCode.INVALID_PARAM)
         return None
     if alloc.kind == "device":
