@@ -443,3 +443,38 @@ def test_a_first_view_racing_the_free_never_makes_the_buffer_live_again(dev, swi
         with pytest.raises(InvalidHandleError):
             buf.free()
     assert art.memory_stats()["allocated_bytes.current"] == before
+
+
+def test_copies_synchronized_from_many_threads_run_once_each_and_come_out_whole(dev):
+    # A copy completed twice would count its stream past what was submitted; one never
+    # completed would hang its synchronize.
+    n, rounds = 64 << 10, 40
+    streams = [dev.create_stream() for _ in range(4)]
+    bufs = [(art.malloc(n), art.malloc(n)) for _ in streams]
+    errors = []
+
+    def work(i):
+        s, (a, b) = streams[i % 4], bufs[i % 4]
+        try:
+            for r in range(rounds):
+                if i < 4:
+                    art.memset_async(a, r % 251, n, stream=s)
+                    art.memcpy_async(b, a, stream=s)
+                    s.synchronize(TIMEOUT)
+                    if not (b.numpy() == r % 251).all():
+                        errors.append(f"stream {i}: round {r} came out wrong")
+                else:  # (a second thread synchronizing the same stream meanwhile)
+                    s.synchronize(TIMEOUT)
+        except Exception as e:  # noqa: BLE001  (reported below, with the thread)
+            errors.append(f"thread {i}: {e!r}")
+
+    run_in_threads(work, 8)
+    assert not errors, errors
+    for s in streams:
+        s.synchronize(TIMEOUT)
+        assert s._completed == s._submitted
+        s.destroy()
+    assert streams[0]._dq.busy == [0, 0, 0]
+    for a, b in bufs:
+        a.free()
+        b.free()

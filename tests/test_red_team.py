@@ -768,7 +768,8 @@ def test_a_ctrl_c_at_any_line_of_malloc_host_loses_no_pinned_block(pure):
 def test_ctrl_c_storms_during_launches_records_and_graph_launches_leave_streams_usable(backend):
     # (a Ctrl-C between a stream marked active and its ready queue left it with work nothing
     # would run: a synchronize without timeout hung; one inside a graph launch let two replays
-    # of the graph run at once)
+    # of the graph run at once. Copies and fills synchronized at once, cut anywhere, still end
+    # whole, exactly once)
     from subprocess_util import run_program
     out = run_program('''
         import os, signal, threading, time, random, numpy as np, ascentrt as art
@@ -776,6 +777,9 @@ def test_ctrl_c_storms_during_launches_records_and_graph_launches_leave_streams_
         s, s2 = dev.create_stream(), dev.create_stream()
         acc = art.malloc(8)
         art.memset(acc, 0, 8)
+        s3, n = dev.create_stream(), 8 << 20
+        src, dst = art.malloc(n), art.malloc(n)
+        art.memset(src, 5, n)
         def inc(x):
             x[0] += 1
         s.begin_capture()
@@ -800,7 +804,7 @@ def test_ctrl_c_storms_during_launches_records_and_graph_launches_leave_streams_
         lo = hi = interrupts = 0
         end = time.monotonic() + 1.0
         while time.monotonic() < end:
-            op, pending = rnd.choice("lge"), 0
+            op, pending = rnd.choice("lgec"), 0
             try:
                 with lock:
                     inside[0] = True
@@ -810,8 +814,12 @@ def test_ctrl_c_storms_during_launches_records_and_graph_launches_leave_streams_
                 elif op == "g":
                     pending = 3
                     g.launch(s)
-                else:
+                elif op == "e":
                     s2.wait(s.record())
+                else:
+                    art.memset_async(dst, 0, n, stream=s3)
+                    art.memcpy_async(dst, src, stream=s3)
+                    s3.synchronize()
                 lo, hi, pending = lo + pending, hi + pending, 0
                 settle()
             except KeyboardInterrupt:
@@ -825,9 +833,10 @@ def test_ctrl_c_storms_during_launches_records_and_graph_launches_leave_streams_
         dev.synchronize(timeout=30)
         out = np.zeros(1, np.int64)
         art.memcpy(out, acc, 8)
-        print(interrupts > 0, lo <= int(out[0]) <= hi)
+        print(interrupts > 0, lo <= int(out[0]) <= hi, (dst.numpy() == 5).all(),
+              s3._completed == s3._submitted, dev._dq.busy == [0, 0, 0])
     ''', env={"ASCENTRT_BACKEND": backend, "ASCENTRT_LEAK_CHECK": "off"}, timeout=90)
-    assert out.split() == ["True", "True"]
+    assert out.split() == ["True"] * 5
 
 
 @pytest.mark.cpu_only
