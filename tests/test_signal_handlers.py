@@ -250,3 +250,48 @@ def test_what_a_handler_raises_in_a_pyacl_call_comes_out_and_is_no_error_code():
         acl.rt.reset_device(0); acl.finalize()
     ''')
     assert out.splitlines() == ["raised Alarm", "raised TimeoutError"], out
+
+
+def test_what_a_handler_raises_in_a_teardown_wait_or_a_callback_comes_out_as_a_ctrl_c_does():
+    # (a context destroy, a device's last release and process_reports each turned the
+    # program's exception into nothing: the waits of a teardown swallowed any Exception, and a
+    # callback on the main thread logged it as the callback's own failure)
+    out = run_program('''
+        import signal, threading
+        import ascentrt as art
+        from ascentrt import callback, context
+        class Alarm(Exception):
+            pass
+        def handler(signum, frame):
+            raise Alarm
+        signal.signal(signal.SIGALRM, handler)
+        def blocking_work():  # (queued work that ends a while after the alarm, 50 ms)
+            gate = threading.Event()
+            threading.Timer(0.5, gate.set).start()
+            return gate.wait, 10
+        def alarmed(what, now=True):
+            if now:
+                signal.setitimer(signal.ITIMER_REAL, 0.05)
+            try:
+                what()
+                print("no-alarm")
+            except Alarm:
+                print("alarm")
+        ctx = context.create_context(0)
+        art.launch_host_func(*blocking_work(), stream=ctx.default_stream)
+        alarmed(ctx.destroy)
+        print(ctx.destroyed)
+        context.retain_primary(0)
+        art.launch_host_func(*blocking_work(), stream=art.set_device(0).create_stream())
+        alarmed(lambda: context.release_primary(0))
+        s = art.set_device(0).create_stream()
+        callback.subscribe(threading.get_ident(), s)
+        def in_callback(_):  # (run by process_reports on this thread: the alarm lands here)
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            wait, seconds = blocking_work()
+            wait(seconds)
+        callback.launch_callback(in_callback, None, stream=s)
+        alarmed(lambda: callback.process_reports(5), now=False)
+        callback.unsubscribe(threading.get_ident(), s)
+    ''')
+    assert out.split() == ["alarm", "True", "alarm", "alarm"], out

@@ -18,6 +18,7 @@ from typing import Any
 from .engine.hooks import Hooks, act_for_stream, current_task, restore_stream_mark
 from .engine.task import HOST_FUNC, Task
 from . import forksafe
+from .interrupts import raised_by_handler
 from .errors import AscentTimeoutError, ErrorCode, InvalidArgumentError, StreamStateError
 from .stream import Stream, resolve_stream
 from .validate import check_flag, check_timeout
@@ -317,17 +318,16 @@ def process_reports(timeout: float | None = None) -> int:
         outer, _running.stream_id = _running.stream_id, stream_id
         try:
             report.fn(report.user_data)
-        except Exception:
-            _log.exception("callback %r raised", report.fn)
-        except BaseException:
-            if not main:  # (no Ctrl-C lands on a report thread of the program's: a callback's
-                # KeyboardInterrupt or SystemExit is its failure, logged as any other)
+        except BaseException as exc:
+            if not main or isinstance(exc, Exception) and not raised_by_handler(exc):
+                # The callback's failure, logged (no Ctrl-C or signal handler lands on a report
+                # thread of the program's: there a KeyboardInterrupt or SystemExit is one too)
                 _log.exception("callback %r raised", report.fn)
                 continue
-            # A Ctrl-C (or SystemExit) on the main thread reaches the program; the callbacks
-            # after it in the batch did not run: they go back to the front of the queue for
-            # the next call, and their streams stay held until then (none is lost, none is
-            # left waiting for ever).
+            # A Ctrl-C (or SystemExit, or what the program's signal handler raised) on the main
+            # thread reaches the program; the callbacks after it in the batch did not run: they
+            # go back to the front of the queue for the next call, and their streams stay held
+            # until then (none is lost, none is left waiting for ever).
             with _lock:
                 rep.queue.extendleft(reversed(entries[i + 1:]))
                 rep.cond.notify_all()

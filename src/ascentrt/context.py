@@ -12,6 +12,7 @@ import itertools
 import threading
 
 from .handles import Handle
+from .interrupts import raised_by_handler
 from . import forksafe
 from .device import Device, resolve_device, set_device
 from .engine import ENGINE
@@ -198,8 +199,10 @@ def release_primary(device, *, force: bool = False) -> int:
     try:
         with teardown_budget():
             dev.synchronize(DRAIN_S)
-    except Exception:
-        pass  # failed or stuck work is discarded by the reset below
+    except Exception as exc:
+        if raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out)
+            raise
+        # failed or stuck work is discarded by the reset below
     for ctx in doomed:
         ctx._teardown(wait=False, what=f"device {dev.id} reset")
     dev.reset()
@@ -232,8 +235,10 @@ def settle(streams) -> None:
     for s in streams:
         try:
             wait_while_it_can_finish(s, lambda t, s=s: synchronize_streams([s], t, "context destroy"))
-        except Exception:
-            pass  # a destroy is not where task errors are reported
+        except Exception as exc:
+            if raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out)
+                raise
+            # a destroy is not where task errors are reported
 
 
 def drain(contexts) -> None:
@@ -251,8 +256,10 @@ def drain(contexts) -> None:
         try:
             with teardown_budget():
                 synchronize_streams([s], left, "context teardown")
-        except Exception:
-            pass  # teardown is not where task errors or stuck waits are reported
+        except Exception as exc:
+            if raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out)
+                raise
+            # teardown is not where task errors or stuck waits are reported
 
 
 def is_default_stream(stream) -> bool:

@@ -26,6 +26,7 @@ from ..callback import subscribe as subscribe_report, unsubscribe as unsubscribe
 from ..copies import copy_direction, memcpy, memcpy2d, memcpy2d_async, memcpy_async, memset, memset_async
 from ..device import Device, current_device, set_device, synchronize
 from ..errors import TaskError
+from ..interrupts import raised_by_handler
 from ..event import Event, elapsed_time
 from ..launch import launch, launch_host_func
 from ..memory import free, malloc, malloc_host
@@ -185,7 +186,9 @@ def _wrap(fn: Callable[..., Any], name: str, calls: list, threads: ThreadNames,
                 return fn(*args, **kwargs)
             try:
                 facts = probe(args, kwargs)
-            except Exception:
+            except Exception as exc:
+                if raised_by_handler(exc):  # (the program's own: as if it came before the call)
+                    raise
                 facts = None  # bad arguments: the call itself reports them
             # The call site (see CallSites; its common case inlined: taken on every recorded call)
             frame = getframe(1)
