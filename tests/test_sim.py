@@ -1410,13 +1410,32 @@ import os, signal, sys, threading, time
 import ascentrt as art
 import ascentrt.backends.sim as sim
 sim.LONG_STEP_S = 0.2
+said, first = threading.Event(), threading.Event()
+class Tee:  # (the report, as it is written: the second Ctrl-C comes after it)
+    def __init__(self, out):
+        self.out = out
+    def write(self, text):
+        if "stuck_kernel has run for" in text:
+            said.set()
+        return self.out.write(text)
+    def flush(self):
+        self.out.flush()
+sys.stderr = Tee(sys.stderr)
 s = art.Stream()
 never = threading.Event()
 art.launch(never.wait, stream=s, name="stuck_kernel")  # a kernel waiting for its own host
-# (the first Ctrl-C waits for the step; the second ends the kernel, well after the report is
-# due: on a loaded machine the simulator's pump, which says it, may look late)
-for delay in (0.4, 2.0):
-    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+# (the first Ctrl-C waits for the step; the second ends the kernel, once the report is out: on
+# a loaded machine the simulator's pump, which says it, may look late)
+def ctrl_c(then):
+    os.kill(os.getpid(), signal.SIGINT)
+    then.set()
+def second():
+    said.wait(10)
+    first.wait(10)
+    time.sleep(0.2)
+    ctrl_c(threading.Event())
+threading.Timer(0.4, ctrl_c, (first,)).start()
+threading.Thread(target=second, daemon=True).start()
 try:
     s.synchronize(timeout=5)
     print("no interrupt")
