@@ -295,3 +295,86 @@ def test_what_a_handler_raises_in_a_teardown_wait_or_a_callback_comes_out_as_a_c
         callback.unsubscribe(threading.get_ident(), s)
     ''')
     assert out.split() == ["alarm", "True", "alarm", "alarm"], out
+
+
+def test_a_cut_wait_leaves_no_call_half_done_and_the_handlers_exception_as_it_is():
+    # (a pageable copy's call raised while the copy still wrote into the program's array; a
+    # device's last release, and acl.finalize, cut in their grace left the device counted free
+    # with its context and memory alive; a handler's own AscentTimeoutError or TaskError in a
+    # destroy's wait became a code or nothing; from_dlpack made it a 100000; a cut hccl join
+    # left the rank in the group, which then formed without it)
+    out = run_program('''
+        import os
+        os.environ["ASCENTRT_DEVICES"] = "2"
+        import signal, threading, time
+        import numpy as np
+        import ascentrt as art
+        import ascentrt.acl as acl
+        from ascentrt import context, hccl
+        from ascentrt.acl._api import stream_of
+        from ascentrt.errors import AscentTimeoutError
+        raising = [None]
+        def handler(signum, frame):
+            raise raising[0]
+        signal.signal(signal.SIGALRM, handler)
+        def alarmed(exc, call, every=0.0):
+            raising[0] = exc
+            signal.setitimer(signal.ITIMER_REAL, 0.005, every)
+            try:
+                call()
+                return "returned"
+            except type(exc) as e:
+                return "raised " + type(e).__name__ if e is exc else "another"
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        dev = art.set_device(0)
+        s = dev.create_stream()
+        n = 256 << 20
+        src = art.malloc(n)
+        art.memset(src, 1, n)
+        dst = np.zeros(n, np.uint8)
+        # a repeating alarm cuts the pageable copy's wait, and its second wait: no byte after
+        print(alarmed(TimeoutError("t"), lambda: art.memcpy_async(dst, src, n, stream=s), 0.003))
+        print(bool(dst.all()))
+        s.synchronize()
+        src.free()
+        # a handler's own AscentTimeoutError in a destroy's wait comes out as it is
+        art.launch_host_func(time.sleep, 0.3, stream=s)
+        print(alarmed(AscentTimeoutError("mine"), s.destroy))
+        # a device's last release cut in its grace is whole: context and memory gone
+        acl.init(); acl.rt.set_device(1)
+        free0 = acl.rt.get_mem_info(0)[0]
+        h, _ = acl.rt.create_stream()
+        acl.rt.malloc(64 << 20, 0)
+        art.launch_host_func(time.sleep, 0.3, stream=stream_of(h))
+        print(alarmed(TimeoutError("t"), lambda: acl.rt.reset_device(1)))
+        print(context.primary_uses(1), acl.rt.reset_device(1) != 0)
+        acl.rt.set_device(1)
+        print(acl.rt.get_mem_info(0)[0] == free0)
+        acl.rt.reset_device(1)
+        acl.finalize()
+        # an exporter's handler exception is no InvalidArgumentError
+        class Slow:
+            def __dlpack__(self, **kw):
+                time.sleep(0.1)
+                return np.zeros(4).__dlpack__(**kw)
+            def __dlpack_device__(self):
+                return (1, 0)
+        print(alarmed(TimeoutError("t"), lambda: art.from_dlpack(Slow())))
+        # a join cut before its group formed is taken back: the group forms with the rank again
+        root = hccl.get_root_info()
+        comms = {}
+        def rank1():
+            time.sleep(0.3)
+            art.set_device(1)
+            comms[1] = hccl.comm_init_root_info(2, root, 1)
+        threading.Thread(target=rank1).start()
+        art.set_device(0)
+        print(alarmed(TimeoutError("t"), lambda: hccl.comm_init_root_info(2, root, 0)))
+        comms[0] = hccl.comm_init_root_info(2, root, 0)
+        time.sleep(0.1)
+        print(sorted(comms))
+    ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_CONNECT_TIMEOUT": "10"})
+    assert out.splitlines() == [
+        "raised TimeoutError", "True", "raised AscentTimeoutError", "raised TimeoutError",
+        "0 True", "True", "raised TimeoutError", "raised TimeoutError", "[0, 1]"], out

@@ -200,12 +200,13 @@ def release_primary(device, *, force: bool = False) -> int:
         with teardown_budget():
             dev.synchronize(DRAIN_S)
     except Exception as exc:
-        if raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out)
-            raise
+        if raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out,
+            raise                   # once the release below is whole)
         # failed or stuck work is discarded by the reset below
-    for ctx in doomed:
-        ctx._teardown(wait=False, what=f"device {dev.id} reset")
-    dev.reset()
+    finally:  # (a Ctrl-C or the program's handler only cut the grace short)
+        for ctx in doomed:
+            ctx._teardown(wait=False, what=f"device {dev.id} reset")
+        dev.reset()
     return 0
 
 
@@ -220,6 +221,8 @@ def wait_while_it_can_finish(stream, wait) -> AscentError | None:
                 wait(DRAIN_S)
             return None
         except (AscentTimeoutError, DeadlockError) as exc:
+            if raised_by_handler(exc):  # (the program's own handler raised one: it comes out)
+                raise
             with ENGINE.lock:
                 found = ENGINE.diagnose([stream], timed=True)
             if found is None:

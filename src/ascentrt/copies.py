@@ -458,11 +458,26 @@ def _submit_maybe_sync(stream, task: Task, pageable: bool, call: str, nothing: t
         if not stream._withdraw(task, nothing):
             # It started (or ran, or its stream dropped it): one that runs must end before the
             # call returns, the memory the program holds being the copy's until then.
-            try:
-                ev._synchronize(None, what)
-            except BaseException:  # (the first error is the call's; a second Ctrl-C ends this)
-                pass
+            _wait_out(ev, what)
         raise
+
+
+def _wait_out(ev, what: str) -> None:
+    """Wait until the work before `ev`'s record has ended, whatever cuts the wait: a cut (a
+    second Ctrl-C, a handler's repeating timer) waits on, and the last one comes out once the
+    work is over (the first, the call's, as its context); the work's own failure, or its
+    stream dropping it, ends the wait (the first error is the call's)."""
+    cut: BaseException | None = None
+    while True:
+        try:
+            ev._synchronize(None, what)
+            break
+        except BaseException as exc:
+            if not (isinstance(exc, KeyboardInterrupt) or interrupts.raised_by_handler(exc)):
+                break
+            cut = exc
+    if cut is not None:
+        raise cut
 
 
 def _check_fill(value) -> int:

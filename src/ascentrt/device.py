@@ -20,7 +20,7 @@ from . import config
 from .backends import PresetError, load_preset, make_backend
 from .backends.presets import variant_fields
 from .backends.sim import TIMELINE, defer_in_step
-from .interrupts import add_deferrer, deliver, install as install_interrupts, protect
+from .interrupts import add_deferrer, deliver, install as install_interrupts, protect, raised_by_handler
 from .engine import ENGINE, PRIORITY_LEVELS, DeviceQueues, check_sync_allowed, current_task
 from .engine.scheduler import ordered_before
 from .engine.sync import synchronize_streams, warn_discarded
@@ -400,7 +400,9 @@ def _wait_reached(waits: tuple) -> bool:
             ENGINE.wait_completed(stream, None, f"an allocation that waits for memory freed "
                                   f"after stream {stream.id}'s work",
                                   behind=max(0, stream._submitted - position))
-    except (DeadlockError, StreamStateError):  # (a capture's refusal is a StreamStateError)
+    except (DeadlockError, StreamStateError) as exc:  # (a capture's refusal is a StreamStateError)
+        if raised_by_handler(exc):  # (the program's own handler raised one: it comes out)
+            raise
         return False
     return True
 

@@ -450,10 +450,12 @@ class Stream(Handle):
         """Wait for the stream's queued work, as a destroy does (task errors die with it)."""
         try:  # (a wait that can never end is said as this destroy's)
             synchronize_streams([self], timeout, f"destroy of stream {self.id}")
-        except TaskError:
-            pass  # destroying is not the place to report task errors: they die with the stream
+        except TaskError as exc:
+            if interrupts.raised_by_handler(exc):  # (the program's own handler raised one: it comes out)
+                raise
+            # destroying is not the place to report task errors: they die with the stream
         except StreamStateError as exc:
-            if exc.code != ErrorCode.RT_STREAM_ABORT:
+            if exc.code != ErrorCode.RT_STREAM_ABORT or interrupts.raised_by_handler(exc):
                 raise  # (a capture refuses the destroy)
 
     def _close(self) -> str | None:

@@ -54,9 +54,24 @@ def init(config_path: str = "") -> None:
 def _teardown() -> None:
     """Release everything the facade made: contexts, devices, streams, events, notifies; the
     memory never freed among it is reported once (a LeakWarning), as reclaimed at acl.finalize."""
-    with _leaks.reclaiming("acl.finalize"):
-        explicit = [ctx for _, ctx in _CONTEXTS.items() if not ctx.primary and not ctx.destroyed]
-        _ctx.drain(explicit)  # one drain budget for all of them, then destroy without waiting
+    try:
+        with _leaks.reclaiming("acl.finalize"):
+            explicit = [ctx for _, ctx in _CONTEXTS.items() if not ctx.primary and not ctx.destroyed]
+            try:
+                _ctx.drain(explicit)  # one drain budget for all of them, then destroy without waiting
+            finally:  # (a Ctrl-C or the program's handler only cut the drain short)
+                _release(explicit)
+    finally:
+        _sweep()
+        rt.set_exception_info_callback(None)
+        _ctx.set_current_context(None)
+        _MESSAGES.per_process, _MESSAGES.message = False, None  # (the config's mode ends with it)
+
+
+def _release(explicit: list) -> None:
+    """_teardown's part that does not wait for work: contexts, devices (their last release
+    waits in turn), the handle tables, the host memory."""
+    try:
         for ctx in explicit:
             ctx._teardown(wait=False, what="acl.finalize")
         for h, _ in _CONTEXTS.items():
@@ -64,15 +79,12 @@ def _teardown() -> None:
         for dev_id in range(_device_count()):
             if _ctx.primary_uses(dev_id):
                 _ctx.release_primary(dev_id, force=True)
+    finally:  # (a release cut short is whole itself: the handles go in any case)
         for table in (_STREAMS, _EVENTS, _NOTIFIES):
             for h, _ in table.items():
                 table.remove(h)
         _event.forget_all()
         _memory.free_all_host()
-    _sweep()
-    rt.set_exception_info_callback(None)
-    _ctx.set_current_context(None)
-    _MESSAGES.per_process, _MESSAGES.message = False, None  # (the config's mode ends with it)
 
 
 @_api("", module="acl")

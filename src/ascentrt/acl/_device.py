@@ -6,6 +6,7 @@ import uuid
 import weakref
 
 from .. import forksafe
+from ..interrupts import raised_by_handler
 from .. import context as _ctx
 from ..device import Device, device_count
 from ..engine.task import COMPUTE
@@ -82,8 +83,10 @@ def device_task_abort(device_id: int, timeout: int) -> None:
             stream.abort()
     try:
         dev.synchronize(seconds)
-    except TaskError:
-        pass  # (the tasks that failed before the abort: reported at their streams' next sync)
+    except TaskError as exc:
+        if raised_by_handler(exc):  # (the program's own handler raised one: it comes out)
+            raise
+        # (the tasks that failed before the abort: reported at their streams' next sync)
 
 
 def _peer_pair(device_id: int, peer_id: int) -> None:

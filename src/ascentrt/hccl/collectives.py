@@ -12,6 +12,7 @@ import threading
 
 from ..validate import as_int
 from ..callsite import user_site
+from ..interrupts import raised_by_handler
 from ..engine import ENGINE, Task
 from ..engine.task import EVENT_RECORD, EVENT_WAIT, KERNEL
 from ..backends.base import Cost
@@ -251,7 +252,7 @@ def _queue(posts: list) -> None:
     except BaseException as exc:
         for p in reversed(posts):
             _withdraw(p, exc)
-        if isinstance(exc, HcclError) or not isinstance(exc, AscentError):
+        if isinstance(exc, HcclError) or not isinstance(exc, AscentError) or raised_by_handler(exc):
             raise
         raise HcclError(f"the stream refused the collective: {exc}",
                         code=HcclResult.E_RUNTIME) from exc

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 import weakref
-from typing import cast
+from typing import Any, cast
 
 from ..handles import Handle
 from .. import forksafe
@@ -263,15 +263,32 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
             forming.group = Group([forming.devices[r] for r in range(nranks)])
             del _forming[root_info.internal]
             forming.joined.notify_all()
-        elif not forming.joined.wait_for(lambda: forming.group is not None, timeout):
+        elif not _wait_to_form(forming, rank, root_info, timeout):
             missing = sorted(set(range(nranks)) - set(forming.devices))
-            del forming.devices[rank]
-            if not forming.devices and _forming.get(root_info.internal) is forming:
-                del _forming[root_info.internal]  # the last to give up: the root info is fresh again
+            _withdraw_join(forming, rank, root_info)
             raise HcclError(f"comm_init_root_info: ranks {missing} did not join within "
                             f"{timeout:g} s (HCCL_CONNECT_TIMEOUT)", code=HcclResult.E_TIMEOUT)
         assert forming.group is not None  # (formed here, or what the wait waited for)
         return Communicator(forming.group, rank)
+
+
+def _wait_to_form(forming: Any, rank: int, root_info: Any, timeout: float) -> bool:
+    """Wait (the group's lock held) until the group formed; False past `timeout`. A wait that
+    something else ends (a Ctrl-C, the program's signal handler) withdraws the rank's join
+    first: the group must not form with a rank that is no longer there."""
+    try:
+        return forming.joined.wait_for(lambda: forming.group is not None, timeout)
+    except BaseException:
+        if forming.group is None:
+            _withdraw_join(forming, rank, root_info)
+        raise
+
+
+def _withdraw_join(forming: Any, rank: int, root_info: Any) -> None:
+    """Take back `rank`'s join of a group still forming (its lock held)."""
+    forming.devices.pop(rank, None)
+    if not forming.devices and _forming.get(root_info.internal) is forming:
+        del _forming[root_info.internal]  # the last to give up: the root info is fresh again
 
 
 def comm_destroy(comm: Communicator) -> None:

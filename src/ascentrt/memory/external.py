@@ -17,6 +17,7 @@ import numpy as np
 
 from ..handles import Handle
 from .. import forksafe
+from ..interrupts import raised_by_handler
 from ..errors import ErrorCode, InvalidAddressError, InvalidArgumentError
 from ..validate import check_flag
 from .registry import REGISTRY
@@ -215,6 +216,8 @@ def from_dlpack(obj: Any) -> np.ndarray:
     try:
         array = np.from_dlpack(obj)
     except Exception as exc:  # (whatever the exporter or numpy raise: BufferError, TypeError, ...)
+        if raised_by_handler(exc):  # (the program's own handler raised it: it comes out as it is)
+            raise
         raise InvalidArgumentError(f"from_dlpack: {type(obj).__name__} cannot be taken as host "
                                    f"memory ({exc})") from None
     if not array.flags.c_contiguous:
