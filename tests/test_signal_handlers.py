@@ -378,3 +378,45 @@ def test_a_cut_wait_leaves_no_call_half_done_and_the_handlers_exception_as_it_is
     assert out.splitlines() == [
         "raised TimeoutError", "True", "raised AscentTimeoutError", "raised TimeoutError",
         "0 True", "True", "raised TimeoutError", "raised TimeoutError", "[0, 1]"], out
+
+
+def test_a_launch_the_sanitizer_took_in_is_queued_whole_before_a_handler_raises():
+    # (a handler's exception cut a launch's wait for the engine lock after the race sanitizer
+    # had recorded its kernel: the launch raised, nothing was queued, and a later kernel on
+    # another stream was reported racing a kernel that never ran)
+    out = run_program('''
+        import signal, threading, time, warnings
+        import ascentrt as art
+        from ascentrt.engine import ENGINE
+        class Alarm(Exception):
+            pass
+        def handler(signum, frame):
+            raise Alarm
+        signal.signal(signal.SIGALRM, handler)
+        dev = art.set_device(0)
+        a, b = dev.create_stream(), dev.create_stream()
+        x = art.malloc(1024)
+        ran = []
+        held = threading.Event()
+        def hold_lock():  # (contention for the engine lock, long enough for the alarm)
+            with ENGINE.lock:
+                held.set()
+                time.sleep(0.3)
+        threading.Thread(target=hold_lock).start()
+        held.wait()
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        try:
+            art.launch(lambda buf: ran.append("a"), x, stream=a)
+            time.sleep(1)  # (the alarm comes a moment after the launch, here)
+            print("no alarm")
+        except Alarm:
+            print("alarm")
+        with warnings.catch_warnings(record=True) as w:  # (b's kernel, unordered with a's)
+            warnings.simplefilter("always")
+            art.launch(lambda buf: ran.append("b"), x, stream=b)
+            b.synchronize()
+        a.synchronize()
+        raced = any("race" in str(m.message).lower() for m in w)
+        print(sorted(ran), raced)  # (a race reported is one with a kernel that ran)
+    ''', env={"ASCENTRT_SANITIZE": "warn", "ASCENTRT_LEAK_CHECK": "off"})
+    assert out.splitlines() == ["alarm", "['a', 'b'] True"], out
