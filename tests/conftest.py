@@ -44,7 +44,10 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     # The long tests first (a stable sort: the rest keep their order): pytest-xdist hands out
     # tests in this order, and one started last would leave the other worker idle meanwhile.
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    # The cpu_only ones last: each worker runs its share in this order, so what one of them
+    # leaves behind in its process (a buffer it never frees, say) meets no test but the
+    # cpu_only ones after it, as when they all ran in one process after the rest.
+    items.sort(key=lambda item: ("cpu_only" in item.keywords, item.get_closest_marker("long") is None))
     if os.environ.get("ASCENTRT_BACKEND") != "sim":
         return
     skip = pytest.mark.skip(reason="cpu_only: kernels that block on host gates, wall-clock "
