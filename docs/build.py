@@ -4,6 +4,7 @@ hints pdoc cannot evaluate."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import pkgutil
 import re
@@ -93,4 +94,7 @@ def main(out: Path = OUT) -> int:
 
 
 if __name__ == "__main__":
+    # (one short process: the collector's passes over pdoc's hundreds of thousands of live
+    # objects took a quarter of its CPU, 8.7 -> 6.5 s, to free 8 MB of 230 MB)
+    gc.disable()
     sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT))  # (the tests write elsewhere)

@@ -918,6 +918,7 @@ def test_exception_info_callback_hears_of_a_device_side_wait_that_timed_out(rt, 
 
 
 @pytest.mark.cpu_only  # (the cpu backend's watchdog fires timed waits in real time)
+@pytest.mark.serial  # (bounds on wall time: alone, after the rest)
 def test_a_blocking_exception_callback_holds_up_no_other_waits_timeout(rt):
     # (the callbacks ran on the watchdog thread: one that blocked for 1 s held every other
     # timed wait's timeout back until it returned)

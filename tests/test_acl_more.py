@@ -689,6 +689,7 @@ acl.rt.reset_device(0); acl.finalize()
 
 
 @pytest.mark.cpu_only
+@pytest.mark.serial  # (bounds on wall time: alone, after the rest)
 @pytest.mark.parametrize("backend", ["cpu", "sim"])
 def test_value_waits_are_device_side_waits_deadlocks_are_said_and_timeouts_are_the_devices(backend):
     out = run_program(VALUE_WAITS_PROGRAM, env={"ASCENTRT_BACKEND": backend}, timeout=60).splitlines()

@@ -13,12 +13,13 @@ import ascentrt as art
 from ascentrt.backends import KINDS, CpuBackend
 
 PROGRAM = textwrap.dedent('''
-    import collections, json, sys
+    import collections, json, sys, threading
     import numpy as np
     from ascentrt.backends import KINDS, CpuBackend
     from ascentrt.backends.base import OP_NAMES
 
     calls = collections.Counter()
+    waited = threading.Condition()
 
     class Recording(CpuBackend):
         """The cpu backend, counting each contract call (and each operation by kind)."""
@@ -37,11 +38,23 @@ PROGRAM = textwrap.dedent('''
             calls["new_signal"] += 1
             return super().new_signal()
         def host_wait(self, signal, timeout_s):
-            calls["host_wait"] += 1
+            with waited:
+                calls["host_wait"] += 1
+                waited.notify_all()
             return super().host_wait(signal, timeout_s)
         def now_ns(self):
             calls["now_ns"] += 1
             return super().now_ns()
+
+    def held_until_the_host_waits():
+        """A host function that holds its stream until the host's next wait: the synchronize
+        after it finds work still to wait for, however late the program gets there (on a
+        loaded machine the stream had finished first, and no wait was needed)."""
+        seen = calls["host_wait"]
+        def hold():
+            with waited:
+                waited.wait_for(lambda: calls["host_wait"] > seen, timeout=10)
+        return hold
 
     KINDS["recording"] = Recording
     import ascentrt as art
@@ -55,7 +68,7 @@ PROGRAM = textwrap.dedent('''
     art.memcpy_async(a, host, stream=s)                        # copy 1
     art.memset_async(b, 1, stream=s)                           # fill 1
     art.launch(art.kernels.add, b.view(np.uint8), a.view(np.uint8), b.view(np.uint8), stream=s)
-    art.launch_host_func(lambda: None, stream=s)               # host 1
+    art.launch_host_func(held_until_the_host_waits(), stream=s)  # host 1
     s.synchronize(timeout=10)
     art.memcpy(host, b)                                        # copy 2 (synchronous)
     assert (host.numpy() == 8).all()
@@ -64,6 +77,7 @@ PROGRAM = textwrap.dedent('''
     s.begin_capture()
     art.launch(art.kernels.fill, a.view(np.uint8), 5, stream=s)
     graph = s.end_capture()
+    art.launch_host_func(held_until_the_host_waits(), stream=s)  # host 2
     graph.launch(s)                                            # kernel 2 (a replayed node)
     ev = art.Event(timing=True)
     ev.record(s)
@@ -82,7 +96,7 @@ def test_every_operation_wait_and_timestamp_goes_through_the_backend():
     calls = json.loads(proc.stdout.strip().splitlines()[-1])
     # The replayed graph runs as a segment that executes its node through the backend too.
     assert calls["fn:add"] == 1 and calls["fn:fill"] == 1 and calls["fn:_run_segment"] == 1
-    assert calls["kernel"] == 3 and calls["copy"] == 3 and calls["fill"] == 2 and calls["host"] == 1
+    assert calls["kernel"] == 3 and calls["copy"] == 3 and calls["fill"] == 2 and calls["host"] == 2
     assert calls["alloc"] == 1 and calls["alloc_host"] >= 1   # device memory; pinned host chunks
     assert calls["start_queue"] == calls["executors"]              # one per executor
     assert calls["new_signal"] >= 2 and calls["host_wait"] >= 2   # stream and event synchronize

@@ -478,6 +478,7 @@ def _wait_for(path, timeout=30):
 
 
 @pytest.mark.cpu_only
+@pytest.mark.serial  # (a 1 s timer against prof's 5 s wait, in real time: alone, after the rest)
 def test_prof_waits_for_a_process_that_outlives_the_program(tmp_path):
     prog, gate, out = tmp_path / "linger.py", tmp_path / "go", tmp_path / "lg"
     prog.write_text(LINGER)

@@ -17,6 +17,7 @@ def _blocked(stream):
 
 
 @pytest.mark.cpu_only
+@pytest.mark.serial  # (a duration in wall time: alone, after the rest)
 def test_elapsed_time_measures_the_work_between_two_records(dev, stream):
     start, end = dev.create_event(timing=True), dev.create_event(timing=True)
     start.record(stream)

@@ -94,6 +94,7 @@ def test_a_stream_per_task_is_diagnosed_as_too_many_streams(dev, buf):
 
 
 @pytest.mark.cpu_only
+@pytest.mark.serial  # (diagnoses of runs timed in real time: alone, after the rest)
 def test_streams_made_once_and_kept_are_said_to_be_kept_when_their_making_costs(dev, buf):
     # One stream per task, never destroyed: the cause counts what happened (once: "created and
     # destroyed", of streams that never were).
@@ -115,6 +116,7 @@ def test_streams_made_once_and_kept_are_said_to_be_kept_when_their_making_costs(
 
 
 @pytest.mark.cpu_only
+@pytest.mark.serial  # (diagnoses of runs timed in real time: alone, after the rest)
 def test_long_lived_streams_whose_making_is_free_on_sim_are_not_too_many():
     # (on sim a stream costs 0 ns to make and a small memset 0 ns to run: 0 >= 10% of 0 fired,
     # advising "27 executors" for memsets)
@@ -639,6 +641,7 @@ def test_a_warm_up_run_of_the_pipeline_is_no_instance_of_its_range(dev):
 
 
 @pytest.mark.cpu_only
+@pytest.mark.serial  # (diagnoses of runs timed in real time: alone, after the rest)
 def test_a_sync_in_the_loop_that_never_blocked_is_needless_not_draining():
     # (stream t's work ended long before each t.synchronize(): the device ran dry in s's sync
     # before it, yet t's syncs were "inside the loop" too, claiming the same idle)
@@ -668,6 +671,7 @@ def test_a_sync_in_the_loop_that_never_blocked_is_needless_not_draining():
 
 
 @pytest.mark.cpu_only
+@pytest.mark.serial  # (diagnoses of runs timed in real time: alone, after the rest)
 def test_a_double_buffered_pipeline_synced_every_batch_is_the_sync_not_one_buffer():
     # (three streams H2D / compute / D2H, two buffers, dev.synchronize() after each batch: the
     # D2H stream's wait for its kernel and the H2D waits on long-done kernels counted as "each
@@ -701,6 +705,7 @@ def test_a_double_buffered_pipeline_synced_every_batch_is_the_sync_not_one_buffe
 
 
 @pytest.mark.cpu_only
+@pytest.mark.serial  # (diagnoses of runs timed in real time: alone, after the rest)
 def test_pageable_copies_that_make_the_run_are_copy_bound_with_the_pinned_saving():
     # (8 x 16 MiB from a numpy array, each staged in its memcpy_async, then a 300 us kernel on
     # another stream: 97% of the run in copies, "Diagnosis: no problems found")
@@ -801,6 +806,7 @@ def test_an_unfinished_non_blocking_host_function_is_on_its_programs_stream(dev)
 
 
 @pytest.mark.cpu_only  # (a kernel that blocks on a host gate)
+@pytest.mark.serial  # (diagnoses of runs timed in real time: alone, after the rest)
 def test_a_profile_that_ends_lists_every_task_queued_behind_an_unfinished_one(dev, tmp_path):
     # (only each stream's head was recorded: the tasks queued behind it, and those its
     # executor had taken in the same batch, were missing from the counts and CSVs)
@@ -835,6 +841,7 @@ def test_a_profile_that_ends_lists_every_task_queued_behind_an_unfinished_one(de
 
 
 @pytest.mark.cpu_only  # (a host function that blocks on a host gate)
+@pytest.mark.serial  # (diagnoses of runs timed in real time: alone, after the rest)
 def test_tasks_that_never_started_are_no_work_to_the_analyses(dev):
     # (queued behind an unfinished host function when the profile ended, 200 kernels of no
     # duration made a "too-small tasks" finding, and counted as queued and as copied bytes)

@@ -881,6 +881,7 @@ def test_the_runtimes_own_events_do_not_count_against_the_models_event_cap():
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+@pytest.mark.serial  # (the real pace of its threads against virtual time: alone, after the rest)
 def test_a_blocking_callbacks_runtime_calls_act_in_its_host_tasks_time():
     # (a report thread's calls inside a blocking callback waited for the host task holding
     # the stream, which waited for the callback: 0.5 s of real time per callback, then virtual
@@ -926,6 +927,7 @@ def test_a_blocking_callbacks_runtime_calls_act_in_its_host_tasks_time():
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+@pytest.mark.serial  # (the real pace of its threads against virtual time: alone, after the rest)
 def test_a_thread_that_never_uses_the_runtime_does_not_hold_virtual_time_to_the_real_pace():
     # (any live non-daemon thread, a timer or an idle pool worker, made time pass at the real
     # world's pace: a 10 s kernel took 8 s of wall time, a collective's timeout 30 minutes)
@@ -946,6 +948,7 @@ def test_a_thread_that_never_uses_the_runtime_does_not_hold_virtual_time_to_the_
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+@pytest.mark.serial  # (the real pace of its threads against virtual time: alone, after the rest)
 def test_a_thread_that_starts_using_the_runtime_late_still_releases_a_wait():
     # (what the real pace was for: a thread about to record what the host waits for)
     r = _run_sim(textwrap.dedent("""
@@ -2023,6 +2026,7 @@ def test_a_host_call_waiting_for_a_running_host_function_is_not_an_idle_host():
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+@pytest.mark.serial  # (the real pace of its threads against virtual time: alone, after the rest)
 def test_a_timed_host_wait_with_an_idle_thread_alive_ends_at_its_virtual_deadline():
     # (the stuck wait kept the real pace for its whole timeout when only a thread that never
     # used the runtime lived: a 12 s synchronize took 12 s, a collective's 1836 s half an hour)
@@ -2062,6 +2066,7 @@ def test_a_daemon_thread_that_set_its_device_may_end_a_timed_wait_as_on_cpu():
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+@pytest.mark.serial  # (the real pace of its threads against virtual time: alone, after the rest)
 def test_an_untimed_wait_on_a_thread_that_acts_late_keeps_virtual_time_at_the_real_pace():
     # (after the 2 s a stuck wait gives threads that never used the runtime, empty slices ran
     # the clock away at full speed: 23,000 virtual s for a record 3 s later, a core busy)
@@ -2080,6 +2085,7 @@ def test_an_untimed_wait_on_a_thread_that_acts_late_keeps_virtual_time_at_the_re
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+@pytest.mark.serial  # (the real pace of its threads against virtual time: alone, after the rest)
 def test_a_cycle_another_thread_completes_is_found_at_that_instant_not_a_check_later():
     # (the waiting thread, told once that a notify had no record, looked again only a check
     # slice later: the deadlock cost 0.25 virtual s, 5 s with ASCENTRT_DEADLOCK_CHECK_S=5)
@@ -2106,6 +2112,7 @@ def test_a_cycle_another_thread_completes_is_found_at_that_instant_not_a_check_l
 
 
 @pytest.mark.cpu_only  # (its own sim process: once, in the cpu session)
+@pytest.mark.serial  # (the real pace of its threads against virtual time: alone, after the rest)
 def test_a_wait_left_alone_by_a_thread_that_ends_is_found_where_it_ended():
     # (the last other thread's end left the wait to its check slice, which then jumped to its
     # end: a deadlock at 5 virtual s for a thread that lived 0.1 s)
