@@ -363,16 +363,18 @@ def test_a_cut_wait_leaves_no_call_half_done_and_the_handlers_exception_as_it_is
         print(alarmed(TimeoutError("t"), lambda: art.from_dlpack(Slow())))
         # a join cut before its group formed is taken back: the group forms with the rank again
         root = hccl.get_root_info()
-        comms = {}
-        def rank1():
-            time.sleep(0.3)
+        comms, cut = {}, threading.Event()
+        def rank1():  # (joins once rank 0's first join was cut)
+            cut.wait(10)
             art.set_device(1)
             comms[1] = hccl.comm_init_root_info(2, root, 1)
-        threading.Thread(target=rank1).start()
+        joiner = threading.Thread(target=rank1)
+        joiner.start()
         art.set_device(0)
         print(alarmed(TimeoutError("t"), lambda: hccl.comm_init_root_info(2, root, 0)))
+        cut.set()
         comms[0] = hccl.comm_init_root_info(2, root, 0)
-        time.sleep(0.1)
+        joiner.join(10)
         print(sorted(comms))
     ''', env={"ASCENTRT_LEAK_CHECK": "off", "HCCL_CONNECT_TIMEOUT": "10"})
     assert out.splitlines() == [
