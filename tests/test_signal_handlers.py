@@ -5,10 +5,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from textwrap import dedent
 
 import pytest
 
 from subprocess_util import run_program
+
+# The start of a program whose SIGALRM handler raises Alarm (the program's own exception class).
+ALARM_RAISES = """import signal
+class Alarm(Exception):
+    pass
+def handler(signum, frame):
+    raise Alarm
+signal.signal(signal.SIGALRM, handler)
+"""
 
 # A handler that raises lands at the k-th line the runtime runs in malloc or free (it is the
 # installed handler, called with that line's frame, as Python calls it when its signal comes
@@ -256,15 +266,10 @@ def test_what_a_handler_raises_in_a_teardown_wait_or_a_callback_comes_out_as_a_c
     # (a context destroy, a device's last release and process_reports each turned the
     # program's exception into nothing: the waits of a teardown swallowed any Exception, and a
     # callback on the main thread logged it as the callback's own failure)
-    out = run_program('''
+    out = run_program(ALARM_RAISES + dedent('''
         import signal, threading
         import ascentrt as art
         from ascentrt import callback, context
-        class Alarm(Exception):
-            pass
-        def handler(signum, frame):
-            raise Alarm
-        signal.signal(signal.SIGALRM, handler)
         def blocking_work():  # (queued work that ends a while after the alarm, 50 ms)
             gate = threading.Event()
             threading.Timer(0.5, gate.set).start()
@@ -293,7 +298,7 @@ def test_what_a_handler_raises_in_a_teardown_wait_or_a_callback_comes_out_as_a_c
         callback.launch_callback(in_callback, None, stream=s)
         alarmed(lambda: callback.process_reports(5), now=False)
         callback.unsubscribe(threading.get_ident(), s)
-    ''')
+    '''))
     assert out.split() == ["alarm", "True", "alarm", "alarm"], out
 
 
@@ -386,15 +391,10 @@ def test_a_launch_the_sanitizer_took_in_is_queued_whole_before_a_handler_raises(
     # (a handler's exception cut a launch's wait for the engine lock after the race sanitizer
     # had recorded its kernel: the launch raised, nothing was queued, and a later kernel on
     # another stream was reported racing a kernel that never ran)
-    out = run_program('''
+    out = run_program(ALARM_RAISES + dedent('''
         import signal, threading, time, warnings
         import ascentrt as art
         from ascentrt.engine import ENGINE
-        class Alarm(Exception):
-            pass
-        def handler(signum, frame):
-            raise Alarm
-        signal.signal(signal.SIGALRM, handler)
         dev = art.set_device(0)
         a, b = dev.create_stream(), dev.create_stream()
         x = art.malloc(1024)
@@ -420,5 +420,5 @@ def test_a_launch_the_sanitizer_took_in_is_queued_whole_before_a_handler_raises(
         a.synchronize()
         raced = any("race" in str(m.message).lower() for m in w)
         print(sorted(ran), raced)  # (a race reported is one with a kernel that ran)
-    ''', env={"ASCENTRT_SANITIZE": "warn", "ASCENTRT_LEAK_CHECK": "off"})
+    '''), env={"ASCENTRT_SANITIZE": "warn", "ASCENTRT_LEAK_CHECK": "off"})
     assert out.splitlines() == ["alarm", "['a', 'b'] True"], out

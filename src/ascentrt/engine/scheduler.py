@@ -326,8 +326,13 @@ class Engine:
         return task_id
 
     def _wait_for_lock(self) -> None:
+        """Block until this thread holds the engine lock (a wait a signal may end)."""
+        self._acquire_as_waiter()
+
+    def _acquire_as_waiter(self) -> None:
         """Block until this thread holds the engine lock, marked as waiting meanwhile (see
-        lock_waiters: its holder then hands the GIL over as it lets go)."""
+        lock_waiters: its holder then hands the GIL over as it lets go). (Whether a signal may
+        end the wait is its caller's: the registered frames are those around it.)"""
         waiting = self.lock_waiters
         waiting.append(None)
         try:
@@ -339,12 +344,7 @@ class Engine:
         """_wait_for_lock for a submit whose task the race sanitizer has taken in (it checks
         before the engine lock): not an interruptible wait, so a signal comes once the task is
         queued, never leaving the sanitizer with accesses of a task that never was."""
-        waiting = self.lock_waiters
-        waiting.append(None)
-        try:
-            self.lock.acquire()
-        finally:
-            waiting.pop()
+        self._acquire_as_waiter()
 
     def _host_submits(self, stream, what: str) -> None:
         """On a virtual device: charge the host call, and wait while the stream's submission
