@@ -422,3 +422,39 @@ def test_a_launch_the_sanitizer_took_in_is_queued_whole_before_a_handler_raises(
         print(sorted(ran), raced)  # (a race reported is one with a kernel that ran)
     '''), env={"ASCENTRT_SANITIZE": "warn", "ASCENTRT_LEAK_CHECK": "off"})
     assert out.splitlines() == ["alarm", "['a', 'b'] True"], out
+
+
+def test_a_handler_that_lands_in_a_value_waits_condition_is_given_back_as_a_ctrl_c_is():
+    # (the program's condition runs inside a runtime step: what the handler raised there became
+    # the wait's failure and was lost; a Ctrl-C there was already sent again)
+    out = run_program(ALARM_RAISES + dedent('''
+        import time
+        import ascentrt as art
+        hits = []
+        def handler(signum, frame):
+            hits.append(signum)
+            raise Alarm
+        signal.signal(signal.SIGALRM, handler)
+        s = art.set_device(0).create_stream()
+        word = art.malloc(8)
+        art.memset(word, 0, 8)
+        def met(value):  # (the alarm lands in the condition's own code)
+            if not hits:
+                signal.setitimer(signal.ITIMER_REAL, 0.01)
+                end = time.monotonic() + 0.2
+                while not hits and time.monotonic() < end:
+                    pass
+            return value == 0
+        got = []
+        try:
+            try:
+                s.wait_value(word, met, "word == 0")
+                s.synchronize(timeout=5)
+            except art.AscentError as e:  # (the condition failed: its wait did)
+                got.append(int(e.code))
+            time.sleep(1)  # (the signal comes again a moment later: here)
+        except Alarm:
+            got.append("Alarm")
+        print(got, len(hits))
+    '''), env={"ASCENTRT_LEAK_CHECK": "off"})
+    assert out.strip() == "[507018, 'Alarm'] 2", out

@@ -360,23 +360,30 @@ def hold() -> bool:
     return True
 
 
-def redeliver() -> None:
-    """Give the program back a Ctrl-C its own code took on the main thread inside a runtime step.
+def give_back(exc: BaseException) -> None:
+    """Give the program back a signal its own code took on the main thread inside a runtime
+    step, when `exc` is what it raised there: a Ctrl-C's KeyboardInterrupt, or what the
+    program's handler of a signal raised (see raised_by_handler).
 
-    The runtime made that KeyboardInterrupt the code's failure (a condition's, a callback's)
-    to stay whole; the Ctrl-C is raised again as the outermost held section ends, else sent
-    again a moment later (where no protected section is cut). Nothing on other threads, where
-    no Ctrl-C lands, nor where the program's own SIGINT handler is in place."""
+    The runtime made that exception the code's failure (a condition's, a callback's) to stay
+    whole; the signal is handled again as the outermost held section ends, else sent again a
+    moment later (where no protected section is cut): for a handler of the program's, that is
+    a second run of it, outside the step. Nothing for other exceptions, on other threads
+    (where no signal's handler runs), nor for a KeyboardInterrupt while the program's own
+    SIGINT handler is in place (the program raised it, not a Ctrl-C's default handler)."""
+    signum = getattr(exc, _RAISED_BY_HANDLER, None)
+    if signum is None:
+        if not isinstance(exc, KeyboardInterrupt) or handler_of(_SIGINT) is not _default_int_handler:
+            return
+        signum = _SIGINT
     if _get_ident() != _held.main:
         return
     if _held.depth:
-        if _SIGINT not in _held.signals:
-            _held.signals.append(_SIGINT)
+        if signum not in _held.signals:
+            _held.signals.append(signum)
         _held.pending = True
         return
-    if handler_of(_SIGINT) is not _default_int_handler:
-        return
-    _send_again(_SIGINT)
+    _send_again(signum)
 
 
 def _after_fork_in_child() -> None:

@@ -318,8 +318,7 @@ class Stream(Handle):
                     TaskError, f"value wait for {what} on stream {self.id}: its condition raised "
                     f"{type(exc).__name__}: {exc}", ErrorCode.RT_AICPU_EXCEPTION)
                 task.error.__cause__ = exc
-                if isinstance(exc, KeyboardInterrupt):  # (a Ctrl-C on the main thread: its own)
-                    interrupts.redeliver()
+                interrupts.give_back(exc)  # (a Ctrl-C or a handler's, on the main thread: its own)
                 return True
 
         task = Task(VALUE_WAIT, check, (what,), name="value_wait")

@@ -1078,8 +1078,7 @@ class Engine:
                 except BaseException as exc:  # SystemExit included: executors must live on
                     _log.exception("ascentrt: exception-info callback %r raised",
                                    getattr(cb, "__wrapped__", None) or cb)  # (the program's, not a hook's)
-                    if isinstance(exc, KeyboardInterrupt):  # (a simulated device's main thread)
-                        interrupts.redeliver()
+                    interrupts.give_back(exc)  # (a simulated device's main thread)
 
     # ---- timed device-side waits -----------------------------------------------------------
 

@@ -613,8 +613,7 @@ def _value_writer(wait: tuple, t_end: int, writes: dict):
                 if met(value):
                     return key
             except BaseException as exc:  # (the program's condition: see Stream.wait_value)
-                if isinstance(exc, KeyboardInterrupt):
-                    interrupts.redeliver()
+                interrupts.give_back(exc)
                 return None
     return None
 

@@ -56,8 +56,7 @@ def _meets(met, number: int) -> bool:
     try:
         return bool(met(number))
     except BaseException as exc:  # (SystemExit too: the engine's thread that asks lives on)
-        if isinstance(exc, KeyboardInterrupt):
-            interrupts.redeliver()
+        interrupts.give_back(exc)
         return False
 
 
