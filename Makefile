@@ -20,31 +20,22 @@ help:  # (the default goal: a bare `make` says what there is)
 ifeq ($(origin PYTHON),command line)
 ifneq ($(wildcard $(PY)),)
 ifneq ($(shell $(PY) -c 'import sys; print(sys.version)' 2>/dev/null),$(shell $(PYTHON) -c 'import sys; print(sys.version)' 2>/dev/null))
-.PHONY: $(VENV)/.installed $(VENV)/.installed-dev
+.PHONY: $(VENV)/.installed
 endif
 endif
 endif
-# The venv, with an up-to-date pip (made again where another Python made it).
-define make_venv
+$(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ascentrt needs Python >= 3.11 and $(PYTHON) is " + sys.version.split()[0] + ": run make with PYTHON=python3.11 (or newer)")'
 	@if [ -e $(PY) ] && [ "$$($(PY) -c 'import sys; print(sys.version)' 2>/dev/null)" != "$$($(PYTHON) -c 'import sys; print(sys.version)')" ]; then \
 		echo "$(VENV) was made by another Python: making it again with $(PYTHON)"; rm -rf $(VENV); fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-endef
-
-$(VENV)/.installed: pyproject.toml
-	$(make_venv)
 	$(PY) -m pip install -q -e .
 	touch $@
 
-# (the package and its extras in one install, not the package and then the package again
-# with them: pip builds the editable package and resolves once, ~4 s less; the base install
-# is then up to date too)
-$(VENV)/.installed-dev: pyproject.toml
-	$(make_venv)
+$(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[dev,cli,mpi]'
-	touch $(VENV)/.installed $@
+	touch $@
 
 demo: bytecode
 	$(PY) -m ascentrt.cli demo  # (its own folder: each run replaces the last one's)
