@@ -20,6 +20,37 @@ def handler(signum, frame):
 signal.signal(signal.SIGALRM, handler)
 """
 
+# The start of a program that lands its raising SIGALRM handler at chosen lines the runtime
+# runs: at_lines(ks, fn) calls the installed handler (the runtime's shim, as Python calls it
+# when the signal comes) at the k-th runtime line of fn() for each k in ks, then waits for any
+# signal the runtime sent again to land.
+AT_A_LINE_PRELUDE = """import signal, sys, time
+from ascentrt import interrupts
+class Cut(Exception):
+    pass
+def handler(signum, frame):
+    raise Cut
+signal.signal(signal.SIGALRM, handler)
+installed = signal._signal.getsignal(signal.SIGALRM)
+def at_lines(ks, fn):
+    seen = [0]
+    def tracer(frame, event, arg):
+        if event == "line" and "ascentrt" in frame.f_code.co_filename:
+            seen[0] += 1
+            if seen[0] in ks:
+                installed(signal.SIGALRM, frame)
+        return tracer
+    sys.settrace(tracer)
+    try:
+        return fn()
+    finally:
+        sys.settrace(None)
+        until = time.monotonic() + 5
+        while interrupts._resend_due[0] and time.monotonic() < until:
+            time.sleep(0.001)
+        time.sleep(0.003)
+"""
+
 # A handler that raises lands at the k-th line the runtime runs in malloc or free (it is the
 # installed handler, called with that line's frame, as Python calls it when its signal comes
 # there); a held one comes as the call ends, or a moment later. After each, the pool is whole.
@@ -458,3 +489,39 @@ def test_a_handler_that_lands_in_a_value_waits_condition_is_given_back_as_a_ctrl
         print(got, len(hits))
     '''), env={"ASCENTRT_LEAK_CHECK": "off"})
     assert out.strip() == "[507018, 'Alarm'] 2", out
+
+
+def test_a_last_release_cut_at_any_line_once_or_twice_is_whole_or_untouched():
+    # (release_primary counted the device free before its teardown: a cut between the count
+    # and the try, or a second cut inside the finally that ends the release, left the device
+    # counted free with its contexts and memory alive, and nothing could release it again)
+    out = run_program(AT_A_LINE_PRELUDE + dedent('''
+        import ascentrt.acl as acl
+        from ascentrt import context
+        from ascentrt.device import Device
+        acl.init()
+        dev, bad = Device(0), []
+        for k in range(1, 40):
+            for ks in ({k}, {k, k + 3}):
+                acl.rt.set_device(0)
+                acl.rt.create_context(0)
+                s, _ = acl.rt.create_stream()
+                p, _ = acl.rt.malloc(1 << 20, 0)
+                acl.rt.memset_async(p, 1 << 20, 1, 1 << 20, s)
+                try:
+                    at_lines(ks, lambda: acl.rt.reset_device_force(0))
+                except Cut:
+                    pass
+                uses = context.primary_uses(0)
+                alive = [c for c in context._contexts.get(0, []) if not c.destroyed]
+                live = len(dev._memory.live_buffers())
+                untouched = uses == 1 and len(alive) == 2 and live == 1
+                whole = not (uses or alive or live or dev._memory.used_bytes())
+                if not (untouched or whole):
+                    bad.append((sorted(ks), uses, len(alive), live))
+                if uses:
+                    acl.rt.reset_device_force(0)
+        acl.finalize()
+        print(bad)
+    '''), env={"ASCENTRT_LEAK_CHECK": "off"}, timeout=120)
+    assert out.strip() == "[]", out

@@ -12,6 +12,7 @@ import itertools
 import threading
 
 from .handles import Handle
+from . import interrupts
 from .interrupts import raised_by_handler
 from . import forksafe
 from .device import Device, resolve_device, set_device
@@ -204,10 +205,31 @@ def release_primary(device, *, force: bool = False) -> int:
             raise                   # once the release below is whole)
         # failed or stuck work is discarded by the reset below
     finally:  # (a Ctrl-C or the program's handler only cut the grace short)
-        for ctx in doomed:
-            ctx._teardown(wait=False, what=f"device {dev.id} reset")
-        dev.reset()
+        _reset(dev, doomed)
     return 0
+
+
+def _reset(dev: Device, doomed: list) -> None:
+    """The end of a device's last release: its contexts destroyed without waiting and the
+    device reset, each whatever another raised (the first error comes out once all ran)."""
+    first: BaseException | None = None
+    for ctx in doomed:
+        try:
+            ctx._teardown(wait=False, what=f"device {dev.id} reset")
+        except BaseException as exc:
+            first = first or exc
+    try:
+        dev.reset()
+    except BaseException as exc:
+        first = first or exc
+    if first is not None:
+        raise first
+
+
+# A signal must not cut a last release between its count and its reset (the device would be
+# counted free with its contexts and memory alive, and nothing could release it again): it
+# comes once the release is whole. The drain's wait inside stays one a signal may end.
+interrupts.protect(release_primary, _reset)
 
 
 def wait_while_it_can_finish(stream, wait) -> AscentError | None:

@@ -13,6 +13,7 @@ import types as _types
 from typing import Any as _Any
 
 from .. import forksafe as _forksafe
+from .. import interrupts as _interrupts
 from .. import config as _config
 from .. import context as _ctx
 from ..device import Device as _Device, device_count as _device_count
@@ -108,6 +109,12 @@ def finalize_reference() -> int:
     if left == 0:
         _teardown()
     return left
+
+
+# A signal must not cut a finalize between its count and its teardown, nor the teardown's
+# releases (what it leaves would be counted gone and never released again): it comes once they
+# are whole. The drain's waits inside stay ones a signal may end.
+_interrupts.protect(_teardown, _release, finalize.__wrapped__, finalize_reference.__wrapped__)
 
 
 @_api("", out=(0, 0, 0), module="acl")
