@@ -363,15 +363,24 @@ def test_a_cut_wait_leaves_no_call_half_done_and_the_handlers_exception_as_it_is
                 return "raised " + type(e).__name__ if e is exc else "another"
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+                for _ in range(50):  # (a repeating alarm's signals that the runtime held back
+                    try:             # come a moment after the call: let them come here)
+                        time.sleep(0.01)
+                        break
+                    except type(exc):
+                        pass
         dev = art.set_device(0)
         s = dev.create_stream()
         n = 256 << 20
         src = art.malloc(n)
         art.memset(src, 1, n)
         dst = np.zeros(n, np.uint8)
-        # a repeating alarm cuts the pageable copy's wait, and its second wait: no byte after
+        # a repeating alarm cuts the pageable copy's wait, and its second wait: at the raise the
+        # copy is whole, or withdrawn (cut before it began: no byte moved), and no byte after
         print(alarmed(TimeoutError("t"), lambda: art.memcpy_async(dst, src, n, stream=s), 0.003))
-        print(bool(dst.all()))
+        at_raise = int(np.count_nonzero(dst[::4096]))
+        time.sleep(0.3)
+        print(at_raise in (0, n // 4096) and int(np.count_nonzero(dst[::4096])) == at_raise)
         s.synchronize()
         src.free()
         # a handler's own AscentTimeoutError in a destroy's wait comes out as it is
@@ -483,12 +492,16 @@ def test_a_handler_that_lands_in_a_value_waits_condition_is_given_back_as_a_ctrl
                 s.synchronize(timeout=5)
             except art.AscentError as e:  # (the condition failed: its wait did)
                 got.append(int(e.code))
-            time.sleep(1)  # (the signal comes again a moment later: here)
+            time.sleep(1)  # (the signal comes again a moment later: here, or in the synchronize)
         except Alarm:
             got.append("Alarm")
-        print(got, len(hits))
+        try:
+            s.synchronize(timeout=5)  # (the wait's failure, where the Alarm came first)
+        except art.AscentError as e:
+            got.append(int(e.code))
+        print(sorted(map(str, got)), len(hits))
     '''), env={"ASCENTRT_LEAK_CHECK": "off"})
-    assert out.strip() == "[507018, 'Alarm'] 2", out
+    assert out.strip() == "['507018', 'Alarm'] 2", out
 
 
 def test_a_last_release_cut_at_any_line_once_or_twice_is_whole_or_untouched():

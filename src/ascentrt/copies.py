@@ -588,4 +588,8 @@ def memcpy2d_async(dst: _Memory, dpitch: int, src: _Memory, spitch: int, width: 
 
 
 interrupts.protect(_end_use)  # (a Ctrl-C there would leave the operation registered for good)
+# (a signal between the submit and the wait's try would let the call raise with its copy
+# queued, which then writes into memory the program took back: it comes in the wait instead,
+# which stays one a signal may end, the copy then withdrawn or waited out)
+interrupts.protect(_submit_maybe_sync, _wait_out)
 register_links(copy_allocation=_copy_allocation)
