@@ -20,41 +20,46 @@ def handler(signum, frame):
 signal.signal(signal.SIGALRM, handler)
 """
 
-# The start of a program that lands its raising SIGALRM handler at chosen lines the runtime
-# runs: at_lines(ks, fn) calls the installed handler (the runtime's shim, as Python calls it
-# when the signal comes) at the k-th runtime line of fn() for each k in ks, then waits for any
-# signal the runtime sent again to land.
-AT_A_LINE_PRELUDE = """import signal, sys, time
-from ascentrt import interrupts
-class Cut(Exception):
-    pass
-def handler(signum, frame):
-    raise Cut
-signal.signal(signal.SIGALRM, handler)
-installed = signal._signal.getsignal(signal.SIGALRM)
+# What lands a program's installed handler of signal SIG (the runtime's shim, as Python calls
+# it when the signal comes) at chosen lines the runtime runs: at_lines(ks, fn) calls it at the
+# k-th runtime line of fn() for each k in ks; settle() then lets any signal the runtime held
+# back and sent again land (inside the caller's try).
+LANDING = """
+installed = signal._signal.getsignal(SIG)
 def at_lines(ks, fn):
     seen = [0]
     def tracer(frame, event, arg):
         if event == "line" and "ascentrt" in frame.f_code.co_filename:
             seen[0] += 1
             if seen[0] in ks:
-                installed(signal.SIGALRM, frame)
+                installed(SIG, frame)
         return tracer
     sys.settrace(tracer)
     try:
         return fn()
     finally:
         sys.settrace(None)
-        until = time.monotonic() + 5
-        while interrupts._resend_due[0] and time.monotonic() < until:
-            time.sleep(0.001)
-        time.sleep(0.003)
+def settle():
+    until = time.monotonic() + 5
+    while interrupts._resend_due[0] and time.monotonic() < until:
+        time.sleep(0.001)
+    time.sleep(0.005)
 """
 
-# A handler that raises lands at the k-th line the runtime runs in malloc or free (it is the
-# installed handler, called with that line's frame, as Python calls it when its signal comes
-# there); a held one comes as the call ends, or a moment later. After each, the pool is whole.
-AT_EVERY_LINE = '''
+# The start of a program whose raising SIGALRM handler LANDING lands.
+AT_A_LINE_PRELUDE = """import signal, sys, time
+from ascentrt import interrupts
+SIG = signal.SIGALRM
+class Cut(Exception):
+    pass
+def handler(signum, frame):
+    raise Cut
+signal.signal(SIG, handler)
+""" + LANDING
+
+# A handler that raises lands at the k-th line the runtime runs in malloc or free; a held one
+# comes as the call ends, or a moment later. After each, the pool is whole.
+AT_EVERY_LINE_START = '''
     import os, signal, sys, time
     BEFORE = {before}
     SIG = getattr(signal, {signame!r})
@@ -68,35 +73,18 @@ AT_EVERY_LINE = '''
     from ascentrt import interrupts
     if not BEFORE:
         signal.signal(SIG, handler)
-    installed = signal._signal.getsignal(SIG)  # (what Python calls when SIG comes)
+'''
+AT_EVERY_LINE = '''
     dev = art.set_device(0)
     s = dev.create_stream()
     pool = dev._memory.pool
-    def at_line(k, fn):
-        seen = [0]
-        def tracer(frame, event, arg):
-            if event == "line" and "ascentrt" in frame.f_code.co_filename:
-                seen[0] += 1
-                if seen[0] == k:
-                    installed(SIG, frame)
-            return tracer
-        sys.settrace(tracer)
-        try:
-            return fn()
-        finally:
-            sys.settrace(None)
-    def settle():  # (a signal the runtime sent again comes here, still inside the try)
-        until = time.monotonic() + 5
-        while interrupts._resend_due[0] and time.monotonic() < until:
-            time.sleep(0.001)
-        time.sleep(0.005)
     kept, cuts = [], 0
     sizes = [100000, 1 << 20, 3 << 20, 4096]
     for k in range(1, 120):
         got = []
         try:
             try:
-                got.append(at_line(k, lambda: art.malloc(sizes[k % 4], stream=s if k % 2 else None)))
+                got.append(at_lines({k}, lambda: art.malloc(sizes[k % 4], stream=s if k % 2 else None)))
             finally:
                 settle()
         except Cut:
@@ -106,7 +94,7 @@ AT_EVERY_LINE = '''
             b = kept.pop(0)
             try:
                 try:
-                    at_line(k, lambda: b.free(stream=s if k % 3 else None))
+                    at_lines({k}, lambda: b.free(stream=s if k % 3 else None))
                 finally:
                     settle()
             except Cut:
@@ -131,7 +119,8 @@ def test_a_raising_handler_at_any_line_of_malloc_or_free_leaves_the_pool_whole(s
     # (only a Ctrl-C reaching ascentrt's own handler was held back: a timeout's SIGALRM
     # handler, or the program's own SIGINT one, cut the pool's bookkeeping: bare KeyErrors
     # from its bins later, megabytes allocated for good)
-    out = run_program(AT_EVERY_LINE.format(signame=signame, before=before),
+    out = run_program(dedent(AT_EVERY_LINE_START.format(signame=signame, before=before)) + LANDING
+                      + dedent(AT_EVERY_LINE),
                       env={"ASCENTRT_PURE_PYTHON": "1", "ASCENTRT_DEVICE_MEMORY": "64M",
                            "ASCENTRT_LEAK_CHECK": "off"}, timeout=120)
     assert out.split() == ["True", "0", "True"]
@@ -522,7 +511,10 @@ def test_a_last_release_cut_at_any_line_once_or_twice_is_whole_or_untouched():
                 p, _ = acl.rt.malloc(1 << 20, 0)
                 acl.rt.memset_async(p, 1 << 20, 1, 1 << 20, s)
                 try:
-                    at_lines(ks, lambda: acl.rt.reset_device_force(0))
+                    try:
+                        at_lines(ks, lambda: acl.rt.reset_device_force(0))
+                    finally:
+                        settle()
                 except Cut:
                     pass
                 uses = context.primary_uses(0)
