@@ -13,7 +13,6 @@ import threading
 
 from .handles import Handle
 from . import interrupts
-from .interrupts import raised_by_handler
 from . import forksafe
 from .device import Device, resolve_device, set_device
 from .engine import ENGINE
@@ -201,7 +200,7 @@ def release_primary(device, *, force: bool = False) -> int:
         with teardown_budget():
             dev.synchronize(DRAIN_S)
     except Exception as exc:
-        if raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out,
+        if interrupts.raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out,
             raise                   # once the release below is whole)
         # failed or stuck work is discarded by the reset below
     finally:  # (a Ctrl-C or the program's handler only cut the grace short)
@@ -243,7 +242,7 @@ def wait_while_it_can_finish(stream, wait) -> AscentError | None:
                 wait(DRAIN_S)
             return None
         except (AscentTimeoutError, DeadlockError) as exc:
-            if raised_by_handler(exc):  # (the program's own handler raised one: it comes out)
+            if interrupts.raised_by_handler(exc):  # (the program's own handler raised one: it comes out)
                 raise
             with ENGINE.lock:
                 found = ENGINE.diagnose([stream], timed=True)
@@ -261,7 +260,7 @@ def settle(streams) -> None:
         try:
             wait_while_it_can_finish(s, lambda t, s=s: synchronize_streams([s], t, "context destroy"))
         except Exception as exc:
-            if raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out)
+            if interrupts.raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out)
                 raise
             # a destroy is not where task errors are reported
 
@@ -282,7 +281,7 @@ def drain(contexts) -> None:
             with teardown_budget():
                 synchronize_streams([s], left, "context teardown")
         except Exception as exc:
-            if raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out)
+            if interrupts.raised_by_handler(exc):  # (the program's own, as a Ctrl-C here is: it comes out)
                 raise
             # teardown is not where task errors or stuck waits are reported
 
